@@ -1,0 +1,35 @@
+# Compiler flags shared by every target (STYLE.md 21).
+set(SLUICE_WARNINGS -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-declarations
+    -Wno-unused-parameter)
+if(SLUICE_WERROR)
+  list(APPEND SLUICE_WARNINGS -Werror)
+endif()
+add_compile_options(${SLUICE_WARNINGS})
+add_compile_definitions(_GNU_SOURCE _FILE_OFFSET_BITS=64)
+
+if(SLUICE_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=undefined
+                      -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+if(SLUICE_TSAN)
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
+
+# Which SIMD kernel files this target architecture can compile. Each kernel
+# file gets its own -m flags (set_source_files_properties); nothing else in
+# the tree is built for more than the baseline ISA (no -march=native).
+set(SLUICE_X86 OFF)
+set(SLUICE_ARM64 OFF)
+if(NOT SLUICE_NATIVE_ONLY)
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")
+    set(SLUICE_X86 ON)
+  elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
+    set(SLUICE_ARM64 ON)
+  endif()
+endif()
+set(SLUICE_FLAGS_AVX2 "-mavx2 -mfma -mf16c -mbmi2")
+set(SLUICE_FLAGS_AVX512 "-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -mbmi2")
+set(SLUICE_FLAGS_AVX512VNNI "${SLUICE_FLAGS_AVX512} -mavx512vnni")
+set(SLUICE_FLAGS_AVXVNNI "-mavx2 -mfma -mavxvnni")

@@ -1,0 +1,88 @@
+/* common_cpu.c: CPU feature detection, once, with OS support for wide
+ * registers checked through XGETBV (STYLE.md 13). */
+#include "common.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+static struct sl_cpu_features g_hw;
+static struct sl_cpu_features g_eff;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__)
+static uint64_t read_xcr0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static void detect_x86(struct sl_cpu_features *f)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return;
+    int osxsave = (c >> 27) & 1;
+    int fma = (c >> 12) & 1;
+    int f16c = (c >> 29) & 1;
+    if (!osxsave)
+        return;
+    uint64_t xcr0 = read_xcr0();
+    int os_ymm = (xcr0 & 0x6) == 0x6;
+    int os_zmm = (xcr0 & 0xe6) == 0xe6;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return;
+    __cpuid_count(7, 0, a, b, c, d);
+    int avx2 = (b >> 5) & 1;
+    int bmi2 = (b >> 8) & 1;
+    int avx512f = (b >> 16) & 1;
+    int avx512dq = (b >> 17) & 1;
+    int avx512bw = (b >> 30) & 1;
+    int avx512vl = (b >> 31) & 1;
+    int avx512vnni = (c >> 11) & 1;
+    __cpuid_count(7, 1, a, b, c, d);
+    int avxvnni = (a >> 4) & 1;
+    f->avx2 = os_ymm && avx2 && fma && f16c && bmi2;
+    f->avx512 = f->avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
+    f->avx512vnni = f->avx512 && avx512vnni;
+    f->avxvnni = f->avx2 && avxvnni;
+}
+#endif
+
+static void detect(void)
+{
+    memset(&g_hw, 0, sizeof g_hw);
+#if defined(__x86_64__)
+    detect_x86(&g_hw);
+#elif defined(__aarch64__)
+    g_hw.neon = 1; /* ASIMD is mandatory on AArch64 */
+#endif
+    g_eff = g_hw;
+    const char *force = getenv("SLUICE_SIMD");
+    if (force && *force) {
+        if (!strcmp(force, "scalar")) {
+            memset(&g_eff, 0, sizeof g_eff);
+        } else if (!strcmp(force, "avx2")) {
+            g_eff.avx512 = g_eff.avx512vnni = 0;
+        } else if (!strcmp(force, "avx512")) {
+            g_eff.avxvnni = 0; /* keep what the CPU has at that level */
+        }
+    }
+}
+
+const struct sl_cpu_features *sl_cpu_features(void)
+{
+    pthread_once(&g_once, detect);
+    return &g_eff;
+}
+
+const struct sl_cpu_features *sl_cpu_features_hw(void)
+{
+    pthread_once(&g_once, detect);
+    return &g_hw;
+}

@@ -1,0 +1,316 @@
+/*
+ * format.h: the .sluice container, version 1 (byte layout in docs/FORMAT.md).
+ *
+ * One file per model: a 4 KiB header, then the data slices in execution order
+ * (the embedding slice, one slice per layer, the head slice), each 4 KiB
+ * aligned and padded so that a layer is one O_DIRECT read, then the metadata
+ * (config, tokenizer, key-value pairs; zstd-compressed) and the tensor and
+ * slice index. Every tensor and every slice carries an XXH3-64 checksum.
+ *
+ * Writing (streams: tensors are appended as they are added, in slice order):
+ *
+ *   struct format_writer *w;
+ *   format_writer_create("m.sluice", &w, &err);
+ *   format_writer_set_config(w, &cfg);
+ *   format_writer_set_tokenizer(w, &tok, &err);
+ *   format_writer_set_meta(w, "quant.method", "edgeflow", 8, &err);
+ *   for each tensor in execution order:
+ *       format_writer_add_tensor(w, &desc, bytes, len, &err);
+ *   format_writer_finish(w, &err);   // temp file, fsync, rename
+ *   format_writer_destroy(w);        // removes the temp file if unfinished
+ *
+ * Reading:
+ *
+ *   struct format_reader *r;
+ *   format_reader_open("m.sluice", &r, &err);
+ *   const struct format_config *c = format_reader_config(r);
+ *   int i = format_reader_find(r, 0, FORMAT_ROLE_WQ);
+ *   const struct format_tensor_info *t = format_reader_tensor(r, i);
+ *   format_reader_read_tensor(r, i, buf, t->length, &err);  // checksum verified
+ *   format_reader_close(r);
+ *
+ * Threads: a reader is immutable after open; every const accessor and the
+ * read functions (pread-based) may be called from any thread. A writer is
+ * used by one thread.
+ */
+#ifndef SLUICE_FORMAT_H
+#define SLUICE_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FORMAT_VERSION 1
+#define FORMAT_ALIGN 4096        /* slice alignment and padding */
+#define FORMAT_TENSOR_ALIGN 64   /* tensor alignment inside a slice */
+#define FORMAT_NAME_MAX 64       /* tensor names, NUL included */
+#define FORMAT_MAX_DIMS 4
+#define FORMAT_MAX_BITS 8        /* adaptive channel widths are 1..8 */
+
+/* ---- model configuration ---------------------------------------------------- */
+
+enum format_arch {
+    FORMAT_ARCH_LLAMA = 1, /* RMSNorm, RoPE, GQA attention, SwiGLU FFN */
+};
+
+/* RoPE convention of the stored q/k weights. Importers convert to
+ * FORMAT_ROPE_INTERLEAVED (llama2.c / GGUF: rotate pairs (2i, 2i+1) within a
+ * head); Hugging Face checkpoints (rotate-half, pairs (i, i + head_dim/2)) are
+ * permuted on import. */
+enum format_rope {
+    FORMAT_ROPE_INTERLEAVED = 0,
+};
+
+struct format_config {
+    uint32_t arch;          /* enum format_arch */
+    uint32_t dim;           /* model width */
+    uint32_t hidden_dim;    /* FFN width */
+    uint32_t n_layers;
+    uint32_t n_heads;
+    uint32_t n_kv_heads;    /* < n_heads: grouped-query attention */
+    uint32_t head_dim;      /* dim / n_heads */
+    uint32_t vocab_size;
+    uint32_t seq_len;       /* maximum context */
+    uint32_t tied_embedding;/* 1: the classifier is the token embedding */
+    uint32_t rope_layout;   /* enum format_rope */
+    uint32_t bos_id;
+    uint32_t eos_id;
+    float rope_theta;       /* 10000 for Llama 2 */
+    float norm_eps;         /* RMSNorm epsilon (1e-5 for llama2.c) */
+};
+
+/* Checks the fields against each other (non-zero sizes, dim = n_heads *
+ * head_dim, n_heads % n_kv_heads == 0, even head_dim, ids < vocab, limits that
+ * keep every size product inside 64 bits). `what` names the file in errors. */
+int format_config_validate(const struct format_config *cfg, const char *what,
+                           struct sl_err *err);
+
+/* ---- tokenizer -------------------------------------------------------------- */
+
+/* llama2.c-style vocabulary: a byte string and a merge score per token.
+ * Token strings may contain any byte (including NUL); lengths are explicit. */
+struct format_tokenizer {
+    uint32_t n_tokens;
+    uint32_t max_token_len;
+    const float *scores;          /* [n_tokens] */
+    const uint32_t *lens;         /* [n_tokens] */
+    const char *const *tokens;    /* [n_tokens], tokens[i] has lens[i] bytes */
+};
+
+/* ---- tensors ------------------------------------------------------------------ */
+
+/* What a tensor is in the model. Within a layer the roles are listed in
+ * execution order; the writer requires that order. */
+enum format_role {
+    FORMAT_ROLE_TOK_EMBD = 0,   /* [vocab][dim], layer -1 */
+    FORMAT_ROLE_ATTN_NORM,      /* [dim] */
+    FORMAT_ROLE_WQ,             /* [n_heads*head_dim][dim] */
+    FORMAT_ROLE_WK,             /* [n_kv_heads*head_dim][dim] */
+    FORMAT_ROLE_WV,             /* [n_kv_heads*head_dim][dim] */
+    FORMAT_ROLE_WO,             /* [dim][n_heads*head_dim] */
+    FORMAT_ROLE_FFN_NORM,       /* [dim] */
+    FORMAT_ROLE_W_GATE,         /* [hidden][dim]  (llama2.c w1) */
+    FORMAT_ROLE_W_UP,           /* [hidden][dim]  (llama2.c w3) */
+    FORMAT_ROLE_W_DOWN,         /* [dim][hidden]  (llama2.c w2) */
+    FORMAT_ROLE_OUT_NORM,       /* [dim], layer -1 */
+    FORMAT_ROLE_CLASSIFIER,     /* [vocab][dim], layer -1; absent when tied */
+    FORMAT_ROLE_COUNT
+};
+
+/* Short names ("wq", "attn_norm", ...), for manifests and tables. */
+const char *format_role_name(enum format_role role);
+/* 1 for the linear weights the quantizer and the NPU deal with (Q, K, V, O,
+ * gate, up, down, classifier), else 0. */
+int format_role_is_linear(enum format_role role);
+
+/* Encodings. Facts about each live in one table (format_encoding_traits). A
+ * weight matrix is [rows][cols]: rows are output channels, cols the inputs. */
+enum format_encoding {
+    FORMAT_ENC_F32 = 0,
+    FORMAT_ENC_F16 = 1,
+    FORMAT_ENC_BF16 = 2,
+    /* INT8 per output channel: float32 scale[rows], zero padding to a 64-byte
+     * boundary, then int8 q[rows][cols]; w = scale[r] * q[r][c], q in
+     * [-127, 127]. */
+    FORMAT_ENC_Q8_CHANNEL = 3,
+    /* Reserved for the packed adaptive encoding (EdgeFlow 4.2) and the
+     * baselines it is compared with; layouts in docs/FORMAT.md. */
+    FORMAT_ENC_ADAPTIVE = 4,
+    FORMAT_ENC_INT4INT8 = 5,
+    FORMAT_ENC_BITPLANE = 6,
+    FORMAT_ENC_COUNT
+};
+
+struct format_encoding_traits {
+    const char *name;     /* "f32", "f16", "bf16", "q8", "adaptive", ... */
+    int quantized;        /* 1: integer codes with per-channel scales */
+    /* Exact byte length of a rows x cols tensor, or 0 where the length depends
+     * on the contents (then `validate` decides). */
+    uint64_t (*size)(uint64_t rows, uint64_t cols);
+    /* Checks that `len` bytes are a well-formed tensor of this shape (header
+     * fields, lengths, code ranges); NULL where `size` says it all. Fills
+     * err (without the file name) and returns -EINVAL when not. */
+    int (*validate)(const void *data, uint64_t len, uint64_t rows, uint64_t cols,
+                    struct sl_err *err);
+};
+
+/* NULL for an unknown encoding. The packed layouts (adaptive, int4int8,
+ * bitplane) are implemented in format/format_enc_packed.c. */
+const struct format_encoding_traits *format_encoding_traits(uint32_t encoding);
+
+/* What the writer is told about a tensor. */
+struct format_tensor_desc {
+    const char *name;           /* unique, < FORMAT_NAME_MAX bytes */
+    int32_t layer;              /* 0..n_layers-1, or -1 */
+    uint32_t role;              /* enum format_role */
+    uint32_t encoding;          /* enum format_encoding */
+    uint32_t n_dims;            /* 1 or 2 */
+    uint64_t shape[FORMAT_MAX_DIMS]; /* shape[0] = rows; 1-D tensors: shape[0] = n */
+    float act_scale;            /* static per-tensor input activation scale, 0 = none */
+    uint32_t bits_hist[FORMAT_MAX_BITS + 1]; /* channels per width 1..8 ([0] unused);
+                                                all zero for float encodings */
+};
+
+/* What the reader knows of a tensor (everything in the index). */
+struct format_tensor_info {
+    char name[FORMAT_NAME_MAX];
+    int32_t layer;
+    uint32_t role;
+    uint32_t encoding;
+    uint32_t n_dims;
+    uint64_t shape[FORMAT_MAX_DIMS];
+    uint64_t offset;            /* absolute, in the container */
+    uint64_t length;            /* bytes */
+    uint64_t checksum;          /* XXH3-64 of those bytes */
+    float act_scale;
+    uint32_t bits_hist[FORMAT_MAX_BITS + 1];
+    uint32_t slice;             /* index of the slice that holds it */
+};
+
+/* ---- slices -------------------------------------------------------------------- */
+
+enum format_slice_kind {
+    FORMAT_SLICE_EMBED = 0,  /* token embedding (untied models) */
+    FORMAT_SLICE_LAYER = 1,  /* all tensors of one transformer layer */
+    FORMAT_SLICE_HEAD = 2,   /* final norm + classifier (+ the embedding if tied) */
+};
+
+struct format_slice_info {
+    uint32_t kind;           /* enum format_slice_kind */
+    int32_t layer;           /* layer index for FORMAT_SLICE_LAYER, else -1 */
+    uint64_t offset;         /* multiple of FORMAT_ALIGN */
+    uint64_t length;         /* multiple of FORMAT_ALIGN, padding zero-filled */
+    uint64_t checksum;       /* XXH3-64 of all `length` bytes */
+    uint32_t first_tensor;   /* tensors of a slice are consecutive in the index */
+    uint32_t n_tensors;
+};
+
+/* ---- writer -------------------------------------------------------------------- */
+
+struct format_writer;
+
+/* Creates `path`.tmp.XXXXXX next to `path`; nothing appears at `path` until
+ * format_writer_finish succeeds. */
+int format_writer_create(const char *path, struct format_writer **out, struct sl_err *err);
+
+/* Must precede the first tensor. Validated by format_config_validate. */
+int format_writer_set_config(struct format_writer *w, const struct format_config *cfg,
+                             struct sl_err *err);
+
+/* Copies the vocabulary. */
+int format_writer_set_tokenizer(struct format_writer *w, const struct format_tokenizer *tok,
+                                struct sl_err *err);
+
+/* Adds or replaces a key-value pair (value: any bytes; keys < 256 bytes).
+ * Conventions for keys are in docs/FORMAT.md ("quant.*", "calib.*", "source.*"). */
+int format_writer_set_meta(struct format_writer *w, const char *key, const void *value,
+                           size_t len, struct sl_err *err);
+
+/* Appends one tensor. Order: the embedding (untied), then for each layer its
+ * tensors in role order, then the output norm, the classifier (untied) or the
+ * embedding (tied). Shapes are checked against the config and the encoding's
+ * size/validate. The bytes are written to the temp file before returning
+ * (memory stays bounded whatever the model size). */
+int format_writer_add_tensor(struct format_writer *w, const struct format_tensor_desc *desc,
+                             const void *data, uint64_t len, struct sl_err *err);
+
+/* Checks that every tensor the config needs is present, writes metadata, index
+ * and header, fsyncs, renames onto `path` and fsyncs the directory. */
+int format_writer_finish(struct format_writer *w, struct sl_err *err);
+
+/* Frees the writer; if finish did not succeed, removes the temp file. NULL ok. */
+void format_writer_destroy(struct format_writer *w);
+
+/* ---- reader -------------------------------------------------------------------- */
+
+struct format_reader;
+
+/* Opens and validates a container: magic, version, header checksum, bounds of
+ * every section, offset and length (overflow-safe), the metadata checksum,
+ * config, tokenizer, index consistency (tensors inside their slices, slices
+ * inside the file, no overlaps, shapes matching the config and encoding).
+ * Tensor data checksums are verified when tensors or slices are read. */
+int format_reader_open(const char *path, struct format_reader **out, struct sl_err *err);
+void format_reader_close(struct format_reader *r); /* NULL ok */
+
+const char *format_reader_path(const struct format_reader *r);
+int format_reader_fd(const struct format_reader *r);       /* O_RDONLY, owned by r */
+uint64_t format_reader_file_size(const struct format_reader *r);
+const struct format_config *format_reader_config(const struct format_reader *r);
+const struct format_tokenizer *format_reader_tokenizer(const struct format_reader *r);
+
+uint32_t format_reader_n_tensors(const struct format_reader *r);
+const struct format_tensor_info *format_reader_tensor(const struct format_reader *r, uint32_t i);
+/* Index of the tensor with this layer and role, or -ENOENT. For a tied model,
+ * FORMAT_ROLE_CLASSIFIER finds the embedding. */
+int format_reader_find(const struct format_reader *r, int32_t layer, uint32_t role);
+int format_reader_find_name(const struct format_reader *r, const char *name);
+
+uint32_t format_reader_n_slices(const struct format_reader *r);
+const struct format_slice_info *format_reader_slice(const struct format_reader *r, uint32_t i);
+
+/* Metadata: number of keys, the i-th key, and lookup (-ENOENT if absent). */
+uint32_t format_reader_meta_count(const struct format_reader *r);
+const char *format_reader_meta_key(const struct format_reader *r, uint32_t i);
+int format_reader_meta_get(const struct format_reader *r, const char *key, const void **value,
+                           size_t *len);
+
+/* Reads a tensor (`len` >= its length) or a whole slice and verifies its
+ * checksum; -EIO with a message naming the file, the tensor or slice and the
+ * expected and actual checksums on mismatch, -EIO on a short read. */
+int format_reader_read_tensor(const struct format_reader *r, uint32_t i, void *buf,
+                              uint64_t len, struct sl_err *err);
+int format_reader_read_slice(const struct format_reader *r, uint32_t i, void *buf,
+                             uint64_t len, struct sl_err *err);
+
+/* ---- checksums ------------------------------------------------------------------ */
+
+uint64_t format_checksum(const void *data, size_t len);   /* XXH3-64, seed 0 */
+
+/* Verifies bytes that were read by someone else (the loader, the FUSE layer):
+ * -EIO with a message naming `what` (the file) and the slice or tensor. */
+int format_slice_verify(const struct format_reader *r, uint32_t slice, const void *data,
+                        struct sl_err *err);
+int format_tensor_verify(const struct format_reader *r, uint32_t tensor, const void *data,
+                         struct sl_err *err);
+
+/* ---- convenience ---------------------------------------------------------------- */
+
+/* rows * cols of a tensor (1-D: shape[0]); the number of weights. */
+uint64_t format_tensor_numel(const struct format_tensor_info *t);
+
+/* Converts an F32/F16/BF16 tensor's bytes to float32 (n = numel). Returns
+ * -EINVAL for other encodings. */
+int format_decode_float(uint32_t encoding, const void *src, float *dst, uint64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_FORMAT_H */

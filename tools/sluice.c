@@ -1,0 +1,53 @@
+/* sluice.c: the `sluice` command line; dispatches to the subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "sluice.h"
+
+struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct command commands[] = {
+    {"import", cmd_import, "convert a llama2.c, GGUF or safetensors model to a .sluice container"},
+    {"inspect", cmd_inspect, "show a container's config, tensors, encodings and sizes"},
+    {"synth", cmd_synth, "write a deterministic random model of a real architecture's shape"},
+    {"quantize", cmd_quantize, "quantize a model (EdgeFlow adaptive or a baseline method)"},
+    {"run", cmd_run, "generate text from a model"},
+    {"eval", cmd_eval, "perplexity and KL divergence of a model against a reference"},
+    {"mount", cmd_mount, "serve a container as a read-only FUSE filesystem of layer slices"},
+    {"umount", cmd_umount, "unmount a sluice filesystem"},
+    {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: sluice COMMAND [ARGS...]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'sluice COMMAND --help' describes each command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("sluice " SLUICE_VERSION "\n");
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "sluice: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,25 @@
+/* sluice.h: the subcommands of the `sluice` command line. Each lives in its own
+ * file tools/sluice_<name>.c (benchmarks in tools/bench_<name>.c), takes the
+ * arguments after its name (argv[0] is the subcommand name) and returns the
+ * process exit status: 0 success, 1 failure, 2 usage error. Subcommands print
+ * their own errors as "sluice <cmd>: <message>" on stderr. */
+#ifndef SLUICE_TOOLS_H
+#define SLUICE_TOOLS_H
+
+int cmd_import(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_mount(int argc, char **argv);
+int cmd_umount(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* bench subcommands (tools/bench_<name>.c), dispatched by cmd_bench */
+int bench_unpack(int argc, char **argv);
+int bench_load(int argc, char **argv);
+int bench_gemm(int argc, char **argv);
+int bench_coldstart(int argc, char **argv);
+
+#endif
