@@ -20,14 +20,23 @@ void sl_err_prefix(struct sl_err *err, const char *fmt, ...)
 {
     if (!err)
         return;
-    char prefix[SL_ERR_MAX];
     char old[SL_ERR_MAX];
+    memcpy(old, err->msg, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
-    memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    if (n < 0 || (size_t)n >= sizeof err->msg - 2)
+        return;
+    size_t used = (size_t)n;
+    err->msg[used++] = ':';
+    err->msg[used++] = ' ';
+    size_t room = sizeof err->msg - used - 1;
+    size_t olen = strnlen(old, sizeof old);
+    if (olen > room)
+        olen = room;
+    memcpy(err->msg + used, old, olen);
+    err->msg[used + olen] = 0;
 }
 
 float sl_f16_to_f32(uint16_t h)
