@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -70,14 +71,20 @@ const char *test_sluice_bin(void)
 static char tmpdirs[16][PATH_MAX];
 static int n_tmpdirs;
 
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    if (remove(path) != 0)
+        fprintf(stderr, "note: could not remove %s: %s\n", path, strerror(errno));
+    return 0;
+}
+
 static void rm_tmpdirs(void)
 {
-    for (int i = 0; i < n_tmpdirs; i++) {
-        char cmd[PATH_MAX + 32];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdirs[i]);
-        if (system(cmd) != 0)
-            fprintf(stderr, "note: could not remove %s\n", tmpdirs[i]);
-    }
+    for (int i = 0; i < n_tmpdirs; i++)
+        nftw(tmpdirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 const char *test_tmpdir(void)
