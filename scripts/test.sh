@@ -1,0 +1,75 @@
+#!/bin/sh
+# test.sh: builds Sluice and runs every test.
+#   1. release build (warnings are errors), all tests (unit + integration)
+#   2. ASan+UBSan build, unit tests
+#   3. NEON kernels cross-built for aarch64 and run under qemu-user
+# Prints each test runner's summary; exits non-zero if anything failed.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+JOBS=$(nproc 2>/dev/null || echo 2)
+"$ROOT/scripts/install-deps.sh" || { echo "test.sh: installing dependencies failed" >&2; exit 1; }
+
+status=0
+summary=""
+
+run_ctest() { # name builddir ctest-args...
+  name=$1; dir=$2; shift 2
+  log="$dir/ctest.log"
+  ctest --test-dir "$dir" --output-on-failure -j"$JOBS" "$@" 2>&1 | tee "$log"
+  rc=$?
+  line=$(grep -E "tests passed|tests failed" "$log" | tail -n 1)
+  summary="$summary
+$name: ${line:-no summary (ctest did not run)}"
+  grep -q "100% tests passed" "$log" || status=1
+  return $rc
+}
+
+build() { # dir cmake-args...
+  dir=$1; shift
+  cmake -S "$ROOT" -B "$dir" -DSLUICE_WERROR=ON "$@" >/dev/null &&
+    cmake --build "$dir" -j"$JOBS"
+}
+
+echo "== release build and all tests"
+if build "$ROOT/build" -DCMAKE_BUILD_TYPE=Release; then
+  run_ctest "release (all tests)" "$ROOT/build" --timeout 600
+else
+  echo "test.sh: release build failed" >&2; status=1
+  summary="$summary
+release: BUILD FAILED"
+fi
+
+echo "== ASan+UBSan build, unit tests"
+if build "$ROOT/build-asan" -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    run_ctest "asan+ubsan (unit tests)" "$ROOT/build-asan" -L unit --timeout 600
+else
+  echo "test.sh: sanitizer build failed" >&2; status=1
+  summary="$summary
+asan+ubsan: BUILD FAILED"
+fi
+
+if [ -x "$ROOT/scripts/test-neon.sh" ]; then
+  echo "== NEON kernels under qemu-aarch64"
+  if "$ROOT/scripts/test-neon.sh"; then
+    summary="$summary
+neon (qemu-aarch64): passed"
+  else
+    rc=$?
+    if [ $rc = 77 ]; then
+      summary="$summary
+neon (qemu-aarch64): SKIPPED (cross compiler or qemu missing)"
+    else
+      status=1
+      summary="$summary
+neon (qemu-aarch64): FAILED"
+    fi
+  fi
+fi
+
+echo
+echo "== summary"
+echo "$summary" | sed '/^$/d'
+[ $status = 0 ] && echo "ALL TESTS PASSED" || echo "SOME TESTS FAILED"
+exit $status
