@@ -33,3 +33,9 @@ set(SLUICE_FLAGS_AVX2 "-mavx2 -mfma -mf16c -mbmi2")
 set(SLUICE_FLAGS_AVX512 "-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -mbmi2")
 set(SLUICE_FLAGS_AVX512VNNI "${SLUICE_FLAGS_AVX512} -mavx512vnni")
 set(SLUICE_FLAGS_AVXVNNI "-mavx2 -mfma -mavxvnni")
+
+# libFuzzer builds instrument every library for coverage (clang only).
+if(SLUICE_FUZZ)
+  add_compile_options(-fsanitize=fuzzer-no-link)
+  add_compile_definitions(FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION)
+endif()
