@@ -1,6 +1,6 @@
 # Compiler flags shared by every target (STYLE.md 21).
 set(SLUICE_WARNINGS -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-declarations
-    -Wno-unused-parameter)
+    -Wno-unused-parameter -Wno-format-truncation)
 if(SLUICE_WERROR)
   list(APPEND SLUICE_WARNINGS -Werror)
 endif()

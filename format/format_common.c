@@ -212,7 +212,7 @@ void fmt_config_load(const uint8_t *p, struct format_config *c)
     c->norm_eps = sl_load_lef32(p + 56);
 }
 
-int fmt_role_shape(const struct format_config *c, uint32_t role, uint32_t *n_dims,
+int format_role_shape(const struct format_config *c, uint32_t role, uint32_t *n_dims,
                    uint64_t shape[2])
 {
     uint64_t q = (uint64_t)c->n_heads * c->head_dim;
@@ -271,7 +271,7 @@ int fmt_check_tensor_meta(const struct format_config *c, const char *name, int32
     }
     uint32_t nd;
     uint64_t want[2];
-    if (fmt_role_shape(c, role, &nd, want) < 0) {
+    if (format_role_shape(c, role, &nd, want) < 0) {
         sl_err_set(err, "%s: tensor '%s': a tied model has no separate classifier", what, name);
         return -EINVAL;
     }

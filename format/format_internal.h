@@ -85,10 +85,6 @@ void fmt_config_load(const uint8_t *p, struct format_config *c);
 uint32_t fmt_tensor_slice_kind(const struct format_config *c, int32_t layer, uint32_t role);
 int fmt_exec_rank(uint32_t role);
 
-/* Expected shape of a role under a config: n_dims and shape[0..1]. Returns
- * -EINVAL for a role that cannot appear (classifier in a tied model). */
-int fmt_role_shape(const struct format_config *c, uint32_t role, uint32_t *n_dims,
-                   uint64_t shape[2]);
 
 /* Checks a tensor description against the config and its encoding (not the
  * bytes); `what` names the file. */

@@ -91,6 +91,12 @@ struct format_config {
 int format_config_validate(const struct format_config *cfg, const char *what,
                            struct sl_err *err);
 
+/* Expected shape of a tensor role under a config: *n_dims (1 or 2) and
+ * shape[0..1] (rows, cols). -EINVAL for a role that cannot appear (the
+ * classifier of a tied model). */
+int format_role_shape(const struct format_config *cfg, uint32_t role, uint32_t *n_dims,
+                      uint64_t shape[2]);
+
 /* ---- tokenizer -------------------------------------------------------------- */
 
 /* llama2.c-style vocabulary: a byte string and a merge score per token.

@@ -1,0 +1,598 @@
+/* quantizer_import_gguf.c: GGUF v2/v3 files of the llama architecture (the
+ * layout of ggml-org/ggml docs/gguf.md): metadata key-value pairs, tensor
+ * infos, aligned tensor data. Tensor types F32, F16, BF16 and Q8_0. Every
+ * length and offset is checked against the mapped file before use. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quantizer_import_internal.h"
+
+enum {
+    GGUF_U8 = 0, GGUF_I8, GGUF_U16, GGUF_I16, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL,
+    GGUF_STRING, GGUF_ARRAY, GGUF_U64, GGUF_I64, GGUF_F64, GGUF_NTYPES
+};
+
+enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q8_0 = 8, GGML_BF16 = 30 };
+
+struct cur {
+    const uint8_t *p, *end;
+    const char *path;
+    struct sl_err *err;
+    int bad;
+};
+
+static int need(struct cur *c, uint64_t n, const char *what)
+{
+    if (c->bad)
+        return -1;
+    if ((uint64_t)(c->end - c->p) < n) {
+        sl_err_set(c->err, "%s: truncated GGUF file (while reading %s)", c->path, what);
+        c->bad = 1;
+        return -1;
+    }
+    return 0;
+}
+
+static uint32_t rd32(struct cur *c, const char *what)
+{
+    if (need(c, 4, what))
+        return 0;
+    uint32_t v = sl_load_le32(c->p);
+    c->p += 4;
+    return v;
+}
+
+static uint64_t rd64(struct cur *c, const char *what)
+{
+    if (need(c, 8, what))
+        return 0;
+    uint64_t v = sl_load_le64(c->p);
+    c->p += 8;
+    return v;
+}
+
+/* A string as (pointer, length) into the file. */
+static const char *rdstr(struct cur *c, uint64_t *len, const char *what)
+{
+    uint64_t n = rd64(c, what);
+    if (need(c, n, what))
+        return NULL;
+    const char *s = (const char *)c->p;
+    c->p += n;
+    *len = n;
+    return s;
+}
+
+static uint64_t scalar_size(uint32_t t)
+{
+    static const uint8_t sz[GGUF_NTYPES] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    return t < GGUF_NTYPES ? sz[t] : 0;
+}
+
+static int skip_value(struct cur *c, uint32_t type, int depth)
+{
+    if (type == GGUF_STRING) {
+        uint64_t n;
+        return rdstr(c, &n, "a string value") ? 0 : -1;
+    }
+    if (type == GGUF_ARRAY) {
+        if (depth > 4) {
+            sl_err_set(c->err, "%s: GGUF arrays nested too deeply", c->path);
+            return -1;
+        }
+        uint32_t et = rd32(c, "an array type");
+        uint64_t n = rd64(c, "an array length");
+        if (c->bad)
+            return -1;
+        uint64_t es = scalar_size(et);
+        if (es) {
+            if (n > UINT64_MAX / es || need(c, n * es, "an array"))
+                return c->bad = 1, -1;
+            c->p += n * es;
+            return 0;
+        }
+        for (uint64_t i = 0; i < n; i++)
+            if (skip_value(c, et, depth + 1))
+                return -1;
+        return 0;
+    }
+    uint64_t s = scalar_size(type);
+    if (!s) {
+        sl_err_set(c->err, "%s: unknown GGUF value type %u", c->path, type);
+        return c->bad = 1, -1;
+    }
+    if (need(c, s, "a value"))
+        return -1;
+    c->p += s;
+    return 0;
+}
+
+/* Reads an integer of any GGUF integer type. */
+static int rd_int(struct cur *c, uint32_t type, uint64_t *v)
+{
+    switch (type) {
+    case GGUF_U8:
+    case GGUF_I8:
+    case GGUF_BOOL:
+        if (need(c, 1, "an integer"))
+            return -1;
+        *v = type == GGUF_I8 ? (uint64_t)(int64_t)(int8_t)c->p[0] : c->p[0];
+        c->p += 1;
+        return 0;
+    case GGUF_U16:
+    case GGUF_I16:
+        if (need(c, 2, "an integer"))
+            return -1;
+        *v = sl_load_le16(c->p);
+        c->p += 2;
+        return 0;
+    case GGUF_U32:
+    case GGUF_I32:
+        *v = rd32(c, "an integer");
+        return c->bad ? -1 : 0;
+    case GGUF_U64:
+    case GGUF_I64:
+        *v = rd64(c, "an integer");
+        return c->bad ? -1 : 0;
+    default:
+        return 1; /* not an integer */
+    }
+}
+
+static int rd_float(struct cur *c, uint32_t type, double *v)
+{
+    if (type == GGUF_F32) {
+        if (need(c, 4, "a float"))
+            return -1;
+        *v = sl_load_lef32(c->p);
+        c->p += 4;
+        return 0;
+    }
+    if (type == GGUF_F64) {
+        uint64_t u = rd64(c, "a float");
+        memcpy(v, &u, 8);
+        return c->bad ? -1 : 0;
+    }
+    return 1;
+}
+
+struct gguf_tensor {
+    const char *name;
+    uint64_t name_len;
+    uint32_t n_dims;
+    uint64_t ne[4];
+    uint32_t type;
+    uint64_t offset;
+};
+
+struct gguf {
+    struct qi_source src;
+    const uint8_t *data;
+    uint64_t size;
+    struct gguf_tensor *tensors;
+    uint64_t n_tensors;
+    const uint8_t *tensor_data;
+    uint64_t tensor_data_len;
+    int dedup_classifier;    /* output.weight equals token_embd.weight: store once (tied) */
+};
+
+static int key_is(const char *k, uint64_t n, const char *want)
+{
+    return strlen(want) == n && !memcmp(k, want, n);
+}
+
+static const struct gguf_tensor *find_tensor(const struct gguf *g, const char *name)
+{
+    size_t n = strlen(name);
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].name_len == n && !memcmp(g->tensors[i].name, name, n))
+            return &g->tensors[i];
+    return NULL;
+}
+
+static int tensor_view(struct gguf *g, const struct gguf_tensor *gt, struct qi_tensor *t,
+                       uint64_t rows, uint64_t cols, const char *name, struct sl_err *err)
+{
+    const char *path = g->src.path;
+    switch (gt->type) {
+    case GGML_F32:
+        t->type = QI_F32;
+        break;
+    case GGML_F16:
+        t->type = QI_F16;
+        break;
+    case GGML_BF16:
+        t->type = QI_BF16;
+        break;
+    case GGML_Q8_0:
+        t->type = QI_Q8_0;
+        break;
+    default:
+        sl_err_set(err, "%s: tensor '%s' has ggml type %u; supported: F32 (0), F16 (1), Q8_0 (8), "
+                        "BF16 (30)", path, name, gt->type);
+        return -EINVAL;
+    }
+    /* ggml order: ne[0] is the fastest dimension (columns) */
+    int ok = cols == 1 ? (gt->n_dims == 1 && gt->ne[0] == rows)
+                       : (gt->n_dims == 2 && gt->ne[0] == cols && gt->ne[1] == rows);
+    if (!ok) {
+        sl_err_set(err, "%s: tensor '%s' has shape [%" PRIu64 ", %" PRIu64 "] (ggml order), the "
+                        "config implies [%" PRIu64 ", %" PRIu64 "]",
+                   path, name, gt->ne[0], gt->n_dims > 1 ? gt->ne[1] : 1, cols, rows);
+        return -EINVAL;
+    }
+    if (t->type == QI_Q8_0 && cols % 32) {
+        sl_err_set(err, "%s: Q8_0 tensor '%s' has %" PRIu64 " columns, not a multiple of 32", path,
+                   name, cols);
+        return -EINVAL;
+    }
+    uint64_t bytes = qi_type_bytes(t->type, rows * cols);
+    if (gt->offset > g->tensor_data_len || bytes > g->tensor_data_len - gt->offset) {
+        sl_err_set(err, "%s: tensor '%s' [%" PRIu64 ", +%" PRIu64 ") lies outside the data "
+                        "section (%" PRIu64 " bytes): truncated file?",
+                   path, name, gt->offset, bytes, g->tensor_data_len);
+        return -EINVAL;
+    }
+    t->data = g->tensor_data + gt->offset;
+    t->len = bytes;
+    t->rows = rows;
+    t->cols = cols;
+    t->hf_rope_heads = 0;
+    return 0;
+}
+
+static int shape_of(const struct format_config *c, uint32_t role, uint64_t *rows, uint64_t *cols)
+{
+    uint32_t nd;
+    uint64_t sh[2];
+    if (format_role_shape(c, role, &nd, sh) < 0)
+        return -EINVAL;
+    *rows = sh[0];
+    *cols = nd == 2 ? sh[1] : 1;
+    return 0;
+}
+
+static int gguf_tensor(struct qi_source *s, int layer, uint32_t role, struct qi_tensor *t,
+                       struct sl_err *err)
+{
+    struct gguf *g = s->priv;
+    char name[FORMAT_NAME_MAX];
+    uint32_t lookup = role;
+    if (role == FORMAT_ROLE_TOK_EMBD || (role == FORMAT_ROLE_CLASSIFIER && g->dedup_classifier))
+        lookup = FORMAT_ROLE_TOK_EMBD;
+    qi_tensor_name(layer, lookup, name, sizeof name);
+    const struct gguf_tensor *gt = find_tensor(g, name);
+    if (!gt) {
+        sl_err_set(err, "%s: tensor '%s' is missing", s->path, name);
+        return -EINVAL;
+    }
+    uint64_t rows, cols;
+    if (shape_of(&s->cfg, role == FORMAT_ROLE_CLASSIFIER ? FORMAT_ROLE_TOK_EMBD : role, &rows,
+                 &cols) < 0) {
+        sl_err_set(err, "%s: no shape for '%s'", s->path, name);
+        return -EINVAL;
+    }
+    return tensor_view(g, gt, t, rows, cols, name, err);
+}
+
+static void gguf_destroy(struct qi_source *s)
+{
+    struct gguf *g = s->priv;
+    qi_unmap(g->data, g->size);
+    quantizer_vocab_free(&s->vocab);
+    free(g->tensors);
+    free(g);
+}
+
+/* Copies the vocabulary arrays (tokens as strings, scores as f32). */
+static int read_vocab_tokens(struct cur *c, struct qi_source *s, struct sl_err *err)
+{
+    uint32_t et = rd32(c, "the token array type");
+    uint64_t n = rd64(c, "the token count");
+    if (c->bad)
+        return -EINVAL;
+    if (et != GGUF_STRING || n == 0 || n > (1u << 24)) {
+        sl_err_set(err, "%s: tokenizer.ggml.tokens is not a list of 1..16M strings", s->path);
+        return -EINVAL;
+    }
+    struct quantizer_vocab *v = &s->vocab;
+    quantizer_vocab_free(v);
+    v->strs = calloc(n, sizeof(char *));
+    v->lens = calloc(n, sizeof(uint32_t));
+    v->scores = calloc(n, sizeof(float));
+    if (!v->strs || !v->lens || !v->scores) {
+        sl_err_set(err, "%s: out of memory", s->path);
+        return -ENOMEM;
+    }
+    v->tok.n_tokens = (uint32_t)n;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t len;
+        const char *str = rdstr(c, &len, "a token");
+        if (!str)
+            return -EINVAL;
+        if (len > 65535) {
+            sl_err_set(err, "%s: token %" PRIu64 " is %" PRIu64 " bytes long", s->path, i, len);
+            return -EINVAL;
+        }
+        char *d = malloc(len + 1);
+        if (!d) {
+            sl_err_set(err, "%s: out of memory", s->path);
+            return -ENOMEM;
+        }
+        /* SentencePiece marks spaces with U+2581; llama2.c vocabularies use ' '. */
+        uint64_t k = 0;
+        for (uint64_t j = 0; j < len; j++) {
+            if (j + 2 < len + 0 && (uint8_t)str[j] == 0xe2 && (uint8_t)str[j + 1] == 0x96 &&
+                (uint8_t)str[j + 2] == 0x81) {
+                d[k++] = ' ';
+                j += 2;
+            } else {
+                d[k++] = str[j];
+            }
+        }
+        d[k] = 0;
+        v->strs[i] = d;
+        v->lens[i] = (uint32_t)k;
+        if (k > v->tok.max_token_len)
+            v->tok.max_token_len = (uint32_t)k;
+    }
+    return 0;
+}
+
+static int read_vocab_scores(struct cur *c, struct qi_source *s, struct sl_err *err)
+{
+    uint32_t et = rd32(c, "the score array type");
+    uint64_t n = rd64(c, "the score count");
+    if (c->bad)
+        return -EINVAL;
+    if (et != GGUF_F32 || n > (1u << 24) || need(c, n * 4, "the scores")) {
+        sl_err_set(err, "%s: tokenizer.ggml.scores is not a list of f32", s->path);
+        return -EINVAL;
+    }
+    if (s->vocab.tok.n_tokens && n != s->vocab.tok.n_tokens) {
+        sl_err_set(err, "%s: %" PRIu64 " token scores for %u tokens", s->path, n,
+                   s->vocab.tok.n_tokens);
+        return -EINVAL;
+    }
+    if (!s->vocab.scores) {
+        sl_err_set(err, "%s: token scores before the tokens", s->path);
+        return -EINVAL;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        s->vocab.scores[i] = sl_load_lef32(c->p + 4 * i);
+    c->p += n * 4;
+    return 0;
+}
+
+int qi_open_gguf(const char *path, const struct quantizer_import_opts *o,
+                 struct qi_source **out, struct sl_err *err)
+{
+    (void)o;
+    struct gguf *g = calloc(1, sizeof *g);
+    if (!g) {
+        sl_err_set(err, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    struct qi_source *s = &g->src;
+    s->path = path;
+    s->format = "gguf";
+    s->tensor = gguf_tensor;
+    s->destroy = gguf_destroy;
+    s->priv = g;
+    int ret = qi_map_file(path, &g->data, &g->size, err);
+    if (ret < 0) {
+        free(g);
+        return ret;
+    }
+    ret = -EINVAL;
+    struct cur c = {g->data, g->data + g->size, path, err, 0};
+    if (g->size < 4 || memcmp(g->data, "GGUF", 4)) {
+        sl_err_set(err, "%s: not a GGUF file (bad magic)", path);
+        goto fail;
+    }
+    c.p += 4;
+    uint32_t version = rd32(&c, "the version");
+    if (c.bad)
+        goto fail;
+    if (version != 2 && version != 3) {
+        sl_err_set(err, "%s: GGUF version %u; supported: 2 and 3", path, version);
+        goto fail;
+    }
+    uint64_t n_tensors = rd64(&c, "the tensor count");
+    uint64_t n_kv = rd64(&c, "the key-value count");
+    if (c.bad)
+        goto fail;
+    if (n_tensors > (1u << 20) || n_kv > (1u << 20)) {
+        sl_err_set(err, "%s: implausible GGUF counts (%" PRIu64 " tensors, %" PRIu64 " keys)",
+                   path, n_tensors, n_kv);
+        goto fail;
+    }
+    uint64_t dim = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ctx = 0, align = 32;
+    uint64_t bos = 1, eos = 2;
+    double theta = 10000.0, eps = 1e-5;
+    int have_arch = 0, have_kvh = 0;
+    for (uint64_t i = 0; i < n_kv; i++) {
+        uint64_t kl;
+        const char *k = rdstr(&c, &kl, "a metadata key");
+        uint32_t type = rd32(&c, "a metadata type");
+        if (!k || c.bad)
+            goto fail;
+        uint64_t *ip = NULL;
+        double *fp = NULL;
+        if (key_is(k, kl, "general.architecture")) {
+            uint64_t vl;
+            const char *v = type == GGUF_STRING ? rdstr(&c, &vl, "the architecture") : NULL;
+            if (!v) {
+                if (!c.bad)
+                    sl_err_set(err, "%s: general.architecture is not a string", path);
+                goto fail;
+            }
+            if (vl != 5 || memcmp(v, "llama", 5)) {
+                sl_err_set(err, "%s: architecture '%.*s' is not supported (only llama)", path,
+                           (int)(vl > 64 ? 64 : vl), v);
+                goto fail;
+            }
+            have_arch = 1;
+            continue;
+        }
+        if (key_is(k, kl, "tokenizer.ggml.tokens") && type == GGUF_ARRAY) {
+            ret = read_vocab_tokens(&c, s, err);
+            if (ret < 0)
+                goto fail;
+            ret = -EINVAL;
+            continue;
+        }
+        if (key_is(k, kl, "tokenizer.ggml.scores") && type == GGUF_ARRAY) {
+            ret = read_vocab_scores(&c, s, err);
+            if (ret < 0)
+                goto fail;
+            ret = -EINVAL;
+            continue;
+        }
+        if (key_is(k, kl, "llama.embedding_length"))
+            ip = &dim;
+        else if (key_is(k, kl, "llama.feed_forward_length"))
+            ip = &hidden;
+        else if (key_is(k, kl, "llama.block_count"))
+            ip = &layers;
+        else if (key_is(k, kl, "llama.attention.head_count"))
+            ip = &heads;
+        else if (key_is(k, kl, "llama.attention.head_count_kv"))
+            ip = &kv_heads, have_kvh = 1;
+        else if (key_is(k, kl, "llama.context_length"))
+            ip = &ctx;
+        else if (key_is(k, kl, "general.alignment"))
+            ip = &align;
+        else if (key_is(k, kl, "tokenizer.ggml.bos_token_id"))
+            ip = &bos;
+        else if (key_is(k, kl, "tokenizer.ggml.eos_token_id"))
+            ip = &eos;
+        else if (key_is(k, kl, "llama.rope.freq_base"))
+            fp = &theta;
+        else if (key_is(k, kl, "llama.attention.layer_norm_rms_epsilon"))
+            fp = &eps;
+        if (ip) {
+            int r = rd_int(&c, type, ip);
+            if (r < 0)
+                goto fail;
+            if (r > 0) {
+                sl_err_set(err, "%s: metadata '%.*s' is not an integer", path, (int)kl, k);
+                goto fail;
+            }
+        } else if (fp) {
+            int r = rd_float(&c, type, fp);
+            if (r < 0)
+                goto fail;
+            if (r > 0) {
+                sl_err_set(err, "%s: metadata '%.*s' is not a float", path, (int)kl, k);
+                goto fail;
+            }
+        } else if (skip_value(&c, type, 0)) {
+            goto fail;
+        }
+    }
+    if (!have_arch) {
+        sl_err_set(err, "%s: no general.architecture key", path);
+        goto fail;
+    }
+    if (!s->vocab.tok.n_tokens) {
+        sl_err_set(err, "%s: no vocabulary (tokenizer.ggml.tokens)", path);
+        goto fail;
+    }
+    if (!have_kvh)
+        kv_heads = heads;
+    if (!dim || !hidden || !layers || !heads || !kv_heads || !ctx || dim > UINT32_MAX ||
+        hidden > UINT32_MAX || layers > UINT32_MAX || heads > UINT32_MAX ||
+        kv_heads > UINT32_MAX || ctx > UINT32_MAX || dim % heads) {
+        sl_err_set(err, "%s: missing or inconsistent llama.* hyperparameters (dim %" PRIu64
+                        ", ffn %" PRIu64 ", layers %" PRIu64 ", heads %" PRIu64 "/%" PRIu64 ")",
+                   path, dim, hidden, layers, heads, kv_heads);
+        goto fail;
+    }
+    if (align == 0 || (align & (align - 1)) || align > 65536) {
+        sl_err_set(err, "%s: general.alignment %" PRIu64 " is not a power of two", path, align);
+        goto fail;
+    }
+    g->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors);
+    if (!g->tensors) {
+        sl_err_set(err, "%s: out of memory", path);
+        goto fail;
+    }
+    g->n_tensors = n_tensors;
+    for (uint64_t i = 0; i < n_tensors; i++) {
+        struct gguf_tensor *t = &g->tensors[i];
+        t->name = rdstr(&c, &t->name_len, "a tensor name");
+        t->n_dims = rd32(&c, "tensor dimensions");
+        if (c.bad)
+            goto fail;
+        if (t->n_dims == 0 || t->n_dims > 4) {
+            sl_err_set(err, "%s: tensor '%.*s' has %u dimensions", path,
+                       (int)(t->name_len > 64 ? 64 : t->name_len), t->name, t->n_dims);
+            goto fail;
+        }
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            t->ne[d] = rd64(&c, "a tensor dimension");
+        t->type = rd32(&c, "a tensor type");
+        t->offset = rd64(&c, "a tensor offset");
+        if (c.bad)
+            goto fail;
+        if (t->offset % align) {
+            sl_err_set(err, "%s: tensor '%.*s' offset %" PRIu64 " is not aligned to %" PRIu64,
+                       path, (int)(t->name_len > 64 ? 64 : t->name_len), t->name, t->offset,
+                       align);
+            goto fail;
+        }
+    }
+    uint64_t data_off = sl_align_up((uint64_t)(c.p - g->data), align);
+    if (data_off > g->size) {
+        sl_err_set(err, "%s: truncated GGUF file (no tensor data)", path);
+        goto fail;
+    }
+    g->tensor_data = g->data + data_off;
+    g->tensor_data_len = g->size - data_off;
+
+    struct format_config *cfg = &s->cfg;
+    *cfg = (struct format_config){.arch = FORMAT_ARCH_LLAMA, .dim = (uint32_t)dim,
+                                  .hidden_dim = (uint32_t)hidden, .n_layers = (uint32_t)layers,
+                                  .n_heads = (uint32_t)heads, .n_kv_heads = (uint32_t)kv_heads,
+                                  .head_dim = (uint32_t)(dim / heads),
+                                  .vocab_size = s->vocab.tok.n_tokens, .seq_len = (uint32_t)ctx,
+                                  .rope_layout = FORMAT_ROPE_INTERLEAVED,
+                                  .bos_id = (uint32_t)bos, .eos_id = (uint32_t)eos,
+                                  .rope_theta = (float)theta, .norm_eps = (float)eps};
+    s->vocab.tok.scores = s->vocab.scores;
+    s->vocab.tok.lens = s->vocab.lens;
+    s->vocab.tok.tokens = (const char *const *)s->vocab.strs;
+    /* Tied when there is no classifier, or when it is a byte-identical copy of
+     * the embedding (llama.cpp's llama2.c converter writes both). */
+    const struct gguf_tensor *emb = find_tensor(g, "token_embd.weight");
+    const struct gguf_tensor *cls = find_tensor(g, "output.weight");
+    if (!emb) {
+        sl_err_set(err, "%s: tensor 'token_embd.weight' is missing", path);
+        goto fail;
+    }
+    cfg->tied_embedding = cls == NULL;
+    ret = format_config_validate(cfg, path, err);
+    if (ret < 0)
+        goto fail;
+    ret = -EINVAL;
+    if (cls) {
+        struct qi_tensor a, b;
+        uint64_t rows = cfg->vocab_size, cols = cfg->dim;
+        if (tensor_view(g, emb, &a, rows, cols, "token_embd.weight", err) < 0 ||
+            tensor_view(g, cls, &b, rows, cols, "output.weight", err) < 0)
+            goto fail;
+        if (a.type == b.type && a.len == b.len && !memcmp(a.data, b.data, a.len)) {
+            cfg->tied_embedding = 1;
+            g->dedup_classifier = 1;
+        }
+    }
+    *out = s;
+    return 0;
+fail:
+    gguf_destroy(s);
+    return ret;
+}

@@ -1,0 +1,61 @@
+/* quantizer_import_internal.h: what every importer provides to the common
+ * writing path in quantizer_import.c. */
+#ifndef SLUICE_QUANTIZER_IMPORT_INTERNAL_H
+#define SLUICE_QUANTIZER_IMPORT_INTERNAL_H
+
+#include "quantizer.h"
+
+/* Source element types the writer path converts from. */
+enum qi_type {
+    QI_F32 = 0,
+    QI_F16,
+    QI_BF16,
+    QI_Q8_0,        /* GGUF Q8_0: blocks of 32 int8 with an f16 scale (34 bytes) */
+};
+
+/* A view of one source tensor in the mapped file. */
+struct qi_tensor {
+    const uint8_t *data;
+    uint64_t len;             /* bytes, checked against rows x cols x type */
+    enum qi_type type;
+    uint64_t rows, cols;      /* container convention: rows = output channels; 1-D: cols = 1 */
+    uint32_t hf_rope_heads;   /* > 0: rows are in Hugging Face rotate-half order for this many
+                                 heads and are permuted to the interleaved layout */
+};
+
+struct qi_source {
+    const char *path;
+    const char *format;       /* "llama2c", "gguf", "safetensors" */
+    struct format_config cfg;
+    struct quantizer_vocab vocab;
+    /* Finds the tensor of (layer, role); -1 layer for the global ones. The
+     * view stays valid until destroy. */
+    int (*tensor)(struct qi_source *s, int layer, uint32_t role, struct qi_tensor *t,
+                  struct sl_err *err);
+    void (*destroy)(struct qi_source *s);
+    void *priv;
+};
+
+int qi_open_llama2c(const char *path, const struct quantizer_import_opts *o,
+                    struct qi_source **out, struct sl_err *err);
+int qi_open_gguf(const char *path, const struct quantizer_import_opts *o,
+                 struct qi_source **out, struct sl_err *err);
+int qi_open_safetensors(const char *path, const struct quantizer_import_opts *o,
+                        struct qi_source **out, struct sl_err *err);
+
+/* Maps a whole file read-only (MAP_PRIVATE); an empty file maps to NULL with
+ * size 0. */
+int qi_map_file(const char *path, const uint8_t **data, uint64_t *size, struct sl_err *err);
+void qi_unmap(const uint8_t *data, uint64_t size);
+
+/* Element size of a type in bytes per weight (Q8_0: per block of 32). */
+uint64_t qi_type_bytes(enum qi_type t, uint64_t n_elems);
+
+/* Tensors of a model in container (execution) order: how many, and the i-th. */
+size_t qi_order_count(const struct format_config *c);
+void qi_order_at(const struct format_config *c, size_t i, int *layer, uint32_t *role);
+
+/* GGUF-style tensor name for (layer, role). */
+void qi_tensor_name(int layer, uint32_t role, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,2 @@
+/* quantizer_synth.c: synthetic models (being written). */
+#include "quantizer.h"
