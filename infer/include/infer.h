@@ -1,0 +1,147 @@
+/*
+ * infer.h: the model runtime (Llama family), tokenizer and sampler.
+ *
+ *   struct infer_model *m;
+ *   infer_model_load("m.sluice", NULL, &m, &err);          // every layer resident
+ *   struct infer_state *s;
+ *   infer_state_create(m, 256, &s, &err);                   // KV cache, 256-row batches
+ *   struct infer_tokenizer *tk;
+ *   infer_tokenizer_create(m, &tk, &err);
+ *   int ids[512]; uint32_t n;
+ *   infer_tokenizer_encode(tk, "Hello", 1, ids, 512, &n);
+ *   float *logits = malloc(vocab * sizeof(float));
+ *   infer_forward(m, s, ids, n, 0, logits, INFER_LOGITS_LAST, &err);   // prefill
+ *
+ * Weights: float tensors (F32/F16/BF16) run in float; quantized linear
+ * weights (q8 and the packed encodings) are unpacked to int8 with per-row
+ * scales and run as int8 x int8 -> int32 matmuls with per-tensor activation
+ * quantization (the emulated NPU's math, npu.h).
+ *
+ * Threads: a loaded model is read-only and may be shared; a state belongs to
+ * one sequence and one thread at a time. The observer is called on the
+ * thread running the forward pass.
+ */
+#ifndef SLUICE_INFER_H
+#define SLUICE_INFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct infer_model;
+struct infer_state;
+
+struct infer_load_opts {
+    int lazy;              /* 1: load no layer now (infer_model_load_layer later) */
+    int force_dynamic_act; /* 1: ignore static activation scales (dynamic per call) */
+};
+
+/* Opens and validates a container and (unless lazy) reads every tensor,
+ * verifying checksums. */
+int infer_model_load(const char *path, const struct infer_load_opts *opts,
+                     struct infer_model **out, struct sl_err *err);
+void infer_model_destroy(struct infer_model *m);
+
+const struct format_config *infer_model_config(const struct infer_model *m);
+const struct format_reader *infer_model_reader(const struct infer_model *m);
+int infer_model_is_quantized(const struct infer_model *m); /* any int8 linear */
+
+/* Lazy loading for layer-by-layer work (calibration of big models): load
+ * layer l (0..n_layers-1), or the globals with l = -1 (embedding, final norm,
+ * classifier), and release them again. */
+int infer_model_load_layer(struct infer_model *m, int layer, struct sl_err *err);
+void infer_model_release_layer(struct infer_model *m, int layer);
+
+/* Calibration hook: called for every linear layer (role from enum
+ * format_role, layer -1 for the classifier) with its float input rows
+ * x[rows][in_cols] and float output rows y[rows][out_cols], in execution
+ * order. NULL fn removes it. */
+typedef void (*infer_observe_fn)(void *ctx, int layer, uint32_t role, const float *x,
+                                 uint32_t rows, uint32_t in_cols, const float *y,
+                                 uint32_t out_cols);
+void infer_model_set_observer(struct infer_model *m, infer_observe_fn fn, void *ctx);
+
+/* A sequence: KV cache for the model's seq_len positions and scratch for up
+ * to max_batch rows per forward call. */
+int infer_state_create(const struct infer_model *m, uint32_t max_batch,
+                       struct infer_state **out, struct sl_err *err);
+void infer_state_destroy(struct infer_state *s);
+
+enum infer_logits_mode {
+    INFER_LOGITS_NONE = 0, /* no classifier (e.g. calibration of the layers only) */
+    INFER_LOGITS_LAST = 1, /* logits[vocab] for the last row only (first token) */
+    INFER_LOGITS_ALL = 2,  /* logits[n][vocab] for every row (evaluation) */
+};
+
+/* Runs tokens[0..n) at positions pos..pos+n-1 (n may exceed max_batch: it is
+ * processed in batches), appending to the KV cache. pos + n must not exceed
+ * seq_len. Returns 0 or a negative errno with a message. */
+int infer_forward(struct infer_model *m, struct infer_state *s, const int *tokens, uint32_t n,
+                  uint32_t pos, float *logits, enum infer_logits_mode mode,
+                  struct sl_err *err);
+
+/* Layer-granular pieces of the same computation, for layer-by-layer
+ * calibration: embed n tokens into x[n][dim]; run one layer in place on
+ * x (positions pos..); final norm + classifier of x's rows. */
+int infer_embed(const struct infer_model *m, const int *tokens, uint32_t n, float *x,
+                struct sl_err *err);
+int infer_layer_forward(struct infer_model *m, struct infer_state *s, int layer, float *x,
+                        uint32_t n, uint32_t pos, struct sl_err *err);
+int infer_head_forward(struct infer_model *m, struct infer_state *s, const float *x, uint32_t n,
+                       float *logits, struct sl_err *err);
+
+/* ---- tokenizer (llama2.c-style byte-pair encoding) ---------------------------------- */
+
+struct infer_tokenizer;
+
+int infer_tokenizer_create(const struct format_tokenizer *tok, const struct format_config *cfg,
+                           struct infer_tokenizer **out, struct sl_err *err);
+void infer_tokenizer_destroy(struct infer_tokenizer *t);
+
+/* Encodes UTF-8 text: optional BOS, a dummy-prefix space, byte-pair merges
+ * by highest score, byte fallback (<0xXX>) for bytes without a token.
+ * Returns 0, or -ENOSPC if more than max tokens are needed. */
+int infer_tokenizer_encode(const struct infer_tokenizer *t, const char *text, int add_bos,
+                           int *tokens, uint32_t max, uint32_t *n);
+
+/* The bytes a token prints as, following llama2.c's run.c: the leading
+ * space of a piece after BOS is dropped, <0xXX> pieces become the raw byte.
+ * *len receives the byte count (pieces may contain NUL). */
+const char *infer_tokenizer_decode(const struct infer_tokenizer *t, int prev, int token,
+                                   size_t *len);
+
+/* run.c's safe_printf rule: 1 if a piece should be printed (not a lone
+ * non-printable, non-whitespace byte). */
+int infer_piece_printable(const char *piece, size_t len);
+
+uint32_t infer_tokenizer_vocab_size(const struct infer_tokenizer *t);
+
+/* ---- sampler -------------------------------------------------------------------------- */
+
+struct infer_sampler_params {
+    float temperature;   /* 0: greedy */
+    float top_p;         /* 0 or >= 1: off */
+    uint32_t top_k;      /* 0: off */
+    uint64_t seed;
+};
+
+struct infer_sampler;
+
+int infer_sampler_create(uint32_t vocab, const struct infer_sampler_params *p,
+                         struct infer_sampler **out);
+void infer_sampler_destroy(struct infer_sampler *s);
+/* Picks the next token from logits[vocab] (modified in place). Deterministic
+ * for a seed. */
+int infer_sampler_sample(struct infer_sampler *s, float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_INFER_H */

@@ -1,0 +1,120 @@
+/* infer_internal.h: the model structs and CPU operators shared by the files
+ * of the infer module (runtime, pipeline). Shapes in comments: n = rows of a
+ * batch (tokens), D = dim, Q = n_heads * head_dim, KV = n_kv_heads *
+ * head_dim, F = hidden_dim, V = vocab. */
+#ifndef SLUICE_INFER_INTERNAL_H
+#define SLUICE_INFER_INTERNAL_H
+
+#include <pthread.h>
+
+#include "infer.h"
+
+struct npu_weights;
+
+/* One linear layer y = x W^T: W is [rows][cols] (rows = output channels). */
+struct infer_linear {
+    uint32_t rows, cols;
+    float *w;                  /* float weights [rows][cols], or NULL */
+    int8_t *q;                 /* int8 codes [rows][cols], or NULL */
+    float *scale;              /* per-row dequantization scales [rows] (int8 only) */
+    float act_scale;           /* static per-tensor input scale; 0 = dynamic */
+    struct npu_weights *npu;   /* prepared for the GEMM kernels (int8 only) */
+};
+
+struct infer_layer {
+    int loaded;
+    float *attn_norm;          /* [D] */
+    struct infer_linear wq;    /* [Q][D] */
+    struct infer_linear wk;    /* [KV][D] */
+    struct infer_linear wv;    /* [KV][D] */
+    struct infer_linear wo;    /* [D][Q] */
+    float *ffn_norm;           /* [D] */
+    struct infer_linear w_gate;/* [F][D] */
+    struct infer_linear w_up;  /* [F][D] */
+    struct infer_linear w_down;/* [D][F] */
+};
+
+struct infer_model {
+    struct format_reader *reader;
+    struct format_config cfg;
+    int force_dynamic_act;
+    int globals_loaded;
+    struct infer_linear embed; /* token embedding [V][D] (float or int8 rows) */
+    float *out_norm;           /* [D] */
+    struct infer_linear cls;   /* classifier [V][D]; aliases embed when tied */
+    struct infer_layer *layers;
+    infer_observe_fn observe;
+    void *observe_ctx;
+};
+
+struct infer_state {
+    uint32_t max_batch;
+    float *key_cache;          /* [L][seq_len][KV] */
+    float *value_cache;        /* [L][seq_len][KV] */
+    /* scratch, max_batch rows each */
+    float *x;                  /* [n][D] residual stream */
+    float *xb;                 /* [n][max(D, Q)] */
+    float *q;                  /* [n][Q] */
+    float *k;                  /* [n][KV] */
+    float *v;                  /* [n][KV] */
+    float *att_out;            /* [n][Q] */
+    float *att;                /* [n_heads][seq_len] scores of one row */
+    float *hb;                 /* [n][F] */
+    float *hb2;                /* [n][F] */
+    int8_t *xq;                /* [n][max(D, Q, F)] quantized activations */
+};
+
+/* ---- loading ---------------------------------------------------------------------- */
+
+/* Fills a linear from a tensor's bytes (float or quantized). */
+int infer_linear_init(struct infer_linear *lin, const struct format_tensor_info *t,
+                      const void *data, int force_dynamic_act, struct sl_err *err);
+void infer_linear_fini(struct infer_linear *lin);
+
+/* ---- CPU operators (infer_ops.c) ----------------------------------------------------
+ * Pure functions of their arguments: safe to call from any thread on
+ * disjoint outputs. */
+
+/* out[r] = x[r] / rms(x[r]) * w, for n rows of length d. out may alias x. */
+void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, uint32_t d,
+                      float eps);
+
+/* Rotates interleaved pairs (2i, 2i+1) of each head of n rows, row r at
+ * position pos0 + r: x is [n][n_heads * head_dim]. */
+void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t pos0,
+                   float theta);
+
+/* Causal attention of n query rows at positions pos0.. over the cache rows
+ * 0..pos0+n-1 of one layer, for heads [h0, h1): q [n][Q], key/value cache
+ * [seq_len][KV], out [n][Q] (columns of heads h0..h1 written). att is
+ * scratch of pos0 + n floats. */
+void infer_op_attention(float *out, const float *q, const float *key_cache,
+                        const float *value_cache, uint32_t n, uint32_t pos0,
+                        const struct format_config *c, uint32_t h0, uint32_t h1, float *att);
+
+/* h[i] = silu(g[i]) * u[i] for n elements (in place into g allowed). */
+void infer_op_swiglu(float *h, const float *g, const float *u, size_t n);
+
+/* x[i] += y[i] */
+void infer_op_add(float *x, const float *y, size_t n);
+
+/* y[n][rows] = x[n][cols] W^T for float weights. */
+void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, uint32_t rows,
+                         uint32_t cols);
+
+/* The int8 path of a linear for output rows [r0, r1): quantize x per tensor
+ * with s (act_scale or dynamic over all n rows), int32 GEMM, dequantize:
+ * y[i][r] = s * scale[r] * acc. xq is scratch [n][cols]. */
+void infer_op_linear_int8(float *y, const float *x, const struct infer_linear *lin, uint32_t n,
+                          int8_t *xq);
+
+/* Any linear: float or int8; calls the observer. */
+void infer_linear_forward(const struct infer_model *m, int layer, uint32_t role,
+                          const struct infer_linear *lin, float *y, const float *x, uint32_t n,
+                          int8_t *xq);
+
+/* Copies embedding rows (dequantized) for n tokens into x[n][D]. */
+int infer_op_embed(const struct infer_model *m, const int *tokens, uint32_t n, float *x,
+                   struct sl_err *err);
+
+#endif

@@ -1,0 +1,272 @@
+/* infer_model.c: loading a container's tensors into the runtime's structs,
+ * whole or layer by layer, and the sequence state (KV cache, scratch). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer_internal.h"
+
+/* Reads tensor (layer, role) and verifies its checksum; *buf is malloc'ed. */
+static int read_tensor(struct infer_model *m, int layer, uint32_t role,
+                       const struct format_tensor_info **ti, void **buf, struct sl_err *err)
+{
+    int i = format_reader_find(m->reader, layer, role);
+    if (i < 0) {
+        sl_err_set(err, "%s: no %s tensor for layer %d", format_reader_path(m->reader),
+                   format_role_name(role), layer);
+        return -EINVAL;
+    }
+    *ti = format_reader_tensor(m->reader, (uint32_t)i);
+    *buf = malloc((*ti)->length);
+    if (!*buf) {
+        sl_err_set(err, "%s: out of memory reading '%s'", format_reader_path(m->reader),
+                   (*ti)->name);
+        return -ENOMEM;
+    }
+    int ret = format_reader_read_tensor(m->reader, (uint32_t)i, *buf, (*ti)->length, err);
+    if (ret < 0) {
+        free(*buf);
+        *buf = NULL;
+    }
+    return ret;
+}
+
+static int load_norm(struct infer_model *m, int layer, uint32_t role, float **out,
+                     struct sl_err *err)
+{
+    const struct format_tensor_info *t;
+    void *buf;
+    int ret = read_tensor(m, layer, role, &t, &buf, err);
+    if (ret < 0)
+        return ret;
+    *out = malloc(sizeof(float) * m->cfg.dim);
+    if (!*out) {
+        free(buf);
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    ret = format_decode_float(t->encoding, buf, *out, m->cfg.dim);
+    free(buf);
+    if (ret < 0)
+        sl_err_set(err, "%s: norm '%s' is not stored as float", format_reader_path(m->reader),
+                   t->name);
+    return ret;
+}
+
+static int load_linear(struct infer_model *m, int layer, uint32_t role, struct infer_linear *lin,
+                       struct sl_err *err)
+{
+    const struct format_tensor_info *t;
+    void *buf;
+    int ret = read_tensor(m, layer, role, &t, &buf, err);
+    if (ret < 0)
+        return ret;
+    ret = infer_linear_init(lin, t, buf, m->force_dynamic_act, err);
+    if (ret < 0)
+        sl_err_prefix(err, "%s", format_reader_path(m->reader));
+    free(buf);
+    return ret;
+}
+
+void infer_model_release_layer(struct infer_model *m, int layer)
+{
+    if (layer < 0) {
+        if (m->cls.w != m->embed.w || m->cls.q != m->embed.q)
+            infer_linear_fini(&m->cls);
+        memset(&m->cls, 0, sizeof m->cls);
+        infer_linear_fini(&m->embed);
+        free(m->out_norm);
+        m->out_norm = NULL;
+        m->globals_loaded = 0;
+        return;
+    }
+    struct infer_layer *l = &m->layers[layer];
+    free(l->attn_norm);
+    free(l->ffn_norm);
+    infer_linear_fini(&l->wq);
+    infer_linear_fini(&l->wk);
+    infer_linear_fini(&l->wv);
+    infer_linear_fini(&l->wo);
+    infer_linear_fini(&l->w_gate);
+    infer_linear_fini(&l->w_up);
+    infer_linear_fini(&l->w_down);
+    memset(l, 0, sizeof *l);
+}
+
+int infer_model_load_layer(struct infer_model *m, int layer, struct sl_err *err)
+{
+    int ret;
+    if (layer < 0) {
+        if (m->globals_loaded)
+            return 0;
+        ret = load_linear(m, -1, FORMAT_ROLE_TOK_EMBD, &m->embed, err);
+        if (!ret)
+            ret = load_norm(m, -1, FORMAT_ROLE_OUT_NORM, &m->out_norm, err);
+        if (!ret) {
+            if (m->cfg.tied_embedding)
+                m->cls = m->embed; /* shared storage; released once */
+            else
+                ret = load_linear(m, -1, FORMAT_ROLE_CLASSIFIER, &m->cls, err);
+        }
+        if (ret < 0)
+            infer_model_release_layer(m, -1);
+        else
+            m->globals_loaded = 1;
+        return ret;
+    }
+    if ((uint32_t)layer >= m->cfg.n_layers) {
+        sl_err_set(err, "layer %d outside the model's %u", layer, m->cfg.n_layers);
+        return -EINVAL;
+    }
+    struct infer_layer *l = &m->layers[layer];
+    if (l->loaded)
+        return 0;
+    ret = load_norm(m, layer, FORMAT_ROLE_ATTN_NORM, &l->attn_norm, err);
+    if (!ret)
+        ret = load_linear(m, layer, FORMAT_ROLE_WQ, &l->wq, err);
+    if (!ret)
+        ret = load_linear(m, layer, FORMAT_ROLE_WK, &l->wk, err);
+    if (!ret)
+        ret = load_linear(m, layer, FORMAT_ROLE_WV, &l->wv, err);
+    if (!ret)
+        ret = load_linear(m, layer, FORMAT_ROLE_WO, &l->wo, err);
+    if (!ret)
+        ret = load_norm(m, layer, FORMAT_ROLE_FFN_NORM, &l->ffn_norm, err);
+    if (!ret)
+        ret = load_linear(m, layer, FORMAT_ROLE_W_GATE, &l->w_gate, err);
+    if (!ret)
+        ret = load_linear(m, layer, FORMAT_ROLE_W_UP, &l->w_up, err);
+    if (!ret)
+        ret = load_linear(m, layer, FORMAT_ROLE_W_DOWN, &l->w_down, err);
+    if (ret < 0)
+        infer_model_release_layer(m, layer);
+    else
+        l->loaded = 1;
+    return ret;
+}
+
+int infer_model_load(const char *path, const struct infer_load_opts *opts,
+                     struct infer_model **out, struct sl_err *err)
+{
+    struct infer_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        sl_err_set(err, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    int ret = format_reader_open(path, &m->reader, err);
+    if (ret < 0) {
+        free(m);
+        return ret;
+    }
+    m->cfg = *format_reader_config(m->reader);
+    m->force_dynamic_act = opts && opts->force_dynamic_act;
+    m->layers = calloc(m->cfg.n_layers, sizeof *m->layers);
+    if (!m->layers) {
+        sl_err_set(err, "%s: out of memory", path);
+        infer_model_destroy(m);
+        return -ENOMEM;
+    }
+    if (!(opts && opts->lazy)) {
+        ret = infer_model_load_layer(m, -1, err);
+        for (uint32_t l = 0; ret == 0 && l < m->cfg.n_layers; l++)
+            ret = infer_model_load_layer(m, (int)l, err);
+        if (ret < 0) {
+            infer_model_destroy(m);
+            return ret;
+        }
+    }
+    *out = m;
+    return 0;
+}
+
+void infer_model_destroy(struct infer_model *m)
+{
+    if (!m)
+        return;
+    if (m->layers)
+        for (uint32_t l = 0; l < m->cfg.n_layers; l++)
+            infer_model_release_layer(m, (int)l);
+    infer_model_release_layer(m, -1);
+    free(m->layers);
+    format_reader_close(m->reader);
+    free(m);
+}
+
+const struct format_config *infer_model_config(const struct infer_model *m) { return &m->cfg; }
+const struct format_reader *infer_model_reader(const struct infer_model *m) { return m->reader; }
+
+int infer_model_is_quantized(const struct infer_model *m)
+{
+    for (uint32_t i = 0; i < format_reader_n_tensors(m->reader); i++) {
+        const struct format_tensor_info *t = format_reader_tensor(m->reader, i);
+        if (format_encoding_traits(t->encoding)->quantized)
+            return 1;
+    }
+    return 0;
+}
+
+void infer_model_set_observer(struct infer_model *m, infer_observe_fn fn, void *ctx)
+{
+    m->observe = fn;
+    m->observe_ctx = ctx;
+}
+
+/* ---- state ------------------------------------------------------------------------ */
+
+int infer_state_create(const struct infer_model *m, uint32_t max_batch,
+                       struct infer_state **out, struct sl_err *err)
+{
+    const struct format_config *c = &m->cfg;
+    if (max_batch == 0)
+        max_batch = 1;
+    struct infer_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    size_t q = (size_t)c->n_heads * c->head_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
+    size_t wide = c->dim > q ? c->dim : q;
+    size_t widest = wide > c->hidden_dim ? wide : c->hidden_dim;
+    size_t nb = max_batch;
+    s->max_batch = max_batch;
+    s->key_cache = calloc((size_t)c->n_layers * c->seq_len * kv, sizeof(float));
+    s->value_cache = calloc((size_t)c->n_layers * c->seq_len * kv, sizeof(float));
+    s->x = malloc(nb * c->dim * sizeof(float));
+    s->xb = malloc(nb * wide * sizeof(float));
+    s->q = malloc(nb * q * sizeof(float));
+    s->k = malloc(nb * kv * sizeof(float));
+    s->v = malloc(nb * kv * sizeof(float));
+    s->att_out = malloc(nb * q * sizeof(float));
+    s->att = malloc((size_t)c->seq_len * sizeof(float));
+    s->hb = malloc(nb * c->hidden_dim * sizeof(float));
+    s->hb2 = malloc(nb * c->hidden_dim * sizeof(float));
+    s->xq = sl_alloc_aligned(nb * widest, 64);
+    if (!s->key_cache || !s->value_cache || !s->x || !s->xb || !s->q || !s->k || !s->v ||
+        !s->att_out || !s->att || !s->hb || !s->hb2 || !s->xq) {
+        infer_state_destroy(s);
+        sl_err_set(err, "out of memory for the KV cache and scratch (%u positions)", c->seq_len);
+        return -ENOMEM;
+    }
+    *out = s;
+    return 0;
+}
+
+void infer_state_destroy(struct infer_state *s)
+{
+    if (!s)
+        return;
+    free(s->key_cache);
+    free(s->value_cache);
+    free(s->x);
+    free(s->xb);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att_out);
+    free(s->att);
+    free(s->hb);
+    free(s->hb2);
+    sl_free_aligned(s->xq);
+    free(s);
+}

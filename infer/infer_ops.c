@@ -1,0 +1,154 @@
+/* infer_ops.c: the CPU operators of a Llama layer, in float (llama2.c's run.c
+ * math, batched over rows). */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "infer_internal.h"
+
+void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, uint32_t d,
+                      float eps)
+{
+    for (uint32_t r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * d;
+        float *o = out + (size_t)r * d;
+        float ss = 0.0f;
+        for (uint32_t j = 0; j < d; j++)
+            ss += xr[j] * xr[j];
+        ss /= (float)d;
+        ss += eps;
+        ss = 1.0f / sqrtf(ss);
+        for (uint32_t j = 0; j < d; j++)
+            o[j] = w[j] * (ss * xr[j]);
+    }
+}
+
+void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t pos0,
+                   float theta)
+{
+    uint32_t width = n_heads * head_dim;
+    for (uint32_t r = 0; r < n; r++) {
+        float pos = (float)(pos0 + r);
+        float *xr = x + (size_t)r * width;
+        for (uint32_t i = 0; i < width; i += 2) {
+            uint32_t hd = i % head_dim;
+            float freq = 1.0f / powf(theta, (float)hd / (float)head_dim);
+            float val = pos * freq;
+            float fcr = cosf(val), fci = sinf(val);
+            float v0 = xr[i], v1 = xr[i + 1];
+            xr[i] = v0 * fcr - v1 * fci;
+            xr[i + 1] = v0 * fci + v1 * fcr;
+        }
+    }
+}
+
+void infer_op_attention(float *out, const float *q, const float *key_cache,
+                        const float *value_cache, uint32_t n, uint32_t pos0,
+                        const struct format_config *c, uint32_t h0, uint32_t h1, float *att)
+{
+    uint32_t hs = c->head_dim;
+    uint32_t qdim = c->n_heads * hs, kv_dim = c->n_kv_heads * hs;
+    uint32_t kv_mul = c->n_heads / c->n_kv_heads;
+    float sq = sqrtf((float)hs);
+    for (uint32_t r = 0; r < n; r++) {
+        uint32_t pos = pos0 + r;
+        for (uint32_t h = h0; h < h1; h++) {
+            const float *qh = q + (size_t)r * qdim + (size_t)h * hs;
+            size_t koff = (size_t)(h / kv_mul) * hs;
+            float maxv = -INFINITY;
+            for (uint32_t t = 0; t <= pos; t++) {
+                const float *k = key_cache + (size_t)t * kv_dim + koff;
+                float score = 0.0f;
+                for (uint32_t i = 0; i < hs; i++)
+                    score += qh[i] * k[i];
+                score /= sq;
+                att[t] = score;
+                if (score > maxv)
+                    maxv = score;
+            }
+            float sum = 0.0f;
+            for (uint32_t t = 0; t <= pos; t++) {
+                att[t] = expf(att[t] - maxv);
+                sum += att[t];
+            }
+            float *o = out + (size_t)r * qdim + (size_t)h * hs;
+            memset(o, 0, hs * sizeof(float));
+            for (uint32_t t = 0; t <= pos; t++) {
+                const float *v = value_cache + (size_t)t * kv_dim + koff;
+                float a = att[t] / sum; /* run.c normalizes att, then weights v */
+                for (uint32_t i = 0; i < hs; i++)
+                    o[i] += a * v[i];
+            }
+        }
+    }
+}
+
+void infer_op_swiglu(float *h, const float *g, const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float val = g[i];
+        val *= 1.0f / (1.0f + expf(-val));
+        h[i] = val * u[i];
+    }
+}
+
+void infer_op_add(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+/* Dot product with 8 independent partial sums, which the compiler turns into
+ * vector code without reassociation flags. */
+static float dot_f32(const float *a, const float *b, uint32_t n)
+{
+    float acc[8] = {0};
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[i + j] * b[i + j];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, uint32_t rows,
+                         uint32_t cols)
+{
+    /* Blocks of 64 weight rows stay in cache while every input row passes. */
+    for (uint32_t r0 = 0; r0 < rows; r0 += 64) {
+        uint32_t r1 = r0 + 64 < rows ? r0 + 64 : rows;
+        for (uint32_t i = 0; i < n; i++) {
+            const float *xi = x + (size_t)i * cols;
+            float *yi = y + (size_t)i * rows;
+            for (uint32_t r = r0; r < r1; r++)
+                yi[r] = dot_f32(xi, w + (size_t)r * cols, cols);
+        }
+    }
+}
+
+int infer_op_embed(const struct infer_model *m, const int *tokens, uint32_t n, float *x,
+                   struct sl_err *err)
+{
+    const struct infer_linear *e = &m->embed;
+    uint32_t d = m->cfg.dim;
+    for (uint32_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= m->cfg.vocab_size) {
+            sl_err_set(err, "token id %d outside the vocabulary of %u", tokens[i],
+                       m->cfg.vocab_size);
+            return -EINVAL;
+        }
+        size_t row = (size_t)tokens[i];
+        float *xi = x + (size_t)i * d;
+        if (e->w) {
+            memcpy(xi, e->w + row * d, d * sizeof(float));
+        } else {
+            const int8_t *q = e->q + row * d;
+            float s = e->scale[row];
+            for (uint32_t j = 0; j < d; j++)
+                xi[j] = s * (float)q[j];
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,25 @@
+/* npu_gemm_internal.h: the prepared-weight struct and the kernel entry
+ * points, one per instruction-set file. A SIMD file that is not compiled
+ * leaves its pointer NULL (weak symbol), and dispatch skips it. */
+#ifndef SLUICE_NPU_GEMM_INTERNAL_H
+#define SLUICE_NPU_GEMM_INTERNAL_H
+
+#include "npu_gemm.h"
+
+struct npu_gemm_b {
+    uint32_t n, k;
+    uint32_t k4, n16;      /* k rounded up to 4, n to 16 */
+    int8_t *rows;          /* [n][k] as given (scalar and AVX2 kernels) */
+    int8_t *packed;        /* [n16/16][k4/4][16][4] (VNNI kernels) */
+    int32_t *rowsum;       /* [n16] sum of each row's codes (the +128 correction / 128) */
+};
+
+typedef void npu_gemm_fn(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0,
+                         uint32_t r1, int32_t *c, size_t ldc);
+
+npu_gemm_fn npu_gemm_scalar;
+extern npu_gemm_fn npu_gemm_avx2 __attribute__((weak));
+extern npu_gemm_fn npu_gemm_avx512vnni __attribute__((weak));
+extern npu_gemm_fn npu_gemm_avxvnni __attribute__((weak));
+
+#endif
