@@ -1,0 +1,180 @@
+/* test_infer_ops.c: the CPU operators against direct, naive formulations:
+ * RMSNorm, RoPE (pairs (2i, 2i+1) rotated by pos * theta^(-2i/hd)), causal
+ * GQA attention with softmax, SwiGLU, the blocked float matmul, and the int8
+ * linear (quantize, int32 GEMM, dequantize) against double arithmetic. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer_internal.h"
+#include "npu.h"
+#include "testutil.h"
+
+static struct test_rng rng;
+
+static void fill(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = scale * test_rng_normal(&rng);
+}
+
+static void test_rmsnorm(void **st)
+{
+    (void)st;
+    float x[3 * 10], w[10], out[3 * 10];
+    fill(x, 30, 2.0f);
+    fill(w, 10, 1.0f);
+    infer_op_rmsnorm(out, x, w, 3, 10, 1e-5f);
+    for (int r = 0; r < 3; r++) {
+        double ss = 0;
+        for (int j = 0; j < 10; j++)
+            ss += (double)x[r * 10 + j] * x[r * 10 + j];
+        double inv = 1.0 / sqrt(ss / 10 + 1e-5);
+        for (int j = 0; j < 10; j++)
+            assert_float_equal(out[r * 10 + j], w[j] * x[r * 10 + j] * inv, 1e-5);
+    }
+    infer_op_rmsnorm(x, x, w, 3, 10, 1e-5f); /* in place */
+    assert_memory_equal(x, out, sizeof out);
+}
+
+static void test_rope(void **st)
+{
+    (void)st;
+    enum { H = 3, HD = 8, N = 4 };
+    float x[N * H * HD], ref[N * H * HD];
+    fill(x, N * H * HD, 1.0f);
+    memcpy(ref, x, sizeof x);
+    infer_op_rope(x, N, H, HD, 5, 10000.0f);
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < HD / 2; i++) {
+                double ang = (5 + r) * pow(10000.0, -2.0 * i / HD);
+                const float *a = ref + r * H * HD + h * HD + 2 * i;
+                double e0 = a[0] * cos(ang) - a[1] * sin(ang);
+                double e1 = a[0] * sin(ang) + a[1] * cos(ang);
+                assert_float_equal(x[r * H * HD + h * HD + 2 * i], e0, 1e-4);
+                assert_float_equal(x[r * H * HD + h * HD + 2 * i + 1], e1, 1e-4);
+            }
+    /* norms are preserved (a rotation) */
+}
+
+static void test_attention_gqa(void **st)
+{
+    (void)st;
+    struct format_config c = {.n_heads = 4, .n_kv_heads = 2, .head_dim = 6, .seq_len = 16};
+    enum { Q = 24, KV = 12, N = 3, POS0 = 5 };
+    float q[N * Q], kc[16 * KV], vc[16 * KV], out[N * Q], att[16];
+    fill(q, sizeof q / 4, 1.0f);
+    fill(kc, sizeof kc / 4, 1.0f);
+    fill(vc, sizeof vc / 4, 1.0f);
+    infer_op_attention(out, q, kc, vc, N, POS0, &c, 0, 4, att);
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < 4; h++) {
+            int kvh = h / 2; /* two query heads share a kv head */
+            double sc[16], mx = -1e30, sum = 0;
+            for (int t = 0; t <= POS0 + r; t++) {
+                double d = 0;
+                for (int i = 0; i < 6; i++)
+                    d += (double)q[r * Q + h * 6 + i] * kc[t * KV + kvh * 6 + i];
+                sc[t] = d / sqrt(6.0);
+                mx = sc[t] > mx ? sc[t] : mx;
+            }
+            for (int t = 0; t <= POS0 + r; t++)
+                sum += (sc[t] = exp(sc[t] - mx));
+            for (int i = 0; i < 6; i++) {
+                double o = 0;
+                for (int t = 0; t <= POS0 + r; t++)
+                    o += sc[t] / sum * vc[t * KV + kvh * 6 + i];
+                assert_float_equal(out[r * Q + h * 6 + i], o, 1e-5);
+            }
+        }
+    /* a head range writes only its columns */
+    float out2[N * Q];
+    memset(out2, 0, sizeof out2);
+    infer_op_attention(out2, q, kc, vc, N, POS0, &c, 1, 3, att);
+    for (int r = 0; r < N; r++) {
+        for (int j = 0; j < 6; j++)
+            assert_true(out2[r * Q + j] == 0 && out2[r * Q + 18 + j] == 0);
+        assert_memory_equal(out2 + r * Q + 6, out + r * Q + 6, 12 * sizeof(float));
+    }
+}
+
+static void test_swiglu_add(void **st)
+{
+    (void)st;
+    float g[7], u[7], h[7], x[7], y[7];
+    fill(g, 7, 2.0f);
+    fill(u, 7, 1.0f);
+    infer_op_swiglu(h, g, u, 7);
+    for (int i = 0; i < 7; i++)
+        assert_float_equal(h[i], g[i] / (1 + exp(-g[i])) * u[i], 1e-5);
+    fill(x, 7, 1.0f);
+    memcpy(y, x, sizeof x);
+    infer_op_add(x, h, 7);
+    for (int i = 0; i < 7; i++)
+        assert_true(x[i] == y[i] + h[i]);
+}
+
+static void test_matmul(void **st)
+{
+    (void)st;
+    enum { N = 5, R = 70, C = 37 };
+    float *x = malloc(sizeof(float) * N * C), *w = malloc(sizeof(float) * R * C);
+    float *y = malloc(sizeof(float) * N * R);
+    fill(x, N * C, 1.0f);
+    fill(w, R * C, 1.0f);
+    infer_op_matmul_f32(y, x, w, N, R, C);
+    for (int i = 0; i < N; i++)
+        for (int r = 0; r < R; r++) {
+            double d = 0;
+            for (int c = 0; c < C; c++)
+                d += (double)x[i * C + c] * w[r * C + c];
+            assert_float_equal(y[i * R + r], d, 1e-4);
+        }
+    free(x);
+    free(w);
+    free(y);
+}
+
+static void test_linear_int8(void **st)
+{
+    (void)st;
+    enum { N = 9, R = 33, C = 45 };
+    int8_t q[R * C], xq[N * C];
+    float scale[R], x[N * C], y[N * R];
+    for (int i = 0; i < R * C; i++)
+        q[i] = (int8_t)((int)test_rng_below(&rng, 255) - 127);
+    for (int r = 0; r < R; r++)
+        scale[r] = 0.01f + test_rng_float(&rng);
+    fill(x, N * C, 3.0f);
+    struct infer_linear lin = {.rows = R, .cols = C, .q = q, .scale = scale};
+    assert_int_equal(npu_weights_create(q, scale, R, C, &lin.npu), 0);
+    for (int pass = 0; pass < 2; pass++) {
+        lin.act_scale = pass ? 0.02f : 0.0f; /* dynamic, then static (with clipping) */
+        infer_op_linear_int8(y, x, &lin, N, xq);
+        float s = pass ? 0.02f : npu_act_scale_dynamic(x, N * C);
+        for (int i = 0; i < N; i++)
+            for (int r = 0; r < R; r++) {
+                int64_t acc = 0;
+                for (int c = 0; c < C; c++) {
+                    double v = rint(x[i * C + c] / (double)s);
+                    v = v > 127 ? 127 : v < -127 ? -127 : v;
+                    acc += (int64_t)v * q[r * C + c];
+                }
+                assert_float_equal(y[i * R + r], (double)s * scale[r] * (double)acc,
+                                   1e-4 * (1 + fabs((double)s * scale[r] * acc)));
+            }
+    }
+    npu_weights_destroy(lin.npu);
+}
+
+int main(void)
+{
+    test_rng_init(&rng, test_seed());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rmsnorm),    cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_attention_gqa), cmocka_unit_test(test_swiglu_add),
+        cmocka_unit_test(test_matmul),     cmocka_unit_test(test_linear_int8),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
