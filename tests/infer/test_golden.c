@@ -27,6 +27,14 @@ static const struct source sources[] = {
     {"kjv6L", "kjv6L-hf", "kjv6L.tok1024.bin", 1},
 };
 
+static const char *tmpdir(void)
+{
+    static const char *d;
+    if (!d)
+        d = test_tmpdir();
+    return d;
+}
+
 static int read_ids(const char *path, int *ids, int max)
 {
     FILE *f = fopen(path, "r");
@@ -48,7 +56,7 @@ static char *import_model(const struct source *s, char *out, size_t outlen)
     snprintf(src, sizeof src, "%s/%s", p, s->file);
     if (s->tokenizer)
         snprintf(tok, sizeof tok, "%s/%s", p, s->tokenizer);
-    snprintf(out, outlen, "%s/%s.sluice", test_tmpdir(), s->file);
+    snprintf(out, outlen, "%s/%s.sluice", tmpdir(), s->file);
     /* the GGUF converter declares a 128-token context; the golden runs use
      * the checkpoint's 256 */
     struct quantizer_import_opts o = {.tokenizer = s->tokenizer ? tok : NULL, .dtype = -1,
@@ -144,7 +152,7 @@ static void check_source(const struct source *s)
             snprintf(f, sizeof f, "%s/%s.greedy%d.output.txt", gdir, s->model, k);
             char *want = test_read_file(f, NULL);
             char outp[4096];
-            snprintf(outp, sizeof outp, "%s/run.txt", test_tmpdir());
+            snprintf(outp, sizeof outp, "%s/run.txt", tmpdir());
             char pfile[4096];
             snprintf(pfile, sizeof pfile, "%s/%s.greedy%d.prompt.txt", gdir, s->model, k);
             assert_int_equal(test_system("'%s' run '%s' -p \"$(cat '%s')\" -n %u > '%s' 2>/dev/null",
