@@ -1,0 +1,357 @@
+/* test_import.c: importers and synthetic models.
+ * - the same model through each importer: llama2.c and GGUF tensors
+ *   bit-identical, tokenizers identical; safetensors (BF16) within bf16
+ *   rounding of llama2.c after the RoPE un-permutation (a wrong permutation
+ *   gives differences of the weights' own size);
+ * - rejection paths: truncation at many lengths, bad magic, wrong GGUF
+ *   version, unsupported architecture and tensor type, shape mismatch,
+ *   missing tokenizer; nothing is left at the output path;
+ * - synth: deterministic per seed, different across seeds, shapes right. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "quantizer.h"
+#include "testutil.h"
+
+static const char *tmp(const char *name)
+{
+    static const char *dir;
+    static char buf[8][4096];
+    static int k;
+    if (!dir)
+        dir = test_tmpdir();
+    char *p = buf[k++ % 8];
+    snprintf(p, 4096, "%s/%s", dir, name);
+    return p;
+}
+
+static char models[4096];
+
+static const char *model(const char *name)
+{
+    static char buf[4][4096];
+    static int k;
+    char *p = buf[k++ % 4];
+    snprintf(p, 4096, "%s/%s", models, name);
+    return p;
+}
+
+static int have_shared(void)
+{
+    const char *p = test_shared_path("models");
+    if (!p)
+        return 0;
+    snprintf(models, sizeof models, "%s", p);
+    return 1;
+}
+
+static struct format_reader *import_open(const char *src, const char *tok, uint32_t seq,
+                                         const char *out)
+{
+    struct quantizer_import_opts o = {.tokenizer = tok, .dtype = -1, .seq_len = seq};
+    struct sl_err err;
+    if (quantizer_import(src, &o, out, &err) < 0)
+        fail_msg("import %s: %s", src, err.msg);
+    struct format_reader *r;
+    if (format_reader_open(out, &r, &err) < 0)
+        fail_msg("open %s: %s", out, err.msg);
+    return r;
+}
+
+/* Reads a tensor as floats. */
+static float *tensor_f32(struct format_reader *r, int layer, uint32_t role, uint64_t *n)
+{
+    int i = format_reader_find(r, layer, role);
+    assert_true(i >= 0);
+    const struct format_tensor_info *t = format_reader_tensor(r, (uint32_t)i);
+    void *raw = malloc(t->length);
+    struct sl_err err;
+    assert_int_equal(format_reader_read_tensor(r, (uint32_t)i, raw, t->length, &err), 0);
+    *n = format_tensor_numel(t);
+    float *f = malloc(sizeof(float) * *n);
+    assert_int_equal(format_decode_float(t->encoding, raw, f, *n), 0);
+    free(raw);
+    return f;
+}
+
+static void assert_same_tokenizer(struct format_reader *a, struct format_reader *b)
+{
+    const struct format_tokenizer *x = format_reader_tokenizer(a), *y = format_reader_tokenizer(b);
+    assert_int_equal(x->n_tokens, y->n_tokens);
+    for (uint32_t i = 0; i < x->n_tokens; i++) {
+        assert_int_equal(x->lens[i], y->lens[i]);
+        assert_memory_equal(x->tokens[i], y->tokens[i], x->lens[i]);
+        assert_true(x->scores[i] == y->scores[i]);
+    }
+}
+
+static void test_cross_format(void **st)
+{
+    (void)st;
+    if (!have_shared())
+        skip();
+    struct format_reader *a = import_open(model("kjv6L.bin"), model("kjv6L.tok1024.bin"), 0,
+                                          tmp("a.sluice"));
+    struct format_reader *g = import_open(model("kjv6L.gguf"), NULL, 256, tmp("g.sluice"));
+    struct format_reader *h = import_open(model("kjv6L-hf"), model("kjv6L.tok1024.bin"), 0,
+                                          tmp("h.sluice"));
+    const struct format_config *ca = format_reader_config(a);
+    assert_int_equal(ca->dim, 256);
+    assert_int_equal(ca->hidden_dim, 688);
+    assert_int_equal(ca->n_layers, 6);
+    assert_int_equal(ca->n_heads, 8);
+    assert_int_equal(ca->n_kv_heads, 2);
+    assert_int_equal(ca->vocab_size, 1024);
+    assert_int_equal(ca->seq_len, 256);
+    assert_int_equal(ca->tied_embedding, 1);
+    assert_memory_equal(ca, format_reader_config(g), sizeof *ca);
+    assert_memory_equal(ca, format_reader_config(h), sizeof *ca);
+    assert_same_tokenizer(a, g);
+    assert_same_tokenizer(a, h);
+    for (uint32_t i = 0; i < format_reader_n_tensors(a); i++) {
+        const struct format_tensor_info *t = format_reader_tensor(a, i);
+        uint64_t n1, n2, n3;
+        float *x = tensor_f32(a, t->layer, t->role, &n1);
+        float *y = tensor_f32(g, t->layer, t->role, &n2);
+        float *z = tensor_f32(h, t->layer, t->role, &n3);
+        assert_int_equal(n1, n2);
+        assert_int_equal(n1, n3);
+        assert_memory_equal(x, y, n1 * sizeof(float)); /* GGUF F32: bit-identical */
+        for (uint64_t k = 0; k < n1; k++) {
+            /* BF16 keeps 8 significant bits: relative error <= 2^-8 */
+            if (fabsf(z[k] - x[k]) > fabsf(x[k]) * (1.0f / 256.0f) + 1e-30f)
+                fail_msg("%s[%llu]: bf16 %g vs f32 %g (RoPE permutation wrong?)", t->name,
+                         (unsigned long long)k, (double)z[k], (double)x[k]);
+        }
+        free(x);
+        free(y);
+        free(z);
+    }
+    format_reader_close(a);
+    format_reader_close(g);
+    format_reader_close(h);
+}
+
+static int try_import(const char *src, const char *tok, const char *out, struct sl_err *err)
+{
+    struct quantizer_import_opts o = {.tokenizer = tok, .dtype = -1};
+    memset(err, 0, sizeof *err);
+    int ret = quantizer_import(src, &o, out, err);
+    struct stat stt;
+    assert_int_not_equal(stat(out, &stt), 0); /* nothing left behind on failure */
+    return ret;
+}
+
+static void write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(p, 1, n, f), n);
+    fclose(f);
+}
+
+static void test_truncations(void **st)
+{
+    (void)st;
+    if (!have_shared())
+        skip();
+    const char *srcs[2] = {"aidreams260K.bin", "aidreams260K.gguf"};
+    for (int s = 0; s < 2; s++) {
+        size_t len;
+        uint8_t *b = test_read_file(model(srcs[s]), &len);
+        assert_non_null(b);
+        size_t cuts[] = {0, 3, 4, 8, 20, 27, 28, 100, 1000, 5000, len / 3, len / 2, len - 1};
+        for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+            const char *p = tmp(s ? "cut.gguf" : "cut.bin");
+            write_bytes(p, b, cuts[i]);
+            struct sl_err err;
+            int ret = try_import(p, model("aidreams260K.tok512.bin"), tmp("cut.sluice"), &err);
+            if (ret == 0)
+                fail_msg("%s cut at %zu imported", srcs[s], cuts[i]);
+            assert_true(strlen(err.msg) > 0);
+        }
+        /* trailing garbage is refused for llama2.c (the size must match exactly) */
+        if (s == 0) {
+            uint8_t *bigger = calloc(1, len + 4);
+            memcpy(bigger, b, len);
+            write_bytes(tmp("long.bin"), bigger, len + 4);
+            struct sl_err err;
+            assert_true(try_import(tmp("long.bin"), model("aidreams260K.tok512.bin"),
+                                   tmp("x.sluice"), &err) < 0);
+            assert_non_null(strstr(err.msg, "trailing"));
+            free(bigger);
+        }
+        free(b);
+    }
+    /* a tokenizer with the wrong number of tokens */
+    struct sl_err err;
+    assert_true(try_import(model("kjv6L.bin"), model("aidreams260K.tok512.bin"),
+                           tmp("x.sluice"), &err) < 0);
+    assert_non_null(strstr(err.msg, "tok512"));
+    /* a missing tokenizer */
+    assert_true(try_import(model("kjv6L.bin"), NULL, tmp("x.sluice"), &err) < 0);
+    assert_non_null(strstr(err.msg, "--tokenizer"));
+}
+
+/* Patches a little-endian u32 found after `key` in a GGUF copy. */
+static uint8_t *gguf_patch(const char *key, size_t skip, uint32_t v, size_t *len)
+{
+    uint8_t *b = test_read_file(model("aidreams260K.gguf"), len);
+    assert_non_null(b);
+    uint8_t *p = memmem(b, *len, key, strlen(key));
+    assert_non_null(p);
+    sl_store_le32(p + strlen(key) + skip, v);
+    return b;
+}
+
+static void test_gguf_rejections(void **st)
+{
+    (void)st;
+    if (!have_shared())
+        skip();
+    struct sl_err err;
+    size_t len;
+    uint8_t *b = test_read_file(model("aidreams260K.gguf"), &len);
+    /* bad magic */
+    b[0] = 'X';
+    write_bytes(tmp("m.gguf"), b, len);
+    assert_true(try_import(tmp("m.gguf"), NULL, tmp("x.sluice"), &err) < 0);
+    b[0] = 'G';
+    /* version 1 and 4 */
+    sl_store_le32(b + 4, 4);
+    write_bytes(tmp("v.gguf"), b, len);
+    assert_true(try_import(tmp("v.gguf"), NULL, tmp("x.sluice"), &err) < 0);
+    assert_non_null(strstr(err.msg, "version 4"));
+    free(b);
+    /* architecture: the string value "llama" becomes "gpt2x" */
+    b = test_read_file(model("aidreams260K.gguf"), &len);
+    uint8_t *p = memmem(b, len, "general.architecture", 20);
+    assert_non_null(p);
+    memcpy(p + 20 + 4 + 8, "gpt2x", 5);
+    write_bytes(tmp("a.gguf"), b, len);
+    assert_true(try_import(tmp("a.gguf"), NULL, tmp("x.sluice"), &err) < 0);
+    assert_non_null(strstr(err.msg, "gpt2x"));
+    free(b);
+    /* a tensor type: token_embd.weight's type (after name, n_dims, 2 dims) = Q4_0 (2) */
+    b = gguf_patch("token_embd.weight", 4 + 16, 2, &len);
+    write_bytes(tmp("t.gguf"), b, len);
+    assert_true(try_import(tmp("t.gguf"), NULL, tmp("x.sluice"), &err) < 0);
+    assert_non_null(strstr(err.msg, "ggml type 2"));
+    free(b);
+    /* a shape that disagrees with the hyperparameters: blk.0.attn_q ne[0] = 65 */
+    b = gguf_patch("blk.0.attn_q.weight", 4, 65, &len);
+    write_bytes(tmp("s.gguf"), b, len);
+    assert_true(try_import(tmp("s.gguf"), NULL, tmp("x.sluice"), &err) < 0);
+    assert_non_null(strstr(err.msg, "attn_q"));
+    free(b);
+    /* not a model at all */
+    write_bytes(tmp("junk.bin"), "hello world, this is not a model!", 33);
+    assert_true(try_import(tmp("junk.bin"), NULL, tmp("x.sluice"), &err) < 0);
+    assert_non_null(strstr(err.msg, "unrecognized"));
+}
+
+static void test_safetensors_rejections(void **st)
+{
+    (void)st;
+    if (!have_shared())
+        skip();
+    struct sl_err err;
+    const char *dir = tmp("hf");
+    mkdir(dir, 0755);
+    char cfg[8192];
+    size_t len;
+    char *c = test_read_file(model("kjv6L-hf/config.json"), &len);
+    /* an architecture other than llama */
+    char *mt = strstr(c, "\"llama\"");
+    assert_non_null(mt);
+    snprintf(cfg, sizeof cfg, "%.*s\"mistral\"%s", (int)(mt - c), c, mt + 7);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_bytes(path, cfg, strlen(cfg));
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    symlink(model("kjv6L-hf/model.safetensors"), path);
+    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), tmp("x.sluice"), &err) < 0);
+    assert_non_null(strstr(err.msg, "mistral"));
+    /* intermediate_size inconsistent with the tensors */
+    char *hs = strstr(c, "\"intermediate_size\": 688");
+    assert_non_null(hs);
+    snprintf(cfg, sizeof cfg, "%.*s\"intermediate_size\": 700%s", (int)(hs - c), c, hs + 24);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_bytes(path, cfg, strlen(cfg));
+    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), tmp("x.sluice"), &err) < 0);
+    assert_non_null(strstr(err.msg, "shape"));
+    /* a truncated safetensors file */
+    write_bytes(path, c, len);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    size_t slen;
+    uint8_t *s = test_read_file(model("kjv6L-hf/model.safetensors"), &slen);
+    write_bytes(path, s, slen / 2);
+    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), tmp("x.sluice"), &err) < 0);
+    write_bytes(path, s, 6);
+    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), tmp("x.sluice"), &err) < 0);
+    free(s);
+    free(c);
+}
+
+static void test_synth(void **st)
+{
+    (void)st;
+    struct sl_err err;
+    assert_int_equal(quantizer_synth("tiny", 5, tmp("s1.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(quantizer_synth("tiny", 5, tmp("s2.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(quantizer_synth("tiny", 6, tmp("s3.sluice"), NULL, NULL, &err), 0);
+    size_t l1, l2, l3;
+    uint8_t *a = test_read_file(tmp("s1.sluice"), &l1);
+    uint8_t *b = test_read_file(tmp("s2.sluice"), &l2);
+    uint8_t *c = test_read_file(tmp("s3.sluice"), &l3);
+    assert_int_equal(l1, l2);
+    assert_memory_equal(a, b, l1);
+    assert_true(l1 != l3 || memcmp(a, c, l1) != 0);
+    free(a);
+    free(b);
+    free(c);
+    struct format_reader *r;
+    assert_int_equal(format_reader_open(tmp("s1.sluice"), &r, &err), 0);
+    const struct format_config *cfg = format_reader_config(r);
+    assert_int_equal(cfg->dim, 128);
+    assert_int_equal(cfg->n_layers, 2);
+    assert_int_equal(format_reader_tokenizer(r)->n_tokens, cfg->vocab_size);
+    /* statistics: rows spread in scale; some norm channels are outliers */
+    uint64_t n;
+    float *wq = tensor_f32(r, 0, FORMAT_ROLE_WQ, &n);
+    double lo = 1e30, hi = 0;
+    for (uint32_t row = 0; row < 128; row++) {
+        double ss = 0;
+        for (uint32_t k = 0; k < 128; k++)
+            ss += (double)wq[row * 128 + k] * wq[row * 128 + k];
+        lo = ss < lo ? ss : lo;
+        hi = ss > hi ? ss : hi;
+    }
+    assert_true(hi / lo > 2.0);
+    float *norm = tensor_f32(r, 0, FORMAT_ROLE_ATTN_NORM, &n);
+    int big = 0;
+    for (uint64_t k = 0; k < n; k++)
+        big += norm[k] > 4.0f;
+    assert_true(big >= 2);
+    free(norm);
+    free(wq);
+    format_reader_close(r);
+    assert_int_equal(quantizer_synth("nope", 1, tmp("x.sluice"), NULL, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "nope"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cross_format),     cmocka_unit_test(test_truncations),
+        cmocka_unit_test(test_gguf_rejections),  cmocka_unit_test(test_safetensors_rejections),
+        cmocka_unit_test(test_synth),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
