@@ -170,6 +170,46 @@ struct format_encoding_traits {
  * bitplane) are implemented in format/format_enc_packed.c. */
 const struct format_encoding_traits *format_encoding_traits(uint32_t encoding);
 
+/* ---- packed encodings (adaptive, int4int8, bitplane; docs/FORMAT-packed.md) ----
+ *
+ * A packed tensor is a 32-byte header, the per-row bit widths as a packed
+ * 3-bit array (row r: bits [3r, 3r+3) little-endian, value = width - 1), the
+ * per-row float32 scales, then the rows' code bytes back to back. Sections
+ * start at 64-byte offsets from the tensor's start. */
+
+#define FORMAT_PACKED_GROUP 512      /* adaptive: weights per group (R) */
+#define FORMAT_PACKED_HEADER 32
+
+struct format_packed_layout {
+    uint32_t encoding;
+    uint32_t rows, cols;
+    uint32_t group;                  /* adaptive: R; others: 0 */
+    const uint8_t *widths;           /* 3-bit packed */
+    const uint8_t *scales;           /* rows little-endian float32 */
+    const uint8_t *data;             /* row 0's codes */
+    uint64_t data_len;
+};
+
+/* Width of row r (1..8). */
+static inline uint32_t format_packed_width(const uint8_t *widths, uint32_t r)
+{
+    uint64_t bit = (uint64_t)r * 3;
+    uint32_t v = widths[bit / 8] | ((uint32_t)widths[bit / 8 + 1] << 8);
+    return ((v >> (bit % 8)) & 7) + 1;
+}
+
+/* Bytes of one row's codes for a width, and bytes before the codes (header,
+ * widths, scales, each 64-byte aligned; the widths array has one spare byte so
+ * format_packed_width may read two bytes). */
+uint64_t format_packed_row_bytes(uint32_t encoding, uint32_t width, uint64_t cols);
+uint64_t format_packed_prefix_bytes(uint64_t rows);
+
+/* Parses and validates a packed tensor of rows x cols: magic, header fields,
+ * and the exact length implied by the widths. Fills *out with views into
+ * data. Does not scan the codes (every code maps to a defined int8). */
+int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint64_t rows,
+                        uint64_t cols, struct format_packed_layout *out, struct sl_err *err);
+
 /* What the writer is told about a tensor. */
 struct format_tensor_desc {
     const char *name;           /* unique, < FORMAT_NAME_MAX bytes */

@@ -95,6 +95,16 @@ const struct quantizer_synth_shape *quantizer_synth_shapes(size_t *n);
 int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
                     quantizer_progress_fn progress, void *progress_ctx, struct sl_err *err);
 
+/* ==== packing ============================================================== */
+
+/* Packs int8 codes q[rows][cols] with per-row widths (1..8; each code inside
+ * its width's grid: [-(2^(b-1)-1), 2^(b-1)-1], b = 1: -1 or +1) and per-row
+ * scales into the bytes of a packed encoding (FORMAT_ENC_ADAPTIVE, _INT4INT8
+ * or _BITPLANE; docs/FORMAT-packed.md). *out is malloc'ed. */
+int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, const float *scales,
+                   uint32_t rows, uint32_t cols, void **out, uint64_t *out_len,
+                   struct sl_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,6 +29,44 @@ extern "C" {
 int unpack_tensor_int8(const struct format_tensor_info *t, const void *data, int8_t *q_out,
                        float *scale_out, struct sl_err *err);
 
+/* ---- kernels ------------------------------------------------------------------ */
+
+enum unpack_kernel {
+    UNPACK_KERNEL_SCALAR = 0,
+    UNPACK_KERNEL_AVX2,
+    UNPACK_KERNEL_AVX512,
+    UNPACK_KERNEL_NEON,
+    UNPACK_KERNEL_COUNT
+};
+
+const char *unpack_kernel_name(enum unpack_kernel k);
+/* 1 if compiled in and allowed by the CPU (and SLUICE_SIMD). */
+int unpack_kernel_available(enum unpack_kernel k);
+/* The fastest available kernel (what unpack_tensor_int8 uses). */
+enum unpack_kernel unpack_kernel_best(void);
+
+/* ---- row-level access to a packed tensor --------------------------------------- */
+
+/* A validated view of a packed tensor (caller-owned; init/fini). The bytes
+ * must stay valid while the view is used. */
+struct unpack_tensor {
+    struct format_packed_layout layout;
+    uint64_t *row_off;         /* byte offset of each row's codes in layout.data */
+};
+
+int unpack_tensor_init(struct unpack_tensor *u, uint32_t encoding, const void *data,
+                       uint64_t len, uint64_t rows, uint64_t cols, struct sl_err *err);
+void unpack_tensor_fini(struct unpack_tensor *u);
+
+/* Width (1..8) and dequantization scale of a row. */
+uint32_t unpack_tensor_width(const struct unpack_tensor *u, uint32_t row);
+float unpack_tensor_scale(const struct unpack_tensor *u, uint32_t row);
+
+/* Unpacks rows [r0, r1) into q[(r - r0) * cols ...] with the given kernel
+ * (which must be available). Safe to call concurrently on disjoint ranges. */
+void unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                        uint32_t r1, int8_t *q);
+
 #ifdef __cplusplus
 }
 #endif

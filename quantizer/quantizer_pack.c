@@ -1,0 +1,166 @@
+/* quantizer_pack.c: int8 codes + per-row widths + scales -> the bytes of a
+ * packed tensor (docs/FORMAT-packed.md). The unpack module's scalar kernels
+ * are the inverse and the specification of the code layout. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quantizer.h"
+
+/* Weightlet widths of a b-bit code, most significant first (EdgeFlow 4.2). */
+static const uint8_t planes[9][4] = {
+    {0}, {1, 0}, {2, 0}, {2, 1, 0}, {4, 0}, {4, 1, 0}, {4, 2, 0}, {4, 2, 1, 0}, {4, 4, 0},
+};
+
+static int in_grid(int q, uint32_t b)
+{
+    if (b == 1)
+        return q == -1 || q == 1;
+    int m = (1 << (b - 1)) - 1;
+    return q >= -m && q <= m;
+}
+
+/* Unsigned code of q under width b. */
+static uint32_t code_of(int q, uint32_t b)
+{
+    if (b == 1)
+        return q > 0;
+    return (uint32_t)(q + (1 << (b - 1)) - 1);
+}
+
+/* Adaptive: groups of R weights, b blocks of R/8 bytes per group; byte i of
+ * block j of a w-bit plane holds stripes l = 0..8/w-1 of that block at bit
+ * offset 8 - w(l+1); stripe k of a group is weights [k R/8, (k+1) R/8). */
+static void pack_row_adaptive(const int8_t *q, uint32_t cols, uint32_t b, uint8_t *out)
+{
+    uint32_t R = FORMAT_PACKED_GROUP;
+    for (uint32_t g0 = 0; g0 < cols; g0 += R) {
+        uint32_t rg = cols - g0 >= R ? R : (uint32_t)sl_align_up(cols - g0, 8);
+        uint32_t S = rg / 8;
+        memset(out, 0, (size_t)b * S);
+        uint32_t shift = b; /* bits below the current plane */
+        uint8_t *blk = out;
+        for (const uint8_t *w = planes[b]; *w; w++) {
+            shift -= *w;
+            uint32_t per = 8 / *w; /* stripes per block */
+            for (uint32_t k = 0; k < 8; k++) {
+                uint8_t *byte = blk + (k / per) * S;
+                uint32_t bit = 8 - *w * (k % per + 1);
+                for (uint32_t i = 0; i < S; i++) {
+                    uint32_t j = g0 + k * S + i;
+                    if (j >= cols)
+                        continue;
+                    uint32_t u = code_of(q[j], b);
+                    byte[i] |= (uint8_t)(((u >> shift) & ((1u << *w) - 1)) << bit);
+                }
+            }
+            blk += (size_t)*w * S;
+        }
+        out += (size_t)b * S;
+    }
+}
+
+/* Bitplane: each plane stored sequentially, weight j's w bits at bit j*w
+ * (LSB first), planes padded to whole bytes over round_up(cols, 8) weights. */
+static void pack_row_bitplane(const int8_t *q, uint32_t cols, uint32_t b, uint8_t *out)
+{
+    uint32_t padded = (uint32_t)sl_align_up(cols, 8);
+    uint32_t shift = b;
+    for (const uint8_t *w = planes[b]; *w; w++) {
+        shift -= *w;
+        uint32_t bytes = padded * *w / 8;
+        memset(out, 0, bytes);
+        for (uint32_t j = 0; j < cols; j++) {
+            uint32_t u = (code_of(q[j], b) >> shift) & ((1u << *w) - 1);
+            uint32_t bit = j * *w;
+            out[bit / 8] |= (uint8_t)(u << (bit % 8));
+        }
+        out += bytes;
+    }
+}
+
+/* Int4int8: b <= 4 as two's complement nibbles (even weight in the low
+ * nibble), otherwise plain int8. */
+static void pack_row_int4int8(const int8_t *q, uint32_t cols, uint32_t b, uint8_t *out)
+{
+    if (b > 4) {
+        memcpy(out, q, cols);
+        return;
+    }
+    memset(out, 0, (cols + 1) / 2);
+    for (uint32_t j = 0; j < cols; j++)
+        out[j / 2] |= (uint8_t)((q[j] & 0xf) << (4 * (j % 2)));
+}
+
+int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, const float *scales,
+                   uint32_t rows, uint32_t cols, void **out, uint64_t *out_len,
+                   struct sl_err *err)
+{
+    const char *magic;
+    switch (encoding) {
+    case FORMAT_ENC_ADAPTIVE:
+        magic = "SLAD";
+        break;
+    case FORMAT_ENC_INT4INT8:
+        magic = "SL48";
+        break;
+    case FORMAT_ENC_BITPLANE:
+        magic = "SLBP";
+        break;
+    default:
+        sl_err_set(err, "pack: encoding %u is not packed", encoding);
+        return -EINVAL;
+    }
+    uint64_t data = 0;
+    for (uint32_t r = 0; r < rows; r++) {
+        if (widths[r] < 1 || widths[r] > 8) {
+            sl_err_set(err, "pack: row %u has width %u (1..8)", r, widths[r]);
+            return -EINVAL;
+        }
+        for (uint32_t c = 0; c < cols; c++) {
+            if (!in_grid(q[(size_t)r * cols + c], widths[r])) {
+                sl_err_set(err, "pack: code %d at row %u, column %u is outside the %u-bit grid",
+                           q[(size_t)r * cols + c], r, c, widths[r]);
+                return -EINVAL;
+            }
+        }
+        data += format_packed_row_bytes(encoding, widths[r], cols);
+    }
+    uint64_t prefix = format_packed_prefix_bytes(rows);
+    uint8_t *p = calloc(1, prefix + data);
+    if (!p) {
+        sl_err_set(err, "pack: out of memory (%" PRIu64 " bytes)", prefix + data);
+        return -ENOMEM;
+    }
+    memcpy(p, magic, 4);
+    sl_store_le32(p + 4, 1);
+    sl_store_le32(p + 8, rows);
+    sl_store_le32(p + 12, cols);
+    sl_store_le32(p + 16, encoding == FORMAT_ENC_ADAPTIVE ? FORMAT_PACKED_GROUP : 0);
+    sl_store_le64(p + 24, data);
+    uint8_t *wbits = p + FORMAT_PACKED_HEADER;
+    for (uint32_t r = 0; r < rows; r++) {
+        uint64_t bit = (uint64_t)r * 3;
+        uint32_t v = (uint32_t)(widths[r] - 1) << (bit % 8);
+        wbits[bit / 8] |= (uint8_t)v;
+        wbits[bit / 8 + 1] |= (uint8_t)(v >> 8);
+    }
+    uint8_t *sc = p + sl_align_up(FORMAT_PACKED_HEADER + (rows * 3 + 7) / 8 + 1, 64);
+    for (uint32_t r = 0; r < rows; r++)
+        sl_store_lef32(sc + 4 * r, scales[r]);
+    uint8_t *o = p + prefix;
+    for (uint32_t r = 0; r < rows; r++) {
+        const int8_t *qr = q + (size_t)r * cols;
+        if (encoding == FORMAT_ENC_ADAPTIVE)
+            pack_row_adaptive(qr, cols, widths[r], o);
+        else if (encoding == FORMAT_ENC_BITPLANE)
+            pack_row_bitplane(qr, cols, widths[r], o);
+        else
+            pack_row_int4int8(qr, cols, widths[r], o);
+        o += format_packed_row_bytes(encoding, widths[r], cols);
+    }
+    *out = p;
+    *out_len = prefix + data;
+    return 0;
+}
