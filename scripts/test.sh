@@ -2,7 +2,8 @@
 # test.sh: builds Sluice and runs every test.
 #   1. release build (warnings are errors), all tests (unit + integration)
 #   2. ASan+UBSan build, unit tests
-#   3. NEON kernels cross-built for aarch64 and run under qemu-user
+#   (the NEON kernels are cross-built for aarch64 and run under qemu-user as
+#   one of the tests)
 # Prints each test runner's summary; exits non-zero if anything failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -48,24 +49,6 @@ else
   echo "test.sh: sanitizer build failed" >&2; status=1
   summary="$summary
 asan+ubsan: BUILD FAILED"
-fi
-
-if [ -x "$ROOT/scripts/test-neon.sh" ]; then
-  echo "== NEON kernels under qemu-aarch64"
-  if "$ROOT/scripts/test-neon.sh"; then
-    summary="$summary
-neon (qemu-aarch64): passed"
-  else
-    rc=$?
-    if [ $rc = 77 ]; then
-      summary="$summary
-neon (qemu-aarch64): SKIPPED (cross compiler or qemu missing)"
-    else
-      status=1
-      summary="$summary
-neon (qemu-aarch64): FAILED"
-    fi
-  fi
 fi
 
 echo
