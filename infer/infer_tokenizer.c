@@ -128,43 +128,34 @@ static int is_control(const struct infer_tokenizer *t, int id)
     return (uint32_t)id == t->bos || (uint32_t)id == t->eos || id == 0;
 }
 
-int infer_tokenizer_encode(const struct infer_tokenizer *t, const char *text, int add_bos,
-                           int *tokens, uint32_t max, uint32_t *n_out)
+/* Code points (or byte fallbacks) of text[0..len), then merges; appends to
+ * tokens[0..max). */
+static int encode_piece(const struct infer_tokenizer *t, const char *text, size_t len,
+                        int *tokens, uint32_t max, uint32_t *n_out)
 {
-    uint32_t n = 0;
+    uint32_t n = 0, first = 0;
 #define PUSH(id)                                                                             \
     do {                                                                                     \
         if (n >= max)                                                                        \
             return -ENOSPC;                                                                  \
         tokens[n++] = (id);                                                                  \
     } while (0)
-    if (add_bos)
-        PUSH((int)t->bos);
-    uint32_t first = n; /* merges never involve BOS */
-    if (text[0] != '\0') {
-        /* SentencePiece's add_dummy_prefix: the text starts with a space */
-        int sp = lookup(t, " ", 1);
-        if (sp >= 0)
-            PUSH(sp);
-        else if (t->byte_id[' '] >= 0)
-            PUSH(t->byte_id[' ']);
-    }
-    const unsigned char *p = (const unsigned char *)text;
-    while (*p) {
+    const unsigned char *p = (const unsigned char *)text, *end = p + len;
+    while (p < end) {
         /* one UTF-8 code point: a lead byte and its continuation bytes (at most 4) */
-        uint32_t len = 1;
-        while (len < 4 && (p[len] & 0xc0) == 0x80)
-            len++;
-        int id = lookup(t, (const char *)p, len);
+        uint32_t cl = 1;
+        while (cl < 4 && p + cl < end && (p[cl] & 0xc0) == 0x80)
+            cl++;
+        int id = lookup(t, (const char *)p, cl);
         if (id >= 0 && !is_control(t, id)) {
             PUSH(id);
         } else {
-            for (uint32_t i = 0; i < len; i++) {
+            for (uint32_t i = 0; i < cl; i++) {
                 int b = t->byte_id[p[i]];
                 PUSH(b >= 0 ? b : 0); /* <unk> when the vocabulary has no byte tokens */
             }
         }
-        p += len;
+        p += cl;
     }
     /* merge the best adjacent pair until none merges */
     char *buf = NULL;
@@ -203,6 +194,81 @@ int infer_tokenizer_encode(const struct infer_tokenizer *t, const char *text, in
     *n_out = n;
     return 0;
 #undef PUSH
+}
+
+int infer_tokenizer_encode(const struct infer_tokenizer *t, const char *text, int add_bos,
+                           int *tokens, uint32_t max, uint32_t *n_out)
+{
+    uint32_t n = 0;
+    if (add_bos) {
+        if (max < 1)
+            return -ENOSPC;
+        tokens[n++] = (int)t->bos;
+    }
+    size_t len = strlen(text);
+    if (len == 0) {
+        *n_out = n;
+        return 0;
+    }
+    /* SentencePiece's add_dummy_prefix: the text starts with a space; the
+     * whole text is one piece (as llama2.c's run.c merges it) */
+    char *buf = malloc(len + 2);
+    if (!buf)
+        return -ENOMEM;
+    buf[0] = ' ';
+    memcpy(buf + 1, text, len + 1);
+    uint32_t k;
+    int ret = encode_piece(t, buf, len + 1, tokens + n, max - n, &k);
+    free(buf);
+    if (ret < 0)
+        return ret;
+    *n_out = n + k;
+    return 0;
+}
+
+int infer_tokenizer_encode_stream(const struct infer_tokenizer *t, const char *text, size_t len,
+                                  int **tokens, uint32_t *n_out)
+{
+    size_t cap = len + 16;
+    int *out = malloc(sizeof(int) * cap);
+    char *piece = malloc(len + 2);
+    if (!out || !piece) {
+        free(out);
+        free(piece);
+        return -ENOMEM;
+    }
+    uint32_t n = 0;
+    size_t i = 0;
+    int first = 1;
+    while (i < len) {
+        /* a piece: a space (the dummy prefix for the first) and the text up
+         * to the next space */
+        size_t j = i + (text[i] == ' ' ? 1 : 0);
+        while (j < len && text[j] != ' ')
+            j++;
+        size_t pl = 0;
+        if (first && text[i] != ' ')
+            piece[pl++] = ' ';
+        memcpy(piece + pl, text + i, j - i);
+        pl += j - i;
+        piece[pl] = 0;
+        first = 0;
+        uint32_t k;
+        /* encode without BOS and without another dummy prefix: the piece
+         * already starts with its space */
+        int ret = encode_piece(t, piece, pl, out + n, (uint32_t)(cap - n), &k);
+        if (ret < 0) {
+            free(out);
+            free(piece);
+            return ret;
+        }
+        n += k;
+        i = j;
+    }
+    free(piece);
+    *tokens = out;
+    *n_out = n;
+    return 0;
 }
 
 const char *infer_tokenizer_decode(const struct infer_tokenizer *t, int prev, int token,

@@ -1,12 +1,239 @@
-/* sluice_eval.c: `sluice eval` (being written; see docs/ARCHITECTURE.md). */
+/* sluice_eval.c: `sluice eval MODEL --ref REF --text FILE`: perplexity of both
+ * models and the KL divergence of MODEL's next-token distribution from REF's,
+ * with llama.cpp's `llama-perplexity --kl-divergence` conventions. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "infer.h"
+#include "quantizer.h"
 #include "sluice.h"
+#include "tools_calib.h"
+#include "tools_util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: sluice eval MODEL --ref REF --text FILE [--ctx N] [--max-chunks K] [--json]\n"
+            "                   [--tokenizer FILE]\n\n"
+            "Accuracy of MODEL (typically quantized) against REF (typically its float source)\n"
+            "on a text, as llama.cpp's llama-perplexity --kl-divergence measures it: the text\n"
+            "is tokenized as one stream, cut into chunks of N tokens (default min(context,\n"
+            "512)), the first token of each chunk replaced by BOS, and only the second half of\n"
+            "each chunk is scored. Reports the perplexity of both, the mean and 99th\n"
+            "percentile of KL(P_ref || P_model) per scored token, and how often both models'\n"
+            "most likely token agree (top-1). --json: one object with ppl, ppl_ref, kl_mean,\n"
+            "kl_p99, top1_agreement, tokens. Models may also be importable sources.\n");
+}
+
+/* log-softmax of logits[n] into out (double) */
+static void log_softmax(const float *l, uint32_t n, double *out)
+{
+    double m = l[0];
+    for (uint32_t i = 1; i < n; i++)
+        m = l[i] > m ? l[i] : m;
+    double s = 0;
+    for (uint32_t i = 0; i < n; i++)
+        s += exp((double)l[i] - m);
+    double ls = log(s) + m;
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = (double)l[i] - ls;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int open_model(const char *path, const char *tokenizer, char *tmp, size_t tmplen,
+                      struct infer_model **m, struct sl_err *err)
+{
+    enum quantizer_source kind;
+    int ret = quantizer_source_detect(path, &kind, err);
+    if (ret < 0)
+        return ret;
+    if (kind != QUANTIZER_SRC_SLUICE) {
+        const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+        snprintf(tmp, tmplen, "%s/sluice-eval-%d-%p.sluice", dir, (int)getpid(), (void *)m);
+        struct quantizer_import_opts o = {.tokenizer = tokenizer, .dtype = -1};
+        ret = quantizer_import(path, &o, tmp, err);
+        if (ret < 0)
+            return ret;
+        path = tmp;
+    }
+    return infer_model_load(path, NULL, m, err);
+}
 
 int cmd_eval(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "sluice eval: not available in this build yet\n");
-    return 1;
+    const char *model = NULL, *ref = NULL, *text = NULL, *tokenizer = NULL;
+    uint32_t ctx = 0, max_chunks = 0;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int bad = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--ref") && i + 1 < argc) {
+            ref = argv[++i];
+        } else if (!strcmp(a, "--text") && i + 1 < argc) {
+            text = argv[++i];
+        } else if (!strcmp(a, "--tokenizer") && i + 1 < argc) {
+            tokenizer = argv[++i];
+        } else if (!strcmp(a, "--ctx") && i + 1 < argc) {
+            bad = tools_parse_u32(argv[++i], &ctx) || ctx < 4;
+        } else if (!strcmp(a, "--max-chunks") && i + 1 < argc) {
+            bad = tools_parse_u32(argv[++i], &max_chunks);
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (a[0] == '-' || model) {
+            usage(stderr);
+            return 2;
+        } else {
+            model = a;
+        }
+        if (bad) {
+            fprintf(stderr, "sluice eval: bad value for %s: '%s'\n", a, argv[i]);
+            return 2;
+        }
+    }
+    if (!model || !ref || !text) {
+        usage(stderr);
+        return 2;
+    }
+    struct sl_err err = {{0}};
+    char tmp_m[4096] = "", tmp_r[4096] = "";
+    struct infer_model *mm = NULL, *mr = NULL;
+    struct infer_state *sm = NULL, *sr = NULL;
+    struct infer_tokenizer *tk = NULL;
+    int *ids = NULL;
+    float *lm = NULL, *lr = NULL;
+    double *pm = NULL, *pr = NULL, *kls = NULL;
+    int status = 1;
+    if (open_model(model, tokenizer, tmp_m, sizeof tmp_m, &mm, &err) < 0 ||
+        open_model(ref, tokenizer, tmp_r, sizeof tmp_r, &mr, &err) < 0)
+        goto fail;
+    const struct format_config *c = infer_model_config(mm), *cr = infer_model_config(mr);
+    if (c->vocab_size != cr->vocab_size || c->bos_id != cr->bos_id) {
+        sl_err_set(&err, "%s and %s have different vocabularies", model, ref);
+        goto fail;
+    }
+    if (ctx == 0)
+        ctx = c->seq_len < 512 ? c->seq_len : 512;
+    if (ctx > c->seq_len || ctx > cr->seq_len) {
+        sl_err_set(&err, "--ctx %u exceeds the context length (%u)", ctx, c->seq_len);
+        goto fail;
+    }
+    uint32_t n;
+    if (infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(mm)), c, &tk, &err) < 0 ||
+        tools_tokenize_file(tk, text, &ids, &n, &err) < 0)
+        goto fail;
+    uint32_t n_chunks = n / ctx;
+    if (max_chunks && n_chunks > max_chunks)
+        n_chunks = max_chunks;
+    if (n_chunks == 0) {
+        sl_err_set(&err, "%s: %u tokens, fewer than one chunk of %u", text, n, ctx);
+        goto fail;
+    }
+    uint32_t V = c->vocab_size, first = ctx / 2;
+    uint32_t per_chunk = ctx - 1 - first;
+    lm = malloc(sizeof(float) * (size_t)ctx * V);
+    lr = malloc(sizeof(float) * (size_t)ctx * V);
+    pm = malloc(sizeof(double) * V);
+    pr = malloc(sizeof(double) * V);
+    kls = malloc(sizeof(double) * (size_t)n_chunks * per_chunk);
+    if (!lm || !lr || !pm || !pr || !kls || infer_state_create(mm, ctx, &sm, &err) < 0 ||
+        infer_state_create(mr, ctx, &sr, &err) < 0) {
+        if (!err.msg[0])
+            sl_err_set(&err, "out of memory");
+        goto fail;
+    }
+    double nll_m = 0, nll_r = 0, kl_sum = 0;
+    uint64_t scored = 0, agree = 0;
+    struct tools_progress prog;
+    tools_progress_init(&prog, "eval");
+    for (uint32_t k = 0; k < n_chunks; k++) {
+        int *chunk = ids + (size_t)k * ctx;
+        int saved = chunk[0];
+        chunk[0] = (int)c->bos_id;
+        if (infer_forward(mm, sm, chunk, ctx, 0, lm, INFER_LOGITS_ALL, &err) < 0 ||
+            infer_forward(mr, sr, chunk, ctx, 0, lr, INFER_LOGITS_ALL, &err) < 0)
+            goto fail;
+        for (uint32_t j = first; j + 1 < ctx; j++) {
+            const float *a = lm + (size_t)j * V, *b = lr + (size_t)j * V;
+            log_softmax(a, V, pm);
+            log_softmax(b, V, pr);
+            int next = chunk[j + 1];
+            nll_m -= pm[next];
+            nll_r -= pr[next];
+            double kl = 0;
+            uint32_t am = 0, ar = 0;
+            for (uint32_t v = 0; v < V; v++) {
+                kl += exp(pr[v]) * (pr[v] - pm[v]);
+                if (a[v] > a[am])
+                    am = v;
+                if (b[v] > b[ar])
+                    ar = v;
+            }
+            kls[scored] = kl > 0 ? kl : 0;
+            kl_sum += kls[scored];
+            agree += am == ar;
+            scored++;
+        }
+        chunk[0] = saved;
+        tools_progress_cb(&prog, "chunks", k + 1, n_chunks);
+    }
+    tools_progress_end(&prog);
+    qsort(kls, scored, sizeof(double), cmp_double);
+    double ppl = exp(nll_m / scored), ppl_ref = exp(nll_r / scored);
+    double kl_mean = kl_sum / scored;
+    double kl_p99 = kls[(size_t)((scored - 1) * 0.99)];
+    double top1 = (double)agree / scored;
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "ppl", ppl);
+        cJSON_AddNumberToObject(o, "ppl_ref", ppl_ref);
+        cJSON_AddNumberToObject(o, "kl_mean", kl_mean);
+        cJSON_AddNumberToObject(o, "kl_p99", kl_p99);
+        cJSON_AddNumberToObject(o, "top1_agreement", top1);
+        cJSON_AddNumberToObject(o, "tokens", (double)scored);
+        cJSON_AddNumberToObject(o, "ctx", ctx);
+        cJSON_AddNumberToObject(o, "chunks", n_chunks);
+        char *s = cJSON_PrintUnformatted(o);
+        printf("%s\n", s);
+        free(s);
+        cJSON_Delete(o);
+    } else {
+        printf("%s vs %s on %s: %llu scored tokens (%u chunks of %u)\n", model, ref, text,
+               (unsigned long long)scored, n_chunks, ctx);
+        printf("perplexity %.4f (ref %.4f)\nKL divergence mean %.6f, p99 %.6f\ntop-1 agreement "
+               "%.2f%%\n",
+               ppl, ppl_ref, kl_mean, kl_p99, 100 * top1);
+    }
+    status = 0;
+fail:
+    if (status)
+        fprintf(stderr, "sluice eval: %s\n", err.msg);
+    free(ids);
+    free(lm);
+    free(lr);
+    free(pm);
+    free(pr);
+    free(kls);
+    infer_state_destroy(sm);
+    infer_state_destroy(sr);
+    infer_tokenizer_destroy(tk);
+    infer_model_destroy(mm);
+    infer_model_destroy(mr);
+    if (tmp_m[0])
+        unlink(tmp_m);
+    if (tmp_r[0])
+        unlink(tmp_r);
+    return status;
 }

@@ -110,6 +110,14 @@ void infer_tokenizer_destroy(struct infer_tokenizer *t);
 int infer_tokenizer_encode(const struct infer_tokenizer *t, const char *text, int add_bos,
                            int *tokens, uint32_t max, uint32_t *n);
 
+/* Encodes a long text as one token stream (no BOS; one dummy-prefix space at
+ * the start) in linear time: the text is cut before every space and each
+ * piece is merged on its own, which is what SentencePiece's default
+ * split_by_whitespace training guarantees its vocabulary never crosses.
+ * *tokens is malloc'ed. For evaluation and calibration text. */
+int infer_tokenizer_encode_stream(const struct infer_tokenizer *t, const char *text, size_t len,
+                                  int **tokens, uint32_t *n);
+
 /* The bytes a token prints as, following llama2.c's run.c: the leading
  * space of a piece after BOS is dropped, <0xXX> pieces become the raw byte.
  * *len receives the byte count (pieces may contain NUL). */

@@ -105,6 +105,81 @@ int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, co
                    uint32_t rows, uint32_t cols, void **out, uint64_t *out_len,
                    struct sl_err *err);
 
+/* ==== quantization (EdgeFlow 4.1) =========================================== */
+
+/* Relative error of a channel quantized to `bits` (closed form, Appendix A):
+ * (max|W_i|)^2 / (2^(2 bits) E[W_i^2]). */
+double quantizer_re_proxy(double max_abs, double mean_sq, uint32_t bits);
+/* The exact cosine distance 1 - cos(W_i, dequant(quant(W_i))), for testing
+ * the proxy. */
+double quantizer_re_exact(const float *w, uint32_t n, uint32_t bits);
+
+/* Symmetric per-channel quantization: scale = max|w| / (2^(b-1) - 1) for
+ * b >= 2, mean|w| for b = 1 (sign x scale; the L2-optimal sign scale);
+ * q = clamp(rint(w / scale)) on the grid [-(2^(b-1)-1), 2^(b-1)-1]. */
+float quantizer_channel_scale(const float *w, uint32_t n, uint32_t b);
+void quantizer_channel_quantize(const float *w, uint32_t n, uint32_t b, float scale, int8_t *q);
+
+/* Greedy bit allocation (Algorithm 1): every channel starts at 1 bit; the
+ * channel whose next bit buys the largest weighted RE reduction per weight
+ * (re[c*9 + b] - re[c*9 + b + 1]) * weight[c] / cost[c] gets it, until the
+ * budget avg_bits * sum(cost) is spent; widths <= 8. re is [n][9] (index 1..8
+ * used); weight NULL = 1; cost NULL = 1 (the paper's per-tensor case, where
+ * the result is optimal because the gains decrease with B). O(n log n). */
+int quantizer_allocate(uint32_t n, const double *re, const double *weight, const uint64_t *cost,
+                       double avg_bits, uint8_t *widths);
+
+/* Calibration statistics, gathered through the runtime's observer. */
+struct quantizer_calib;
+int quantizer_calib_create(const struct format_config *cfg, uint32_t sample_rows,
+                           struct quantizer_calib **out);
+void quantizer_calib_destroy(struct quantizer_calib *c);
+/* Matches infer_observe_fn; ctx is the quantizer_calib. */
+void quantizer_calib_observe(void *ctx, int layer, uint32_t role, const float *x, uint32_t rows,
+                             uint32_t in_cols, const float *y, uint32_t out_cols);
+int quantizer_calib_ok(const struct quantizer_calib *c); /* 0 after an allocation failure */
+
+enum quantizer_method {
+    QUANTIZER_METHOD_EDGEFLOW = 0, /* NPU-aware smoothing + RE greedy allocation */
+    QUANTIZER_METHOD_UNIFORM,      /* per-channel INT-b, no smoothing */
+    QUANTIZER_METHOD_SMOOTHQUANT,  /* SmoothQuant migration (alpha 0.5), INT-b */
+    QUANTIZER_METHOD_CMPQ,         /* allocation weighted by activation magnitude, no smoothing */
+    QUANTIZER_METHOD_COUNT
+};
+const char *quantizer_method_name(enum quantizer_method m);
+int quantizer_method_parse(const char *s, enum quantizer_method *out);
+
+enum quantizer_budget {
+    QUANTIZER_BUDGET_TENSOR = 0, /* avg bits per tensor (the paper) */
+    QUANTIZER_BUDGET_GLOBAL = 1, /* avg bits over all quantized weights of the model */
+};
+
+struct quantizer_opts {
+    enum quantizer_method method;
+    double bits;                 /* average bits per weight, 1..8 (integer for uniform/smoothquant) */
+    enum quantizer_budget budget;
+    int act_dynamic;             /* 1: no static activation scales (act_scale 0) */
+    double alpha;                /* < 0: grid search (edgeflow); else this alpha */
+    uint32_t encoding;           /* FORMAT_ENC_ADAPTIVE (default), _INT4INT8 or _BITPLANE */
+    quantizer_progress_fn progress;
+    void *progress_ctx;
+};
+
+struct quantizer_report {
+    uint64_t file_bytes;
+    uint64_t weights;            /* quantized weights */
+    uint64_t code_bytes;         /* their bytes (codes, widths, scales) */
+    uint32_t hist[FORMAT_ROLE_COUNT][FORMAT_MAX_BITS + 1]; /* channels per width per role */
+    double mean_alpha;           /* mean chosen alpha over smoothing groups (edgeflow) */
+};
+
+/* Quantizes the float container `src` with calibration `calib` into `out`
+ * (written atomically): linear weights (and the embedding) packed per the
+ * method; norms stay float (with smoothing folded in). */
+int quantizer_quantize(const char *src, const struct quantizer_calib *calib,
+                       const struct quantizer_opts *opts, const char *out,
+                       struct quantizer_report *rep, struct sl_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,125 @@
+/* quantizer_calib.c: calibration statistics of every linear layer, fed by
+ * the runtime's observer (the tool wires it; the quantizer does not link the
+ * runtime): per input channel max|x| (S_I), per output channel max|y| (S_O),
+ * and a bounded, deterministic reservoir sample of input rows for the
+ * smoothing search. Layers that share an input (Q/K/V; gate/up) are recorded
+ * once, under the first of them. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quantizer_internal.h"
+
+static int slot_of(const struct format_config *c, int layer, uint32_t role)
+{
+    if (role == FORMAT_ROLE_CLASSIFIER)
+        return (int)c->n_layers * FORMAT_ROLE_COUNT;
+    if (layer < 0 || (uint32_t)layer >= c->n_layers || !format_role_is_linear(role))
+        return -1;
+    return layer * FORMAT_ROLE_COUNT + (int)role;
+}
+
+int quantizer_calib_create(const struct format_config *cfg, uint32_t sample_rows,
+                           struct quantizer_calib **out)
+{
+    struct quantizer_calib *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    c->cfg = *cfg;
+    c->sample_rows = sample_rows;
+    c->n_slots = cfg->n_layers * FORMAT_ROLE_COUNT + 1;
+    c->slots = calloc(c->n_slots, sizeof *c->slots);
+    if (!c->slots) {
+        free(c);
+        return -ENOMEM;
+    }
+    c->rng = 0x5eed5eed5eed5eedull;
+    *out = c;
+    return 0;
+}
+
+void quantizer_calib_destroy(struct quantizer_calib *c)
+{
+    if (!c)
+        return;
+    for (uint32_t i = 0; i < c->n_slots; i++) {
+        free(c->slots[i].in_max);
+        free(c->slots[i].out_max);
+        free(c->slots[i].sample);
+    }
+    free(c->slots);
+    free(c);
+}
+
+const struct quantizer_calib_slot *quantizer_calib_slot(const struct quantizer_calib *c,
+                                                        int layer, uint32_t role)
+{
+    int s = slot_of(&c->cfg, layer, role);
+    return s < 0 ? NULL : &c->slots[s];
+}
+
+static uint64_t next_rand(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+void quantizer_calib_observe(void *ctx, int layer, uint32_t role, const float *x, uint32_t rows,
+                             uint32_t in_cols, const float *y, uint32_t out_cols)
+{
+    struct quantizer_calib *c = ctx;
+    int s = slot_of(&c->cfg, layer, role);
+    if (s < 0)
+        return;
+    struct quantizer_calib_slot *sl = &c->slots[s];
+    /* Only the first role of a shared-input group keeps the input statistics
+     * and samples (Q/K/V see one input, gate/up another); every role keeps
+     * its output maxima. */
+    int keep_inputs = !(role == FORMAT_ROLE_WK || role == FORMAT_ROLE_WV ||
+                        role == FORMAT_ROLE_W_UP);
+    if (!sl->out_max) {
+        sl->in_cols = in_cols;
+        sl->out_cols = out_cols;
+        sl->out_max = calloc(out_cols, sizeof(float));
+        if (keep_inputs) {
+            sl->in_max = calloc(in_cols, sizeof(float));
+            sl->sample = calloc((size_t)c->sample_rows * in_cols, sizeof(float));
+        }
+        if (!sl->out_max || (keep_inputs && (!sl->in_max || !sl->sample))) {
+            c->failed = 1;
+            return;
+        }
+    }
+    if (sl->in_cols != in_cols || sl->out_cols != out_cols) {
+        c->failed = 1;
+        return;
+    }
+    for (uint32_t r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * in_cols;
+        const float *yr = y + (size_t)r * out_cols;
+        for (uint32_t j = 0; j < out_cols; j++)
+            if (fabsf(yr[j]) > sl->out_max[j])
+                sl->out_max[j] = fabsf(yr[j]);
+        if (!keep_inputs)
+            continue;
+        for (uint32_t j = 0; j < in_cols; j++)
+            if (fabsf(xr[j]) > sl->in_max[j])
+                sl->in_max[j] = fabsf(xr[j]);
+        /* reservoir sampling (Algorithm R) of input rows */
+        uint64_t seen = sl->rows_seen++;
+        uint64_t slot = seen < c->sample_rows ? seen : next_rand(&c->rng) % (seen + 1);
+        if (slot < c->sample_rows) {
+            memcpy(sl->sample + slot * in_cols, xr, sizeof(float) * in_cols);
+            if (seen < c->sample_rows)
+                sl->n_sample++;
+        }
+    }
+}
+
+int quantizer_calib_ok(const struct quantizer_calib *c)
+{
+    return !c->failed;
+}
