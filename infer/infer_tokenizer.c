@@ -128,18 +128,29 @@ static int is_control(const struct infer_tokenizer *t, int id)
     return (uint32_t)id == t->bos || (uint32_t)id == t->eos || id == 0;
 }
 
-/* Code points (or byte fallbacks) of text[0..len), then merges; appends to
- * tokens[0..max). */
-static int encode_piece(const struct infer_tokenizer *t, const char *text, size_t len,
-                        int *tokens, uint32_t max, uint32_t *n_out)
+/* An optional dummy-prefix space, the code points (or byte fallbacks) of
+ * text[0..len), then merges; writes tokens[0..max). The dummy prefix is a
+ * token of its own before the text's first code point (as run.c pushes it),
+ * never grouped with a continuation byte that starts the text; merges then
+ * run over both. */
+static int encode_piece(const struct infer_tokenizer *t, int dummy_prefix, const char *text,
+                        size_t len, int *tokens, uint32_t max, uint32_t *n_out)
 {
-    uint32_t n = 0, first = 0;
+    uint32_t n = 0;
 #define PUSH(id)                                                                             \
     do {                                                                                     \
         if (n >= max)                                                                        \
             return -ENOSPC;                                                                  \
         tokens[n++] = (id);                                                                  \
     } while (0)
+    if (dummy_prefix) {
+        /* SentencePiece's add_dummy_prefix */
+        int sp = lookup(t, " ", 1);
+        if (sp >= 0 && !is_control(t, sp))
+            PUSH(sp);
+        else
+            PUSH(t->byte_id[' '] >= 0 ? t->byte_id[' '] : 0);
+    }
     const unsigned char *p = (const unsigned char *)text, *end = p + len;
     while (p < end) {
         /* one UTF-8 code point: a lead byte and its continuation bytes (at most 4) */
@@ -164,7 +175,7 @@ static int encode_piece(const struct infer_tokenizer *t, const char *text, size_
         float best = -1e30f;
         int best_id = -1;
         uint32_t best_i = 0;
-        for (uint32_t i = first; i + 1 < n; i++) {
+        for (uint32_t i = 0; i + 1 < n; i++) {
             uint32_t a = t->lens[tokens[i]], b = t->lens[tokens[i + 1]];
             if (a + b > cap) {
                 char *nb = realloc(buf, (a + b) * 2);
@@ -210,16 +221,9 @@ int infer_tokenizer_encode(const struct infer_tokenizer *t, const char *text, in
         *n_out = n;
         return 0;
     }
-    /* SentencePiece's add_dummy_prefix: the text starts with a space; the
-     * whole text is one piece (as llama2.c's run.c merges it) */
-    char *buf = malloc(len + 2);
-    if (!buf)
-        return -ENOMEM;
-    buf[0] = ' ';
-    memcpy(buf + 1, text, len + 1);
+    /* the whole text is one piece, as llama2.c's run.c merges it */
     uint32_t k;
-    int ret = encode_piece(t, buf, len + 1, tokens + n, max - n, &k);
-    free(buf);
+    int ret = encode_piece(t, 1, text, len, tokens + n, max - n, &k);
     if (ret < 0)
         return ret;
     *n_out = n + k;
@@ -231,41 +235,28 @@ int infer_tokenizer_encode_stream(const struct infer_tokenizer *t, const char *t
 {
     size_t cap = len + 16;
     int *out = malloc(sizeof(int) * cap);
-    char *piece = malloc(len + 2);
-    if (!out || !piece) {
-        free(out);
-        free(piece);
+    if (!out)
         return -ENOMEM;
-    }
     uint32_t n = 0;
     size_t i = 0;
     int first = 1;
     while (i < len) {
-        /* a piece: a space (the dummy prefix for the first) and the text up
-         * to the next space */
+        /* a piece: the text from a space up to the next space; the first
+         * piece gets the dummy prefix (a token of its own, as in
+         * infer_tokenizer_encode) */
         size_t j = i + (text[i] == ' ' ? 1 : 0);
         while (j < len && text[j] != ' ')
             j++;
-        size_t pl = 0;
-        if (first && text[i] != ' ')
-            piece[pl++] = ' ';
-        memcpy(piece + pl, text + i, j - i);
-        pl += j - i;
-        piece[pl] = 0;
-        first = 0;
         uint32_t k;
-        /* encode without BOS and without another dummy prefix: the piece
-         * already starts with its space */
-        int ret = encode_piece(t, piece, pl, out + n, (uint32_t)(cap - n), &k);
+        int ret = encode_piece(t, first, text + i, j - i, out + n, (uint32_t)(cap - n), &k);
+        first = 0;
         if (ret < 0) {
             free(out);
-            free(piece);
             return ret;
         }
         n += k;
         i = j;
     }
-    free(piece);
     *tokens = out;
     *n_out = n;
     return 0;

@@ -1,7 +1,8 @@
 /* test_tokenizer.c: byte-pair encoding on a small hand-made vocabulary:
  * dummy prefix, merges by highest score, byte fallback, BOS, decoding rules
  * (leading space after BOS, <0xXX> pieces), printability, and the encoder's
- * output buffer limit; plus the real kjv6L vocabulary when ../shared is here. */
+ * output buffer limit, random round trips, and the stream encoder against
+ * the whole-text one. The real vocabularies are covered by test_golden. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,20 @@ static void test_encode(void **st)
     assert_int_equal(ids[1], id_of("b"));
     assert_int_equal(ids[2], id_of("<0xC3>"));
     assert_int_equal(ids[3], id_of("<0xA9>"));
+    /* the dummy prefix is a token of its own, never grouped with a
+     * continuation byte that starts the text (run.c pushes it first) */
+    assert_int_equal(infer_tokenizer_encode(t, "\x98" "a", 0, ids, 32, &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], id_of(" "));
+    assert_int_equal(ids[1], id_of("<0x98>"));
+    assert_int_equal(ids[2], id_of("a"));
+    /* a space inside the text is grouped with its continuation bytes like
+     * any lead byte (run.c's rule), so both fall back to bytes */
+    assert_int_equal(infer_tokenizer_encode(t, "a \x98", 0, ids, 32, &n), 0);
+    assert_int_equal(n, 4);
+    assert_int_equal(ids[1], id_of("a"));
+    assert_int_equal(ids[2], id_of("<0x20>"));
+    assert_int_equal(ids[3], id_of("<0x98>"));
     /* empty text: just BOS */
     assert_int_equal(infer_tokenizer_encode(t, "", 1, ids, 32, &n), 0);
     assert_int_equal(n, 1);
@@ -131,6 +146,38 @@ static void test_roundtrip_random(void **st)
     infer_tokenizer_destroy(t);
 }
 
+/* The stream encoder cuts before spaces; with a vocabulary whose tokens
+ * never hold a space after their first byte it must equal the whole-text
+ * encoder (without BOS), on random texts rich in spaces and merges. */
+static void test_stream_equals_whole(void **st)
+{
+    (void)st;
+    struct infer_tokenizer *t;
+    struct sl_err err;
+    assert_int_equal(infer_tokenizer_create(&tok, &cfg, &t, &err), 0);
+    struct test_rng rng;
+    test_rng_init(&rng, test_seed());
+    const char alphabet[] = "abc  \x98\xc3\xa9z";
+    for (int k = 0; k < 300; k++) {
+        char text[64];
+        int len = (int)test_rng_below(&rng, 63);
+        for (int i = 0; i < len; i++)
+            text[i] = alphabet[test_rng_below(&rng, sizeof alphabet - 1)];
+        text[len] = 0;
+        int whole[200];
+        uint32_t nw;
+        assert_int_equal(infer_tokenizer_encode(t, text, 0, whole, 200, &nw), 0);
+        int *stream;
+        uint32_t ns;
+        assert_int_equal(infer_tokenizer_encode_stream(t, text, (size_t)len, &stream, &ns), 0);
+        assert_int_equal(ns, nw);
+        if (nw)
+            assert_memory_equal(stream, whole, nw * sizeof(int));
+        free(stream);
+    }
+    infer_tokenizer_destroy(t);
+}
+
 int main(void)
 {
     build_vocab();
@@ -138,6 +185,7 @@ int main(void)
         cmocka_unit_test(test_encode),
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_roundtrip_random),
+        cmocka_unit_test(test_stream_equals_whole),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);
     for (int i = 0; i < NT; i++)
