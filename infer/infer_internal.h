@@ -98,9 +98,14 @@ void infer_op_swiglu(float *h, const float *g, const float *u, size_t n);
 /* x[i] += y[i] */
 void infer_op_add(float *x, const float *y, size_t n);
 
-/* y[n][rows] = x[n][cols] W^T for float weights. */
+/* y[n][rows] = x[n][cols] W^T for float weights W [rows][cols]
+ * (infer_matmul.c: cache-blocked, AVX-512/AVX2/scalar by CPU). */
 void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, uint32_t rows,
                          uint32_t cols);
+/* The same for output columns [r0, r1) only (y keeps row stride rows), so
+ * workers can split one matmul by output rows. */
+void infer_op_matmul_f32_range(float *y, const float *x, const float *w, uint32_t n,
+                               uint32_t rows, uint32_t cols, uint32_t r0, uint32_t r1);
 
 /* The int8 path of a linear for output rows [r0, r1): quantize x per tensor
  * with s (act_scale or dynamic over all n rows), int32 GEMM, dequantize:

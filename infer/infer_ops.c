@@ -98,36 +98,6 @@ void infer_op_add(float *x, const float *y, size_t n)
         x[i] += y[i];
 }
 
-/* Dot product with 8 independent partial sums, which the compiler turns into
- * vector code without reassociation flags. */
-static float dot_f32(const float *a, const float *b, uint32_t n)
-{
-    float acc[8] = {0};
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += a[i + j] * b[i + j];
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, uint32_t rows,
-                         uint32_t cols)
-{
-    /* Blocks of 64 weight rows stay in cache while every input row passes. */
-    for (uint32_t r0 = 0; r0 < rows; r0 += 64) {
-        uint32_t r1 = r0 + 64 < rows ? r0 + 64 : rows;
-        for (uint32_t i = 0; i < n; i++) {
-            const float *xi = x + (size_t)i * cols;
-            float *yi = y + (size_t)i * rows;
-            for (uint32_t r = r0; r < r1; r++)
-                yi[r] = dot_f32(xi, w + (size_t)r * cols, cols);
-        }
-    }
-}
-
 int infer_op_embed(const struct infer_model *m, const int *tokens, uint32_t n, float *x,
                    struct sl_err *err)
 {

@@ -111,7 +111,7 @@ static void check_source(const struct source *s)
         assert_int_equal(infer_state_create(m, 64, &st, &err), 0);
         if (infer_forward(m, st, ids, (uint32_t)(n - 1), 0, lg, INFER_LOGITS_ALL, &err) < 0)
             fail_msg("forward: %s", err.msg);
-        double worst = 0;
+        double worst = 0, worst_gap = 0;
         int top1_diff = 0;
         for (int p = 0; p < n - 1; p++) {
             const float *a = lg + (size_t)p * V, *b = gold + (size_t)p * V;
@@ -125,19 +125,29 @@ static void check_source(const struct source *s)
                 if (b[v] > b[bm])
                     bm = v;
             }
-            top1_diff += am != bm;
+            if (am != bm) {
+                top1_diff++;
+                /* how far below the golden best our pick is in the golden logits */
+                double gap = (double)b[bm] - b[am];
+                if (gap > worst_gap)
+                    worst_gap = gap;
+            }
             /* greedy continuation: past the prompt, the golden id is the argmax */
             if (p + 1 >= (int)np && !s->bf16)
                 assert_int_equal((int)am, ids[p + 1]);
         }
         fprintf(stderr, "%s case %d: %d positions, max |logit - golden| = %.3g, top-1 "
-                        "differences %d\n", s->file, k, n - 1, worst, top1_diff);
+                        "differences %d (golden margin there at most %.3g)\n", s->file, k,
+                n - 1, worst, top1_diff, worst_gap);
         if (s->bf16) {
-            /* BF16 weights: 8-bit mantissas, so logits differ by rounding (the
-             * shared README measured max 0.06). Near-ties in the float model can
-             * flip (1 of 207 positions in case 1): allow 2% top-1 differences */
-            assert_true(worst < 0.15);
-            assert_true(top1_diff * 50 <= n - 1);
+            /* BF16 weights keep 8 of float32's 24 mantissa bits (relative
+             * rounding 2^-9 per weight), so logits of magnitude ~10 move by a
+             * few hundredths: the shared README measured max 0.06, we bound it
+             * by 0.1. The top-1 may then differ only at near-ties, where the
+             * golden logit of our pick is within 2 * 0.1 of the golden best
+             * (each of the two logits moved by at most 0.1). */
+            assert_true(worst < 0.1);
+            assert_true(worst_gap <= 2 * 0.1);
         } else {
             assert_true(worst < 1e-4);
             assert_int_equal(top1_diff, 0);
@@ -155,8 +165,22 @@ static void check_source(const struct source *s)
             snprintf(outp, sizeof outp, "%s/run.txt", tmpdir());
             char pfile[4096];
             snprintf(pfile, sizeof pfile, "%s/%s.greedy%d.prompt.txt", gdir, s->model, k);
-            assert_int_equal(test_system("'%s' run '%s' -p \"$(cat '%s')\" -n %u > '%s' 2>/dev/null",
-                                         bin, path, pfile, 129 - np, outp), 0);
+            /* case 1 runs the source file itself (imported to a temporary
+             * container by `run`), the others the imported container */
+            char model_arg[8192];
+            if (k == 1) {
+                const char *mdir = test_shared_path("models");
+                if (s->tokenizer)
+                    snprintf(model_arg, sizeof model_arg, "'%s/%s' --tokenizer '%s/%s'", mdir,
+                             s->file, mdir, s->tokenizer);
+                else
+                    snprintf(model_arg, sizeof model_arg, "'%s/%s'", mdir, s->file);
+            } else {
+                snprintf(model_arg, sizeof model_arg, "'%s'", path);
+            }
+            assert_int_equal(test_system("TMPDIR='%s' '%s' run %s -p \"$(cat '%s')\" -n %u > '%s' "
+                                         "2>/dev/null",
+                                         tmpdir(), bin, model_arg, pfile, 129 - np, outp), 0);
             char *got = test_read_file(outp, NULL);
             assert_non_null(got);
             assert_string_equal(got, want);

@@ -3,10 +3,12 @@
  * GQA attention with softmax, SwiGLU, the blocked float matmul, and the int8
  * linear (quantize, int32 GEMM, dequantize) against double arithmetic. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "infer_internal.h"
+#include "infer_matmul.h"
 #include "npu.h"
 #include "testutil.h"
 
@@ -55,7 +57,20 @@ static void test_rope(void **st)
                 assert_float_equal(x[r * H * HD + h * HD + 2 * i], e0, 1e-4);
                 assert_float_equal(x[r * H * HD + h * HD + 2 * i + 1], e1, 1e-4);
             }
-    /* norms are preserved (a rotation) */
+    /* a rotation: each pair keeps its length; a large theta (Llama 3's
+     * 500000) changes only the frequencies */
+    for (int i = 0; i < N * H * HD; i += 2)
+        assert_float_equal(hypot(x[i], x[i + 1]), hypot(ref[i], ref[i + 1]), 1e-4);
+    memcpy(x, ref, sizeof x);
+    infer_op_rope(x, 1, H, HD, 0, 500000.0f);
+    for (int i = 0; i < H * HD; i++)
+        assert_true(x[i] == ref[i]); /* position 0: the identity */
+    infer_op_rope(x + H * HD, 1, H, HD, 7, 500000.0f);
+    for (int i = 0; i < HD / 2; i++) {
+        double ang = 7 * pow(500000.0, -2.0 * i / HD);
+        const float *a = ref + H * HD + 2 * i;
+        assert_float_equal(x[H * HD + 2 * i], a[0] * cos(ang) - a[1] * sin(ang), 1e-4);
+    }
 }
 
 static void test_attention_gqa(void **st)
@@ -136,6 +151,73 @@ static void test_matmul(void **st)
     free(y);
 }
 
+/* Every available SIMD kernel against the scalar reference over a matrix of
+ * shapes (tile remainders in rows and input rows, column tails of every
+ * length mod 16), within float rounding of the dot products: they sum in a
+ * different order and with FMA, so |diff| <= 1e-5 * sum |x| |w|. The range
+ * form writes only its columns. */
+static void test_matmul_kernels(void **st)
+{
+    (void)st;
+    static const uint32_t ns[] = {1, 2, 3, 4, 5, 7, 9};
+    static const uint32_t rs[] = {1, 2, 3, 4, 5, 6, 7, 8, 13, 70};
+    static const uint32_t cs[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 259};
+    enum { MAXN = 9, MAXR = 70, MAXC = 259 };
+    float *x = malloc(sizeof(float) * MAXN * MAXC), *w = malloc(sizeof(float) * MAXR * MAXC);
+    float *ref = malloc(sizeof(float) * MAXN * MAXR), *y = malloc(sizeof(float) * MAXN * MAXR);
+    assert_true(x && w && ref && y);
+    int tested[INFER_MATMUL_COUNT] = {0};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof rs / sizeof rs[0]; b++)
+            for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+                uint32_t n = ns[a], R = rs[b], C = cs[c];
+                fill(x, (size_t)n * C, 1.0f);
+                fill(w, (size_t)R * C, 0.5f);
+                infer_matmul_f32_kernel(INFER_MATMUL_SCALAR, ref, x, w, n, R, C, 0, R);
+                for (int k = 1; k < INFER_MATMUL_COUNT; k++) {
+                    if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
+                        continue;
+                    tested[k] = 1;
+                    for (size_t i = 0; i < (size_t)n * R; i++)
+                        y[i] = NAN;
+                    infer_matmul_f32_kernel((enum infer_matmul_kernel)k, y, x, w, n, R, C, 0, R);
+                    for (uint32_t i = 0; i < n; i++)
+                        for (uint32_t r = 0; r < R; r++) {
+                            double mag = 0;
+                            for (uint32_t j = 0; j < C; j++)
+                                mag += fabs((double)x[i * C + j] * w[r * C + j]);
+                            double d = fabs((double)y[i * R + r] - ref[i * R + r]);
+                            if (!(d <= 1e-5 * mag + 1e-30))
+                                fail_msg("%s n=%u rows=%u cols=%u [%u][%u]: %g vs %g",
+                                         infer_matmul_kernel_name((enum infer_matmul_kernel)k),
+                                         n, R, C, i, r, (double)y[i * R + r],
+                                         (double)ref[i * R + r]);
+                        }
+                }
+            }
+    for (int k = 1; k < INFER_MATMUL_COUNT; k++)
+        fprintf(stderr, "matmul kernel %s: %s\n",
+                infer_matmul_kernel_name((enum infer_matmul_kernel)k),
+                tested[k] ? "tested" : "not available here");
+    /* a column range leaves the other columns alone */
+    uint32_t n = 3, R = 13, C = 33;
+    for (size_t i = 0; i < (size_t)n * R; i++)
+        y[i] = -7.0f;
+    infer_op_matmul_f32_range(y, x, w, n, R, C, 5, 11);
+    infer_matmul_f32_kernel(INFER_MATMUL_SCALAR, ref, x, w, n, R, C, 0, R);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t r = 0; r < R; r++) {
+            if (r < 5 || r >= 11)
+                assert_true(y[i * R + r] == -7.0f);
+            else
+                assert_float_equal(y[i * R + r], ref[i * R + r], 1e-4);
+        }
+    free(x);
+    free(w);
+    free(ref);
+    free(y);
+}
+
 static void test_linear_int8(void **st)
 {
     (void)st;
@@ -174,7 +256,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),    cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention_gqa), cmocka_unit_test(test_swiglu_add),
-        cmocka_unit_test(test_matmul),     cmocka_unit_test(test_linear_int8),
+        cmocka_unit_test(test_matmul),     cmocka_unit_test(test_matmul_kernels),
+        cmocka_unit_test(test_linear_int8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

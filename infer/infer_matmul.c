@@ -1,0 +1,123 @@
+/* infer_matmul.c: cache blocking and kernel dispatch for the float matmul,
+ * and the scalar reference tile. */
+#include "common.h"
+#include "infer_internal.h"
+#include "infer_matmul.h"
+
+#ifndef SLUICE_KERNELS_X86
+#define SLUICE_KERNELS_X86 0
+#endif
+
+/* Dot product with 8 independent partial sums (a fixed order, so the result
+ * does not depend on the compiler). */
+static float dot_f32(const float *a, const float *b, uint32_t n)
+{
+    float acc[8] = {0};
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[i + j] * b[i + j];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+void infer_matmul_tile_scalar(float *y, size_t ldy, const float *x, uint32_t mr, const float *w,
+                              uint32_t nr, uint32_t cols)
+{
+    for (uint32_t i = 0; i < mr; i++)
+        for (uint32_t r = 0; r < nr; r++)
+            y[i * ldy + r] = dot_f32(x + (size_t)i * cols, w + (size_t)r * cols, cols);
+}
+
+static const char *const kernel_names[INFER_MATMUL_COUNT] = {"scalar", "avx2", "avx512"};
+
+const char *infer_matmul_kernel_name(enum infer_matmul_kernel k)
+{
+    return (unsigned)k < INFER_MATMUL_COUNT ? kernel_names[k] : "unknown";
+}
+
+int infer_matmul_kernel_available(enum infer_matmul_kernel k)
+{
+    const struct sl_cpu_features *f = sl_cpu_features();
+    switch (k) {
+    case INFER_MATMUL_SCALAR:
+        return 1;
+    case INFER_MATMUL_AVX2:
+        return SLUICE_KERNELS_X86 && f->avx2;
+    case INFER_MATMUL_AVX512:
+        return SLUICE_KERNELS_X86 && f->avx512;
+    default:
+        return 0;
+    }
+}
+
+enum infer_matmul_kernel infer_matmul_kernel_best(void)
+{
+    if (infer_matmul_kernel_available(INFER_MATMUL_AVX512))
+        return INFER_MATMUL_AVX512;
+    if (infer_matmul_kernel_available(INFER_MATMUL_AVX2))
+        return INFER_MATMUL_AVX2;
+    return INFER_MATMUL_SCALAR;
+}
+
+static infer_matmul_tile_fn *tile_fn(enum infer_matmul_kernel k)
+{
+    if (!infer_matmul_kernel_available(k))
+        return infer_matmul_tile_scalar;
+    switch (k) {
+#if SLUICE_KERNELS_X86
+    case INFER_MATMUL_AVX2:
+        return infer_matmul_tile_avx2;
+    case INFER_MATMUL_AVX512:
+        return infer_matmul_tile_avx512;
+#endif
+    default:
+        return infer_matmul_tile_scalar;
+    }
+}
+
+void infer_matmul_f32_kernel(enum infer_matmul_kernel k, float *y, const float *x,
+                             const float *w, uint32_t n, uint32_t rows, uint32_t cols,
+                             uint32_t r0, uint32_t r1)
+{
+    infer_matmul_tile_fn *tile = tile_fn(k);
+    /* A block of weight rows (about 128 KiB, so it stays in L2) meets every
+     * input row before the next block is read: weights cross the memory bus
+     * once per call. Within the block, tiles of 4 input rows x 4 weight rows
+     * reuse each loaded vector 4 times. */
+    uint32_t nb = (uint32_t)((128u << 10) / ((size_t)cols * sizeof(float) + 1));
+    nb = nb < INFER_MATMUL_NR ? INFER_MATMUL_NR : nb - nb % INFER_MATMUL_NR;
+    for (uint32_t rb = r0; rb < r1; rb += nb) {
+        uint32_t re = r1 - rb < nb ? r1 : rb + nb;
+        for (uint32_t i = 0; i < n; i += INFER_MATMUL_MR) {
+            uint32_t mr = n - i < INFER_MATMUL_MR ? n - i : INFER_MATMUL_MR;
+            const float *xi = x + (size_t)i * cols;
+            float *yi = y + (size_t)i * rows;
+            for (uint32_t r = rb; r < re; r += INFER_MATMUL_NR) {
+                uint32_t nr = re - r < INFER_MATMUL_NR ? re - r : INFER_MATMUL_NR;
+                tile(yi + r, rows, xi, mr, w + (size_t)r * cols, nr, cols);
+            }
+        }
+    }
+}
+
+static enum infer_matmul_kernel best_kernel = INFER_MATMUL_COUNT;
+
+void infer_op_matmul_f32_range(float *y, const float *x, const float *w, uint32_t n,
+                               uint32_t rows, uint32_t cols, uint32_t r0, uint32_t r1)
+{
+    enum infer_matmul_kernel k = __atomic_load_n(&best_kernel, __ATOMIC_RELAXED);
+    if (k == INFER_MATMUL_COUNT) {
+        k = infer_matmul_kernel_best(); /* every thread computes the same value */
+        __atomic_store_n(&best_kernel, k, __ATOMIC_RELAXED);
+    }
+    infer_matmul_f32_kernel(k, y, x, w, n, rows, cols, r0, r1);
+}
+
+void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, uint32_t rows,
+                         uint32_t cols)
+{
+    infer_op_matmul_f32_range(y, x, w, n, rows, cols, 0, rows);
+}
