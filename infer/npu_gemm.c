@@ -9,6 +9,10 @@
 #include "npu_gemm.h"
 #include "npu_gemm_internal.h"
 
+#ifndef SLUICE_KERNELS_X86
+#define SLUICE_KERNELS_X86 0
+#endif
+
 static const char *const names[NPU_KERNEL_COUNT] = {"scalar", "avx2", "avx512vnni", "avxvnni"};
 
 const char *npu_kernel_name(enum npu_kernel k)
@@ -23,11 +27,11 @@ int npu_kernel_available(enum npu_kernel k)
     case NPU_KERNEL_SCALAR:
         return 1;
     case NPU_KERNEL_AVX2:
-        return npu_gemm_avx2 != NULL && f->avx2;
+        return SLUICE_KERNELS_X86 && f->avx2;
     case NPU_KERNEL_AVX512VNNI:
-        return npu_gemm_avx512vnni != NULL && f->avx512vnni;
+        return SLUICE_KERNELS_X86 && f->avx512vnni;
     case NPU_KERNEL_AVXVNNI:
-        return npu_gemm_avxvnni != NULL && f->avxvnni;
+        return SLUICE_KERNELS_X86 && f->avxvnni;
     default:
         return 0;
     }
@@ -92,29 +96,23 @@ void npu_gemm_b_destroy(struct npu_gemm_b *b)
 void npu_gemm_s8_kernel(enum npu_kernel kern, const struct npu_gemm_b *b, const int8_t *a,
                         uint32_t m, uint32_t r0, uint32_t r1, int32_t *c, size_t ldc)
 {
+    if (!npu_kernel_available(kern))
+        kern = NPU_KERNEL_SCALAR;
     switch (kern) {
+#if SLUICE_KERNELS_X86
     case NPU_KERNEL_AVX2:
-        if (npu_gemm_avx2) {
-            npu_gemm_avx2(b, a, m, r0, r1, c, ldc);
-            return;
-        }
-        break;
+        npu_gemm_avx2(b, a, m, r0, r1, c, ldc);
+        return;
     case NPU_KERNEL_AVX512VNNI:
-        if (npu_gemm_avx512vnni) {
-            npu_gemm_avx512vnni(b, a, m, r0, r1, c, ldc);
-            return;
-        }
-        break;
+        npu_gemm_avx512vnni(b, a, m, r0, r1, c, ldc);
+        return;
     case NPU_KERNEL_AVXVNNI:
-        if (npu_gemm_avxvnni) {
-            npu_gemm_avxvnni(b, a, m, r0, r1, c, ldc);
-            return;
-        }
-        break;
+        npu_gemm_avxvnni(b, a, m, r0, r1, c, ldc);
+        return;
+#endif
     default:
-        break;
+        npu_gemm_scalar(b, a, m, r0, r1, c, ldc);
     }
-    npu_gemm_scalar(b, a, m, r0, r1, c, ldc);
 }
 
 void npu_gemm_s8(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0,
@@ -124,4 +122,40 @@ void npu_gemm_s8(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32
     if (best == NPU_KERNEL_COUNT)
         best = npu_kernel_best(); /* benign race: every thread computes the same value */
     npu_gemm_s8_kernel(best, b, a, m, r0, r1, c, ldc);
+}
+
+double npu_gemm_peak_gops(enum npu_kernel k, double seconds)
+{
+    if (!npu_kernel_available(k))
+        return 0;
+    uint64_t (*loop)(uint64_t) = NULL;
+    double macs_per_iter = 0;
+    switch (k) {
+#if SLUICE_KERNELS_X86
+    case NPU_KERNEL_AVX512VNNI:
+        loop = npu_peak_avx512vnni, macs_per_iter = 16 * 64;
+        break;
+    case NPU_KERNEL_AVX2:
+        loop = npu_peak_avx2, macs_per_iter = 12 * 32;
+        break;
+#endif
+    default:
+        return 0;
+    }
+    volatile uint64_t sink = loop(1000); /* warm up (clock ramps, AVX-512 license) */
+    uint64_t iters = 1 << 16;
+    double best = 0;
+    uint64_t t_end = sl_now_ns() + (uint64_t)(seconds * 1e9);
+    while (sl_now_ns() < t_end) {
+        uint64_t t0 = sl_now_ns();
+        sink += loop(iters);
+        uint64_t dt = sl_now_ns() - t0;
+        double gops = 2.0 * macs_per_iter * (double)iters / (double)dt;
+        if (gops > best)
+            best = gops;
+        if (dt < 20000000)
+            iters *= 2;
+    }
+    (void)sink;
+    return best;
 }

@@ -1,6 +1,6 @@
 /* npu_gemm_internal.h: the prepared-weight struct and the kernel entry
- * points, one per instruction-set file. A SIMD file that is not compiled
- * leaves its pointer NULL (weak symbol), and dispatch skips it. */
+ * points, one per instruction-set file. The build defines SLUICE_KERNELS_X86
+ * when it compiles the x86 files; the CPU's features decide at run time. */
 #ifndef SLUICE_NPU_GEMM_INTERNAL_H
 #define SLUICE_NPU_GEMM_INTERNAL_H
 
@@ -18,8 +18,12 @@ typedef void npu_gemm_fn(const struct npu_gemm_b *b, const int8_t *a, uint32_t m
                          uint32_t r1, int32_t *c, size_t ldc);
 
 npu_gemm_fn npu_gemm_scalar;
-extern npu_gemm_fn npu_gemm_avx2 __attribute__((weak));
-extern npu_gemm_fn npu_gemm_avx512vnni __attribute__((weak));
-extern npu_gemm_fn npu_gemm_avxvnni __attribute__((weak));
+npu_gemm_fn npu_gemm_avx2;
+npu_gemm_fn npu_gemm_avx512vnni;
+npu_gemm_fn npu_gemm_avxvnni;
+
+/* Register-only peak loops: iters x (16 x 64 | 12 x 32) multiply-adds. */
+uint64_t npu_peak_avx512vnni(uint64_t iters);
+uint64_t npu_peak_avx2(uint64_t iters);
 
 #endif
