@@ -1,4 +1,10 @@
-/* sluice_run.c: `sluice run MODEL [-p PROMPT] [-n N] ...`: generate text. */
+/* sluice_run.c: `sluice run MODEL [-p PROMPT] [-n N] ...`: generate text.
+ *
+ * cmd_run is four steps: parse the options, resolve MODEL to a container
+ * (importing other formats to a temporary one), generate, report. The
+ * generation loop (run_generate) is llama2.c's run.c generate(): prefill the
+ * prompt (classifier on the last row only), then sample, print and feed one
+ * token at a time. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -18,210 +24,308 @@ static void usage(FILE *f)
             "                  [--seed S] [--tokenizer FILE] [--json]\n\n"
             "Generates text: prints the prompt and its continuation to stdout as tokens arrive,\n"
             "and statistics (time to first token from process start, prefill and decode\n"
-            "tokens/s, peak RSS) to stderr; --json prints one JSON object instead.\n"
-            "MODEL is a .sluice container, or a model `sluice import` reads (llama2.c with\n"
-            "--tokenizer, GGUF, safetensors), imported to a temporary container first.\n"
-            "  -p PROMPT   prompt text (default: empty, generation starts from BOS)\n"
-            "  -n N        tokens to generate after the prompt (default 256; stops earlier at\n"
-            "              the context length or when the model emits BOS or EOS)\n"
-            "  --temp T    temperature, 0 = greedy (default 0)\n"
-            "  --top-k K   sample from the K most likely tokens (default 0 = off)\n"
-            "  --top-p P   nucleus sampling (default 0.9 when --temp > 0, 0 = off)\n"
-            "  --seed S    random seed (default 42)\n");
+            "tokens/s, peak RSS) to stderr; --json prints one JSON object on stdout instead.\n"
+            "MODEL is a .sluice container, or a model `sluice import` reads (llama2.c .bin\n"
+            "with --tokenizer, GGUF, a safetensors file or directory), imported to a\n"
+            "temporary container first ($TMPDIR or /tmp, removed afterwards).\n"
+            "  -p PROMPT        prompt text (default: empty, generation starts from BOS)\n"
+            "  -n N             tokens to generate after the prompt (default 256); generation\n"
+            "                   also stops at the context length or when the model emits BOS\n"
+            "                   or EOS (not printed)\n"
+            "  --temp T         temperature, 0 = greedy (default 0)\n"
+            "  --top-k K        sample from the K most likely tokens (default 0 = off)\n"
+            "  --top-p P        nucleus sampling (default 0.9 when --temp > 0, 0 = off)\n"
+            "  --seed S         random seed (default 42); a seed gives the same text\n"
+            "  --tokenizer FILE llama2.c tokenizer, for llama2.c and safetensors sources\n"
+            "  --json           one JSON object: text, token counts and the statistics\n");
 }
 
 static uint64_t g_start_ns;
 
+/* As close to process start as the program gets. */
 __attribute__((constructor)) static void record_start(void)
 {
     g_start_ns = sl_now_ns();
 }
 
-int cmd_run(int argc, char **argv)
+struct run_opts {
+    const char *model;
+    const char *prompt;
+    const char *tokenizer;
+    uint32_t n_gen;
+    struct infer_sampler_params sampler;
+    int json;
+};
+
+struct run_stats {
+    uint32_t prompt_tokens, generated;
+    double ttft_s;          /* process start -> first generated token */
+    double prefill_s;       /* the prompt's forward pass */
+    double decode_s;        /* first generated token -> last */
+};
+
+/* The printed text, kept for --json. */
+struct text_buf {
+    char *s;
+    size_t len, cap;
+};
+
+/* 0, 1 for --help (printed), -1 on a usage error (printed). */
+static int run_parse(int argc, char **argv, struct run_opts *o)
 {
-    const char *model = NULL, *prompt = "", *tokenizer = NULL;
-    uint32_t n_gen = 256;
     double temp = 0.0, top_p = -1;
-    uint32_t top_k = 0;
     uint64_t seed = 42;
-    int json = 0;
+    *o = (struct run_opts){.prompt = "", .n_gen = 256};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            return 0;
+            return 1;
         } else if (!strcmp(a, "-p") && i + 1 < argc) {
-            prompt = argv[++i];
+            o->prompt = argv[++i];
         } else if (!strcmp(a, "-n") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &n_gen);
+            bad = tools_parse_u32(argv[++i], &o->n_gen);
         } else if (!strcmp(a, "--temp") && i + 1 < argc) {
-            bad = tools_parse_double(argv[++i], &temp) || temp < 0;
+            bad = tools_parse_double(argv[++i], &temp) || !(temp >= 0);
         } else if (!strcmp(a, "--top-p") && i + 1 < argc) {
-            bad = tools_parse_double(argv[++i], &top_p) || top_p < 0 || top_p > 1;
+            bad = tools_parse_double(argv[++i], &top_p) || !(top_p >= 0 && top_p <= 1);
         } else if (!strcmp(a, "--top-k") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &top_k);
+            bad = tools_parse_u32(argv[++i], &o->sampler.top_k);
         } else if (!strcmp(a, "--seed") && i + 1 < argc) {
             bad = tools_parse_u64(argv[++i], &seed);
         } else if (!strcmp(a, "--tokenizer") && i + 1 < argc) {
-            tokenizer = argv[++i];
+            o->tokenizer = argv[++i];
         } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (a[0] == '-' || model) {
+            o->json = 1;
+        } else if (a[0] == '-' || o->model) {
+            fprintf(stderr, "sluice run: unexpected argument '%s'\n", a);
             usage(stderr);
-            return 2;
+            return -1;
         } else {
-            model = a;
+            o->model = a;
         }
         if (bad) {
             fprintf(stderr, "sluice run: bad value for %s: '%s'\n", a, argv[i]);
-            return 2;
+            return -1;
         }
     }
-    if (!model) {
+    if (!o->model) {
         usage(stderr);
-        return 2;
+        return -1;
     }
-    if (top_p < 0)
-        top_p = temp > 0 ? 0.9 : 0.0;
+    o->sampler.temperature = (float)temp;
+    o->sampler.top_p = (float)(top_p < 0 ? (temp > 0 ? 0.9 : 0.0) : top_p);
+    o->sampler.seed = seed;
+    return 0;
+}
 
-    struct sl_err err = {{0}};
-    int status = 1;
-    char tmp[4096] = "";
+/* *path = the container to load: MODEL itself, or `tmp` after importing it
+ * there (the caller unlinks tmp when tmp[0] is set). */
+static int run_resolve_model(const struct run_opts *o, char *tmp, size_t tmp_len,
+                             const char **path, struct sl_err *err)
+{
     enum quantizer_source kind;
-    if (quantizer_source_detect(model, &kind, &err) < 0) {
-        fprintf(stderr, "sluice run: %s\n", err.msg);
-        return 1;
+    int ret = quantizer_source_detect(o->model, &kind, err);
+    if (ret < 0)
+        return ret;
+    *path = o->model;
+    if (kind == QUANTIZER_SRC_SLUICE)
+        return 0;
+    const char *dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+    snprintf(tmp, tmp_len, "%s/sluice-run-%d.sluice", dir, (int)getpid());
+    struct tools_progress prog;
+    tools_progress_init(&prog, "import");
+    struct quantizer_import_opts io = {.tokenizer = o->tokenizer, .dtype = -1,
+                                       .progress = o->json ? NULL : tools_progress_cb,
+                                       .progress_ctx = &prog};
+    ret = quantizer_import(o->model, &io, tmp, err);
+    tools_progress_end(&prog);
+    if (ret < 0) {
+        tmp[0] = 0; /* the importer leaves nothing behind */
+        return ret;
     }
-    if (kind != QUANTIZER_SRC_SLUICE) {
-        const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-        snprintf(tmp, sizeof tmp, "%s/sluice-run-%d.sluice", dir, (int)getpid());
-        struct quantizer_import_opts o = {.tokenizer = tokenizer, .dtype = -1};
-        if (quantizer_import(model, &o, tmp, &err) < 0) {
-            fprintf(stderr, "sluice run: %s\n", err.msg);
-            return 1;
-        }
-        model = tmp;
-    }
+    *path = tmp;
+    return 0;
+}
 
+static int text_append(struct text_buf *t, const char *s, size_t n)
+{
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = (t->len + n + 1) * 2;
+        char *p = realloc(t->s, cap);
+        if (!p)
+            return -ENOMEM;
+        t->s = p;
+        t->cap = cap;
+    }
+    memcpy(t->s + t->len, s, n);
+    t->len += n;
+    t->s[t->len] = 0;
+    return 0;
+}
+
+/* Prints (unless json) and keeps the piece of `token` after `prev`, with
+ * run.c's rules (leading space after BOS dropped, raw bytes, only printable
+ * pieces). */
+static int emit(const struct infer_tokenizer *tk, int prev, int token, int json,
+                struct text_buf *text)
+{
+    size_t len;
+    const char *piece = infer_tokenizer_decode(tk, prev, token, &len);
+    if (!infer_piece_printable(piece, len))
+        return 0;
+    if (!json) {
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+    }
+    return text_append(text, piece, len);
+}
+
+static int run_generate(const char *path, const struct run_opts *o, struct text_buf *text,
+                        struct run_stats *st, struct sl_err *err)
+{
     struct infer_model *m = NULL;
-    struct infer_state *st = NULL;
+    struct infer_state *s = NULL;
     struct infer_tokenizer *tk = NULL;
     struct infer_sampler *sampler = NULL;
     int *tokens = NULL;
     float *logits = NULL;
-    char *text = NULL;
-    size_t text_len = 0, text_cap = 0;
-    if (infer_model_load(model, NULL, &m, &err) < 0)
+    int ret = infer_model_load(path, NULL, &m, err);
+    if (ret < 0)
         goto fail;
     const struct format_config *c = infer_model_config(m);
-    if (infer_state_create(m, 256, &st, &err) < 0 ||
-        infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m)), c, &tk, &err) < 0)
+    ret = infer_state_create(m, 256, &s, err);
+    if (ret < 0)
         goto fail;
-    struct infer_sampler_params sp = {(float)temp, (float)top_p, top_k, seed};
-    tokens = malloc(sizeof(int) * (c->seq_len + strlen(prompt) + 8));
+    ret = infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m)), c, &tk, err);
+    if (ret < 0)
+        goto fail;
+    tokens = malloc(sizeof(int) * c->seq_len);
     logits = malloc(sizeof(float) * c->vocab_size);
-    if (!tokens || !logits || infer_sampler_create(c->vocab_size, &sp, &sampler) < 0) {
-        sl_err_set(&err, "out of memory");
+    ret = !tokens || !logits ? -ENOMEM : infer_sampler_create(c->vocab_size, &o->sampler, &sampler);
+    if (ret < 0) {
+        sl_err_set(err, "cannot set up sampling (%s)", strerror(-ret));
         goto fail;
     }
     uint32_t n_prompt;
-    if (infer_tokenizer_encode(tk, prompt, 1, tokens, c->seq_len, &n_prompt) < 0) {
-        sl_err_set(&err, "the prompt is longer than the context of %u tokens", c->seq_len);
+    ret = infer_tokenizer_encode(tk, o->prompt, 1, tokens, c->seq_len, &n_prompt);
+    if (ret < 0) {
+        if (ret == -ENOSPC)
+            sl_err_set(err, "the prompt is longer than the context of %u tokens", c->seq_len);
+        else
+            sl_err_set(err, "cannot encode the prompt (%s)", strerror(-ret));
         goto fail;
     }
-    /* print the prompt as run.c does: each token's piece after its predecessor */
-    for (uint32_t i = 1; i < n_prompt; i++) {
-        size_t len;
-        const char *piece = infer_tokenizer_decode(tk, tokens[i - 1], tokens[i], &len);
-        if (infer_piece_printable(piece, len)) {
-            if (!json) {
-                fwrite(piece, 1, len, stdout);
-            }
-            if (text_len + len + 1 > text_cap) {
-                text_cap = (text_len + len + 1) * 2;
-                text = realloc(text, text_cap);
-            }
-            memcpy(text + text_len, piece, len);
-            text_len += len;
-        }
-    }
-    if (!json)
-        fflush(stdout);
+    st->prompt_tokens = n_prompt;
+    /* the prompt, as run.c prints it: each token's piece after its predecessor */
+    for (uint32_t i = 1; i < n_prompt; i++)
+        if ((ret = emit(tk, tokens[i - 1], tokens[i], o->json, text)) < 0)
+            goto fail;
+
     uint64_t t0 = sl_now_ns();
-    if (infer_forward(m, st, tokens, n_prompt, 0, logits, INFER_LOGITS_LAST, &err) < 0)
+    ret = infer_forward(m, s, tokens, n_prompt, 0, logits, INFER_LOGITS_LAST, err);
+    if (ret < 0)
         goto fail;
-    uint64_t t_first = 0, t_prefill = sl_now_ns();
-    uint32_t pos = n_prompt, generated = 0;
+    uint64_t t_prefill = sl_now_ns(), t_first = 0;
+    st->prefill_s = (double)(t_prefill - t0) / 1e9;
+    uint32_t pos = n_prompt;
     int prev = tokens[n_prompt - 1];
-    while (generated < n_gen) {
+    while (st->generated < o->n_gen) {
         int next = infer_sampler_sample(sampler, logits);
-        if (generated == 0)
+        if (st->generated++ == 0)
             t_first = sl_now_ns();
-        generated++;
         if ((uint32_t)next == c->bos_id || (uint32_t)next == c->eos_id)
-            break;
-        size_t len;
-        const char *piece = infer_tokenizer_decode(tk, prev, next, &len);
-        if (infer_piece_printable(piece, len)) {
-            if (!json) {
-                fwrite(piece, 1, len, stdout);
-                fflush(stdout);
-            }
-            if (text_len + len + 1 > text_cap) {
-                text_cap = (text_len + len + 1) * 2;
-                text = realloc(text, text_cap);
-            }
-            memcpy(text + text_len, piece, len);
-            text_len += len;
-        }
+            break; /* run.c stops at BOS; EOS ends a sequence too */
+        if ((ret = emit(tk, prev, next, o->json, text)) < 0)
+            goto fail;
         prev = next;
         if (pos >= c->seq_len)
-            break;
-        if (infer_forward(m, st, &next, 1, pos, logits, INFER_LOGITS_LAST, &err) < 0)
+            break; /* the context is full: this token cannot be fed back */
+        ret = infer_forward(m, s, &next, 1, pos, logits, INFER_LOGITS_LAST, err);
+        if (ret < 0)
             goto fail;
         pos++;
     }
     uint64_t t_end = sl_now_ns();
-    double ttft = t_first ? (double)(t_first - g_start_ns) / 1e9 : 0;
-    double prefill_s = (double)(t_prefill - t0) / 1e9;
-    double decode_s = (double)(t_end - (t_first ? t_first : t_end)) / 1e9;
-    double prefill_tps = prefill_s > 0 ? n_prompt / prefill_s : 0;
-    double decode_tps = decode_s > 0 && generated > 1 ? (generated - 1) / decode_s : 0;
-    if (json) {
-        cJSON *o = cJSON_CreateObject();
-        if (text)
-            text[text_len] = 0;
-        cJSON_AddStringToObject(o, "text", text ? text : "");
-        cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
-        cJSON_AddNumberToObject(o, "generated_tokens", generated);
-        cJSON_AddNumberToObject(o, "ttft_s", ttft);
-        cJSON_AddNumberToObject(o, "prefill_tokens_per_s", prefill_tps);
-        cJSON_AddNumberToObject(o, "decode_tokens_per_s", decode_tps);
-        cJSON_AddNumberToObject(o, "peak_rss_mb", sl_peak_rss_mb());
-        char *s = cJSON_PrintUnformatted(o);
-        printf("%s\n", s);
-        free(s);
-        cJSON_Delete(o);
-    } else {
-        printf("\n");
-        fprintf(stderr,
-                "ttft %.3f s (from process start), prefill %u tokens at %.1f tok/s, decode %u "
-                "tokens at %.1f tok/s, peak RSS %.1f MiB\n",
-                ttft, n_prompt, prefill_tps, generated, decode_tps, sl_peak_rss_mb());
+    if (t_first) {
+        st->ttft_s = (double)(t_first - g_start_ns) / 1e9;
+        st->decode_s = (double)(t_end - t_first) / 1e9;
     }
-    status = 0;
+    ret = 0;
 fail:
-    if (status)
-        fprintf(stderr, "sluice run: %s\n", err.msg);
-    free(text);
+    if (ret == -ENOMEM && !err->msg[0])
+        sl_err_set(err, "out of memory");
     free(tokens);
     free(logits);
     infer_sampler_destroy(sampler);
     infer_tokenizer_destroy(tk);
-    infer_state_destroy(st);
+    infer_state_destroy(s);
     infer_model_destroy(m);
+    return ret;
+}
+
+static int run_report(const struct run_opts *o, const struct text_buf *text,
+                      const struct run_stats *st)
+{
+    double prefill_tps = st->prefill_s > 0 ? st->prompt_tokens / st->prefill_s : 0;
+    /* the first generated token comes from the prefill; the rest are decode steps */
+    double decode_tps = st->decode_s > 0 && st->generated > 1
+                            ? (st->generated - 1) / st->decode_s
+                            : 0;
+    if (!o->json) {
+        printf("\n");
+        fprintf(stderr,
+                "ttft %.3f s (from process start), prefill %u tokens at %.1f tok/s, decode %u "
+                "tokens at %.1f tok/s, peak RSS %.1f MiB\n",
+                st->ttft_s, st->prompt_tokens, prefill_tps, st->generated, decode_tps,
+                sl_peak_rss_mb());
+        return 0;
+    }
+    cJSON *j = cJSON_CreateObject();
+    if (!j)
+        return -ENOMEM;
+    cJSON_AddStringToObject(j, "text", text->s ? text->s : "");
+    cJSON_AddNumberToObject(j, "prompt_tokens", st->prompt_tokens);
+    cJSON_AddNumberToObject(j, "generated_tokens", st->generated);
+    cJSON_AddNumberToObject(j, "ttft_s", st->ttft_s);
+    cJSON_AddNumberToObject(j, "prefill_s", st->prefill_s);
+    cJSON_AddNumberToObject(j, "prefill_tokens_per_s", prefill_tps);
+    cJSON_AddNumberToObject(j, "decode_tokens_per_s", decode_tps);
+    cJSON_AddNumberToObject(j, "peak_rss_mb", sl_peak_rss_mb());
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!s)
+        return -ENOMEM;
+    printf("%s\n", s);
+    free(s);
+    return 0;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    struct run_opts o;
+    int ret = run_parse(argc, argv, &o);
+    if (ret)
+        return ret > 0 ? 0 : 2;
+    struct sl_err err = {{0}};
+    char tmp[4096] = "";
+    const char *path;
+    struct text_buf text = {0};
+    struct run_stats st = {0};
+    ret = run_resolve_model(&o, tmp, sizeof tmp, &path, &err);
+    if (ret == 0)
+        ret = run_generate(path, &o, &text, &st, &err);
     if (tmp[0])
         unlink(tmp);
-    return status;
+    if (ret == 0)
+        ret = run_report(&o, &text, &st);
+    else if (!o.json && text.len)
+        printf("\n"); /* end the partial line */
+    free(text.s);
+    if (ret < 0) {
+        fprintf(stderr, "sluice run: %s\n", err.msg[0] ? err.msg : strerror(-ret));
+        return 1;
+    }
+    return 0;
 }
