@@ -35,7 +35,7 @@ static void usage(FILE *f)
             "                        activation magnitude, no smoothing\n"
             "  --bits B              average bits per weight (integer for uniform/smoothquant)\n"
             "  --budget              tensor: B per tensor (the paper); global: B over the whole\n"
-            "                        model (default: global, measured better: docs/BENCHMARKS.md)\n"
+            "                        model (default: tensor, measured better: docs/BENCHMARKS.md)\n"
             "  --act                 static per-tensor activation scales from calibration\n"
             "                        (default) or dynamic per matmul\n"
             "  --encoding            packed layout of the weights (default adaptive)\n"
@@ -46,7 +46,7 @@ int cmd_quantize(int argc, char **argv)
 {
     const char *src = NULL, *out = NULL, *calib_path = NULL, *tokenizer = NULL;
     struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 0,
-                               .budget = QUANTIZER_BUDGET_GLOBAL, .alpha = -1,
+                               .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
                                .encoding = FORMAT_ENC_ADAPTIVE};
     uint32_t calib_tokens = 4096;
     for (int i = 1; i < argc; i++) {
