@@ -58,7 +58,7 @@ struct infer_state {
     float *k;                  /* [n][KV] */
     float *v;                  /* [n][KV] */
     float *att_out;            /* [n][Q] */
-    float *att;                /* [n_heads][seq_len] scores of one row */
+    float *att;                /* [INFER_ATT_ROWS][seq_len] attention scores */
     float *hb;                 /* [n][F] */
     float *hb2;                /* [n][F] */
     int8_t *xq;                /* [n][max(D, Q, F)] quantized activations */
@@ -85,9 +85,13 @@ void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, ui
                    float theta);
 
 /* Causal attention of n query rows at positions pos0.. over the cache rows
- * 0..pos0+n-1 of one layer, for heads [h0, h1): q [n][Q], key/value cache
- * [seq_len][KV], out [n][Q] (columns of heads h0..h1 written). att is
- * scratch of pos0 + n floats. */
+ * 0..pos0+n-1 of one layer (all of them written before the call), for heads
+ * [h0, h1): q [n][Q] (RoPE applied), key/value cache [seq_len][KV], out
+ * [n][Q] (only the columns of heads h0..h1-1 written). att is scratch of
+ * INFER_ATT_ROWS * (pos0 + n) floats. Rows are processed in blocks of
+ * INFER_ATT_ROWS: scores Q K^T and probabilities times V go through the
+ * matmul kernels; a row's result does not depend on n or on the blocking. */
+#define INFER_ATT_ROWS 16
 void infer_op_attention(float *out, const float *q, const float *key_cache,
                         const float *value_cache, uint32_t n, uint32_t pos0,
                         const struct format_config *c, uint32_t h0, uint32_t h1, float *att);

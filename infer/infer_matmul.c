@@ -1,5 +1,5 @@
-/* infer_matmul.c: cache blocking and kernel dispatch for the float matmul,
- * and the scalar reference tile. */
+/* infer_matmul.c: cache blocking and kernel dispatch for the float matmuls,
+ * and the scalar reference kernels. */
 #include "common.h"
 #include "infer_internal.h"
 #include "infer_matmul.h"
@@ -23,12 +23,28 @@ static float dot_f32(const float *a, const float *b, uint32_t n)
     return s;
 }
 
-void infer_matmul_tile_scalar(float *y, size_t ldy, const float *x, uint32_t mr, const float *w,
-                              uint32_t nr, uint32_t cols)
+void infer_matmul_tile_scalar(float *y, size_t ldy, const float *x, size_t ldx, uint32_t mr,
+                              const float *w, size_t ldw, uint32_t nr, uint32_t cols)
 {
     for (uint32_t i = 0; i < mr; i++)
         for (uint32_t r = 0; r < nr; r++)
-            y[i * ldy + r] = dot_f32(x + (size_t)i * cols, w + (size_t)r * cols, cols);
+            y[i * ldy + r] = dot_f32(x + i * ldx, w + r * ldw, cols);
+}
+
+void infer_matmul_nn_scalar(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
+                            const float *v, size_t ldv, uint32_t T, uint32_t cols)
+{
+    for (uint32_t i = 0; i < mr; i++) {
+        float *yi = y + i * ldy;
+        for (uint32_t c = 0; c < cols; c++)
+            yi[c] = 0.0f;
+        for (uint32_t t = 0; t < T; t++) {
+            float a = p[i * ldp + t];
+            const float *vt = v + t * ldv;
+            for (uint32_t c = 0; c < cols; c++)
+                yi[c] += a * vt[c];
+        }
+    }
 }
 
 static const char *const kernel_names[INFER_MATMUL_COUNT] = {"scalar", "avx2", "avx512"};
@@ -62,6 +78,18 @@ enum infer_matmul_kernel infer_matmul_kernel_best(void)
     return INFER_MATMUL_SCALAR;
 }
 
+static enum infer_matmul_kernel best_kernel = INFER_MATMUL_COUNT;
+
+enum infer_matmul_kernel infer_matmul_kernel_used(void)
+{
+    enum infer_matmul_kernel k = __atomic_load_n(&best_kernel, __ATOMIC_RELAXED);
+    if (k == INFER_MATMUL_COUNT) {
+        k = infer_matmul_kernel_best(); /* every thread computes the same value */
+        __atomic_store_n(&best_kernel, k, __ATOMIC_RELAXED);
+    }
+    return k;
+}
+
 static infer_matmul_tile_fn *tile_fn(enum infer_matmul_kernel k)
 {
     if (!infer_matmul_kernel_available(k))
@@ -78,42 +106,66 @@ static infer_matmul_tile_fn *tile_fn(enum infer_matmul_kernel k)
     }
 }
 
-void infer_matmul_f32_kernel(enum infer_matmul_kernel k, float *y, const float *x,
-                             const float *w, uint32_t n, uint32_t rows, uint32_t cols,
-                             uint32_t r0, uint32_t r1)
+static infer_matmul_nn_fn *nn_fn(enum infer_matmul_kernel k)
+{
+    if (!infer_matmul_kernel_available(k))
+        return infer_matmul_nn_scalar;
+    switch (k) {
+#if SLUICE_KERNELS_X86
+    case INFER_MATMUL_AVX2:
+        return infer_matmul_nn_avx2;
+    case INFER_MATMUL_AVX512:
+        return infer_matmul_nn_avx512;
+#endif
+    default:
+        return infer_matmul_nn_scalar;
+    }
+}
+
+void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const float *x,
+                     size_t ldx, const float *w, size_t ldw, uint32_t n, uint32_t cols,
+                     uint32_t r0, uint32_t r1)
 {
     infer_matmul_tile_fn *tile = tile_fn(k);
-    /* A block of weight rows (about 128 KiB, so it stays in L2) meets every
-     * input row before the next block is read: weights cross the memory bus
-     * once per call. Within the block, tiles of 4 input rows x 4 weight rows
-     * reuse each loaded vector 4 times. */
+    /* A block of w rows (about 128 KiB, so it stays in L2) meets every x row
+     * before the next block is read: w crosses the memory bus once per call.
+     * Within the block, tiles of 4 x rows by 4 w rows reuse each loaded
+     * vector 4 times. */
     uint32_t nb = (uint32_t)((128u << 10) / ((size_t)cols * sizeof(float) + 1));
     nb = nb < INFER_MATMUL_NR ? INFER_MATMUL_NR : nb - nb % INFER_MATMUL_NR;
     for (uint32_t rb = r0; rb < r1; rb += nb) {
         uint32_t re = r1 - rb < nb ? r1 : rb + nb;
         for (uint32_t i = 0; i < n; i += INFER_MATMUL_MR) {
             uint32_t mr = n - i < INFER_MATMUL_MR ? n - i : INFER_MATMUL_MR;
-            const float *xi = x + (size_t)i * cols;
-            float *yi = y + (size_t)i * rows;
             for (uint32_t r = rb; r < re; r += INFER_MATMUL_NR) {
                 uint32_t nr = re - r < INFER_MATMUL_NR ? re - r : INFER_MATMUL_NR;
-                tile(yi + r, rows, xi, mr, w + (size_t)r * cols, nr, cols);
+                tile(y + i * ldy + r, ldy, x + i * ldx, ldx, mr, w + r * ldw, ldw, nr, cols);
             }
         }
     }
 }
 
-static enum infer_matmul_kernel best_kernel = INFER_MATMUL_COUNT;
+void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p, size_t ldp,
+                     const float *v, size_t ldv, uint32_t n, uint32_t T, uint32_t cols)
+{
+    infer_matmul_nn_fn *nn = nn_fn(k);
+    for (uint32_t i = 0; i < n; i += INFER_MATMUL_MR) {
+        uint32_t mr = n - i < INFER_MATMUL_MR ? n - i : INFER_MATMUL_MR;
+        nn(y + i * ldy, ldy, p + i * ldp, ldp, mr, v, ldv, T, cols);
+    }
+}
+
+void infer_matmul_f32_kernel(enum infer_matmul_kernel k, float *y, const float *x,
+                             const float *w, uint32_t n, uint32_t rows, uint32_t cols,
+                             uint32_t r0, uint32_t r1)
+{
+    infer_matmul_nt(k, y, rows, x, cols, w, cols, n, cols, r0, r1);
+}
 
 void infer_op_matmul_f32_range(float *y, const float *x, const float *w, uint32_t n,
                                uint32_t rows, uint32_t cols, uint32_t r0, uint32_t r1)
 {
-    enum infer_matmul_kernel k = __atomic_load_n(&best_kernel, __ATOMIC_RELAXED);
-    if (k == INFER_MATMUL_COUNT) {
-        k = infer_matmul_kernel_best(); /* every thread computes the same value */
-        __atomic_store_n(&best_kernel, k, __ATOMIC_RELAXED);
-    }
-    infer_matmul_f32_kernel(k, y, x, w, n, rows, cols, r0, r1);
+    infer_matmul_f32_kernel(infer_matmul_kernel_used(), y, x, w, n, rows, cols, r0, r1);
 }
 
 void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, uint32_t rows,

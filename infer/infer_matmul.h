@@ -1,15 +1,21 @@
-/* infer_matmul.h: the float matmul kernels behind infer_op_matmul_f32
- * (internal to the infer module). y = x W^T with x [n][cols] and W
- * [rows][cols] both row-major, so every output is a dot product of two
- * contiguous rows.
+/* infer_matmul.h: the float matmul kernels behind infer_op_matmul_f32 and
+ * infer_op_attention (internal to the infer module).
  *
- * A kernel computes one tile: mr (1..4) input rows against nr (1..4) weight
- * rows, y[i][r] for i < mr, r < nr, y's row stride ldy. infer_matmul.c does
- * the cache blocking around the tiles and picks the kernel once by CPU
- * features (SLUICE_SIMD lowers it). The scalar kernel is the reference; the
- * SIMD kernels sum in a different order (and with FMA), so they agree with
- * it within float rounding, not bit for bit (test_infer_ops checks the
- * bound). */
+ * Two shapes, both on row-major operands with explicit row strides:
+ * - NT: y[i][r] = dot(x[i][0..cols), w[r][0..cols)): a linear layer (y = x
+ *   W^T) and attention scores (Q K^T). A kernel computes one tile of mr
+ *   (1..4) x rows against nr (1..4) w rows; infer_matmul.c does the cache
+ *   blocking around the tiles.
+ * - NN: y[i][0..cols) = sum_t p[i][t] * v[t][0..cols): attention's
+ *   probabilities times values, for mr (1..4) rows of p at a time.
+ *
+ * The kernel is picked once by CPU features (SLUICE_SIMD lowers it). The
+ * scalar kernels are the reference; the SIMD kernels sum NT dot products in
+ * a different order (and use FMA), so they agree with it within float
+ * rounding, not bit for bit (test_infer_ops checks the bound). Every kernel
+ * computes each output from its own operands only, in an order that does not
+ * depend on mr, nr or the blocking: the same row gives the same bits whatever
+ * batch it is part of. */
 #ifndef SLUICE_INFER_MATMUL_H
 #define SLUICE_INFER_MATMUL_H
 
@@ -26,19 +32,38 @@ enum infer_matmul_kernel {
     INFER_MATMUL_COUNT
 };
 
-typedef void infer_matmul_tile_fn(float *y, size_t ldy, const float *x, uint32_t mr,
-                                  const float *w, uint32_t nr, uint32_t cols);
+/* NT tile: y[i * ldy + r] for i < mr, r < nr. */
+typedef void infer_matmul_tile_fn(float *y, size_t ldy, const float *x, size_t ldx, uint32_t mr,
+                                  const float *w, size_t ldw, uint32_t nr, uint32_t cols);
+/* NN rows: y[i * ldy + c] = sum_{t < T} p[i * ldp + t] * v[t * ldv + c], for
+ * i < mr, c < cols (t ascending). */
+typedef void infer_matmul_nn_fn(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
+                                const float *v, size_t ldv, uint32_t T, uint32_t cols);
 
 infer_matmul_tile_fn infer_matmul_tile_scalar;
 infer_matmul_tile_fn infer_matmul_tile_avx2;
 infer_matmul_tile_fn infer_matmul_tile_avx512;
+infer_matmul_nn_fn infer_matmul_nn_scalar;
+infer_matmul_nn_fn infer_matmul_nn_avx2;
+infer_matmul_nn_fn infer_matmul_nn_avx512;
 
 const char *infer_matmul_kernel_name(enum infer_matmul_kernel k);
 int infer_matmul_kernel_available(enum infer_matmul_kernel k);
 enum infer_matmul_kernel infer_matmul_kernel_best(void);
+/* infer_matmul_kernel_best(), computed once. */
+enum infer_matmul_kernel infer_matmul_kernel_used(void);
 
-/* y[i][r] (row stride rows) for i < n and r in [r0, r1), with kernel k (the
- * scalar one if k is unavailable). */
+/* NT: y[i][r] (row stride ldy) for i < n, r in [r0, r1), x rows of stride
+ * ldx, w rows of stride ldw, with kernel k (scalar if k is unavailable). */
+void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const float *x,
+                     size_t ldx, const float *w, size_t ldw, uint32_t n, uint32_t cols,
+                     uint32_t r0, uint32_t r1);
+
+/* NN: y[i][c] for i < n, c < cols. */
+void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p, size_t ldp,
+                     const float *v, size_t ldv, uint32_t n, uint32_t T, uint32_t cols);
+
+/* The contiguous NT case (a linear layer: ldx = ldw = cols, ldy = rows). */
 void infer_matmul_f32_kernel(enum infer_matmul_kernel k, float *y, const float *x,
                              const float *w, uint32_t n, uint32_t rows, uint32_t cols,
                              uint32_t r0, uint32_t r1);

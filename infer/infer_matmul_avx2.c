@@ -1,7 +1,8 @@
-/* infer_matmul_avx2.c: the float matmul tile with AVX2 + FMA. 16 ymm
- * registers hold 2 input rows x 4 weight rows = 8 accumulators plus the 6
- * loaded vectors, so a 4-row tile runs as two 2-row passes (the weight rows
- * come back from L1). The column tail uses masked loads. */
+/* infer_matmul_avx2.c: the float matmul kernels with AVX2 + FMA. 16 ymm
+ * registers hold 2 x rows by 4 w rows = 8 accumulators plus the 6 loaded
+ * vectors, so a 4-row NT tile runs as two 2-row passes (the w rows come back
+ * from L1); NN likewise handles 2 p rows by 32 columns at a time. Column
+ * tails use masked loads and stores. */
 #include <immintrin.h>
 
 #include "infer_matmul.h"
@@ -14,8 +15,15 @@ static inline float hsum(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+/* Lanes below n (n may be <= 0 or >= 8) load, the rest read as 0. */
+static inline __m256i lanes(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, const float *x,
-                                                       const uint32_t mr, const float *w,
+                                                       size_t ldx, const uint32_t mr,
+                                                       const float *w, size_t ldw,
                                                        const uint32_t nr, uint32_t cols)
 {
     __m256 acc[2][INFER_MATMUL_NR];
@@ -29,10 +37,10 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
         __m256 xv[2], wv[INFER_MATMUL_NR];
 #pragma GCC unroll 2
         for (uint32_t a = 0; a < mr; a++)
-            xv[a] = _mm256_loadu_ps(x + (size_t)a * cols + c);
+            xv[a] = _mm256_loadu_ps(x + a * ldx + c);
 #pragma GCC unroll 4
         for (uint32_t b = 0; b < nr; b++)
-            wv[b] = _mm256_loadu_ps(w + (size_t)b * cols + c);
+            wv[b] = _mm256_loadu_ps(w + b * ldw + c);
 #pragma GCC unroll 2
         for (uint32_t a = 0; a < mr; a++)
 #pragma GCC unroll 4
@@ -40,16 +48,14 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
                 acc[a][b] = _mm256_fmadd_ps(xv[a], wv[b], acc[a][b]);
     }
     if (c < cols) {
-        /* lanes below cols - c load, the rest read as 0 */
-        __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(cols - c)),
-                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256i m = lanes((int)(cols - c));
         __m256 xv[2], wv[INFER_MATMUL_NR];
 #pragma GCC unroll 2
         for (uint32_t a = 0; a < mr; a++)
-            xv[a] = _mm256_maskload_ps(x + (size_t)a * cols + c, m);
+            xv[a] = _mm256_maskload_ps(x + a * ldx + c, m);
 #pragma GCC unroll 4
         for (uint32_t b = 0; b < nr; b++)
-            wv[b] = _mm256_maskload_ps(w + (size_t)b * cols + c, m);
+            wv[b] = _mm256_maskload_ps(w + b * ldw + c, m);
 #pragma GCC unroll 2
         for (uint32_t a = 0; a < mr; a++)
 #pragma GCC unroll 4
@@ -64,27 +70,90 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
 }
 
 #define TILE(M, N)                                                                           \
-    static void tile_##M##x##N(float *y, size_t ldy, const float *x, const float *w,        \
-                               uint32_t cols)                                                \
+    static void tile_##M##x##N(float *y, size_t ldy, const float *x, size_t ldx,            \
+                               const float *w, size_t ldw, uint32_t cols)                    \
     {                                                                                        \
-        tile(y, ldy, x, M, w, N, cols);                                                      \
+        tile(y, ldy, x, ldx, M, w, ldw, N, cols);                                            \
     }
 #define TILE_ROW(M) TILE(M, 1) TILE(M, 2) TILE(M, 3) TILE(M, 4)
 TILE_ROW(1)
 TILE_ROW(2)
 
-typedef void tile_fixed_fn(float *y, size_t ldy, const float *x, const float *w, uint32_t cols);
+typedef void tile_fixed_fn(float *y, size_t ldy, const float *x, size_t ldx, const float *w,
+                           size_t ldw, uint32_t cols);
 static tile_fixed_fn *const tiles[2][4] = {
     {tile_1x1, tile_1x2, tile_1x3, tile_1x4},
     {tile_2x1, tile_2x2, tile_2x3, tile_2x4},
 };
 
-void infer_matmul_tile_avx2(float *y, size_t ldy, const float *x, uint32_t mr, const float *w,
-                            uint32_t nr, uint32_t cols)
+void infer_matmul_tile_avx2(float *y, size_t ldy, const float *x, size_t ldx, uint32_t mr,
+                            const float *w, size_t ldw, uint32_t nr, uint32_t cols)
 {
     /* rows 0-1, then rows 2-3 */
     uint32_t m0 = mr < 2 ? mr : 2;
-    tiles[m0 - 1][nr - 1](y, ldy, x, w, cols);
+    tiles[m0 - 1][nr - 1](y, ldy, x, ldx, w, ldw, cols);
     if (mr > 2)
-        tiles[mr - 3][nr - 1](y + 2 * ldy, ldy, x + 2 * (size_t)cols, w, cols);
+        tiles[mr - 3][nr - 1](y + 2 * ldy, ldy, x + 2 * ldx, ldx, w, ldw, cols);
+}
+
+static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const float *p,
+                                                     size_t ldp, const uint32_t mr,
+                                                     const float *v, size_t ldv, uint32_t T,
+                                                     uint32_t cols)
+{
+    for (uint32_t c0 = 0; c0 < cols; c0 += 32) {
+        __m256i m[4];
+        for (int j = 0; j < 4; j++)
+            m[j] = lanes((int)cols - (int)(c0 + 8 * (uint32_t)j));
+        __m256 acc[2][4];
+#pragma GCC unroll 2
+        for (uint32_t a = 0; a < mr; a++)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                acc[a][j] = _mm256_setzero_ps();
+        for (uint32_t t = 0; t < T; t++) {
+            const float *vt = v + t * ldv + c0;
+            __m256 vv[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                vv[j] = _mm256_maskload_ps(vt + 8 * j, m[j]);
+#pragma GCC unroll 2
+            for (uint32_t a = 0; a < mr; a++) {
+                __m256 pa = _mm256_set1_ps(p[a * ldp + t]);
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    acc[a][j] = _mm256_fmadd_ps(pa, vv[j], acc[a][j]);
+            }
+        }
+#pragma GCC unroll 2
+        for (uint32_t a = 0; a < mr; a++)
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                _mm256_maskstore_ps(y + a * ldy + c0 + 8 * j, m[j], acc[a][j]);
+    }
+}
+
+static void nn_1(float *y, size_t ldy, const float *p, size_t ldp, const float *v, size_t ldv,
+                 uint32_t T, uint32_t cols)
+{
+    nn(y, ldy, p, ldp, 1, v, ldv, T, cols);
+}
+
+static void nn_2(float *y, size_t ldy, const float *p, size_t ldp, const float *v, size_t ldv,
+                 uint32_t T, uint32_t cols)
+{
+    nn(y, ldy, p, ldp, 2, v, ldv, T, cols);
+}
+
+void infer_matmul_nn_avx2(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
+                          const float *v, size_t ldv, uint32_t T, uint32_t cols)
+{
+    if (mr >= 2)
+        nn_2(y, ldy, p, ldp, v, ldv, T, cols);
+    else
+        nn_1(y, ldy, p, ldp, v, ldv, T, cols);
+    if (mr == 3)
+        nn_1(y + 2 * ldy, ldy, p + 2 * ldp, ldp, v, ldv, T, cols);
+    else if (mr == 4)
+        nn_2(y + 2 * ldy, ldy, p + 2 * ldp, ldp, v, ldv, T, cols);
 }

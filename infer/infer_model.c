@@ -238,7 +238,7 @@ int infer_state_create(const struct infer_model *m, uint32_t max_batch,
     s->k = malloc(nb * kv * sizeof(float));
     s->v = malloc(nb * kv * sizeof(float));
     s->att_out = malloc(nb * q * sizeof(float));
-    s->att = malloc((size_t)c->seq_len * sizeof(float));
+    s->att = malloc((size_t)INFER_ATT_ROWS * c->seq_len * sizeof(float));
     s->hb = malloc(nb * c->hidden_dim * sizeof(float));
     s->hb2 = malloc(nb * c->hidden_dim * sizeof(float));
     s->xq = sl_alloc_aligned(nb * widest, 64);

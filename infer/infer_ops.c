@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "infer_internal.h"
+#include "infer_matmul.h"
 
 void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, uint32_t d,
                       float eps)
@@ -50,35 +51,39 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
     uint32_t qdim = c->n_heads * hs, kv_dim = c->n_kv_heads * hs;
     uint32_t kv_mul = c->n_heads / c->n_kv_heads;
     float sq = sqrtf((float)hs);
-    for (uint32_t r = 0; r < n; r++) {
-        uint32_t pos = pos0 + r;
-        for (uint32_t h = h0; h < h1; h++) {
-            const float *qh = q + (size_t)r * qdim + (size_t)h * hs;
-            size_t koff = (size_t)(h / kv_mul) * hs;
-            float maxv = -INFINITY;
-            for (uint32_t t = 0; t <= pos; t++) {
-                const float *k = key_cache + (size_t)t * kv_dim + koff;
-                float score = 0.0f;
-                for (uint32_t i = 0; i < hs; i++)
-                    score += qh[i] * k[i];
-                score /= sq;
-                att[t] = score;
-                if (score > maxv)
-                    maxv = score;
+    enum infer_matmul_kernel k = infer_matmul_kernel_used();
+    for (uint32_t h = h0; h < h1; h++) {
+        const float *kh = key_cache + (size_t)(h / kv_mul) * hs;   /* [t][kv_dim] */
+        const float *vh = value_cache + (size_t)(h / kv_mul) * hs; /* [t][kv_dim] */
+        for (uint32_t b0 = 0; b0 < n; b0 += INFER_ATT_ROWS) {
+            uint32_t nb = n - b0 < INFER_ATT_ROWS ? n - b0 : INFER_ATT_ROWS;
+            uint32_t T = pos0 + b0 + nb; /* keys the block's last row sees */
+            const float *qb = q + (size_t)b0 * qdim + (size_t)h * hs;
+            /* att[i][t] = q_i . k_t for the block's rows i and t < T */
+            infer_matmul_nt(k, att, T, qb, qdim, kh, kv_dim, nb, hs, 0, T);
+            for (uint32_t i = 0; i < nb; i++) {
+                /* row i is at position pos0 + b0 + i and sees keys 0..that */
+                float *a = att + (size_t)i * T;
+                uint32_t len = pos0 + b0 + i + 1;
+                float maxv = -INFINITY;
+                for (uint32_t t = 0; t < len; t++) {
+                    a[t] /= sq;
+                    if (a[t] > maxv)
+                        maxv = a[t];
+                }
+                float sum = 0.0f;
+                for (uint32_t t = 0; t < len; t++) {
+                    a[t] = expf(a[t] - maxv);
+                    sum += a[t];
+                }
+                for (uint32_t t = 0; t < len; t++)
+                    a[t] /= sum; /* run.c normalizes, then weights v */
+                for (uint32_t t = len; t < T; t++)
+                    a[t] = 0.0f; /* causal mask: adds exact zeros below */
             }
-            float sum = 0.0f;
-            for (uint32_t t = 0; t <= pos; t++) {
-                att[t] = expf(att[t] - maxv);
-                sum += att[t];
-            }
-            float *o = out + (size_t)r * qdim + (size_t)h * hs;
-            memset(o, 0, hs * sizeof(float));
-            for (uint32_t t = 0; t <= pos; t++) {
-                const float *v = value_cache + (size_t)t * kv_dim + koff;
-                float a = att[t] / sum; /* run.c normalizes att, then weights v */
-                for (uint32_t i = 0; i < hs; i++)
-                    o[i] += a * v[i];
-            }
+            /* out_i = sum_t att[i][t] v_t */
+            infer_matmul_nn(k, out + (size_t)b0 * qdim + (size_t)h * hs, qdim, att, T, vh,
+                            kv_dim, nb, T, hs);
         }
     }
 }

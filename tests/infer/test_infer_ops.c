@@ -73,37 +73,80 @@ static void test_rope(void **st)
     }
 }
 
+/* Causal GQA attention against a double-precision transcription of run.c,
+ * over shapes that cross the row blocks (INFER_ATT_ROWS), odd head sizes
+ * (column tails of the kernels) and several group sizes. */
+static void check_attention(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t n,
+                            uint32_t pos0)
+{
+    struct format_config c = {.n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd,
+                              .seq_len = pos0 + n};
+    uint32_t Q = n_heads * hd, KV = n_kv * hd, T = pos0 + n;
+    float *q = malloc(sizeof(float) * n * Q), *kc = malloc(sizeof(float) * T * KV);
+    float *vc = malloc(sizeof(float) * T * KV), *out = malloc(sizeof(float) * n * Q);
+    float *att = malloc(sizeof(float) * INFER_ATT_ROWS * T);
+    double *sc = malloc(sizeof(double) * T);
+    fill(q, (size_t)n * Q, 1.0f);
+    fill(kc, (size_t)T * KV, 1.0f);
+    fill(vc, (size_t)T * KV, 1.0f);
+    infer_op_attention(out, q, kc, vc, n, pos0, &c, 0, n_heads, att);
+    double worst = 0;
+    for (uint32_t r = 0; r < n; r++)
+        for (uint32_t h = 0; h < n_heads; h++) {
+            uint32_t kvh = h / (n_heads / n_kv);
+            double mx = -1e300, sum = 0;
+            for (uint32_t t = 0; t <= pos0 + r; t++) {
+                double d = 0;
+                for (uint32_t i = 0; i < hd; i++)
+                    d += (double)q[r * Q + h * hd + i] * kc[t * KV + kvh * hd + i];
+                sc[t] = d / sqrt((double)hd);
+                mx = sc[t] > mx ? sc[t] : mx;
+            }
+            for (uint32_t t = 0; t <= pos0 + r; t++)
+                sum += (sc[t] = exp(sc[t] - mx));
+            for (uint32_t i = 0; i < hd; i++) {
+                double o = 0;
+                for (uint32_t t = 0; t <= pos0 + r; t++)
+                    o += sc[t] / sum * vc[t * KV + kvh * hd + i];
+                double d = fabs(out[r * Q + h * hd + i] - o);
+                worst = d > worst ? d : worst;
+            }
+        }
+    if (!(worst < 1e-5))
+        fail_msg("attention heads %u/%u hd %u n %u pos0 %u: max error %g", n_heads, n_kv, hd, n,
+                 pos0, worst);
+    /* one row at a time, continuing the cache: bit-identical to the batch */
+    float *one = malloc(sizeof(float) * Q);
+    for (uint32_t r = 0; r < n; r += 7) {
+        infer_op_attention(one, q + r * Q, kc, vc, 1, pos0 + r, &c, 0, n_heads, att);
+        assert_memory_equal(one, out + r * Q, sizeof(float) * Q);
+    }
+    free(one);
+    free(q);
+    free(kc);
+    free(vc);
+    free(out);
+    free(att);
+    free(sc);
+}
+
 static void test_attention_gqa(void **st)
 {
     (void)st;
+    check_attention(4, 2, 6, 3, 5);
+    check_attention(4, 4, 8, 1, 0);
+    check_attention(8, 2, 64, 40, 0);   /* three row blocks, prefill from 0 */
+    check_attention(6, 3, 17, 33, 20);  /* odd head size: kernel tails */
+    check_attention(4, 1, 80, 17, 100); /* head size over one 64-column NN step */
+
+    /* a head range writes only its columns */
     struct format_config c = {.n_heads = 4, .n_kv_heads = 2, .head_dim = 6, .seq_len = 16};
     enum { Q = 24, KV = 12, N = 3, POS0 = 5 };
-    float q[N * Q], kc[16 * KV], vc[16 * KV], out[N * Q], att[16];
+    float q[N * Q], kc[16 * KV], vc[16 * KV], out[N * Q], att[INFER_ATT_ROWS * 16];
     fill(q, sizeof q / 4, 1.0f);
     fill(kc, sizeof kc / 4, 1.0f);
     fill(vc, sizeof vc / 4, 1.0f);
     infer_op_attention(out, q, kc, vc, N, POS0, &c, 0, 4, att);
-    for (int r = 0; r < N; r++)
-        for (int h = 0; h < 4; h++) {
-            int kvh = h / 2; /* two query heads share a kv head */
-            double sc[16], mx = -1e30, sum = 0;
-            for (int t = 0; t <= POS0 + r; t++) {
-                double d = 0;
-                for (int i = 0; i < 6; i++)
-                    d += (double)q[r * Q + h * 6 + i] * kc[t * KV + kvh * 6 + i];
-                sc[t] = d / sqrt(6.0);
-                mx = sc[t] > mx ? sc[t] : mx;
-            }
-            for (int t = 0; t <= POS0 + r; t++)
-                sum += (sc[t] = exp(sc[t] - mx));
-            for (int i = 0; i < 6; i++) {
-                double o = 0;
-                for (int t = 0; t <= POS0 + r; t++)
-                    o += sc[t] / sum * vc[t * KV + kvh * 6 + i];
-                assert_float_equal(out[r * Q + h * 6 + i], o, 1e-5);
-            }
-        }
-    /* a head range writes only its columns */
     float out2[N * Q];
     memset(out2, 0, sizeof out2);
     infer_op_attention(out2, q, kc, vc, N, POS0, &c, 1, 3, att);
@@ -194,6 +237,44 @@ static void test_matmul_kernels(void **st)
                                          (double)ref[i * R + r]);
                         }
                 }
+            }
+    /* NN (probabilities times values) with strided operands: p rows of
+     * stride T + 3, v rows of stride cols + 5, y rows of stride cols + 2 */
+    static const uint32_t Ts[] = {1, 2, 5, 16, 37};
+    static const uint32_t ncs[] = {1, 6, 8, 17, 33, 64, 65, 80, 130};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof Ts / sizeof Ts[0]; b++)
+            for (size_t c = 0; c < sizeof ncs / sizeof ncs[0]; c++) {
+                uint32_t n = ns[a], T = Ts[b], C = ncs[c];
+                size_t ldp = T + 3, ldv = C + 5, ldy = C + 2;
+                float *p = malloc(sizeof(float) * n * ldp), *v = malloc(sizeof(float) * T * ldv);
+                float *r0 = malloc(sizeof(float) * n * ldy), *r1 = malloc(sizeof(float) * n * ldy);
+                fill(p, n * ldp, 1.0f);
+                fill(v, T * ldv, 1.0f);
+                for (size_t i = 0; i < n * ldy; i++)
+                    r0[i] = r1[i] = -9.0f; /* the stride gaps must stay untouched */
+                infer_matmul_nn(INFER_MATMUL_SCALAR, r0, ldy, p, ldp, v, ldv, n, T, C);
+                for (int k = 1; k < INFER_MATMUL_COUNT; k++) {
+                    if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
+                        continue;
+                    infer_matmul_nn((enum infer_matmul_kernel)k, r1, ldy, p, ldp, v, ldv, n, T, C);
+                    for (uint32_t i = 0; i < n; i++)
+                        for (uint32_t j = 0; j < ldy; j++) {
+                            double mag = 0;
+                            for (uint32_t t = 0; j < C && t < T; t++)
+                                mag += fabs((double)p[i * ldp + t] * v[t * ldv + j]);
+                            double d = fabs((double)r1[i * ldy + j] - r0[i * ldy + j]);
+                            if (!(d <= 1e-5 * mag) && !(j >= C && r1[i * ldy + j] == -9.0f))
+                                fail_msg("nn %s n=%u T=%u cols=%u [%u][%u]: %g vs %g",
+                                         infer_matmul_kernel_name((enum infer_matmul_kernel)k),
+                                         n, T, C, i, j, (double)r1[i * ldy + j],
+                                         (double)r0[i * ldy + j]);
+                        }
+                }
+                free(p);
+                free(v);
+                free(r0);
+                free(r1);
             }
     for (int k = 1; k < INFER_MATMUL_COUNT; k++)
         fprintf(stderr, "matmul kernel %s: %s\n",
