@@ -1,5 +1,8 @@
 /* infer_sampler.c: greedy, temperature, top-k and top-p (nucleus) sampling
- * with a seeded xorshift generator (llama2.c's run.c rules, plus top-k). */
+ * with a seeded xorshift generator (llama2.c's run.c rules, plus top-k).
+ * With both top-k and top-p, the candidates are the k most likely tokens cut
+ * further to the smallest prefix whose probability (under the full softmax)
+ * exceeds top_p; the pick is proportional within the candidates. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -118,6 +121,11 @@ int infer_sampler_sample(struct infer_sampler *s, float *logits)
     for (uint32_t i = 0; i < n; i++)
         if (logits[i] >= cutoff)
             s->buf[m++] = (struct prob_index){logits[i], (int)i};
+    if (m == 0) {
+        /* a near-uniform distribution with a small top_p can leave every
+         * probability under the cutoff: the most likely token is the nucleus */
+        return argmax(logits, n);
+    }
     qsort(s->buf, m, sizeof *s->buf, cmp_desc);
     uint32_t keep = m;
     if (use_topk && keep > s->p.top_k)

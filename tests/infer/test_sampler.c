@@ -1,6 +1,7 @@
 /* test_sampler.c: greedy picks the argmax; a seed makes sampling
  * deterministic; top-k and top-p never pick outside their candidate sets and
  * sample in proportion within them. */
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -57,7 +58,7 @@ static void test_topk_topp(void **st)
     assert_int_equal(count[0] + count[1], N);
     double ratio = (double)count[0] / count[1];
     assert_true(fabs(ratio - exp(1.0)) < 0.25);
-    /* top-p 0.7: probabilities are .54 .20 .12 .07 .03 .004: {0, 1} has .74 > .7 */
+    /* top-p 0.7: probabilities are .56 .21 .13 .08 .03 .004: {0, 1} has .77 > .7 */
     draw(test_seed() | 1, 1.0f, 0.7f, 0, o, N);
     memset(count, 0, sizeof count);
     for (int i = 0; i < N; i++)
@@ -71,12 +72,87 @@ static void test_topk_topp(void **st)
     assert_true(count[4] > 0);
 }
 
+static void count_draws(float temp, float top_p, uint32_t top_k, int *count)
+{
+    enum { N = 20000 };
+    static int o[N];
+    draw(test_seed() | 1, temp, top_p, top_k, o, N);
+    memset(count, 0, sizeof(int) * 6);
+    for (int i = 0; i < N; i++)
+        count[o[i]]++;
+}
+
+/* Probabilities of the 6 test logits {2, 1, .5, 0, -1, -3} at temperature 1:
+ * .561 .206 .125 .076 .028 .004 */
+static void test_proportions(void **st)
+{
+    (void)st;
+    int count[6];
+    /* top-p 0.7 keeps {0, 1} (.77 > .7) in ratio e^1 */
+    count_draws(1.0f, 0.7f, 0, count);
+    assert_int_equal(count[0] + count[1], 20000);
+    assert_true(fabs((double)count[0] / count[1] - exp(1.0)) < 0.25);
+    /* top-p 0.8 keeps {0, 1, 2} (.89): token 2 appears, 3 never */
+    count_draws(1.0f, 0.8f, 0, count);
+    assert_true(count[2] > 0);
+    assert_int_equal(count[0] + count[1] + count[2], 20000);
+    /* top-k 3 and top-p 0.7 together: the tighter one wins */
+    count_draws(1.0f, 0.7f, 3, count);
+    assert_int_equal(count[0] + count[1], 20000);
+    count_draws(1.0f, 0.95f, 2, count);
+    assert_int_equal(count[0] + count[1], 20000);
+    /* top-k 1 is greedy */
+    count_draws(1.0f, 0, 1, count);
+    assert_int_equal(count[0], 20000);
+    /* plain sampling at temperature 1 matches the softmax (within 3 sigma) */
+    static const double logit[6] = {2.0, 1.0, 0.5, 0.0, -1.0, -3.0};
+    double prob[6], z = 0;
+    for (int i = 0; i < 6; i++)
+        z += (prob[i] = exp(logit[i]));
+    for (int i = 0; i < 6; i++)
+        prob[i] /= z;
+    count_draws(1.0f, 0, 0, count);
+    for (int i = 0; i < 6; i++) {
+        double sd = sqrt(20000 * prob[i] * (1 - prob[i]));
+        assert_true(fabs(count[i] - 20000 * prob[i]) < 4 * sd + 1);
+    }
+    /* a low temperature sharpens: token 0 gets e^(2/0.25) : e^(1/0.25) = e^4 of token 1 */
+    count_draws(0.25f, 0, 0, count);
+    assert_true(count[0] > 19000);
+}
+
+static void test_edges(void **st)
+{
+    (void)st;
+    struct infer_sampler *s;
+    struct infer_sampler_params bad = {-1.0f, 0, 0, 1};
+    assert_int_equal(infer_sampler_create(6, &bad, &s), -EINVAL);
+    struct infer_sampler_params zero_vocab = {1.0f, 0, 0, 1};
+    assert_int_equal(infer_sampler_create(0, &zero_vocab, &s), -EINVAL);
+    /* a uniform distribution with a tiny top_p: every probability is under
+     * the cutoff, the sampler still returns a valid token */
+    struct infer_sampler_params p = {1.0f, 0.01f, 0, 3};
+    enum { V = 1000 };
+    assert_int_equal(infer_sampler_create(V, &p, &s), 0);
+    static float l[V];
+    for (int k = 0; k < 50; k++) {
+        for (int i = 0; i < V; i++)
+            l[i] = 0.0f;
+        int t = infer_sampler_sample(s, l);
+        assert_true(t >= 0 && t < V);
+    }
+    infer_sampler_destroy(s);
+    infer_sampler_destroy(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_topk_topp),
+        cmocka_unit_test(test_proportions),
+        cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
