@@ -27,13 +27,21 @@ void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, ui
 void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t pos0,
                    float theta)
 {
+    /* freq of pair i = theta^(-2i / head_dim), computed as run.c does; the
+     * table is shared by every head and row (heads wider than 1024 compute it
+     * per use) */
+    float freq_tab[512];
+    uint32_t half = head_dim / 2;
+    int tab = half <= 512;
+    for (uint32_t i = 0; tab && i < half; i++)
+        freq_tab[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
     uint32_t width = n_heads * head_dim;
     for (uint32_t r = 0; r < n; r++) {
         float pos = (float)(pos0 + r);
         float *xr = x + (size_t)r * width;
         for (uint32_t i = 0; i < width; i += 2) {
             uint32_t hd = i % head_dim;
-            float freq = 1.0f / powf(theta, (float)hd / (float)head_dim);
+            float freq = tab ? freq_tab[hd / 2] : 1.0f / powf(theta, (float)hd / (float)head_dim);
             float val = pos * freq;
             float fcr = cosf(val), fci = sinf(val);
             float v0 = xr[i], v1 = xr[i + 1];

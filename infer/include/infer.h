@@ -6,11 +6,21 @@
  *   struct infer_state *s;
  *   infer_state_create(m, 256, &s, &err);                   // KV cache, 256-row batches
  *   struct infer_tokenizer *tk;
- *   infer_tokenizer_create(m, &tk, &err);
+ *   infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m)),
+ *                          infer_model_config(m), &tk, &err);
  *   int ids[512]; uint32_t n;
- *   infer_tokenizer_encode(tk, "Hello", 1, ids, 512, &n);
+ *   infer_tokenizer_encode(tk, "Hello", 1, ids, 512, &n);   // BOS + prompt
  *   float *logits = malloc(vocab * sizeof(float));
  *   infer_forward(m, s, ids, n, 0, logits, INFER_LOGITS_LAST, &err);   // prefill
+ *   int next = infer_sampler_sample(sampler, logits);
+ *   infer_forward(m, s, &next, 1, n, logits, INFER_LOGITS_LAST, &err); // decode
+ *
+ * The forward pass reads like llama2.c's run.c, batched over rows; its CPU
+ * operators (RMSNorm, RoPE, attention over the KV cache, SwiGLU, residual
+ * add, float matmul, int8 linear) are separate functions in
+ * infer_internal.h for the pipeline scheduler inside this module. Logits do
+ * not depend on how a sequence is split into forward calls or batches (bit
+ * for bit, float and static-scale int8 weights).
  *
  * Weights: float tensors (F32/F16/BF16) run in float; quantized linear
  * weights (q8 and the packed encodings) are unpacked to int8 with per-row
