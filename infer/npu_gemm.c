@@ -48,7 +48,7 @@ enum npu_kernel npu_kernel_best(void)
     return NPU_KERNEL_SCALAR;
 }
 
-int npu_gemm_b_create(const int8_t *src, uint32_t n, uint32_t k, struct npu_gemm_b **out)
+int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out)
 {
     struct npu_gemm_b *b = calloc(1, sizeof *b);
     if (!b)
@@ -58,29 +58,55 @@ int npu_gemm_b_create(const int8_t *src, uint32_t n, uint32_t k, struct npu_gemm
     b->k4 = (k + 3) & ~3u;
     b->n16 = (n + 15) & ~15u;
     b->rowsum = calloc(b->n16, sizeof(int32_t));
-    b->rows = sl_alloc_aligned((size_t)n * k, 64);
     b->packed = sl_alloc_aligned((size_t)b->n16 * b->k4, 64);
-    if (!b->rowsum || !b->rows || !b->packed) {
+    if (!b->rowsum || !b->packed) {
         npu_gemm_b_destroy(b);
         return -ENOMEM;
     }
-    memcpy(b->rows, src, (size_t)n * k);
-    /* Packed layout for the 16-column VNNI tiles: for each block of 16 output
-     * rows and each group of 4 k-values, 64 bytes: [row 0: k0..k3][row 1:
-     * k0..k3]...[row 15: k0..k3]; zero beyond n and k. */
-    memset(b->packed, 0, (size_t)b->n16 * b->k4);
-    for (uint32_t r = 0; r < n; r++) {
-        int32_t sum = 0;
-        for (uint32_t c = 0; c < k; c++) {
-            int8_t v = src[(size_t)r * k + c];
-            sum += v;
-            size_t off = ((size_t)(r / 16) * (b->k4 / 4) + c / 4) * 64 + (r % 16) * 4 + c % 4;
-            b->packed[off] = v;
-        }
-        b->rowsum[r] = sum;
-    }
+    /* zero the padding of the last block and of each row's last k group */
+    if (b->n16 != n || b->k4 != k)
+        memset(b->packed, 0, (size_t)b->n16 * b->k4);
     *out = b;
     return 0;
+}
+
+/* Packed layout for the 16-channel VNNI tiles: for each block of 16 output
+ * rows and each group of 4 k-values, 64 bytes [row 0: k0..k3] ... [row 15:
+ * k0..k3]; zero beyond n and k. Row r of `src` is row r0 + r. A row's 4-byte
+ * groups land 64 bytes apart: copied as 32-bit words. */
+void npu_gemm_b_fill(struct npu_gemm_b *b, uint32_t r0, uint32_t nrows, const int8_t *src)
+{
+    uint32_t kg = b->k / 4, kgroups = b->k4 / 4;
+    for (uint32_t i = 0; i < nrows; i++) {
+        uint32_t r = r0 + i;
+        const int8_t *row = src + (size_t)i * b->k;
+        int8_t *dst = b->packed + (size_t)(r / 16) * kgroups * 64 + (r % 16) * 4;
+        int32_t sum = 0;
+        for (uint32_t g = 0; g < kg; g++) {
+            uint32_t w;
+            memcpy(&w, row + 4 * g, 4);
+            memcpy(dst + (size_t)g * 64, &w, 4);
+        }
+        for (uint32_t c = 4 * kg; c < b->k; c++)
+            dst[(size_t)kg * 64 + (c - 4 * kg)] = row[c];
+        for (uint32_t c = 0; c < b->k; c++)
+            sum += row[c];
+        b->rowsum[r] = sum;
+    }
+}
+
+int npu_gemm_b_create(const int8_t *src, uint32_t n, uint32_t k, struct npu_gemm_b **out)
+{
+    int ret = npu_gemm_b_alloc(n, k, out);
+    if (ret == 0)
+        npu_gemm_b_fill(*out, 0, n, src);
+    return ret;
+}
+
+void npu_gemm_b_row(const struct npu_gemm_b *b, uint32_t r, int8_t *out)
+{
+    for (uint32_t c = 0; c < b->k; c++)
+        out[c] = npu_gemm_b_at(b, r, c);
 }
 
 void npu_gemm_b_destroy(struct npu_gemm_b *b)
@@ -88,7 +114,6 @@ void npu_gemm_b_destroy(struct npu_gemm_b *b)
     if (!b)
         return;
     free(b->rowsum);
-    sl_free_aligned(b->rows);
     sl_free_aligned(b->packed);
     free(b);
 }

@@ -9,8 +9,7 @@
 struct npu_gemm_b {
     uint32_t n, k;
     uint32_t k4, n16;      /* k rounded up to 4, n to 16 */
-    int8_t *rows;          /* [n][k] as given (scalar and AVX2 kernels) */
-    int8_t *packed;        /* [n16/16][k4/4][16][4] (VNNI kernels) */
+    int8_t *packed;        /* [n16/16][k4/4][16][4]: the only copy of the weights */
     int32_t *rowsum;       /* [n16] sum of each row's codes (the +128 correction / 128) */
 };
 
@@ -21,6 +20,12 @@ npu_gemm_fn npu_gemm_scalar;
 npu_gemm_fn npu_gemm_avx2;
 npu_gemm_fn npu_gemm_avx512vnni;
 npu_gemm_fn npu_gemm_avxvnni;
+
+/* Weight (r, c) in the packed layout. */
+static inline int8_t npu_gemm_b_at(const struct npu_gemm_b *b, uint32_t r, uint32_t c)
+{
+    return b->packed[((size_t)(r / 16) * (b->k4 / 4) + c / 4) * 64 + (r % 16) * 4 + c % 4];
+}
 
 /* Register-only peak loops: iters x (16 x 64 | 12 x 32) multiply-adds. */
 uint64_t npu_peak_avx512vnni(uint64_t iters);
