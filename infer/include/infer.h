@@ -182,6 +182,12 @@ int npu_kernel_available(enum npu_kernel k);
 enum npu_kernel npu_kernel_best(void);
 
 int npu_gemm_b_create(const int8_t *b, uint32_t n, uint32_t k, struct npu_gemm_b **out);
+/* The same in steps: allocate, then fill rows [r0, r0 + nrows) from
+ * row-major codes (any order, each row once), e.g. as they are unpacked. */
+int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out);
+void npu_gemm_b_fill(struct npu_gemm_b *b, uint32_t r0, uint32_t nrows, const int8_t *src);
+/* Row r of the weights, back in row-major order (k bytes). */
+void npu_gemm_b_row(const struct npu_gemm_b *b, uint32_t r, int8_t *out);
 void npu_gemm_b_destroy(struct npu_gemm_b *b);
 
 /* With the best kernel, or a chosen one (tests, benchmark). ldc: C's row
