@@ -8,13 +8,16 @@
 #include <pthread.h>
 
 #include "infer.h"
+#include "infer_matmul.h"
 
 struct npu_weights;
 
 /* One linear layer y = x W^T: W is [rows][cols] (rows = output channels). */
 struct infer_linear {
     uint32_t rows, cols;
-    float *w;                  /* float weights [rows][cols], or NULL */
+    void *w;                   /* float weights [rows][cols] of type wtype, or NULL */
+    uint32_t wtype;            /* enum infer_wtype */
+    int w_borrowed;            /* w points into the model's mapping: not freed */
     int8_t *q;                 /* int8 codes [rows][cols], or NULL */
     float *scale;              /* per-row dequantization scales [rows] (int8 only) */
     float act_scale;           /* static per-tensor input scale; 0 = dynamic */
@@ -45,6 +48,10 @@ struct infer_model {
     struct infer_layer *layers;
     infer_observe_fn observe;
     void *observe_ctx;
+    void *map;                 /* the container mapped read-only, or NULL */
+    size_t map_len;
+    void *io_buf;              /* tensor read buffer when not mapped */
+    size_t io_cap;
 };
 
 struct infer_state {
@@ -66,9 +73,11 @@ struct infer_state {
 
 /* ---- loading ---------------------------------------------------------------------- */
 
-/* Fills a linear from a tensor's bytes (float or quantized). */
+/* Fills a linear from a tensor's bytes (float or quantized). With borrow,
+ * F32/F16/BF16 weights are used in place (data must outlive the linear);
+ * otherwise they are copied. */
 int infer_linear_init(struct infer_linear *lin, const struct format_tensor_info *t,
-                      const void *data, int force_dynamic_act, struct sl_err *err);
+                      const void *data, int borrow, int force_dynamic_act, struct sl_err *err);
 void infer_linear_fini(struct infer_linear *lin);
 
 /* ---- CPU operators (infer_ops.c) ----------------------------------------------------
@@ -102,14 +111,15 @@ void infer_op_swiglu(float *h, const float *g, const float *u, size_t n);
 /* x[i] += y[i] */
 void infer_op_add(float *x, const float *y, size_t n);
 
-/* y[n][rows] = x[n][cols] W^T for float weights W [rows][cols]
- * (infer_matmul.c: cache-blocked, AVX-512/AVX2/scalar by CPU). */
+/* y[i][r] = x[i] . W[r] for i < n and output columns r in [r0, r1) (y has
+ * row stride rows, so workers can split one matmul by output columns): x
+ * [n][cols] float, W [rows][cols] of element type wt (infer_matmul.c:
+ * cache-blocked, AVX-512/AVX2/scalar by CPU). */
+void infer_op_matmul(float *y, const float *x, const void *w, enum infer_wtype wt, uint32_t n,
+                     uint32_t rows, uint32_t cols, uint32_t r0, uint32_t r1);
+/* y[n][rows] = x[n][cols] W^T for float32 W. */
 void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, uint32_t rows,
                          uint32_t cols);
-/* The same for output columns [r0, r1) only (y keeps row stride rows), so
- * workers can split one matmul by output rows. */
-void infer_op_matmul_f32_range(float *y, const float *x, const float *w, uint32_t n,
-                               uint32_t rows, uint32_t cols, uint32_t r0, uint32_t r1);
 
 /* The int8 path of a linear for output rows [r0, r1): quantize x per tensor
  * with s (act_scale or dynamic over all n rows), int32 GEMM, dequantize:

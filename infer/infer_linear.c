@@ -10,7 +10,7 @@
 #include "unpack.h"
 
 int infer_linear_init(struct infer_linear *lin, const struct format_tensor_info *t,
-                      const void *data, int force_dynamic_act, struct sl_err *err)
+                      const void *data, int borrow, int force_dynamic_act, struct sl_err *err)
 {
     memset(lin, 0, sizeof *lin);
     lin->rows = (uint32_t)t->shape[0];
@@ -18,12 +18,30 @@ int infer_linear_init(struct infer_linear *lin, const struct format_tensor_info 
     size_t n = (size_t)lin->rows * lin->cols;
     const struct format_encoding_traits *tr = format_encoding_traits(t->encoding);
     if (!tr->quantized) {
-        lin->w = sl_alloc_aligned(n * sizeof(float), 64);
+        /* F16 and BF16 stay 16-bit; all three are little-endian in the
+         * container as in memory on the targets this builds for, so they can
+         * be used where they lie (FORMAT_TENSOR_ALIGN keeps them aligned) */
+        int half = t->encoding == FORMAT_ENC_F16 || t->encoding == FORMAT_ENC_BF16;
+        lin->wtype = t->encoding == FORMAT_ENC_F16    ? INFER_W_F16
+                     : t->encoding == FORMAT_ENC_BF16 ? INFER_W_BF16
+                                                      : INFER_W_F32;
+        if (borrow && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
+            lin->w = (void *)(uintptr_t)data;
+            lin->w_borrowed = 1;
+            return 0;
+        }
+        lin->w = sl_alloc_aligned(n * (half ? 2 : sizeof(float)), 64);
         if (!lin->w) {
             sl_err_set(err, "out of memory for tensor '%s'", t->name);
             return -ENOMEM;
         }
-        format_decode_float(t->encoding, data, lin->w, n);
+        if (half)
+            memcpy(lin->w, data, n * 2);
+        else if (format_decode_float(t->encoding, data, lin->w, n) < 0) {
+            sl_err_set(err, "tensor '%s' has encoding %u, not a float", t->name, t->encoding);
+            infer_linear_fini(lin);
+            return -EINVAL;
+        }
         return 0;
     }
     lin->q = sl_alloc_aligned(n, 64);
@@ -56,7 +74,8 @@ int infer_linear_init(struct infer_linear *lin, const struct format_tensor_info 
 
 void infer_linear_fini(struct infer_linear *lin)
 {
-    sl_free_aligned(lin->w);
+    if (!lin->w_borrowed)
+        sl_free_aligned(lin->w);
     sl_free_aligned(lin->q);
     free(lin->scale);
     npu_weights_destroy(lin->npu);
@@ -77,7 +96,7 @@ void infer_linear_forward(const struct infer_model *m, int layer, uint32_t role,
                           int8_t *xq)
 {
     if (lin->w)
-        infer_op_matmul_f32(y, x, lin->w, n, lin->rows, lin->cols);
+        infer_op_matmul(y, x, lin->w, lin->wtype, n, lin->rows, lin->cols, 0, lin->rows);
     else
         infer_op_linear_int8(y, x, lin, n, xq);
     if (m->observe)

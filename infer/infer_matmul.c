@@ -8,27 +8,40 @@
 #define SLUICE_KERNELS_X86 0
 #endif
 
+static inline float w_at(const void *w, size_t i, uint32_t wt)
+{
+    switch (wt) {
+    case INFER_W_F16:
+        return sl_f16_to_f32(((const uint16_t *)w)[i]);
+    case INFER_W_BF16:
+        return sl_bf16_to_f32(((const uint16_t *)w)[i]);
+    default:
+        return ((const float *)w)[i];
+    }
+}
+
 /* Dot product with 8 independent partial sums (a fixed order, so the result
  * does not depend on the compiler). */
-static float dot_f32(const float *a, const float *b, uint32_t n)
+static float dot_f32(const float *a, const void *b, uint32_t wt, uint32_t n)
 {
     float acc[8] = {0};
     uint32_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++)
-            acc[j] += a[i + j] * b[i + j];
+            acc[j] += a[i + j] * w_at(b, i + j, wt);
     float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     for (; i < n; i++)
-        s += a[i] * b[i];
+        s += a[i] * w_at(b, i, wt);
     return s;
 }
 
 void infer_matmul_tile_scalar(float *y, size_t ldy, const float *x, size_t ldx, uint32_t mr,
-                              const float *w, size_t ldw, uint32_t nr, uint32_t cols)
+                              const void *w, size_t ldw, uint32_t nr, uint32_t cols, uint32_t wt)
 {
+    size_t esz = wt == INFER_W_F32 ? 4 : 2;
     for (uint32_t i = 0; i < mr; i++)
         for (uint32_t r = 0; r < nr; r++)
-            y[i * ldy + r] = dot_f32(x + i * ldx, w + r * ldw, cols);
+            y[i * ldy + r] = dot_f32(x + i * ldx, (const char *)w + r * ldw * esz, wt, cols);
 }
 
 void infer_matmul_nn_scalar(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
@@ -123,15 +136,16 @@ static infer_matmul_nn_fn *nn_fn(enum infer_matmul_kernel k)
 }
 
 void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const float *x,
-                     size_t ldx, const float *w, size_t ldw, uint32_t n, uint32_t cols,
-                     uint32_t r0, uint32_t r1)
+                     size_t ldx, const void *w, uint32_t wt, size_t ldw, uint32_t n,
+                     uint32_t cols, uint32_t r0, uint32_t r1)
 {
     infer_matmul_tile_fn *tile = tile_fn(k);
+    size_t esz = wt == INFER_W_F32 ? 4 : 2;
     /* A block of w rows (about 128 KiB, so it stays in L2) meets every x row
      * before the next block is read: w crosses the memory bus once per call.
      * Within the block, tiles of 4 x rows by 4 w rows reuse each loaded
      * vector 4 times. */
-    uint32_t nb = (uint32_t)((128u << 10) / ((size_t)cols * sizeof(float) + 1));
+    uint32_t nb = (uint32_t)((128u << 10) / ((size_t)cols * esz + 1));
     nb = nb < INFER_MATMUL_NR ? INFER_MATMUL_NR : nb - nb % INFER_MATMUL_NR;
     for (uint32_t rb = r0; rb < r1; rb += nb) {
         uint32_t re = r1 - rb < nb ? r1 : rb + nb;
@@ -139,7 +153,8 @@ void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
             uint32_t mr = n - i < INFER_MATMUL_MR ? n - i : INFER_MATMUL_MR;
             for (uint32_t r = rb; r < re; r += INFER_MATMUL_NR) {
                 uint32_t nr = re - r < INFER_MATMUL_NR ? re - r : INFER_MATMUL_NR;
-                tile(y + i * ldy + r, ldy, x + i * ldx, ldx, mr, w + r * ldw, ldw, nr, cols);
+                tile(y + i * ldy + r, ldy, x + i * ldx, ldx, mr,
+                     (const char *)w + r * ldw * esz, ldw, nr, cols, wt);
             }
         }
     }
@@ -155,21 +170,21 @@ void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
     }
 }
 
-void infer_matmul_f32_kernel(enum infer_matmul_kernel k, float *y, const float *x,
-                             const float *w, uint32_t n, uint32_t rows, uint32_t cols,
-                             uint32_t r0, uint32_t r1)
+void infer_matmul_linear_kernel(enum infer_matmul_kernel k, float *y, const float *x,
+                                const void *w, uint32_t wt, uint32_t n, uint32_t rows,
+                                uint32_t cols, uint32_t r0, uint32_t r1)
 {
-    infer_matmul_nt(k, y, rows, x, cols, w, cols, n, cols, r0, r1);
+    infer_matmul_nt(k, y, rows, x, cols, w, wt, cols, n, cols, r0, r1);
 }
 
-void infer_op_matmul_f32_range(float *y, const float *x, const float *w, uint32_t n,
-                               uint32_t rows, uint32_t cols, uint32_t r0, uint32_t r1)
+void infer_op_matmul(float *y, const float *x, const void *w, enum infer_wtype wt, uint32_t n,
+                     uint32_t rows, uint32_t cols, uint32_t r0, uint32_t r1)
 {
-    infer_matmul_f32_kernel(infer_matmul_kernel_used(), y, x, w, n, rows, cols, r0, r1);
+    infer_matmul_linear_kernel(infer_matmul_kernel_used(), y, x, w, wt, n, rows, cols, r0, r1);
 }
 
 void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, uint32_t rows,
                          uint32_t cols)
 {
-    infer_op_matmul_f32_range(y, x, w, n, rows, cols, 0, rows);
+    infer_op_matmul(y, x, w, INFER_W_F32, n, rows, cols, 0, rows);
 }

@@ -25,6 +25,15 @@
 #define INFER_MATMUL_MR 4
 #define INFER_MATMUL_NR 4
 
+/* Element types of float weights: F16 and BF16 tensors stay in their
+ * 16-bit form in memory (half the bytes) and are widened exactly as the
+ * kernels load them, so the results equal those of float32 copies. */
+enum infer_wtype {
+    INFER_W_F32 = 0,
+    INFER_W_F16 = 1,
+    INFER_W_BF16 = 2,
+};
+
 enum infer_matmul_kernel {
     INFER_MATMUL_SCALAR = 0,
     INFER_MATMUL_AVX2 = 1,
@@ -32,9 +41,12 @@ enum infer_matmul_kernel {
     INFER_MATMUL_COUNT
 };
 
-/* NT tile: y[i * ldy + r] for i < mr, r < nr. */
+/* NT tile: y[i * ldy + r] for i < mr, r < nr. w holds elements of type wt
+ * (enum infer_wtype), converted to float exactly as they
+ * are loaded; ldw counts elements. */
 typedef void infer_matmul_tile_fn(float *y, size_t ldy, const float *x, size_t ldx, uint32_t mr,
-                                  const float *w, size_t ldw, uint32_t nr, uint32_t cols);
+                                  const void *w, size_t ldw, uint32_t nr, uint32_t cols,
+                                  uint32_t wt);
 /* NN rows: y[i * ldy + c] = sum_{t < T} p[i * ldp + t] * v[t * ldv + c], for
  * i < mr, c < cols (t ascending). */
 typedef void infer_matmul_nn_fn(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
@@ -54,18 +66,19 @@ enum infer_matmul_kernel infer_matmul_kernel_best(void);
 enum infer_matmul_kernel infer_matmul_kernel_used(void);
 
 /* NT: y[i][r] (row stride ldy) for i < n, r in [r0, r1), x rows of stride
- * ldx, w rows of stride ldw, with kernel k (scalar if k is unavailable). */
+ * ldx, w rows (of element type wt) of stride ldw, with kernel k (scalar if k
+ * is unavailable). */
 void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const float *x,
-                     size_t ldx, const float *w, size_t ldw, uint32_t n, uint32_t cols,
-                     uint32_t r0, uint32_t r1);
+                     size_t ldx, const void *w, uint32_t wt, size_t ldw, uint32_t n,
+                     uint32_t cols, uint32_t r0, uint32_t r1);
 
 /* NN: y[i][c] for i < n, c < cols. */
 void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p, size_t ldp,
                      const float *v, size_t ldv, uint32_t n, uint32_t T, uint32_t cols);
 
 /* The contiguous NT case (a linear layer: ldx = ldw = cols, ldy = rows). */
-void infer_matmul_f32_kernel(enum infer_matmul_kernel k, float *y, const float *x,
-                             const float *w, uint32_t n, uint32_t rows, uint32_t cols,
-                             uint32_t r0, uint32_t r1);
+void infer_matmul_linear_kernel(enum infer_matmul_kernel k, float *y, const float *x,
+                                const void *w, uint32_t wt, uint32_t n, uint32_t rows,
+                                uint32_t cols, uint32_t r0, uint32_t r1);
 
 #endif

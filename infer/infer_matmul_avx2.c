@@ -1,9 +1,11 @@
 /* infer_matmul_avx2.c: the float matmul kernels with AVX2 + FMA. 16 ymm
  * registers hold 2 x rows by 4 w rows = 8 accumulators plus the 6 loaded
  * vectors, so a 4-row NT tile runs as two 2-row passes (the w rows come back
- * from L1); NN likewise handles 2 p rows by 32 columns at a time. Column
- * tails use masked loads and stores. */
+ * from L1); NN likewise handles 2 p rows by 32 columns at a time. F16/BF16
+ * weights are widened as they are loaded (F16C vcvtph2ps, or a 16-bit
+ * shift). Column tails use masked loads and stores. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "infer_matmul.h"
 
@@ -21,11 +23,37 @@ static inline __m256i lanes(int n)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* 8 weights from w (element type wt) at element c, widened to float; with
+ * n < 8 only the first n are read, the rest are 0. */
+static inline __attribute__((always_inline)) __m256 load_w(const void *w, size_t c, uint32_t wt,
+                                                           int n)
+{
+    if (wt == INFER_W_F32) {
+        const float *p = (const float *)w + c;
+        return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes(n));
+    }
+    const uint16_t *p = (const uint16_t *)w + c;
+    __m128i h;
+    if (n >= 8) {
+        h = _mm_loadu_si128((const __m128i *)p);
+    } else {
+        uint16_t tmp[8] = {0}; /* no 16-bit masked load in AVX2 */
+        memcpy(tmp, p, (size_t)n * 2);
+        h = _mm_loadu_si128((const __m128i *)tmp);
+    }
+    if (wt == INFER_W_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* bf16 */
+}
+
 static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, const float *x,
                                                        size_t ldx, const uint32_t mr,
-                                                       const float *w, size_t ldw,
-                                                       const uint32_t nr, uint32_t cols)
+                                                       const void *w, size_t ldw,
+                                                       const uint32_t nr, uint32_t cols,
+                                                       const uint32_t wt)
 {
+    size_t esz = wt == INFER_W_F32 ? 4 : 2;
+    const char *wb = w;
     __m256 acc[2][INFER_MATMUL_NR];
 #pragma GCC unroll 2
     for (uint32_t a = 0; a < mr; a++)
@@ -40,7 +68,7 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
             xv[a] = _mm256_loadu_ps(x + a * ldx + c);
 #pragma GCC unroll 4
         for (uint32_t b = 0; b < nr; b++)
-            wv[b] = _mm256_loadu_ps(w + b * ldw + c);
+            wv[b] = load_w(wb + b * ldw * esz, c, wt, 8);
 #pragma GCC unroll 2
         for (uint32_t a = 0; a < mr; a++)
 #pragma GCC unroll 4
@@ -55,7 +83,7 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
             xv[a] = _mm256_maskload_ps(x + a * ldx + c, m);
 #pragma GCC unroll 4
         for (uint32_t b = 0; b < nr; b++)
-            wv[b] = _mm256_maskload_ps(w + b * ldw + c, m);
+            wv[b] = load_w(wb + b * ldw * esz, c, wt, (int)(cols - c));
 #pragma GCC unroll 2
         for (uint32_t a = 0; a < mr; a++)
 #pragma GCC unroll 4
@@ -69,31 +97,36 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
             y[a * ldy + b] = hsum(acc[a][b]);
 }
 
-#define TILE(M, N)                                                                           \
-    static void tile_##M##x##N(float *y, size_t ldy, const float *x, size_t ldx,            \
-                               const float *w, size_t ldw, uint32_t cols)                    \
+#define TILE(M, N, WT, SUF)                                                                  \
+    static void tile_##M##x##N##SUF(float *y, size_t ldy, const float *x, size_t ldx,       \
+                                    const void *w, size_t ldw, uint32_t cols)                \
     {                                                                                        \
-        tile(y, ldy, x, ldx, M, w, ldw, N, cols);                                            \
+        tile(y, ldy, x, ldx, M, w, ldw, N, cols, WT);                                        \
     }
-#define TILE_ROW(M) TILE(M, 1) TILE(M, 2) TILE(M, 3) TILE(M, 4)
-TILE_ROW(1)
-TILE_ROW(2)
+#define TILE_ROW(M, WT, SUF)                                                                 \
+    TILE(M, 1, WT, SUF) TILE(M, 2, WT, SUF) TILE(M, 3, WT, SUF) TILE(M, 4, WT, SUF)
+#define TILE_ALL(WT, SUF) TILE_ROW(1, WT, SUF) TILE_ROW(2, WT, SUF)
+TILE_ALL(INFER_W_F32, _f32)
+TILE_ALL(INFER_W_F16, _f16)
+TILE_ALL(INFER_W_BF16, _bf16)
 
-typedef void tile_fixed_fn(float *y, size_t ldy, const float *x, size_t ldx, const float *w,
+typedef void tile_fixed_fn(float *y, size_t ldy, const float *x, size_t ldx, const void *w,
                            size_t ldw, uint32_t cols);
-static tile_fixed_fn *const tiles[2][4] = {
-    {tile_1x1, tile_1x2, tile_1x3, tile_1x4},
-    {tile_2x1, tile_2x2, tile_2x3, tile_2x4},
-};
+#define TABLE(SUF)                                                                           \
+    {                                                                                        \
+        {tile_1x1##SUF, tile_1x2##SUF, tile_1x3##SUF, tile_1x4##SUF},                        \
+            {tile_2x1##SUF, tile_2x2##SUF, tile_2x3##SUF, tile_2x4##SUF},                    \
+    }
+static tile_fixed_fn *const tiles[3][2][4] = {TABLE(_f32), TABLE(_f16), TABLE(_bf16)};
 
 void infer_matmul_tile_avx2(float *y, size_t ldy, const float *x, size_t ldx, uint32_t mr,
-                            const float *w, size_t ldw, uint32_t nr, uint32_t cols)
+                            const void *w, size_t ldw, uint32_t nr, uint32_t cols, uint32_t wt)
 {
     /* rows 0-1, then rows 2-3 */
     uint32_t m0 = mr < 2 ? mr : 2;
-    tiles[m0 - 1][nr - 1](y, ldy, x, ldx, w, ldw, cols);
+    tiles[wt][m0 - 1][nr - 1](y, ldy, x, ldx, w, ldw, cols);
     if (mr > 2)
-        tiles[mr - 3][nr - 1](y + 2 * ldy, ldy, x + 2 * ldx, ldx, w, ldw, cols);
+        tiles[wt][mr - 3][nr - 1](y + 2 * ldy, ldy, x + 2 * ldx, ldx, w, ldw, cols);
 }
 
 static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const float *p,

@@ -1,17 +1,37 @@
-/* infer_matmul_avx512.c: the float matmul kernels with AVX-512F.
- * NT: 4 x rows by 4 w rows = 16 accumulators of 16 lanes (of 32 zmm
- * registers), one FMA per loaded pair. NN: up to 4 p rows by 64 columns of v
+/* infer_matmul_avx512.c: the float matmul kernels with AVX-512F (+BW for
+ * masked 16-bit loads). NT: 4 x rows by 4 w rows = 16 accumulators of 16
+ * lanes (of 32 zmm registers), one FMA per loaded pair; F16/BF16 weights are
+ * widened as they are loaded (vcvtph2ps, or a 16-bit shift). NN: up to 4 p rows by 64 columns of v
  * = 16 accumulators; each v row is loaded once for the 4 p rows. Column
  * tails use masked loads and stores. */
 #include <immintrin.h>
 
 #include "infer_matmul.h"
 
+/* 16 weights from w (element type wt) at element c, widened to float;
+ * lanes outside m read as 0. */
+static inline __attribute__((always_inline)) __m512 load_w(const void *w, size_t c, uint32_t wt,
+                                                           __mmask16 m, int full)
+{
+    if (wt == INFER_W_F32) {
+        const float *p = (const float *)w + c;
+        return full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+    }
+    const uint16_t *p = (const uint16_t *)w + c;
+    __m256i h = full ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(m, p);
+    if (wt == INFER_W_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16 */
+}
+
 static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, const float *x,
                                                        size_t ldx, const uint32_t mr,
-                                                       const float *w, size_t ldw,
-                                                       const uint32_t nr, uint32_t cols)
+                                                       const void *w, size_t ldw,
+                                                       const uint32_t nr, uint32_t cols,
+                                                       const uint32_t wt)
 {
+    size_t esz = wt == INFER_W_F32 ? 4 : 2;
+    const char *wb = w;
     __m512 acc[INFER_MATMUL_MR][INFER_MATMUL_NR];
 #pragma GCC unroll 4
     for (uint32_t a = 0; a < mr; a++)
@@ -26,7 +46,7 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
             xv[a] = _mm512_loadu_ps(x + a * ldx + c);
 #pragma GCC unroll 4
         for (uint32_t b = 0; b < nr; b++)
-            wv[b] = _mm512_loadu_ps(w + b * ldw + c);
+            wv[b] = load_w(wb + b * ldw * esz, c, wt, 0xffff, 1);
 #pragma GCC unroll 4
         for (uint32_t a = 0; a < mr; a++)
 #pragma GCC unroll 4
@@ -41,7 +61,7 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
             xv[a] = _mm512_maskz_loadu_ps(m, x + a * ldx + c);
 #pragma GCC unroll 4
         for (uint32_t b = 0; b < nr; b++)
-            wv[b] = _mm512_maskz_loadu_ps(m, w + b * ldw + c);
+            wv[b] = load_w(wb + b * ldw * esz, c, wt, m, 0);
 #pragma GCC unroll 4
         for (uint32_t a = 0; a < mr; a++)
 #pragma GCC unroll 4
@@ -55,31 +75,35 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
             y[a * ldy + b] = _mm512_reduce_add_ps(acc[a][b]);
 }
 
-#define TILE(M, N)                                                                           \
-    static void tile_##M##x##N(float *y, size_t ldy, const float *x, size_t ldx,            \
-                               const float *w, size_t ldw, uint32_t cols)                    \
+#define TILE(M, N, WT, SUF)                                                                  \
+    static void tile_##M##x##N##SUF(float *y, size_t ldy, const float *x, size_t ldx,       \
+                                    const void *w, size_t ldw, uint32_t cols)                \
     {                                                                                        \
-        tile(y, ldy, x, ldx, M, w, ldw, N, cols);                                            \
+        tile(y, ldy, x, ldx, M, w, ldw, N, cols, WT);                                        \
     }
-#define TILE_ROW(M) TILE(M, 1) TILE(M, 2) TILE(M, 3) TILE(M, 4)
-TILE_ROW(1)
-TILE_ROW(2)
-TILE_ROW(3)
-TILE_ROW(4)
+#define TILE_ROW(M, WT, SUF)                                                                 \
+    TILE(M, 1, WT, SUF) TILE(M, 2, WT, SUF) TILE(M, 3, WT, SUF) TILE(M, 4, WT, SUF)
+#define TILE_ALL(WT, SUF)                                                                    \
+    TILE_ROW(1, WT, SUF) TILE_ROW(2, WT, SUF) TILE_ROW(3, WT, SUF) TILE_ROW(4, WT, SUF)
+TILE_ALL(INFER_W_F32, _f32)
+TILE_ALL(INFER_W_F16, _f16)
+TILE_ALL(INFER_W_BF16, _bf16)
 
-typedef void tile_fixed_fn(float *y, size_t ldy, const float *x, size_t ldx, const float *w,
+typedef void tile_fixed_fn(float *y, size_t ldy, const float *x, size_t ldx, const void *w,
                            size_t ldw, uint32_t cols);
-static tile_fixed_fn *const tiles[4][4] = {
-    {tile_1x1, tile_1x2, tile_1x3, tile_1x4},
-    {tile_2x1, tile_2x2, tile_2x3, tile_2x4},
-    {tile_3x1, tile_3x2, tile_3x3, tile_3x4},
-    {tile_4x1, tile_4x2, tile_4x3, tile_4x4},
-};
+#define TABLE(SUF)                                                                           \
+    {                                                                                        \
+        {tile_1x1##SUF, tile_1x2##SUF, tile_1x3##SUF, tile_1x4##SUF},                        \
+            {tile_2x1##SUF, tile_2x2##SUF, tile_2x3##SUF, tile_2x4##SUF},                    \
+            {tile_3x1##SUF, tile_3x2##SUF, tile_3x3##SUF, tile_3x4##SUF},                    \
+            {tile_4x1##SUF, tile_4x2##SUF, tile_4x3##SUF, tile_4x4##SUF},                    \
+    }
+static tile_fixed_fn *const tiles[3][4][4] = {TABLE(_f32), TABLE(_f16), TABLE(_bf16)};
 
 void infer_matmul_tile_avx512(float *y, size_t ldy, const float *x, size_t ldx, uint32_t mr,
-                              const float *w, size_t ldw, uint32_t nr, uint32_t cols)
+                              const void *w, size_t ldw, uint32_t nr, uint32_t cols, uint32_t wt)
 {
-    tiles[mr - 1][nr - 1](y, ldy, x, ldx, w, ldw, cols);
+    tiles[wt][mr - 1][nr - 1](y, ldy, x, ldx, w, ldw, cols);
 }
 
 /* Lanes [c, min(c + 16, cols)) of a 16-lane vector starting at column c. */

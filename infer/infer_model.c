@@ -4,12 +4,18 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "infer_internal.h"
 
-/* Reads tensor (layer, role) and verifies its checksum; *buf is malloc'ed. */
+/* Finds tensor (layer, role) and makes its verified bytes available at *buf:
+ * a view into the read-only mapping of the container (no copy; pages come
+ * from the page cache and can be dropped again under memory pressure), or,
+ * where the file cannot be mapped, the model's reusable read buffer (valid
+ * until the next read). *mapped tells which. */
 static int read_tensor(struct infer_model *m, int layer, uint32_t role,
-                       const struct format_tensor_info **ti, void **buf, struct sl_err *err)
+                       const struct format_tensor_info **ti, const void **buf, int *mapped,
+                       struct sl_err *err)
 {
     int i = format_reader_find(m->reader, layer, role);
     if (i < 0) {
@@ -18,36 +24,42 @@ static int read_tensor(struct infer_model *m, int layer, uint32_t role,
         return -EINVAL;
     }
     *ti = format_reader_tensor(m->reader, (uint32_t)i);
-    *buf = malloc((*ti)->length);
-    if (!*buf) {
-        sl_err_set(err, "%s: out of memory reading '%s'", format_reader_path(m->reader),
-                   (*ti)->name);
-        return -ENOMEM;
+    if (m->map) {
+        /* the reader checked offset + length against the file size at open */
+        *buf = (const char *)m->map + (*ti)->offset;
+        *mapped = 1;
+        return format_tensor_verify(m->reader, (uint32_t)i, *buf, err);
     }
-    int ret = format_reader_read_tensor(m->reader, (uint32_t)i, *buf, (*ti)->length, err);
-    if (ret < 0) {
-        free(*buf);
-        *buf = NULL;
+    if ((*ti)->length > m->io_cap) {
+        void *nb = realloc(m->io_buf, (*ti)->length);
+        if (!nb) {
+            sl_err_set(err, "%s: out of memory reading '%s'", format_reader_path(m->reader),
+                       (*ti)->name);
+            return -ENOMEM;
+        }
+        m->io_buf = nb;
+        m->io_cap = (*ti)->length;
     }
-    return ret;
+    *buf = m->io_buf;
+    *mapped = 0;
+    return format_reader_read_tensor(m->reader, (uint32_t)i, m->io_buf, (*ti)->length, err);
 }
 
 static int load_norm(struct infer_model *m, int layer, uint32_t role, float **out,
                      struct sl_err *err)
 {
     const struct format_tensor_info *t;
-    void *buf;
-    int ret = read_tensor(m, layer, role, &t, &buf, err);
+    const void *buf;
+    int mapped;
+    int ret = read_tensor(m, layer, role, &t, &buf, &mapped, err);
     if (ret < 0)
         return ret;
     *out = malloc(sizeof(float) * m->cfg.dim);
     if (!*out) {
-        free(buf);
         sl_err_set(err, "out of memory");
         return -ENOMEM;
     }
     ret = format_decode_float(t->encoding, buf, *out, m->cfg.dim);
-    free(buf);
     if (ret < 0)
         sl_err_set(err, "%s: norm '%s' is not stored as float", format_reader_path(m->reader),
                    t->name);
@@ -58,14 +70,14 @@ static int load_linear(struct infer_model *m, int layer, uint32_t role, struct i
                        struct sl_err *err)
 {
     const struct format_tensor_info *t;
-    void *buf;
-    int ret = read_tensor(m, layer, role, &t, &buf, err);
+    const void *buf;
+    int mapped;
+    int ret = read_tensor(m, layer, role, &t, &buf, &mapped, err);
     if (ret < 0)
         return ret;
-    ret = infer_linear_init(lin, t, buf, m->force_dynamic_act, err);
+    ret = infer_linear_init(lin, t, buf, mapped, m->force_dynamic_act, err);
     if (ret < 0)
         sl_err_prefix(err, "%s", format_reader_path(m->reader));
-    free(buf);
     return ret;
 }
 
@@ -160,6 +172,14 @@ int infer_model_load(const char *path, const struct infer_load_opts *opts,
         return ret;
     }
     m->cfg = *format_reader_config(m->reader);
+    /* Map the whole container read-only: float weights are used in place.
+     * If mapping fails (a file system without mmap), tensors are read. */
+    if (!(opts && opts->no_mmap)) {
+        m->map_len = (size_t)format_reader_file_size(m->reader);
+        m->map = mmap(NULL, m->map_len, PROT_READ, MAP_SHARED, format_reader_fd(m->reader), 0);
+        if (m->map == MAP_FAILED)
+            m->map = NULL;
+    }
     m->force_dynamic_act = opts && opts->force_dynamic_act;
     m->layers = calloc(m->cfg.n_layers, sizeof *m->layers);
     if (!m->layers) {
@@ -175,6 +195,9 @@ int infer_model_load(const char *path, const struct infer_load_opts *opts,
             infer_model_destroy(m);
             return ret;
         }
+        free(m->io_buf); /* lazy models keep it for the next layer */
+        m->io_buf = NULL;
+        m->io_cap = 0;
     }
     *out = m;
     return 0;
@@ -189,6 +212,9 @@ void infer_model_destroy(struct infer_model *m)
             infer_model_release_layer(m, (int)l);
     infer_model_release_layer(m, -1);
     free(m->layers);
+    free(m->io_buf);
+    if (m->map)
+        munmap(m->map, m->map_len);
     format_reader_close(m->reader);
     free(m);
 }

@@ -68,7 +68,7 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
             uint32_t T = pos0 + b0 + nb; /* keys the block's last row sees */
             const float *qb = q + (size_t)b0 * qdim + (size_t)h * hs;
             /* att[i][t] = q_i . k_t for the block's rows i and t < T */
-            infer_matmul_nt(k, att, T, qb, qdim, kh, kv_dim, nb, hs, 0, T);
+            infer_matmul_nt(k, att, T, qb, qdim, kh, INFER_W_F32, kv_dim, nb, hs, 0, T);
             for (uint32_t i = 0; i < nb; i++) {
                 /* row i is at position pos0 + b0 + i and sees keys 0..that */
                 float *a = att + (size_t)i * T;
@@ -124,8 +124,12 @@ int infer_op_embed(const struct infer_model *m, const int *tokens, uint32_t n, f
         }
         size_t row = (size_t)tokens[i];
         float *xi = x + (size_t)i * d;
-        if (e->w) {
-            memcpy(xi, e->w + row * d, d * sizeof(float));
+        if (e->w && e->wtype == INFER_W_F32) {
+            memcpy(xi, (const float *)e->w + row * d, d * sizeof(float));
+        } else if (e->w) {
+            const uint16_t *h = (const uint16_t *)e->w + row * d;
+            for (uint32_t j = 0; j < d; j++)
+                xi[j] = e->wtype == INFER_W_F16 ? sl_f16_to_f32(h[j]) : sl_bf16_to_f32(h[j]);
         } else {
             const int8_t *q = e->q + row * d;
             float s = e->scale[row];

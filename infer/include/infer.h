@@ -50,10 +50,15 @@ struct infer_state;
 struct infer_load_opts {
     int lazy;              /* 1: load no layer now (infer_model_load_layer later) */
     int force_dynamic_act; /* 1: ignore static activation scales (dynamic per call) */
+    int no_mmap;           /* 1: read tensors into private memory instead of using
+                              float weights in place in a read-only mapping */
 };
 
-/* Opens and validates a container and (unless lazy) reads every tensor,
- * verifying checksums. */
+/* Opens and validates a container and (unless lazy) loads every tensor,
+ * verifying checksums. Float weights (F32/F16/BF16) are used in place in a
+ * read-only mapping of the file (F16/BF16 stay 16-bit), so they cost page
+ * cache rather than private memory; quantized weights are unpacked to int8.
+ * The file must not change while the model is open. */
 int infer_model_load(const char *path, const struct infer_load_opts *opts,
                      struct infer_model **out, struct sl_err *err);
 void infer_model_destroy(struct infer_model *m);

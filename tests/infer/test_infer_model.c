@@ -419,6 +419,14 @@ static void check_float_model(int tied, uint32_t enc, const char *what)
     /* no classifier at all */
     assert_int_equal(infer_forward(m, s, tokens + 11, 2, 11, NULL, INFER_LOGITS_NONE, &err), 0);
     infer_state_destroy(s);
+    /* weights read into private memory instead of mapped: the same bits */
+    struct infer_model *m2;
+    struct infer_load_opts o = {.no_mmap = 1};
+    assert_int_equal(infer_model_load(path, &o, &m2, &err), 0);
+    float *lg2 = run_chunks(m2, tokens, SEQ, 4, 4);
+    assert_memory_equal(lg2, all, sizeof(float) * VOC * SEQ);
+    free(lg2);
+    infer_model_destroy(m2);
     free(all);
     free(want);
     infer_model_destroy(m);
@@ -685,6 +693,9 @@ static void test_errors(void **st)
     assert_int_equal(infer_model_load(bad, NULL, &m, &err), -EIO);
     assert_non_null(strstr(err.msg, "corrupt.sluice"));
     fprintf(stderr, "corrupt tensor: %s\n", err.msg);
+    struct infer_load_opts no_map = {.no_mmap = 1};
+    assert_int_equal(infer_model_load(bad, &no_map, &m, &err), -EIO);
+    assert_non_null(strstr(err.msg, "l0.wq"));
     free(bytes);
 }
 

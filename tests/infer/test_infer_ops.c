@@ -208,22 +208,37 @@ static void test_matmul_kernels(void **st)
     enum { MAXN = 9, MAXR = 70, MAXC = 259 };
     float *x = malloc(sizeof(float) * MAXN * MAXC), *w = malloc(sizeof(float) * MAXR * MAXC);
     float *ref = malloc(sizeof(float) * MAXN * MAXR), *y = malloc(sizeof(float) * MAXN * MAXR);
-    assert_true(x && w && ref && y);
+    uint16_t *w16 = malloc(sizeof(uint16_t) * MAXR * MAXC);
+    assert_true(x && w && ref && y && w16);
     int tested[INFER_MATMUL_COUNT] = {0};
+    for (uint32_t wt = INFER_W_F32; wt <= INFER_W_BF16; wt++)
     for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
         for (size_t b = 0; b < sizeof rs / sizeof rs[0]; b++)
             for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
                 uint32_t n = ns[a], R = rs[b], C = cs[c];
                 fill(x, (size_t)n * C, 1.0f);
                 fill(w, (size_t)R * C, 0.5f);
-                infer_matmul_f32_kernel(INFER_MATMUL_SCALAR, ref, x, w, n, R, C, 0, R);
+                /* 16-bit weights, and w set to their exact float values */
+                for (size_t i = 0; wt != INFER_W_F32 && i < (size_t)R * C; i++) {
+                    w16[i] = wt == INFER_W_F16 ? sl_f32_to_f16(w[i]) : sl_f32_to_bf16(w[i]);
+                    w[i] = wt == INFER_W_F16 ? sl_f16_to_f32(w16[i]) : sl_bf16_to_f32(w16[i]);
+                }
+                const void *wk = wt == INFER_W_F32 ? (const void *)w : (const void *)w16;
+                infer_matmul_linear_kernel(INFER_MATMUL_SCALAR, ref, x, wk, wt, n, R, C, 0, R);
+                if (wt != INFER_W_F32) {
+                    /* the scalar kernel on widened weights equals its float32 run */
+                    infer_matmul_linear_kernel(INFER_MATMUL_SCALAR, y, x, w, INFER_W_F32, n, R,
+                                               C, 0, R);
+                    assert_memory_equal(y, ref, sizeof(float) * n * R);
+                }
                 for (int k = 1; k < INFER_MATMUL_COUNT; k++) {
                     if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
                         continue;
                     tested[k] = 1;
                     for (size_t i = 0; i < (size_t)n * R; i++)
                         y[i] = NAN;
-                    infer_matmul_f32_kernel((enum infer_matmul_kernel)k, y, x, w, n, R, C, 0, R);
+                    infer_matmul_linear_kernel((enum infer_matmul_kernel)k, y, x, wk, wt, n, R,
+                                               C, 0, R);
                     for (uint32_t i = 0; i < n; i++)
                         for (uint32_t r = 0; r < R; r++) {
                             double mag = 0;
@@ -231,11 +246,19 @@ static void test_matmul_kernels(void **st)
                                 mag += fabs((double)x[i * C + j] * w[r * C + j]);
                             double d = fabs((double)y[i * R + r] - ref[i * R + r]);
                             if (!(d <= 1e-5 * mag + 1e-30))
-                                fail_msg("%s n=%u rows=%u cols=%u [%u][%u]: %g vs %g",
+                                fail_msg("%s wt=%u n=%u rows=%u cols=%u [%u][%u]: %g vs %g",
                                          infer_matmul_kernel_name((enum infer_matmul_kernel)k),
-                                         n, R, C, i, r, (double)y[i * R + r],
+                                         wt, n, R, C, i, r, (double)y[i * R + r],
                                          (double)ref[i * R + r]);
                         }
+                    if (wt != INFER_W_F32) {
+                        /* widening as they load: the same bits as float32 weights */
+                        float *y32 = malloc(sizeof(float) * n * R);
+                        infer_matmul_linear_kernel((enum infer_matmul_kernel)k, y32, x, w,
+                                                   INFER_W_F32, n, R, C, 0, R);
+                        assert_memory_equal(y32, y, sizeof(float) * n * R);
+                        free(y32);
+                    }
                 }
             }
     /* NN (probabilities times values) with strided operands: p rows of
@@ -284,8 +307,8 @@ static void test_matmul_kernels(void **st)
     uint32_t n = 3, R = 13, C = 33;
     for (size_t i = 0; i < (size_t)n * R; i++)
         y[i] = -7.0f;
-    infer_op_matmul_f32_range(y, x, w, n, R, C, 5, 11);
-    infer_matmul_f32_kernel(INFER_MATMUL_SCALAR, ref, x, w, n, R, C, 0, R);
+    infer_op_matmul(y, x, w, INFER_W_F32, n, R, C, 5, 11);
+    infer_matmul_linear_kernel(INFER_MATMUL_SCALAR, ref, x, w, INFER_W_F32, n, R, C, 0, R);
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t r = 0; r < R; r++) {
             if (r < 5 || r >= 11)
@@ -295,6 +318,7 @@ static void test_matmul_kernels(void **st)
         }
     free(x);
     free(w);
+    free(w16);
     free(ref);
     free(y);
 }
