@@ -36,6 +36,42 @@ int npu_weights_create(const int8_t *q, const float *scale, uint32_t rows, uint3
     return 0;
 }
 
+int npu_weights_alloc(uint32_t rows, uint32_t cols, struct npu_weights **out)
+{
+    if (!rows || !cols)
+        return -EINVAL;
+    struct npu_weights *w = calloc(1, sizeof *w);
+    if (!w)
+        return -ENOMEM;
+    w->rows = rows;
+    w->cols = cols;
+    w->scale = malloc(sizeof(float) * rows);
+    int ret = w->scale ? npu_gemm_b_alloc(rows, cols, &w->b) : -ENOMEM;
+    if (ret < 0) {
+        npu_weights_destroy(w);
+        return ret;
+    }
+    *out = w;
+    return 0;
+}
+
+void npu_weights_fill(struct npu_weights *w, uint32_t r0, uint32_t n, const int8_t *q,
+                      const float *scale)
+{
+    npu_gemm_b_fill(w->b, r0, n, q);
+    memcpy(w->scale + r0, scale, sizeof(float) * n);
+}
+
+void npu_weights_row(const struct npu_weights *w, uint32_t r, int8_t *out)
+{
+    npu_gemm_b_row(w->b, r, out);
+}
+
+float npu_weights_scale(const struct npu_weights *w, uint32_t r)
+{
+    return w->scale[r];
+}
+
 void npu_weights_destroy(struct npu_weights *w)
 {
     if (!w)
