@@ -15,26 +15,26 @@ struct npu_weights;
 /* One linear layer y = x W^T: W is [rows][cols] (rows = output channels). */
 struct infer_linear {
     uint32_t rows, cols;
-    void *w;                   /* float weights [rows][cols] of type wtype, or NULL */
-    uint32_t wtype;            /* enum infer_wtype */
-    int w_borrowed;            /* w points into the model's mapping: not freed */
-    int8_t *q;                 /* int8 codes [rows][cols], or NULL */
-    float *scale;              /* per-row dequantization scales [rows] (int8 only) */
-    float act_scale;           /* static per-tensor input scale; 0 = dynamic */
-    struct npu_weights *npu;   /* prepared for the GEMM kernels (int8 only) */
+    void *w;                 /* float weights [rows][cols] of type wtype, or NULL */
+    uint32_t wtype;          /* enum infer_wtype */
+    int w_borrowed;          /* w points into the model's mapping: not freed */
+    int8_t *q;               /* int8 codes [rows][cols], or NULL */
+    float *scale;            /* per-row dequantization scales [rows] (int8 only) */
+    float act_scale;         /* static per-tensor input scale; 0 = dynamic */
+    struct npu_weights *npu; /* prepared for the GEMM kernels (int8 only) */
 };
 
 struct infer_layer {
     int loaded;
-    float *attn_norm;          /* [D] */
-    struct infer_linear wq;    /* [Q][D] */
-    struct infer_linear wk;    /* [KV][D] */
-    struct infer_linear wv;    /* [KV][D] */
-    struct infer_linear wo;    /* [D][Q] */
-    float *ffn_norm;           /* [D] */
-    struct infer_linear w_gate;/* [F][D] */
-    struct infer_linear w_up;  /* [F][D] */
-    struct infer_linear w_down;/* [D][F] */
+    float *attn_norm;           /* [D] */
+    struct infer_linear wq;     /* [Q][D] */
+    struct infer_linear wk;     /* [KV][D] */
+    struct infer_linear wv;     /* [KV][D] */
+    struct infer_linear wo;     /* [D][Q] */
+    float *ffn_norm;            /* [D] */
+    struct infer_linear w_gate; /* [F][D] */
+    struct infer_linear w_up;   /* [F][D] */
+    struct infer_linear w_down; /* [D][F] */
 };
 
 struct infer_model {
@@ -48,27 +48,27 @@ struct infer_model {
     struct infer_layer *layers;
     infer_observe_fn observe;
     void *observe_ctx;
-    void *map;                 /* the container mapped read-only, or NULL */
+    void *map; /* the container mapped read-only, or NULL */
     size_t map_len;
-    void *io_buf;              /* tensor read buffer when not mapped */
+    void *io_buf; /* tensor read buffer when not mapped */
     size_t io_cap;
 };
 
 struct infer_state {
     uint32_t max_batch;
-    float *key_cache;          /* [L][seq_len][KV] */
-    float *value_cache;        /* [L][seq_len][KV] */
+    float *key_cache;   /* [L][seq_len][KV] */
+    float *value_cache; /* [L][seq_len][KV] */
     /* scratch, max_batch rows each */
-    float *x;                  /* [n][D] residual stream */
-    float *xb;                 /* [n][max(D, Q)] */
-    float *q;                  /* [n][Q] */
-    float *k;                  /* [n][KV] */
-    float *v;                  /* [n][KV] */
-    float *att_out;            /* [n][Q] */
-    float *att;                /* [INFER_ATT_ROWS][seq_len] attention scores */
-    float *hb;                 /* [n][F] */
-    float *hb2;                /* [n][F] */
-    int8_t *xq;                /* [n][max(D, Q, F)] quantized activations */
+    float *x;       /* [n][D] residual stream */
+    float *xb;      /* [n][max(D, Q)] */
+    float *q;       /* [n][Q] */
+    float *k;       /* [n][KV] */
+    float *v;       /* [n][KV] */
+    float *att_out; /* [n][Q] */
+    float *att;     /* [INFER_ATT_ROWS][seq_len] attention scores */
+    float *hb;      /* [n][F] */
+    float *hb2;     /* [n][F] */
+    int8_t *xq;     /* [n][max(D, Q, F)] quantized activations */
 };
 
 /* ---- loading ---------------------------------------------------------------------- */

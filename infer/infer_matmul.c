@@ -135,9 +135,9 @@ static infer_matmul_nn_fn *nn_fn(enum infer_matmul_kernel k)
     }
 }
 
-void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const float *x,
-                     size_t ldx, const void *w, uint32_t wt, size_t ldw, uint32_t n,
-                     uint32_t cols, uint32_t r0, uint32_t r1)
+void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const float *x, size_t ldx,
+                     const void *w, uint32_t wt, size_t ldw, uint32_t n, uint32_t cols, uint32_t r0,
+                     uint32_t r1)
 {
     infer_matmul_tile_fn *tile = tile_fn(k);
     size_t esz = wt == INFER_W_F32 ? 4 : 2;
@@ -153,8 +153,8 @@ void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
             uint32_t mr = n - i < INFER_MATMUL_MR ? n - i : INFER_MATMUL_MR;
             for (uint32_t r = rb; r < re; r += INFER_MATMUL_NR) {
                 uint32_t nr = re - r < INFER_MATMUL_NR ? re - r : INFER_MATMUL_NR;
-                tile(y + i * ldy + r, ldy, x + i * ldx, ldx, mr,
-                     (const char *)w + r * ldw * esz, ldw, nr, cols, wt);
+                tile(y + i * ldy + r, ldy, x + i * ldx, ldx, mr, (const char *)w + r * ldw * esz,
+                     ldw, nr, cols, wt);
             }
         }
     }
@@ -170,9 +170,9 @@ void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
     }
 }
 
-void infer_matmul_linear_kernel(enum infer_matmul_kernel k, float *y, const float *x,
-                                const void *w, uint32_t wt, uint32_t n, uint32_t rows,
-                                uint32_t cols, uint32_t r0, uint32_t r1)
+void infer_matmul_linear_kernel(enum infer_matmul_kernel k, float *y, const float *x, const void *w,
+                                uint32_t wt, uint32_t n, uint32_t rows, uint32_t cols, uint32_t r0,
+                                uint32_t r1)
 {
     infer_matmul_nt(k, y, rows, x, cols, w, wt, cols, n, cols, r0, r1);
 }

@@ -68,17 +68,17 @@ enum infer_matmul_kernel infer_matmul_kernel_used(void);
 /* NT: y[i][r] (row stride ldy) for i < n, r in [r0, r1), x rows of stride
  * ldx, w rows (of element type wt) of stride ldw, with kernel k (scalar if k
  * is unavailable). */
-void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const float *x,
-                     size_t ldx, const void *w, uint32_t wt, size_t ldw, uint32_t n,
-                     uint32_t cols, uint32_t r0, uint32_t r1);
+void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const float *x, size_t ldx,
+                     const void *w, uint32_t wt, size_t ldw, uint32_t n, uint32_t cols, uint32_t r0,
+                     uint32_t r1);
 
 /* NN: y[i][c] for i < n, c < cols. */
 void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p, size_t ldp,
                      const float *v, size_t ldv, uint32_t n, uint32_t T, uint32_t cols);
 
 /* The contiguous NT case (a linear layer: ldx = ldw = cols, ldy = rows). */
-void infer_matmul_linear_kernel(enum infer_matmul_kernel k, float *y, const float *x,
-                                const void *w, uint32_t wt, uint32_t n, uint32_t rows,
-                                uint32_t cols, uint32_t r0, uint32_t r1);
+void infer_matmul_linear_kernel(enum infer_matmul_kernel k, float *y, const float *x, const void *w,
+                                uint32_t wt, uint32_t n, uint32_t rows, uint32_t cols, uint32_t r0,
+                                uint32_t r1);
 
 #endif

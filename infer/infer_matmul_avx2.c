@@ -47,9 +47,8 @@ static inline __attribute__((always_inline)) __m256 load_w(const void *w, size_t
 }
 
 static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, const float *x,
-                                                       size_t ldx, const uint32_t mr,
-                                                       const void *w, size_t ldw,
-                                                       const uint32_t nr, uint32_t cols,
+                                                       size_t ldx, const uint32_t mr, const void *w,
+                                                       size_t ldw, const uint32_t nr, uint32_t cols,
                                                        const uint32_t wt)
 {
     size_t esz = wt == INFER_W_F32 ? 4 : 2;
@@ -97,13 +96,13 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
             y[a * ldy + b] = hsum(acc[a][b]);
 }
 
-#define TILE(M, N, WT, SUF)                                                                  \
-    static void tile_##M##x##N##SUF(float *y, size_t ldy, const float *x, size_t ldx,       \
-                                    const void *w, size_t ldw, uint32_t cols)                \
-    {                                                                                        \
-        tile(y, ldy, x, ldx, M, w, ldw, N, cols, WT);                                        \
+#define TILE(M, N, WT, SUF)                                                                        \
+    static void tile_##M##x##N##SUF(float *y, size_t ldy, const float *x, size_t ldx,              \
+                                    const void *w, size_t ldw, uint32_t cols)                      \
+    {                                                                                              \
+        tile(y, ldy, x, ldx, M, w, ldw, N, cols, WT);                                              \
     }
-#define TILE_ROW(M, WT, SUF)                                                                 \
+#define TILE_ROW(M, WT, SUF)                                                                       \
     TILE(M, 1, WT, SUF) TILE(M, 2, WT, SUF) TILE(M, 3, WT, SUF) TILE(M, 4, WT, SUF)
 #define TILE_ALL(WT, SUF) TILE_ROW(1, WT, SUF) TILE_ROW(2, WT, SUF)
 TILE_ALL(INFER_W_F32, _f32)
@@ -112,10 +111,10 @@ TILE_ALL(INFER_W_BF16, _bf16)
 
 typedef void tile_fixed_fn(float *y, size_t ldy, const float *x, size_t ldx, const void *w,
                            size_t ldw, uint32_t cols);
-#define TABLE(SUF)                                                                           \
-    {                                                                                        \
-        {tile_1x1##SUF, tile_1x2##SUF, tile_1x3##SUF, tile_1x4##SUF},                        \
-            {tile_2x1##SUF, tile_2x2##SUF, tile_2x3##SUF, tile_2x4##SUF},                    \
+#define TABLE(SUF)                                                                                 \
+    {                                                                                              \
+        {tile_1x1##SUF, tile_1x2##SUF, tile_1x3##SUF, tile_1x4##SUF},                              \
+            {tile_2x1##SUF, tile_2x2##SUF, tile_2x3##SUF, tile_2x4##SUF},                          \
     }
 static tile_fixed_fn *const tiles[3][2][4] = {TABLE(_f32), TABLE(_f16), TABLE(_bf16)};
 
@@ -130,9 +129,8 @@ void infer_matmul_tile_avx2(float *y, size_t ldy, const float *x, size_t ldx, ui
 }
 
 static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const float *p,
-                                                     size_t ldp, const uint32_t mr,
-                                                     const float *v, size_t ldv, uint32_t T,
-                                                     uint32_t cols)
+                                                     size_t ldp, const uint32_t mr, const float *v,
+                                                     size_t ldv, uint32_t T, uint32_t cols)
 {
     for (uint32_t c0 = 0; c0 < cols; c0 += 32) {
         __m256i m[4];

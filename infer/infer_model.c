@@ -158,8 +158,8 @@ int infer_model_load_layer(struct infer_model *m, int layer, struct sl_err *err)
     return ret;
 }
 
-int infer_model_load(const char *path, const struct infer_load_opts *opts,
-                     struct infer_model **out, struct sl_err *err)
+int infer_model_load(const char *path, const struct infer_load_opts *opts, struct infer_model **out,
+                     struct sl_err *err)
 {
     struct infer_model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -219,8 +219,14 @@ void infer_model_destroy(struct infer_model *m)
     free(m);
 }
 
-const struct format_config *infer_model_config(const struct infer_model *m) { return &m->cfg; }
-const struct format_reader *infer_model_reader(const struct infer_model *m) { return m->reader; }
+const struct format_config *infer_model_config(const struct infer_model *m)
+{
+    return &m->cfg;
+}
+const struct format_reader *infer_model_reader(const struct infer_model *m)
+{
+    return m->reader;
+}
 
 int infer_model_is_quantized(const struct infer_model *m)
 {
@@ -240,8 +246,8 @@ void infer_model_set_observer(struct infer_model *m, infer_observe_fn fn, void *
 
 /* ---- state ------------------------------------------------------------------------ */
 
-int infer_state_create(const struct infer_model *m, uint32_t max_batch,
-                       struct infer_state **out, struct sl_err *err)
+int infer_state_create(const struct infer_model *m, uint32_t max_batch, struct infer_state **out,
+                       struct sl_err *err)
 {
     const struct format_config *c = &m->cfg;
     if (max_batch == 0)

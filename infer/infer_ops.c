@@ -7,8 +7,7 @@
 #include "infer_internal.h"
 #include "infer_matmul.h"
 
-void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, uint32_t d,
-                      float eps)
+void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, uint32_t d, float eps)
 {
     for (uint32_t r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * d;
@@ -90,8 +89,8 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
                     a[t] = 0.0f; /* causal mask: adds exact zeros below */
             }
             /* out_i = sum_t att[i][t] v_t */
-            infer_matmul_nn(k, out + (size_t)b0 * qdim + (size_t)h * hs, qdim, att, T, vh,
-                            kv_dim, nb, T, hs);
+            infer_matmul_nn(k, out + (size_t)b0 * qdim + (size_t)h * hs, qdim, att, T, vh, kv_dim,
+                            nb, T, hs);
         }
     }
 }

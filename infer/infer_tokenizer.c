@@ -21,8 +21,8 @@ struct infer_tokenizer {
     const char *const *strs;
     const uint32_t *lens;
     const float *scores;
-    struct tok_index *sorted;   /* by (bytes, length) for binary search */
-    int byte_id[256];           /* token of <0xXX>, or -1 */
+    struct tok_index *sorted; /* by (bytes, length) for binary search */
+    int byte_id[256];         /* token of <0xXX>, or -1 */
     unsigned char byte_piece[256][2];
 };
 
@@ -121,7 +121,10 @@ void infer_tokenizer_destroy(struct infer_tokenizer *t)
     free(t);
 }
 
-uint32_t infer_tokenizer_vocab_size(const struct infer_tokenizer *t) { return t->n; }
+uint32_t infer_tokenizer_vocab_size(const struct infer_tokenizer *t)
+{
+    return t->n;
+}
 
 static int is_control(const struct infer_tokenizer *t, int id)
 {
@@ -137,11 +140,11 @@ static int encode_piece(const struct infer_tokenizer *t, int dummy_prefix, const
                         size_t len, int *tokens, uint32_t max, uint32_t *n_out)
 {
     uint32_t n = 0;
-#define PUSH(id)                                                                             \
-    do {                                                                                     \
-        if (n >= max)                                                                        \
-            return -ENOSPC;                                                                  \
-        tokens[n++] = (id);                                                                  \
+#define PUSH(id)                                                                                   \
+    do {                                                                                           \
+        if (n >= max)                                                                              \
+            return -ENOSPC;                                                                        \
+        tokens[n++] = (id);                                                                        \
     } while (0)
     if (dummy_prefix) {
         /* SentencePiece's add_dummy_prefix */

@@ -59,9 +59,9 @@ struct run_opts {
 
 struct run_stats {
     uint32_t prompt_tokens, generated;
-    double ttft_s;          /* process start -> first generated token */
-    double prefill_s;       /* the prompt's forward pass */
-    double decode_s;        /* first generated token -> last */
+    double ttft_s;    /* process start -> first generated token */
+    double prefill_s; /* the prompt's forward pass */
+    double decode_s;  /* first generated token -> last */
 };
 
 /* The printed text, kept for --json. */
@@ -122,8 +122,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 
 /* *path = the container to load: MODEL itself, or `tmp` after importing it
  * there (the caller unlinks tmp when tmp[0] is set). */
-static int run_resolve_model(const struct run_opts *o, char *tmp, size_t tmp_len,
-                             const char **path, struct sl_err *err)
+static int run_resolve_model(const struct run_opts *o, char *tmp, size_t tmp_len, const char **path,
+                             struct sl_err *err)
 {
     enum quantizer_source kind;
     int ret = quantizer_source_detect(o->model, &kind, err);
@@ -136,7 +136,8 @@ static int run_resolve_model(const struct run_opts *o, char *tmp, size_t tmp_len
     snprintf(tmp, tmp_len, "%s/sluice-run-%d.sluice", dir, (int)getpid());
     struct tools_progress prog;
     tools_progress_init(&prog, "import");
-    struct quantizer_import_opts io = {.tokenizer = o->tokenizer, .dtype = -1,
+    struct quantizer_import_opts io = {.tokenizer = o->tokenizer,
+                                       .dtype = -1,
                                        .progress = o->json ? NULL : tools_progress_cb,
                                        .progress_ctx = &prog};
     ret = quantizer_import(o->model, &io, tmp, err);
@@ -270,9 +271,8 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
 {
     double prefill_tps = st->prefill_s > 0 ? st->prompt_tokens / st->prefill_s : 0;
     /* the first generated token comes from the prefill; the rest are decode steps */
-    double decode_tps = st->decode_s > 0 && st->generated > 1
-                            ? (st->generated - 1) / st->decode_s
-                            : 0;
+    double decode_tps =
+        st->decode_s > 0 && st->generated > 1 ? (st->generated - 1) / st->decode_s : 0;
     if (!o->json) {
         printf("\n");
         fprintf(stderr,

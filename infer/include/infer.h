@@ -59,8 +59,8 @@ struct infer_load_opts {
  * read-only mapping of the file (F16/BF16 stay 16-bit), so they cost page
  * cache rather than private memory; quantized weights are unpacked to int8.
  * The file must not change while the model is open. */
-int infer_model_load(const char *path, const struct infer_load_opts *opts,
-                     struct infer_model **out, struct sl_err *err);
+int infer_model_load(const char *path, const struct infer_load_opts *opts, struct infer_model **out,
+                     struct sl_err *err);
 void infer_model_destroy(struct infer_model *m);
 
 const struct format_config *infer_model_config(const struct infer_model *m);
@@ -77,15 +77,14 @@ void infer_model_release_layer(struct infer_model *m, int layer);
  * format_role, layer -1 for the classifier) with its float input rows
  * x[rows][in_cols] and float output rows y[rows][out_cols], in execution
  * order. NULL fn removes it. */
-typedef void (*infer_observe_fn)(void *ctx, int layer, uint32_t role, const float *x,
-                                 uint32_t rows, uint32_t in_cols, const float *y,
-                                 uint32_t out_cols);
+typedef void (*infer_observe_fn)(void *ctx, int layer, uint32_t role, const float *x, uint32_t rows,
+                                 uint32_t in_cols, const float *y, uint32_t out_cols);
 void infer_model_set_observer(struct infer_model *m, infer_observe_fn fn, void *ctx);
 
 /* A sequence: KV cache for the model's seq_len positions and scratch for up
  * to max_batch rows per forward call. */
-int infer_state_create(const struct infer_model *m, uint32_t max_batch,
-                       struct infer_state **out, struct sl_err *err);
+int infer_state_create(const struct infer_model *m, uint32_t max_batch, struct infer_state **out,
+                       struct sl_err *err);
 void infer_state_destroy(struct infer_state *s);
 
 enum infer_logits_mode {
@@ -98,8 +97,7 @@ enum infer_logits_mode {
  * processed in batches), appending to the KV cache. pos + n must not exceed
  * seq_len. Returns 0 or a negative errno with a message. */
 int infer_forward(struct infer_model *m, struct infer_state *s, const int *tokens, uint32_t n,
-                  uint32_t pos, float *logits, enum infer_logits_mode mode,
-                  struct sl_err *err);
+                  uint32_t pos, float *logits, enum infer_logits_mode mode, struct sl_err *err);
 
 /* Layer-granular pieces of the same computation, for layer-by-layer
  * calibration: embed n tokens into x[n][dim]; run one layer in place on
@@ -148,9 +146,9 @@ uint32_t infer_tokenizer_vocab_size(const struct infer_tokenizer *t);
 /* ---- sampler -------------------------------------------------------------------------- */
 
 struct infer_sampler_params {
-    float temperature;   /* 0: greedy */
-    float top_p;         /* 0 or >= 1: off */
-    uint32_t top_k;      /* 0: off */
+    float temperature; /* 0: greedy */
+    float top_p;       /* 0 or >= 1: off */
+    uint32_t top_k;    /* 0: off */
     uint64_t seed;
 };
 
@@ -197,8 +195,8 @@ void npu_gemm_b_destroy(struct npu_gemm_b *b);
 
 /* With the best kernel, or a chosen one (tests, benchmark). ldc: C's row
  * stride in elements. */
-void npu_gemm_s8(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0,
-                 uint32_t r1, int32_t *c, size_t ldc);
+void npu_gemm_s8(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1,
+                 int32_t *c, size_t ldc);
 void npu_gemm_s8_kernel(enum npu_kernel kern, const struct npu_gemm_b *b, const int8_t *a,
                         uint32_t m, uint32_t r0, uint32_t r1, int32_t *c, size_t ldc);
 

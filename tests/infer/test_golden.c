@@ -13,10 +13,10 @@
 #include "testutil.h"
 
 struct source {
-    const char *model;      /* golden prefix */
-    const char *file;       /* under models/ */
-    const char *tokenizer;  /* under models/, or NULL */
-    int bf16;               /* looser tolerance */
+    const char *model;     /* golden prefix */
+    const char *file;      /* under models/ */
+    const char *tokenizer; /* under models/, or NULL */
+    int bf16;              /* looser tolerance */
 };
 
 static const struct source sources[] = {
@@ -59,7 +59,8 @@ static char *import_model(const struct source *s, char *out, size_t outlen)
     snprintf(out, outlen, "%s/%s.sluice", tmpdir(), s->file);
     /* the GGUF converter declares a 128-token context; the golden runs use
      * the checkpoint's 256 */
-    struct quantizer_import_opts o = {.tokenizer = s->tokenizer ? tok : NULL, .dtype = -1,
+    struct quantizer_import_opts o = {.tokenizer = s->tokenizer ? tok : NULL,
+                                      .dtype = -1,
                                       .seq_len = !strcmp(s->model, "kjv6L") ? 256 : 0};
     struct sl_err err;
     if (quantizer_import(src, &o, out, &err) < 0)
@@ -78,8 +79,8 @@ static void check_source(const struct source *s)
         fail_msg("load: %s", err.msg);
     const struct format_config *c = infer_model_config(m);
     struct infer_tokenizer *tk;
-    assert_int_equal(infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m)), c,
-                                            &tk, &err), 0);
+    assert_int_equal(
+        infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m)), c, &tk, &err), 0);
     char gdir[4096];
     snprintf(gdir, sizeof gdir, "%s", test_shared_path("golden"));
     for (int k = 1; k <= 3; k++) {
@@ -136,9 +137,10 @@ static void check_source(const struct source *s)
             if (p + 1 >= (int)np && !s->bf16)
                 assert_int_equal((int)am, ids[p + 1]);
         }
-        fprintf(stderr, "%s case %d: %d positions, max |logit - golden| = %.3g, top-1 "
-                        "differences %d (golden margin there at most %.3g)\n", s->file, k,
-                n - 1, worst, top1_diff, worst_gap);
+        fprintf(stderr,
+                "%s case %d: %d positions, max |logit - golden| = %.3g, top-1 "
+                "differences %d (golden margin there at most %.3g)\n",
+                s->file, k, n - 1, worst, top1_diff, worst_gap);
         if (s->bf16) {
             /* BF16 weights keep 8 of float32's 24 mantissa bits (relative
              * rounding 2^-9 per weight), so logits of magnitude ~10 move by a
@@ -180,7 +182,8 @@ static void check_source(const struct source *s)
             }
             assert_int_equal(test_system("TMPDIR='%s' '%s' run %s -p \"$(cat '%s')\" -n %u > '%s' "
                                          "2>/dev/null",
-                                         tmpdir(), bin, model_arg, pfile, 129 - np, outp), 0);
+                                         tmpdir(), bin, model_arg, pfile, 129 - np, outp),
+                             0);
             char *got = test_read_file(outp, NULL);
             assert_non_null(got);
             assert_string_equal(got, want);
@@ -193,11 +196,31 @@ static void check_source(const struct source *s)
     infer_model_destroy(m);
 }
 
-static void test_aidreams_llama2c(void **st) { (void)st; check_source(&sources[0]); }
-static void test_aidreams_gguf(void **st) { (void)st; check_source(&sources[1]); }
-static void test_kjv_llama2c(void **st) { (void)st; check_source(&sources[2]); }
-static void test_kjv_gguf(void **st) { (void)st; check_source(&sources[3]); }
-static void test_kjv_safetensors(void **st) { (void)st; check_source(&sources[4]); }
+static void test_aidreams_llama2c(void **st)
+{
+    (void)st;
+    check_source(&sources[0]);
+}
+static void test_aidreams_gguf(void **st)
+{
+    (void)st;
+    check_source(&sources[1]);
+}
+static void test_kjv_llama2c(void **st)
+{
+    (void)st;
+    check_source(&sources[2]);
+}
+static void test_kjv_gguf(void **st)
+{
+    (void)st;
+    check_source(&sources[3]);
+}
+static void test_kjv_safetensors(void **st)
+{
+    (void)st;
+    check_source(&sources[4]);
+}
 
 int main(void)
 {

@@ -32,27 +32,39 @@ static struct test_rng rng;
  * encoding's rounding). */
 struct ref_model {
     int tied;
-    float *embed, *cls;                     /* [VOC][DIM] */
-    float *out_norm;                        /* [DIM] */
-    float *attn_norm[NL], *ffn_norm[NL];    /* [DIM] */
-    float *w[NL][FORMAT_ROLE_COUNT];        /* linear weights [rows][cols] */
+    float *embed, *cls;                         /* [VOC][DIM] */
+    float *out_norm;                            /* [DIM] */
+    float *attn_norm[NL], *ffn_norm[NL];        /* [DIM] */
+    float *w[NL][FORMAT_ROLE_COUNT];            /* linear weights [rows][cols] */
     float act_scale[NL + 1][FORMAT_ROLE_COUNT]; /* int8 models: 0 = dynamic */
-    int int8;                               /* linears are q8 */
-    int8_t *q[NL + 1][FORMAT_ROLE_COUNT];   /* q8 codes [rows][cols] (classifier: [NL]) */
-    float *qscale[NL + 1][FORMAT_ROLE_COUNT]; /* q8 row scales */
+    int int8;                                   /* linears are q8 */
+    int8_t *q[NL + 1][FORMAT_ROLE_COUNT];       /* q8 codes [rows][cols] (classifier: [NL]) */
+    float *qscale[NL + 1][FORMAT_ROLE_COUNT];   /* q8 row scales */
 };
 
 static void role_shape(uint32_t role, uint32_t *rows, uint32_t *cols)
 {
     switch (role) {
-    case FORMAT_ROLE_WQ: *rows = NH * HD, *cols = DIM; break;
+    case FORMAT_ROLE_WQ:
+        *rows = NH * HD, *cols = DIM;
+        break;
     case FORMAT_ROLE_WK:
-    case FORMAT_ROLE_WV: *rows = NKV * HD, *cols = DIM; break;
-    case FORMAT_ROLE_WO: *rows = DIM, *cols = NH * HD; break;
+    case FORMAT_ROLE_WV:
+        *rows = NKV * HD, *cols = DIM;
+        break;
+    case FORMAT_ROLE_WO:
+        *rows = DIM, *cols = NH * HD;
+        break;
     case FORMAT_ROLE_W_GATE:
-    case FORMAT_ROLE_W_UP: *rows = HID, *cols = DIM; break;
-    case FORMAT_ROLE_W_DOWN: *rows = DIM, *cols = HID; break;
-    default: *rows = VOC, *cols = DIM; break;
+    case FORMAT_ROLE_W_UP:
+        *rows = HID, *cols = DIM;
+        break;
+    case FORMAT_ROLE_W_DOWN:
+        *rows = DIM, *cols = HID;
+        break;
+    default:
+        *rows = VOC, *cols = DIM;
+        break;
     }
 }
 
@@ -115,11 +127,21 @@ static void *encode(uint32_t enc, float *w, uint32_t rows, uint32_t cols, uint64
 
 static struct format_config make_config(int tied)
 {
-    struct format_config c = {
-        .arch = FORMAT_ARCH_LLAMA, .dim = DIM, .hidden_dim = HID, .n_layers = NL,
-        .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .vocab_size = VOC, .seq_len = SEQ,
-        .tied_embedding = (uint32_t)tied, .rope_layout = FORMAT_ROPE_INTERLEAVED, .bos_id = 1,
-        .eos_id = 2, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+    struct format_config c = {.arch = FORMAT_ARCH_LLAMA,
+                              .dim = DIM,
+                              .hidden_dim = HID,
+                              .n_layers = NL,
+                              .n_heads = NH,
+                              .n_kv_heads = NKV,
+                              .head_dim = HD,
+                              .vocab_size = VOC,
+                              .seq_len = SEQ,
+                              .tied_embedding = (uint32_t)tied,
+                              .rope_layout = FORMAT_ROPE_INTERLEAVED,
+                              .bos_id = 1,
+                              .eos_id = 2,
+                              .rope_theta = 10000.0f,
+                              .norm_eps = 1e-5f};
     return c;
 }
 
@@ -132,8 +154,12 @@ static void add(struct format_writer *fw, struct ref_model *ref, const char *nam
     int keep = enc == FORMAT_ENC_Q8_CHANNEL;
     void *b = encode(enc, w, rows, cols ? cols : 1, &len, /* cols 0: a vector */
                      keep ? &ref->q[li][role] : NULL, keep ? &ref->qscale[li][role] : NULL);
-    struct format_tensor_desc d = {.name = name, .layer = layer, .role = role, .encoding = enc,
-                                   .n_dims = cols ? 2 : 1, .shape = {rows, cols},
+    struct format_tensor_desc d = {.name = name,
+                                   .layer = layer,
+                                   .role = role,
+                                   .encoding = enc,
+                                   .n_dims = cols ? 2 : 1,
+                                   .shape = {rows, cols},
                                    .act_scale = act_scale};
     if (!cols)
         d.shape[1] = 0;
@@ -364,8 +390,8 @@ static float *run_chunks(struct infer_model *m, const int *tokens, int n, uint32
     float *lg = malloc(sizeof(float) * VOC * (size_t)n);
     for (int p = 0; p < n; p += (int)chunk) {
         uint32_t k = (uint32_t)(n - p) < chunk ? (uint32_t)(n - p) : chunk;
-        if (infer_forward(m, s, tokens + p, k, (uint32_t)p, lg + (size_t)p * VOC,
-                          INFER_LOGITS_ALL, &err) < 0)
+        if (infer_forward(m, s, tokens + p, k, (uint32_t)p, lg + (size_t)p * VOC, INFER_LOGITS_ALL,
+                          &err) < 0)
             fail_msg("forward: %s", err.msg);
     }
     infer_state_destroy(s);
@@ -433,10 +459,26 @@ static void check_float_model(int tied, uint32_t enc, const char *what)
     free_ref(&ref);
 }
 
-static void test_forward_f32_untied(void **st) { (void)st; check_float_model(0, FORMAT_ENC_F32, "f32 untied"); }
-static void test_forward_f32_tied(void **st) { (void)st; check_float_model(1, FORMAT_ENC_F32, "f32 tied"); }
-static void test_forward_f16(void **st) { (void)st; check_float_model(0, FORMAT_ENC_F16, "f16"); }
-static void test_forward_bf16(void **st) { (void)st; check_float_model(1, FORMAT_ENC_BF16, "bf16"); }
+static void test_forward_f32_untied(void **st)
+{
+    (void)st;
+    check_float_model(0, FORMAT_ENC_F32, "f32 untied");
+}
+static void test_forward_f32_tied(void **st)
+{
+    (void)st;
+    check_float_model(1, FORMAT_ENC_F32, "f32 tied");
+}
+static void test_forward_f16(void **st)
+{
+    (void)st;
+    check_float_model(0, FORMAT_ENC_F16, "f16");
+}
+static void test_forward_bf16(void **st)
+{
+    (void)st;
+    check_float_model(1, FORMAT_ENC_BF16, "bf16");
+}
 
 /* Checks every int8 linear of a forward pass exactly: from the float input
  * rows the runtime passes (observer), the per-tensor scale s (static from the
@@ -446,7 +488,7 @@ static void test_forward_bf16(void **st) { (void)st; check_float_model(1, FORMAT
 struct int8_obs {
     const struct ref_model *ref;
     int n_calls;
-    double worst;              /* max |y - expected| / (|s * scale| * sum |xq * q| + 1e-30) */
+    double worst; /* max |y - expected| / (|s * scale| * sum |xq * q| + 1e-30) */
 };
 
 static void observe_int8(void *ctx, int layer, uint32_t role, const float *x, uint32_t rows,
@@ -541,8 +583,16 @@ static void check_int8_model(int tied, int act_static)
     free_ref(&ref);
 }
 
-static void test_forward_int8_dynamic(void **st) { (void)st; check_int8_model(0, 0); }
-static void test_forward_int8_static(void **st) { (void)st; check_int8_model(1, 1); }
+static void test_forward_int8_dynamic(void **st)
+{
+    (void)st;
+    check_int8_model(0, 0);
+}
+static void test_forward_int8_static(void **st)
+{
+    (void)st;
+    check_int8_model(1, 1);
+}
 
 struct obs_call {
     int layer;
@@ -552,7 +602,7 @@ struct obs_call {
 struct obs {
     struct obs_call calls[64];
     int n;
-    double worst;                /* max |y - x W^T| */
+    double worst; /* max |y - x W^T| */
     const struct ref_model *ref;
 };
 
@@ -591,8 +641,8 @@ static void test_observer(void **st)
     random_tokens(tokens, 5);
     float lg[VOC];
     assert_int_equal(infer_forward(m, s, tokens, 5, 0, lg, INFER_LOGITS_LAST, &err), 0);
-    static const uint32_t order[7] = {FORMAT_ROLE_WQ,     FORMAT_ROLE_WK,   FORMAT_ROLE_WV,
-                                      FORMAT_ROLE_WO,     FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP,
+    static const uint32_t order[7] = {FORMAT_ROLE_WQ,    FORMAT_ROLE_WK,     FORMAT_ROLE_WV,
+                                      FORMAT_ROLE_WO,    FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP,
                                       FORMAT_ROLE_W_DOWN};
     assert_int_equal(o.n, NL * 7 + 1);
     for (int l = 0; l < NL; l++)
@@ -683,7 +733,8 @@ static void test_errors(void **st)
     /* flip a byte inside the first layer's query weights */
     struct format_reader *r;
     assert_int_equal(format_reader_open(path, &r, &err), 0);
-    const struct format_tensor_info *t = format_reader_tensor(r, (uint32_t)format_reader_find(r, 0, FORMAT_ROLE_WQ));
+    const struct format_tensor_info *t =
+        format_reader_tensor(r, (uint32_t)format_reader_find(r, 0, FORMAT_ROLE_WQ));
     bytes[t->offset + 5] ^= 0x40;
     format_reader_close(r);
     snprintf(bad, sizeof bad, "%s/corrupt.sluice", dir);
@@ -703,10 +754,14 @@ int main(void)
 {
     test_rng_init(&rng, test_seed());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_forward_f32_untied), cmocka_unit_test(test_forward_f32_tied),
-        cmocka_unit_test(test_forward_f16),        cmocka_unit_test(test_forward_bf16),
-        cmocka_unit_test(test_forward_int8_dynamic), cmocka_unit_test(test_forward_int8_static),
-        cmocka_unit_test(test_observer),           cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_forward_f32_untied),
+        cmocka_unit_test(test_forward_f32_tied),
+        cmocka_unit_test(test_forward_f16),
+        cmocka_unit_test(test_forward_bf16),
+        cmocka_unit_test(test_forward_int8_dynamic),
+        cmocka_unit_test(test_forward_int8_static),
+        cmocka_unit_test(test_observer),
+        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -76,11 +76,10 @@ static void test_rope(void **st)
 /* Causal GQA attention against a double-precision transcription of run.c,
  * over shapes that cross the row blocks (INFER_ATT_ROWS), odd head sizes
  * (column tails of the kernels) and several group sizes. */
-static void check_attention(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t n,
-                            uint32_t pos0)
+static void check_attention(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32_t n, uint32_t pos0)
 {
-    struct format_config c = {.n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd,
-                              .seq_len = pos0 + n};
+    struct format_config c = {
+        .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .seq_len = pos0 + n};
     uint32_t Q = n_heads * hd, KV = n_kv * hd, T = pos0 + n;
     float *q = malloc(sizeof(float) * n * Q), *kc = malloc(sizeof(float) * T * KV);
     float *vc = malloc(sizeof(float) * T * KV), *out = malloc(sizeof(float) * n * Q);
@@ -212,55 +211,55 @@ static void test_matmul_kernels(void **st)
     assert_true(x && w && ref && y && w16);
     int tested[INFER_MATMUL_COUNT] = {0};
     for (uint32_t wt = INFER_W_F32; wt <= INFER_W_BF16; wt++)
-    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
-        for (size_t b = 0; b < sizeof rs / sizeof rs[0]; b++)
-            for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
-                uint32_t n = ns[a], R = rs[b], C = cs[c];
-                fill(x, (size_t)n * C, 1.0f);
-                fill(w, (size_t)R * C, 0.5f);
-                /* 16-bit weights, and w set to their exact float values */
-                for (size_t i = 0; wt != INFER_W_F32 && i < (size_t)R * C; i++) {
-                    w16[i] = wt == INFER_W_F16 ? sl_f32_to_f16(w[i]) : sl_f32_to_bf16(w[i]);
-                    w[i] = wt == INFER_W_F16 ? sl_f16_to_f32(w16[i]) : sl_bf16_to_f32(w16[i]);
-                }
-                const void *wk = wt == INFER_W_F32 ? (const void *)w : (const void *)w16;
-                infer_matmul_linear_kernel(INFER_MATMUL_SCALAR, ref, x, wk, wt, n, R, C, 0, R);
-                if (wt != INFER_W_F32) {
-                    /* the scalar kernel on widened weights equals its float32 run */
-                    infer_matmul_linear_kernel(INFER_MATMUL_SCALAR, y, x, w, INFER_W_F32, n, R,
-                                               C, 0, R);
-                    assert_memory_equal(y, ref, sizeof(float) * n * R);
-                }
-                for (int k = 1; k < INFER_MATMUL_COUNT; k++) {
-                    if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
-                        continue;
-                    tested[k] = 1;
-                    for (size_t i = 0; i < (size_t)n * R; i++)
-                        y[i] = NAN;
-                    infer_matmul_linear_kernel((enum infer_matmul_kernel)k, y, x, wk, wt, n, R,
-                                               C, 0, R);
-                    for (uint32_t i = 0; i < n; i++)
-                        for (uint32_t r = 0; r < R; r++) {
-                            double mag = 0;
-                            for (uint32_t j = 0; j < C; j++)
-                                mag += fabs((double)x[i * C + j] * w[r * C + j]);
-                            double d = fabs((double)y[i * R + r] - ref[i * R + r]);
-                            if (!(d <= 1e-5 * mag + 1e-30))
-                                fail_msg("%s wt=%u n=%u rows=%u cols=%u [%u][%u]: %g vs %g",
-                                         infer_matmul_kernel_name((enum infer_matmul_kernel)k),
-                                         wt, n, R, C, i, r, (double)y[i * R + r],
-                                         (double)ref[i * R + r]);
-                        }
+        for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+            for (size_t b = 0; b < sizeof rs / sizeof rs[0]; b++)
+                for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+                    uint32_t n = ns[a], R = rs[b], C = cs[c];
+                    fill(x, (size_t)n * C, 1.0f);
+                    fill(w, (size_t)R * C, 0.5f);
+                    /* 16-bit weights, and w set to their exact float values */
+                    for (size_t i = 0; wt != INFER_W_F32 && i < (size_t)R * C; i++) {
+                        w16[i] = wt == INFER_W_F16 ? sl_f32_to_f16(w[i]) : sl_f32_to_bf16(w[i]);
+                        w[i] = wt == INFER_W_F16 ? sl_f16_to_f32(w16[i]) : sl_bf16_to_f32(w16[i]);
+                    }
+                    const void *wk = wt == INFER_W_F32 ? (const void *)w : (const void *)w16;
+                    infer_matmul_linear_kernel(INFER_MATMUL_SCALAR, ref, x, wk, wt, n, R, C, 0, R);
                     if (wt != INFER_W_F32) {
-                        /* widening as they load: the same bits as float32 weights */
-                        float *y32 = malloc(sizeof(float) * n * R);
-                        infer_matmul_linear_kernel((enum infer_matmul_kernel)k, y32, x, w,
-                                                   INFER_W_F32, n, R, C, 0, R);
-                        assert_memory_equal(y32, y, sizeof(float) * n * R);
-                        free(y32);
+                        /* the scalar kernel on widened weights equals its float32 run */
+                        infer_matmul_linear_kernel(INFER_MATMUL_SCALAR, y, x, w, INFER_W_F32, n, R,
+                                                   C, 0, R);
+                        assert_memory_equal(y, ref, sizeof(float) * n * R);
+                    }
+                    for (int k = 1; k < INFER_MATMUL_COUNT; k++) {
+                        if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
+                            continue;
+                        tested[k] = 1;
+                        for (size_t i = 0; i < (size_t)n * R; i++)
+                            y[i] = NAN;
+                        infer_matmul_linear_kernel((enum infer_matmul_kernel)k, y, x, wk, wt, n, R,
+                                                   C, 0, R);
+                        for (uint32_t i = 0; i < n; i++)
+                            for (uint32_t r = 0; r < R; r++) {
+                                double mag = 0;
+                                for (uint32_t j = 0; j < C; j++)
+                                    mag += fabs((double)x[i * C + j] * w[r * C + j]);
+                                double d = fabs((double)y[i * R + r] - ref[i * R + r]);
+                                if (!(d <= 1e-5 * mag + 1e-30))
+                                    fail_msg("%s wt=%u n=%u rows=%u cols=%u [%u][%u]: %g vs %g",
+                                             infer_matmul_kernel_name((enum infer_matmul_kernel)k),
+                                             wt, n, R, C, i, r, (double)y[i * R + r],
+                                             (double)ref[i * R + r]);
+                            }
+                        if (wt != INFER_W_F32) {
+                            /* widening as they load: the same bits as float32 weights */
+                            float *y32 = malloc(sizeof(float) * n * R);
+                            infer_matmul_linear_kernel((enum infer_matmul_kernel)k, y32, x, w,
+                                                       INFER_W_F32, n, R, C, 0, R);
+                            assert_memory_equal(y32, y, sizeof(float) * n * R);
+                            free(y32);
+                        }
                     }
                 }
-            }
     /* NN (probabilities times values) with strided operands: p rows of
      * stride T + 3, v rows of stride cols + 5, y rows of stride cols + 2 */
     static const uint32_t Ts[] = {1, 2, 5, 16, 37};
@@ -289,8 +288,8 @@ static void test_matmul_kernels(void **st)
                             double d = fabs((double)r1[i * ldy + j] - r0[i * ldy + j]);
                             if (!(d <= 1e-5 * mag) && !(j >= C && r1[i * ldy + j] == -9.0f))
                                 fail_msg("nn %s n=%u T=%u cols=%u [%u][%u]: %g vs %g",
-                                         infer_matmul_kernel_name((enum infer_matmul_kernel)k),
-                                         n, T, C, i, j, (double)r1[i * ldy + j],
+                                         infer_matmul_kernel_name((enum infer_matmul_kernel)k), n,
+                                         T, C, i, j, (double)r1[i * ldy + j],
                                          (double)r0[i * ldy + j]);
                         }
                 }
@@ -359,9 +358,9 @@ int main(void)
 {
     test_rng_init(&rng, test_seed());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rmsnorm),    cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rmsnorm),       cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention_gqa), cmocka_unit_test(test_swiglu_add),
-        cmocka_unit_test(test_matmul),     cmocka_unit_test(test_matmul_kernels),
+        cmocka_unit_test(test_matmul),        cmocka_unit_test(test_matmul_kernels),
         cmocka_unit_test(test_linear_int8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

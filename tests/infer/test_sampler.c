@@ -148,10 +148,8 @@ static void test_edges(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_greedy),
-        cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_topk_topp),
-        cmocka_unit_test(test_proportions),
+        cmocka_unit_test(test_greedy),    cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_topk_topp), cmocka_unit_test(test_proportions),
         cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -71,7 +71,11 @@ static void test_encode(void **st)
     assert_int_equal(ids[3], id_of("<0xA9>"));
     /* the dummy prefix is a token of its own, never grouped with a
      * continuation byte that starts the text (run.c pushes it first) */
-    assert_int_equal(infer_tokenizer_encode(t, "\x98" "a", 0, ids, 32, &n), 0);
+    assert_int_equal(infer_tokenizer_encode(t,
+                                            "\x98"
+                                            "a",
+                                            0, ids, 32, &n),
+                     0);
     assert_int_equal(n, 3);
     assert_int_equal(ids[0], id_of(" "));
     assert_int_equal(ids[1], id_of("<0x98>"));
