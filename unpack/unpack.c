@@ -111,6 +111,17 @@ void unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uin
            q + (size_t)(r - r0) * cols);
 }
 
+void unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_t cols,
+                uint32_t width, int8_t *dst)
+{
+    const struct unpack_kernels *kt = kernels_of(unpack_kernel_available(k) ? k
+                                                                           : UNPACK_KERNEL_SCALAR);
+    unpack_row_fn *fn = encoding == FORMAT_ENC_ADAPTIVE   ? kt->adaptive
+                        : encoding == FORMAT_ENC_BITPLANE ? kt->bitplane
+                                                          : kt->int4int8;
+    fn(src, cols, width, dst);
+}
+
 static int unpack_q8(const struct format_tensor_info *t, const uint8_t *p, int8_t *q,
                      float *scale)
 {

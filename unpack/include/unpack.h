@@ -67,6 +67,13 @@ float unpack_tensor_scale(const struct unpack_tensor *u, uint32_t row);
 void unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                         uint32_t r1, int8_t *q);
 
+/* One row of a packed tensor from its code bytes alone (e.g. a few embedding
+ * rows read ahead of the whole tensor): src holds
+ * format_packed_row_bytes(encoding, width, cols) bytes; dst receives cols
+ * int8 codes. encoding: FORMAT_ENC_ADAPTIVE, _INT4INT8 or _BITPLANE. */
+void unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_t cols,
+                uint32_t width, int8_t *dst);
+
 #ifdef __cplusplus
 }
 #endif
