@@ -121,9 +121,11 @@ void infer_op_matmul(float *y, const float *x, const void *w, enum infer_wtype w
 void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, uint32_t rows,
                          uint32_t cols);
 
-/* The int8 path of a linear for output rows [r0, r1): quantize x per tensor
- * with s (act_scale or dynamic over all n rows), int32 GEMM, dequantize:
- * y[i][r] = s * scale[r] * acc. xq is scratch [n][cols]. */
+/* The int8 path of a linear, all output rows: quantize x [n][cols] per
+ * tensor with s (lin->act_scale, or dynamic: max|x| / 127 over all n rows),
+ * int32 GEMM on the emulated NPU's kernels (npu.h), dequantize: y[i][r] = s *
+ * scale[r] * acc. xq is scratch [n][cols]. The one place the int8 kernels
+ * are called from the forward pass. */
 void infer_op_linear_int8(float *y, const float *x, const struct infer_linear *lin, uint32_t n,
                           int8_t *xq);
 

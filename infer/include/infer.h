@@ -27,8 +27,10 @@
  * scales and run as int8 x int8 -> int32 matmuls with per-tensor activation
  * quantization (the emulated NPU's math, npu.h).
  *
- * Threads: a loaded model is read-only and may be shared; a state belongs to
- * one sequence and one thread at a time. The observer is called on the
+ * Threads: a loaded model is read-only and may be shared by forward passes
+ * on several threads (each with its own state); loading or releasing layers
+ * and setting the observer are not synchronized with them. A state belongs
+ * to one sequence and one thread at a time. The observer is called on the
  * thread running the forward pass.
  */
 #ifndef SLUICE_INFER_H
