@@ -128,9 +128,9 @@ static const struct format_encoding_traits enc_traits[FORMAT_ENC_COUNT] = {
     [FORMAT_ENC_F16] = {"f16", 0, size_16, NULL},
     [FORMAT_ENC_BF16] = {"bf16", 0, size_16, NULL},
     [FORMAT_ENC_Q8_CHANNEL] = {"q8", 1, size_q8, validate_q8},
-    [FORMAT_ENC_ADAPTIVE] = {"adaptive", 1, NULL, fmt_packed_validate_adaptive},
-    [FORMAT_ENC_INT4INT8] = {"int4int8", 1, NULL, fmt_packed_validate_int4int8},
-    [FORMAT_ENC_BITPLANE] = {"bitplane", 1, NULL, fmt_packed_validate_bitplane},
+    [FORMAT_ENC_ADAPTIVE] = {"adaptive", 1, NULL, format_enc_adaptive_validate},
+    [FORMAT_ENC_INT4INT8] = {"int4int8", 1, NULL, format_enc_int4int8_validate},
+    [FORMAT_ENC_BITPLANE] = {"bitplane", 1, NULL, format_enc_bitplane_validate},
 };
 
 const struct format_encoding_traits *format_encoding_traits(uint32_t encoding)

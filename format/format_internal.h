@@ -93,12 +93,7 @@ int fmt_check_tensor_meta(const struct format_config *c, const char *name, int32
                           const uint64_t *shape, uint64_t length, const char *what,
                           struct sl_err *err);
 
-/* Validators of the packed encodings (format_enc_packed.c), for the traits table. */
-int fmt_packed_validate_adaptive(const void *d, uint64_t len, uint64_t rows, uint64_t cols,
-                                 struct sl_err *err);
-int fmt_packed_validate_int4int8(const void *d, uint64_t len, uint64_t rows, uint64_t cols,
-                                 struct sl_err *err);
-int fmt_packed_validate_bitplane(const void *d, uint64_t len, uint64_t rows, uint64_t cols,
-                                 struct sl_err *err);
+/* Validators of the packed encodings, for the traits table. */
+#include "format_enc_packed.h"
 
 #endif

@@ -3,6 +3,7 @@
  * are the inverse and the specification of the code layout. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,10 +113,18 @@ int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, co
         sl_err_set(err, "pack: encoding %u is not packed", encoding);
         return -EINVAL;
     }
+    if (rows == 0 || cols == 0) {
+        sl_err_set(err, "pack: empty tensor (%u x %u)", rows, cols);
+        return -EINVAL;
+    }
     uint64_t data = 0;
     for (uint32_t r = 0; r < rows; r++) {
         if (widths[r] < 1 || widths[r] > 8) {
             sl_err_set(err, "pack: row %u has width %u (1..8)", r, widths[r]);
+            return -EINVAL;
+        }
+        if (!isfinite(scales[r]) || scales[r] < 0) {
+            sl_err_set(err, "pack: row %u has scale %g (finite, >= 0)", r, (double)scales[r]);
             return -EINVAL;
         }
         for (uint32_t c = 0; c < cols; c++) {

@@ -157,7 +157,7 @@ int bench_unpack(int argc, char **argv)
                     if (!unpack_kernel_available((enum unpack_kernel)k))
                         continue;
                     uint64_t c0 = rdtsc(), t0 = sl_now_ns();
-                    unpack_tensor_rows(&ut[e], (enum unpack_kernel)k, 0, rows, out);
+                    unpack_tensor_rows(&ut[e], (enum unpack_kernel)k, 0, rows, out, NULL);
                     uint64_t t1 = sl_now_ns(), c1 = rdtsc();
                     res[idx].gbps[rep] = (double)n / (double)(t1 - t0);
                     res[idx].cpw[rep] = (double)(c1 - c0) / (double)n;

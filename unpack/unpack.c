@@ -1,5 +1,6 @@
-/* unpack.c: kernel dispatch and whole-tensor unpacking. */
+/* unpack.c: kernel selection and whole-tensor unpacking. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,39 +8,30 @@
 
 static const char *const kernel_names[UNPACK_KERNEL_COUNT] = {"scalar", "avx2", "avx512", "neon"};
 
+/* The kernel tables compiled into this build (NULL: not built for this
+ * architecture). */
+static const struct unpack_kernels *const kernel_tables[UNPACK_KERNEL_COUNT] = {
+    [UNPACK_KERNEL_SCALAR] = &unpack_kernels_scalar,
+#if SLUICE_KERNELS_X86
+    [UNPACK_KERNEL_AVX2] = &unpack_kernels_avx2,
+    [UNPACK_KERNEL_AVX512] = &unpack_kernels_avx512,
+#endif
+#if SLUICE_KERNELS_ARM64
+    [UNPACK_KERNEL_NEON] = &unpack_kernels_neon,
+#endif
+};
+
 const char *unpack_kernel_name(enum unpack_kernel k)
 {
     return (unsigned)k < UNPACK_KERNEL_COUNT ? kernel_names[k] : "unknown";
 }
 
-static const struct unpack_kernels *kernels_of(enum unpack_kernel k)
-{
-    switch (k) {
-    case UNPACK_KERNEL_SCALAR:
-        return &unpack_kernels_scalar;
-#if SLUICE_KERNELS_X86
-    case UNPACK_KERNEL_AVX2:
-        return &unpack_kernels_avx2;
-    case UNPACK_KERNEL_AVX512:
-        return &unpack_kernels_avx512;
-#endif
-#if SLUICE_KERNELS_ARM64
-    case UNPACK_KERNEL_NEON:
-        return &unpack_kernels_neon;
-#endif
-    default:
-        return NULL;
-    }
-}
-
 int unpack_kernel_available(enum unpack_kernel k)
 {
-    const struct sl_cpu_features *f = sl_cpu_features();
-    if (!kernels_of(k))
+    if ((unsigned)k >= UNPACK_KERNEL_COUNT || !kernel_tables[k])
         return 0;
+    const struct sl_cpu_features *f = sl_cpu_features();
     switch (k) {
-    case UNPACK_KERNEL_SCALAR:
-        return 1;
     case UNPACK_KERNEL_AVX2:
         return f->avx2;
     case UNPACK_KERNEL_AVX512:
@@ -47,8 +39,17 @@ int unpack_kernel_available(enum unpack_kernel k)
     case UNPACK_KERNEL_NEON:
         return f->neon;
     default:
-        return 0;
+        return 1;
     }
+}
+
+int unpack_kernels_available(enum unpack_kernel out[UNPACK_KERNEL_COUNT])
+{
+    int n = 0;
+    for (int k = 0; k < UNPACK_KERNEL_COUNT; k++)
+        if (unpack_kernel_available((enum unpack_kernel)k))
+            out[n++] = (enum unpack_kernel)k;
+    return n;
 }
 
 enum unpack_kernel unpack_kernel_best(void)
@@ -70,7 +71,7 @@ int unpack_tensor_init(struct unpack_tensor *u, uint32_t encoding, const void *d
         return ret;
     u->row_off = malloc(sizeof(uint64_t) * rows);
     if (!u->row_off) {
-        sl_err_set(err, "out of memory");
+        sl_err_set(err, "out of memory for the row index of a %" PRIu64 "-row tensor", rows);
         return -ENOMEM;
     }
     uint64_t off = 0;
@@ -98,66 +99,90 @@ float unpack_tensor_scale(const struct unpack_tensor *u, uint32_t row)
     return sl_load_lef32(u->layout.scales + 4 * (size_t)row);
 }
 
-void unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
-                        uint32_t r1, int8_t *q)
+int unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                       uint32_t r1, int8_t *q, int32_t *corr)
 {
-    const struct unpack_kernels *kt = kernels_of(k);
+    if (!unpack_kernel_available(k) || r0 > r1 || r1 > u->layout.rows)
+        return -EINVAL;
+    uint32_t cols = u->layout.cols;
+    if (corr && cols > UNPACK_CORR_MAX_COLS)
+        return -EOVERFLOW;
+    const struct unpack_kernels *kt = kernel_tables[k];
     unpack_row_fn *fn = u->layout.encoding == FORMAT_ENC_ADAPTIVE   ? kt->adaptive
                         : u->layout.encoding == FORMAT_ENC_BITPLANE ? kt->bitplane
                                                                      : kt->int4int8;
-    uint32_t cols = u->layout.cols;
-    for (uint32_t r = r0; r < r1; r++)
-        fn(u->layout.data + u->row_off[r], cols, format_packed_width(u->layout.widths, r),
-           q + (size_t)(r - r0) * cols);
+    for (uint32_t r = r0; r < r1; r++) {
+        int8_t *dst = q + (size_t)(r - r0) * cols;
+        fn(u->layout.data + u->row_off[r], cols, format_packed_width(u->layout.widths, r), dst);
+        if (corr) /* the row was just written: summed from L1 */
+            corr[r - r0] = 128 * kt->sum(dst, cols);
+    }
+    return 0;
 }
 
-void unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_t cols,
-                uint32_t width, int8_t *dst)
-{
-    const struct unpack_kernels *kt = kernels_of(unpack_kernel_available(k) ? k
-                                                                           : UNPACK_KERNEL_SCALAR);
-    unpack_row_fn *fn = encoding == FORMAT_ENC_ADAPTIVE   ? kt->adaptive
-                        : encoding == FORMAT_ENC_BITPLANE ? kt->bitplane
-                                                          : kt->int4int8;
-    fn(src, cols, width, dst);
-}
-
-static int unpack_q8(const struct format_tensor_info *t, const uint8_t *p, int8_t *q,
-                     float *scale)
+/* q8: float32 scale[rows], zero padding to 64 bytes, int8 q[rows][cols]
+ * (format.h); validated by the format module's traits. */
+static void unpack_q8(const struct format_tensor_info *t, const uint8_t *p, int8_t *q,
+                      float *scale, int32_t *corr)
 {
     uint64_t rows = t->shape[0], cols = t->shape[1];
     for (uint64_t r = 0; r < rows; r++)
         scale[r] = sl_load_lef32(p + 4 * r);
     memcpy(q, p + sl_align_up(rows * 4, 64), rows * cols);
-    return 0;
+    if (corr) {
+        const struct unpack_kernels *kt = kernel_tables[unpack_kernel_best()];
+        for (uint64_t r = 0; r < rows; r++)
+            corr[r] = 128 * kt->sum(q + r * cols, (uint32_t)cols);
+    }
+}
+
+int unpack_tensor_int8_corr(const struct format_tensor_info *t, const void *data,
+                            int8_t *q_out, float *scale_out, int32_t *corr_out,
+                            struct sl_err *err)
+{
+    const struct format_encoding_traits *tr = format_encoding_traits(t->encoding);
+    if (!tr || !tr->quantized || t->n_dims != 2) {
+        sl_err_set(err, "tensor '%s' (%s, %u-D) is not a quantized matrix", t->name,
+                   tr ? tr->name : "unknown encoding", t->n_dims);
+        return -EINVAL;
+    }
+    uint64_t rows = t->shape[0], cols = t->shape[1];
+    if (corr_out && cols > UNPACK_CORR_MAX_COLS) {
+        sl_err_set(err, "tensor '%s': rows of %" PRIu64 " weights are too long for an int32 "
+                        "correction (at most %u)", t->name, cols, UNPACK_CORR_MAX_COLS);
+        return -EOVERFLOW;
+    }
+    if (t->encoding == FORMAT_ENC_Q8_CHANNEL) {
+        uint64_t want = tr->size(rows, cols);
+        if (want != t->length) {
+            sl_err_set(err, "tensor '%s' (q8, %" PRIu64 " x %" PRIu64 ") is %" PRIu64
+                            " bytes, its shape needs %" PRIu64,
+                       t->name, rows, cols, t->length, want);
+            return -EINVAL;
+        }
+        int ret = tr->validate(data, t->length, rows, cols, err);
+        if (ret < 0) {
+            sl_err_prefix(err, "tensor '%s'", t->name);
+            return ret;
+        }
+        unpack_q8(t, data, q_out, scale_out, corr_out);
+        return 0;
+    }
+    struct unpack_tensor u;
+    int ret = unpack_tensor_init(&u, t->encoding, data, t->length, rows, cols, err);
+    if (ret < 0) {
+        sl_err_prefix(err, "tensor '%s'", t->name);
+        return ret;
+    }
+    for (uint32_t r = 0; r < u.layout.rows; r++)
+        scale_out[r] = unpack_tensor_scale(&u, r);
+    ret = unpack_tensor_rows(&u, unpack_kernel_best(), 0, u.layout.rows, q_out, corr_out);
+    unpack_tensor_fini(&u);
+    return ret;
 }
 
 int unpack_tensor_int8(const struct format_tensor_info *t, const void *data, int8_t *q_out,
                        float *scale_out, struct sl_err *err)
 {
-    const struct format_encoding_traits *tr = format_encoding_traits(t->encoding);
-    if (!tr || !tr->quantized || t->n_dims != 2) {
-        sl_err_set(err, "tensor '%s' (%s) is not a quantized matrix", t->name,
-                   tr ? tr->name : "unknown encoding");
-        return -EINVAL;
-    }
-    if (t->encoding == FORMAT_ENC_Q8_CHANNEL) {
-        if (tr->size(t->shape[0], t->shape[1]) != t->length) {
-            sl_err_set(err, "tensor '%s' has %llu bytes, its shape needs %llu", t->name,
-                       (unsigned long long)t->length,
-                       (unsigned long long)tr->size(t->shape[0], t->shape[1]));
-            return -EINVAL;
-        }
-        int ret = tr->validate(data, t->length, t->shape[0], t->shape[1], err);
-        return ret < 0 ? ret : unpack_q8(t, data, q_out, scale_out);
-    }
-    struct unpack_tensor u;
-    int ret = unpack_tensor_init(&u, t->encoding, data, t->length, t->shape[0], t->shape[1], err);
-    if (ret < 0)
-        return ret;
-    for (uint32_t r = 0; r < u.layout.rows; r++)
-        scale_out[r] = unpack_tensor_scale(&u, r);
-    unpack_tensor_rows(&u, unpack_kernel_best(), 0, u.layout.rows, q_out);
-    unpack_tensor_fini(&u);
-    return 0;
+    return unpack_tensor_int8_corr(t, data, q_out, scale_out, NULL, err);
 }

@@ -1,7 +1,8 @@
 /* unpack_avx2.c: AVX2 unpackers, bit-exact with unpack_scalar.c. Same
- * structure as unpack_avx512.c; a 64-byte adaptive block is two ymm halves,
- * and byte i of a block still maps to weight i of each stripe, so each half
- * yields 32 consecutive weights. */
+ * structure as unpack_avx512.c. A 64-byte adaptive block is two ymm halves;
+ * bytes i..i+31 of a block belong to weights i..i+31 of each stripe, so each
+ * half still yields 32 consecutive weights (EdgeFlow 4.2, R = 512). 16-bit
+ * shifts plus per-byte masks stand in for the missing 8-bit shifts. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -13,48 +14,71 @@ static const uint8_t planes[9][4] = {
     {0}, {1, 0}, {2, 0}, {2, 1, 0}, {4, 0}, {4, 1, 0}, {4, 2, 0}, {4, 2, 1, 0}, {4, 4, 0},
 };
 
-AI __m256i finish(__m256i u, const uint32_t b)
+/* Bits [sh, sh+w) of every byte moved to [pos, pos+w); see unpack_avx512.c. */
+AI __m256i field(__m256i v, const int sh, const int pos, const int w)
 {
+    __m256i x = sh > pos ? _mm256_srli_epi16(v, sh - pos)
+              : sh < pos ? _mm256_slli_epi16(v, pos - sh)
+                         : v;
+    return _mm256_and_si256(x, _mm256_set1_epi8((char)(((1 << w) - 1) << pos)));
+}
+
+/* 32 int8 weights of stripe k of a group whose blocks start S bytes apart. */
+AI __m256i stripe(const uint8_t *src, const size_t S, const int k, const uint32_t b)
+{
+    __m256i u = _mm256_setzero_si256();
+    int pos = (int)b + (b == 1);
+    const uint8_t *blk = src;
+#pragma GCC unroll 4
+    for (int p = 0; p < 3; p++) {
+        const int w = planes[b][p];
+        if (!w)
+            break;
+        const int per = 8 / w;
+        pos -= w;
+        __m256i v = _mm256_loadu_si256((const __m256i *)(blk + (size_t)(k / per) * S));
+        u = _mm256_or_si256(u, field(v, 8 - w * (k % per + 1), pos, w));
+        blk += (size_t)w * S;
+    }
     if (b == 1)
-        return _mm256_sub_epi8(_mm256_add_epi8(u, u), _mm256_set1_epi8(1));
+        return _mm256_sub_epi8(u, _mm256_set1_epi8(1));
     u = _mm256_min_epu8(u, _mm256_set1_epi8((char)((1u << b) - 2)));
     return _mm256_sub_epi8(u, _mm256_set1_epi8((char)((1 << (b - 1)) - 1)));
 }
 
-AI __m256i field(__m256i v, const int sh, const int w)
+AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b)
 {
-    __m256i x = sh ? _mm256_srli_epi16(v, sh) : v;
-    return _mm256_and_si256(x, _mm256_set1_epi8((char)((1 << w) - 1)));
-}
-
-AI void adaptive_group(const uint8_t *src, int8_t *dst, const uint32_t b)
-{
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
+    uint32_t full = cols / 512;
+    for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            __m256i u = _mm256_setzero_si256();
-            const uint8_t *blk = src + h * 32;
-#pragma GCC unroll 4
-            for (int p = 0; p < 3; p++) {
-                const int w = planes[b][p];
-                if (!w)
-                    break;
-                const int per = 8 / w;
-                __m256i v = _mm256_loadu_si256((const __m256i *)(blk + (k / per) * 64));
-                u = _mm256_or_si256(_mm256_slli_epi16(u, w), field(v, 8 - w * (k % per + 1), w));
-                blk += w * 64;
-            }
-            _mm256_storeu_si256((__m256i *)(dst + k * 64 + h * 32), finish(u, b));
+            _mm256_storeu_si256((__m256i *)(dst + k * 64), stripe(src, 64, k, b));
+            _mm256_storeu_si256((__m256i *)(dst + k * 64 + 32), stripe(src + 32, 64, k, b));
         }
+    }
+    uint32_t t = cols - full * 512;
+    if (t) {
+        /* Tail group, S = round_up(t, 8) / 8 < 64 bytes per block. Without
+         * byte-masked loads, copy its b*S bytes into a padded buffer (so no
+         * load leaves the row), compute whole vectors stripe after stripe
+         * into a buffer (each stripe's overhang is overwritten by the next
+         * stripe), and copy the t valid weights out. */
+        uint32_t S = (t + 7) / 8;
+        uint8_t in[8 * 64 + 32];
+        int8_t out[8 * 64 + 32];
+        memcpy(in, src, (size_t)b * S);
+        memset(in + (size_t)b * S, 0, 32);
+        for (int k = 0; k < 8; k++)
+            for (uint32_t c = 0; c < S; c += 32)
+                _mm256_storeu_si256((__m256i *)(out + k * S + c), stripe(in + c, S, k, b));
+        memcpy(dst, out, t);
     }
 }
 
 #define DEFINE_ADAPTIVE(B)                                                                    \
-    static void adaptive_groups_##B(const uint8_t *src, uint32_t n, int8_t *dst)            \
+    static void adaptive_row_##B(const uint8_t *src, uint32_t cols, int8_t *dst)             \
     {                                                                                        \
-        for (uint32_t g = 0; g < n; g++)                                                     \
-            adaptive_group(src + (size_t)g * (B) * 64, dst + (size_t)g * 512, (B));         \
+        adaptive_row_b(src, cols, dst, (B));                                                 \
     }
 DEFINE_ADAPTIVE(1)
 DEFINE_ADAPTIVE(2)
@@ -65,26 +89,30 @@ DEFINE_ADAPTIVE(6)
 DEFINE_ADAPTIVE(7)
 DEFINE_ADAPTIVE(8)
 
-static void (*const adaptive_groups[9])(const uint8_t *, uint32_t, int8_t *) = {
-    NULL,              adaptive_groups_1, adaptive_groups_2, adaptive_groups_3, adaptive_groups_4,
-    adaptive_groups_5, adaptive_groups_6, adaptive_groups_7, adaptive_groups_8,
+static void (*const adaptive_rows[9])(const uint8_t *, uint32_t, int8_t *) = {
+    NULL,           adaptive_row_1, adaptive_row_2, adaptive_row_3, adaptive_row_4,
+    adaptive_row_5, adaptive_row_6, adaptive_row_7, adaptive_row_8,
 };
 
 static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
 {
-    uint32_t full = cols / 512;
-    adaptive_groups[b](src, full, dst);
-    uint32_t t = cols - full * 512;
-    if (t)
-        unpack_adaptive_group_scalar(src + (size_t)full * b * 64, (uint32_t)sl_align_up(t, 8), t,
-                                     b, dst + (size_t)full * 512);
+    adaptive_rows[b](src, cols, dst);
 }
+
+/* ---- int4int8 (padded baseline) ------------------------------------------------------ */
 
 static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
 {
     uint32_t j = 0;
     if (b > 4) {
         const __m256i lo = _mm256_set1_epi8(-127);
+        for (; j + 128 <= cols; j += 128) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                _mm256_storeu_si256(
+                    (__m256i *)(dst + j + 32 * i),
+                    _mm256_max_epi8(_mm256_loadu_si256((const __m256i *)(src + j + 32 * i)), lo));
+        }
         for (; j + 32 <= cols; j += 32)
             _mm256_storeu_si256((__m256i *)(dst + j),
                                 _mm256_max_epi8(_mm256_loadu_si256((const __m256i *)(src + j)), lo));
@@ -105,13 +133,16 @@ static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
     unpack_int4int8_tail_scalar(src, cols, b, j, dst);
 }
 
-/* 32 weights of one bitplane plane, one per byte. */
+/* ---- bitplane (K-quant-like baseline) -------------------------------------------------
+ * 32 weights at a time, each plane spread to one weightlet per byte as
+ * llama.cpp's AVX2 K-quant code does: a 1-bit plane by replicating each byte
+ * 8 times (vpshufb) and testing one bit per byte (the bytes_from_bits_32
+ * idiom), 2- and 4-bit planes by zero extension and shifted copies. */
 AI __m256i spread(const uint8_t *p, const int w)
 {
     if (w == 1) {
         uint32_t m;
         memcpy(&m, p, 4);
-        /* byte i of the 4 replicated into bytes 8i..8i+7, then one bit each */
         const __m256i idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
                                              2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
         const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
@@ -131,9 +162,9 @@ AI __m256i spread(const uint8_t *p, const int w)
                             _mm256_set1_epi16(0x0f0f));
 }
 
-AI uint32_t bitplane_run(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b)
+AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b)
 {
-    uint32_t padded = (uint32_t)sl_align_up(cols, 8);
+    const size_t padded = (size_t)sl_align_up(cols, 8);
     uint32_t j = 0;
     for (; j + 32 <= cols; j += 32) {
         __m256i u = _mm256_setzero_si256();
@@ -143,18 +174,24 @@ AI uint32_t bitplane_run(const uint8_t *src, uint32_t cols, int8_t *dst, const u
             const int w = planes[b][p];
             if (!w)
                 break;
-            u = _mm256_or_si256(_mm256_slli_epi16(u, w), spread(plane + (size_t)j * w / 8, w));
-            plane += (size_t)padded * w / 8;
+            __m256i s = spread(plane + (size_t)j * w / 8, w);
+            u = p ? _mm256_or_si256(_mm256_slli_epi16(u, w), s) : s;
+            plane += padded * w / 8;
         }
-        _mm256_storeu_si256((__m256i *)(dst + j), finish(u, b));
+        if (b == 1)
+            u = _mm256_sub_epi8(_mm256_add_epi8(u, u), _mm256_set1_epi8(1));
+        else
+            u = _mm256_sub_epi8(_mm256_min_epu8(u, _mm256_set1_epi8((char)((1u << b) - 2))),
+                                _mm256_set1_epi8((char)((1 << (b - 1)) - 1)));
+        _mm256_storeu_si256((__m256i *)(dst + j), u);
     }
-    return j;
+    unpack_bitplane_tail_scalar(src, cols, b, j, dst);
 }
 
 #define DEFINE_BITPLANE(B)                                                                   \
-    static uint32_t bitplane_##B(const uint8_t *src, uint32_t cols, int8_t *dst)             \
+    static void bitplane_row_##B(const uint8_t *src, uint32_t cols, int8_t *dst)             \
     {                                                                                        \
-        return bitplane_run(src, cols, dst, (B));                                            \
+        bitplane_row_b(src, cols, dst, (B));                                                 \
     }
 DEFINE_BITPLANE(1)
 DEFINE_BITPLANE(2)
@@ -165,15 +202,31 @@ DEFINE_BITPLANE(6)
 DEFINE_BITPLANE(7)
 DEFINE_BITPLANE(8)
 
-static uint32_t (*const bitplanes[9])(const uint8_t *, uint32_t, int8_t *) = {
-    NULL, bitplane_1, bitplane_2, bitplane_3, bitplane_4,
-    bitplane_5, bitplane_6, bitplane_7, bitplane_8,
+static void (*const bitplane_rows[9])(const uint8_t *, uint32_t, int8_t *) = {
+    NULL,           bitplane_row_1, bitplane_row_2, bitplane_row_3, bitplane_row_4,
+    bitplane_row_5, bitplane_row_6, bitplane_row_7, bitplane_row_8,
 };
 
 static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
 {
-    uint32_t done = bitplanes[b](src, cols, dst);
-    unpack_bitplane_tail_scalar(src, cols, b, done, dst);
+    bitplane_rows[b](src, cols, dst);
 }
 
-const struct unpack_kernels unpack_kernels_avx2 = {adaptive_row, int4int8_row, bitplane_row};
+/* ---- row sums: (q ^ 0x80) = q + 128 unsigned; vpsadbw adds 8 bytes per lane ---------- */
+static int32_t sum(const int8_t *q, uint32_t n)
+{
+    __m256i acc = _mm256_setzero_si256();
+    const __m256i flip = _mm256_set1_epi8((char)0x80), z = _mm256_setzero_si256();
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        acc = _mm256_add_epi64(
+            acc, _mm256_sad_epu8(
+                     _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q + i)), flip), z));
+    __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    int64_t s = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1) - 128 * (int64_t)i;
+    for (; i < n; i++)
+        s += q[i];
+    return (int32_t)s;
+}
+
+const struct unpack_kernels unpack_kernels_avx2 = {adaptive_row, int4int8_row, bitplane_row, sum};

@@ -1,11 +1,16 @@
 /* unpack_avx512.c: AVX-512 (F+BW) unpackers, bit-exact with unpack_scalar.c.
  *
- * Adaptive (EdgeFlow 4.2): with R = 512 a block is 64 bytes = one zmm, and
- * byte i of a block maps to weight i of each of its stripes, so one load,
- * a shift, an AND and an OR per plane give 64 consecutive int8 weights. x86
- * has no 8-bit shifts: 16-bit shifts are used and the per-byte mask drops
- * the bits that crossed from the neighbouring byte. The width is constant
- * inside each specialized group function, so all shifts are immediates. */
+ * Adaptive (EdgeFlow 4.2): with R = 512 a block is 64 bytes, one zmm, and
+ * byte i of a block belongs to weight i of each of its stripes, so per stripe
+ * one load, one shift and one AND per weightlet plane, an OR, and the code to
+ * int8 conversion give 64 consecutive int8 weights. Each plane's field is
+ * shifted straight to its place in the code (no shift of the partial code).
+ * x86 has no 8-bit shifts: 16-bit shifts are used, and the per-byte AND
+ * drops the bits that crossed over from the neighbouring byte (the field
+ * and the crossed bits never overlap: see field()). Kernels are specialized
+ * per width (all shifts and masks immediates); the tail group of a row
+ * whose length is not a multiple of 512 uses the same code with byte-masked
+ * loads and stores. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -17,48 +22,76 @@ static const uint8_t planes[9][4] = {
     {0}, {1, 0}, {2, 0}, {2, 1, 0}, {4, 0}, {4, 1, 0}, {4, 2, 0}, {4, 2, 1, 0}, {4, 4, 0},
 };
 
-/* code -> int8: b = 1: 2u - 1; else min(u, 2^b - 2) - (2^(b-1) - 1) */
-AI __m512i finish(__m512i u, const uint32_t b)
+/* Bits [sh, sh+w) of every byte of v moved to [pos, pos+w), the rest zero.
+ * Right shift by sh-pos: the bits entering a byte from its upper neighbour
+ * land in [8-(sh-pos), 8), above pos+w since sh+w <= 8. Left shift by
+ * pos-sh: they land in [0, pos-sh), below pos. */
+AI __m512i field(__m512i v, const int sh, const int pos, const int w)
 {
+    __m512i x = sh > pos ? _mm512_srli_epi16(v, (unsigned)(sh - pos))
+              : sh < pos ? _mm512_slli_epi16(v, (unsigned)(pos - sh))
+                         : v;
+    return _mm512_and_si512(x, _mm512_set1_epi8((char)(((1 << w) - 1) << pos)));
+}
+
+/* The int8 weights of stripe k of an adaptive group whose blocks start S
+ * bytes apart at src: 64 weights (or the S < 64 of a tail group, lm masking
+ * the loads). b = 1 puts the sign bit at bit 1 so that 2u - 1 is one
+ * subtraction; b >= 2 clamps the code to 2^b - 2 and removes the offset. */
+AI __m512i stripe(const uint8_t *src, const size_t S, const int k, const uint32_t b,
+                  const int masked, const __mmask64 lm)
+{
+    __m512i u = _mm512_setzero_si512();
+    int pos = (int)b + (b == 1);
+    const uint8_t *blk = src;
+#pragma GCC unroll 4
+    for (int p = 0; p < 3; p++) {
+        const int w = planes[b][p];
+        if (!w)
+            break;
+        const int per = 8 / w;
+        pos -= w;
+        const uint8_t *at = blk + (size_t)(k / per) * S;
+        __m512i v = masked ? _mm512_maskz_loadu_epi8(lm, at) : _mm512_loadu_si512(at);
+        u = _mm512_or_si512(u, field(v, 8 - w * (k % per + 1), pos, w));
+        blk += (size_t)w * S;
+    }
     if (b == 1)
-        return _mm512_sub_epi8(_mm512_add_epi8(u, u), _mm512_set1_epi8(1));
+        return _mm512_sub_epi8(u, _mm512_set1_epi8(1));
     u = _mm512_min_epu8(u, _mm512_set1_epi8((char)((1u << b) - 2)));
     return _mm512_sub_epi8(u, _mm512_set1_epi8((char)((1 << (b - 1)) - 1)));
 }
 
-AI __m512i field(__m512i v, const int sh, const int w)
+/* A mask of the first n (0..64) bytes. */
+AI __mmask64 first_bytes(uint32_t n)
 {
-    __m512i x = sh ? _mm512_srli_epi16(v, sh) : v;
-    return _mm512_and_si512(x, _mm512_set1_epi8((char)((1 << w) - 1)));
+    return n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
 }
 
-/* One full group (512 weights, b blocks of 64 bytes). */
-AI void adaptive_group(const uint8_t *src, int8_t *dst, const uint32_t b)
+AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b)
 {
+    uint32_t full = cols / 512;
+    for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512) {
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) {
-        __m512i u = _mm512_setzero_si512();
-        const uint8_t *blk = src;
-#pragma GCC unroll 4
-        for (int p = 0; p < 3; p++) {
-            const int w = planes[b][p];
-            if (!w)
-                break;
-            const int per = 8 / w;
-            __m512i v = _mm512_loadu_si512(blk + (k / per) * 64);
-            __m512i bits = field(v, 8 - w * (k % per + 1), w);
-            u = _mm512_or_si512(_mm512_slli_epi16(u, w), bits);
-            blk += w * 64;
+        for (int k = 0; k < 8; k++)
+            _mm512_storeu_si512(dst + k * 64, stripe(src, 64, k, b, 0, 0));
+    }
+    uint32_t t = cols - full * 512;
+    if (t) { /* tail group: 8 stripes of S = round_up(t, 8) / 8 < 64 bytes */
+        uint32_t S = (t + 7) / 8; /* 1..64 */
+        __mmask64 lm = first_bytes(S);
+        for (int k = 0; k < 8; k++) {
+            uint32_t n = t > k * S ? t - k * S : 0; /* valid weights of stripe k */
+            _mm512_mask_storeu_epi8(dst + k * S, first_bytes(n < S ? n : S),
+                                    stripe(src, S, k, b, 1, lm));
         }
-        _mm512_storeu_si512(dst + k * 64, finish(u, b));
     }
 }
 
 #define DEFINE_ADAPTIVE(B)                                                                    \
-    static void adaptive_groups_##B(const uint8_t *src, uint32_t n, int8_t *dst)            \
+    static void adaptive_row_##B(const uint8_t *src, uint32_t cols, int8_t *dst)             \
     {                                                                                        \
-        for (uint32_t g = 0; g < n; g++)                                                     \
-            adaptive_group(src + (size_t)g * (B) * 64, dst + (size_t)g * 512, (B));         \
+        adaptive_row_b(src, cols, dst, (B));                                                 \
     }
 DEFINE_ADAPTIVE(1)
 DEFINE_ADAPTIVE(2)
@@ -69,19 +102,14 @@ DEFINE_ADAPTIVE(6)
 DEFINE_ADAPTIVE(7)
 DEFINE_ADAPTIVE(8)
 
-static void (*const adaptive_groups[9])(const uint8_t *, uint32_t, int8_t *) = {
-    NULL,              adaptive_groups_1, adaptive_groups_2, adaptive_groups_3, adaptive_groups_4,
-    adaptive_groups_5, adaptive_groups_6, adaptive_groups_7, adaptive_groups_8,
+static void (*const adaptive_rows[9])(const uint8_t *, uint32_t, int8_t *) = {
+    NULL,           adaptive_row_1, adaptive_row_2, adaptive_row_3, adaptive_row_4,
+    adaptive_row_5, adaptive_row_6, adaptive_row_7, adaptive_row_8,
 };
 
 static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
 {
-    uint32_t full = cols / 512;
-    adaptive_groups[b](src, full, dst);
-    uint32_t t = cols - full * 512;
-    if (t)
-        unpack_adaptive_group_scalar(src + (size_t)full * b * 64, (uint32_t)sl_align_up(t, 8), t,
-                                     b, dst + (size_t)full * 512);
+    adaptive_rows[b](src, cols, dst);
 }
 
 /* ---- int4int8 (padded baseline) ------------------------------------------------------ */
@@ -91,12 +119,19 @@ static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
     uint32_t j = 0;
     if (b > 4) {
         const __m512i lo = _mm512_set1_epi8(-127);
+        for (; j + 256 <= cols; j += 256) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                _mm512_storeu_si512(dst + j + 64 * i,
+                                    _mm512_max_epi8(_mm512_loadu_si512(src + j + 64 * i), lo));
+        }
         for (; j + 64 <= cols; j += 64)
             _mm512_storeu_si512(dst + j, _mm512_max_epi8(_mm512_loadu_si512(src + j), lo));
     } else {
+        /* nibbles sign-extended as (x ^ 8) - 8; unpacklo/hi interleave within
+         * 128-bit lanes, the permutes put the lanes back in order */
         const __m512i m = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
         const __m512i lo7 = _mm512_set1_epi8(-7);
-        /* unpacklo/hi interleave within 128-bit lanes; reorder the lanes */
         const __m512i i0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
         const __m512i i1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
         for (; j + 128 <= cols; j += 128) {
@@ -114,18 +149,14 @@ static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
 }
 
 /* ---- bitplane (K-quant-like baseline) -------------------------------------------------
- * 64 weights at a time: each plane's bits for them are 8w contiguous bytes,
- * spread to one weight per byte: 1-bit planes through a mask register
- * (vpmovm2b), 2- and 4-bit planes by zero-extending bytes to dwords/words and
- * shifting copies into place. */
+ * 64 weights at a time; each plane's weightlets for them are 8w contiguous
+ * bytes, spread to one weightlet per byte the way llama.cpp's AVX-512 code
+ * expands K-quant planes: a 1-bit plane is a mask register (one masked add
+ * puts it under the code), a 4-bit plane is zero-extended bytes to words and
+ * a shifted copy, a 2-bit plane bytes to dwords and three shifted copies. */
 
 AI __m512i spread(const uint8_t *p, const int w)
 {
-    if (w == 1) {
-        uint64_t m;
-        memcpy(&m, p, 8);
-        return _mm512_and_si512(_mm512_movm_epi8((__mmask64)m), _mm512_set1_epi8(1));
-    }
     if (w == 2) {
         __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
         __m512i t = _mm512_or_si512(_mm512_or_si512(d, _mm512_slli_epi32(d, 6)),
@@ -138,10 +169,9 @@ AI __m512i spread(const uint8_t *p, const int w)
                             _mm512_set1_epi16(0x0f0f));
 }
 
-AI void bitplane_run(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
-                     uint32_t *done)
+AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b)
 {
-    uint32_t padded = (uint32_t)sl_align_up(cols, 8);
+    const size_t padded = (size_t)sl_align_up(cols, 8);
     uint32_t j = 0;
     for (; j + 64 <= cols; j += 64) {
         __m512i u = _mm512_setzero_si512();
@@ -151,20 +181,32 @@ AI void bitplane_run(const uint8_t *src, uint32_t cols, int8_t *dst, const uint3
             const int w = planes[b][p];
             if (!w)
                 break;
-            u = _mm512_or_si512(_mm512_slli_epi16(u, w), spread(plane + (size_t)j * w / 8, w));
-            plane += (size_t)padded * w / 8;
+            const uint8_t *at = plane + (size_t)j * w / 8;
+            if (w == 1) {
+                uint64_t m;
+                memcpy(&m, at, 8);
+                u = _mm512_add_epi8(u, u);
+                u = _mm512_mask_add_epi8(u, (__mmask64)m, u, _mm512_set1_epi8(1));
+            } else {
+                u = p ? _mm512_or_si512(_mm512_slli_epi16(u, (unsigned)w), spread(at, w))
+                      : spread(at, w);
+            }
+            plane += padded * w / 8;
         }
-        _mm512_storeu_si512(dst + j, finish(u, b));
+        if (b == 1)
+            u = _mm512_sub_epi8(_mm512_add_epi8(u, u), _mm512_set1_epi8(1));
+        else
+            u = _mm512_sub_epi8(_mm512_min_epu8(u, _mm512_set1_epi8((char)((1u << b) - 2))),
+                                _mm512_set1_epi8((char)((1 << (b - 1)) - 1)));
+        _mm512_storeu_si512(dst + j, u);
     }
-    *done = j;
+    unpack_bitplane_tail_scalar(src, cols, b, j, dst);
 }
 
 #define DEFINE_BITPLANE(B)                                                                   \
-    static uint32_t bitplane_##B(const uint8_t *src, uint32_t cols, int8_t *dst)             \
+    static void bitplane_row_##B(const uint8_t *src, uint32_t cols, int8_t *dst)             \
     {                                                                                        \
-        uint32_t done;                                                                       \
-        bitplane_run(src, cols, dst, (B), &done);                                            \
-        return done;                                                                         \
+        bitplane_row_b(src, cols, dst, (B));                                                 \
     }
 DEFINE_BITPLANE(1)
 DEFINE_BITPLANE(2)
@@ -175,15 +217,33 @@ DEFINE_BITPLANE(6)
 DEFINE_BITPLANE(7)
 DEFINE_BITPLANE(8)
 
-static uint32_t (*const bitplanes[9])(const uint8_t *, uint32_t, int8_t *) = {
-    NULL, bitplane_1, bitplane_2, bitplane_3, bitplane_4,
-    bitplane_5, bitplane_6, bitplane_7, bitplane_8,
+static void (*const bitplane_rows[9])(const uint8_t *, uint32_t, int8_t *) = {
+    NULL,           bitplane_row_1, bitplane_row_2, bitplane_row_3, bitplane_row_4,
+    bitplane_row_5, bitplane_row_6, bitplane_row_7, bitplane_row_8,
 };
 
 static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
 {
-    uint32_t done = bitplanes[b](src, cols, dst);
-    unpack_bitplane_tail_scalar(src, cols, b, done, dst);
+    bitplane_rows[b](src, cols, dst);
 }
 
-const struct unpack_kernels unpack_kernels_avx512 = {adaptive_row, int4int8_row, bitplane_row};
+/* ---- row sums (the vpdpbusd correction) -----------------------------------------------
+ * (q ^ 0x80) is q + 128 as an unsigned byte; vpsadbw against zero adds
+ * eight of them into each 64-bit lane. */
+static int32_t sum(const int8_t *q, uint32_t n)
+{
+    __m512i acc = _mm512_setzero_si512();
+    const __m512i flip = _mm512_set1_epi8((char)0x80), z = _mm512_setzero_si512();
+    uint32_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        acc = _mm512_add_epi64(acc, _mm512_sad_epu8(_mm512_xor_si512(_mm512_loadu_si512(q + i),
+                                                                     flip),
+                                                    z));
+    int64_t s = _mm512_reduce_add_epi64(acc) - 128 * (int64_t)i;
+    for (; i < n; i++)
+        s += q[i];
+    return (int32_t)s;
+}
+
+const struct unpack_kernels unpack_kernels_avx512 = {adaptive_row, int4int8_row, bitplane_row,
+                                                     sum};

@@ -1,20 +1,28 @@
-/* unpack_internal.h: per-row kernels of each instruction set. A row kernel
- * unpacks one row of `cols` weights stored with width `b` to int8. The
- * scalar kernels are the specification; SIMD files provide tables whose
- * entries must be bit-exact with them. The build defines SLUICE_KERNELS_X86
- * or SLUICE_KERNELS_ARM64 (CMake) for the files it compiles for the target;
- * whether the running CPU may use them is decided at run time. */
+/* unpack_internal.h: the per-row kernels of each instruction set.
+ *
+ * A row kernel unpacks one row (output channel) of `cols` weights stored with
+ * width b (1..8) in one packed encoding to int8 codes. The scalar kernels
+ * (unpack_scalar.c) are the specification; each SIMD file (unpack_avx2.c,
+ * unpack_avx512.c, unpack_neon.c, compiled with its own flags) provides a
+ * table whose entries are bit-exact with them for every input byte string.
+ * The build defines SLUICE_KERNELS_X86 or SLUICE_KERNELS_ARM64 for the files
+ * it compiles; whether the running CPU may use them is decided at run time
+ * (unpack.c). Kernels read exactly format_packed_row_bytes() bytes at src and
+ * write exactly cols bytes at dst; no alignment is required of either. */
 #ifndef SLUICE_UNPACK_INTERNAL_H
 #define SLUICE_UNPACK_INTERNAL_H
 
 #include "unpack.h"
 
 typedef void unpack_row_fn(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst);
+/* Sum of n int8 values (n < 2^24, so the sum fits an int32). */
+typedef int32_t unpack_sum_fn(const int8_t *q, uint32_t n);
 
 struct unpack_kernels {
     unpack_row_fn *adaptive;
     unpack_row_fn *int4int8;
     unpack_row_fn *bitplane;
+    unpack_sum_fn *sum;
 };
 
 extern const struct unpack_kernels unpack_kernels_scalar;
@@ -22,21 +30,21 @@ extern const struct unpack_kernels unpack_kernels_avx2;
 extern const struct unpack_kernels unpack_kernels_avx512;
 extern const struct unpack_kernels unpack_kernels_neon;
 
-/* Weightlet widths of a b-bit code, most significant first, 0-terminated. */
+/* Weightlet widths of a b-bit code, most significant first, 0-terminated
+ * (EdgeFlow 4.2: 8 = 4+4, 7 = 4+2+1, ..., 1 = 1). */
 extern const uint8_t unpack_planes[9][4];
 
-/* Scalar pieces the SIMD kernels reuse for tails: one adaptive group of rg
- * weights (rg a multiple of 8) of which the first `valid` are written; the
- * bitplane weights [j0, cols) of a row; the int4int8 weights [j0, cols). */
-void unpack_adaptive_group_scalar(const uint8_t *src, uint32_t rg, uint32_t valid, uint32_t b,
-                                  int8_t *dst);
+/* Scalar pieces the SIMD kernels reuse for row ends shorter than a vector:
+ * the bitplane weights [j0, cols) of a row; the int4int8 weights [j0, cols). */
 void unpack_bitplane_tail_scalar(const uint8_t *src, uint32_t cols, uint32_t b, uint32_t j0,
                                  int8_t *dst);
 void unpack_int4int8_tail_scalar(const uint8_t *src, uint32_t cols, uint32_t b, uint32_t j0,
                                  int8_t *dst);
 
 /* The int8 value of an unsigned code u of width b (adaptive and bitplane):
- * b = 1: 2u - 1; else min(u, 2^b - 2) - (2^(b-1) - 1). */
+ * b = 1: 2u - 1; else min(u, 2^b - 2) - (2^(b-1) - 1). The clamp maps the
+ * one code the packer never writes (2^b - 1) to the top of the grid, so any
+ * byte string decodes into [-(2^(b-1) - 1), 2^(b-1) - 1], never to -128. */
 static inline int8_t unpack_code_value(uint32_t u, uint32_t b)
 {
     if (b == 1)

@@ -1,5 +1,6 @@
-/* unpack_scalar.c: the reference unpackers; the specification of every
- * packed layout (docs/FORMAT-packed.md). */
+/* unpack_scalar.c: the reference unpackers, and so the specification of the
+ * code layout of every packed encoding (docs/FORMAT-packed.md). Written for
+ * clarity over speed; the SIMD kernels must agree with them bit for bit. */
 #include <string.h>
 
 #include "unpack_internal.h"
@@ -8,28 +9,31 @@ const uint8_t unpack_planes[9][4] = {
     {0}, {1, 0}, {2, 0}, {2, 1, 0}, {4, 0}, {4, 1, 0}, {4, 2, 0}, {4, 2, 1, 0}, {4, 4, 0},
 };
 
-/* EdgeFlow 4.2: a group of rg weights is b blocks of S = rg/8 bytes; a w-bit
- * plane takes w blocks; byte i of its block j holds, for each of the 8/w
- * stripes l of that block, the w bits of weight (j*8/w + l)*S + i at bit
- * offset 8 - w(l+1). The code is the planes' bits concatenated, first plane
- * most significant. */
-void unpack_adaptive_group_scalar(const uint8_t *src, uint32_t rg, uint32_t valid, uint32_t b,
-                                  int8_t *dst)
+/* ---- adaptive (EdgeFlow 4.2) ----------------------------------------------------------
+ * A group of 8S weights (S = R/8 = 64 for a full group, round_up(t, 8)/8 for
+ * the tail group of t weights) is b blocks of S bytes. Stripe k is weights
+ * [kS, (k+1)S). A w-bit weightlet plane takes w consecutive blocks; block j
+ * of the plane holds the 8/w stripes k = j(8/w) + l, l = 0..8/w-1, and its
+ * byte i holds the w bits of weight kS + i at bit offset 8 - w(l+1) (stripe
+ * l = 0 in the top bits): the stripes are interleaved with stride 8/w. The
+ * code is the planes' weightlets concatenated, first plane most significant. */
+static void adaptive_group(const uint8_t *src, uint32_t S, uint32_t valid, uint32_t b,
+                           int8_t *dst)
 {
-    uint32_t S = rg / 8;
-    for (uint32_t j = 0; j < valid; j++) {
-        uint32_t k = j / S, i = j % S; /* stripe, byte within the block */
-        uint32_t u = 0;
-        const uint8_t *blk = src;
-        for (const uint8_t *w = unpack_planes[b]; *w; w++) {
-            uint32_t per = 8 / *w;
-            uint8_t byte = blk[(k / per) * S + i];
-            uint32_t bits = (byte >> (8 - *w * (k % per + 1))) & ((1u << *w) - 1);
-            u = (u << *w) | bits;
-            blk += (size_t)*w * S;
+    uint8_t u[FORMAT_PACKED_GROUP] = {0}; /* codes of the group's 8S weights */
+    const uint8_t *blk = src;
+    for (const uint8_t *pw = unpack_planes[b]; *pw; pw++) {
+        uint32_t w = *pw, per = 8 / w, mask = (1u << w) - 1;
+        for (uint32_t j = 0; j < w; j++, blk += S) {
+            for (uint32_t l = 0; l < per; l++) {
+                uint32_t k = j * per + l, shift = 8 - w * (l + 1);
+                for (uint32_t i = 0; i < S; i++)
+                    u[k * S + i] = (uint8_t)((u[k * S + i] << w) | ((blk[i] >> shift) & mask));
+            }
         }
-        dst[j] = unpack_code_value(u, b);
     }
+    for (uint32_t j = 0; j < valid; j++)
+        dst[j] = unpack_code_value(u[j], b);
 }
 
 static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
@@ -37,24 +41,28 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
     const uint32_t R = FORMAT_PACKED_GROUP;
     for (uint32_t g0 = 0; g0 < cols; g0 += R) {
         uint32_t valid = cols - g0 >= R ? R : cols - g0;
-        uint32_t rg = (uint32_t)sl_align_up(valid, 8);
-        unpack_adaptive_group_scalar(src, rg, valid, b, dst + g0);
-        src += (size_t)b * (rg / 8);
+        uint32_t S = (uint32_t)sl_align_up(valid, 8) / 8;
+        adaptive_group(src, S, valid, b, dst + g0);
+        src += (size_t)b * S;
     }
 }
 
-/* Bitplane: plane after plane, weight j's w bits at bit j*w of the plane. */
+/* ---- bitplane (K-quant-like baseline) -------------------------------------------------
+ * The planes one after the other, each over round_up(cols, 8) weights
+ * (round_up(cols, 8) * w / 8 bytes); in a w-bit plane weight j's weightlet is
+ * at bit offset (j*w) % 8 of byte (j*w) / 8, least significant first. */
 void unpack_bitplane_tail_scalar(const uint8_t *src, uint32_t cols, uint32_t b, uint32_t j0,
                                  int8_t *dst)
 {
-    uint32_t padded = (uint32_t)sl_align_up(cols, 8);
+    uint64_t padded = sl_align_up(cols, 8);
     for (uint32_t j = j0; j < cols; j++) {
         uint32_t u = 0;
         const uint8_t *plane = src;
-        for (const uint8_t *w = unpack_planes[b]; *w; w++) {
-            uint32_t bit = j * *w;
-            u = (u << *w) | ((plane[bit / 8] >> (bit % 8)) & ((1u << *w) - 1));
-            plane += padded * *w / 8;
+        for (const uint8_t *pw = unpack_planes[b]; *pw; pw++) {
+            uint32_t w = *pw;
+            uint64_t bit = (uint64_t)j * w;
+            u = (u << w) | ((plane[bit / 8] >> (bit % 8)) & ((1u << w) - 1));
+            plane += padded * w / 8;
         }
         dst[j] = unpack_code_value(u, b);
     }
@@ -65,8 +73,9 @@ static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
     unpack_bitplane_tail_scalar(src, cols, b, 0, dst);
 }
 
-/* Int4int8: b <= 4: two's complement nibbles, weight 2i low; clamped to
- * [-7, 7]. b > 4: int8, clamped to [-127, 127]. */
+/* ---- int4int8 (padded baseline) -------------------------------------------------------
+ * b <= 4: 4-bit two's complement nibbles, weight 2i in the low nibble of
+ * byte i, decoded as max(v, -7); b >= 5: int8, decoded as max(v, -127). */
 void unpack_int4int8_tail_scalar(const uint8_t *src, uint32_t cols, uint32_t b, uint32_t j0,
                                  int8_t *dst)
 {
@@ -89,4 +98,13 @@ static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
     unpack_int4int8_tail_scalar(src, cols, b, 0, dst);
 }
 
-const struct unpack_kernels unpack_kernels_scalar = {adaptive_row, int4int8_row, bitplane_row};
+static int32_t sum(const int8_t *q, uint32_t n)
+{
+    int32_t s = 0;
+    for (uint32_t i = 0; i < n; i++)
+        s += q[i];
+    return s;
+}
+
+const struct unpack_kernels unpack_kernels_scalar = {adaptive_row, int4int8_row, bitplane_row,
+                                                     sum};

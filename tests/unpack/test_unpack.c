@@ -59,12 +59,12 @@ static void check_case(uint32_t enc, uint32_t rows, uint32_t cols, const uint8_t
         if (pass == 1) /* arbitrary codes, including the values the packer never writes */
             for (uint64_t i = 0; i < u.layout.data_len; i++)
                 ((uint8_t *)u.layout.data)[i] = (uint8_t)test_rng_u64(&rng);
-        unpack_tensor_rows(&u, UNPACK_KERNEL_SCALAR, 0, rows, ref);
+        unpack_tensor_rows(&u, UNPACK_KERNEL_SCALAR, 0, rows, ref, NULL);
         for (int k = 1; k < UNPACK_KERNEL_COUNT; k++) {
             if (!unpack_kernel_available((enum unpack_kernel)k))
                 continue;
             memset(got, 0x5a, (size_t)rows * cols);
-            unpack_tensor_rows(&u, (enum unpack_kernel)k, 0, rows, got);
+            unpack_tensor_rows(&u, (enum unpack_kernel)k, 0, rows, got, NULL);
             for (size_t i = 0; i < (size_t)rows * cols; i++)
                 if (got[i] != ref[i])
                     fail_msg("%s kernel %s, %ux%u, pass %d: weight %zu (row %zu, width %u) is "

@@ -1,15 +1,25 @@
 /*
- * unpack.h: quantized weight tensors to int8 codes and per-row scales.
+ * unpack.h: quantized weight tensors to int8 codes and per-row scales
+ * (EdgeFlow 4.2, SPEC.md section 2).
  *
- *   int8_t *q = malloc(rows * cols); float *scale = malloc(rows * sizeof(float));
- *   if (unpack_tensor_int8(info, bytes, q, scale, &err) < 0) ...
+ *   int8_t *q = malloc(rows * cols);
+ *   float *scale = malloc(rows * sizeof(float));
+ *   int32_t *corr = malloc(rows * sizeof(int32_t));   // optional
+ *   if (unpack_tensor_int8_corr(info, bytes, q, scale, corr, &err) < 0)
+ *       fprintf(stderr, "sluice: %s: %s\n", path, err.msg);
+ *   // weight[r][c] = scale[r] * q[r * cols + c]
  *
- * Encodings: q8 (a copy), and the packed adaptive, int4int8 and bitplane
- * layouts of docs/FORMAT-packed.md. The scalar unpacker of each encoding is
- * its specification; SIMD variants (AVX2, AVX-512, NEON) are bit-exact with
- * it and chosen at run time (SLUICE_SIMD forces a lower level). Every tensor
- * is validated before it is touched: corrupt bytes give an error, never a
- * crash. Thread-safe: no shared state.
+ * Encodings: q8 (FORMAT_ENC_Q8_CHANNEL, a copy), and the packed adaptive,
+ * int4int8 and bitplane layouts of docs/FORMAT-packed.md. The scalar
+ * unpacker of each encoding is its specification; the SIMD variants (AVX2,
+ * AVX-512, NEON) are bit-exact with it for every input and are chosen at run
+ * time from sl_cpu_features() (the SLUICE_SIMD environment variable forces a
+ * lower level). Every tensor is validated before it is read: corrupt bytes
+ * give -EINVAL and a sentence, never a crash. Unpacked codes always lie in
+ * [-127, 127] (never -128), on the row's symmetric grid.
+ *
+ * Thread safety: no shared mutable state; any thread may call anything, and
+ * unpack_tensor_rows may run concurrently on disjoint row ranges of one view.
  */
 #ifndef SLUICE_UNPACK_H
 #define SLUICE_UNPACK_H
@@ -24,55 +34,77 @@
 extern "C" {
 #endif
 
-/* Unpacks a whole quantized tensor: q_out [rows][cols], scale_out [rows].
- * -EINVAL with a message for a float encoding or malformed bytes. */
+/* Rows longer than this cannot have a correction: 128 * 127 * cols must fit
+ * an int32. */
+#define UNPACK_CORR_MAX_COLS (1u << 17)
+
+/* Unpacks a whole quantized tensor (q8, adaptive, int4int8 or bitplane):
+ * q_out [rows][cols] int8 codes, scale_out [rows] float dequantization
+ * scales (weight = scale * code), with the fastest kernel available. `data`
+ * is the tensor's t->length bytes. Returns 0, or -EINVAL (err names the
+ * tensor and the problem) for a float encoding, a tensor that is not 2-D,
+ * or malformed bytes; nothing is written to the outputs on error. */
 int unpack_tensor_int8(const struct format_tensor_info *t, const void *data, int8_t *q_out,
                        float *scale_out, struct sl_err *err);
+
+/* The same, and when corr_out is not NULL also corr_out [rows], the
+ * per-channel correction the int8 GEMM needs with vpdpbusd (unsigned
+ * activations a + 128 times signed weights): corr[r] = 128 * sum_c q[r][c],
+ * so that sum_c (a_c + 128) q[r][c] - corr[r] = sum_c a_c q[r][c].
+ * -EOVERFLOW when corr_out is given and cols > UNPACK_CORR_MAX_COLS. */
+int unpack_tensor_int8_corr(const struct format_tensor_info *t, const void *data,
+                            int8_t *q_out, float *scale_out, int32_t *corr_out,
+                            struct sl_err *err);
 
 /* ---- kernels ------------------------------------------------------------------ */
 
 enum unpack_kernel {
-    UNPACK_KERNEL_SCALAR = 0,
-    UNPACK_KERNEL_AVX2,
-    UNPACK_KERNEL_AVX512,
-    UNPACK_KERNEL_NEON,
+    UNPACK_KERNEL_SCALAR = 0, /* the specification; always available */
+    UNPACK_KERNEL_AVX2,       /* x86-64 with AVX2 */
+    UNPACK_KERNEL_AVX512,     /* x86-64 with AVX-512 F+BW (+VL, DQ) */
+    UNPACK_KERNEL_NEON,       /* aarch64 */
     UNPACK_KERNEL_COUNT
 };
 
+/* "scalar", "avx2", "avx512", "neon" ("unknown" otherwise). */
 const char *unpack_kernel_name(enum unpack_kernel k);
-/* 1 if compiled in and allowed by the CPU (and SLUICE_SIMD). */
+/* 1 if the kernel is compiled into this build and allowed by the CPU, the
+ * OS and SLUICE_SIMD; else 0. */
 int unpack_kernel_available(enum unpack_kernel k);
+/* The available kernels, slowest (scalar) first, in out[]; returns how many. */
+int unpack_kernels_available(enum unpack_kernel out[UNPACK_KERNEL_COUNT]);
 /* The fastest available kernel (what unpack_tensor_int8 uses). */
 enum unpack_kernel unpack_kernel_best(void);
 
 /* ---- row-level access to a packed tensor --------------------------------------- */
 
-/* A validated view of a packed tensor (caller-owned; init/fini). The bytes
- * must stay valid while the view is used. */
+/* A validated view of a packed tensor (adaptive, int4int8 or bitplane),
+ * caller-owned (init/fini); a parameter block, not to be modified. The
+ * tensor's bytes must stay valid and unchanged while the view is used. */
 struct unpack_tensor {
-    struct format_packed_layout layout;
-    uint64_t *row_off;         /* byte offset of each row's codes in layout.data */
+    struct format_packed_layout layout; /* views into the bytes (format.h) */
+    uint64_t *row_off;                  /* byte offset of each row's codes in layout.data */
 };
 
+/* Validates len bytes at data as a rows x cols tensor of `encoding` and
+ * builds the row index. -EINVAL (malformed; err says why) or -ENOMEM; on
+ * error *u needs no fini. */
 int unpack_tensor_init(struct unpack_tensor *u, uint32_t encoding, const void *data,
                        uint64_t len, uint64_t rows, uint64_t cols, struct sl_err *err);
+/* Frees the row index; accepts a zeroed or already finished view. */
 void unpack_tensor_fini(struct unpack_tensor *u);
 
-/* Width (1..8) and dequantization scale of a row. */
+/* Width (1..8) and dequantization scale of a row (row < rows). */
 uint32_t unpack_tensor_width(const struct unpack_tensor *u, uint32_t row);
 float unpack_tensor_scale(const struct unpack_tensor *u, uint32_t row);
 
-/* Unpacks rows [r0, r1) into q[(r - r0) * cols ...] with the given kernel
- * (which must be available). Safe to call concurrently on disjoint ranges. */
-void unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
-                        uint32_t r1, int8_t *q);
-
-/* One row of a packed tensor from its code bytes alone (e.g. a few embedding
- * rows read ahead of the whole tensor): src holds
- * format_packed_row_bytes(encoding, width, cols) bytes; dst receives cols
- * int8 codes. encoding: FORMAT_ENC_ADAPTIVE, _INT4INT8 or _BITPLANE. */
-void unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_t cols,
-                uint32_t width, int8_t *dst);
+/* Unpacks rows [r0, r1) into q[(r - r0) * cols + c] with kernel k, and when
+ * corr is not NULL writes corr[r - r0] = 128 * sum_c q[r][c]. Returns 0;
+ * -EINVAL if k is not available or the range is not within the tensor;
+ * -EOVERFLOW if corr is given and cols > UNPACK_CORR_MAX_COLS. One row
+ * (r1 = r0 + 1) unpacks one output channel. */
+int unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                       uint32_t r1, int8_t *q, int32_t *corr);
 
 #ifdef __cplusplus
 }
