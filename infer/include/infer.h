@@ -208,6 +208,72 @@ void npu_gemm_s8_kernel(enum npu_kernel kern, const struct npu_gemm_b *b, const 
  * sign/maddubs/madd step), run for about `seconds`. 0 when unavailable. */
 double npu_gemm_peak_gops(enum npu_kernel k, double seconds);
 
+/* ---- the cold-start pipeline (pipeline.c) ------------------------------------------
+ *
+ *   struct infer_pipeline_opts po = {.policy = INFER_POLICY_FULL};
+ *   struct infer_model *m; struct infer_state *s;
+ *   infer_pipeline_prefill("m.sluice", ids, n, &po, &m, &s, logits, &stats, &err);
+ *   // logits of the last prompt position; m fully loaded, s holds the KV cache
+ *   // of the prompt: decode with infer_forward(m, s, &tok, 1, n, ...)
+ *
+ * Streams the container's slices (io_uring), verifies and unpacks each layer's
+ * weights into the NPU layout as they arrive, and runs the prefill in chunks
+ * as a task graph on the emulated NPU and CPU workers (EdgeFlow 4.3). The
+ * logits are bit-identical to infer_forward on the same model with
+ * max_batch = chunk. */
+
+enum infer_policy {
+    INFER_POLICY_FULL = 0,      /* EdgeFlow: fine-grained tasks, position-guided priority,
+                                   CPU task stealing */
+    INFER_POLICY_SEQUENTIAL,    /* load everything, then unpack and compute */
+    INFER_POLICY_LAYER_OVERLAP, /* llm.npu-style static coarse pipeline: layer-level overlap,
+                                   one NPU task per matmul, FIFO, no stealing */
+    INFER_POLICY_LLMNPU,        /* llm.npu 3.4 out-of-order subgraph heuristic */
+    INFER_POLICY_COUNT
+};
+
+enum infer_load {
+    INFER_LOAD_STREAM = 0, /* the loader: io_uring, O_DIRECT, slice by slice */
+    INFER_LOAD_READ,       /* read() the whole container first (MNN's way) */
+    INFER_LOAD_MMAP,       /* mmap it with MAP_POPULATE first (llama.cpp's way) */
+};
+
+struct infer_pipeline_opts {
+    enum infer_policy policy;
+    enum infer_load load;
+    uint32_t chunk;            /* prefill chunk rows, the NPU graphs' m (default 256) */
+    uint32_t steal_threshold;  /* NPU queue length above which an idle CPU steals (5) */
+    uint32_t split;            /* output channels per NPU task in full/sequential (512) */
+    uint32_t cpu_workers;      /* CPU worker threads (default 1; the NPU has its own) */
+    uint64_t ring_bytes;       /* loader buffer memory (default 64 MiB) */
+    uint32_t queue_depth;      /* loader reads in flight (default 16) */
+    const char *trace_path;    /* Chrome trace JSON of every task and load, or NULL */
+    void (*first_logits)(void *ctx, const float *logits); /* as soon as they exist */
+    void *ctx;
+};
+
+struct infer_pipeline_stats {
+    double ttft_s;             /* pipeline start to the first token's logits */
+    double load_s;             /* start to the arrival of the last slice it needed */
+    double unpack_s;           /* CPU time unpacking weights */
+    double npu_busy_s;         /* the NPU device thread executing jobs */
+    double cpu_busy_s;         /* CPU workers running tasks (stolen NPU work included) */
+    double span_s;
+    double bubble_npu;         /* 1 - npu_busy / span */
+    double bubble_cpu;         /* 1 - cpu_busy / (span x workers) */
+    double graph_build_s;
+    uint64_t bytes_read;       /* before the first token */
+    uint32_t tasks, stolen, graphs;
+};
+
+const char *infer_policy_name(enum infer_policy p);
+int infer_policy_parse(const char *s, enum infer_policy *out);
+
+int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
+                           const struct infer_pipeline_opts *opts, struct infer_model **model,
+                           struct infer_state **state, float *logits,
+                           struct infer_pipeline_stats *stats, struct sl_err *err);
+
 #ifdef __cplusplus
 }
 #endif
