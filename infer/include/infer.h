@@ -115,6 +115,9 @@ int infer_head_forward(struct infer_model *m, struct infer_state *s, const float
 
 struct infer_tokenizer;
 
+/* Indexes a vocabulary (bos_id and eos_id from cfg). The tokenizer borrows
+ * tok's strings and scores: keep their owner (the reader, or the model that
+ * holds it) alive until infer_tokenizer_destroy. */
 int infer_tokenizer_create(const struct format_tokenizer *tok, const struct format_config *cfg,
                            struct infer_tokenizer **out, struct sl_err *err);
 void infer_tokenizer_destroy(struct infer_tokenizer *t);
