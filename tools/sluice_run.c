@@ -1,10 +1,11 @@
 /* sluice_run.c: `sluice run MODEL [-p PROMPT] [-n N] ...`: generate text.
  *
  * cmd_run is four steps: parse the options, resolve MODEL to a container
- * (importing other formats to a temporary one), generate, report. The
- * generation loop (run_generate) is llama2.c's run.c generate(): prefill the
- * prompt (classifier on the last row only), then sample, print and feed one
- * token at a time. */
+ * (importing other formats to a temporary one), generate, report. The prompt
+ * goes through the cold-start pipeline (infer_pipeline_prefill: weights
+ * streamed from storage, unpacked and executed layer by layer as they
+ * arrive); then, as llama2.c's run.c generate() does, tokens are sampled,
+ * printed and fed back one at a time. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -37,7 +38,16 @@ static void usage(FILE *f)
             "  --top-p P        nucleus sampling (default 0.9 when --temp > 0, 0 = off)\n"
             "  --seed S         random seed (default 42); a seed gives the same text\n"
             "  --tokenizer FILE llama2.c tokenizer, for llama2.c and safetensors sources\n"
-            "  --json           one JSON object: text, token counts and the statistics\n");
+            "  --json           one JSON object: text, token counts and the statistics\n"
+            "The prompt runs through the cold-start pipeline (weights streamed with io_uring,\n"
+            "unpacked and executed on the emulated NPU and CPU workers as they arrive):\n"
+            "  --policy P       full (default), sequential, layer_overlap, llmnpu\n"
+            "  --load L         stream (io_uring, default), read (read() everything first),\n"
+            "                   mmap (mmap with MAP_POPULATE first)\n"
+            "  --chunk N        prefill chunk rows (default 256)\n"
+            "  --cpu-workers N  CPU worker threads beside the NPU thread (default 1)\n"
+            "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
+            "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p\n");
 }
 
 static uint64_t g_start_ns;
@@ -53,7 +63,9 @@ struct run_opts {
     const char *prompt;
     const char *tokenizer;
     uint32_t n_gen;
+    uint32_t prompt_tokens; /* > 0: a synthetic prompt of this many tokens */
     struct infer_sampler_params sampler;
+    struct infer_pipeline_opts pipeline;
     int json;
 };
 
@@ -62,6 +74,7 @@ struct run_stats {
     double ttft_s;    /* process start -> first generated token */
     double prefill_s; /* the prompt's forward pass */
     double decode_s;  /* first generated token -> last */
+    struct infer_pipeline_stats pipeline;
 };
 
 /* The printed text, kept for --json. */
@@ -76,6 +89,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
     double temp = 0.0, top_p = -1;
     uint64_t seed = 42;
     *o = (struct run_opts){.prompt = "", .n_gen = 256};
+    o->pipeline.steal_threshold = 5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
@@ -98,6 +112,22 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             o->tokenizer = argv[++i];
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
+        } else if (!strcmp(a, "--policy") && i + 1 < argc) {
+            bad = infer_policy_parse(argv[++i], &o->pipeline.policy) < 0;
+        } else if (!strcmp(a, "--load") && i + 1 < argc) {
+            i++;
+            o->pipeline.load = !strcmp(argv[i], "read")   ? INFER_LOAD_READ
+                               : !strcmp(argv[i], "mmap") ? INFER_LOAD_MMAP
+                                                          : INFER_LOAD_STREAM;
+            bad = strcmp(argv[i], "read") && strcmp(argv[i], "mmap") && strcmp(argv[i], "stream");
+        } else if (!strcmp(a, "--chunk") && i + 1 < argc) {
+            bad = tools_parse_u32(argv[++i], &o->pipeline.chunk) || !o->pipeline.chunk;
+        } else if (!strcmp(a, "--cpu-workers") && i + 1 < argc) {
+            bad = tools_parse_u32(argv[++i], &o->pipeline.cpu_workers) || !o->pipeline.cpu_workers;
+        } else if (!strcmp(a, "--trace") && i + 1 < argc) {
+            o->pipeline.trace_path = argv[++i];
+        } else if (!strcmp(a, "--prompt-tokens") && i + 1 < argc) {
+            bad = tools_parse_u32(argv[++i], &o->prompt_tokens) || !o->prompt_tokens;
         } else if (a[0] == '-' || o->model) {
             fprintf(stderr, "sluice run: unexpected argument '%s'\n", a);
             usage(stderr);
@@ -192,14 +222,13 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     struct infer_sampler *sampler = NULL;
     int *tokens = NULL;
     float *logits = NULL;
-    int ret = infer_model_load(path, NULL, &m, err);
+    struct format_reader *r = NULL;
+    int ret = format_reader_open(path, &r, err); /* for the tokenizer; the pipeline loads */
     if (ret < 0)
         goto fail;
-    const struct format_config *c = infer_model_config(m);
-    ret = infer_state_create(m, 256, &s, err);
-    if (ret < 0)
-        goto fail;
-    ret = infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m)), c, &tk, err);
+    struct format_config cfg = *format_reader_config(r);
+    const struct format_config *c = &cfg;
+    ret = infer_tokenizer_create(format_reader_tokenizer(r), c, &tk, err);
     if (ret < 0)
         goto fail;
     tokens = malloc(sizeof(int) * c->seq_len);
@@ -210,7 +239,15 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
         goto fail;
     }
     uint32_t n_prompt;
-    ret = infer_tokenizer_encode(tk, o->prompt, 1, tokens, c->seq_len, &n_prompt);
+    if (o->prompt_tokens) { /* a deterministic synthetic prompt */
+        n_prompt = o->prompt_tokens < c->seq_len ? o->prompt_tokens : c->seq_len;
+        tokens[0] = (int)c->bos_id;
+        for (uint32_t i = 1; i < n_prompt; i++)
+            tokens[i] = 3 + (int)((i * 2654435761u) % (c->vocab_size > 3 ? c->vocab_size - 3 : 1));
+        ret = 0;
+    } else {
+        ret = infer_tokenizer_encode(tk, o->prompt, 1, tokens, c->seq_len, &n_prompt);
+    }
     if (ret < 0) {
         if (ret == -ENOSPC)
             sl_err_set(err, "the prompt is longer than the context of %u tokens", c->seq_len);
@@ -225,7 +262,8 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
             goto fail;
 
     uint64_t t0 = sl_now_ns();
-    ret = infer_forward(m, s, tokens, n_prompt, 0, logits, INFER_LOGITS_LAST, err);
+    ret = infer_pipeline_prefill(path, tokens, n_prompt, &o->pipeline, &m, &s, logits,
+                                 &st->pipeline, err);
     if (ret < 0)
         goto fail;
     uint64_t t_prefill = sl_now_ns(), t_first = 0;
@@ -263,6 +301,7 @@ fail:
     infer_tokenizer_destroy(tk);
     infer_state_destroy(s);
     infer_model_destroy(m);
+    format_reader_close(r);
     return ret;
 }
 
@@ -293,6 +332,20 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(j, "prefill_tokens_per_s", prefill_tps);
     cJSON_AddNumberToObject(j, "decode_tokens_per_s", decode_tps);
     cJSON_AddNumberToObject(j, "peak_rss_mb", sl_peak_rss_mb());
+    const struct infer_pipeline_stats *ps = &st->pipeline;
+    cJSON *pj = cJSON_AddObjectToObject(j, "pipeline");
+    cJSON_AddStringToObject(pj, "policy", infer_policy_name(o->pipeline.policy));
+    cJSON_AddNumberToObject(pj, "prefill_s", ps->ttft_s);
+    cJSON_AddNumberToObject(pj, "load_s", ps->load_s);
+    cJSON_AddNumberToObject(pj, "unpack_s", ps->unpack_s);
+    cJSON_AddNumberToObject(pj, "npu_busy_s", ps->npu_busy_s);
+    cJSON_AddNumberToObject(pj, "cpu_busy_s", ps->cpu_busy_s);
+    cJSON_AddNumberToObject(pj, "bubble_npu", ps->bubble_npu);
+    cJSON_AddNumberToObject(pj, "bubble_cpu", ps->bubble_cpu);
+    cJSON_AddNumberToObject(pj, "graph_build_s", ps->graph_build_s);
+    cJSON_AddNumberToObject(pj, "bytes_read", (double)ps->bytes_read);
+    cJSON_AddNumberToObject(pj, "tasks", ps->tasks);
+    cJSON_AddNumberToObject(pj, "stolen", ps->stolen);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!s)
