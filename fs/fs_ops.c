@@ -1,26 +1,21 @@
-/* fs_ops.c: the FUSE low-level callbacks and the mount/unmount logic. Each
- * callback is a thin wrapper over fs_do_<op>(), which returns -errno; the sign
- * flips in one place, at fuse_reply_err (libfuse example/passthrough_ll.c). */
-#define FUSE_USE_VERSION 34
+/* fs_ops.c: the FUSE low-level callbacks. Each callback is a thin wrapper over
+ * fs_do_<op>(), which returns 0 or -errno; the sign flips in one place, at
+ * fuse_reply_err(req, -ret) (libfuse example/passthrough_ll.c). The tree never
+ * changes while mounted, so attributes and entries are cached for an hour,
+ * except stats.json, whose size changes. */
+#define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <syslog.h>
 #include <unistd.h>
 
 #include "fs_internal.h"
-#include "unpack.h"
 
-static const double ATTR_TIMEOUT = 3600.0; /* the tree never changes while mounted */
+static const double CACHE_TIMEOUT = 3600.0;
 
 static struct fs_state *state_of(fuse_req_t req)
 {
@@ -32,112 +27,39 @@ static struct fs_node *node_of(struct fs_state *s, fuse_ino_t ino)
     return ino >= 1 && ino <= s->n_nodes ? &s->nodes[ino - 1] : NULL;
 }
 
-static void fill_attr(const struct fs_node *n, struct stat *st)
+static void fill_attr(struct fs_state *s, const struct fs_node *n, struct stat *st)
 {
     memset(st, 0, sizeof *st);
     st->st_ino = n->ino;
     if (n->kind == FS_DIR) {
         st->st_mode = S_IFDIR | 0555;
         st->st_nlink = 2;
+        for (uint32_t c = n->first_child; c; c = s->nodes[c - 1].next_sibling)
+            st->st_nlink += s->nodes[c - 1].kind == FS_DIR;
     } else {
         st->st_mode = S_IFREG | 0444;
         st->st_nlink = 1;
         st->st_size = (off_t)n->size;
     }
+    if (n->kind == FS_STATS) {
+        size_t len = 0;
+        char *j = fs_stats_json(s, &len);
+        st->st_size = (off_t)len;
+        free(j);
+    }
     st->st_blksize = 1 << 20;
-    st->st_blocks = (blkcnt_t)((n->size + 511) / 512);
+    st->st_blocks = (blkcnt_t)((uint64_t)st->st_size + 511) / 512;
     st->st_uid = getuid();
     st->st_gid = getgid();
+    st->st_atim = st->st_mtim = st->st_ctim = s->mtime; /* the container's */
 }
 
-/* ---- slice verification ---------------------------------------------------------- */
-
-/* 0 when every byte of slice i matches its checksum (checked once). */
-static int verify_slice(struct fs_state *s, uint32_t i)
+static double attr_timeout(const struct fs_node *n)
 {
-    if (__atomic_load_n(&s->verdict[i], __ATOMIC_ACQUIRE) == 1)
-        return 0;
-    pthread_mutex_lock(&s->slice_lock[i]);
-    int v = s->verdict[i];
-    if (v == 0) {
-        const struct format_slice_info *si = format_reader_slice(s->r, i);
-        void *buf = sl_alloc_aligned(si->length, 4096);
-        struct sl_err err;
-        if (!buf) {
-            pthread_mutex_unlock(&s->slice_lock[i]);
-            return -ENOMEM;
-        }
-        /* the read also warms the page cache the served bytes come from */
-        int ret = format_reader_read_slice(s->r, i, buf, si->length, &err);
-        sl_free_aligned(buf);
-        if (ret < 0) {
-            syslog(LOG_ERR, "sluice: %s", err.msg);
-            fprintf(stderr, "sluice mount: %s\n", err.msg);
-            v = -1;
-        } else {
-            v = 1;
-        }
-        __atomic_store_n(&s->verdict[i], v, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&s->slice_lock[i]);
-    return v == 1 ? 0 : -EIO;
+    return n->kind == FS_STATS ? 0.0 : CACHE_TIMEOUT;
 }
 
-/* ---- computed views ---------------------------------------------------------------- */
-
-struct fs_open {
-    char *data;    /* computed content (int8, scales, stats); NULL for ranges */
-    size_t len;
-};
-
-static int compute_view(struct fs_state *s, struct fs_node *n, struct fs_open *fo)
-{
-    if (n->kind == FS_STATS) {
-        fo->data = fs_stats_json(s, &fo->len);
-        return fo->data ? 0 : -ENOMEM;
-    }
-    int ret = verify_slice(s, n->slice);
-    if (ret < 0)
-        return ret;
-    const struct format_tensor_info *t = format_reader_tensor(s->r, (uint32_t)n->tensor);
-    void *raw = malloc(t->length);
-    int8_t *q = malloc(t->shape[0] * t->shape[1]);
-    float *sc = malloc(sizeof(float) * t->shape[0]);
-    struct sl_err err;
-    if (!raw || !q || !sc) {
-        ret = -ENOMEM;
-        goto out;
-    }
-    ret = format_reader_read_tensor(s->r, (uint32_t)n->tensor, raw, t->length, &err);
-    if (ret == 0)
-        ret = unpack_tensor_int8(t, raw, q, sc, &err);
-    if (ret < 0) {
-        syslog(LOG_ERR, "sluice: %s: %s", s->container, err.msg);
-        ret = -EIO;
-        goto out;
-    }
-    if (n->kind == FS_INT8) {
-        fo->data = (char *)q;
-        fo->len = t->shape[0] * t->shape[1];
-        q = NULL;
-    } else {
-        fo->data = malloc(4 * t->shape[0]);
-        if (!fo->data) {
-            ret = -ENOMEM;
-            goto out;
-        }
-        for (uint64_t r = 0; r < t->shape[0]; r++)
-            sl_store_lef32(fo->data + 4 * r, sc[r]);
-        fo->len = 4 * t->shape[0];
-    }
-out:
-    free(raw);
-    free(q);
-    free(sc);
-    return ret;
-}
-
-/* ---- operations ---------------------------------------------------------------------- */
+/* ---- lookup, getattr --------------------------------------------------------------------- */
 
 static int fs_do_lookup(struct fs_state *s, fuse_ino_t parent, const char *name,
                         struct fuse_entry_param *e)
@@ -147,21 +69,21 @@ static int fs_do_lookup(struct fs_state *s, fuse_ino_t parent, const char *name,
         return -ENOENT;
     if (p->kind != FS_DIR)
         return -ENOTDIR;
-    struct fs_node *n = fs_tree_lookup(s, (uint32_t)(p->ino - 1), name);
+    struct fs_node *n;
+    if (!strcmp(name, "."))
+        n = p;
+    else if (!strcmp(name, ".."))
+        n = &s->nodes[p->parent];
+    else
+        n = fs_tree_lookup(s, (uint32_t)(p->ino - 1), name);
     if (!n)
         return -ENOENT;
     memset(e, 0, sizeof *e);
     e->ino = n->ino;
     e->generation = 1;
-    e->attr_timeout = n->kind == FS_STATS ? 0 : ATTR_TIMEOUT;
-    e->entry_timeout = ATTR_TIMEOUT;
-    fill_attr(n, &e->attr);
-    if (n->kind == FS_STATS) {
-        size_t len;
-        char *j = fs_stats_json(s, &len);
-        e->attr.st_size = j ? (off_t)len : 0;
-        free(j);
-    }
+    e->attr_timeout = attr_timeout(n);
+    e->entry_timeout = CACHE_TIMEOUT;
+    fill_attr(s, n, &e->attr);
     return 0;
 }
 
@@ -175,18 +97,13 @@ static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
         fuse_reply_entry(req, &e);
 }
 
-static int fs_do_getattr(struct fs_state *s, fuse_ino_t ino, struct stat *st)
+static int fs_do_getattr(struct fs_state *s, fuse_ino_t ino, struct stat *st, double *timeout)
 {
     struct fs_node *n = node_of(s, ino);
     if (!n)
         return -ENOENT;
-    fill_attr(n, st);
-    if (n->kind == FS_STATS) {
-        size_t len;
-        char *j = fs_stats_json(s, &len);
-        st->st_size = j ? (off_t)len : 0;
-        free(j);
-    }
+    fill_attr(s, n, st);
+    *timeout = attr_timeout(n);
     return 0;
 }
 
@@ -194,13 +111,15 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     (void)fi;
     struct stat st;
-    int ret = fs_do_getattr(state_of(req), ino, &st);
-    struct fs_node *n = node_of(state_of(req), ino);
+    double timeout;
+    int ret = fs_do_getattr(state_of(req), ino, &st, &timeout);
     if (ret < 0)
         fuse_reply_err(req, -ret);
     else
-        fuse_reply_attr(req, &st, n && n->kind == FS_STATS ? 0 : ATTR_TIMEOUT);
+        fuse_reply_attr(req, &st, timeout);
 }
+
+/* ---- open, read, release ----------------------------------------------------------------- */
 
 static int fs_do_open(struct fs_state *s, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -212,24 +131,23 @@ static int fs_do_open(struct fs_state *s, fuse_ino_t ino, struct fuse_file_info 
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
         return -EROFS;
     fi->fh = 0;
-    if (n->kind == FS_RANGE) {
-        fi->keep_cache = !s->opts.no_keep_cache;
+    fi->noflush = 1; /* nothing to flush: spare the round trip at close */
+    switch (n->kind) {
+    case FS_RANGE:
+        fi->keep_cache = s->opts.keep_cache;
         fi->direct_io = s->opts.direct_io;
         return 0;
-    }
-    if (n->kind == FS_GEN) {
+    case FS_GEN:
         fi->keep_cache = 1;
         return 0;
+    default:
+        break;
     }
-    struct fs_open *fo = calloc(1, sizeof *fo);
-    if (!fo)
-        return -ENOMEM;
-    int ret = compute_view(s, n, fo);
-    if (ret < 0) {
-        free(fo);
+    struct fs_view *v;
+    int ret = fs_view_open(s, n, &v);
+    if (ret < 0)
         return ret;
-    }
-    fi->fh = (uint64_t)(uintptr_t)fo;
+    fi->fh = (uint64_t)(uintptr_t)v;
     fi->direct_io = n->kind == FS_STATS; /* its size changes between opens */
     fi->keep_cache = n->kind != FS_STATS;
     return 0;
@@ -244,116 +162,164 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_open(req, fi);
 }
 
+/* What a read replies with: bytes in memory (mem, len), or len bytes of the
+ * container at fd/pos to splice. The pin (or owned buffer) lives until the
+ * reply is sent. */
+struct fs_reply {
+    const char *mem;
+    size_t len;
+    int fd;
+    off_t pos;
+    struct fs_pin pin;
+    char *owned;
+};
+
+static int fs_do_read(struct fs_state *s, fuse_ino_t ino, size_t size, off_t off,
+                      struct fuse_file_info *fi, struct fs_reply *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    rep->fd = -1;
+    struct fs_node *n = node_of(s, ino);
+    if (!n)
+        return -ENOENT;
+    if (n->kind == FS_DIR)
+        return -EISDIR;
+    if (off < 0)
+        return -EINVAL;
+    if (fi->fh) { /* a computed view */
+        rep->owned = malloc(size ? size : 1);
+        if (!rep->owned)
+            return -ENOMEM;
+        ssize_t k = fs_view_read(s, (struct fs_view *)(uintptr_t)fi->fh, rep->owned, size,
+                                 (uint64_t)off);
+        if (k < 0)
+            return (int)k;
+        rep->mem = rep->owned;
+        rep->len = (size_t)k;
+    } else {
+        if ((uint64_t)off >= n->size)
+            return 0;
+        if (size > n->size - (uint64_t)off)
+            size = (size_t)(n->size - (uint64_t)off);
+        if (n->kind == FS_GEN) {
+            rep->mem = n->data + off;
+            rep->len = size;
+        } else {
+            int ret = fs_slice_acquire(s, n->slice, &rep->pin);
+            if (ret < 0)
+                return ret;
+            rep->len = size;
+            if (rep->pin.mapped) { /* page cache: splice (or copy) from the container */
+                rep->fd = rep->pin.fd;
+                rep->pos = rep->pin.pos + (off_t)n->off + off;
+            } else {
+                rep->mem = (const char *)rep->pin.data + n->off + (uint64_t)off;
+            }
+        }
+    }
+    atomic_fetch_add(&n->bytes_served, rep->len);
+    atomic_fetch_add(&n->reads_served, 1);
+    return 0;
+}
+
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
     struct fs_state *s = state_of(req);
-    struct fs_node *n = node_of(s, ino);
-    int ret = 0;
-    if (!n || n->kind == FS_DIR) {
-        fuse_reply_err(req, n ? EISDIR : ENOENT);
-        return;
-    }
-    uint64_t total = n->size;
-    const char *mem = NULL;
-    if (fi->fh) {
-        struct fs_open *fo = (struct fs_open *)(uintptr_t)fi->fh;
-        mem = fo->data;
-        total = fo->len;
-    } else if (n->kind == FS_GEN) {
-        mem = n->data;
-    }
-    if (off < 0 || (uint64_t)off >= total) {
-        fuse_reply_buf(req, NULL, 0);
-        return;
-    }
-    if ((uint64_t)off + size > total)
-        size = (size_t)(total - (uint64_t)off);
-    atomic_fetch_add(&n->bytes_served, size);
-    atomic_fetch_add(&n->reads_served, 1);
-    if (mem) {
-        fuse_reply_buf(req, mem + off, size);
-        return;
-    }
-    ret = verify_slice(s, n->slice);
+    struct fs_reply rep;
+    int ret = fs_do_read(s, ino, size, off, fi, &rep);
     if (ret < 0) {
         fuse_reply_err(req, -ret);
-        return;
+    } else if (rep.fd >= 0) {
+        struct fuse_bufvec bv = FUSE_BUFVEC_INIT(rep.len);
+        bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY;
+        bv.buf[0].fd = rep.fd;
+        bv.buf[0].pos = rep.pos;
+        fuse_reply_data(req, &bv, s->opts.splice ? FUSE_BUF_SPLICE_MOVE : FUSE_BUF_NO_SPLICE);
+    } else {
+        fuse_reply_buf(req, rep.mem, rep.len);
     }
-    struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
-    bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY;
-    bv.buf[0].fd = s->fd;
-    bv.buf[0].pos = (off_t)(n->off + (uint64_t)off);
-    fuse_reply_data(req, &bv, s->opts.no_splice ? FUSE_BUF_NO_SPLICE : FUSE_BUF_SPLICE_MOVE);
+    fs_slice_release(s, &rep.pin);
+    free(rep.owned);
 }
 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
-    if (fi->fh) {
-        struct fs_open *fo = (struct fs_open *)(uintptr_t)fi->fh;
-        free(fo->data);
-        free(fo);
-    }
+    fs_view_close((struct fs_view *)(uintptr_t)fi->fh);
     fuse_reply_err(req, 0);
+}
+
+/* ---- directories ------------------------------------------------------------------------- */
+
+static int fs_do_opendir(struct fs_state *s, fuse_ino_t ino)
+{
+    struct fs_node *n = node_of(s, ino);
+    if (!n)
+        return -ENOENT;
+    return n->kind == FS_DIR ? 0 : -ENOTDIR;
 }
 
 static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    struct fs_node *n = node_of(state_of(req), ino);
-    if (!n)
-        fuse_reply_err(req, ENOENT);
-    else if (n->kind != FS_DIR)
-        fuse_reply_err(req, ENOTDIR);
-    else
+    int ret = fs_do_opendir(state_of(req), ino);
+    if (ret < 0) {
+        fuse_reply_err(req, -ret);
+    } else {
+        fi->cache_readdir = 1;
+        fi->keep_cache = 1;
         fuse_reply_open(req, fi);
+    }
+}
+
+/* Entries: ".", "..", then the children in order; the offset of an entry is
+ * its position + 1, so a listing continued at any offset is consistent. */
+static int fs_do_readdir(fuse_req_t req, struct fs_state *s, fuse_ino_t ino, size_t size,
+                         off_t off, char *buf, size_t *used)
+{
+    struct fs_node *d = node_of(s, ino);
+    if (!d)
+        return -ENOENT;
+    if (d->kind != FS_DIR)
+        return -ENOTDIR;
+    *used = 0;
+    uint32_t c = d->first_child;
+    for (off_t pos = 0;; pos++) {
+        const char *name;
+        struct fs_node *n;
+        if (pos == 0) {
+            name = ".", n = d;
+        } else if (pos == 1) {
+            name = "..", n = &s->nodes[d->parent];
+        } else {
+            if (!c)
+                break;
+            n = &s->nodes[c - 1];
+            name = n->name;
+            c = n->next_sibling;
+        }
+        if (pos < off)
+            continue;
+        struct stat st = {.st_ino = n->ino, .st_mode = n->kind == FS_DIR ? S_IFDIR : S_IFREG};
+        size_t need = fuse_add_direntry(req, buf + *used, size - *used, name, &st, pos + 1);
+        if (need > size - *used)
+            break;
+        *used += need;
+    }
+    return 0;
 }
 
 static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                        struct fuse_file_info *fi)
 {
     (void)fi;
-    struct fs_state *s = state_of(req);
-    struct fs_node *d = node_of(s, ino);
-    if (!d || d->kind != FS_DIR) {
-        fuse_reply_err(req, d ? ENOTDIR : ENOENT);
-        return;
-    }
-    char *buf = malloc(size);
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
+    char *buf = malloc(size ? size : 1);
     size_t used = 0;
-    off_t idx = 0;
-    struct stat st;
-    /* entries: ".", "..", then the children; the offset is the entry index + 1 */
-    for (int pass = 0;; pass++) {
-        const char *name;
-        struct fs_node *n;
-        if (pass == 0) {
-            name = ".", n = d;
-        } else if (pass == 1) {
-            name = "..", n = &s->nodes[d->parent];
-        } else {
-            uint32_t c = d->first_child;
-            for (int k = 2; c && k < pass; k++)
-                c = s->nodes[c - 1].next_sibling;
-            if (!c)
-                break;
-            n = &s->nodes[c - 1];
-            name = n->name;
-        }
-        idx = pass + 1;
-        if (idx <= off)
-            continue;
-        fill_attr(n, &st);
-        size_t need = fuse_add_direntry(req, buf + used, size - used, name, &st, idx);
-        if (need > size - used)
-            break;
-        used += need;
-    }
-    fuse_reply_buf(req, buf, used);
+    int ret = buf ? fs_do_readdir(req, state_of(req), ino, size, off, buf, &used) : -ENOMEM;
+    if (ret < 0)
+        fuse_reply_err(req, -ret);
+    else
+        fuse_reply_buf(req, buf, used);
     free(buf);
 }
 
@@ -372,11 +338,20 @@ static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
     fuse_reply_statfs(req, &sv);
 }
 
-/* Everything that would change the tree: a read-only file system. */
+/* ---- everything that would change the tree ----------------------------------------------- */
+
+/* The mount is "ro", so the kernel refuses most of these before they arrive;
+ * whatever arrives gets EROFS too. */
+static int fs_do_modify(void)
+{
+    return -EROFS;
+}
+
 static void erofs(fuse_req_t req)
 {
-    fuse_reply_err(req, EROFS);
+    fuse_reply_err(req, -fs_do_modify());
 }
+
 static void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int to_set,
                        struct fuse_file_info *fi)
 {
@@ -437,26 +412,42 @@ static void fs_removexattr(fuse_req_t req, fuse_ino_t i, const char *n)
     (void)i, (void)n;
     erofs(req);
 }
+static void fs_fallocate(fuse_req_t req, fuse_ino_t i, int mode, off_t o, off_t l,
+                         struct fuse_file_info *fi)
+{
+    (void)i, (void)mode, (void)o, (void)l, (void)fi;
+    erofs(req);
+}
+
+/* ---- connection setup -------------------------------------------------------------------- */
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
     struct fs_state *s = userdata;
-    /* large sequential reads: many requests in flight (the default 12 throttles
-     * parallel streams), 1 MiB requests (max_pages follows max_write), big
-     * readahead, and splicing straight from the container's descriptor */
-    conn->max_background = s->opts.max_background ? s->opts.max_background : 128;
-    conn->congestion_threshold = conn->max_background * 3 / 4;
-    conn->max_readahead = s->opts.max_readahead ? s->opts.max_readahead : (1u << 20);
-    conn->max_write = 1u << 20;
-    conn->max_read = 1u << 20; /* must equal the max_read mount option */
-    if (!s->opts.no_splice) {
-        if (conn->capable & FUSE_CAP_SPLICE_WRITE)
-            conn->want |= FUSE_CAP_SPLICE_WRITE;
+    const struct fs_options *o = &s->opts;
+    /* Large sequential reads: many requests in flight (the kernel's default
+     * of 12 background requests throttles readahead and async direct I/O),
+     * big requests (max_pages follows max_write in libfuse), a big readahead
+     * window, and splicing from the container's descriptor. */
+    if (o->max_background) {
+        conn->max_background = o->max_background;
+        conn->congestion_threshold = o->max_background * 3 / 4;
+    }
+    if (o->max_readahead)
+        conn->max_readahead = o->max_readahead;
+    conn->max_write = o->max_pages * 4096u;
+    conn->max_read = o->max_pages * 4096u; /* equals the max_read mount option */
+    conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_SPLICE_READ);
+    if (o->splice && (conn->capable & FUSE_CAP_SPLICE_WRITE)) {
+        conn->want |= FUSE_CAP_SPLICE_WRITE;
         if (conn->capable & FUSE_CAP_SPLICE_MOVE)
             conn->want |= FUSE_CAP_SPLICE_MOVE;
     }
     if (conn->capable & FUSE_CAP_ASYNC_READ)
         conn->want |= FUSE_CAP_ASYNC_READ;
+    if (conn->capable & FUSE_CAP_ASYNC_DIO)
+        conn->want |= FUSE_CAP_ASYNC_DIO;
+    conn->want &= ~(unsigned)FUSE_CAP_AUTO_INVAL_DATA; /* the files never change */
 }
 
 static const struct fuse_lowlevel_ops ops = {
@@ -481,236 +472,10 @@ static const struct fuse_lowlevel_ops ops = {
     .create = fs_create,
     .setxattr = fs_setxattr,
     .removexattr = fs_removexattr,
+    .fallocate = fs_fallocate,
 };
 
-/* ---- mounting ------------------------------------------------------------------------- */
-
-static int is_mountpoint(const char *real)
+const struct fuse_lowlevel_ops *fs_ops_table(void)
 {
-    FILE *f = fopen("/proc/self/mountinfo", "r");
-    if (!f)
-        return 0;
-    char line[8192];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f)) {
-        char mp[4096];
-        /* id parent maj:min root mountpoint ... */
-        if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 && !strcmp(mp, real))
-            found = 1;
-    }
-    fclose(f);
-    return found;
-}
-
-static int check_mountpoint(const struct fs_options *o, char *real, struct sl_err *err)
-{
-    struct stat st;
-    if (stat(o->mountpoint, &st) < 0) {
-        int e = errno;
-        sl_err_set(err, "mount point %s: %s", o->mountpoint,
-                   e == ENOENT ? "does not exist" : strerror(e));
-        return -e;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        sl_err_set(err, "mount point %s is not a directory", o->mountpoint);
-        return -ENOTDIR;
-    }
-    if (!realpath(o->mountpoint, real)) {
-        int e = errno;
-        sl_err_set(err, "mount point %s: %s", o->mountpoint, strerror(e));
-        return -e;
-    }
-    if (is_mountpoint(real)) {
-        sl_err_set(err, "%s is already a mount point", real);
-        return -EBUSY;
-    }
-    if (!o->allow_nonempty) {
-        DIR *d = opendir(real);
-        if (!d) {
-            int e = errno;
-            sl_err_set(err, "mount point %s: %s", real, strerror(e));
-            return -e;
-        }
-        struct dirent *de;
-        int nonempty = 0;
-        while ((de = readdir(d)))
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-                nonempty = 1;
-        closedir(d);
-        if (nonempty) {
-            sl_err_set(err, "mount point %s is not empty (use -o nonempty to mount over it)", real);
-            return -ENOTEMPTY;
-        }
-    }
-    /* existence only: ordinary users mount through fusermount3, which opens
-     * /dev/fuse with its own privileges */
-    if (stat("/dev/fuse", &st) < 0 || !S_ISCHR(st.st_mode)) {
-        sl_err_set(err, "/dev/fuse is not available: load the fuse module or run in a "
-                        "container with /dev/fuse");
-        return -ENODEV;
-    }
-    return 0;
-}
-
-int fs_mount_run(const struct fs_options *o, struct sl_err *err)
-{
-    struct fs_state *s = calloc(1, sizeof *s);
-    if (!s) {
-        sl_err_set(err, "out of memory");
-        return -ENOMEM;
-    }
-    s->opts = *o;
-    s->fd = -1;
-    s->mount_ns = sl_now_ns();
-    char mnt[PATH_MAX];
-    struct fuse_session *se = NULL;
-    char *argv[8];
-    int argc = 0;
-    char optbuf[1024];
-    int ret = check_mountpoint(o, mnt, err);
-    if (ret < 0)
-        goto out;
-    if (!realpath(o->container, s->container)) {
-        ret = -errno;
-        sl_err_set(err, "%s: %s", o->container, ret == -ENOENT ? "no such file" : strerror(-ret));
-        goto out;
-    }
-    ret = format_reader_open(s->container, &s->r, err);
-    if (ret < 0)
-        goto out;
-    s->fd = open(s->container, O_RDONLY | O_CLOEXEC);
-    uint32_t ns = format_reader_n_slices(s->r);
-    s->verdict = calloc(ns, sizeof *s->verdict);
-    s->slice_lock = calloc(ns, sizeof *s->slice_lock);
-    if (s->fd < 0 || !s->verdict || !s->slice_lock) {
-        ret = -ENOMEM;
-        sl_err_set(err, "%s: cannot open or out of memory", s->container);
-        goto out;
-    }
-    for (uint32_t i = 0; i < ns; i++)
-        pthread_mutex_init(&s->slice_lock[i], NULL);
-    ret = fs_tree_build(s, err);
-    if (ret < 0)
-        goto out;
-
-    snprintf(optbuf, sizeof optbuf, "ro,fsname=sluice:%s,subtype=sluice,max_read=1048576%s%s",
-             s->container, o->fuse_opts ? "," : "", o->fuse_opts ? o->fuse_opts : "");
-    argv[argc++] = "sluice";
-    argv[argc++] = "-o";
-    argv[argc++] = optbuf;
-    argv[argc] = NULL;
-    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-    se = fuse_session_new(&args, &ops, sizeof ops, s);
-    if (!se) {
-        ret = -EINVAL;
-        sl_err_set(err, "cannot create the FUSE session (bad -o options?)");
-        goto out;
-    }
-    if (fuse_session_mount(se, mnt) != 0) {
-        ret = -EPERM;
-        sl_err_set(err, "mounting %s on %s failed (permissions? fusermount3 missing?)",
-                   s->container, mnt);
-        fuse_session_destroy(se);
-        se = NULL;
-        goto out;
-    }
-    if (fuse_set_signal_handlers(se) != 0) {
-        ret = -EIO;
-        sl_err_set(err, "cannot install signal handlers");
-        goto unmount;
-    }
-    if (!o->foreground && fuse_daemonize(0) != 0) {
-        ret = -EIO;
-        sl_err_set(err, "cannot daemonize");
-        goto unmount;
-    }
-    s->mount_ns = sl_now_ns();
-    if (o->single_thread) {
-        ret = fuse_session_loop(se);
-    } else {
-        struct fuse_loop_config cfg = {.clone_fd = 1, .max_idle_threads = 16};
-        ret = fuse_session_loop_mt(se, &cfg);
-    }
-    if (ret < 0)
-        sl_err_set(err, "the FUSE loop failed: %s", strerror(-ret));
-    else
-        ret = 0;
-    fuse_remove_signal_handlers(se);
-unmount:
-    fuse_session_unmount(se);
-    fuse_session_destroy(se);
-out:
-    if (s->slice_lock)
-        for (uint32_t i = 0; s->r && i < format_reader_n_slices(s->r); i++)
-            pthread_mutex_destroy(&s->slice_lock[i]);
-    free(s->slice_lock);
-    free(s->verdict);
-    fs_tree_free(s);
-    if (s->fd >= 0)
-        close(s->fd);
-    format_reader_close(s->r);
-    free(s);
-    return ret;
-}
-
-/* The daemon's pid, from stats.json. */
-static pid_t daemon_pid(const char *mnt)
-{
-    char p[PATH_MAX + 16];
-    snprintf(p, sizeof p, "%s/stats.json", mnt);
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return 0;
-    char buf[256];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *q = strstr(buf, "\"pid\":");
-    return q ? (pid_t)strtol(q + 6, NULL, 10) : 0;
-}
-
-int fs_unmount(const char *mountpoint, int lazy, struct sl_err *err)
-{
-    char real[PATH_MAX];
-    if (!realpath(mountpoint, real)) {
-        int e = errno;
-        sl_err_set(err, "%s: %s", mountpoint, strerror(e));
-        return -e;
-    }
-    if (!is_mountpoint(real)) {
-        sl_err_set(err, "%s is not mounted", real);
-        return -EINVAL;
-    }
-    pid_t pid = daemon_pid(real);
-    pid_t c = fork();
-    if (c < 0) {
-        sl_err_set(err, "cannot fork: %s", strerror(errno));
-        return -EAGAIN;
-    }
-    if (c == 0) {
-        if (lazy)
-            execlp("fusermount3", "fusermount3", "-u", "-z", real, (char *)NULL);
-        else
-            execlp("fusermount3", "fusermount3", "-u", real, (char *)NULL);
-        _exit(127);
-    }
-    int st;
-    waitpid(c, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        sl_err_set(err, "unmounting %s failed%s", real,
-                   WIFEXITED(st) && WEXITSTATUS(st) == 127 ? " (fusermount3 not found)"
-                                                           : " (busy? files open: use --lazy)");
-        return -EBUSY;
-    }
-    /* wait for the daemon to finish (it exits when the connection closes) */
-    for (int i = 0; pid > 0 && i < 1000; i++) {
-        if (kill(pid, 0) < 0 && errno == ESRCH)
-            return 0;
-        usleep(10000);
-    }
-    if (pid > 0 && !lazy) {
-        sl_err_set(err, "%s unmounted, but daemon %d did not exit within 10 s", real, (int)pid);
-        return -ETIMEDOUT;
-    }
-    return 0;
+    return &ops;
 }

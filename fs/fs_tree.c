@@ -1,14 +1,14 @@
 /* fs_tree.c: the mount's files, built once from the container index: the
- * generated config.json, tokenizer.bin and manifest.json, one directory per
- * slice with its tensors, the whole slice, and computed int8/scales views. */
+ * generated config.json, tokenizer.bin and manifest.json, stats.json, one
+ * directory per slice with its tensors, the whole slice, and the computed
+ * int8/scales views. Inode numbers are table indices + 1, so they depend on
+ * the container only. Directories list their children in creation order. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
 #include "fs_internal.h"
 
 void fs_slice_dirname(const struct format_slice_info *si, char *buf, size_t n)
@@ -42,6 +42,7 @@ static struct fs_node *add(struct fs_state *s, uint32_t parent, const char *name
     atomic_init(&nd->reads_served, 0);
     if (idx > 0) { /* link into the parent's children, in creation order */
         struct fs_node *p = &s->nodes[parent];
+        p->n_children++;
         if (!p->first_child) {
             p->first_child = idx + 1;
         } else {
@@ -190,36 +191,6 @@ static char *manifest_json(struct fs_state *s, size_t *len)
     return print_json(o, len);
 }
 
-char *fs_stats_json(struct fs_state *s, size_t *len)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "pid", (double)getpid());
-    cJSON_AddNumberToObject(o, "seconds_since_mount", (double)(sl_now_ns() - s->mount_ns) / 1e9);
-    cJSON *f = cJSON_AddObjectToObject(o, "files");
-    uint64_t tb = 0, tr = 0;
-    for (uint32_t i = 1; i < s->n_nodes; i++) {
-        struct fs_node *n = &s->nodes[i];
-        if (n->kind == FS_DIR)
-            continue;
-        uint64_t b = atomic_load(&n->bytes_served), rd = atomic_load(&n->reads_served);
-        tb += b;
-        tr += rd;
-        if (!rd)
-            continue;
-        char path[128];
-        if (n->parent)
-            snprintf(path, sizeof path, "%s/%s", s->nodes[n->parent].name, n->name);
-        else
-            snprintf(path, sizeof path, "%s", n->name);
-        cJSON *e = cJSON_AddObjectToObject(f, path);
-        cJSON_AddNumberToObject(e, "bytes", (double)b);
-        cJSON_AddNumberToObject(e, "reads", (double)rd);
-    }
-    cJSON_AddNumberToObject(o, "bytes", (double)tb);
-    cJSON_AddNumberToObject(o, "reads", (double)tr);
-    return print_json(o, len);
-}
-
 int fs_tree_build(struct fs_state *s, struct sl_err *err)
 {
     const struct format_reader *r = s->r;
@@ -253,7 +224,7 @@ int fs_tree_build(struct fs_state *s, struct sl_err *err)
             struct fs_node *n = add(s, di, name, FS_RANGE);
             if (!n)
                 goto nomem;
-            n->off = ti->offset;
+            n->off = ti->offset - si->offset;
             n->size = ti->length;
             n->slice = i;
             n->tensor = (int32_t)t;
@@ -277,7 +248,7 @@ int fs_tree_build(struct fs_state *s, struct sl_err *err)
         struct fs_node *n = add(s, di, "slice.bin", FS_RANGE);
         if (!n)
             goto nomem;
-        n->off = si->offset;
+        n->off = 0;
         n->size = si->length;
         n->slice = i;
     }

@@ -5,95 +5,114 @@
 
 #include "fs.h"
 #include "sluice.h"
-#include "tools_util.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: sluice mount MODEL.sluice DIR [-f] [-o OPTION[,OPTION...]]\n\n"
-            "Serves a container read-only at DIR (FUSE): config.json, tokenizer.bin,\n"
-            "manifest.json, stats.json, and a directory per slice (embed/, layer.NNN/, head/)\n"
-            "holding slice.bin, one <role>.bin per tensor (byte-identical to the container),\n"
-            "and for quantized tensors the computed views <role>.int8 and <role>.scales.\n"
-            "Every served byte has passed its slice's checksum; a corrupt slice reads as EIO.\n"
-            "Runs in the background once mounted (-f: stay in the foreground). Unmount with\n"
-            "`sluice umount DIR`. Works for root and, through fusermount3, for other users.\n"
-            "To measure cold reads through the mount, start it inside the read-limited\n"
-            "cgroup (the daemon does the disk reads), e.g.\n"
-            "  ../shared/tools/flashrun -m 800 -- sluice mount M DIR   (or sluice bench load).\n"
-            "Options (-o, comma separated):\n"
+            "usage: sluice mount MODEL.sluice DIR [-f] [-o OPTION[,OPTION...]]\n"
+            "\n"
+            "Serves a container read-only at DIR (FUSE): config.json, tokenizer.bin (llama2.c\n"
+            "format), manifest.json, stats.json, and one directory per slice (embed/,\n"
+            "layer.NNN/, head/) holding slice.bin and one <role>.bin per tensor, byte-identical\n"
+            "to the container, plus for quantized tensors the computed views <role>.int8 (rows x\n"
+            "cols int8 codes) and <role>.scales (rows float32). Every served byte has passed its\n"
+            "slice's checksum; a corrupt slice reads as EIO and the daemon logs it.\n"
+            "\n"
+            "Checks DIR (exists, is an empty directory, not mounted) and the container (opened\n"
+            "and validated) first, then mounts and goes to the background; -f stays in the\n"
+            "foreground (log lines on stderr). Root mounts directly; other users through\n"
+            "fusermount3. Unmount with `sluice umount DIR`.\n"
+            "\n"
+            "Cold reads: the daemon does the disk reads, so to limit its bandwidth start it in\n"
+            "the limited cgroup: -o cgroup=/sys/fs/cgroup/blkio/GROUP, or run it under\n"
+            "../shared/tools/flashrun (`flashrun -m 800 -- sluice mount M DIR`), or move the pid\n"
+            "from stats.json into the group.\n"
+            "\n"
+            "Options (-o, comma separated; defaults are the measured best):\n"
             "  nonempty             mount over a non-empty directory\n"
-            "  single               single-threaded request loop (default: multithreaded)\n"
-            "  nosplice             copy through user space instead of splicing from the file\n"
-            "  direct_io            bypass the page cache for slice files\n"
-            "  no_keep_cache        drop cached pages when a file is opened\n"
-            "  max_background=N     FUSE requests in flight (default 128)\n"
-            "  max_readahead=BYTES  kernel readahead (default 1048576)\n"
-            "  anything else is passed to libfuse (e.g. allow_other)\n");
+            "  prefetch=N           slices read ahead of a sequential reader (default 1; 0: off)\n"
+            "  cache_mb=N           memory for verified slices (default max(256, 3 x largest layer\n"
+            "                       slice) MiB); larger slices go through the page cache\n"
+            "  pagecache            verify and serve every slice through the page cache\n"
+            "  nosplice             page-cache slices: copy through the daemon, no splice\n"
+            "  direct_io            slice files bypass the kernel's page cache\n"
+            "  no_keep_cache        drop a file's cached pages when it is opened again\n"
+            "  max_background=N     FUSE requests in flight (default 128; kernel default 12)\n"
+            "  max_readahead=BYTES  kernel readahead window (default 4194304)\n"
+            "  max_pages=N          request size in 4 KiB pages, 1..256 (default 256 = 1 MiB)\n"
+            "  single               single-threaded request loop\n"
+            "  max_threads=N        worker threads of the multithreaded loop (default 8)\n"
+            "  noclone_fd           one /dev/fuse descriptor shared by the workers\n"
+            "  cgroup=DIR           join this cgroup (its cgroup.procs) before serving\n"
+            "  log=FILE             append log lines (corrupt slices, errors) to FILE\n"
+            "  anything else goes to the kernel/libfuse (e.g. allow_other)\n");
 }
 
 int cmd_mount(int argc, char **argv)
 {
-    struct fs_options o = {0};
+    struct fs_options o;
+    fs_options_init(&o);
     const char *pos[2] = {NULL, NULL};
     int npos = 0;
-    static char extra[1024];
+    static char extra[4096];
     extra[0] = 0;
+    char *lists[16];
+    int nlists = 0, ret = 2;
+    struct sl_err err = {{0}};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
-            return 0;
+            ret = 0;
+            goto out;
         } else if (!strcmp(argv[i], "-f")) {
             o.foreground = 1;
         } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
-            char *list = strdup(argv[++i]), *save = NULL;
+            if (nlists == 16) {
+                fprintf(stderr, "sluice mount: too many -o\n");
+                goto out;
+            }
+            char *list = lists[nlists++] = strdup(argv[++i]), *save = NULL;
+            if (!list) {
+                fprintf(stderr, "sluice mount: out of memory\n");
+                goto out;
+            }
             for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (!strcmp(t, "nonempty"))
-                    o.allow_nonempty = 1;
-                else if (!strcmp(t, "single"))
-                    o.single_thread = 1;
-                else if (!strcmp(t, "nosplice"))
-                    o.no_splice = 1;
-                else if (!strcmp(t, "direct_io"))
-                    o.direct_io = 1;
-                else if (!strcmp(t, "no_keep_cache"))
-                    o.no_keep_cache = 1;
-                else if (!strncmp(t, "max_background=", 15)) {
-                    if (tools_parse_u32(t + 15, &o.max_background)) {
-                        fprintf(stderr, "sluice mount: bad %s\n", t);
-                        free(list);
-                        return 2;
-                    }
-                } else if (!strncmp(t, "max_readahead=", 14)) {
-                    if (tools_parse_u32(t + 14, &o.max_readahead)) {
-                        fprintf(stderr, "sluice mount: bad %s\n", t);
-                        free(list);
-                        return 2;
-                    }
-                } else {
+                int k = fs_options_parse(&o, t, &err);
+                if (k < 0) {
+                    fprintf(stderr, "sluice mount: %s\n", err.msg);
+                    goto out;
+                }
+                if (k == 0) {
                     size_t l = strlen(extra);
+                    if (l + strlen(t) + 2 > sizeof extra) {
+                        fprintf(stderr, "sluice mount: -o list too long\n");
+                        goto out;
+                    }
                     snprintf(extra + l, sizeof extra - l, "%s%s", l ? "," : "", t);
                 }
             }
-            free(list);
         } else if (argv[i][0] == '-' || npos == 2) {
+            fprintf(stderr, "sluice mount: unexpected argument %s\n", argv[i]);
             usage(stderr);
-            return 2;
+            goto out;
         } else {
             pos[npos++] = argv[i];
         }
     }
     if (npos != 2) {
         usage(stderr);
-        return 2;
+        goto out;
     }
     o.container = pos[0];
     o.mountpoint = pos[1];
     o.fuse_opts = extra[0] ? extra : NULL;
-    struct sl_err err = {{0}};
+    ret = 0;
     if (fs_mount_run(&o, &err) < 0) {
         fprintf(stderr, "sluice mount: %s\n", err.msg);
-        return 1;
+        ret = 1;
     }
-    return 0;
+out:
+    for (int i = 0; i < nlists; i++)
+        free(lists[i]);
+    return ret;
 }

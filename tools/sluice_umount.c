@@ -12,9 +12,11 @@ int cmd_umount(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: sluice umount DIR [--lazy]\n\n"
-                   "Unmounts a sluice filesystem and waits (up to 10 s) for its daemon to exit.\n"
-                   "Fails while files are open unless --lazy, which detaches the mount at once;\n"
-                   "open files stay readable and the daemon exits when the last one closes.\n");
+                   "Unmounts a `sluice mount` (umount2 as root, fusermount3 -u otherwise) and\n"
+                   "waits (up to 10 s) for its daemon to exit. Fails while files are open in it,\n"
+                   "unless --lazy (-z): the mount is detached at once, open files stay readable\n"
+                   "and the daemon exits when the last one is closed. A dead mount (its daemon\n"
+                   "was killed) is cleaned up.\n");
             return 0;
         } else if (!strcmp(argv[i], "--lazy") || !strcmp(argv[i], "-z")) {
             lazy = 1;
