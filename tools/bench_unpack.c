@@ -1,12 +1,12 @@
 /* bench_unpack.c: `sluice bench unpack`: int8 output throughput of every
  * unpack kernel on every packed encoding, side by side in one run, at bit
- * mixes averaging 4, 5, 6 and 7 bits. */
+ * mixes averaging 4, 5, 6 and 7 bits (EdgeFlow 5.4.2). */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "quantizer.h"
 #include "sluice.h"
@@ -16,34 +16,57 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: sluice bench unpack [--rows N] [--cols N] [--reps N] [--json]\n\n"
-            "Unpacks a rows x cols tensor (default 4096 x 4096: 16 MiB of int8 output, larger\n"
-            "than L2) to int8 with every kernel this CPU has (scalar, avx2, avx512, neon) for\n"
-            "every packed encoding (adaptive, int4int8, bitplane), at per-row bit-width mixes\n"
-            "averaging 4, 5, 6 and 7 bits (widths spread around the average as the allocator\n"
-            "produces), on one core. Contenders are interleaved rep by rep; reports the median\n"
-            "and best int8 output GB/s and cycles per weight. Cycles are TSC cycles (wall time\n"
-            "times the TSC rate measured in the same run): this machine exposes no hardware\n"
-            "cycle counter, so they are reference cycles, not core cycles.\n");
+            "usage: sluice bench unpack [--rows N] [--cols N] [--seconds S] [--reps N] [--json]\n"
+            "\n"
+            "Unpacks a rows x cols weight tensor (default 4096 x 4096) to int8 with every\n"
+            "kernel this build and CPU have (scalar, avx2, avx512, neon) for every packed\n"
+            "encoding (adaptive, int4int8, bitplane), side by side in one run, on one core, at\n"
+            "per-channel bit-width mixes averaging 4, 5, 6 and 7 bits. The widths come from\n"
+            "the quantizer's greedy allocator (quantizer_allocate) run on synthetic channel\n"
+            "statistics, so they spread around the average as on a real model; adaptive and\n"
+            "bitplane then hold exactly the same number of bytes, int4int8 more.\n"
+            "\n"
+            "Two numbers per contender:\n"
+            "  stream  the whole tensor into one rows x cols buffer (16 MiB by default, far\n"
+            "          larger than L2): streaming from memory to memory;\n"
+            "  hot     the same rows unpacked a few at a time into one 16 KiB buffer that\n"
+            "          stays in L1, as a consumer that uses each chunk at once would see.\n"
+            "Contenders are interleaved repetition by repetition; each gets at least 3\n"
+            "repetitions, more while the time budget lasts (--seconds, default 20 for the\n"
+            "whole run; --reps N fixes the count). Reports the median and best int8 output\n"
+            "GB/s (10^9 bytes/s) and the median and minimum cycles per weight. Cycles are\n"
+            "TSC ticks (x86 rdtsc; its rate is measured in the run and printed), not core\n"
+            "clock cycles: this machine exposes no hardware cycle counter. Every output is\n"
+            "checked against the codes that were packed before anything is timed.\n"
+            "--json prints one object whose `results` array has, per kernel, encoding and\n"
+            "mix: kernel, encoding, avg_bits, bytes_per_weight, gbps (median, stream),\n"
+            "gbps_best, cycles_per_weight (median), cycles_per_weight_min, gbps_hot,\n"
+            "gbps_hot_best.\n");
 }
 
-static inline uint64_t rdtsc(void)
-{
 #if defined(__x86_64__)
+static inline uint64_t ticks(void)
+{
     uint32_t lo, hi;
     __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
     return ((uint64_t)hi << 32) | lo;
-#else
-    return sl_now_ns();
-#endif
 }
-
-static double tsc_per_ns(void)
+static const char *const tick_name = "tsc";
+#else
+static inline uint64_t ticks(void)
 {
-    uint64_t t0 = sl_now_ns(), c0 = rdtsc();
+    return sl_now_ns();
+}
+static const char *const tick_name = "ns";
+#endif
+
+/* Ticks per nanosecond, measured against the monotonic clock. */
+static double ticks_per_ns(void)
+{
+    uint64_t t0 = sl_now_ns(), c0 = ticks();
     while (sl_now_ns() - t0 < 50000000ull)
         ;
-    return (double)(rdtsc() - c0) / (double)(sl_now_ns() - t0);
+    return (double)(ticks() - c0) / (double)(sl_now_ns() - t0);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -52,31 +75,221 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Row widths with mean `avg`: a spread like the greedy allocator's (most rows
- * at avg, some one or two bits either side). */
-static void make_widths(uint8_t *w, uint32_t rows, uint32_t avg, uint64_t *seed)
+static uint64_t rng_next(uint64_t *s)
 {
-    static const int off[8] = {-2, -1, -1, 0, 0, 1, 1, 2}; /* mean 0 */
-    for (uint32_t r = 0; r < rows; r++) {
-        *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
-        int b = (int)avg + off[(*seed >> 33) & 7];
-        if (b < 1 || b > 8)
-            b = (int)avg;
-        w[r] = (uint8_t)b;
-    }
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
 }
 
-struct result {
-    const char *kernel, *encoding;
-    uint32_t avg_bits;
-    double bytes_per_weight;
-    double *gbps;     /* per rep */
-    double *cpw;
+static double rng_normal(uint64_t *s)
+{
+    double u1 = ((double)(rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
+    double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
+    return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* Per-row widths averaging exactly avg bits, from the greedy allocator on
+ * the closed-form RE of channels whose crest factor max|w|/rms is spread as
+ * in trained weights (log-normal around 3.5, a few heavy-tailed channels). */
+static int make_widths(uint8_t *w, uint32_t rows, double avg, uint64_t *seed)
+{
+    double *re = malloc(sizeof(double) * rows * 9);
+    if (!re)
+        return -ENOMEM;
+    for (uint32_t r = 0; r < rows; r++) {
+        double crest = 3.5 * exp(0.35 * rng_normal(seed));
+        if (rng_next(seed) % 20 == 0)
+            crest *= exp(2.0 * (double)(rng_next(seed) >> 11) / 9007199254740992.0);
+        for (uint32_t b = 1; b <= 8; b++)
+            re[(size_t)r * 9 + b] = quantizer_re_proxy(crest, 1.0, b);
+    }
+    int ret = quantizer_allocate(rows, re, NULL, NULL, avg, w);
+    free(re);
+    return ret;
+}
+
+struct contender {
+    enum unpack_kernel kernel;
+    int enc;                  /* index into encs[] */
+    double *gbps, *cpw, *hot; /* per repetition */
 };
+
+static const uint32_t encs[3] = {FORMAT_ENC_ADAPTIVE, FORMAT_ENC_INT4INT8, FORMAT_ENC_BITPLANE};
+static const uint32_t avgs[4] = {4, 5, 6, 7};
+
+struct run {
+    uint32_t rows, cols, reps_fixed;
+    double seconds, tpn;
+    int8_t *q, *out, *hot;
+    size_t hot_rows;
+};
+
+/* One repetition of one contender: stream, then hot. */
+static void time_one(struct run *R, const struct unpack_tensor *u, struct contender *c,
+                     uint32_t rep)
+{
+    size_t n = (size_t)R->rows * R->cols;
+    uint64_t t0 = sl_now_ns(), c0 = ticks();
+    unpack_tensor_rows(u, c->kernel, 0, R->rows, R->out, NULL);
+    uint64_t c1 = ticks(), t1 = sl_now_ns();
+    for (uint32_t r = 0; r < R->rows; r += (uint32_t)R->hot_rows) {
+        uint32_t e = r + (uint32_t)R->hot_rows < R->rows ? r + (uint32_t)R->hot_rows : R->rows;
+        unpack_tensor_rows(u, c->kernel, r, e, R->hot, NULL);
+    }
+    uint64_t t2 = sl_now_ns();
+    c->gbps[rep] = (double)n / (double)(t1 - t0 ? t1 - t0 : 1);
+    c->cpw[rep] = (double)(c1 - c0) / (double)n;
+    c->hot[rep] = (double)n / (double)(t2 - t1 ? t2 - t1 : 1);
+}
+
+static void add_result(cJSON *arr, const struct contender *c, uint32_t avg, double bpw,
+                       uint32_t reps, int json)
+{
+    qsort(c->gbps, reps, sizeof(double), cmp_double);
+    qsort(c->cpw, reps, sizeof(double), cmp_double);
+    qsort(c->hot, reps, sizeof(double), cmp_double);
+    double med = c->gbps[reps / 2], best = c->gbps[reps - 1];
+    double cpw = c->cpw[reps / 2], cpw_min = c->cpw[0];
+    double hot = c->hot[reps / 2], hot_best = c->hot[reps - 1];
+    const char *enc = format_encoding_traits(encs[c->enc])->name;
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "kernel", unpack_kernel_name(c->kernel));
+    cJSON_AddStringToObject(e, "encoding", enc);
+    cJSON_AddNumberToObject(e, "avg_bits", avg);
+    cJSON_AddNumberToObject(e, "bytes_per_weight", bpw);
+    cJSON_AddNumberToObject(e, "gbps", med);
+    cJSON_AddNumberToObject(e, "gbps_best", best);
+    cJSON_AddNumberToObject(e, "cycles_per_weight", cpw);
+    cJSON_AddNumberToObject(e, "cycles_per_weight_min", cpw_min);
+    cJSON_AddNumberToObject(e, "gbps_hot", hot);
+    cJSON_AddNumberToObject(e, "gbps_hot_best", hot_best);
+    cJSON_AddNumberToObject(e, "reps", reps);
+    cJSON_AddItemToArray(arr, e);
+    if (!json)
+        printf("%-9s %-7s %6.3f %8.2f %8.2f %8.3f %8.3f %8.2f %8.2f\n", enc,
+               unpack_kernel_name(c->kernel), bpw, med, best, cpw, cpw_min, hot, hot_best);
+}
+
+/* One bit mix: widths, codes, the three encodings, all contenders. */
+static int bench_mix(struct run *R, uint32_t avg, uint64_t *seed, cJSON *arr, int json)
+{
+    uint32_t rows = R->rows, cols = R->cols;
+    size_t n = (size_t)rows * cols;
+    enum unpack_kernel ks[UNPACK_KERNEL_COUNT];
+    int nk = unpack_kernels_available(ks), nc = 0, ret = -ENOMEM;
+    struct contender cs[3 * UNPACK_KERNEL_COUNT];
+    struct unpack_tensor ut[3];
+    void *bytes[3] = {NULL, NULL, NULL};
+    uint64_t len[3];
+    uint8_t *w = malloc(rows);
+    float *sc = malloc(sizeof(float) * rows);
+    struct sl_err err = {{0}};
+    memset(cs, 0, sizeof cs);
+    memset(ut, 0, sizeof ut);
+    if (!w || !sc)
+        goto fail;
+    if ((ret = make_widths(w, rows, avg, seed)) < 0) {
+        fprintf(stderr, "sluice bench unpack: bit allocation failed (%s)\n", strerror(-ret));
+        goto fail;
+    }
+    uint32_t hist[9] = {0};
+    for (uint32_t r = 0; r < rows; r++) {
+        hist[w[r]]++;
+        sc[r] = 1.0f / 64;
+        int m = (1 << (w[r] - 1)) - 1;
+        for (uint32_t c = 0; c < cols; c++) {
+            uint64_t x = rng_next(seed);
+            R->q[(size_t)r * cols + c] =
+                (int8_t)(w[r] == 1 ? (x & 1 ? 1 : -1) : (int)(x % (uint64_t)(2 * m + 1)) - m);
+        }
+    }
+    for (int e = 0; e < 3; e++) {
+        if ((ret = quantizer_pack(encs[e], R->q, w, sc, rows, cols, &bytes[e], &len[e], &err)) <
+                0 ||
+            (ret = unpack_tensor_init(&ut[e], encs[e], bytes[e], len[e], rows, cols, &err)) < 0) {
+            fprintf(stderr, "sluice bench unpack: %s\n", err.msg);
+            goto fail;
+        }
+        for (int k = 0; k < nk; k++) {
+            struct contender *c = &cs[nc++];
+            c->kernel = ks[k];
+            c->enc = e;
+        }
+    }
+    /* check every contender, and time one round to size the repetitions */
+    uint64_t t0 = sl_now_ns();
+    for (int i = 0; i < nc; i++) {
+        memset(R->out, 0x55, n);
+        unpack_tensor_rows(&ut[cs[i].enc], cs[i].kernel, 0, rows, R->out, NULL);
+        if (memcmp(R->out, R->q, n) != 0) {
+            fprintf(stderr, "sluice bench unpack: kernel %s on %s does not return the packed "
+                            "codes\n",
+                    unpack_kernel_name(cs[i].kernel), format_encoding_traits(encs[cs[i].enc])->name);
+            ret = -EIO;
+            goto fail;
+        }
+    }
+    double round_s = 2.0 * (double)(sl_now_ns() - t0) / 1e9; /* stream + hot */
+    uint32_t reps = R->reps_fixed;
+    if (!reps) {
+        double r = R->seconds / 4 / (round_s > 1e-6 ? round_s : 1e-6);
+        reps = r < 3 ? 3 : r > 201 ? 201 : (uint32_t)r;
+    }
+    for (int i = 0; i < nc; i++) {
+        cs[i].gbps = calloc(reps, sizeof(double));
+        cs[i].cpw = calloc(reps, sizeof(double));
+        cs[i].hot = calloc(reps, sizeof(double));
+        if (!cs[i].gbps || !cs[i].cpw || !cs[i].hot) {
+            ret = -ENOMEM;
+            goto fail;
+        }
+    }
+    for (uint32_t rep = 0; rep < reps; rep++) /* contenders interleaved */
+        for (int i = 0; i < nc; i++)
+            time_one(R, &ut[cs[i].enc], &cs[i], rep);
+    if (!json) {
+        printf("\naverage %u bits: %u x %u, %u repetitions; channels per width 1..8:", avg, rows,
+               cols, reps);
+        for (int b = 1; b <= 8; b++)
+            printf(" %u", hist[b]);
+        printf("\n%-9s %-7s %6s %8s %8s %8s %8s %8s %8s\n", "encoding", "kernel", "B/w",
+               "GB/s med", "best", "cyc/w", "min", "hot med", "best");
+    }
+    double med[3][UNPACK_KERNEL_COUNT][2];
+    for (int i = 0; i < nc; i++) {
+        add_result(arr, &cs[i], avg, (double)ut[cs[i].enc].layout.data_len / (double)n, reps,
+                   json);
+        med[cs[i].enc][cs[i].kernel][0] = cs[i].gbps[reps / 2];
+        med[cs[i].enc][cs[i].kernel][1] = cs[i].hot[reps / 2];
+    }
+    if (!json) {
+        printf("adaptive vs bitplane (same bytes), median:");
+        for (int k = 0; k < nk; k++)
+            printf(" %s %.2fx stream, %.2fx hot;", unpack_kernel_name(ks[k]),
+                   med[0][ks[k]][0] / med[2][ks[k]][0], med[0][ks[k]][1] / med[2][ks[k]][1]);
+        printf("\n");
+    }
+    ret = 0;
+fail:
+    for (int i = 0; i < nc; i++) {
+        free(cs[i].gbps);
+        free(cs[i].cpw);
+        free(cs[i].hot);
+    }
+    for (int e = 0; e < 3; e++) {
+        unpack_tensor_fini(&ut[e]);
+        free(bytes[e]);
+    }
+    free(w);
+    free(sc);
+    return ret;
+}
 
 int bench_unpack(int argc, char **argv)
 {
-    uint32_t rows = 4096, cols = 4096, reps = 9;
+    struct run R = {.rows = 4096, .cols = 4096, .seconds = 20};
     int json = 0;
     for (int i = 1; i < argc; i++) {
         int bad = 0;
@@ -84,132 +297,67 @@ int bench_unpack(int argc, char **argv)
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &rows) || !rows;
+            bad = tools_parse_u32(argv[++i], &R.rows) || !R.rows;
         } else if (!strcmp(argv[i], "--cols") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &cols) || !cols;
+            bad = tools_parse_u32(argv[++i], &R.cols) || !R.cols || R.cols > UNPACK_CORR_MAX_COLS;
+        } else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
+            bad = tools_parse_double(argv[++i], &R.seconds) || !(R.seconds > 0);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &reps) || !reps;
+            bad = tools_parse_u32(argv[++i], &R.reps_fixed) || !R.reps_fixed;
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
         } else {
+            fprintf(stderr, "sluice bench unpack: unknown argument '%s'\n", argv[i]);
             usage(stderr);
             return 2;
         }
         if (bad) {
-            fprintf(stderr, "sluice bench unpack: bad value '%s'\n", argv[i]);
+            fprintf(stderr, "sluice bench unpack: bad value for %s: '%s'\n", argv[i - 1], argv[i]);
             return 2;
         }
     }
-    const uint32_t encs[3] = {FORMAT_ENC_ADAPTIVE, FORMAT_ENC_INT4INT8, FORMAT_ENC_BITPLANE};
-    const uint32_t avgs[4] = {4, 5, 6, 7};
-    size_t n = (size_t)rows * cols;
-    int8_t *q = malloc(n), *out = sl_alloc_aligned(n, 64);
-    uint8_t *w = malloc(rows);
-    float *sc = malloc(sizeof(float) * rows);
-    struct result res[4 * 3 * UNPACK_KERNEL_COUNT];
-    int nres = 0;
-    if (!q || !out || !w || !sc) {
-        fprintf(stderr, "sluice bench unpack: out of memory\n");
-        return 1;
-    }
-    double tscr = tsc_per_ns();
-    uint64_t seed = 12345;
-    for (int a = 0; a < 4; a++) {
-        make_widths(w, rows, avgs[a], &seed);
-        for (uint32_t r = 0; r < rows; r++) {
-            sc[r] = 1.0f;
-            int m = (1 << (w[r] - 1)) - 1;
-            for (uint32_t c = 0; c < cols; c++) {
-                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-                int v = w[r] == 1 ? ((seed >> 40) & 1 ? 1 : -1)
-                                  : (int)((seed >> 33) % (uint64_t)(2 * m + 1)) - m;
-                q[(size_t)r * cols + c] = (int8_t)v;
-            }
-        }
-        struct unpack_tensor ut[3];
-        void *bytes[3];
-        uint64_t len[3];
-        int first = nres;
-        for (int e = 0; e < 3; e++) {
-            struct sl_err err;
-            if (quantizer_pack(encs[e], q, w, sc, rows, cols, &bytes[e], &len[e], &err) < 0 ||
-                unpack_tensor_init(&ut[e], encs[e], bytes[e], len[e], rows, cols, &err) < 0) {
-                fprintf(stderr, "sluice bench unpack: %s\n", err.msg);
-                return 1;
-            }
-            for (int k = 0; k < UNPACK_KERNEL_COUNT; k++) {
-                if (!unpack_kernel_available((enum unpack_kernel)k))
-                    continue;
-                struct result *rr = &res[nres++];
-                rr->kernel = unpack_kernel_name((enum unpack_kernel)k);
-                rr->encoding = format_encoding_traits(encs[e])->name;
-                rr->avg_bits = avgs[a];
-                rr->bytes_per_weight = (double)ut[e].layout.data_len / (double)n;
-                rr->gbps = calloc(reps, sizeof(double));
-                rr->cpw = calloc(reps, sizeof(double));
-            }
-        }
-        /* interleave contenders rep by rep */
-        for (uint32_t rep = 0; rep < reps; rep++) {
-            int idx = first;
-            for (int e = 0; e < 3; e++)
-                for (int k = 0; k < UNPACK_KERNEL_COUNT; k++) {
-                    if (!unpack_kernel_available((enum unpack_kernel)k))
-                        continue;
-                    uint64_t c0 = rdtsc(), t0 = sl_now_ns();
-                    unpack_tensor_rows(&ut[e], (enum unpack_kernel)k, 0, rows, out, NULL);
-                    uint64_t t1 = sl_now_ns(), c1 = rdtsc();
-                    res[idx].gbps[rep] = (double)n / (double)(t1 - t0);
-                    res[idx].cpw[rep] = (double)(c1 - c0) / (double)n;
-                    idx++;
-                }
-        }
-        for (int e = 0; e < 3; e++) {
-            unpack_tensor_fini(&ut[e]);
-            free(bytes[e]);
-        }
-        if (!json)
-            fprintf(stderr, "bench unpack: %u-bit mix done\n", avgs[a]);
-    }
+    size_t n = (size_t)R.rows * R.cols;
+    R.hot_rows = 16384 / R.cols ? 16384 / R.cols : 1;
+    R.q = malloc(n);
+    R.out = sl_alloc_aligned(n, 64);
+    R.hot = sl_alloc_aligned(R.hot_rows * R.cols, 64);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "rows", rows);
-    cJSON_AddNumberToObject(o, "cols", cols);
-    cJSON_AddNumberToObject(o, "reps", reps);
-    cJSON_AddNumberToObject(o, "tsc_ghz", tscr);
-    cJSON_AddStringToObject(o, "cycles", "tsc");
+    int status = 1;
+    if (!R.q || !R.out || !R.hot || !o) {
+        fprintf(stderr, "sluice bench unpack: out of memory for a %u x %u tensor\n", R.rows,
+                R.cols);
+        goto out;
+    }
+    memset(R.out, 0, n); /* fault the pages in before timing */
+    R.tpn = ticks_per_ns();
+    cJSON_AddNumberToObject(o, "rows", R.rows);
+    cJSON_AddNumberToObject(o, "cols", R.cols);
+    cJSON_AddNumberToObject(o, "hot_rows", (double)R.hot_rows);
+    cJSON_AddStringToObject(o, "cycle_counter", tick_name);
+    cJSON_AddNumberToObject(o, "cycle_counter_ghz", R.tpn);
+    cJSON_AddStringToObject(o, "best_kernel", unpack_kernel_name(unpack_kernel_best()));
     cJSON *arr = cJSON_AddArrayToObject(o, "results");
     if (!json)
-        printf("%-9s %-7s %4s %6s %10s %10s %10s\n", "encoding", "kernel", "bits", "B/w",
-               "GB/s med", "GB/s best", "cyc/w med");
-    for (int i = 0; i < nres; i++) {
-        struct result *rr = &res[i];
-        qsort(rr->gbps, reps, sizeof(double), cmp_double);
-        qsort(rr->cpw, reps, sizeof(double), cmp_double);
-        double med = rr->gbps[reps / 2], best = rr->gbps[reps - 1], cpw = rr->cpw[reps / 2];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "kernel", rr->kernel);
-        cJSON_AddStringToObject(e, "encoding", rr->encoding);
-        cJSON_AddNumberToObject(e, "avg_bits", rr->avg_bits);
-        cJSON_AddNumberToObject(e, "bytes_per_weight", rr->bytes_per_weight);
-        cJSON_AddNumberToObject(e, "gbps", med);
-        cJSON_AddNumberToObject(e, "gbps_best", best);
-        cJSON_AddNumberToObject(e, "cycles_per_weight", cpw);
-        cJSON_AddItemToArray(arr, e);
-        if (!json)
-            printf("%-9s %-7s %4u %6.3f %10.2f %10.2f %10.3f\n", rr->encoding, rr->kernel,
-                   rr->avg_bits, rr->bytes_per_weight, med, best, cpw);
-        free(rr->gbps);
-        free(rr->cpw);
+        printf("sluice bench unpack: one core, %s counter at %.3f GHz; GB/s = 10^9 int8 weights "
+               "out per second\n",
+               tick_name, R.tpn);
+    uint64_t seed = 0x5eed;
+    for (int a = 0; a < 4; a++) {
+        fprintf(stderr, "sluice bench unpack: %u-bit mix (%d of 4)\n", avgs[a], a + 1);
+        if (bench_mix(&R, avgs[a], &seed, arr, json) < 0)
+            goto out;
     }
     if (json) {
         char *s = cJSON_Print(o);
-        printf("%s\n", s);
+        if (s)
+            printf("%s\n", s);
         free(s);
     }
+    status = 0;
+out:
     cJSON_Delete(o);
-    free(q);
-    sl_free_aligned(out);
-    free(w);
-    free(sc);
-    return 0;
+    free(R.q);
+    sl_free_aligned(R.out);
+    sl_free_aligned(R.hot);
+    return status;
 }

@@ -99,6 +99,32 @@ float unpack_tensor_scale(const struct unpack_tensor *u, uint32_t row)
     return sl_load_lef32(u->layout.scales + 4 * (size_t)row);
 }
 
+static unpack_row_fn *row_fn(const struct unpack_kernels *kt, uint32_t encoding)
+{
+    switch (encoding) {
+    case FORMAT_ENC_ADAPTIVE:
+        return kt->adaptive;
+    case FORMAT_ENC_BITPLANE:
+        return kt->bitplane;
+    case FORMAT_ENC_INT4INT8:
+        return kt->int4int8;
+    default:
+        return NULL;
+    }
+}
+
+int unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_t cols,
+               uint32_t width, int8_t *dst)
+{
+    if (!unpack_kernel_available(k) || width < 1 || width > FORMAT_MAX_BITS || cols == 0)
+        return -EINVAL;
+    unpack_row_fn *fn = row_fn(kernel_tables[k], encoding);
+    if (!fn)
+        return -EINVAL;
+    fn(src, cols, width, dst);
+    return 0;
+}
+
 int unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                        uint32_t r1, int8_t *q, int32_t *corr)
 {
@@ -108,9 +134,7 @@ int unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint
     if (corr && cols > UNPACK_CORR_MAX_COLS)
         return -EOVERFLOW;
     const struct unpack_kernels *kt = kernel_tables[k];
-    unpack_row_fn *fn = u->layout.encoding == FORMAT_ENC_ADAPTIVE   ? kt->adaptive
-                        : u->layout.encoding == FORMAT_ENC_BITPLANE ? kt->bitplane
-                                                                     : kt->int4int8;
+    unpack_row_fn *fn = row_fn(kt, u->layout.encoding);
     for (uint32_t r = r0; r < r1; r++) {
         int8_t *dst = q + (size_t)(r - r0) * cols;
         fn(u->layout.data + u->row_off[r], cols, format_packed_width(u->layout.widths, r), dst);

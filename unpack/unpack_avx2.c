@@ -137,7 +137,8 @@ static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
  * 32 weights at a time, each plane spread to one weightlet per byte as
  * llama.cpp's AVX2 K-quant code does: a 1-bit plane by replicating each byte
  * 8 times (vpshufb) and testing one bit per byte (the bytes_from_bits_32
- * idiom), 2- and 4-bit planes by zero extension and shifted copies. */
+ * idiom; the 0/-1 result is subtracted under the code), 2- and 4-bit planes
+ * by zero extension and shifted copies. */
 AI __m256i spread(const uint8_t *p, const int w)
 {
     if (w == 1) {
@@ -147,8 +148,7 @@ AI __m256i spread(const uint8_t *p, const int w)
                                              2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
         const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
         __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), idx);
-        v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-        return _mm256_and_si256(v, _mm256_set1_epi8(1));
+        return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit); /* -1 where set */
     }
     if (w == 2) {
         __m256i d = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
@@ -175,7 +175,10 @@ AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
             if (!w)
                 break;
             __m256i s = spread(plane + (size_t)j * w / 8, w);
-            u = p ? _mm256_or_si256(_mm256_slli_epi16(u, w), s) : s;
+            if (w == 1) /* the last plane: u = 2u + bit, with bit as 0 / -1 */
+                u = _mm256_sub_epi8(_mm256_add_epi8(u, u), s);
+            else
+                u = p ? _mm256_or_si256(_mm256_slli_epi16(u, w), s) : s;
             plane += padded * w / 8;
         }
         if (b == 1)

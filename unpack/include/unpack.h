@@ -106,6 +106,17 @@ float unpack_tensor_scale(const struct unpack_tensor *u, uint32_t row);
 int unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                        uint32_t r1, int8_t *q, int32_t *corr);
 
+/* Unpacks one row (output channel) given only its code bytes, as stored in
+ * a packed tensor of `encoding` (adaptive, int4int8 or bitplane) with width
+ * 1..8: src holds format_packed_row_bytes(encoding, width, cols) bytes (the
+ * row starts at format_packed_prefix_bytes(rows) + the sum of the earlier
+ * rows' row bytes), dst receives cols int8 codes. For reading single rows
+ * (embedding lookups) without the whole tensor. Returns 0, or -EINVAL for a
+ * float/unknown encoding, a width outside 1..8, cols = 0 or a kernel that is
+ * not available. */
+int unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_t cols,
+               uint32_t width, int8_t *dst);
+
 #ifdef __cplusplus
 }
 #endif
