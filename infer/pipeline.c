@@ -682,7 +682,11 @@ static int unpack_linear(struct infer_linear *lin, const struct format_tensor_in
         enum unpack_kernel k = unpack_kernel_best();
         for (uint32_t r0 = 0; ret == 0 && r0 < rows; r0 += B) {
             uint32_t n = rows - r0 < B ? rows - r0 : B;
-            unpack_tensor_rows(&u, k, r0, r0 + n, tmp);
+            ret = unpack_tensor_rows(&u, k, r0, r0 + n, tmp, NULL);
+            if (ret < 0) {
+                sl_err_set(err, "cannot unpack rows %u..%u", r0, r0 + n);
+                break;
+            }
             for (uint32_t i = 0; i < n; i++)
                 sc[i] = unpack_tensor_scale(&u, r0 + i);
             npu_weights_fill(lin->npu, r0, n, tmp, sc);
@@ -691,8 +695,7 @@ static int unpack_linear(struct infer_linear *lin, const struct format_tensor_in
                 memcpy(lin->scale + r0, sc, sizeof(float) * n);
             }
         }
-        if (ret == 0)
-            unpack_tensor_fini(&u);
+        unpack_tensor_fini(&u);
     }
     sl_free_aligned(tmp);
     if (ret < 0)
@@ -970,6 +973,37 @@ static int pread_full(int fd, void *buf, uint64_t len, uint64_t off)
     return 0;
 }
 
+/* One row of a packed tensor from its code bytes: wrapped in a one-row
+ * tensor (the prefix of docs/FORMAT-packed.md) and unpacked through the
+ * public API, so the row is validated and decoded like any tensor. */
+static int unpack_one_row(uint32_t encoding, const uint8_t *row, uint64_t row_bytes,
+                          uint32_t cols, uint32_t width, float scale, int8_t *dst)
+{
+    uint64_t prefix = format_packed_prefix_bytes(1);
+    uint8_t *b = calloc(1, prefix + row_bytes);
+    if (!b)
+        return -ENOMEM;
+    memcpy(b, encoding == FORMAT_ENC_ADAPTIVE ? "SLAD" : encoding == FORMAT_ENC_INT4INT8 ? "SL48"
+                                                                                        : "SLBP",
+           4);
+    sl_store_le32(b + 4, 1);
+    sl_store_le32(b + 8, 1);
+    sl_store_le32(b + 12, cols);
+    sl_store_le32(b + 16, encoding == FORMAT_ENC_ADAPTIVE ? FORMAT_PACKED_GROUP : 0);
+    sl_store_le64(b + 24, row_bytes);
+    b[FORMAT_PACKED_HEADER] = (uint8_t)(width - 1);
+    sl_store_lef32(b + sl_align_up(FORMAT_PACKED_HEADER + 2, 64), scale);
+    memcpy(b + prefix, row, row_bytes);
+    struct unpack_tensor u;
+    int ret = unpack_tensor_init(&u, encoding, b, prefix + row_bytes, 1, cols, NULL);
+    if (ret == 0) {
+        ret = unpack_tensor_rows(&u, unpack_kernel_best(), 0, 1, dst, NULL);
+        unpack_tensor_fini(&u);
+    }
+    free(b);
+    return ret;
+}
+
 /* x[n][D] = the embedding rows of the prompt, read with a few small reads.
  * These bytes are covered by their slice's checksum when the slice is read
  * whole: with the head slice (tied), before the first token is returned; or
@@ -1039,12 +1073,11 @@ static int embed_rows(struct pl *p, float *x, struct sl_err *err)
             uint64_t scoff = sl_align_up(FORMAT_PACKED_HEADER + ((uint64_t)rows * 3 + 7) / 8 + 1, 64);
             ret = pread_full(fd, raw, rb,
                              t->offset + format_packed_prefix_bytes(rows) + row_off[tok]);
-            if (ret == 0) {
-                unpack_row(t->encoding, unpack_kernel_best(), raw, D, width, q);
-                float s = sl_load_lef32(prefix + scoff + 4 * (uint64_t)tok);
-                for (uint32_t j = 0; j < D; j++)
-                    xi[j] = s * (float)q[j];
-            }
+            float s = sl_load_lef32(prefix + scoff + 4 * (uint64_t)tok);
+            if (ret == 0)
+                ret = unpack_one_row(t->encoding, raw, rb, D, width, s, q);
+            for (uint32_t j = 0; ret == 0 && j < D; j++)
+                xi[j] = s * (float)q[j];
         }
     }
     if (ret < 0 && !err->msg[0])
