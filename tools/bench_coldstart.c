@@ -1,12 +1,406 @@
-/* bench_coldstart.c: `sluice bench coldstart` (being written). */
+/* bench_coldstart.c: `sluice bench coldstart MODEL`: cold time to first
+ * token, side by side in one run, of the full pipeline, its ablations and the
+ * in-project baselines, each a fresh `sluice run` process started after the
+ * page cache is dropped inside a read-limited blkio cgroup (the method of
+ * ../shared/tools/flashrun), contenders interleaved run by run; reported as a
+ * ratio to the physical bound max(bytes / raw bandwidth, ops / GEMM peak),
+ * both measured in the same run. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "format.h"
+#include "infer.h"
 #include "sluice.h"
+#include "tools_cold.h"
+#include "tools_transcode.h"
+#include "tools_util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: sluice bench coldstart MODEL.sluice [--prompt-tokens N] [--flash-mbps N]\n"
+            "                              [--runs K] [--chunk C] [--trace-dir DIR] [--json]\n\n"
+            "Cold time to first token (process start to the first token; page cache dropped;\n"
+            "reads limited to N MB/s, default 800, in a blkio cgroup) of a quantized model with\n"
+            "an N-token prompt (default 128), side by side, K runs each (default 3):\n"
+            "  full                      EdgeFlow: adaptive packing, granular pipeline\n"
+            "  llmnpu                    adaptive, llm.npu's out-of-order scheduler\n"
+            "  adaptive_layer_overlap    ablation: adaptive packing, coarse layer overlap\n"
+            "  int4int8_layer_overlap    ablation: the same widths stored INT4/INT8 padded\n"
+            "  layer_overlap_int8        baseline: INT8 container, layer overlap (llm.npu's way)\n"
+            "  sequential_read           baseline: INT8, read everything, then compute (MNN's)\n"
+            "  sequential_mmap           baseline: INT8, mmap with MAP_POPULATE, then compute\n"
+            "                            (llama.cpp's way)\n"
+            "The INT8 and INT4/INT8 containers hold the same codes and scales as MODEL (same\n"
+            "logits, different storage); they are written next to MODEL once and reused.\n"
+            "All use the same kernels and threads (the emulated NPU + one CPU worker).\n"
+            "Reports min and median TTFT, a breakdown (load, unpack, NPU, CPU busy, idle),\n"
+            "peak RSS, bytes read and NPU/CPU bubble rates, and the ratio to the bound\n"
+            "max(bytes read / raw MB/s, prefill ops / int8 peak of the machine's cores).\n"
+            "Needs root (page cache, cgroups).\n");
+}
+
+struct contender {
+    const char *name;
+    int model;               /* 0: MODEL, 1: INT8, 2: INT4/INT8 */
+    const char *policy, *load;
+};
+
+static const struct contender contenders[] = {
+    {"full", 0, "full", "stream"},
+    {"llmnpu", 0, "llmnpu", "stream"},
+    {"adaptive_layer_overlap", 0, "layer_overlap", "stream"},
+    {"int4int8_layer_overlap", 2, "layer_overlap", "stream"},
+    {"layer_overlap_int8", 1, "layer_overlap", "stream"},
+    {"sequential_read", 1, "sequential", "read"},
+    {"sequential_mmap", 1, "sequential", "mmap"},
+};
+#define NC (sizeof contenders / sizeof contenders[0])
+
+struct sample {
+    double ttft, load, unpack, npu, cpu, bubble_npu, bubble_cpu, rss, bytes;
+};
+
+static char *read_all_fd(int fd)
+{
+    size_t cap = 4096, len = 0;
+    char *b = malloc(cap);
+    ssize_t k;
+    while (b && (k = read(fd, b + len, cap - len - 1)) > 0) {
+        len += (size_t)k;
+        if (len + 1 == cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) {
+                free(b);
+                return NULL;
+            }
+            b = nb;
+        }
+    }
+    if (b)
+        b[len] = 0;
+    return b;
+}
+
+/* One cold run of `sluice run` in the cgroup; 0 and *s on success. */
+static int run_once(const char *model, const struct contender *ct, uint32_t tokens,
+                    uint32_t chunk, const struct tools_cgroup *cg, const char *trace,
+                    struct sample *s)
+{
+    struct sl_err err;
+    if (tools_drop_caches(&err) < 0)
+        return -1;
+    int p[2];
+    if (pipe(p) < 0)
+        return -1;
+    char nt[16], ch[16];
+    snprintf(nt, sizeof nt, "%u", tokens);
+    snprintf(ch, sizeof ch, "%u", chunk);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        close(p[0]);
+        dup2(p[1], 1);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0)
+            dup2(devnull, 2);
+        if (cg && tools_cgroup_join(cg, getpid(), &err) < 0)
+            _exit(3);
+        const char *argv[24];
+        int a = 0;
+        argv[a++] = "sluice";
+        argv[a++] = "run";
+        argv[a++] = model;
+        argv[a++] = "--prompt-tokens";
+        argv[a++] = nt;
+        argv[a++] = "-n";
+        argv[a++] = "1";
+        argv[a++] = "--json";
+        argv[a++] = "--policy";
+        argv[a++] = ct->policy;
+        argv[a++] = "--load";
+        argv[a++] = ct->load;
+        argv[a++] = "--chunk";
+        argv[a++] = ch;
+        if (trace) {
+            argv[a++] = "--trace";
+            argv[a++] = trace;
+        }
+        argv[a] = NULL;
+        execv("/proc/self/exe", (char *const *)argv);
+        _exit(127);
+    }
+    close(p[1]);
+    char *out = read_all_fd(p[0]);
+    close(p[0]);
+    int st;
+    struct rusage ru;
+    wait4(pid, &st, 0, &ru);
+    if (!out || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        free(out);
+        return -1;
+    }
+    cJSON *j = cJSON_Parse(out);
+    free(out);
+    if (!j)
+        return -1;
+    cJSON *pj = cJSON_GetObjectItem(j, "pipeline");
+#define NUM(o, k) (cJSON_GetObjectItem(o, k) ? cJSON_GetObjectItem(o, k)->valuedouble : 0)
+    s->ttft = NUM(j, "ttft_s");
+    s->rss = tools_child_peak_rss_mb(&ru);
+    s->load = NUM(pj, "load_s");
+    s->unpack = NUM(pj, "unpack_s");
+    s->npu = NUM(pj, "npu_busy_s");
+    s->cpu = NUM(pj, "cpu_busy_s");
+    s->bubble_npu = NUM(pj, "bubble_npu");
+    s->bubble_cpu = NUM(pj, "bubble_cpu");
+    s->bytes = NUM(pj, "bytes_read");
+#undef NUM
+    cJSON_Delete(j);
+    return s->ttft > 0 ? 0 : -1;
+}
+
+/* The device's bandwidth as the cgroup allows it: one large O_DIRECT read. */
+static double raw_mbps(const char *model, const struct tools_cgroup *cg)
+{
+    struct sl_err err;
+    if (tools_drop_caches(&err) < 0)
+        return 0;
+    int p[2];
+    if (pipe(p) < 0)
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        if (cg && tools_cgroup_join(cg, getpid(), &err) < 0)
+            _exit(3);
+        int fd = open(model, O_RDONLY | O_DIRECT);
+        size_t bs = 16u << 20;
+        uint8_t *buf = sl_alloc_aligned(bs, 4096);
+        uint64_t off = 0, t0 = sl_now_ns();
+        ssize_t k;
+        while (fd >= 0 && buf && (k = pread(fd, buf, bs, (off_t)off)) > 0)
+            off += (uint64_t)k;
+        double mbps = (double)off / (double)(sl_now_ns() - t0) * 1000.0;
+        ssize_t w = write(p[1], &mbps, sizeof mbps);
+        _exit(w == sizeof mbps ? 0 : 1);
+    }
+    close(p[1]);
+    double v = 0;
+    if (read(p[0], &v, sizeof v) != sizeof v)
+        v = 0;
+    close(p[0]);
+    waitpid(pid, NULL, 0);
+    return v;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Transcoded variant of `model` next to it (reused while newer than it). */
+static int variant(const char *model, const char *tag, uint32_t enc, char *out, size_t n)
+{
+    snprintf(out, n, "%s.%s.sluice", model, tag);
+    struct stat a, b;
+    if (stat(model, &a) == 0 && stat(out, &b) == 0 && b.st_mtime >= a.st_mtime)
+        return 0;
+    struct sl_err err;
+    fprintf(stderr, "bench coldstart: writing the %s variant %s\n", tag, out);
+    if (tools_transcode(model, out, enc, &err) < 0) {
+        fprintf(stderr, "sluice bench coldstart: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* 2 x multiply-adds of the first token's prefill: every layer's linears for
+ * every prompt row, attention scores and weighted values, the classifier for
+ * the last row. */
+static double prefill_ops(const struct format_config *c, uint32_t n)
+{
+    double D = c->dim, Q = (double)c->n_heads * c->head_dim, KV = (double)c->n_kv_heads * c->head_dim;
+    double F = c->hidden_dim;
+    double per_token = 2.0 * (D * Q * 2 + D * KV * 2 + 3 * D * F);
+    double attn = 2.0 * 2.0 * Q * ((double)n * (n + 1) / 2.0);
+    return c->n_layers * (per_token * n + attn) + 2.0 * D * c->vocab_size;
+}
 
 int bench_coldstart(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "sluice bench coldstart: not available in this build yet\n");
-    return 1;
+    const char *model = NULL, *trace_dir = NULL;
+    uint32_t tokens = 128, mbps = 800, runs = 3, chunk = 256;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        int bad = 0;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--prompt-tokens") && i + 1 < argc) {
+            bad = tools_parse_u32(argv[++i], &tokens) || !tokens;
+        } else if (!strcmp(argv[i], "--flash-mbps") && i + 1 < argc) {
+            bad = tools_parse_u32(argv[++i], &mbps);
+        } else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
+            bad = tools_parse_u32(argv[++i], &runs) || !runs || runs > 32;
+        } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
+            bad = tools_parse_u32(argv[++i], &chunk) || !chunk;
+        } else if (!strcmp(argv[i], "--trace-dir") && i + 1 < argc) {
+            trace_dir = argv[++i];
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (argv[i][0] == '-' || model) {
+            usage(stderr);
+            return 2;
+        } else {
+            model = argv[i];
+        }
+        if (bad) {
+            fprintf(stderr, "sluice bench coldstart: bad value '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!model) {
+        usage(stderr);
+        return 2;
+    }
+    char why[256];
+    if (!tools_cold_available(why, sizeof why)) {
+        fprintf(stderr, "sluice bench coldstart: %s\n", why);
+        return 1;
+    }
+    struct sl_err err = {{0}};
+    struct format_reader *r;
+    if (format_reader_open(model, &r, &err) < 0) {
+        fprintf(stderr, "sluice bench coldstart: %s\n", err.msg);
+        return 1;
+    }
+    struct format_config cfg = *format_reader_config(r);
+    format_reader_close(r);
+    char paths[3][PATH_MAX];
+    snprintf(paths[0], sizeof paths[0], "%s", model);
+    if (variant(model, "int8", FORMAT_ENC_Q8_CHANNEL, paths[1], sizeof paths[1]) < 0 ||
+        variant(model, "int4int8", FORMAT_ENC_INT4INT8, paths[2], sizeof paths[2]) < 0)
+        return 1;
+    struct tools_cgroup cg;
+    if (tools_cgroup_create(model, (uint64_t)mbps * 1000000, &cg, &err) < 0) {
+        fprintf(stderr, "sluice bench coldstart: %s\n", err.msg);
+        return 1;
+    }
+    /* the machine's int8 peak: every core's vpdpbusd (or AVX2) rate */
+    double peak1 = npu_gemm_peak_gops(NPU_KERNEL_AVX512VNNI, 0.3);
+    if (peak1 == 0)
+        peak1 = npu_gemm_peak_gops(NPU_KERNEL_AVX2, 0.3);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double peak = peak1 * (double)(cores > 0 ? cores : 1);
+    static struct sample samples[NC][32];
+    uint32_t nok[NC] = {0};
+    double raws[32];
+    uint32_t nraw = 0;
+    for (uint32_t run = 0; run < runs; run++) {
+        double rw = raw_mbps(model, &cg);
+        if (rw > 0)
+            raws[nraw++] = rw;
+        for (size_t k = 0; k < NC; k++) {
+            char trace[PATH_MAX];
+            if (trace_dir)
+                snprintf(trace, sizeof trace, "%s/%s.run%u.json", trace_dir, contenders[k].name,
+                         run + 1);
+            struct sample s;
+            int ok = run_once(paths[contenders[k].model], &contenders[k], tokens, chunk, &cg,
+                              trace_dir ? trace : NULL, &s) == 0;
+            if (ok)
+                samples[k][nok[k]++] = s;
+            if (!json)
+                fprintf(stderr, "run %u %-24s %s\n", run + 1, contenders[k].name,
+                        ok ? "" : "FAILED");
+        }
+    }
+    tools_cgroup_destroy(&cg);
+    qsort(raws, nraw, sizeof(double), cmp_double);
+    double raw = nraw ? raws[nraw / 2] : 0;
+    /* the bound counts what the first token needs: the full pipeline's bytes */
+    double bytes_full = nok[0] ? samples[0][0].bytes : 0;
+    double ops = prefill_ops(&cfg, tokens);
+    double bound_io = raw > 0 ? bytes_full / (raw * 1e6) : 0;
+    double bound_compute = peak > 0 ? ops / (peak * 1e9) : 0;
+    double bound = bound_io > bound_compute ? bound_io : bound_compute;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", model);
+    cJSON_AddNumberToObject(o, "prompt_tokens", tokens);
+    cJSON_AddNumberToObject(o, "flash_mbps_limit", mbps);
+    cJSON_AddNumberToObject(o, "runs", runs);
+    cJSON_AddNumberToObject(o, "raw_mbps", raw);
+    cJSON_AddNumberToObject(o, "gemm_peak_gops", peak);
+    cJSON_AddNumberToObject(o, "gemm_peak_gops_one_core", peak1);
+    cJSON_AddNumberToObject(o, "prefill_gops", ops / 1e9);
+    cJSON_AddNumberToObject(o, "bound_s", bound);
+    cJSON_AddNumberToObject(o, "bound_io_s", bound_io);
+    cJSON_AddNumberToObject(o, "bound_compute_s", bound_compute);
+    cJSON *arr = cJSON_AddArrayToObject(o, "results");
+    if (!json)
+        printf("%s: %u-token prompt, %u MB/s limit, %u runs; raw %.0f MB/s, int8 peak %.0f GOPS "
+               "(%ld cores)\nbound %.3f s = max(%.0f MB / raw = %.3f s, %.1f GOPs / peak = %.3f s)"
+               "\n\n%-24s %8s %8s %7s %7s %7s %7s %7s %7s %7s %8s %8s\n",
+               model, tokens, mbps, runs, raw, peak, cores, bound, bytes_full / 1e6, bound_io,
+               ops / 1e9, bound_compute, "policy", "ttft min", "ttft med", "x bound", "load",
+               "unpack", "npu", "cpu", "bub npu", "bub cpu", "MB read", "RSS MiB");
+    for (size_t k = 0; k < NC; k++) {
+        uint32_t n = nok[k];
+        double t[32];
+        for (uint32_t i = 0; i < n; i++)
+            t[i] = samples[k][i].ttft;
+        qsort(t, n, sizeof(double), cmp_double);
+        double mn = n ? t[0] : 0, md = n ? t[n / 2] : 0;
+        /* the breakdown of the median run */
+        struct sample m = {0};
+        for (uint32_t i = 0; i < n; i++)
+            if (samples[k][i].ttft == md)
+                m = samples[k][i];
+        double rss = 0;
+        for (uint32_t i = 0; i < n; i++)
+            rss = samples[k][i].rss > rss ? samples[k][i].rss : rss;
+        double idle = md > m.npu ? md - m.npu : 0;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "policy", contenders[k].name);
+        cJSON_AddStringToObject(e, "container", paths[contenders[k].model]);
+        cJSON_AddNumberToObject(e, "runs_ok", n);
+        cJSON_AddNumberToObject(e, "ttft_s_min", mn);
+        cJSON_AddNumberToObject(e, "ttft_s_median", md);
+        cJSON_AddNumberToObject(e, "ratio_to_bound", bound > 0 ? md / bound : 0);
+        cJSON_AddNumberToObject(e, "bytes_read", m.bytes);
+        cJSON_AddNumberToObject(e, "peak_rss_mb", rss);
+        cJSON_AddNumberToObject(e, "bubble_npu", m.bubble_npu);
+        cJSON_AddNumberToObject(e, "bubble_cpu", m.bubble_cpu);
+        cJSON *b = cJSON_AddObjectToObject(e, "breakdown_s");
+        cJSON_AddNumberToObject(b, "load", m.load);
+        cJSON_AddNumberToObject(b, "unpack", m.unpack);
+        cJSON_AddNumberToObject(b, "npu", m.npu);
+        cJSON_AddNumberToObject(b, "cpu", m.cpu);
+        cJSON_AddNumberToObject(b, "npu_idle", idle);
+        cJSON_AddItemToArray(arr, e);
+        if (!json)
+            printf("%-24s %8.3f %8.3f %7.2f %7.3f %7.3f %7.3f %7.3f %7.2f %7.2f %8.1f %8.0f\n",
+                   contenders[k].name, mn, md, bound > 0 ? md / bound : 0, m.load, m.unpack, m.npu,
+                   m.cpu, m.bubble_npu, m.bubble_cpu, m.bytes / 1e6, rss);
+    }
+    if (json) {
+        char *s = cJSON_Print(o);
+        printf("%s\n", s);
+        free(s);
+    }
+    cJSON_Delete(o);
+    return 0;
 }

@@ -1,0 +1,105 @@
+/* tools_transcode.c: see tools_transcode.h. */
+#include "tools_transcode.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format.h"
+#include "quantizer.h"
+#include "unpack.h"
+
+static int one_tensor(const struct format_reader *r, uint32_t i, uint32_t encoding,
+                      struct format_writer *w, struct sl_err *err)
+{
+    const struct format_tensor_info *t = format_reader_tensor(r, i);
+    void *raw = malloc(t->length);
+    if (!raw) {
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    int ret = format_reader_read_tensor(r, i, raw, t->length, err);
+    struct format_tensor_desc d = {.name = t->name, .layer = t->layer, .role = t->role,
+                                   .encoding = t->encoding, .n_dims = t->n_dims,
+                                   .act_scale = t->act_scale};
+    memcpy(d.shape, t->shape, sizeof d.shape);
+    memcpy(d.bits_hist, t->bits_hist, sizeof d.bits_hist);
+    if (ret < 0 || !format_encoding_traits(t->encoding)->quantized || t->encoding == encoding) {
+        if (ret == 0)
+            ret = format_writer_add_tensor(w, &d, raw, t->length, err);
+        free(raw);
+        return ret;
+    }
+    uint32_t rows = (uint32_t)t->shape[0], cols = (uint32_t)t->shape[1];
+    int8_t *q = malloc((size_t)rows * cols);
+    float *sc = malloc(sizeof(float) * rows);
+    uint8_t *widths = malloc(rows);
+    void *out = NULL;
+    uint64_t out_len = 0;
+    ret = q && sc && widths ? unpack_tensor_int8(t, raw, q, sc, err) : -ENOMEM;
+    if (ret == 0) {
+        struct format_packed_layout lay;
+        if (format_packed_parse(t->encoding, raw, t->length, rows, cols, &lay, NULL) == 0)
+            for (uint32_t k = 0; k < rows; k++)
+                widths[k] = (uint8_t)format_packed_width(lay.widths, k);
+        else
+            memset(widths, 8, rows);
+    }
+    if (ret == 0 && encoding == FORMAT_ENC_Q8_CHANNEL) {
+        uint64_t soff = sl_align_up((uint64_t)rows * 4, 64);
+        out_len = soff + (uint64_t)rows * cols;
+        out = calloc(1, out_len);
+        if (!out) {
+            ret = -ENOMEM;
+        } else {
+            for (uint32_t k = 0; k < rows; k++)
+                sl_store_lef32((uint8_t *)out + 4 * k, sc[k]);
+            memcpy((uint8_t *)out + soff, q, (size_t)rows * cols);
+            memset(d.bits_hist, 0, sizeof d.bits_hist);
+            d.bits_hist[8] = rows;
+        }
+    } else if (ret == 0) {
+        ret = quantizer_pack(encoding, q, widths, sc, rows, cols, &out, &out_len, err);
+    }
+    if (ret == 0) {
+        d.encoding = encoding;
+        ret = format_writer_add_tensor(w, &d, out, out_len, err);
+    }
+    free(out);
+    free(q);
+    free(sc);
+    free(widths);
+    free(raw);
+    return ret;
+}
+
+int tools_transcode(const char *src, const char *dst, uint32_t encoding, struct sl_err *err)
+{
+    struct format_reader *r;
+    struct format_writer *w = NULL;
+    int ret = format_reader_open(src, &r, err);
+    if (ret < 0)
+        return ret;
+    ret = format_writer_create(dst, &w, err);
+    if (ret == 0)
+        ret = format_writer_set_config(w, format_reader_config(r), err);
+    if (ret == 0)
+        ret = format_writer_set_tokenizer(w, format_reader_tokenizer(r), err);
+    for (uint32_t i = 0; ret == 0 && i < format_reader_meta_count(r); i++) {
+        const char *k = format_reader_meta_key(r, i);
+        const void *v;
+        size_t len;
+        format_reader_meta_get(r, k, &v, &len);
+        ret = format_writer_set_meta(w, k, v, len, err);
+    }
+    const char *name = format_encoding_traits(encoding)->name;
+    if (ret == 0)
+        ret = format_writer_set_meta(w, "quant.storage", name, strlen(name), err);
+    for (uint32_t i = 0; ret == 0 && i < format_reader_n_tensors(r); i++)
+        ret = one_tensor(r, i, encoding, w, err);
+    if (ret == 0)
+        ret = format_writer_finish(w, err);
+    format_writer_destroy(w);
+    format_reader_close(r);
+    return ret;
+}
