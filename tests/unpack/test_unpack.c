@@ -280,6 +280,16 @@ static void test_golden(void **st)
         assert_int_equal(d[256 + 1], want);
         free(bytes);
     }
+    /* the width array example of the document */
+    {
+        uint8_t w[5] = {3, 5, 8, 1, 7};
+        struct packed p;
+        packed_make(&p, FORMAT_ENC_BITPLANE, 5, 16, w);
+        assert_int_equal(p.bytes[32], 0xE2);
+        assert_int_equal(p.bytes[33], 0x61);
+        assert_int_equal(p.bytes[34], 0);
+        packed_free(&p);
+    }
     for (uint32_t b = 1; b <= 8; b++) {
         static const uint32_t Ds[] = {1, 8, 13, 64, 172, 512, 688, 1031};
         for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++) {
