@@ -30,54 +30,53 @@ static uint32_t code_of(int q, uint32_t b)
     return (uint32_t)(q + (1 << (b - 1)) - 1);
 }
 
-/* Adaptive: groups of R weights, b blocks of R/8 bytes per group; byte i of
- * block j of a w-bit plane holds stripes l = 0..8/w-1 of that block at bit
- * offset 8 - w(l+1); stripe k of a group is weights [k R/8, (k+1) R/8). */
+/* Adaptive (EdgeFlow 4.2): groups of R = 512 weights (the tail group
+ * round_up(t, 8)), S = group/8 bytes per block; a w-bit plane takes w blocks;
+ * byte i of block j of a w-bit plane holds stripes k = j(8/w) + l at bit
+ * offset 8 - w(l+1), stripe k being the group's weights [kS, (k+1)S). */
 static void pack_row_adaptive(const int8_t *q, uint32_t cols, uint32_t b, uint8_t *out)
 {
-    uint32_t R = FORMAT_PACKED_GROUP;
+    const uint32_t R = FORMAT_PACKED_GROUP;
+    uint8_t u[FORMAT_PACKED_GROUP];
     for (uint32_t g0 = 0; g0 < cols; g0 += R) {
-        uint32_t rg = cols - g0 >= R ? R : (uint32_t)sl_align_up(cols - g0, 8);
-        uint32_t S = rg / 8;
-        memset(out, 0, (size_t)b * S);
-        uint32_t shift = b; /* bits below the current plane */
-        uint8_t *blk = out;
-        for (const uint8_t *w = planes[b]; *w; w++) {
-            shift -= *w;
-            uint32_t per = 8 / *w; /* stripes per block */
-            for (uint32_t k = 0; k < 8; k++) {
-                uint8_t *byte = blk + (k / per) * S;
-                uint32_t bit = 8 - *w * (k % per + 1);
+        uint32_t valid = cols - g0 >= R ? R : cols - g0;
+        uint32_t S = (uint32_t)sl_align_up(valid, 8) / 8;
+        for (uint32_t j = 0; j < 8 * S; j++) /* codes; padding weights are zero */
+            u[j] = j < valid ? (uint8_t)code_of(q[g0 + j], b) : 0;
+        uint32_t below = b; /* code bits below the current plane */
+        for (const uint8_t *pw = planes[b]; *pw; pw++) {
+            uint32_t w = *pw, per = 8 / w, mask = (1u << w) - 1;
+            below -= w;
+            for (uint32_t blk = 0; blk < w; blk++, out += S)
                 for (uint32_t i = 0; i < S; i++) {
-                    uint32_t j = g0 + k * S + i;
-                    if (j >= cols)
-                        continue;
-                    uint32_t u = code_of(q[j], b);
-                    byte[i] |= (uint8_t)(((u >> shift) & ((1u << *w) - 1)) << bit);
+                    uint32_t byte = 0;
+                    for (uint32_t l = 0; l < per; l++)
+                        byte |= ((u[(blk * per + l) * S + i] >> below) & mask) << (8 - w * (l + 1));
+                    out[i] = (uint8_t)byte;
                 }
-            }
-            blk += (size_t)*w * S;
         }
-        out += (size_t)b * S;
     }
 }
 
-/* Bitplane: each plane stored sequentially, weight j's w bits at bit j*w
- * (LSB first), planes padded to whole bytes over round_up(cols, 8) weights. */
+/* Bitplane: each plane stored sequentially over round_up(cols, 8) weights,
+ * weight j's w bits at bit j*w (least significant first). */
 static void pack_row_bitplane(const int8_t *q, uint32_t cols, uint32_t b, uint8_t *out)
 {
-    uint32_t padded = (uint32_t)sl_align_up(cols, 8);
-    uint32_t shift = b;
-    for (const uint8_t *w = planes[b]; *w; w++) {
-        shift -= *w;
-        uint32_t bytes = padded * *w / 8;
-        memset(out, 0, bytes);
-        for (uint32_t j = 0; j < cols; j++) {
-            uint32_t u = (code_of(q[j], b) >> shift) & ((1u << *w) - 1);
-            uint32_t bit = j * *w;
-            out[bit / 8] |= (uint8_t)(u << (bit % 8));
+    size_t padded = (size_t)sl_align_up(cols, 8);
+    uint32_t below = b;
+    for (const uint8_t *pw = planes[b]; *pw; pw++) {
+        uint32_t w = *pw, per = 8 / w, mask = (1u << w) - 1;
+        below -= w;
+        for (size_t byte = 0; byte < padded * w / 8; byte++) {
+            uint32_t v = 0;
+            for (uint32_t l = 0; l < per; l++) {
+                size_t j = byte * per + l;
+                if (j < cols)
+                    v |= ((code_of(q[j], b) >> below) & mask) << (w * l);
+            }
+            out[byte] = (uint8_t)v;
         }
-        out += bytes;
+        out += padded * w / 8;
     }
 }
 
@@ -127,10 +126,16 @@ int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, co
             sl_err_set(err, "pack: row %u has scale %g (finite, >= 0)", r, (double)scales[r]);
             return -EINVAL;
         }
-        for (uint32_t c = 0; c < cols; c++) {
-            if (!in_grid(q[(size_t)r * cols + c], widths[r])) {
+        /* branch-free scan of the row (vectorizes); find the culprit only on failure */
+        const int8_t *qr = q + (size_t)r * cols;
+        int m = widths[r] == 1 ? 1 : (1 << (widths[r] - 1)) - 1, zero_bad = widths[r] == 1;
+        int bad = 0;
+        for (uint32_t c = 0; c < cols; c++)
+            bad |= (qr[c] < -m) | (qr[c] > m) | (zero_bad & (qr[c] == 0));
+        for (uint32_t c = 0; bad && c < cols; c++) {
+            if (!in_grid(qr[c], widths[r])) {
                 sl_err_set(err, "pack: code %d at row %u, column %u is outside the %u-bit grid",
-                           q[(size_t)r * cols + c], r, c, widths[r]);
+                           qr[c], r, c, widths[r]);
                 return -EINVAL;
             }
         }
