@@ -82,12 +82,18 @@ uint64_t qi_type_bytes(enum qi_type t, uint64_t n)
 void qi_tensor_name(int layer, uint32_t role, char *buf, size_t n)
 {
     static const char *const names[FORMAT_ROLE_COUNT] = {
-        [FORMAT_ROLE_TOK_EMBD] = "token_embd",   [FORMAT_ROLE_ATTN_NORM] = "attn_norm",
-        [FORMAT_ROLE_WQ] = "attn_q",             [FORMAT_ROLE_WK] = "attn_k",
-        [FORMAT_ROLE_WV] = "attn_v",             [FORMAT_ROLE_WO] = "attn_output",
-        [FORMAT_ROLE_FFN_NORM] = "ffn_norm",     [FORMAT_ROLE_W_GATE] = "ffn_gate",
-        [FORMAT_ROLE_W_UP] = "ffn_up",           [FORMAT_ROLE_W_DOWN] = "ffn_down",
-        [FORMAT_ROLE_OUT_NORM] = "output_norm",  [FORMAT_ROLE_CLASSIFIER] = "output",
+        [FORMAT_ROLE_TOK_EMBD] = "token_embd",
+        [FORMAT_ROLE_ATTN_NORM] = "attn_norm",
+        [FORMAT_ROLE_WQ] = "attn_q",
+        [FORMAT_ROLE_WK] = "attn_k",
+        [FORMAT_ROLE_WV] = "attn_v",
+        [FORMAT_ROLE_WO] = "attn_output",
+        [FORMAT_ROLE_FFN_NORM] = "ffn_norm",
+        [FORMAT_ROLE_W_GATE] = "ffn_gate",
+        [FORMAT_ROLE_W_UP] = "ffn_up",
+        [FORMAT_ROLE_W_DOWN] = "ffn_down",
+        [FORMAT_ROLE_OUT_NORM] = "output_norm",
+        [FORMAT_ROLE_CLASSIFIER] = "output",
     };
     if (layer >= 0)
         snprintf(buf, n, "blk.%d.%s.weight", layer, names[role]);
@@ -119,8 +125,7 @@ int quantizer_source_detect(const char *src, enum quantizer_source *out, struct 
             *out = QUANTIZER_SRC_SAFETENSORS;
             return 0;
         }
-        sl_err_set(err, "%s: a directory without config.json (expected a Hugging Face model)",
-                   src);
+        sl_err_set(err, "%s: a directory without config.json (expected a Hugging Face model)", src);
         return -EINVAL;
     }
     int fd = open(src, O_RDONLY | O_CLOEXEC);
@@ -162,8 +167,10 @@ int quantizer_source_detect(const char *src, enum quantizer_source *out, struct 
             return 0;
         }
     }
-    sl_err_set(err, "%s: unrecognized model format (expected a llama2.c checkpoint, GGUF, "
-                    "safetensors, or a sluice container)", src);
+    sl_err_set(err,
+               "%s: unrecognized model format (expected a llama2.c checkpoint, GGUF, "
+               "safetensors, or a sluice container)",
+               src);
     return -EINVAL;
 }
 
@@ -317,8 +324,10 @@ static int write_source(struct qi_source *s, const struct quantizer_import_opts 
         qi_tensor_name(layer, role, name, sizeof name);
         int is_1d = role == FORMAT_ROLE_ATTN_NORM || role == FORMAT_ROLE_FFN_NORM ||
                     role == FORMAT_ROLE_OUT_NORM;
-        struct format_tensor_desc d = {.name = name, .layer = layer,
-                                       .role = role, .encoding = enc,
+        struct format_tensor_desc d = {.name = name,
+                                       .layer = layer,
+                                       .role = role,
+                                       .encoding = enc,
                                        .n_dims = is_1d ? 1 : 2,
                                        .shape = {t.rows, is_1d ? 0 : t.cols}};
         ret = format_writer_add_tensor(w, &d, buf, bytes, err);

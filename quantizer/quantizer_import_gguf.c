@@ -11,8 +11,20 @@
 #include "quantizer_import_internal.h"
 
 enum {
-    GGUF_U8 = 0, GGUF_I8, GGUF_U16, GGUF_I16, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL,
-    GGUF_STRING, GGUF_ARRAY, GGUF_U64, GGUF_I64, GGUF_F64, GGUF_NTYPES
+    GGUF_U8 = 0,
+    GGUF_I8,
+    GGUF_U16,
+    GGUF_I16,
+    GGUF_U32,
+    GGUF_I32,
+    GGUF_F32,
+    GGUF_BOOL,
+    GGUF_STRING,
+    GGUF_ARRAY,
+    GGUF_U64,
+    GGUF_I64,
+    GGUF_F64,
+    GGUF_NTYPES
 };
 
 enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q8_0 = 8, GGML_BF16 = 30 };
@@ -89,8 +101,13 @@ static int skip_value(struct cur *c, uint32_t type, int depth)
             return -1;
         uint64_t es = scalar_size(et);
         if (es) {
-            if (n > UINT64_MAX / es || need(c, n * es, "an array"))
+            if (n > UINT64_MAX / es) {
+                sl_err_set(c->err, "%s: truncated GGUF file (an array of %" PRIu64 " values)",
+                           c->path, n);
                 return c->bad = 1, -1;
+            }
+            if (need(c, n * es, "an array"))
+                return -1;
             c->p += n * es;
             return 0;
         }
@@ -176,7 +193,7 @@ struct gguf {
     uint64_t n_tensors;
     const uint8_t *tensor_data;
     uint64_t tensor_data_len;
-    int dedup_classifier;    /* output.weight equals token_embd.weight: store once (tied) */
+    int dedup_classifier; /* output.weight equals token_embd.weight: store once (tied) */
 };
 
 static int key_is(const char *k, uint64_t n, const char *want)
@@ -211,16 +228,19 @@ static int tensor_view(struct gguf *g, const struct gguf_tensor *gt, struct qi_t
         t->type = QI_Q8_0;
         break;
     default:
-        sl_err_set(err, "%s: tensor '%s' has ggml type %u; supported: F32 (0), F16 (1), Q8_0 (8), "
-                        "BF16 (30)", path, name, gt->type);
+        sl_err_set(err,
+                   "%s: tensor '%s' has ggml type %u; supported: F32 (0), F16 (1), Q8_0 (8), "
+                   "BF16 (30)",
+                   path, name, gt->type);
         return -EINVAL;
     }
     /* ggml order: ne[0] is the fastest dimension (columns) */
     int ok = cols == 1 ? (gt->n_dims == 1 && gt->ne[0] == rows)
                        : (gt->n_dims == 2 && gt->ne[0] == cols && gt->ne[1] == rows);
     if (!ok) {
-        sl_err_set(err, "%s: tensor '%s' has shape [%" PRIu64 ", %" PRIu64 "] (ggml order), the "
-                        "config implies [%" PRIu64 ", %" PRIu64 "]",
+        sl_err_set(err,
+                   "%s: tensor '%s' has shape [%" PRIu64 ", %" PRIu64 "] (ggml order), the "
+                   "config implies [%" PRIu64 ", %" PRIu64 "]",
                    path, name, gt->ne[0], gt->n_dims > 1 ? gt->ne[1] : 1, cols, rows);
         return -EINVAL;
     }
@@ -231,8 +251,9 @@ static int tensor_view(struct gguf *g, const struct gguf_tensor *gt, struct qi_t
     }
     uint64_t bytes = qi_type_bytes(t->type, rows * cols);
     if (gt->offset > g->tensor_data_len || bytes > g->tensor_data_len - gt->offset) {
-        sl_err_set(err, "%s: tensor '%s' [%" PRIu64 ", +%" PRIu64 ") lies outside the data "
-                        "section (%" PRIu64 " bytes): truncated file?",
+        sl_err_set(err,
+                   "%s: tensor '%s' [%" PRIu64 ", +%" PRIu64 ") lies outside the data "
+                   "section (%" PRIu64 " bytes): truncated file?",
                    path, name, gt->offset, bytes, g->tensor_data_len);
         return -EINVAL;
     }
@@ -367,8 +388,8 @@ static int read_vocab_scores(struct cur *c, struct qi_source *s, struct sl_err *
     return 0;
 }
 
-int qi_open_gguf(const char *path, const struct quantizer_import_opts *o,
-                 struct qi_source **out, struct sl_err *err)
+int qi_open_gguf(const char *path, const struct quantizer_import_opts *o, struct qi_source **out,
+                 struct sl_err *err)
 {
     (void)o;
     struct gguf *g = calloc(1, sizeof *g);
@@ -406,8 +427,8 @@ int qi_open_gguf(const char *path, const struct quantizer_import_opts *o,
     if (c.bad)
         goto fail;
     if (n_tensors > (1u << 20) || n_kv > (1u << 20)) {
-        sl_err_set(err, "%s: implausible GGUF counts (%" PRIu64 " tensors, %" PRIu64 " keys)",
-                   path, n_tensors, n_kv);
+        sl_err_set(err, "%s: implausible GGUF counts (%" PRIu64 " tensors, %" PRIu64 " keys)", path,
+                   n_tensors, n_kv);
         goto fail;
     }
     uint64_t dim = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ctx = 0, align = 32;
@@ -505,10 +526,11 @@ int qi_open_gguf(const char *path, const struct quantizer_import_opts *o,
     if (!have_kvh)
         kv_heads = heads;
     if (!dim || !hidden || !layers || !heads || !kv_heads || !ctx || dim > UINT32_MAX ||
-        hidden > UINT32_MAX || layers > UINT32_MAX || heads > UINT32_MAX ||
-        kv_heads > UINT32_MAX || ctx > UINT32_MAX || dim % heads) {
-        sl_err_set(err, "%s: missing or inconsistent llama.* hyperparameters (dim %" PRIu64
-                        ", ffn %" PRIu64 ", layers %" PRIu64 ", heads %" PRIu64 "/%" PRIu64 ")",
+        hidden > UINT32_MAX || layers > UINT32_MAX || heads > UINT32_MAX || kv_heads > UINT32_MAX ||
+        ctx > UINT32_MAX || dim % heads) {
+        sl_err_set(err,
+                   "%s: missing or inconsistent llama.* hyperparameters (dim %" PRIu64
+                   ", ffn %" PRIu64 ", layers %" PRIu64 ", heads %" PRIu64 "/%" PRIu64 ")",
                    path, dim, hidden, layers, heads, kv_heads);
         goto fail;
     }
@@ -540,9 +562,8 @@ int qi_open_gguf(const char *path, const struct quantizer_import_opts *o,
         if (c.bad)
             goto fail;
         if (t->offset % align) {
-            sl_err_set(err, "%s: tensor '%.*s' offset %" PRIu64 " is not aligned to %" PRIu64,
-                       path, (int)(t->name_len > 64 ? 64 : t->name_len), t->name, t->offset,
-                       align);
+            sl_err_set(err, "%s: tensor '%.*s' offset %" PRIu64 " is not aligned to %" PRIu64, path,
+                       (int)(t->name_len > 64 ? 64 : t->name_len), t->name, t->offset, align);
             goto fail;
         }
     }
@@ -555,14 +576,20 @@ int qi_open_gguf(const char *path, const struct quantizer_import_opts *o,
     g->tensor_data_len = g->size - data_off;
 
     struct format_config *cfg = &s->cfg;
-    *cfg = (struct format_config){.arch = FORMAT_ARCH_LLAMA, .dim = (uint32_t)dim,
-                                  .hidden_dim = (uint32_t)hidden, .n_layers = (uint32_t)layers,
-                                  .n_heads = (uint32_t)heads, .n_kv_heads = (uint32_t)kv_heads,
+    *cfg = (struct format_config){.arch = FORMAT_ARCH_LLAMA,
+                                  .dim = (uint32_t)dim,
+                                  .hidden_dim = (uint32_t)hidden,
+                                  .n_layers = (uint32_t)layers,
+                                  .n_heads = (uint32_t)heads,
+                                  .n_kv_heads = (uint32_t)kv_heads,
                                   .head_dim = (uint32_t)(dim / heads),
-                                  .vocab_size = s->vocab.tok.n_tokens, .seq_len = (uint32_t)ctx,
+                                  .vocab_size = s->vocab.tok.n_tokens,
+                                  .seq_len = (uint32_t)ctx,
                                   .rope_layout = FORMAT_ROPE_INTERLEAVED,
-                                  .bos_id = (uint32_t)bos, .eos_id = (uint32_t)eos,
-                                  .rope_theta = (float)theta, .norm_eps = (float)eps};
+                                  .bos_id = (uint32_t)bos,
+                                  .eos_id = (uint32_t)eos,
+                                  .rope_theta = (float)theta,
+                                  .norm_eps = (float)eps};
     s->vocab.tok.scores = s->vocab.scores;
     s->vocab.tok.lens = s->vocab.lens;
     s->vocab.tok.tokens = (const char *const *)s->vocab.strs;

@@ -10,22 +10,22 @@ enum qi_type {
     QI_F32 = 0,
     QI_F16,
     QI_BF16,
-    QI_Q8_0,        /* GGUF Q8_0: blocks of 32 int8 with an f16 scale (34 bytes) */
+    QI_Q8_0, /* GGUF Q8_0: blocks of 32 int8 with an f16 scale (34 bytes) */
 };
 
 /* A view of one source tensor in the mapped file. */
 struct qi_tensor {
     const uint8_t *data;
-    uint64_t len;             /* bytes, checked against rows x cols x type */
+    uint64_t len; /* bytes, checked against rows x cols x type */
     enum qi_type type;
-    uint64_t rows, cols;      /* container convention: rows = output channels; 1-D: cols = 1 */
-    uint32_t hf_rope_heads;   /* > 0: rows are in Hugging Face rotate-half order for this many
-                                 heads and are permuted to the interleaved layout */
+    uint64_t rows, cols;    /* container convention: rows = output channels; 1-D: cols = 1 */
+    uint32_t hf_rope_heads; /* > 0: rows are in Hugging Face rotate-half order for this many
+                               heads and are permuted to the interleaved layout */
 };
 
 struct qi_source {
     const char *path;
-    const char *format;       /* "llama2c", "gguf", "safetensors" */
+    const char *format; /* "llama2c", "gguf", "safetensors" */
     struct format_config cfg;
     struct quantizer_vocab vocab;
     /* Finds the tensor of (layer, role); -1 layer for the global ones. The
@@ -36,10 +36,10 @@ struct qi_source {
     void *priv;
 };
 
-int qi_open_llama2c(const char *path, const struct quantizer_import_opts *o,
-                    struct qi_source **out, struct sl_err *err);
-int qi_open_gguf(const char *path, const struct quantizer_import_opts *o,
-                 struct qi_source **out, struct sl_err *err);
+int qi_open_llama2c(const char *path, const struct quantizer_import_opts *o, struct qi_source **out,
+                    struct sl_err *err);
+int qi_open_gguf(const char *path, const struct quantizer_import_opts *o, struct qi_source **out,
+                 struct sl_err *err);
 int qi_open_safetensors(const char *path, const struct quantizer_import_opts *o,
                         struct qi_source **out, struct sl_err *err);
 

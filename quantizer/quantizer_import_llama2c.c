@@ -59,16 +59,16 @@ int quantizer_vocab_load_llama2c(const char *path, uint32_t n, struct quantizer_
     uint64_t off = 4;
     for (uint32_t i = 0; i < n; i++) {
         if (size - off < 8) {
-            sl_err_set(err, "%s: truncated at token %u of %u (the model has %u tokens)", path, i,
-                       n, n);
+            sl_err_set(err, "%s: truncated at token %u of %u (the model has %u tokens)", path, i, n,
+                       n);
             goto out;
         }
         v->scores[i] = sl_load_lef32(data + off);
         int32_t len = (int32_t)sl_load_le32(data + off + 4);
         off += 8;
         if (len < 0 || len > maxlen || (uint64_t)len > size - off) {
-            sl_err_set(err, "%s: token %u has length %d (max %d, %" PRIu64 " bytes left)", path,
-                       i, len, maxlen, size - off);
+            sl_err_set(err, "%s: token %u has length %d (max %d, %" PRIu64 " bytes left)", path, i,
+                       len, maxlen, size - off);
             goto out;
         }
         const char *p = (const char *)data + off;
@@ -91,8 +91,10 @@ int quantizer_vocab_load_llama2c(const char *path, uint32_t n, struct quantizer_
         off += (uint64_t)raw;
     }
     if (off != size) {
-        sl_err_set(err, "%s: %" PRIu64 " bytes after the %u tokens the model expects (wrong "
-                        "tokenizer for this model?)", path, size - off, n);
+        sl_err_set(err,
+                   "%s: %" PRIu64 " bytes after the %u tokens the model expects (wrong "
+                   "tokenizer for this model?)",
+                   path, size - off, n);
         goto out;
     }
     v->tok.max_token_len = 0;
@@ -175,8 +177,8 @@ static void l2c_destroy(struct qi_source *s)
     free(m);
 }
 
-int qi_open_llama2c(const char *path, const struct quantizer_import_opts *o,
-                    struct qi_source **out, struct sl_err *err)
+int qi_open_llama2c(const char *path, const struct quantizer_import_opts *o, struct qi_source **out,
+                    struct sl_err *err)
 {
     struct l2c *m = calloc(1, sizeof *m);
     if (!m) {
@@ -202,21 +204,28 @@ int qi_open_llama2c(const char *path, const struct quantizer_import_opts *o,
     int32_t h[7];
     for (int i = 0; i < 7; i++)
         h[i] = (int32_t)sl_load_le32(m->data + 4 * i);
-    if (h[0] <= 0 || h[1] <= 0 || h[2] <= 0 || h[3] <= 0 || h[4] <= 0 || h[5] == 0 ||
-        h[6] <= 0 || h[5] == INT32_MIN || h[0] % h[3] != 0) {
+    if (h[0] <= 0 || h[1] <= 0 || h[2] <= 0 || h[3] <= 0 || h[4] <= 0 || h[5] == 0 || h[6] <= 0 ||
+        h[5] == INT32_MIN || h[0] % h[3] != 0) {
         sl_err_set(err, "%s: not a llama2.c checkpoint (header %d %d %d %d %d %d %d)", path, h[0],
                    h[1], h[2], h[3], h[4], h[5], h[6]);
         goto fail;
     }
     struct format_config *c = &s->cfg;
-    *c = (struct format_config){.arch = FORMAT_ARCH_LLAMA, .dim = (uint32_t)h[0],
-                                .hidden_dim = (uint32_t)h[1], .n_layers = (uint32_t)h[2],
-                                .n_heads = (uint32_t)h[3], .n_kv_heads = (uint32_t)h[4],
+    *c = (struct format_config){.arch = FORMAT_ARCH_LLAMA,
+                                .dim = (uint32_t)h[0],
+                                .hidden_dim = (uint32_t)h[1],
+                                .n_layers = (uint32_t)h[2],
+                                .n_heads = (uint32_t)h[3],
+                                .n_kv_heads = (uint32_t)h[4],
                                 .head_dim = (uint32_t)(h[0] / h[3]),
                                 .vocab_size = (uint32_t)(h[5] < 0 ? -h[5] : h[5]),
-                                .seq_len = (uint32_t)h[6], .tied_embedding = h[5] > 0,
-                                .rope_layout = FORMAT_ROPE_INTERLEAVED, .bos_id = 1,
-                                .eos_id = 2, .rope_theta = 10000.0f, .norm_eps = 1e-5f};
+                                .seq_len = (uint32_t)h[6],
+                                .tied_embedding = h[5] > 0,
+                                .rope_layout = FORMAT_ROPE_INTERLEAVED,
+                                .bos_id = 1,
+                                .eos_id = 2,
+                                .rope_theta = 10000.0f,
+                                .norm_eps = 1e-5f};
     if (c->vocab_size < 3) {
         sl_err_set(err, "%s: vocabulary of %u tokens", path, c->vocab_size);
         goto fail;
@@ -234,12 +243,12 @@ int qi_open_llama2c(const char *path, const struct quantizer_import_opts *o,
         uint32_t role;
         uint64_t floats;
     } layout[] = {
-        {FORMAT_ROLE_TOK_EMBD, V * D},  {FORMAT_ROLE_ATTN_NORM, L * D},
-        {FORMAT_ROLE_WQ, L * Q * D},    {FORMAT_ROLE_WK, L * KV * D},
-        {FORMAT_ROLE_WV, L * KV * D},   {FORMAT_ROLE_WO, L * D * Q},
-        {FORMAT_ROLE_FFN_NORM, L * D},  {FORMAT_ROLE_W_GATE, L * F * D},
+        {FORMAT_ROLE_TOK_EMBD, V * D},   {FORMAT_ROLE_ATTN_NORM, L * D},
+        {FORMAT_ROLE_WQ, L * Q * D},     {FORMAT_ROLE_WK, L * KV * D},
+        {FORMAT_ROLE_WV, L * KV * D},    {FORMAT_ROLE_WO, L * D * Q},
+        {FORMAT_ROLE_FFN_NORM, L * D},   {FORMAT_ROLE_W_GATE, L * F * D},
         {FORMAT_ROLE_W_DOWN, L * D * F}, {FORMAT_ROLE_W_UP, L * F * D},
-        {FORMAT_ROLE_OUT_NORM, D},      {FORMAT_ROLE_COUNT, S * HD}, /* freq_cis, skipped */
+        {FORMAT_ROLE_OUT_NORM, D},       {FORMAT_ROLE_COUNT, S * HD}, /* freq_cis, skipped */
     };
     for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
         if (layout[i].role < FORMAT_ROLE_COUNT)

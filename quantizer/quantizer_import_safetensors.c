@@ -23,7 +23,7 @@ struct st_shard {
     char path[PATH_MAX];
     const uint8_t *data;
     uint64_t size;
-    const uint8_t *body;   /* after the header */
+    const uint8_t *body; /* after the header */
     uint64_t body_len;
     cJSON *header;
 };
@@ -33,7 +33,7 @@ struct st {
     char dir[PATH_MAX];
     struct st_shard shards[ST_MAX_SHARDS];
     int n_shards;
-    cJSON *weight_map;     /* name -> shard file, when sharded */
+    cJSON *weight_map; /* name -> shard file, when sharded */
     cJSON *index_json;
 };
 
@@ -102,8 +102,8 @@ static int open_shard(struct st *m, const char *file, struct st_shard **out, str
     }
     uint64_t hlen = sl_load_le64(sh->data);
     if (hlen > sh->size - 8 || hlen > (100u << 20)) {
-        sl_err_set(err, "%s: header length %" PRIu64 " exceeds the file (%" PRIu64 " bytes)",
-                   path, hlen, sh->size);
+        sl_err_set(err, "%s: header length %" PRIu64 " exceeds the file (%" PRIu64 " bytes)", path,
+                   hlen, sh->size);
         return -EINVAL;
     }
     char *text = malloc(hlen + 1);
@@ -147,15 +147,15 @@ static void hf_name(int layer, uint32_t role, char *buf, size_t n)
         snprintf(buf, n, "%s", names[role]);
 }
 
-/* Finds a tensor's header entry, opening its shard if needed. NULL + -ENOENT
- * when absent. */
+/* Finds a tensor's header entry, opening its shard if needed: 0 found, 1
+ * absent, or a negative errno (with a message) when its shard cannot be read. */
 static int find(struct st *m, const char *name, struct st_shard **sh, cJSON **entry,
                 struct sl_err *err)
 {
     if (m->weight_map) {
         cJSON *f = cJSON_GetObjectItemCaseSensitive(m->weight_map, name);
         if (!cJSON_IsString(f))
-            return -ENOENT;
+            return 1;
         int ret = open_shard(m, f->valuestring, sh, err);
         if (ret < 0)
             return ret;
@@ -163,7 +163,7 @@ static int find(struct st *m, const char *name, struct st_shard **sh, cJSON **en
         *sh = &m->shards[0];
     }
     *entry = cJSON_GetObjectItemCaseSensitive((*sh)->header, name);
-    return *entry ? 0 : -ENOENT;
+    return *entry ? 0 : 1;
 }
 
 static int st_tensor(struct qi_source *s, int layer, uint32_t role, struct qi_tensor *t,
@@ -175,8 +175,8 @@ static int st_tensor(struct qi_source *s, int layer, uint32_t role, struct qi_te
     struct st_shard *sh;
     cJSON *e;
     int ret = find(m, name, &sh, &e, err);
-    if (ret == -ENOENT) {
-        sl_err_set(err, "%s: tensor '%s' is missing", m->dir, name);
+    if (ret == 1) {
+        sl_err_set(err, "%s: tensor '%s' is missing", m->weight_map ? m->dir : sh->path, name);
         return -EINVAL;
     }
     if (ret < 0)
@@ -209,27 +209,38 @@ static int st_tensor(struct qi_source *s, int layer, uint32_t role, struct qi_te
     uint64_t got[2] = {0, 0};
     for (int i = 0; i < n && i < 2; i++) {
         cJSON *d = cJSON_GetArrayItem(shape, i);
-        got[i] = cJSON_IsNumber(d) && d->valuedouble >= 0 ? (uint64_t)d->valuedouble : 0;
+        /* range-checked before the conversion (an out-of-range double to integer is UB) */
+        got[i] = cJSON_IsNumber(d) && d->valuedouble >= 0 && d->valuedouble < 9.0e15
+                     ? (uint64_t)d->valuedouble
+                     : UINT64_MAX;
     }
     if ((uint32_t)n != nd || got[0] != want[0] || (nd == 2 && got[1] != want[1])) {
-        sl_err_set(err, "%s: tensor '%s' has shape [%" PRIu64 ", %" PRIu64 "], config.json "
-                        "implies [%" PRIu64 ", %" PRIu64 "]",
+        sl_err_set(err,
+                   "%s: tensor '%s' has shape [%" PRIu64 ", %" PRIu64 "], config.json "
+                   "implies [%" PRIu64 ", %" PRIu64 "]",
                    sh->path, name, got[0], got[1], want[0], nd == 2 ? want[1] : 0);
         return -EINVAL;
     }
-    double a = cJSON_GetArrayItem(offs, 0)->valuedouble, b = cJSON_GetArrayItem(offs, 1)->valuedouble;
+    cJSON *oa = cJSON_GetArrayItem(offs, 0), *ob = cJSON_GetArrayItem(offs, 1);
+    double a = cJSON_IsNumber(oa) ? oa->valuedouble : -1;
+    double b = cJSON_IsNumber(ob) ? ob->valuedouble : -1;
     uint64_t rows = want[0], cols = nd == 2 ? want[1] : 1;
     uint64_t bytes = qi_type_bytes(t->type, rows * cols);
-    if (a < 0 || b < a || (uint64_t)b > sh->body_len || (uint64_t)(b - a) != bytes) {
-        sl_err_set(err, "%s: tensor '%s' data [%.0f, %.0f) does not fit the file or its shape "
-                        "(%" PRIu64 " bytes of data)", sh->path, name, a, b, sh->body_len);
+    /* doubles compared before any conversion; offsets are exact integers below 2^53 */
+    if (!(a >= 0) || !(b >= a) || b > (double)sh->body_len || a != (double)(uint64_t)a ||
+        b != (double)(uint64_t)b || (uint64_t)b > sh->body_len ||
+        (uint64_t)b - (uint64_t)a != bytes) {
+        sl_err_set(err,
+                   "%s: tensor '%s' data [%.0f, %.0f) does not fit the file or its shape "
+                   "(%" PRIu64 " bytes of data)",
+                   sh->path, name, a, b, sh->body_len);
         return -EINVAL;
     }
     t->data = sh->body + (uint64_t)a;
     t->len = bytes;
     t->rows = rows;
     t->cols = cols;
-    t->hf_rope_heads = role == FORMAT_ROLE_WQ ? s->cfg.n_heads
+    t->hf_rope_heads = role == FORMAT_ROLE_WQ   ? s->cfg.n_heads
                        : role == FORMAT_ROLE_WK ? s->cfg.n_kv_heads
                                                 : 0;
     return 0;
@@ -251,6 +262,8 @@ static int cfg_u32(cJSON *cfg, const char *key, uint32_t *out, int required, con
                    struct sl_err *err)
 {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0) /* eos_token_id: [a, b]: the first */
+        v = cJSON_GetArrayItem(v, 0);
     if (!v || cJSON_IsNull(v)) {
         if (required) {
             sl_err_set(err, "%s: config.json lacks '%s'", path, key);
@@ -304,10 +317,28 @@ int qi_open_safetensors(const char *path, const struct quantizer_import_opts *o,
         cJSON_Delete(cfg);
         goto fail;
     }
+    cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
+    if (archs && !cJSON_IsNull(archs)) {
+        int causal = 0;
+        cJSON *a;
+        cJSON_ArrayForEach(a, archs) causal |=
+            cJSON_IsString(a) && !strcmp(a->valuestring, "LlamaForCausalLM");
+        if (!causal) {
+            cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+            sl_err_set(err, "%s: architectures '%s' is not supported (only LlamaForCausalLM)",
+                       cpath, cJSON_IsString(a0) ? a0->valuestring : "(not a list of names)");
+            cJSON_Delete(cfg);
+            goto fail;
+        }
+    }
     struct format_config *c = &s->cfg;
-    *c = (struct format_config){.arch = FORMAT_ARCH_LLAMA, .rope_layout = FORMAT_ROPE_INTERLEAVED,
-                                .bos_id = 1, .eos_id = 2, .rope_theta = 10000.0f,
-                                .norm_eps = 1e-5f, .seq_len = 2048};
+    *c = (struct format_config){.arch = FORMAT_ARCH_LLAMA,
+                                .rope_layout = FORMAT_ROPE_INTERLEAVED,
+                                .bos_id = 1,
+                                .eos_id = 2,
+                                .rope_theta = 10000.0f,
+                                .norm_eps = 1e-5f,
+                                .seq_len = 2048};
     if (cfg_u32(cfg, "hidden_size", &c->dim, 1, cpath, err) ||
         cfg_u32(cfg, "intermediate_size", &c->hidden_dim, 1, cpath, err) ||
         cfg_u32(cfg, "num_hidden_layers", &c->n_layers, 1, cpath, err) ||
@@ -331,8 +362,10 @@ int qi_open_safetensors(const char *path, const struct quantizer_import_opts *o,
         goto fail;
     }
     if (hd != c->head_dim) {
-        sl_err_set(err, "%s: head_dim %u differs from hidden_size / num_attention_heads = %u "
-                        "(not supported)", cpath, hd, c->head_dim);
+        sl_err_set(err,
+                   "%s: head_dim %u differs from hidden_size / num_attention_heads = %u "
+                   "(not supported)",
+                   cpath, hd, c->head_dim);
         cJSON_Delete(cfg);
         goto fail;
     }
@@ -345,6 +378,18 @@ int qi_open_safetensors(const char *path, const struct quantizer_import_opts *o,
     v = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
     if (v && !cJSON_IsNull(v)) {
         sl_err_set(err, "%s: rope_scaling is not supported", cpath);
+        cJSON_Delete(cfg);
+        goto fail;
+    }
+    v = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "silu") != 0) {
+        sl_err_set(err, "%s: hidden_act '%s' is not supported (only silu)", cpath, v->valuestring);
+        cJSON_Delete(cfg);
+        goto fail;
+    }
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "attention_bias")) ||
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "mlp_bias"))) {
+        sl_err_set(err, "%s: attention or MLP biases are not supported", cpath);
         cJSON_Delete(cfg);
         goto fail;
     }
@@ -376,11 +421,11 @@ int qi_open_safetensors(const char *path, const struct quantizer_import_opts *o,
     ret = -EINVAL;
     cJSON *e;
     int has_head = find(m, "lm_head.weight", &sh, &e, err);
-    if (has_head < 0 && has_head != -ENOENT) {
+    if (has_head < 0) {
         ret = has_head;
         goto fail;
     }
-    c->tied_embedding = has_head == -ENOENT;
+    c->tied_embedding = has_head == 1;
     if (tie_flag == 0 && c->tied_embedding) {
         sl_err_set(err, "%s: tie_word_embeddings is false but there is no lm_head.weight", m->dir);
         goto fail;

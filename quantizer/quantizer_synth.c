@@ -9,10 +9,10 @@
  * - heavy tails: each weight is a near-Gaussian draw, and 1 in 64 is scaled
  *   by 4 (a scale mixture with excess kurtosis);
  * - a few "massive activation" channels: 0.2% of the model width (at least
- *   2) carry norm weights of 6..14, so the inputs of Q/K/V and gate/up have
- *   outlier channels, as SmoothQuant and EdgeFlow's smoothing expect; the
- *   weight columns reading those channels are shrunk by the same factor, which
- *   keeps the products (and the model) numerically tame;
+ *   2) carry norm weights of 6..14, so the inputs of Q/K/V, gate/up and the
+ *   classifier have outlier channels, as SmoothQuant and EdgeFlow's smoothing
+ *   expect; the weight columns reading those channels are shrunk by the same
+ *   factor, which keeps the products (and the model) numerically tame;
  * - weights scaled by 1/sqrt(fan-in), the output projections (wo, down) by a
  *   further 1/sqrt(2 L) as in GPT-2-style initialization, so the residual
  *   stream stays bounded through the layers.
@@ -28,26 +28,70 @@
 #include "quantizer_import_internal.h"
 
 static const struct quantizer_synth_shape shapes[] = {
-    {"tiny", "2 layers, dim 128, GQA 4/2 heads, vocab 512 (for tests, ~0.9 MB)",
-     {.arch = FORMAT_ARCH_LLAMA, .dim = 128, .hidden_dim = 352, .n_layers = 2, .n_heads = 4,
-      .n_kv_heads = 2, .head_dim = 32, .vocab_size = 512, .seq_len = 512,
-      .rope_layout = FORMAT_ROPE_INTERLEAVED, .bos_id = 1, .eos_id = 2, .rope_theta = 10000.0f,
+    {"tiny",
+     "2 layers, dim 128, GQA 4/2 heads, vocab 512 (for tests, ~0.9 MB)",
+     {.arch = FORMAT_ARCH_LLAMA,
+      .dim = 128,
+      .hidden_dim = 352,
+      .n_layers = 2,
+      .n_heads = 4,
+      .n_kv_heads = 2,
+      .head_dim = 32,
+      .vocab_size = 512,
+      .seq_len = 512,
+      .rope_layout = FORMAT_ROPE_INTERLEAVED,
+      .bos_id = 1,
+      .eos_id = 2,
+      .rope_theta = 10000.0f,
       .norm_eps = 1e-5f}},
-    {"small", "8 layers, dim 512, GQA 8/2 heads, vocab 4096 (~70 MB)",
-     {.arch = FORMAT_ARCH_LLAMA, .dim = 512, .hidden_dim = 1408, .n_layers = 8, .n_heads = 8,
-      .n_kv_heads = 2, .head_dim = 64, .vocab_size = 4096, .seq_len = 1024,
-      .rope_layout = FORMAT_ROPE_INTERLEAVED, .bos_id = 1, .eos_id = 2, .rope_theta = 10000.0f,
+    {"small",
+     "8 layers, dim 512, GQA 8/2 heads, vocab 4096 (~70 MB)",
+     {.arch = FORMAT_ARCH_LLAMA,
+      .dim = 512,
+      .hidden_dim = 1408,
+      .n_layers = 8,
+      .n_heads = 8,
+      .n_kv_heads = 2,
+      .head_dim = 64,
+      .vocab_size = 4096,
+      .seq_len = 1024,
+      .rope_layout = FORMAT_ROPE_INTERLEAVED,
+      .bos_id = 1,
+      .eos_id = 2,
+      .rope_theta = 10000.0f,
       .norm_eps = 1e-5f}},
-    {"tinyllama-1.1b", "TinyLlama-1.1B: 22 layers, dim 2048, ffn 5632, GQA 32/4, vocab 32000",
-     {.arch = FORMAT_ARCH_LLAMA, .dim = 2048, .hidden_dim = 5632, .n_layers = 22, .n_heads = 32,
-      .n_kv_heads = 4, .head_dim = 64, .vocab_size = 32000, .seq_len = 2048,
-      .rope_layout = FORMAT_ROPE_INTERLEAVED, .bos_id = 1, .eos_id = 2, .rope_theta = 10000.0f,
+    {"tinyllama-1.1b",
+     "TinyLlama-1.1B: 22 layers, dim 2048, ffn 5632, GQA 32/4, vocab 32000",
+     {.arch = FORMAT_ARCH_LLAMA,
+      .dim = 2048,
+      .hidden_dim = 5632,
+      .n_layers = 22,
+      .n_heads = 32,
+      .n_kv_heads = 4,
+      .head_dim = 64,
+      .vocab_size = 32000,
+      .seq_len = 2048,
+      .rope_layout = FORMAT_ROPE_INTERLEAVED,
+      .bos_id = 1,
+      .eos_id = 2,
+      .rope_theta = 10000.0f,
       .norm_eps = 1e-5f}},
-    {"llama3-8b", "Llama-3-8B: 32 layers, dim 4096, ffn 14336, GQA 32/8, vocab 128256",
-     {.arch = FORMAT_ARCH_LLAMA, .dim = 4096, .hidden_dim = 14336, .n_layers = 32, .n_heads = 32,
-      .n_kv_heads = 8, .head_dim = 128, .vocab_size = 128256, .seq_len = 8192,
-      .rope_layout = FORMAT_ROPE_INTERLEAVED, .bos_id = 1, .eos_id = 2,
-      .rope_theta = 500000.0f, .norm_eps = 1e-5f}},
+    {"llama3-8b",
+     "Llama-3-8B: 32 layers, dim 4096, ffn 14336, GQA 32/8, vocab 128256",
+     {.arch = FORMAT_ARCH_LLAMA,
+      .dim = 4096,
+      .hidden_dim = 14336,
+      .n_layers = 32,
+      .n_heads = 32,
+      .n_kv_heads = 8,
+      .head_dim = 128,
+      .vocab_size = 128256,
+      .seq_len = 8192,
+      .rope_layout = FORMAT_ROPE_INTERLEAVED,
+      .bos_id = 1,
+      .eos_id = 2,
+      .rope_theta = 500000.0f,
+      .norm_eps = 1e-5f}},
 };
 
 const struct quantizer_synth_shape *quantizer_synth_shapes(size_t *n)
@@ -77,7 +121,10 @@ static void rng_seed(struct rng *r, uint64_t a, uint64_t b, uint64_t c)
         r->s[i] = x = mix64(x + 0x9e3779b97f4a7c15ull);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
 
 static uint64_t rng_next(struct rng *r) /* xoshiro256** */
 {
@@ -119,8 +166,8 @@ struct synth {
     const struct format_config *cfg;
     uint64_t seed;
     uint32_t n_outliers;
-    uint32_t *outlier_ch;      /* the massive-activation channels of the model width */
-    float *outlier_gain;       /* their norm weights */
+    uint32_t *outlier_ch; /* the massive-activation channels of the model width */
+    float *outlier_gain;  /* their norm weights */
 };
 
 /* Gain of input channel c of a weight reading the normed residual stream. */
@@ -148,9 +195,9 @@ static void gen_tensor(const struct synth *s, int layer, uint32_t role, uint64_t
         struct rng r;
         rng_seed(&r, s->seed, tid, 0);
         for (uint64_t i = 0; i < rows; i++) {
-            float w = 1.0f + 0.1f * (float)normal(&r);
-            if (role != FORMAT_ROLE_OUT_NORM)
-                w *= outlier_gain(s, (uint32_t)i);
+            /* every norm, the final one too: the classifier reads the same
+             * outlier channels (its columns are shrunk to match) */
+            float w = (1.0f + 0.1f * (float)normal(&r)) * outlier_gain(s, (uint32_t)i);
             out[i] = sl_f32_to_f16(w);
         }
         return;
@@ -207,27 +254,27 @@ static int synth_vocab(const struct synth *s, struct quantizer_vocab *v, struct 
     v->tok.n_tokens = n;
     uint32_t k = 0;
     char buf[16];
-#define ADD(str, len, score)                                                                 \
-    do {                                                                                     \
-        uint64_t h_ = hash_bytes(str, len) | 1;                                              \
-        size_t slot_ = h_ & (cap - 1);                                                       \
-        int dup_ = 0;                                                                        \
-        while (set[slot_]) {                                                                 \
-            if (set[slot_] == h_) {                                                          \
-                dup_ = 1;                                                                    \
-                break;                                                                       \
-            }                                                                                \
-            slot_ = (slot_ + 1) & (cap - 1);                                                 \
-        }                                                                                    \
-        if (!dup_ && k < n) {                                                                \
-            set[slot_] = h_;                                                                 \
-            v->strs[k] = malloc((len) + 1);                                                  \
-            memcpy(v->strs[k], str, len);                                                    \
-            v->strs[k][len] = 0;                                                             \
-            v->lens[k] = (uint32_t)(len);                                                    \
-            v->scores[k] = (score);                                                          \
-            k++;                                                                             \
-        }                                                                                    \
+#define ADD(str, len, score)                                                                       \
+    do {                                                                                           \
+        uint64_t h_ = hash_bytes(str, len) | 1;                                                    \
+        size_t slot_ = h_ & (cap - 1);                                                             \
+        int dup_ = 0;                                                                              \
+        while (set[slot_]) {                                                                       \
+            if (set[slot_] == h_) {                                                                \
+                dup_ = 1;                                                                          \
+                break;                                                                             \
+            }                                                                                      \
+            slot_ = (slot_ + 1) & (cap - 1);                                                       \
+        }                                                                                          \
+        if (!dup_ && k < n) {                                                                      \
+            set[slot_] = h_;                                                                       \
+            v->strs[k] = malloc((len) + 1);                                                        \
+            memcpy(v->strs[k], str, len);                                                          \
+            v->strs[k][len] = 0;                                                                   \
+            v->lens[k] = (uint32_t)(len);                                                          \
+            v->scores[k] = (score);                                                                \
+            k++;                                                                                   \
+        }                                                                                          \
     } while (0)
     ADD("<unk>", 5, 0.0f);
     ADD("<s>", 3, 0.0f);
@@ -362,8 +409,11 @@ int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
         gen_tensor(&s, layer, role, shp[0], cols, buf);
         char name[FORMAT_NAME_MAX];
         qi_tensor_name(layer, role, name, sizeof name);
-        struct format_tensor_desc d = {.name = name, .layer = layer, .role = role,
-                                       .encoding = FORMAT_ENC_F16, .n_dims = nd,
+        struct format_tensor_desc d = {.name = name,
+                                       .layer = layer,
+                                       .role = role,
+                                       .encoding = FORMAT_ENC_F16,
+                                       .n_dims = nd,
                                        .shape = {shp[0], nd == 2 ? shp[1] : 0}};
         ret = format_writer_add_tensor(w, &d, buf, shp[0] * cols * 2, err);
         if (ret < 0)

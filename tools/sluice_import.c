@@ -41,8 +41,10 @@ int cmd_import(int argc, char **argv)
             }
         } else if (!strcmp(a, "--dtype") && i + 1 < argc) {
             const char *d = argv[++i];
-            o.dtype = !strcmp(d, "f32") ? FORMAT_ENC_F32 : !strcmp(d, "f16") ? FORMAT_ENC_F16
-                      : !strcmp(d, "bf16") ? FORMAT_ENC_BF16 : -2;
+            o.dtype = !strcmp(d, "f32")    ? FORMAT_ENC_F32
+                      : !strcmp(d, "f16")  ? FORMAT_ENC_F16
+                      : !strcmp(d, "bf16") ? FORMAT_ENC_BF16
+                                           : -2;
             if (o.dtype == -2) {
                 fprintf(stderr, "sluice import: --dtype must be f32, f16 or bf16\n");
                 return 2;
