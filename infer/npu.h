@@ -1,15 +1,53 @@
-/* npu.h: the emulated NPU's int8 math (internal to the infer module).
+/* npu.h: the emulated NPU (internal to the infer module: the runtime's int8
+ * linear, the cold-start pipeline's scheduler).
  *
- * Weights are prepared once (npu_weights_create) into the layout the GEMM
- * kernels want, with the per-channel correction vpdpbusd needs; activations
- * are quantized per tensor; y = act_scale * scale[r] * acc (in that order,
- * so every kernel gives identical floats).
+ * Two layers:
  *
- *   struct npu_weights *w;
- *   npu_weights_create(q, scale, rows, cols, &w);
- *   float s = npu_act_scale_dynamic(x, m * cols);
- *   npu_quantize_act(x, m * cols, s, xq);
- *   npu_linear_s8(w, xq, m, s, y);           // y[m][rows]
+ * 1. int8 math on the calling thread. Weights are prepared once
+ *    (npu_weights_create, or npu_weights_alloc + npu_weights_fill as rows are
+ *    unpacked) into the layout the GEMM kernels want, with the
+ *    per-channel correction vpdpbusd needs; activations are quantized per
+ *    tensor; y = (act_scale * scale[r]) * (float)acc, in that order, so every
+ *    kernel and every path (linear, device, stolen job) gives identical floats.
+ *
+ *      struct npu_weights *w;
+ *      npu_weights_create(q, scale, rows, cols, &w);
+ *      float s = npu_act_scale_dynamic(x, m * cols);
+ *      npu_quantize_act(x, m * cols, s, xq);
+ *      npu_linear_s8(w, xq, m, s, y);           // y[m][rows]
+ *
+ * 2. The device (EdgeFlow 4.3, llm.npu 3.2): an object with its own worker
+ *    thread that executes only prebuilt static graphs, each an int8 x int8 ->
+ *    int32 matmul of a fixed shape (m chunk rows, k inputs, n outputs) with a
+ *    per-tensor activation scale and per-output-channel weight scales,
+ *    dequantized to float. Anything else is refused (negative errno and an
+ *    sl_err sentence). Building a graph costs real work (validation, kernel
+ *    and register tiling chosen by timing the candidates on the shape, a
+ *    self-check against the scalar reference, staging buffers allocated and
+ *    touched) and happens once per shape; the graphs of the linear layers are
+ *    shared by every chunk of every prompt (chunk-sharing, llm.npu 3.2), so a
+ *    prompt of any length runs on a handful of graphs. The last, shorter chunk
+ *    of a prompt runs on the same graph with job.rows < m: only its rows are
+ *    computed, unless the device was configured with pad_rows (then the zero
+ *    rows are computed too and discarded, as a static-shape NPU would).
+ *
+ *      struct npu_device *dev;
+ *      npu_device_create(&dev);
+ *      const struct npu_graph *g;
+ *      struct npu_graph_desc d = NPU_GRAPH_DESC_INT8(256, 2048, 2048);
+ *      npu_graph_build(dev, &d, &g, &err);                  // once per shape
+ *      struct npu_job job = {.graph = g, .w = w, .a_type = NPU_DTYPE_INT8,
+ *                            .xq = xq, .rows = 200, .act_scale = s, .y = y};
+ *      // rows 200 < m: the prompt's last chunk; r0 = r1 = 0: every channel
+ *      struct npu_ticket *t;
+ *      npu_device_submit(dev, &job, &t, &err);              // queued
+ *      int status = npu_ticket_wait(t);                     // 0 when done
+ *      npu_device_destroy(dev);
+ *
+ * Threads: everything here may be called from any thread. Weights and graphs
+ * are immutable once prepared/built and may be used by many threads at once
+ * (npu_weights_fill on disjoint 16-row-aligned ranges may run concurrently,
+ * and must finish before the weights are used).
  */
 #ifndef SLUICE_NPU_H
 #define SLUICE_NPU_H
@@ -18,117 +56,245 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "infer.h" /* enum npu_kernel, the raw GEMM API */
+
+/* ---- prepared weights and the quantized linear ---------------------------------- */
 
 struct npu_weights;
 
-/* Copies and prepares int8 codes q[rows][cols] (|q| <= 127) and per-row
- * scales. Returns 0, -EINVAL or -ENOMEM. */
+/* Copies and prepares int8 codes q[rows][cols] (row r = output channel r,
+ * codes in [-127, 127]) and per-row scales (weight = scale[r] * q[r][c]).
+ * Returns 0, -EINVAL (zero or too large a dimension, NULL pointers), -ERANGE
+ * (a code of -128) or -ENOMEM. The caller keeps q and scale. */
 int npu_weights_create(const int8_t *q, const float *scale, uint32_t rows, uint32_t cols,
                        struct npu_weights **out);
-void npu_weights_destroy(struct npu_weights *w);
+/* Incremental preparation, as a tensor is unpacked: allocate, then fill rows
+ * [r0, r0 + n) from q [n][cols] and scale [n] (pointers to the range's first
+ * row). r0 must be a multiple of 16 and r0 + n a multiple of 16 or rows, so
+ * concurrent fills of disjoint ranges never share a 16-channel block; every
+ * row must be filled before the weights are used. npu_weights_fill returns 0,
+ * -EINVAL (a bad range; nothing written) or -ERANGE (a code of -128: the
+ * weights must not be used). */
+int npu_weights_alloc(uint32_t rows, uint32_t cols, struct npu_weights **out);
+int npu_weights_fill(struct npu_weights *w, uint32_t r0, uint32_t n, const int8_t *q,
+                     const float *scale);
+void npu_weights_destroy(struct npu_weights *w); /* NULL is fine */
 uint32_t npu_weights_rows(const struct npu_weights *w);
 uint32_t npu_weights_cols(const struct npu_weights *w);
+/* Row r's codes (cols bytes, read back from the packed layout) and scale. */
+void npu_weights_row(const struct npu_weights *w, uint32_t r, int8_t *out);
+float npu_weights_scale(const struct npu_weights *w, uint32_t r);
+/* Bytes of memory the prepared weights hold. */
+size_t npu_weights_bytes(const struct npu_weights *w);
 
-/* xq[i] = clamp(rint(x[i] * (1/s)), -127, 127) (round to nearest even). A
- * non-positive or non-finite s quantizes everything to 0. */
+/* xq[i] = clamp(rint(x[i] / s), -127, 127) with rint rounding half to even
+ * (the default rounding mode; computed as rintf(x[i] * (1 / s))). A NaN x[i]
+ * gives 0, +-inf the clamp bound. An s that is not positive and finite (0,
+ * negative, NaN, inf) quantizes everything to 0. */
 void npu_quantize_act(const float *x, size_t n, float s, int8_t *xq);
 
-/* max|x| / 127, or 1 when x is all zero (never 0, never NaN for finite x). */
+/* max|x| / 127 over the finite elements, never below NPU_ACT_SCALE_MIN (so
+ * never 0 or NaN; 1 when nothing is finite or everything is 0). */
+#define NPU_ACT_SCALE_MIN 1e-30f
 float npu_act_scale_dynamic(const float *x, size_t n);
 
-/* y[i][r] = (act_scale * scale[r]) * acc[i][r] for r in [r0, r1), where
- * acc = sum_c xq[i][c] * q[r][c] (int32). ldy is y's row stride. */
+/* y[i * ldy + r] = (act_scale * scale[r]) * (float)acc[i][r] for rows i < m
+ * and output channels r in [r0, r1) only, acc[i][r] = sum_c xq[i][c] q[r][c]
+ * (int32, exact), xq [m][cols]. So a CPU worker and the NPU can split one
+ * matmul, and a layer's matmul can start on the channels already prepared.
+ * Uses the best kernel this CPU has (npu_kernel_best). */
 void npu_linear_s8_range(const struct npu_weights *w, const int8_t *xq, uint32_t m,
                          float act_scale, float *y, size_t ldy, uint32_t r0, uint32_t r1);
 
-/* All output rows, y[m][rows]. */
+/* All output channels: y[m][rows]. */
 void npu_linear_s8(const struct npu_weights *w, const int8_t *xq, uint32_t m, float act_scale,
                    float *y);
 
-/* Incremental preparation (as a layer is unpacked): allocate, then fill rows
- * [r0, r0 + n) from row-major codes, and set the scales. */
-int npu_weights_alloc(uint32_t rows, uint32_t cols, struct npu_weights **out);
-void npu_weights_fill(struct npu_weights *w, uint32_t r0, uint32_t n, const int8_t *q,
-                      const float *scale);
-/* Row r's codes (row-major, cols bytes) and scale. */
-void npu_weights_row(const struct npu_weights *w, uint32_t r, int8_t *out);
-float npu_weights_scale(const struct npu_weights *w, uint32_t r);
+/* ---- the device ------------------------------------------------------------------ */
 
-/* ---- the emulated NPU device (EdgeFlow 4.3, llm.npu 3.2) -------------------------
- *
- * A device with its own worker thread that executes only prebuilt static
- * graphs: an int8 x int8 -> int32 matmul of a fixed chunk shape (m rows, k
- * inputs, n outputs) with a per-tensor activation scale and per-output-channel
- * weight scales, dequantized to float. A graph is built once per shape (its
- * cost: validating the shape, choosing the kernel and tiling, allocating and
- * touching its staging buffers, a warm-up run) and shared by every chunk and
- * every layer with that shape (chunk-sharing, llm.npu 3.2). A job may fill
- * fewer than m rows (the last chunk of a prompt): the static graph is sized
- * for m, and rows past the job's count are not computed. Anything else (no
- * graph, a shape mismatch, rows > m, an output range outside n) is refused.
- *
- * Jobs come from a source function (the pipeline's NPU queue) or from the
- * device's own FIFO (npu_device_submit). npu_job_execute runs a validated job
- * on the calling thread with the same code: a CPU worker stealing NPU work
- * gets bit-identical results. */
-
-struct npu_graph {
-    uint32_t m, k, n;
-    int kernel;                /* enum npu_kernel chosen at build time */
-    uint64_t build_ns;         /* what building cost */
-    int32_t *staging;          /* m x n accumulators, touched at build time */
+enum npu_dtype {
+    NPU_DTYPE_INT8 = 0,
+    NPU_DTYPE_INT32,
+    NPU_DTYPE_F16,
+    NPU_DTYPE_BF16,
+    NPU_DTYPE_F32,
 };
+const char *npu_dtype_name(enum npu_dtype t);
 
-struct npu_job {
-    const struct npu_graph *graph;
-    const struct npu_weights *w;
-    const int8_t *xq;          /* [rows][k] */
-    uint32_t rows;             /* <= graph->m */
-    float act_scale;
-    float *y;                  /* y[i * ldy + r] for r in [r0, r1) */
-    size_t ldy;
-    uint32_t r0, r1;
-    /* filled by the executor */
-    int status;
-    int stolen;                /* 1 if a CPU worker ran it */
-    uint64_t t_start, t_end;
-    void *user;                /* the scheduler's */
+/* A static graph's shape and element types. The device builds only
+ * a_type = w_type = NPU_DTYPE_INT8 with y_type = NPU_DTYPE_F32. */
+struct npu_graph_desc {
+    uint32_t m;            /* chunk rows (the most rows one job may carry), 1..NPU_GRAPH_MAX_M */
+    uint32_t k;            /* input channels, 1..NPU_GRAPH_MAX_K */
+    uint32_t n;            /* output channels, 1..NPU_GRAPH_MAX_N */
+    enum npu_dtype a_type; /* activations */
+    enum npu_dtype w_type; /* weights */
+    enum npu_dtype y_type; /* output */
 };
+#define NPU_GRAPH_MAX_M 8192u
+#define NPU_GRAPH_MAX_K (1u << 17) /* 128 * 127 * k must fit an int32 (the correction) */
+#define NPU_GRAPH_MAX_N (1u << 20)
+#define NPU_GRAPH_DESC_INT8(m_, k_, n_)                                                       \
+    ((struct npu_graph_desc){.m = (m_), .k = (k_), .n = (n_), .a_type = NPU_DTYPE_INT8,       \
+                             .w_type = NPU_DTYPE_INT8, .y_type = NPU_DTYPE_F32})
+
+struct npu_device_config {
+    int kernel;          /* enum npu_kernel to use (one this CPU has), or -1: the best */
+    int tile;            /* register tiling index of that kernel, or -1: timed at build */
+    int pad_rows;        /* 1: a short job computes all m rows of its graph */
+    uint32_t max_graphs; /* graphs one device may hold (memory bound) */
+};
+/* kernel -1, tile -1, pad_rows 0, max_graphs 64. */
+void npu_device_config_init(struct npu_device_config *cfg);
 
 struct npu_device;
+struct npu_graph;
+struct npu_ticket;
 
-struct npu_device_stats {
-    uint64_t jobs, graphs_built;
-    uint64_t build_ns;         /* total graph building */
-    uint64_t busy_ns;          /* executing jobs on the device thread */
-    uint64_t start_ns;         /* when the worker started */
+/* Starts a device with the default configuration and its worker thread
+ * (which serves the FIFO of npu_device_submit until npu_device_start gives
+ * it a job source). Returns 0, -ENOMEM or a pthread error (negated). */
+int npu_device_create(struct npu_device **out);
+/* The same with a configuration (NULL: defaults). -EINVAL when it names a
+ * kernel this CPU lacks or a tiling the kernel does not have; err says why. */
+int npu_device_create_config(const struct npu_device_config *cfg, struct npu_device **out,
+                             struct sl_err *err);
+
+/* Stops the device: the job running finishes; jobs still queued are not run
+ * but completed with -ECANCELED (their callbacks run on this thread, their
+ * tickets wake up); then the worker is joined and the graphs freed. Tickets
+ * stay valid until waited on. A job source (npu_device_start) must have
+ * ended first (npu_device_join). No call may use dev or its graphs
+ * afterwards, and none may be in progress on another thread. NULL is fine. */
+void npu_device_destroy(struct npu_device *dev);
+
+/* The graph for desc: built now on the calling thread when the device has
+ * none of this shape, else the one built before (a cheap lookup; graphs are
+ * never rebuilt). The graph belongs to the device and lives until
+ * npu_device_destroy. Returns 0, -ENOTSUP (types other than int8 x int8 ->
+ * f32), -EINVAL (a dimension out of range), -ENOSPC (max_graphs reached),
+ * -ENOMEM, or -EIO (the kernel failed its self-check), with a sentence. */
+int npu_graph_build(struct npu_device *dev, const struct npu_graph_desc *desc,
+                    const struct npu_graph **out, struct sl_err *err);
+/* npu_graph_build of NPU_GRAPH_DESC_INT8(m, k, n). */
+int npu_device_graph(struct npu_device *dev, uint32_t m, uint32_t k, uint32_t n,
+                     const struct npu_graph **out, struct sl_err *err);
+/* The graph of this int8 shape if it was built, else NULL (never builds). */
+const struct npu_graph *npu_graph_find(struct npu_device *dev, uint32_t m, uint32_t k, uint32_t n);
+
+struct npu_graph_info {
+    struct npu_graph_desc desc;
+    enum npu_kernel kernel;
+    int tile;
+    const char *tile_name;  /* "6x64": rows x output channels per register tile */
+    uint64_t build_ns;      /* what building it cost, on the building thread */
+    size_t scratch_bytes;   /* staging npu_graph_run needs */
+};
+void npu_graph_info(const struct npu_graph *g, struct npu_graph_info *info);
+
+/* One matmul job: y[i * ldy + r] = (act_scale * scale[r]) * acc[i][r] for i <
+ * rows and r in [r0, r1). The memory xq, w and y point to must stay valid
+ * and untouched (y) until the job completes. Zero-initialize, then set the
+ * inputs. */
+struct npu_job {
+    const struct npu_graph *graph;
+    const struct npu_weights *w; /* prepared weights of shape [graph n][graph k] */
+    enum npu_dtype a_type;       /* element type of xq: must be NPU_DTYPE_INT8 (0) */
+    const int8_t *xq;            /* activations [rows][k], row stride k */
+    uint32_t rows;               /* 1..graph m (a prompt's last chunk may be shorter) */
+    uint32_t r0, r1;             /* output channels [r0, r1); r1 = 0: all (r0 must be 0) */
+    float act_scale;             /* positive and finite */
+    float *y;                    /* output, row stride ldy */
+    size_t ldy;                  /* 0: graph n */
+    /* npu_device_submit only: called once when the job has run (status 0)
+     * or was cancelled (-ECANCELED), on the device's worker, on the thread
+     * that destroys the device, or on the thread that stole it; job is the
+     * device's copy (status and times filled), valid during the call. May
+     * submit new jobs; must not destroy the device. NULL: none. */
+    void (*done)(struct npu_job *job);
+    void *user;                  /* the caller's */
+    /* filled by whoever runs the job */
+    int status;                  /* 0, or the negative errno it was refused with */
+    int stolen;                  /* 1 when it ran off the device's worker */
+    uint64_t t_start, t_end;     /* sl_now_ns() around the computation */
 };
 
-/* Creates a device (no thread yet: attach a source or submit). */
-int npu_device_create(struct npu_device **out);
-/* Stops the worker (after the job it is running), frees graphs. NULL ok. */
-void npu_device_destroy(struct npu_device *d);
+/* The checks the device applies to a job (against job->graph): 0, or -ENOENT
+ * (no graph), -EINVAL (missing or mismatched prepared weights, rows out of
+ * 1..m, a bad channel range or stride, missing buffers, a bad scale),
+ * -ENOTSUP (a non-int8 operand), with a sentence. */
+int npu_job_validate(const struct npu_job *job, struct sl_err *err);
 
-/* Looks up or builds the graph of shape (m, k, n). */
-int npu_device_graph(struct npu_device *d, uint32_t m, uint32_t k, uint32_t n,
-                     const struct npu_graph **out, struct sl_err *err);
+/* Checks the job and queues it on the device's FIFO. ticket: NULL, or where
+ * to put a ticket to wait on (then npu_ticket_wait must be called exactly
+ * once). Returns 0, or without queueing: the errors of npu_job_validate,
+ * -ENOENT for a graph of another device, -ESHUTDOWN (device stopping),
+ * -ENOMEM; err says which. */
+int npu_device_submit(struct npu_device *dev, const struct npu_job *job,
+                      struct npu_ticket **ticket, struct sl_err *err);
 
-/* -EINVAL with a reason unless the job fits its graph and weights. */
-int npu_job_validate(const struct npu_job *j, struct sl_err *err);
-/* Validates and runs the job on the calling thread; returns its status. */
-int npu_job_execute(struct npu_job *j);
+/* Waits for the job, frees the ticket, returns its status (0 or -ECANCELED). */
+int npu_ticket_wait(struct npu_ticket *t);
+/* 1 when the job has completed (npu_ticket_wait will not block), else 0. */
+int npu_ticket_done(struct npu_ticket *t);
 
-/* Starts the device thread on a job source: next() blocks for the next job
- * (NULL: stop), done() is told of each completion (status in the job). */
+/* Submit and wait: 0, the error of submit, or -ECANCELED. */
+int npu_device_run(struct npu_device *dev, const struct npu_job *job, struct sl_err *err);
+
+/* Waits until the FIFO is empty and the worker idle (callbacks included). */
+void npu_device_drain(struct npu_device *dev);
+
+/* Jobs queued on the FIFO and not started (a stealing threshold). */
+uint32_t npu_device_queued(struct npu_device *dev);
+
+/* Task stealing (EdgeFlow 4.3): takes the oldest queued job off the FIFO and
+ * runs it on the calling thread with the same code (bit-identical results),
+ * then calls its callback / wakes its ticket. Returns 1 if a job was run, 0
+ * if the FIFO was empty, -ENOMEM (the job is put back). */
+int npu_device_steal(struct npu_device *dev);
+
+/* Pull mode, for a scheduler that keeps its own NPU queue (priorities): the
+ * worker calls next(ctx) for each job (next may block; NULL ends the pull
+ * mode), validates and runs it, sets job->status, t_start, t_end, and calls
+ * done(ctx, job) (also for a refused job, with its negative status; the
+ * sentence comes from npu_job_validate). FIFO jobs submitted meanwhile run
+ * between pulled ones. -EBUSY when a source is already attached,
+ * -ESHUTDOWN when the device is stopping. */
 typedef struct npu_job *(*npu_source_fn)(void *ctx);
-typedef void (*npu_done_fn)(void *ctx, struct npu_job *j);
-int npu_device_start(struct npu_device *d, npu_source_fn next, npu_done_fn done, void *ctx);
-/* Waits for the device thread to return (after next() returned NULL). */
-void npu_device_join(struct npu_device *d);
+typedef void (*npu_done_fn)(void *ctx, struct npu_job *job);
+int npu_device_start(struct npu_device *dev, npu_source_fn next, npu_done_fn done, void *ctx);
+/* Waits until the pull mode has ended (next returned NULL, its last job done). */
+void npu_device_join(struct npu_device *dev);
 
-/* The device's own FIFO: submit and wait (starts the thread on first use). */
-int npu_device_run(struct npu_device *d, struct npu_job *j, struct sl_err *err);
+/* A job's computation on the calling thread (task stealing from a
+ * scheduler's own queue), without any device: checks the job as the device
+ * does, runs it with its graph's kernel and tiling (bit-identical to the
+ * device), sets status, stolen = 1, t_start, t_end; returns the status. The
+ * staging is allocated for the call; npu_graph_run takes the caller's. */
+int npu_job_execute(struct npu_job *job);
+/* The same with scratch: NULL (allocated for the call) or
+ * npu_graph_info().scratch_bytes bytes the caller owns (one per thread).
+ * job->done is not called; err gets the sentence of a refusal. */
+int npu_graph_run(const struct npu_graph *g, struct npu_job *job, void *scratch,
+                  struct sl_err *err);
 
-void npu_device_stats(const struct npu_device *d, struct npu_device_stats *out);
+struct npu_device_stats {
+    uint64_t start_ns;       /* sl_now_ns() at npu_device_create */
+    uint64_t uptime_ns;      /* since then */
+    uint64_t busy_ns;        /* the worker computing jobs (including the one now running) */
+    uint64_t idle_ns;        /* uptime - busy: the NPU's bubbles */
+    uint64_t jobs;           /* run on the device's worker (FIFO and pulled) */
+    uint64_t jobs_stolen;    /* taken off the FIFO by npu_device_steal */
+    uint64_t jobs_cancelled; /* dropped by destroy (counted before the callbacks run) */
+    uint64_t jobs_refused;   /* submissions and pulled jobs refused */
+    uint64_t ops;            /* 2 * rows * k * channels of the jobs run on the worker */
+    uint32_t queued;         /* FIFO now */
+    uint32_t max_queued;     /* FIFO high-water mark */
+    uint64_t graphs_built;
+    uint64_t build_ns;       /* all graph builds together */
+};
+/* A consistent snapshot. Bubble rate over a window: difference two snapshots,
+ * idle / (busy + idle). */
+void npu_device_stats(struct npu_device *dev, struct npu_device_stats *st);
 
 #endif

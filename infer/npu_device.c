@@ -1,282 +1,509 @@
-/* npu_device.c: the emulated NPU: a worker thread that executes validated
- * static-graph jobs (npu.h). Graphs are built once per shape and shared. */
+/* npu_device.c: the emulated NPU device (EdgeFlow 4.3): one worker thread
+ * draining a FIFO of checked jobs, each run on a prebuilt graph; a registry
+ * of graphs built once per shape (llm.npu 3.2); tickets; task stealing; busy
+ * and idle accounting for bubble rates. Contracts in npu.h.
+ *
+ * Locks: dev->mu guards the queue, the flags and the statistics; dev->gmu
+ * guards the graph registry (held while a graph builds, so each shape is
+ * built once). A ticket has its own lock so it outlives the device. Job
+ * callbacks run with no lock held. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
-#include "npu.h"
-#include "npu_gemm.h"
+#include "npu_internal.h"
 
-#define MAX_GRAPHS 64
-
-struct npu_device {
-    pthread_mutex_t lock;
+struct npu_ticket {
+    pthread_mutex_t mu;
     pthread_cond_t cv;
-    struct npu_graph *graphs[MAX_GRAPHS];
-    uint32_t n_graphs;
-    uint64_t build_ns;
-
-    pthread_t thread;
-    int running;
-    npu_source_fn next;
-    npu_done_fn done;
-    void *ctx;
-
-    /* the device's own FIFO (npu_device_run) */
-    struct npu_job *fifo[64];
-    uint32_t fifo_head, fifo_n;
-    int stop;
-
-    uint64_t jobs, busy_ns, start_ns;
+    int done;
+    int status;
 };
 
-int npu_device_create(struct npu_device **out)
+struct npu_node {
+    struct npu_node *next;
+    struct npu_job job;
+    struct npu_ticket *ticket; /* NULL: fire and forget */
+};
+
+struct npu_device {
+    struct npu_device_config cfg;
+    pthread_t thread;
+    int started;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work;  /* worker: a job arrived or stop */
+    pthread_cond_t cv_idle;  /* drain: queue empty and worker idle */
+    struct npu_node *head, *tail;
+    uint32_t queued, max_queued;
+    int running;             /* the worker is inside a job (callback included) */
+    int computing;           /* ... and inside its computation (busy since run_start) */
+    int stop;
+    int pulling;             /* a job source is attached (npu_device_start) */
+    npu_source_fn next;
+    npu_done_fn pull_done;
+    void *pull_ctx;
+    uint64_t t_create, run_start;
+    uint64_t busy_ns, jobs_done, jobs_stolen, jobs_cancelled, jobs_refused, ops;
+
+    pthread_mutex_t gmu;
+    struct npu_graph **graphs;
+    uint32_t ngraphs;
+    uint64_t graph_build_ns;
+};
+
+void npu_device_config_init(struct npu_device_config *cfg)
 {
-    struct npu_device *d = calloc(1, sizeof *d);
-    if (!d)
-        return -ENOMEM;
-    pthread_mutex_init(&d->lock, NULL);
-    pthread_cond_init(&d->cv, NULL);
-    *out = d;
-    return 0;
+    cfg->kernel = -1;
+    cfg->tile = -1;
+    cfg->pad_rows = 0;
+    cfg->max_graphs = 64;
 }
 
-/* Builds a graph: picks the kernel, allocates the staging accumulators and
- * touches them, and runs the shape once on zero data so the kernel's code
- * and tiles are warm (what a real NPU's graph compilation and first
- * dispatch cost; here it is real work, measured). */
-static int build_graph(uint32_t m, uint32_t k, uint32_t n, struct npu_graph **out)
+static uint64_t job_ops(const struct npu_graph *g, const struct npu_job *job)
 {
-    struct npu_graph *g = calloc(1, sizeof *g);
-    if (!g)
-        return -ENOMEM;
-    uint64_t t0 = sl_now_ns();
-    g->m = m;
-    g->k = k;
-    g->n = n;
-    g->kernel = npu_kernel_best();
-    g->staging = sl_alloc_aligned(sizeof(int32_t) * (size_t)m * n, 64);
-    int8_t *a = calloc((size_t)m, k);
-    int8_t *b = calloc(16, k);
-    struct npu_gemm_b *pb = NULL;
-    int ret = g->staging && a && b ? npu_gemm_b_create(b, 16, k, &pb) : -ENOMEM;
-    if (ret == 0) {
-        memset(g->staging, 0, sizeof(int32_t) * (size_t)m * n);
-        npu_gemm_s8_kernel((enum npu_kernel)g->kernel, pb, a, m, 0, 16, g->staging, n < 16 ? 16 : n);
-    }
-    npu_gemm_b_destroy(pb);
-    free(a);
-    free(b);
-    if (ret < 0) {
-        sl_free_aligned(g->staging);
-        free(g);
-        return ret;
-    }
-    g->build_ns = sl_now_ns() - t0;
-    *out = g;
-    return 0;
+    uint64_t rows = g->pad_rows ? g->desc.m : job->rows;
+    return 2 * rows * g->desc.k * (uint64_t)(npu_job_r1(g, job) - job->r0);
 }
 
-int npu_device_graph(struct npu_device *d, uint32_t m, uint32_t k, uint32_t n,
-                     const struct npu_graph **out, struct sl_err *err)
+/* Finishes a node with status: its callback, then its ticket (or frees it). */
+static void node_complete(struct npu_node *nd, int status)
 {
-    if (!m || !k || !n || m > 65536 || k > (1u << 20) || n > (1u << 24)) {
-        sl_err_set(err, "npu: no graph can have shape %u x %u x %u", m, k, n);
-        return -EINVAL;
+    nd->job.status = status;
+    if (nd->job.done)
+        nd->job.done(&nd->job);
+    struct npu_ticket *t = nd->ticket;
+    free(nd);
+    if (t) {
+        pthread_mutex_lock(&t->mu);
+        t->status = status;
+        t->done = 1;
+        pthread_cond_signal(&t->cv);
+        pthread_mutex_unlock(&t->mu);
     }
-    pthread_mutex_lock(&d->lock);
-    for (uint32_t i = 0; i < d->n_graphs; i++) {
-        struct npu_graph *g = d->graphs[i];
-        if (g->m == m && g->k == k && g->n == n) {
-            *out = g;
-            pthread_mutex_unlock(&d->lock);
-            return 0;
-        }
-    }
-    if (d->n_graphs == MAX_GRAPHS) {
-        pthread_mutex_unlock(&d->lock);
-        sl_err_set(err, "npu: graph memory full (%d graphs)", MAX_GRAPHS);
-        return -ENOSPC;
-    }
-    struct npu_graph *g;
-    int ret = build_graph(m, k, n, &g);
-    if (ret == 0) {
-        d->graphs[d->n_graphs++] = g;
-        d->build_ns += g->build_ns;
-        *out = g;
-    } else {
-        sl_err_set(err, "npu: cannot build a %u x %u x %u graph: out of memory", m, k, n);
-    }
-    pthread_mutex_unlock(&d->lock);
-    return ret;
 }
 
-int npu_job_validate(const struct npu_job *j, struct sl_err *err)
+/* Runs a job on the worker (lock not held): computation, accounting. */
+static void worker_exec(struct npu_device *d, struct npu_job *job)
 {
-    const struct npu_graph *g = j->graph;
-    if (!g) {
-        sl_err_set(err, "npu: refused: the job has no prebuilt graph");
-        return -EINVAL;
-    }
-    if (!j->w || !j->xq || !j->y) {
-        sl_err_set(err, "npu: refused: the job lacks int8 weights, int8 input or an output");
-        return -EINVAL;
-    }
-    if (npu_weights_cols(j->w) != g->k || npu_weights_rows(j->w) != g->n) {
-        sl_err_set(err, "npu: refused: weights %u x %u do not match the graph's %u x %u",
-                   npu_weights_rows(j->w), npu_weights_cols(j->w), g->n, g->k);
-        return -EINVAL;
-    }
-    if (j->rows == 0 || j->rows > g->m) {
-        sl_err_set(err, "npu: refused: %u rows for a graph of %u", j->rows, g->m);
-        return -EINVAL;
-    }
-    if (j->r0 >= j->r1 || j->r1 > g->n) {
-        sl_err_set(err, "npu: refused: output range [%u, %u) outside [0, %u)", j->r0, j->r1, g->n);
-        return -EINVAL;
-    }
-    if (!(j->act_scale > 0)) {
-        sl_err_set(err, "npu: refused: activation scale %g (static per-tensor scales only)",
-                   (double)j->act_scale);
-        return -EINVAL;
-    }
-    return 0;
+    const struct npu_graph *g = job->graph;
+    pthread_mutex_lock(&d->mu);
+    d->running = 1;
+    d->computing = 1;
+    d->run_start = sl_now_ns();
+    pthread_mutex_unlock(&d->mu);
+    job->stolen = 0;
+    npu_graph_exec(g, job, g->stage); /* only this thread uses g->stage */
+    uint64_t t1 = sl_now_ns(), ops = job_ops(g, job);
+    pthread_mutex_lock(&d->mu);
+    d->busy_ns += t1 - d->run_start;
+    d->computing = 0;
+    d->jobs_done++;
+    d->ops += ops;
+    pthread_mutex_unlock(&d->mu);
 }
 
-int npu_job_execute(struct npu_job *j)
-{
-    int ret = npu_job_validate(j, NULL);
-    j->t_start = sl_now_ns();
-    if (ret == 0)
-        npu_linear_s8_range(j->w, j->xq, j->rows, j->act_scale, j->y, j->ldy, j->r0, j->r1);
-    j->t_end = sl_now_ns();
-    j->status = ret;
-    return ret;
-}
-
-static void *worker(void *arg)
+static void *worker_main(void *arg)
 {
     struct npu_device *d = arg;
+    pthread_mutex_lock(&d->mu);
     for (;;) {
-        struct npu_job *j = d->next(d->ctx);
-        if (!j)
-            break;
-        npu_job_execute(j);
-        j->stolen = 0;
-        pthread_mutex_lock(&d->lock);
-        d->jobs++;
-        d->busy_ns += j->t_end - j->t_start;
-        pthread_mutex_unlock(&d->lock);
-        d->done(d->ctx, j);
+        while (!d->head && !d->stop && !d->pulling)
+            pthread_cond_wait(&d->cv_work, &d->mu);
+        if (d->stop)
+            break; /* what is still queued is cancelled by destroy */
+        if (d->head) { /* the FIFO first */
+            struct npu_node *nd = d->head;
+            d->head = nd->next;
+            if (!d->head)
+                d->tail = NULL;
+            d->queued--;
+            pthread_mutex_unlock(&d->mu);
+            worker_exec(d, &nd->job);
+            node_complete(nd, 0);
+        } else { /* pull mode */
+            npu_source_fn next = d->next;
+            npu_done_fn done = d->pull_done;
+            void *ctx = d->pull_ctx;
+            pthread_mutex_unlock(&d->mu);
+            struct npu_job *job = next(ctx);
+            if (!job) {
+                pthread_mutex_lock(&d->mu);
+                d->pulling = 0;
+                pthread_cond_broadcast(&d->cv_idle);
+                continue;
+            }
+            job->status = npu_job_validate(job, NULL);
+            if (job->status == 0 && job->graph->dev != d)
+                job->status = -ENOENT;
+            if (job->status == 0) {
+                worker_exec(d, job);
+            } else {
+                pthread_mutex_lock(&d->mu);
+                d->jobs_refused++;
+                pthread_mutex_unlock(&d->mu);
+            }
+            done(ctx, job);
+        }
+        pthread_mutex_lock(&d->mu);
+        d->running = 0;
+        pthread_cond_broadcast(&d->cv_idle);
     }
+    d->running = 0;
+    pthread_cond_broadcast(&d->cv_idle);
+    pthread_mutex_unlock(&d->mu);
     return NULL;
 }
 
-int npu_device_start(struct npu_device *d, npu_source_fn next, npu_done_fn done, void *ctx)
+int npu_device_create(struct npu_device **out)
 {
-    if (d->running)
-        return -EBUSY;
-    d->next = next;
-    d->done = done;
-    d->ctx = ctx;
-    d->start_ns = sl_now_ns();
-    if (pthread_create(&d->thread, NULL, worker, d) != 0)
-        return -EAGAIN;
-    d->running = 1;
+    return npu_device_create_config(NULL, out, NULL);
+}
+
+int npu_device_create_config(const struct npu_device_config *cfg, struct npu_device **out,
+                             struct sl_err *err)
+{
+    *out = NULL;
+    struct npu_device_config c;
+    if (cfg)
+        c = *cfg;
+    else
+        npu_device_config_init(&c);
+    if (c.kernel >= 0 && (c.kernel >= NPU_KERNEL_COUNT ||
+                          !npu_kernel_available((enum npu_kernel)c.kernel))) {
+        sl_err_set(err, "npu: kernel %s is not available on this CPU",
+                   npu_kernel_name((enum npu_kernel)c.kernel));
+        return -EINVAL;
+    }
+    const struct npu_kernel_ops *ops =
+        npu_kernel_ops(c.kernel >= 0 ? (enum npu_kernel)c.kernel : npu_kernel_best());
+    if (c.tile >= ops->tiles) {
+        sl_err_set(err, "npu: the kernel has %d register tilings, not %d", ops->tiles,
+                   c.tile + 1);
+        return -EINVAL;
+    }
+    if (c.max_graphs == 0)
+        c.max_graphs = 64;
+    struct npu_device *d = calloc(1, sizeof *d);
+    if (!d) {
+        sl_err_set(err, "npu: out of memory for the device");
+        return -ENOMEM;
+    }
+    d->cfg = c;
+    d->graphs = calloc(c.max_graphs, sizeof *d->graphs);
+    if (!d->graphs) {
+        free(d);
+        sl_err_set(err, "npu: out of memory for the device");
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_mutex_init(&d->gmu, NULL);
+    pthread_cond_init(&d->cv_work, NULL);
+    pthread_cond_init(&d->cv_idle, NULL);
+    d->t_create = sl_now_ns();
+    int ret = pthread_create(&d->thread, NULL, worker_main, d);
+    if (ret != 0) {
+        sl_err_set(err, "npu: cannot start the device thread: %s", strerror(ret));
+        npu_device_destroy(d);
+        return -ret;
+    }
+    d->started = 1;
+    *out = d;
     return 0;
-}
-
-void npu_device_join(struct npu_device *d)
-{
-    if (d->running) {
-        pthread_join(d->thread, NULL);
-        d->running = 0;
-    }
-}
-
-/* ---- the device's own FIFO ------------------------------------------------------- */
-
-static struct npu_job *fifo_next(void *ctx)
-{
-    struct npu_device *d = ctx;
-    pthread_mutex_lock(&d->lock);
-    while (!d->fifo_n && !d->stop)
-        pthread_cond_wait(&d->cv, &d->lock);
-    struct npu_job *j = NULL;
-    if (d->fifo_n) {
-        j = d->fifo[d->fifo_head];
-        d->fifo_head = (d->fifo_head + 1) % 64;
-        d->fifo_n--;
-    }
-    pthread_mutex_unlock(&d->lock);
-    return j;
-}
-
-static void fifo_done(void *ctx, struct npu_job *j)
-{
-    struct npu_device *d = ctx;
-    pthread_mutex_lock(&d->lock);
-    j->user = (void *)1; /* completion flag for npu_device_run */
-    pthread_cond_broadcast(&d->cv);
-    pthread_mutex_unlock(&d->lock);
-}
-
-int npu_device_run(struct npu_device *d, struct npu_job *j, struct sl_err *err)
-{
-    int ret = npu_job_validate(j, err);
-    if (ret < 0)
-        return ret;
-    if (!d->running && (ret = npu_device_start(d, fifo_next, fifo_done, d)) < 0) {
-        sl_err_set(err, "npu: cannot start the device thread");
-        return ret;
-    }
-    if (d->next != fifo_next) {
-        sl_err_set(err, "npu: the device is attached to a scheduler");
-        return -EBUSY;
-    }
-    pthread_mutex_lock(&d->lock);
-    while (d->fifo_n == 64)
-        pthread_cond_wait(&d->cv, &d->lock);
-    j->user = NULL;
-    d->fifo[(d->fifo_head + d->fifo_n) % 64] = j;
-    d->fifo_n++;
-    pthread_cond_broadcast(&d->cv);
-    while (!j->user)
-        pthread_cond_wait(&d->cv, &d->lock);
-    pthread_mutex_unlock(&d->lock);
-    return j->status;
-}
-
-void npu_device_stats(const struct npu_device *d, struct npu_device_stats *o)
-{
-    struct npu_device *m = (struct npu_device *)d;
-    pthread_mutex_lock(&m->lock);
-    o->jobs = d->jobs;
-    o->graphs_built = d->n_graphs;
-    o->build_ns = d->build_ns;
-    o->busy_ns = d->busy_ns;
-    o->start_ns = d->start_ns;
-    pthread_mutex_unlock(&m->lock);
 }
 
 void npu_device_destroy(struct npu_device *d)
 {
     if (!d)
         return;
-    if (d->running && d->next == fifo_next) {
-        pthread_mutex_lock(&d->lock);
-        d->stop = 1;
-        pthread_cond_broadcast(&d->cv);
-        pthread_mutex_unlock(&d->lock);
+    pthread_mutex_lock(&d->mu);
+    d->stop = 1;
+    struct npu_node *pending = d->head;
+    uint32_t npending = d->queued;
+    d->head = d->tail = NULL;
+    d->queued = 0;
+    d->jobs_cancelled += npending;
+    pthread_cond_broadcast(&d->cv_work);
+    pthread_mutex_unlock(&d->mu);
+    if (d->started)
+        pthread_join(d->thread, NULL);
+    while (pending) {
+        struct npu_node *next = pending->next;
+        node_complete(pending, -ECANCELED);
+        pending = next;
     }
-    npu_device_join(d);
-    for (uint32_t i = 0; i < d->n_graphs; i++) {
-        sl_free_aligned(d->graphs[i]->staging);
-        free(d->graphs[i]);
-    }
-    pthread_mutex_destroy(&d->lock);
-    pthread_cond_destroy(&d->cv);
+    for (uint32_t i = 0; i < d->ngraphs; i++)
+        npu_graph_destroy(d->graphs[i]);
+    free(d->graphs);
+    pthread_cond_destroy(&d->cv_idle);
+    pthread_cond_destroy(&d->cv_work);
+    pthread_mutex_destroy(&d->gmu);
+    pthread_mutex_destroy(&d->mu);
     free(d);
+}
+
+static int desc_equal(const struct npu_graph_desc *a, const struct npu_graph_desc *b)
+{
+    return a->m == b->m && a->k == b->k && a->n == b->n && a->a_type == b->a_type &&
+           a->w_type == b->w_type && a->y_type == b->y_type;
+}
+
+int npu_graph_build(struct npu_device *d, const struct npu_graph_desc *desc,
+                    const struct npu_graph **out, struct sl_err *err)
+{
+    *out = NULL;
+    int ret = npu_graph_desc_check(desc, err);
+    if (ret < 0)
+        return ret;
+    pthread_mutex_lock(&d->gmu);
+    for (uint32_t i = 0; i < d->ngraphs; i++)
+        if (desc_equal(&d->graphs[i]->desc, desc)) {
+            *out = d->graphs[i];
+            pthread_mutex_unlock(&d->gmu);
+            return 0;
+        }
+    if (d->ngraphs == d->cfg.max_graphs) {
+        pthread_mutex_unlock(&d->gmu);
+        sl_err_set(err, "npu: no room for graph %ux%ux%u: the device holds %u graphs already",
+                   desc->m, desc->k, desc->n, d->cfg.max_graphs);
+        return -ENOSPC;
+    }
+    struct npu_graph *g;
+    ret = npu_graph_create(d, &d->cfg, desc, &g, err);
+    if (ret == 0) {
+        d->graphs[d->ngraphs++] = g;
+        *out = g;
+        pthread_mutex_lock(&d->mu);
+        d->graph_build_ns += g->build_ns;
+        pthread_mutex_unlock(&d->mu);
+    }
+    pthread_mutex_unlock(&d->gmu);
+    return ret;
+}
+
+int npu_device_graph(struct npu_device *d, uint32_t m, uint32_t k, uint32_t n,
+                     const struct npu_graph **out, struct sl_err *err)
+{
+    struct npu_graph_desc desc = NPU_GRAPH_DESC_INT8(m, k, n);
+    return npu_graph_build(d, &desc, out, err);
+}
+
+const struct npu_graph *npu_graph_find(struct npu_device *d, uint32_t m, uint32_t k, uint32_t n)
+{
+    struct npu_graph_desc want = NPU_GRAPH_DESC_INT8(m, k, n);
+    const struct npu_graph *g = NULL;
+    pthread_mutex_lock(&d->gmu);
+    for (uint32_t i = 0; i < d->ngraphs && !g; i++)
+        if (desc_equal(&d->graphs[i]->desc, &want))
+            g = d->graphs[i];
+    pthread_mutex_unlock(&d->gmu);
+    return g;
+}
+
+static void count_refused(struct npu_device *d)
+{
+    pthread_mutex_lock(&d->mu);
+    d->jobs_refused++;
+    pthread_mutex_unlock(&d->mu);
+}
+
+int npu_device_submit(struct npu_device *d, const struct npu_job *job,
+                      struct npu_ticket **ticket, struct sl_err *err)
+{
+    if (ticket)
+        *ticket = NULL;
+    int ret = npu_job_validate(job, err);
+    if (ret == 0 && job->graph->dev != d) {
+        sl_err_set(err, "npu: graph %ux%ux%u was built on another device, not this one",
+                   job->graph->desc.m, job->graph->desc.k, job->graph->desc.n);
+        ret = -ENOENT;
+    }
+    if (ret < 0) {
+        count_refused(d);
+        return ret;
+    }
+    struct npu_node *nd = calloc(1, sizeof *nd);
+    struct npu_ticket *t = ticket ? calloc(1, sizeof *t) : NULL;
+    if (!nd || (ticket && !t)) {
+        free(nd);
+        free(t);
+        sl_err_set(err, "npu: out of memory for a job");
+        return -ENOMEM;
+    }
+    if (t) {
+        pthread_mutex_init(&t->mu, NULL);
+        pthread_cond_init(&t->cv, NULL);
+    }
+    nd->job = *job;
+    nd->job.status = 0;
+    nd->job.stolen = 0;
+    nd->ticket = t;
+    pthread_mutex_lock(&d->mu);
+    if (d->stop) {
+        d->jobs_refused++;
+        pthread_mutex_unlock(&d->mu);
+        if (t) {
+            pthread_cond_destroy(&t->cv);
+            pthread_mutex_destroy(&t->mu);
+        }
+        free(t);
+        free(nd);
+        sl_err_set(err, "npu: the device is shutting down");
+        return -ESHUTDOWN;
+    }
+    if (d->tail)
+        d->tail->next = nd;
+    else
+        d->head = nd;
+    d->tail = nd;
+    if (++d->queued > d->max_queued)
+        d->max_queued = d->queued;
+    pthread_cond_signal(&d->cv_work);
+    pthread_mutex_unlock(&d->mu);
+    if (ticket)
+        *ticket = t;
+    return 0;
+}
+
+int npu_ticket_wait(struct npu_ticket *t)
+{
+    pthread_mutex_lock(&t->mu);
+    while (!t->done)
+        pthread_cond_wait(&t->cv, &t->mu);
+    int status = t->status;
+    pthread_mutex_unlock(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+    return status;
+}
+
+int npu_ticket_done(struct npu_ticket *t)
+{
+    pthread_mutex_lock(&t->mu);
+    int done = t->done;
+    pthread_mutex_unlock(&t->mu);
+    return done;
+}
+
+int npu_device_run(struct npu_device *d, const struct npu_job *job, struct sl_err *err)
+{
+    struct npu_ticket *t;
+    int ret = npu_device_submit(d, job, &t, err);
+    if (ret < 0)
+        return ret;
+    ret = npu_ticket_wait(t);
+    if (ret < 0)
+        sl_err_set(err, "npu: the job was cancelled (device stopped)");
+    return ret;
+}
+
+void npu_device_drain(struct npu_device *d)
+{
+    pthread_mutex_lock(&d->mu);
+    while ((d->head || d->running) && !d->stop)
+        pthread_cond_wait(&d->cv_idle, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+}
+
+uint32_t npu_device_queued(struct npu_device *d)
+{
+    pthread_mutex_lock(&d->mu);
+    uint32_t q = d->queued;
+    pthread_mutex_unlock(&d->mu);
+    return q;
+}
+
+int npu_device_steal(struct npu_device *d)
+{
+    pthread_mutex_lock(&d->mu);
+    struct npu_node *nd = d->head;
+    if (!nd || d->stop) {
+        pthread_mutex_unlock(&d->mu);
+        return 0;
+    }
+    d->head = nd->next;
+    if (!d->head)
+        d->tail = NULL;
+    d->queued--;
+    pthread_mutex_unlock(&d->mu);
+
+    const struct npu_graph *g = nd->job.graph;
+    uint8_t *stage = sl_alloc_aligned(g->scratch_bytes, 64);
+    if (!stage) { /* put it back where it was */
+        pthread_mutex_lock(&d->mu);
+        nd->next = d->head;
+        d->head = nd;
+        if (!d->tail)
+            d->tail = nd;
+        d->queued++;
+        pthread_cond_signal(&d->cv_work);
+        pthread_mutex_unlock(&d->mu);
+        return -ENOMEM;
+    }
+    nd->job.stolen = 1;
+    npu_graph_exec(g, &nd->job, stage);
+    sl_free_aligned(stage);
+    pthread_mutex_lock(&d->mu);
+    d->jobs_stolen++;
+    pthread_mutex_unlock(&d->mu);
+    node_complete(nd, 0);
+    /* a drain waiting for the queue to empty may now be satisfied */
+    pthread_mutex_lock(&d->mu);
+    if (!d->head && !d->running)
+        pthread_cond_broadcast(&d->cv_idle);
+    pthread_mutex_unlock(&d->mu);
+    return 1;
+}
+
+int npu_device_start(struct npu_device *d, npu_source_fn next, npu_done_fn done, void *ctx)
+{
+    if (!next || !done)
+        return -EINVAL;
+    pthread_mutex_lock(&d->mu);
+    int ret = d->stop ? -ESHUTDOWN : d->pulling ? -EBUSY : 0;
+    if (ret == 0) {
+        d->next = next;
+        d->pull_done = done;
+        d->pull_ctx = ctx;
+        d->pulling = 1;
+        pthread_cond_signal(&d->cv_work);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return ret;
+}
+
+void npu_device_join(struct npu_device *d)
+{
+    pthread_mutex_lock(&d->mu);
+    while (d->pulling && !d->stop)
+        pthread_cond_wait(&d->cv_idle, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void npu_device_stats(struct npu_device *d, struct npu_device_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    pthread_mutex_lock(&d->mu);
+    uint64_t now = sl_now_ns();
+    st->start_ns = d->t_create;
+    st->uptime_ns = now - d->t_create;
+    st->busy_ns = d->busy_ns + (d->computing ? now - d->run_start : 0);
+    if (st->busy_ns > st->uptime_ns)
+        st->busy_ns = st->uptime_ns;
+    st->idle_ns = st->uptime_ns - st->busy_ns;
+    st->jobs = d->jobs_done;
+    st->jobs_stolen = d->jobs_stolen;
+    st->jobs_cancelled = d->jobs_cancelled;
+    st->jobs_refused = d->jobs_refused;
+    st->ops = d->ops;
+    st->queued = d->queued;
+    st->max_queued = d->max_queued;
+    st->build_ns = d->graph_build_ns;
+    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_lock(&d->gmu);
+    st->graphs_built = d->ngraphs;
+    pthread_mutex_unlock(&d->gmu);
 }

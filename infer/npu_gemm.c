@@ -48,8 +48,29 @@ enum npu_kernel npu_kernel_best(void)
     return NPU_KERNEL_SCALAR;
 }
 
+const struct npu_kernel_ops *npu_kernel_ops(enum npu_kernel k)
+{
+    if (!npu_kernel_available(k))
+        return &npu_ops_scalar;
+    switch (k) {
+#if SLUICE_KERNELS_X86
+    case NPU_KERNEL_AVX2:
+        return &npu_ops_avx2;
+    case NPU_KERNEL_AVX512VNNI:
+        return &npu_ops_avx512vnni;
+    case NPU_KERNEL_AVXVNNI:
+        return &npu_ops_avxvnni;
+#endif
+    default:
+        return &npu_ops_scalar;
+    }
+}
+
 int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out)
 {
+    *out = NULL;
+    if (n == 0 || k == 0 || k > UINT32_MAX - 3 || n > UINT32_MAX - 15)
+        return -EINVAL;
     struct npu_gemm_b *b = calloc(1, sizeof *b);
     if (!b)
         return -ENOMEM;
@@ -57,63 +78,81 @@ int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out)
     b->k = k;
     b->k4 = (k + 3) & ~3u;
     b->n16 = (n + 15) & ~15u;
-    b->rowsum = calloc(b->n16, sizeof(int32_t));
+    b->rowsum = sl_alloc_aligned(sizeof(int32_t) * b->n16, 64);
     b->packed = sl_alloc_aligned((size_t)b->n16 * b->k4, 64);
     if (!b->rowsum || !b->packed) {
         npu_gemm_b_destroy(b);
         return -ENOMEM;
     }
-    /* zero the padding of the last block and of each row's last k group */
-    if (b->n16 != n || b->k4 != k)
-        memset(b->packed, 0, (size_t)b->n16 * b->k4);
     *out = b;
     return 0;
 }
 
-/* Packed layout for the 16-channel VNNI tiles: for each block of 16 output
- * rows and each group of 4 k-values, 64 bytes [row 0: k0..k3] ... [row 15:
- * k0..k3]; zero beyond n and k. Row r of `src` is row r0 + r. A row's 4-byte
- * groups land 64 bytes apart: copied as 32-bit words. */
-void npu_gemm_b_fill(struct npu_gemm_b *b, uint32_t r0, uint32_t nrows, const int8_t *src)
+int npu_gemm_b_set_rows(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1)
 {
-    uint32_t kg = b->k / 4, kgroups = b->k4 / 4;
-    for (uint32_t i = 0; i < nrows; i++) {
-        uint32_t r = r0 + i;
-        const int8_t *row = src + (size_t)i * b->k;
-        int8_t *dst = b->packed + (size_t)(r / 16) * kgroups * 64 + (r % 16) * 4;
-        int32_t sum = 0;
-        for (uint32_t g = 0; g < kg; g++) {
-            uint32_t w;
-            memcpy(&w, row + 4 * g, 4);
-            memcpy(dst + (size_t)g * 64, &w, 4);
+    if (!src || r0 >= r1 || r1 > b->n || r0 % 16 || (r1 % 16 && r1 != b->n))
+        return -EINVAL;
+    /* Packed layout for the 16-channel tiles: for each block of 16 output
+     * rows and each group of 4 k-values, 64 bytes: [row 0: k0..k3][row 1:
+     * k0..k3]...[row 15: k0..k3]; zero beyond n and k. One pass per row: the
+     * 4-byte groups go to stride 64 within the block (k4 * 16 bytes, in L2),
+     * the row sum and the -128 check ride along. */
+    const size_t bstride = npu_gemm_b_block_bytes(b);
+    const uint32_t k = b->k, kf = k & ~3u;
+    const uint32_t rend = r1 == b->n ? b->n16 : r1;
+    int bad = 0;
+    for (uint32_t r = r0; r < rend; r++) {
+        int8_t *dst = b->packed + (size_t)(r / 16) * bstride + (r % 16) * 4;
+        if (r >= b->n) { /* padding rows of the last block */
+            for (uint32_t g = 0; g < b->k4 / 4; g++)
+                memset(dst + (size_t)g * 64, 0, 4);
+            b->rowsum[r] = 0;
+            continue;
         }
-        for (uint32_t c = 4 * kg; c < b->k; c++)
-            dst[(size_t)kg * 64 + (c - 4 * kg)] = row[c];
-        for (uint32_t c = 0; c < b->k; c++)
+        const int8_t *row = src + (size_t)(r - r0) * k;
+        int32_t sum = 0;
+        int8_t mn = 0;
+        for (uint32_t c = 0; c < k; c++) {
             sum += row[c];
+            mn = row[c] < mn ? row[c] : mn;
+        }
+        bad |= mn == INT8_MIN;
         b->rowsum[r] = sum;
+        for (uint32_t c = 0; c < kf; c += 4)
+            memcpy(dst + (size_t)(c / 4) * 64, row + c, 4);
+        if (kf < b->k4) {
+            int8_t t[4] = {0, 0, 0, 0};
+            memcpy(t, row + kf, k - kf);
+            memcpy(dst + (size_t)(kf / 4) * 64, t, 4);
+        }
     }
+    /* the AVX2 kernel negates weights: -128 has no int8 negation */
+    return bad ? -ERANGE : 0;
 }
 
 int npu_gemm_b_create(const int8_t *src, uint32_t n, uint32_t k, struct npu_gemm_b **out)
 {
-    int ret = npu_gemm_b_alloc(n, k, out);
-    if (ret == 0)
-        npu_gemm_b_fill(*out, 0, n, src);
-    return ret;
-}
-
-void npu_gemm_b_row(const struct npu_gemm_b *b, uint32_t r, int8_t *out)
-{
-    for (uint32_t c = 0; c < b->k; c++)
-        out[c] = npu_gemm_b_at(b, r, c);
+    struct npu_gemm_b *b;
+    int ret = src ? npu_gemm_b_alloc(n, k, &b) : -EINVAL;
+    if (ret < 0) {
+        *out = NULL;
+        return ret;
+    }
+    ret = npu_gemm_b_set_rows(b, src, 0, n);
+    if (ret < 0) {
+        npu_gemm_b_destroy(b);
+        *out = NULL;
+        return ret;
+    }
+    *out = b;
+    return 0;
 }
 
 void npu_gemm_b_destroy(struct npu_gemm_b *b)
 {
     if (!b)
         return;
-    free(b->rowsum);
+    sl_free_aligned(b->rowsum);
     sl_free_aligned(b->packed);
     free(b);
 }
@@ -121,32 +160,34 @@ void npu_gemm_b_destroy(struct npu_gemm_b *b)
 void npu_gemm_s8_kernel(enum npu_kernel kern, const struct npu_gemm_b *b, const int8_t *a,
                         uint32_t m, uint32_t r0, uint32_t r1, int32_t *c, size_t ldc)
 {
-    if (!npu_kernel_available(kern))
-        kern = NPU_KERNEL_SCALAR;
-    switch (kern) {
-#if SLUICE_KERNELS_X86
-    case NPU_KERNEL_AVX2:
-        npu_gemm_avx2(b, a, m, r0, r1, c, ldc);
+    if (m == 0 || r1 <= r0)
         return;
-    case NPU_KERNEL_AVX512VNNI:
-        npu_gemm_avx512vnni(b, a, m, r0, r1, c, ldc);
+    const struct npu_kernel_ops *ops = npu_kernel_ops(kern);
+    uint8_t *stage = sl_alloc_aligned(npu_gemm_prep_bytes(b->k4, m), 64);
+    struct npu_gemm_args g = {.b = b, .m = m, .r0 = r0, .r1 = r1, .c = c, .ldc = ldc};
+    if (!stage) {
+        /* no memory for the staging copy: one row at a time from the stack
+         * would still need k4 bytes; the scalar layout for one row is the
+         * row itself when k % 4 == 0, otherwise compute directly */
+        for (uint32_t i = 0; i < m; i++)
+            for (uint32_t r = r0; r < r1; r++) {
+                int32_t acc = 0;
+                for (uint32_t j = 0; j < b->k; j++)
+                    acc += (int32_t)a[(size_t)i * b->k + j] * npu_gemm_b_at(b, r, j);
+                c[(size_t)i * ldc + (r - r0)] = acc;
+            }
         return;
-    case NPU_KERNEL_AVXVNNI:
-        npu_gemm_avxvnni(b, a, m, r0, r1, c, ldc);
-        return;
-#endif
-    default:
-        npu_gemm_scalar(b, a, m, r0, r1, c, ldc);
     }
+    ops->prep(a, b->k, m, b->k, b->k4, 0, stage);
+    g.a = stage;
+    ops->gemm(&g);
+    sl_free_aligned(stage);
 }
 
 void npu_gemm_s8(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0,
                  uint32_t r1, int32_t *c, size_t ldc)
 {
-    static enum npu_kernel best = NPU_KERNEL_COUNT;
-    if (best == NPU_KERNEL_COUNT)
-        best = npu_kernel_best(); /* benign race: every thread computes the same value */
-    npu_gemm_s8_kernel(best, b, a, m, r0, r1, c, ldc);
+    npu_gemm_s8_kernel(npu_kernel_best(), b, a, m, r0, r1, c, ldc);
 }
 
 double npu_gemm_peak_gops(enum npu_kernel k, double seconds)

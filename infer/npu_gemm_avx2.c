@@ -1,135 +1,145 @@
-/* npu_gemm_avx2.c: int8 GEMM with AVX2, bit-exact with npu_gemm_scalar.c.
+/* npu_gemm_avx2.c: int8 GEMM with AVX2, bit-exact with npu_gemm_scalar.c
+ * (contract in npu_gemm_internal.h).
  *
  * vpmaddubsw multiplies unsigned by signed bytes and adds pairs into int16
  * with saturation. Feeding it a + 128 (up to 255) times weights of 127 would
  * saturate (2 x 255 x 127 > 32767), so the sign of a is moved onto b instead:
- * |a| * (b * sign(a)) with |a| <= 127 and |b| <= 127 keeps every pair sum
- * within 2 x 127 x 127 = 32258, exact in int16; vpmaddwd by ones widens the
- * pairs to int32. Weights use the same [n/16][k/4][16][4] layout as the VNNI
- * kernel: a 64-byte group is two ymm of 8 channels x 4 k. */
+ * |a| * (b * sign(a)). |a| <= 128 read as unsigned and |b| <= 127 (weights of
+ * -128 are refused when they are prepared: negating one would overflow) keep
+ * every pair sum within 2 x 128 x 127 = 32512, exact in int16; vpmaddwd by
+ * ones widens the pairs to int32. Weights use the [n/16][k/4][16][4] layout of
+ * the VNNI kernel: a 64-byte group is two ymm of 8 channels x 4 k. Register
+ * tile: 3 rows x 32 channels (12 accumulators). */
 #include <immintrin.h>
 #include <string.h>
 
-#include "common.h"
 #include "npu_gemm_internal.h"
 
-#define MR 3
+#define AI static inline __attribute__((always_inline))
+#define LR 3 /* rows per tile */
+#define NB 2 /* 16-channel blocks per tile */
 
-/* 8 channels starting at c0 of one row into C, inside [lo, hi). */
-static inline __attribute__((always_inline)) void store8(__m256i v, int32_t *crow, uint32_t c0,
-                                                         uint32_t lo, uint32_t hi)
+static const char *const tile_names[] = {"3x32"};
+
+/* Stage A unchanged (signed), k padded with zeros, LR-row interleave. */
+static void prep_avx2(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
+                      int tile, uint8_t *out)
 {
+    const size_t step = (size_t)LR * 4;
+    const uint32_t kf = k & ~3u;
+    for (uint32_t i = 0; i < m; i++) {
+        const uint8_t *src = (const uint8_t *)a + (size_t)i * lda_in;
+        uint8_t *dst = out + npu_gemm_a_off(i, 0, k4, LR);
+        for (uint32_t j = 0; j < kf; j += 4)
+            memcpy(dst + (size_t)(j / 4) * step, src + j, 4);
+        if (kf < k4) {
+            uint8_t t[4] = {0, 0, 0, 0};
+            memcpy(t, src + kf, k - kf);
+            memcpy(dst + (size_t)(kf / 4) * step, t, 4);
+        }
+    }
+}
+
+/* Row i, channels c0..c0+7, kept inside [r0, r1). */
+AI void store8(__m256i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0)
+{
+    const uint32_t lo = g->r0, hi = g->r1;
+    if (g->c) {
+        if (c0 >= lo && c0 + 8 <= hi) {
+            _mm256_storeu_si256((__m256i *)(g->c + (size_t)i * g->ldc + (c0 - lo)), v);
+            return;
+        }
+        int32_t t[8];
+        _mm256_storeu_si256((__m256i *)t, v);
+        for (uint32_t q = 0; q < 8; q++)
+            if (c0 + q >= lo && c0 + q < hi)
+                g->c[(size_t)i * g->ldc + (c0 + q - lo)] = t[q];
+        return;
+    }
+    const __m256 as = _mm256_set1_ps(g->act_scale);
+    float *yi = g->y + (size_t)i * g->ldy;
     if (c0 >= lo && c0 + 8 <= hi) {
-        _mm256_storeu_si256((__m256i *)(crow + (c0 - lo)), v);
+        __m256 sc = _mm256_mul_ps(as, _mm256_loadu_ps(g->scale + c0));
+        _mm256_storeu_ps(yi + (c0 - lo), _mm256_mul_ps(sc, _mm256_cvtepi32_ps(v)));
         return;
     }
     int32_t t[8];
     _mm256_storeu_si256((__m256i *)t, v);
-    for (uint32_t i = 0; i < 8; i++)
-        if (c0 + i >= lo && c0 + i < hi)
-            crow[c0 + i - lo] = t[i];
+    for (uint32_t q = 0; q < 8; q++)
+        if (c0 + q >= lo && c0 + q < hi) {
+            float s = g->act_scale * g->scale[c0 + q];
+            yi[c0 + q - lo] = s * (float)t[q];
+        }
 }
 
-/* One k group (4 values) of row a4 against one 8-channel register. */
-#define STEP(acc, aa, av, w)                                                                  \
-    acc = _mm256_add_epi32(                                                                   \
-        acc, _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(w, av)), ones))
-
-/* Full tile: 3 rows x 32 channels (two 16-channel blocks = 4 ymm), k % 4 == 0
- * handled by the caller's padded copy of the activations. */
-static void tile_3x4(const int8_t *a, uint32_t k4, const int8_t *bp, size_t bstride, int32_t *c,
-                     size_t ldc, uint32_t col0, uint32_t lo, uint32_t hi)
+/* MR rows (of an LR-row tile) x nbk blocks (2 ymm each). */
+AI void tile(const int MR, const int NBK, const uint8_t *a, const int8_t *bp, size_t bstride,
+             const struct npu_gemm_args *g, uint32_t i0, uint32_t c0)
 {
+    const uint32_t groups = g->b->k4 / 4;
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00;
-    __m256i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
-    __m256i c20 = c00, c21 = c00, c22 = c00, c23 = c00;
-    const int8_t *a0 = a, *a1 = a + k4, *a2 = a + 2 * (size_t)k4;
-#pragma GCC unroll 2
-    for (uint32_t g = 0; g < k4; g += 4) {
-        const int8_t *p0 = bp + 16 * (size_t)g, *p1 = bp + bstride + 16 * (size_t)g;
-        __m256i w0 = _mm256_load_si256((const __m256i *)p0);
-        __m256i w1 = _mm256_load_si256((const __m256i *)(p0 + 32));
-        __m256i w2 = _mm256_load_si256((const __m256i *)p1);
-        __m256i w3 = _mm256_load_si256((const __m256i *)(p1 + 32));
-        int32_t t;
-#define ROW(i)                                                                                \
-    memcpy(&t, a##i + g, 4);                                                                  \
-    {                                                                                         \
-        __m256i av = _mm256_set1_epi32(t), aa = _mm256_abs_epi8(av);                          \
-        STEP(c##i##0, aa, av, w0);                                                            \
-        STEP(c##i##1, aa, av, w1);                                                            \
-        STEP(c##i##2, aa, av, w2);                                                            \
-        STEP(c##i##3, aa, av, w3);                                                            \
+    __m256i acc[LR][2 * NB];
+#pragma GCC unroll 3
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 2 * NBK; j++)
+            acc[i][j] = _mm256_setzero_si256();
+    for (uint32_t q = 0; q < groups; q++) {
+        __m256i w[2 * NB];
+#pragma GCC unroll 4
+        for (int j = 0; j < 2 * NBK; j++)
+            w[j] = _mm256_load_si256(
+                (const __m256i *)(bp + (size_t)(j / 2) * bstride + 64 * (size_t)q + 32 * (j % 2)));
+        const uint8_t *aq = a + (size_t)q * LR * 4;
+#pragma GCC unroll 3
+        for (int i = 0; i < MR; i++) {
+            int32_t t;
+            memcpy(&t, aq + 4 * i, 4);
+            const __m256i av = _mm256_set1_epi32(t), aa = _mm256_abs_epi8(av);
+#pragma GCC unroll 4
+            for (int j = 0; j < 2 * NBK; j++)
+                acc[i][j] = _mm256_add_epi32(
+                    acc[i][j],
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(w[j], av)), ones));
+        }
     }
-        ROW(0)
-        ROW(1)
-        ROW(2)
-#undef ROW
-    }
-#define ROW(i)                                                                                \
-    store8(c##i##0, c + i * ldc, col0, lo, hi);                                               \
-    store8(c##i##1, c + i * ldc, col0 + 8, lo, hi);                                           \
-    store8(c##i##2, c + i * ldc, col0 + 16, lo, hi);                                          \
-    store8(c##i##3, c + i * ldc, col0 + 24, lo, hi);
-    ROW(0)
-    ROW(1)
-    ROW(2)
-#undef ROW
+#pragma GCC unroll 3
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 2 * NBK; j++)
+            store8(acc[i][j], g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
 }
 
-static void tile_edge(const int8_t *a, uint32_t k4, const int8_t *bp, size_t bstride, int rows,
-                      int nb, int32_t *c, size_t ldc, uint32_t col0, uint32_t lo, uint32_t hi)
+static void gemm_avx2(const struct npu_gemm_args *g)
 {
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int j = 0; j < 2 * nb; j++) {
-        const int8_t *bj = bp + (size_t)(j / 2) * bstride + 32 * (j % 2);
-        for (int i = 0; i < rows; i++) {
-            __m256i acc = _mm256_setzero_si256();
-            for (uint32_t g = 0; g < k4; g += 4) {
-                int32_t t;
-                memcpy(&t, a + (size_t)i * k4 + g, 4);
-                __m256i av = _mm256_set1_epi32(t), aa = _mm256_abs_epi8(av);
-                __m256i w = _mm256_load_si256((const __m256i *)(bj + 16 * (size_t)g));
-                STEP(acc, aa, av, w);
-            }
-            store8(acc, c + (size_t)i * ldc, col0 + 8 * (uint32_t)j, lo, hi);
+    if (g->m == 0 || g->r1 <= g->r0)
+        return;
+    const uint32_t k4 = g->b->k4;
+    const size_t bstride = npu_gemm_b_block_bytes(g->b);
+    const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
+    const uint32_t mfull = g->m / LR * LR;
+    for (uint32_t bl = blk0; bl < blk1; bl += NB) {
+        const int8_t *bp = g->b->packed + (size_t)bl * bstride;
+        const uint32_t c0 = bl * 16;
+        if (blk1 - bl >= NB) {
+            for (uint32_t i = 0; i < mfull; i += LR)
+                tile(LR, NB, g->a + (size_t)i * k4, bp, bstride, g, i, c0);
+            if (g->m - mfull == 2)
+                tile(2, NB, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
+            else if (g->m - mfull == 1)
+                tile(1, NB, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
+        } else { /* one block left */
+            for (uint32_t i = 0; i < mfull; i += LR)
+                tile(LR, 1, g->a + (size_t)i * k4, bp, bstride, g, i, c0);
+            if (g->m - mfull == 2)
+                tile(2, 1, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
+            else if (g->m - mfull == 1)
+                tile(1, 1, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
         }
     }
 }
 
-void npu_gemm_avx2(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0,
-                   uint32_t r1, int32_t *c, size_t ldc)
-{
-    if (m == 0 || r1 <= r0)
-        return;
-    /* a copy with k padded to a multiple of 4 (zeros multiply zero weights) */
-    int8_t *ap = sl_alloc_aligned((size_t)m * b->k4 + 64, 64);
-    if (!ap) {
-        npu_gemm_scalar(b, a, m, r0, r1, c, ldc);
-        return;
-    }
-    for (uint32_t i = 0; i < m; i++) {
-        memcpy(ap + (size_t)i * b->k4, a + (size_t)i * b->k, b->k);
-        memset(ap + (size_t)i * b->k4 + b->k, 0, b->k4 - b->k);
-    }
-    size_t bstride = (size_t)b->k4 / 4 * 64;
-    uint32_t blk0 = r0 / 16, blk1 = (r1 + 15) / 16;
-    for (uint32_t bl = blk0; bl < blk1; bl += 2) {
-        int nb = blk1 - bl < 2 ? (int)(blk1 - bl) : 2;
-        const int8_t *bp = b->packed + (size_t)bl * bstride;
-        for (uint32_t i = 0; i < m; i += MR) {
-            int rows = m - i < MR ? (int)(m - i) : MR;
-            const int8_t *ai = ap + (size_t)i * b->k4;
-            int32_t *ci = c + (size_t)i * ldc;
-            if (rows == MR && nb == 2)
-                tile_3x4(ai, b->k4, bp, bstride, ci, ldc, bl * 16, r0, r1);
-            else
-                tile_edge(ai, b->k4, bp, bstride, rows, nb, ci, ldc, bl * 16, r0, r1);
-        }
-    }
-    sl_free_aligned(ap);
-}
+const struct npu_kernel_ops npu_ops_avx2 = {prep_avx2, gemm_avx2, 1, tile_names};
 
 /* Peak of this kernel's inner step (sign, maddubs, madd, add): 12 chains. 32
  * multiply-adds per step. */

@@ -1,170 +1,210 @@
 /* npu_gemm_avx512vnni.c: int8 GEMM with AVX-512 VNNI, bit-exact with
- * npu_gemm_scalar.c.
+ * npu_gemm_scalar.c (contract in npu_gemm_internal.h).
  *
  * vpdpbusd multiplies unsigned bytes by signed bytes, four at a time into
  * each 32-bit lane. Activations a in [-127, 127] are offset to a + 128 in
- * [1, 255] (a XOR 0x80), and the sum of 128 * b over each weight row (the
+ * [1, 255] (a XOR 0x80) when they are staged, and 128 * rowsum(B[r]) (the
  * rowsum computed when the weights were prepared) is subtracted at the end:
- * sum (a + 128) b - 128 sum b = sum a b, exactly, in int32.
+ * sum (a + 128) b - 128 sum b = sum a b, exactly, in int32 (|sum| stays far
+ * below 2^31 for k < 2^16, and wrap-around would cancel anyway).
  *
- * Weights are prepared as [n/16][k/4][16][4]: one 64-byte zmm holds four k
- * values for 16 output channels, which is what one vpdpbusd consumes against
- * a broadcast of four activation bytes. Register tile: 6 rows x 64 channels
- * (24 accumulators); the weight panel (64 channels x k) stays in L2 while
- * every row tile of the activations passes over it. */
+ * Weights are packed as [n/16][k/4][16][4]: one 64-byte zmm holds four k
+ * values of 16 output channels, which one vpdpbusd consumes against a
+ * broadcast of four activation bytes of one row. A register tile is R rows x
+ * NB blocks of 16 channels with R * NB = 24 accumulators (6x64, 8x48, 12x32);
+ * the staged activations are [m/R][k/4][R][4] so the tile's broadcasts walk one
+ * pointer. Loop order: a panel of NB blocks (NB * 16 * k bytes, meant to stay
+ * in L2) is the outer loop, every row tile passes over it; a graph picks the
+ * tiling whose panel and row stream suit its shape (npu_graph.c). */
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
 #include "npu_gemm_internal.h"
 
-#define MR 6
+#define AI static inline __attribute__((always_inline))
 
-/* Offset activations to u8 with k padded to a multiple of 4 (zeros). */
-static uint8_t *offset_a(const int8_t *a, uint32_t m, uint32_t k, uint32_t k4)
+struct tiling {
+    int rows, blocks;
+};
+static const struct tiling tilings[] = {{6, 4}, {8, 3}, {12, 2}};
+static const char *const tile_names[] = {"6x64", "8x48", "12x32"};
+#define NTILES ((int)(sizeof tilings / sizeof tilings[0]))
+
+/* Stage A: XOR 0x80, k padded with zero bytes (their weights are zero), R-row
+ * interleave. Rows beyond m in the last tile are never read. */
+static void prep_vnni(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
+                      int tile, uint8_t *out)
 {
-    uint8_t *u = sl_alloc_aligned((size_t)m * k4 + 64, 64);
-    if (!u)
-        return NULL;
+    const uint32_t R = (uint32_t)tilings[tile].rows;
+    const size_t step = (size_t)R * 4;
+    const uint32_t kf = k & ~3u;
     for (uint32_t i = 0; i < m; i++) {
-        const uint8_t *src = (const uint8_t *)a + (size_t)i * k;
-        uint8_t *dst = u + (size_t)i * k4;
-        uint32_t j = 0;
-        for (; j + 64 <= k; j += 64)
-            _mm512_storeu_si512(dst + j, _mm512_xor_si512(_mm512_loadu_si512(src + j),
-                                                          _mm512_set1_epi8((char)0x80)));
-        for (; j < k; j++)
-            dst[j] = src[j] ^ 0x80;
-        for (; j < k4; j++)
-            dst[j] = 0; /* contributes 0 * 0: the padded weights are zero too */
+        const uint8_t *src = (const uint8_t *)a + (size_t)i * lda_in;
+        uint8_t *dst = out + npu_gemm_a_off(i, 0, k4, R);
+        for (uint32_t j = 0; j < kf; j += 4) {
+            uint32_t v;
+            memcpy(&v, src + j, 4);
+            v ^= 0x80808080u;
+            memcpy(dst + (size_t)(j / 4) * step, &v, 4);
+        }
+        if (kf < k4) {
+            uint8_t t[4] = {0, 0, 0, 0};
+            for (uint32_t q = 0; kf + q < k; q++)
+                t[q] = src[kf + q] ^ 0x80;
+            memcpy(dst + (size_t)(kf / 4) * step, t, 4);
+        }
     }
-    return u;
 }
 
-/* Stores accumulator v (channels c0..c0+15) of row i, minus the correction,
- * keeping only channels inside [lo, hi). */
-static inline __attribute__((always_inline)) void store_block(__m512i v, const int32_t *rowsum,
-                                                              int32_t *crow, uint32_t c0,
-                                                              uint32_t lo, uint32_t hi)
+/* Writes the accumulator of row i, channels c0..c0+15, minus the correction,
+ * keeping only channels inside [r0, r1): int32 into c, or dequantized into y
+ * as (act_scale * scale[r]) * (float)acc. */
+AI void store16(__m512i acc, const struct npu_gemm_args *g, uint32_t i, uint32_t c0)
 {
-    v = _mm512_sub_epi32(v, _mm512_slli_epi32(_mm512_loadu_si512(rowsum + c0), 7));
-    uint32_t s = c0 < lo ? lo - c0 : 0;
-    uint32_t e = c0 + 16 > hi ? hi - c0 : 16;
-    if (s == 0 && e == 16) {
-        _mm512_storeu_si512(crow + (c0 - lo), v);
-        return;
+    const uint32_t lo = g->r0, hi = g->r1;
+    __m512i v = _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_loadu_si512(g->b->rowsum + c0), 7));
+    const uint32_t s = c0 < lo ? lo - c0 : 0;
+    const uint32_t e = c0 + 16 > hi ? hi - c0 : 16;
+    const __mmask16 keep = (__mmask16)(((1u << e) - 1) & ~((1u << s) - 1));
+    const __mmask16 out = (__mmask16)((1u << (e - s)) - 1);
+    if (g->c) {
+        int32_t *dst = g->c + (size_t)i * g->ldc + (c0 + s - lo);
+        if (keep == 0xffff) {
+            _mm512_storeu_si512(dst, v);
+        } else {
+            if (s) /* the range starts inside this block: move its lanes down */
+                v = _mm512_maskz_compress_epi32(keep, v);
+            _mm512_mask_storeu_epi32(dst, out, v);
+        }
+    } else {
+        float *dst = g->y + (size_t)i * g->ldy + (c0 + s - lo);
+        __m512 sc = _mm512_mul_ps(_mm512_set1_ps(g->act_scale),
+                                  _mm512_maskz_loadu_ps(keep, g->scale + c0));
+        __m512 f = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(v));
+        if (keep == 0xffff) {
+            _mm512_storeu_ps(dst, f);
+        } else {
+            if (s)
+                f = _mm512_maskz_compress_ps(keep, f);
+            _mm512_mask_storeu_ps(dst, out, f);
+        }
     }
-    __mmask16 keep = (__mmask16)(((1u << e) - 1) & ~((1u << s) - 1));
-    if (s) /* the range starts inside this block: move its lanes down */
-        v = _mm512_maskz_compress_epi32(keep, v);
-    _mm512_mask_storeu_epi32(crow + (c0 + s - lo), (__mmask16)((1u << (e - s)) - 1), v);
 }
 
-/* The full 6 x 64 tile, written out so the 24 accumulators stay in registers. */
-static void tile_6x4(const uint8_t *a, uint32_t k4, const int8_t *bp, size_t bstride,
-                     const int32_t *rowsum, int32_t *c, size_t ldc, uint32_t col0, uint32_t lo,
-                     uint32_t hi)
+/* MR rows (of a tile laid out with LR rows) x NB blocks. a points at the
+ * tile's first row (group 0), bp at block 0 of the panel. After inlining with
+ * constant MR, LR, NB the loops unroll and acc lives in registers. */
+AI void tile(const int MR, const int LR, const int NB, const uint8_t *a, const int8_t *bp,
+             size_t bstride, const struct npu_gemm_args *g, uint32_t i0, uint32_t c0)
 {
-#define ROW(i) __m512i c##i##0 = _mm512_setzero_si512(), c##i##1 = c##i##0, c##i##2 = c##i##0, \
-                       c##i##3 = c##i##0
-    ROW(0);
-    ROW(1);
-    ROW(2);
-    ROW(3);
-    ROW(4);
-    ROW(5);
-#undef ROW
-    const uint8_t *a0 = a, *a1 = a + k4, *a2 = a + 2 * (size_t)k4, *a3 = a + 3 * (size_t)k4;
-    const uint8_t *a4 = a + 4 * (size_t)k4, *a5 = a + 5 * (size_t)k4;
-    const int8_t *b0 = bp, *b1 = bp + bstride, *b2 = bp + 2 * bstride, *b3 = bp + 3 * bstride;
+    const uint32_t groups = g->b->k4 / 4;
+    __m512i acc[12][4];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-    for (uint32_t g = 0; g < k4; g += 4) {
-        __m512i w0 = _mm512_load_si512(b0 + 16 * (size_t)g);
-        __m512i w1 = _mm512_load_si512(b1 + 16 * (size_t)g);
-        __m512i w2 = _mm512_load_si512(b2 + 16 * (size_t)g);
-        __m512i w3 = _mm512_load_si512(b3 + 16 * (size_t)g);
-        int32_t t;
-#define ROW(i)                                                                                \
-    memcpy(&t, a##i + g, 4);                                                                  \
-    {                                                                                         \
-        __m512i av = _mm512_set1_epi32(t);                                                    \
-        c##i##0 = _mm512_dpbusd_epi32(c##i##0, av, w0);                                       \
-        c##i##1 = _mm512_dpbusd_epi32(c##i##1, av, w1);                                       \
-        c##i##2 = _mm512_dpbusd_epi32(c##i##2, av, w2);                                       \
-        c##i##3 = _mm512_dpbusd_epi32(c##i##3, av, w3);                                       \
+        for (int j = 0; j < NB; j++)
+            acc[i][j] = _mm512_setzero_si512();
+    for (uint32_t q = 0; q < groups; q++) {
+        __m512i w[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NB; j++)
+            w[j] = _mm512_load_si512(bp + (size_t)j * bstride + 64 * (size_t)q);
+        const uint8_t *aq = a + (size_t)q * LR * 4;
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++) {
+            int32_t t;
+            memcpy(&t, aq + 4 * i, 4);
+            const __m512i av = _mm512_set1_epi32(t);
+#pragma GCC unroll 4
+            for (int j = 0; j < NB; j++)
+                acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], av, w[j]);
+        }
     }
-        ROW(0)
-        ROW(1)
-        ROW(2)
-        ROW(3)
-        ROW(4)
-        ROW(5)
-#undef ROW
-    }
-#define ROW(i)                                                                                \
-    store_block(c##i##0, rowsum, c + i * ldc, col0, lo, hi);                                  \
-    store_block(c##i##1, rowsum, c + i * ldc, col0 + 16, lo, hi);                             \
-    store_block(c##i##2, rowsum, c + i * ldc, col0 + 32, lo, hi);                             \
-    store_block(c##i##3, rowsum, c + i * ldc, col0 + 48, lo, hi);
-    ROW(0)
-    ROW(1)
-    ROW(2)
-    ROW(3)
-    ROW(4)
-    ROW(5)
-#undef ROW
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NB; j++)
+            store16(acc[i][j], g, i0 + (uint32_t)i, c0 + 16 * (uint32_t)j);
 }
 
-/* Edges: fewer rows or blocks, one block at a time (accumulators for up to
- * MR rows). */
-static void tile_edge(const uint8_t *a, uint32_t k4, const int8_t *bp, size_t bstride,
-                      const int32_t *rowsum, int rows, int nb, int32_t *c, size_t ldc,
-                      uint32_t col0, uint32_t lo, uint32_t hi)
+/* One panel (NB blocks, or fewer at the end of the range: one block at a
+ * time) against every row of A, for a tiling with LR rows. Rows left over
+ * after the full tiles go through tiles of 8, 4, 2, 1 rows. */
+AI void panel(const int LR, const int NB, int nb, const int8_t *bp, size_t bstride,
+              const struct npu_gemm_args *g, uint32_t c0)
 {
-    for (int j = 0; j < nb; j++) {
-        const int8_t *bj = bp + (size_t)j * bstride;
-        for (int i = 0; i < rows; i++) {
-            const uint8_t *ai = a + (size_t)i * k4;
-            __m512i acc = _mm512_setzero_si512();
-            for (uint32_t g = 0; g < k4; g += 4) {
-                int32_t t;
-                memcpy(&t, ai + g, 4);
-                acc = _mm512_dpbusd_epi32(acc, _mm512_set1_epi32(t),
-                                          _mm512_load_si512(bj + 16 * (size_t)g));
+    const uint32_t k4 = g->b->k4;
+    const uint32_t mfull = g->m / (uint32_t)LR * (uint32_t)LR;
+    if (nb == NB) {
+        for (uint32_t i = 0; i < mfull; i += (uint32_t)LR)
+            tile(LR, LR, NB, g->a + (size_t)i * k4, bp, bstride, g, i, c0);
+    } else {
+        for (int j = 0; j < nb; j++)
+            for (uint32_t i = 0; i < mfull; i += (uint32_t)LR)
+                tile(LR, LR, 1, g->a + (size_t)i * k4, bp + (size_t)j * bstride, bstride, g, i,
+                     c0 + 16 * (uint32_t)j);
+    }
+    /* the last, partial row tile: rows mfull..m-1, at offsets within it */
+    uint32_t i = mfull;
+    const uint8_t *at = g->a + (size_t)mfull * k4;
+    while (i < g->m) {
+        uint32_t left = g->m - i, off = i - mfull;
+        const uint8_t *ai = at + 4 * (size_t)off;
+        for (int j = 0; j < nb; j += (nb == NB ? NB : 1)) {
+            const int8_t *bj = bp + (size_t)j * bstride;
+            uint32_t cj = c0 + 16 * (uint32_t)j;
+            if (nb == NB) {
+                if (left >= 8 && LR > 8)
+                    tile(8, LR, NB, ai, bj, bstride, g, i, cj);
+                else if (left >= 4)
+                    tile(4, LR, NB, ai, bj, bstride, g, i, cj);
+                else if (left >= 2)
+                    tile(2, LR, NB, ai, bj, bstride, g, i, cj);
+                else
+                    tile(1, LR, NB, ai, bj, bstride, g, i, cj);
+            } else {
+                if (left >= 8 && LR > 8)
+                    tile(8, LR, 1, ai, bj, bstride, g, i, cj);
+                else if (left >= 4)
+                    tile(4, LR, 1, ai, bj, bstride, g, i, cj);
+                else if (left >= 2)
+                    tile(2, LR, 1, ai, bj, bstride, g, i, cj);
+                else
+                    tile(1, LR, 1, ai, bj, bstride, g, i, cj);
             }
-            store_block(acc, rowsum, c + (size_t)i * ldc, col0 + 16 * (uint32_t)j, lo, hi);
         }
+        i += left >= 8 && LR > 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
     }
 }
 
-void npu_gemm_avx512vnni(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0,
-                         uint32_t r1, int32_t *c, size_t ldc)
+AI void gemm_tiled(const int LR, const int NB, const struct npu_gemm_args *g)
 {
-    if (m == 0 || r1 <= r0)
-        return;
-    uint8_t *au = offset_a(a, m, b->k, b->k4);
-    if (!au) {
-        npu_gemm_scalar(b, a, m, r0, r1, c, ldc);
-        return;
+    const size_t bstride = npu_gemm_b_block_bytes(g->b);
+    const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
+    for (uint32_t bl = blk0; bl < blk1; bl += (uint32_t)NB) {
+        int nb = blk1 - bl < (uint32_t)NB ? (int)(blk1 - bl) : NB;
+        panel(LR, NB, nb, g->b->packed + (size_t)bl * bstride, bstride, g, bl * 16);
     }
-    size_t bstride = (size_t)b->k4 / 4 * 64; /* bytes per 16-channel block */
-    uint32_t blk0 = r0 / 16, blk1 = (r1 + 15) / 16;
-    for (uint32_t bl = blk0; bl < blk1; bl += 4) {
-        int nb = blk1 - bl < 4 ? (int)(blk1 - bl) : 4;
-        const int8_t *bp = b->packed + (size_t)bl * bstride;
-        for (uint32_t i = 0; i < m; i += MR) {
-            int rows = m - i < MR ? (int)(m - i) : MR;
-            const uint8_t *ai = au + (size_t)i * b->k4;
-            int32_t *ci = c + (size_t)i * ldc;
-            if (rows == MR && nb == 4)
-                tile_6x4(ai, b->k4, bp, bstride, b->rowsum, ci, ldc, bl * 16, r0, r1);
-            else
-                tile_edge(ai, b->k4, bp, bstride, b->rowsum, rows, nb, ci, ldc, bl * 16, r0, r1);
-        }
-    }
-    sl_free_aligned(au);
 }
+
+static void gemm_vnni(const struct npu_gemm_args *g)
+{
+    if (g->m == 0 || g->r1 <= g->r0)
+        return;
+    switch (g->tile) {
+    case 1:
+        gemm_tiled(8, 3, g);
+        break;
+    case 2:
+        gemm_tiled(12, 2, g);
+        break;
+    default:
+        gemm_tiled(6, 4, g);
+        break;
+    }
+}
+
+const struct npu_kernel_ops npu_ops_avx512vnni = {prep_vnni, gemm_vnni, NTILES, tile_names};
 
 /* Peak: 16 independent vpdpbusd chains on registers only (no memory), so
  * throughput, not latency, bounds the loop. 64 multiply-adds per instruction. */

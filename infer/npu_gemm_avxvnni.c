@@ -1,124 +1,142 @@
 /* npu_gemm_avxvnni.c: int8 GEMM with AVX-VNNI (the VEX-encoded vpdpbusd of
- * Alder Lake and later), bit-exact with npu_gemm_scalar.c. Same method as the
- * AVX-512 VNNI kernel (activations offset by 128, rowsum correction) on ymm:
- * 8 channels x 4 k per register. */
+ * Alder Lake / Zen 5 and later), bit-exact with npu_gemm_scalar.c (contract in
+ * npu_gemm_internal.h). The method of the AVX-512 VNNI kernel (activations
+ * staged as a XOR 0x80 = a + 128, 128 * rowsum(B[r]) subtracted at the end)
+ * on ymm: 8 channels x 4 k per register, a 64-byte group of the packed
+ * weights is two ymm. Register tile: 3 rows x 32 channels (12 accumulators,
+ * 16 ymm registers in all). */
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
 #include "npu_gemm_internal.h"
 
-#define MR 3
+#define AI static inline __attribute__((always_inline))
+#define LR 3 /* rows per tile */
+#define NB 2 /* 16-channel blocks per tile */
 
-static inline __attribute__((always_inline)) void store8(__m256i v, const int32_t *rowsum,
-                                                         int32_t *crow, uint32_t c0, uint32_t lo,
-                                                         uint32_t hi)
+static const char *const tile_names[] = {"3x32"};
+
+/* Stage A as a XOR 0x80, k padded with zeros (their weights are zero),
+ * LR-row interleave. */
+static void prep_avxvnni(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
+                      int tile, uint8_t *out)
 {
-    v = _mm256_sub_epi32(v, _mm256_slli_epi32(
-                                _mm256_loadu_si256((const __m256i *)(rowsum + c0)), 7));
+    const size_t step = (size_t)LR * 4;
+    const uint32_t kf = k & ~3u;
+    for (uint32_t i = 0; i < m; i++) {
+        const uint8_t *src = (const uint8_t *)a + (size_t)i * lda_in;
+        uint8_t *dst = out + npu_gemm_a_off(i, 0, k4, LR);
+        for (uint32_t j = 0; j < kf; j += 4) {
+            uint32_t v;
+            memcpy(&v, src + j, 4);
+            v ^= 0x80808080u;
+            memcpy(dst + (size_t)(j / 4) * step, &v, 4);
+        }
+        if (kf < k4) {
+            uint8_t t[4] = {0, 0, 0, 0};
+            for (uint32_t q = 0; kf + q < k; q++)
+                t[q] = src[kf + q] ^ 0x80;
+            memcpy(dst + (size_t)(kf / 4) * step, t, 4);
+        }
+    }
+}
+
+/* Row i, channels c0..c0+7, minus the correction, kept inside [r0, r1). */
+AI void store8(__m256i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0)
+{
+    v = _mm256_sub_epi32(
+        v, _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(g->b->rowsum + c0)), 7));
+    const uint32_t lo = g->r0, hi = g->r1;
+    if (g->c) {
+        if (c0 >= lo && c0 + 8 <= hi) {
+            _mm256_storeu_si256((__m256i *)(g->c + (size_t)i * g->ldc + (c0 - lo)), v);
+            return;
+        }
+        int32_t t[8];
+        _mm256_storeu_si256((__m256i *)t, v);
+        for (uint32_t q = 0; q < 8; q++)
+            if (c0 + q >= lo && c0 + q < hi)
+                g->c[(size_t)i * g->ldc + (c0 + q - lo)] = t[q];
+        return;
+    }
+    const __m256 as = _mm256_set1_ps(g->act_scale);
+    float *yi = g->y + (size_t)i * g->ldy;
     if (c0 >= lo && c0 + 8 <= hi) {
-        _mm256_storeu_si256((__m256i *)(crow + (c0 - lo)), v);
+        __m256 sc = _mm256_mul_ps(as, _mm256_loadu_ps(g->scale + c0));
+        _mm256_storeu_ps(yi + (c0 - lo), _mm256_mul_ps(sc, _mm256_cvtepi32_ps(v)));
         return;
     }
     int32_t t[8];
     _mm256_storeu_si256((__m256i *)t, v);
-    for (uint32_t i = 0; i < 8; i++)
-        if (c0 + i >= lo && c0 + i < hi)
-            crow[c0 + i - lo] = t[i];
+    for (uint32_t q = 0; q < 8; q++)
+        if (c0 + q >= lo && c0 + q < hi) {
+            float s = g->act_scale * g->scale[c0 + q];
+            yi[c0 + q - lo] = s * (float)t[q];
+        }
 }
 
-/* Full tile: 3 rows x 32 channels, 12 accumulators in registers. */
-static void tile_3x4(const uint8_t *a, uint32_t k4, const int8_t *bp, size_t bstride,
-                     const int32_t *rowsum, int32_t *c, size_t ldc, uint32_t col0, uint32_t lo,
-                     uint32_t hi)
+/* MR rows (of an LR-row tile) x nbk blocks (2 ymm each). */
+AI void tile(const int MR, const int NBK, const uint8_t *a, const int8_t *bp, size_t bstride,
+             const struct npu_gemm_args *g, uint32_t i0, uint32_t c0)
 {
-    __m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00;
-    __m256i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
-    __m256i c20 = c00, c21 = c00, c22 = c00, c23 = c00;
-    const uint8_t *a0 = a, *a1 = a + k4, *a2 = a + 2 * (size_t)k4;
+    const uint32_t groups = g->b->k4 / 4;
+    __m256i acc[LR][2 * NB];
+#pragma GCC unroll 3
+    for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-    for (uint32_t g = 0; g < k4; g += 4) {
-        const int8_t *p0 = bp + 16 * (size_t)g, *p1 = bp + bstride + 16 * (size_t)g;
-        __m256i w0 = _mm256_load_si256((const __m256i *)p0);
-        __m256i w1 = _mm256_load_si256((const __m256i *)(p0 + 32));
-        __m256i w2 = _mm256_load_si256((const __m256i *)p1);
-        __m256i w3 = _mm256_load_si256((const __m256i *)(p1 + 32));
-        int32_t t;
-#define ROW(i)                                                                                \
-    memcpy(&t, a##i + g, 4);                                                                  \
-    {                                                                                         \
-        __m256i av = _mm256_set1_epi32(t);                                                    \
-        c##i##0 = _mm256_dpbusd_avx_epi32(c##i##0, av, w0);                                   \
-        c##i##1 = _mm256_dpbusd_avx_epi32(c##i##1, av, w1);                                   \
-        c##i##2 = _mm256_dpbusd_avx_epi32(c##i##2, av, w2);                                   \
-        c##i##3 = _mm256_dpbusd_avx_epi32(c##i##3, av, w3);                                   \
+        for (int j = 0; j < 2 * NBK; j++)
+            acc[i][j] = _mm256_setzero_si256();
+    for (uint32_t q = 0; q < groups; q++) {
+        __m256i w[2 * NB];
+#pragma GCC unroll 4
+        for (int j = 0; j < 2 * NBK; j++)
+            w[j] = _mm256_load_si256(
+                (const __m256i *)(bp + (size_t)(j / 2) * bstride + 64 * (size_t)q + 32 * (j % 2)));
+        const uint8_t *aq = a + (size_t)q * LR * 4;
+#pragma GCC unroll 3
+        for (int i = 0; i < MR; i++) {
+            int32_t t;
+            memcpy(&t, aq + 4 * i, 4);
+            const __m256i av = _mm256_set1_epi32(t);
+#pragma GCC unroll 4
+            for (int j = 0; j < 2 * NBK; j++)
+                acc[i][j] = _mm256_dpbusd_avx_epi32(acc[i][j], av, w[j]);
+        }
     }
-        ROW(0)
-        ROW(1)
-        ROW(2)
-#undef ROW
-    }
-#define ROW(i)                                                                                \
-    store8(c##i##0, rowsum, c + i * ldc, col0, lo, hi);                                       \
-    store8(c##i##1, rowsum, c + i * ldc, col0 + 8, lo, hi);                                   \
-    store8(c##i##2, rowsum, c + i * ldc, col0 + 16, lo, hi);                                  \
-    store8(c##i##3, rowsum, c + i * ldc, col0 + 24, lo, hi);
-    ROW(0)
-    ROW(1)
-    ROW(2)
-#undef ROW
+#pragma GCC unroll 3
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 2 * NBK; j++)
+            store8(acc[i][j], g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
 }
 
-static void tile_edge(const uint8_t *a, uint32_t k4, const int8_t *bp, size_t bstride,
-                      const int32_t *rowsum, int rows, int nb, int32_t *c, size_t ldc,
-                      uint32_t col0, uint32_t lo, uint32_t hi)
+static void gemm_avxvnni(const struct npu_gemm_args *g)
 {
-    for (int j = 0; j < 2 * nb; j++) {
-        const int8_t *bj = bp + (size_t)(j / 2) * bstride + 32 * (j % 2);
-        for (int i = 0; i < rows; i++) {
-            __m256i acc = _mm256_setzero_si256();
-            for (uint32_t g = 0; g < k4; g += 4) {
-                int32_t t;
-                memcpy(&t, a + (size_t)i * k4 + g, 4);
-                acc = _mm256_dpbusd_avx_epi32(acc, _mm256_set1_epi32(t),
-                                              _mm256_load_si256((const __m256i *)(bj + 16 * (size_t)g)));
-            }
-            store8(acc, rowsum, c + (size_t)i * ldc, col0 + 8 * (uint32_t)j, lo, hi);
+    if (g->m == 0 || g->r1 <= g->r0)
+        return;
+    const uint32_t k4 = g->b->k4;
+    const size_t bstride = npu_gemm_b_block_bytes(g->b);
+    const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
+    const uint32_t mfull = g->m / LR * LR;
+    for (uint32_t bl = blk0; bl < blk1; bl += NB) {
+        const int8_t *bp = g->b->packed + (size_t)bl * bstride;
+        const uint32_t c0 = bl * 16;
+        if (blk1 - bl >= NB) {
+            for (uint32_t i = 0; i < mfull; i += LR)
+                tile(LR, NB, g->a + (size_t)i * k4, bp, bstride, g, i, c0);
+            if (g->m - mfull == 2)
+                tile(2, NB, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
+            else if (g->m - mfull == 1)
+                tile(1, NB, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
+        } else { /* one block left */
+            for (uint32_t i = 0; i < mfull; i += LR)
+                tile(LR, 1, g->a + (size_t)i * k4, bp, bstride, g, i, c0);
+            if (g->m - mfull == 2)
+                tile(2, 1, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
+            else if (g->m - mfull == 1)
+                tile(1, 1, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
         }
     }
 }
 
-void npu_gemm_avxvnni(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0,
-                      uint32_t r1, int32_t *c, size_t ldc)
-{
-    if (m == 0 || r1 <= r0)
-        return;
-    uint8_t *au = sl_alloc_aligned((size_t)m * b->k4 + 64, 64);
-    if (!au) {
-        npu_gemm_scalar(b, a, m, r0, r1, c, ldc);
-        return;
-    }
-    for (uint32_t i = 0; i < m; i++) {
-        for (uint32_t j = 0; j < b->k; j++)
-            au[(size_t)i * b->k4 + j] = (uint8_t)a[(size_t)i * b->k + j] ^ 0x80;
-        for (uint32_t j = b->k; j < b->k4; j++)
-            au[(size_t)i * b->k4 + j] = 0;
-    }
-    size_t bstride = (size_t)b->k4 / 4 * 64;
-    uint32_t blk0 = r0 / 16, blk1 = (r1 + 15) / 16;
-    for (uint32_t bl = blk0; bl < blk1; bl += 2) {
-        int nb = blk1 - bl < 2 ? (int)(blk1 - bl) : 2;
-        const int8_t *bp = b->packed + (size_t)bl * bstride;
-        for (uint32_t i = 0; i < m; i += MR) {
-            int rows = m - i < MR ? (int)(m - i) : MR;
-            if (rows == MR && nb == 2)
-                tile_3x4(au + (size_t)i * b->k4, b->k4, bp, bstride, b->rowsum,
-                         c + (size_t)i * ldc, ldc, bl * 16, r0, r1);
-            else
-                tile_edge(au + (size_t)i * b->k4, b->k4, bp, bstride, b->rowsum, rows, nb,
-                          c + (size_t)i * ldc, ldc, bl * 16, r0, r1);
-        }
-    }
-    sl_free_aligned(au);
-}
+const struct npu_kernel_ops npu_ops_avxvnni = {prep_avxvnni, gemm_avxvnni, 1, tile_names};

@@ -1,30 +1,105 @@
-/* npu_gemm_internal.h: the prepared-weight struct and the kernel entry
- * points, one per instruction-set file. The build defines SLUICE_KERNELS_X86
- * when it compiles the x86 files; the CPU's features decide at run time. */
+/* npu_gemm_internal.h: the prepared-weight layout and the kernel entry
+ * points, one set per instruction-set file (STYLE.md 12). The build defines
+ * SLUICE_KERNELS_X86 when it compiles the x86 files; the CPU's features decide
+ * at run time which of them may run.
+ *
+ * A GEMM call is two steps:
+ *   1. prep: the activations A [m][k] (int8, row stride lda_in) are copied to
+ *      a staging buffer laid out for the kernel and its register tiling
+ *      (npu_gemm_args.tile): k padded with zeros to a multiple of 4, rows
+ *      grouped by the tile's row count R as [m/R][k4/4][R][4], so the four
+ *      bytes the tile broadcasts for its R rows are adjacent; for the
+ *      vpdpbusd kernels every byte is offset by +128 (XOR 0x80) so it reads
+ *      as an unsigned byte. npu_gemm_prep_bytes says how large it is.
+ *   2. gemm: for output channels r in [r0, r1) and rows i < m, the kernel
+ *      computes acc[i][r] = sum_j A[i][j] * B[r][j] (int32, exact) and writes
+ *      either c[i * ldc + (r - r0)] = acc, or (c == NULL) the dequantized
+ *      y[i * ldy + (r - r0)] = (act_scale * scale[r]) * (float)acc: first the
+ *      float product of the two scales, then times the accumulator converted
+ *      to float (round to nearest), so every kernel gives identical floats. */
 #ifndef SLUICE_NPU_GEMM_INTERNAL_H
 #define SLUICE_NPU_GEMM_INTERNAL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "npu_gemm.h"
 
+/* Prepared weights B [n][k]: only the packed form is kept (the scalar kernel
+ * reads it through npu_gemm_b_at). */
 struct npu_gemm_b {
     uint32_t n, k;
     uint32_t k4, n16;      /* k rounded up to 4, n to 16 */
-    int8_t *packed;        /* [n16/16][k4/4][16][4]: the only copy of the weights */
+    int8_t *packed;        /* [n16/16][k4/4][16][4], zero beyond n and k */
     int32_t *rowsum;       /* [n16] sum of each row's codes (the +128 correction / 128) */
 };
 
-typedef void npu_gemm_fn(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0,
-                         uint32_t r1, int32_t *c, size_t ldc);
+/* Two-step preparation (npu_gemm_b_create is both): allocate, then fill
+ * rows [r0, r1) from src [r1 - r0][k]; r0 a multiple of 16 and r1 a multiple
+ * of 16 or n, so concurrent fills of disjoint ranges never share a block.
+ * -EINVAL for a bad range, -ERANGE when a code is -128 (the range is written
+ * anyway; the weights must not be used). */
+int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out);
+int npu_gemm_b_set_rows(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1);
 
-npu_gemm_fn npu_gemm_scalar;
-npu_gemm_fn npu_gemm_avx2;
-npu_gemm_fn npu_gemm_avx512vnni;
-npu_gemm_fn npu_gemm_avxvnni;
-
-/* Weight (r, c) in the packed layout. */
-static inline int8_t npu_gemm_b_at(const struct npu_gemm_b *b, uint32_t r, uint32_t c)
+/* B[r][j] read from the packed layout: block r / 16, group j / 4, 64 bytes
+ * per (block, group): row r % 16 at byte 4 * (r % 16), then j % 4. */
+static inline int8_t npu_gemm_b_at(const struct npu_gemm_b *b, uint32_t r, uint32_t j)
 {
-    return b->packed[((size_t)(r / 16) * (b->k4 / 4) + c / 4) * 64 + (r % 16) * 4 + c % 4];
+    return b->packed[((size_t)(r / 16) * (b->k4 / 4) + j / 4) * 64 + (r % 16) * 4 + j % 4];
+}
+
+/* Bytes one 16-channel block of the packed weights takes. */
+static inline size_t npu_gemm_b_block_bytes(const struct npu_gemm_b *b)
+{
+    return (size_t)b->k4 / 4 * 64;
+}
+
+struct npu_gemm_args {
+    const struct npu_gemm_b *b;
+    const uint8_t *a;      /* prepared activations (prep with the same tile) */
+    uint32_t m, r0, r1;    /* rows, output channels [r0, r1) */
+    int32_t *c;            /* int32 output, or NULL for the float one */
+    size_t ldc;
+    float *y;              /* float output when c is NULL */
+    size_t ldy;
+    float act_scale;       /* per-tensor activation scale */
+    const float *scale;    /* per-channel weight scales [n] */
+    int tile;              /* register tiling (index into the kernel's table; 0 = default) */
+};
+
+typedef void npu_prep_fn(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
+                         int tile, uint8_t *out);
+typedef void npu_gemm_fn(const struct npu_gemm_args *g);
+
+/* What a kernel variant provides. tiles: how many register tilings it has
+ * (npu_gemm_args.tile < tiles); tile_names: "6x64" = rows x channels. */
+struct npu_kernel_ops {
+    npu_prep_fn *prep;
+    npu_gemm_fn *gemm;
+    int tiles;
+    const char *const *tile_names;
+};
+
+extern const struct npu_kernel_ops npu_ops_scalar;
+extern const struct npu_kernel_ops npu_ops_avx2;
+extern const struct npu_kernel_ops npu_ops_avx512vnni;
+extern const struct npu_kernel_ops npu_ops_avxvnni;
+
+/* The ops of a kernel (scalar when the kernel is not compiled in). */
+const struct npu_kernel_ops *npu_kernel_ops(enum npu_kernel k);
+
+/* Staging bytes for m rows (npu_gemm_args.a) under any tiling (row counts
+ * R <= 16 round m up), with room for over-reads. */
+static inline size_t npu_gemm_prep_bytes(uint32_t k4, uint32_t m)
+{
+    return ((size_t)m + 15) * k4 + 64;
+}
+
+/* Offset of row i, k-group gq (4 bytes) in a staging buffer with R-row tiles. */
+static inline size_t npu_gemm_a_off(uint32_t i, uint32_t gq, uint32_t k4, uint32_t R)
+{
+    return (size_t)(i / R) * R * k4 + (size_t)gq * R * 4 + (size_t)(i % R) * 4;
 }
 
 /* Register-only peak loops: iters x (16 x 64 | 12 x 32) multiply-adds. */

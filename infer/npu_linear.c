@@ -1,43 +1,17 @@
 /* npu_linear.c: prepared int8 weights, activation quantization and the
- * quantized linear built on the dispatched GEMM kernels (npu_gemm.c). */
+ * quantized linear on the calling thread, built on the dispatched GEMM
+ * kernels (npu_gemm.c). Contracts in npu.h. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
-#include "npu.h"
-#include "npu_gemm.h"
-
-struct npu_weights {
-    uint32_t rows, cols;
-    float *scale;              /* [rows] */
-    struct npu_gemm_b *b;      /* kernel layout */
-};
-
-int npu_weights_create(const int8_t *q, const float *scale, uint32_t rows, uint32_t cols,
-                       struct npu_weights **out)
-{
-    if (!rows || !cols)
-        return -EINVAL;
-    struct npu_weights *w = calloc(1, sizeof *w);
-    if (!w)
-        return -ENOMEM;
-    w->rows = rows;
-    w->cols = cols;
-    w->scale = malloc(sizeof(float) * rows);
-    int ret = w->scale ? npu_gemm_b_create(q, rows, cols, &w->b) : -ENOMEM;
-    if (ret < 0) {
-        npu_weights_destroy(w);
-        return ret;
-    }
-    memcpy(w->scale, scale, sizeof(float) * rows);
-    *out = w;
-    return 0;
-}
+#include "npu_internal.h"
 
 int npu_weights_alloc(uint32_t rows, uint32_t cols, struct npu_weights **out)
 {
+    *out = NULL;
     if (!rows || !cols)
         return -EINVAL;
     struct npu_weights *w = calloc(1, sizeof *w);
@@ -55,21 +29,46 @@ int npu_weights_alloc(uint32_t rows, uint32_t cols, struct npu_weights **out)
     return 0;
 }
 
-void npu_weights_fill(struct npu_weights *w, uint32_t r0, uint32_t n, const int8_t *q,
-                      const float *scale)
+int npu_weights_fill(struct npu_weights *w, uint32_t r0, uint32_t n, const int8_t *q,
+                     const float *scale)
 {
-    npu_gemm_b_fill(w->b, r0, n, q);
+    if (!w || !q || !scale || n == 0 || r0 > w->rows || n > w->rows - r0)
+        return -EINVAL;
+    int ret = npu_gemm_b_set_rows(w->b, q, r0, r0 + n);
+    if (ret == -EINVAL)
+        return ret;
     memcpy(w->scale + r0, scale, sizeof(float) * n);
+    return ret;
 }
 
 void npu_weights_row(const struct npu_weights *w, uint32_t r, int8_t *out)
 {
-    npu_gemm_b_row(w->b, r, out);
+    for (uint32_t j = 0; j < w->cols; j += 4) {
+        const int8_t *src = w->b->packed + ((size_t)(r / 16) * (w->b->k4 / 4) + j / 4) * 64 +
+                            (r % 16) * 4;
+        memcpy(out + j, src, w->cols - j < 4 ? w->cols - j : 4);
+    }
 }
 
-float npu_weights_scale(const struct npu_weights *w, uint32_t r)
+float npu_weights_scale(const struct npu_weights *w, uint32_t r) { return w->scale[r]; }
+
+int npu_weights_create(const int8_t *q, const float *scale, uint32_t rows, uint32_t cols,
+                       struct npu_weights **out)
 {
-    return w->scale[r];
+    *out = NULL;
+    if (!q || !scale)
+        return -EINVAL;
+    struct npu_weights *w;
+    int ret = npu_weights_alloc(rows, cols, &w);
+    if (ret < 0)
+        return ret;
+    ret = npu_weights_fill(w, 0, rows, q, scale);
+    if (ret < 0) {
+        npu_weights_destroy(w);
+        return ret;
+    }
+    *out = w;
+    return 0;
 }
 
 void npu_weights_destroy(struct npu_weights *w)
@@ -84,19 +83,23 @@ void npu_weights_destroy(struct npu_weights *w)
 uint32_t npu_weights_rows(const struct npu_weights *w) { return w->rows; }
 uint32_t npu_weights_cols(const struct npu_weights *w) { return w->cols; }
 
+size_t npu_weights_bytes(const struct npu_weights *w)
+{
+    return sizeof *w + sizeof(float) * w->rows + sizeof *w->b + (size_t)w->b->n16 * w->b->k4 +
+           sizeof(int32_t) * w->b->n16;
+}
+
 void npu_quantize_act(const float *x, size_t n, float s, int8_t *xq)
 {
     if (!(s > 0) || !isfinite(s)) {
         memset(xq, 0, n);
         return;
     }
-    float inv = 1.0f / s;
+    const float inv = 1.0f / s;
     for (size_t i = 0; i < n; i++) {
         float v = rintf(x[i] * inv);
-        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-        xq[i] = (int8_t)v; /* NaN input: v is NaN, clamps fail; handled below */
-        if (v != v)
-            xq[i] = 0;
+        /* written so that a NaN fails both comparisons and lands on 0 */
+        xq[i] = (int8_t)(v >= 127.0f ? 127 : v <= -127.0f ? -127 : v == v ? (int)v : 0);
     }
 }
 
@@ -105,40 +108,53 @@ float npu_act_scale_dynamic(const float *x, size_t n)
     float m = 0.0f;
     for (size_t i = 0; i < n; i++) {
         float a = fabsf(x[i]);
-        if (a > m)
+        if (a > m && a <= 3.4028235e38f) /* finite only */
             m = a;
     }
-    return m > 0 && isfinite(m) ? m / 127.0f : 1.0f;
+    if (m == 0.0f)
+        return 1.0f;
+    float s = m / 127.0f;
+    return s > NPU_ACT_SCALE_MIN ? s : NPU_ACT_SCALE_MIN;
+}
+
+/* Without memory for the staging copy: the scalar definition, element by
+ * element, straight from xq and the packed weights. */
+static void linear_direct(const struct npu_weights *w, const int8_t *xq, uint32_t m,
+                          float act_scale, float *y, size_t ldy, uint32_t r0, uint32_t r1)
+{
+    for (uint32_t i = 0; i < m; i++)
+        for (uint32_t r = r0; r < r1; r++) {
+            int32_t acc = 0;
+            for (uint32_t j = 0; j < w->cols; j++)
+                acc += (int32_t)xq[(size_t)i * w->cols + j] * npu_gemm_b_at(w->b, r, j);
+            float s = act_scale * w->scale[r];
+            y[(size_t)i * ldy + r] = s * (float)acc;
+        }
 }
 
 void npu_linear_s8_range(const struct npu_weights *w, const int8_t *xq, uint32_t m,
                          float act_scale, float *y, size_t ldy, uint32_t r0, uint32_t r1)
 {
-    /* acc tiles of up to 64 rows x the range; dequantized as they complete */
-    enum { TM = 64 };
-    uint32_t width = r1 - r0;
-    int32_t *acc = malloc(sizeof(int32_t) * TM * (width ? width : 1));
-    if (!acc) {
-        /* no memory for the tile: fall back to one row at a time */
-        int32_t one;
-        for (uint32_t i = 0; i < m; i++)
-            for (uint32_t r = r0; r < r1; r++) {
-                npu_gemm_s8(w->b, xq + (size_t)i * w->cols, 1, r, r + 1, &one, 1);
-                y[(size_t)i * ldy + r] = (act_scale * w->scale[r]) * (float)one;
-            }
+    if (m == 0 || r1 <= r0)
+        return;
+    const struct npu_kernel_ops *ops = npu_kernel_ops(npu_kernel_best());
+    uint8_t *stage = sl_alloc_aligned(npu_gemm_prep_bytes(w->b->k4, m), 64);
+    if (!stage) {
+        linear_direct(w, xq, m, act_scale, y, ldy, r0, r1);
         return;
     }
-    for (uint32_t i0 = 0; i0 < m; i0 += TM) {
-        uint32_t mm = m - i0 < TM ? m - i0 : TM;
-        npu_gemm_s8(w->b, xq + (size_t)i0 * w->cols, mm, r0, r1, acc, width);
-        for (uint32_t i = 0; i < mm; i++) {
-            float *yi = y + (size_t)(i0 + i) * ldy;
-            const int32_t *ai = acc + (size_t)i * width;
-            for (uint32_t r = r0; r < r1; r++)
-                yi[r] = (act_scale * w->scale[r]) * (float)ai[r - r0];
-        }
-    }
-    free(acc);
+    ops->prep(xq, w->cols, m, w->cols, w->b->k4, 0, stage);
+    struct npu_gemm_args g = {.b = w->b,
+                              .a = stage,
+                              .m = m,
+                              .r0 = r0,
+                              .r1 = r1,
+                              .y = y + r0,
+                              .ldy = ldy,
+                              .act_scale = act_scale,
+                              .scale = w->scale};
+    ops->gemm(&g);
+    sl_free_aligned(stage);
 }
 
 void npu_linear_s8(const struct npu_weights *w, const int8_t *xq, uint32_t m, float act_scale,

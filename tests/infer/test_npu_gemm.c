@@ -1,14 +1,18 @@
-/* test_npu_gemm.c: every int8 GEMM kernel the CPU has against the scalar
- * reference, bit for bit, over shapes that are not multiples of the tiles
- * (m, n, k), k not a multiple of 4, output ranges [r0, r1) that start and end
- * inside a 16-channel block, and all-extreme inputs (every a and b at +-127,
- * where a saturating kernel would differ). */
+/* test_npu_gemm.c: every int8 GEMM kernel the CPU has, with every register
+ * tiling, against the scalar reference, bit for bit (int32 and dequantized
+ * float outputs), over shapes that are not multiples of the tiles (m, n, k),
+ * k not a multiple of 4, output ranges [r0, r1) that start and end inside a
+ * 16-channel block, and all-extreme inputs (every a and b at +-127, where a
+ * saturating kernel would differ); the prepared-weight and quantization
+ * contracts of npu.h. */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "npu.h"
-#include "npu_gemm.h"
+#include "npu_gemm_internal.h"
 #include "testutil.h"
 
 static struct test_rng rng;
@@ -25,49 +29,94 @@ static void fill(int8_t *x, size_t n, int mode)
     }
 }
 
+/* Runs kernel kern with tiling tile: int32 into c, float into y. */
+static void run(enum npu_kernel kern, int tile, const struct npu_gemm_b *b, const int8_t *a,
+                uint32_t m, uint32_t r0, uint32_t r1, float act, const float *scale, int32_t *c,
+                float *y)
+{
+    const struct npu_kernel_ops *ops = npu_kernel_ops(kern);
+    uint8_t *stage = malloc(npu_gemm_prep_bytes(b->k4, m));
+    assert_non_null(stage);
+    ops->prep(a, b->k, m, b->k, b->k4, tile, stage);
+    struct npu_gemm_args g = {.b = b, .a = stage, .m = m, .r0 = r0, .r1 = r1, .c = c,
+                              .ldc = r1 - r0, .act_scale = act, .scale = scale, .tile = tile};
+    ops->gemm(&g);
+    g.c = NULL;
+    g.y = y;
+    g.ldy = r1 - r0;
+    ops->gemm(&g);
+    free(stage);
+}
+
 static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, int mode)
 {
     int8_t *a = malloc((size_t)m * k + 1), *b = malloc((size_t)n * k + 1);
+    float *scale = malloc(sizeof(float) * n);
     fill(a, (size_t)m * k, mode);
-    fill(b, (size_t)n * k, mode == 1 ? 1 : mode);
+    fill(b, (size_t)n * k, mode);
     if (mode == 1) /* a = 127, b = -127: the most negative sums */
         memset(b, 0x81, (size_t)n * k);
+    for (uint32_t r = 0; r < n; r++)
+        scale[r] = (0.5f + test_rng_float(&rng)) * 1e-3f;
+    const float act = 0.0173f;
     struct npu_gemm_b *pb;
     assert_int_equal(npu_gemm_b_create(b, n, k, &pb), 0);
     uint32_t w = r1 - r0;
-    int32_t *ref = malloc(sizeof(int32_t) * m * w + 4), *got = malloc(sizeof(int32_t) * m * w + 4);
-    npu_gemm_s8_kernel(NPU_KERNEL_SCALAR, pb, a, m, r0, r1, ref, w);
-    for (int kern = 1; kern < NPU_KERNEL_COUNT; kern++) {
+    size_t cnt = (size_t)m * w;
+    int32_t *ref = malloc(sizeof(int32_t) * cnt + 4), *got = malloc(sizeof(int32_t) * cnt + 4);
+    float *yref = malloc(sizeof(float) * cnt + 4), *ygot = malloc(sizeof(float) * cnt + 4);
+    run(NPU_KERNEL_SCALAR, 0, pb, a, m, r0, r1, act, scale, ref, yref);
+    for (int kern = 0; kern < NPU_KERNEL_COUNT; kern++) {
         if (!npu_kernel_available((enum npu_kernel)kern))
             continue;
-        memset(got, 0x55, sizeof(int32_t) * m * w);
+        const struct npu_kernel_ops *ops = npu_kernel_ops((enum npu_kernel)kern);
+        for (int t = 0; t < ops->tiles; t++) {
+            memset(got, 0x55, sizeof(int32_t) * cnt);
+            memset(ygot, 0x55, sizeof(float) * cnt);
+            run((enum npu_kernel)kern, t, pb, a, m, r0, r1, act, scale, got, ygot);
+            for (size_t i = 0; i < cnt; i++) {
+                if (got[i] != ref[i])
+                    fail_msg("%s tile %s m=%u n=%u k=%u range [%u,%u) mode %d: C[%zu][%zu] = "
+                             "%d, scalar %d",
+                             npu_kernel_name((enum npu_kernel)kern), ops->tile_names[t], m, n, k,
+                             r0, r1, mode, i / w, i % w, got[i], ref[i]);
+                if (memcmp(&ygot[i], &yref[i], sizeof(float)))
+                    fail_msg("%s tile %s m=%u n=%u k=%u range [%u,%u): y[%zu][%zu] = %.9g, "
+                             "scalar %.9g",
+                             npu_kernel_name((enum npu_kernel)kern), ops->tile_names[t], m, n, k,
+                             r0, r1, i / w, i % w, (double)ygot[i], (double)yref[i]);
+            }
+        }
+        /* the public entry (allocates its own staging, default tiling) */
+        memset(got, 0x55, sizeof(int32_t) * cnt);
         npu_gemm_s8_kernel((enum npu_kernel)kern, pb, a, m, r0, r1, got, w);
-        for (size_t i = 0; i < (size_t)m * w; i++)
-            if (got[i] != ref[i])
-                fail_msg("%s m=%u n=%u k=%u range [%u,%u) mode %d: C[%zu][%zu] = %d, scalar %d",
-                         npu_kernel_name((enum npu_kernel)kern), m, n, k, r0, r1, mode, i / w,
-                         i % w, got[i], ref[i]);
+        assert_memory_equal(got, ref, sizeof(int32_t) * cnt);
     }
-    /* the reference itself against a direct sum */
+    /* the reference itself against a direct sum of the unpacked operands */
     for (uint32_t i = 0; i < m; i += 1 + m / 3)
         for (uint32_t r = r0; r < r1; r += 1 + w / 5) {
             int64_t s = 0;
             for (uint32_t j = 0; j < k; j++)
                 s += (int32_t)a[(size_t)i * k + j] * b[(size_t)r * k + j];
             assert_int_equal(ref[(size_t)i * w + (r - r0)], s);
+            float want = (act * scale[r]) * (float)s;
+            assert_true(yref[(size_t)i * w + (r - r0)] == want);
         }
     npu_gemm_b_destroy(pb);
     free(a);
     free(b);
+    free(scale);
     free(ref);
     free(got);
+    free(yref);
+    free(ygot);
 }
 
 static void test_shapes(void **st)
 {
     (void)st;
-    static const uint32_t ms[] = {1, 2, 3, 5, 6, 7, 13, 32};
-    static const uint32_t ns[] = {1, 15, 16, 17, 33, 64, 100, 129};
+    static const uint32_t ms[] = {1, 2, 3, 5, 6, 7, 8, 11, 12, 13, 25, 32};
+    static const uint32_t ns[] = {1, 15, 16, 17, 33, 48, 64, 100, 129};
     static const uint32_t ks[] = {1, 3, 4, 5, 31, 64, 173, 256};
     for (size_t a = 0; a < sizeof ms / 4; a++)
         for (size_t b = 0; b < sizeof ns / 4; b++)
@@ -78,29 +127,85 @@ static void test_shapes(void **st)
 static void test_ranges(void **st)
 {
     (void)st;
-    for (int t = 0; t < 60; t++) {
+    for (int t = 0; t < 80; t++) {
         uint32_t n = 1 + test_rng_below(&rng, 200), k = 1 + test_rng_below(&rng, 300);
         uint32_t r0 = test_rng_below(&rng, n), r1 = r0 + 1 + test_rng_below(&rng, n - r0);
-        check(1 + test_rng_below(&rng, 20), n, k, r0, r1, 0);
+        check(1 + test_rng_below(&rng, 40), n, k, r0, r1, 0);
     }
 }
 
 static void test_extremes(void **st)
 {
     (void)st;
-    check(7, 48, 1031, 0, 48, 1);  /* large negative sums, long k */
-    check(9, 37, 2048, 0, 37, 2);  /* random signs at full magnitude */
+    check(7, 48, 1031, 0, 48, 1);   /* large negative sums, long k */
+    check(13, 37, 2048, 0, 37, 2);  /* random signs at full magnitude */
+    check(25, 70, 4099, 5, 66, 1);  /* k = 4099: pads, a range inside blocks */
+}
+
+static void test_weights(void **st)
+{
+    (void)st;
+    /* -128 is refused (the AVX2 kernel negates weights) */
+    int8_t bad[3 * 5];
+    float sc[3] = {1, 1, 1};
+    memset(bad, 1, sizeof bad);
+    bad[7] = -128;
+    struct npu_weights *w = (struct npu_weights *)1;
+    assert_int_equal(npu_weights_create(bad, sc, 3, 5, &w), -ERANGE);
+    assert_null(w);
+    assert_int_equal(npu_weights_create(bad, sc, 0, 5, &w), -EINVAL);
+    assert_int_equal(npu_weights_create(NULL, sc, 3, 5, &w), -EINVAL);
+
+    /* filled in 16-row pieces (in any order) = created at once; rows read back */
+    const uint32_t R = 70, C = 37;
+    int8_t *q = malloc(R * C), *row = malloc(C);
+    float *scale = malloc(sizeof(float) * R);
+    fill(q, (size_t)R * C, 0);
+    for (uint32_t r = 0; r < R; r++)
+        scale[r] = 0.01f * (float)(r + 1);
+    struct npu_weights *wa, *wb;
+    assert_int_equal(npu_weights_create(q, scale, R, C, &wa), 0);
+    assert_int_equal(npu_weights_alloc(R, C, &wb), 0);
+    assert_int_equal(npu_weights_fill(wb, 8, 16, q + 8 * C, scale + 8), -EINVAL); /* unaligned */
+    assert_int_equal(npu_weights_fill(wb, 64, 8, q, scale), -EINVAL); /* ends mid-block */
+    assert_int_equal(npu_weights_fill(wb, 64, 6, q + 64 * C, scale + 64), 0);
+    assert_int_equal(npu_weights_fill(wb, 16, 48, q + 16 * C, scale + 16), 0);
+    assert_int_equal(npu_weights_fill(wb, 0, 16, q, scale), 0);
+    assert_int_equal(npu_weights_rows(wb), R);
+    assert_int_equal(npu_weights_cols(wb), C);
+    assert_true(npu_weights_bytes(wb) >= (size_t)R * C);
+    for (uint32_t r = 0; r < R; r++) {
+        npu_weights_row(wb, r, row);
+        assert_memory_equal(row, q + (size_t)r * C, C);
+        assert_true(npu_weights_scale(wb, r) == scale[r]);
+    }
+    const uint32_t M = 9;
+    int8_t *xq = malloc(M * C);
+    fill(xq, (size_t)M * C, 0);
+    float *ya = malloc(sizeof(float) * M * R), *yb = malloc(sizeof(float) * M * R);
+    npu_linear_s8(wa, xq, M, 0.25f, ya);
+    npu_linear_s8(wb, xq, M, 0.25f, yb);
+    assert_memory_equal(ya, yb, sizeof(float) * M * R);
+    free(ya);
+    free(yb);
+    free(xq);
+    npu_weights_destroy(wa);
+    npu_weights_destroy(wb);
+    npu_weights_destroy(NULL);
+    free(q);
+    free(row);
+    free(scale);
 }
 
 static void test_linear(void **st)
 {
     (void)st;
-    /* the dequantized linear equals (s * scale[r]) * acc for every kernel */
-    uint32_t m = 5, n = 40, k = 70;
+    /* the dequantized linear equals (s * scale[r]) * acc, also for a range */
+    uint32_t m = 7, n = 40, k = 70;
     int8_t *q = malloc(n * k), *xq = malloc(m * k);
     fill(q, n * k, 0);
     fill(xq, m * k, 0);
-    float scale[40], y[5 * 40];
+    float scale[40], y[7 * 40];
     for (int i = 0; i < 40; i++)
         scale[i] = 0.01f * (float)(i + 1);
     struct npu_weights *w;
@@ -113,21 +218,46 @@ static void test_linear(void **st)
                 acc += xq[i * k + j] * q[r * k + j];
             assert_true(y[i * n + r] == (0.5f * scale[r]) * (float)acc);
         }
-    /* quantization: round to nearest even, clamp at 127, zero for a bad scale */
-    float x[6] = {0.5f, 1.5f, -2.5f, 1000.0f, -1000.0f, 3.2f};
-    int8_t o[6];
-    npu_quantize_act(x, 6, 1.0f, o);
-    int8_t want[6] = {0, 2, -2, 127, -127, 3};
-    assert_memory_equal(o, want, 6);
-    npu_quantize_act(x, 6, 0.0f, o);
-    for (int i = 0; i < 6; i++)
-        assert_int_equal(o[i], 0);
-    assert_true(npu_act_scale_dynamic(x, 6) == 1000.0f / 127.0f);
-    float z[3] = {0, 0, 0};
-    assert_true(npu_act_scale_dynamic(z, 3) == 1.0f);
+    float yr[7 * 40];
+    for (size_t i = 0; i < 7 * 40; i++)
+        yr[i] = -1.0f;
+    npu_linear_s8_range(w, xq, m, 0.5f, yr, n, 5, 23);
+    for (uint32_t i = 0; i < m; i++)
+        for (uint32_t r = 0; r < n; r++)
+            assert_true(yr[i * n + r] == (r >= 5 && r < 23 ? y[i * n + r] : -1.0f));
     npu_weights_destroy(w);
     free(q);
     free(xq);
+}
+
+static void test_quantize(void **st)
+{
+    (void)st;
+    /* round half to even, clamp at +-127, NaN to 0, zero for a bad scale */
+    float x[9] = {0.5f, 1.5f, -2.5f, 1000.0f, -1000.0f, 3.2f, NAN, INFINITY, -INFINITY};
+    int8_t o[9];
+    npu_quantize_act(x, 9, 1.0f, o);
+    int8_t want[9] = {0, 2, -2, 127, -127, 3, 0, 127, -127};
+    assert_memory_equal(o, want, 9);
+    const float bad_scales[4] = {0.0f, -1.0f, NAN, INFINITY};
+    for (int b = 0; b < 4; b++) {
+        memset(o, 1, sizeof o);
+        npu_quantize_act(x, 9, bad_scales[b], o);
+        for (int i = 0; i < 9; i++)
+            assert_int_equal(o[i], 0);
+    }
+    float y[3] = {0.3f, -0.7f, 0.1f};
+    npu_quantize_act(y, 3, 0.1f, o); /* x * (1 / s): 0.3 * 10 = 3, -7, 1 */
+    assert_int_equal(o[0], 3);
+    assert_int_equal(o[1], -7);
+    assert_int_equal(o[2], 1);
+    /* dynamic scale: max|x| / 127 over finite values, never 0 */
+    assert_true(npu_act_scale_dynamic(x, 6) == 1000.0f / 127.0f);
+    assert_true(npu_act_scale_dynamic(x, 9) == 1000.0f / 127.0f);
+    float z[3] = {0, 0, 0};
+    assert_true(npu_act_scale_dynamic(z, 3) == 1.0f);
+    float tiny[1] = {1e-40f};
+    assert_true(npu_act_scale_dynamic(tiny, 1) == NPU_ACT_SCALE_MIN);
 }
 
 int main(void)
@@ -135,12 +265,12 @@ int main(void)
     test_rng_init(&rng, test_seed());
     for (int k = 0; k < NPU_KERNEL_COUNT; k++)
         fprintf(stderr, "kernel %-10s %s\n", npu_kernel_name((enum npu_kernel)k),
-                npu_kernel_available((enum npu_kernel)k) ? "tested" : "not on this CPU: skipped");
+                npu_kernel_available((enum npu_kernel)k) ? "tested"
+                                                         : "not on this CPU: skipped");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shapes),
-        cmocka_unit_test(test_ranges),
-        cmocka_unit_test(test_extremes),
-        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_shapes),  cmocka_unit_test(test_ranges),
+        cmocka_unit_test(test_extremes), cmocka_unit_test(test_weights),
+        cmocka_unit_test(test_linear),  cmocka_unit_test(test_quantize),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,330 @@
+/* npu_graph.c: static graphs of the emulated NPU (llm.npu 3.2 chunk-sharing
+ * graphs): building one (validation, kernel and register tiling chosen by
+ * timing the candidates on the graph's own shape, a self-check against the
+ * scalar reference, staging buffers allocated and touched), checking a job
+ * against it, and running it on any thread with identical results. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "npu_internal.h"
+
+/* Rows per slice when a padded job computes its zero rows: a multiple of
+ * every tiling's row count (3, 6, 8, 12), so slices start on tile bounds. */
+#define PAD_SLICE 24u
+/* Output channels of the probe the tilings are timed on: 1.5, 2 and 3
+ * panels of the 64-, 48- and 32-channel tilings. */
+#define PROBE_N 96u
+
+/* Zero activations, the source of the padded rows (read with stride 0). */
+static const int8_t zero_row[NPU_GRAPH_MAX_K];
+
+const char *npu_dtype_name(enum npu_dtype t)
+{
+    static const char *const names[] = {"int8", "int32", "f16", "bf16", "f32"};
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
+}
+
+int npu_graph_desc_check(const struct npu_graph_desc *d, struct sl_err *err)
+{
+    if (d->a_type != NPU_DTYPE_INT8 || d->w_type != NPU_DTYPE_INT8 ||
+        d->y_type != NPU_DTYPE_F32) {
+        sl_err_set(err,
+                   "npu: no graph for a %s x %s -> %s matmul: the NPU runs only int8 x int8 "
+                   "matmuls dequantized to f32",
+                   npu_dtype_name(d->a_type), npu_dtype_name(d->w_type),
+                   npu_dtype_name(d->y_type));
+        return -ENOTSUP;
+    }
+    if (d->m == 0 || d->m > NPU_GRAPH_MAX_M || d->k == 0 || d->k > NPU_GRAPH_MAX_K ||
+        d->n == 0 || d->n > NPU_GRAPH_MAX_N) {
+        sl_err_set(err,
+                   "npu: no graph for shape m=%u k=%u n=%u: each must be at least 1 and at "
+                   "most m=%u k=%u n=%u",
+                   d->m, d->k, d->n, NPU_GRAPH_MAX_M, NPU_GRAPH_MAX_K, NPU_GRAPH_MAX_N);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int npu_job_check(const struct npu_graph *g, const struct npu_job *job, struct sl_err *err)
+{
+    if (!job) {
+        sl_err_set(err, "npu: no job");
+        return -EINVAL;
+    }
+    if (!g) {
+        sl_err_set(err, "npu: the job names no graph (build one for its shape first)");
+        return -ENOENT;
+    }
+    const struct npu_graph_desc *d = &g->desc;
+    if (job->a_type != NPU_DTYPE_INT8) {
+        sl_err_set(err, "npu: graph %ux%ux%u: activations are %s, the NPU takes int8 only",
+                   d->m, d->k, d->n, npu_dtype_name(job->a_type));
+        return -ENOTSUP;
+    }
+    if (!job->w) {
+        sl_err_set(err, "npu: graph %ux%ux%u: the job has no prepared weights", d->m, d->k,
+                   d->n);
+        return -EINVAL;
+    }
+    if (job->w->rows != d->n || job->w->cols != d->k) {
+        sl_err_set(err,
+                   "npu: graph %ux%ux%u wants weights of %u x %u (n x k), the job's are "
+                   "%u x %u",
+                   d->m, d->k, d->n, d->n, d->k, job->w->rows, job->w->cols);
+        return -EINVAL;
+    }
+    if (job->rows == 0 || job->rows > d->m) {
+        sl_err_set(err, "npu: graph %ux%ux%u takes 1 to %u rows, the job has %u", d->m, d->k,
+                   d->n, d->m, job->rows);
+        return -EINVAL;
+    }
+    uint32_t n1 = npu_job_r1(g, job);
+    if ((job->r1 == 0 && job->r0 != 0) || job->r0 >= n1 || n1 > d->n) {
+        sl_err_set(err, "npu: graph %ux%ux%u: channel range [%u, %u) is not inside [0, %u)",
+                   d->m, d->k, d->n, job->r0, job->r1, d->n);
+        return -EINVAL;
+    }
+    if (job->ldy != 0 && job->ldy < n1) {
+        sl_err_set(err, "npu: graph %ux%ux%u: output row stride %zu is below channel %u", d->m,
+                   d->k, d->n, job->ldy, n1);
+        return -EINVAL;
+    }
+    if (!job->xq || !job->y) {
+        sl_err_set(err, "npu: graph %ux%ux%u: the job has no %s buffer", d->m, d->k, d->n,
+                   job->xq ? "output" : "input");
+        return -EINVAL;
+    }
+    if (!(job->act_scale > 0) || !isfinite(job->act_scale)) {
+        sl_err_set(err, "npu: graph %ux%ux%u: activation scale %g is not positive and finite",
+                   d->m, d->k, d->n, (double)job->act_scale);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *stage)
+{
+    const struct npu_graph_desc *d = &g->desc;
+    const struct npu_weights *w = job->w;
+    const uint32_t n0 = job->r0, n1 = npu_job_r1(g, job);
+    job->t_start = sl_now_ns();
+    struct npu_gemm_args a = {.b = w->b,
+                              .a = stage,
+                              .m = job->rows,
+                              .r0 = n0,
+                              .r1 = n1,
+                              .y = job->y + n0,
+                              .ldy = job->ldy ? job->ldy : d->n,
+                              .act_scale = job->act_scale,
+                              .scale = w->scale,
+                              .tile = g->tile};
+    g->ops->prep(job->xq, d->k, job->rows, d->k, g->k4, g->tile, stage);
+    g->ops->gemm(&a);
+    if (!g->pad_rows || job->rows == d->m) {
+        job->t_end = sl_now_ns();
+        return;
+    }
+    /* a static-shape NPU computes the whole chunk: the zero rows too, into a
+     * sink after the staging area, PAD_SLICE rows at a time */
+    uintptr_t end = (uintptr_t)(stage + npu_gemm_prep_bytes(g->k4, d->m));
+    float *sink = (float *)((end + 63) & ~(uintptr_t)63);
+    uint32_t pad = d->m - job->rows;
+    g->ops->prep(zero_row, 0, pad, d->k, g->k4, g->tile, stage);
+    for (uint32_t i = 0; i < pad; i += PAD_SLICE) {
+        a.a = stage + (size_t)i * g->k4;
+        a.m = pad - i < PAD_SLICE ? pad - i : PAD_SLICE;
+        a.y = sink;
+        a.ldy = n1 - n0;
+        g->ops->gemm(&a);
+    }
+    job->t_end = sl_now_ns();
+}
+
+static size_t scratch_bytes(const struct npu_graph_desc *d, uint32_t k4, int pad_rows)
+{
+    size_t s = npu_gemm_prep_bytes(k4, d->m);
+    if (pad_rows) /* the sink, 64-byte aligned inside the buffer */
+        s += 64 + sizeof(float) * (size_t)PAD_SLICE * d->n;
+    return s;
+}
+
+/* xorshift64 bytes in [-127, 127] (the probe's data; any values would do). */
+static void fill_random(int8_t *x, size_t n, uint64_t *st)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = *st;
+        v ^= v << 13, v ^= v >> 7, v ^= v << 17;
+        *st = v;
+        x[i] = (int8_t)((int)(v >> 56) % 255 - 127);
+    }
+}
+
+/* Times every tiling of the kernel on the graph's m and k against PROBE_N
+ * channels (best of two runs each), keeps the fastest, then checks the kernel
+ * with that tiling against the scalar definition on three rows. */
+static int choose_and_check(struct npu_graph *g, int forced_tile, struct sl_err *err)
+{
+    const struct npu_graph_desc *d = &g->desc;
+    const uint32_t pn = d->n < PROBE_N ? d->n : PROBE_N;
+    int ret = -ENOMEM;
+    int8_t *a = malloc((size_t)d->m * d->k);
+    int8_t *bw = malloc((size_t)pn * d->k);
+    int32_t *c = malloc(sizeof(int32_t) * (size_t)d->m * pn);
+    struct npu_gemm_b *b = NULL;
+    if (!a || !bw || !c)
+        goto fail;
+    uint64_t st = 0x9e3779b97f4a7c15ull ^ ((uint64_t)d->m << 40 | (uint64_t)d->k << 20 | d->n);
+    fill_random(a, (size_t)d->m * d->k, &st);
+    fill_random(bw, (size_t)pn * d->k, &st);
+    ret = npu_gemm_b_create(bw, pn, d->k, &b);
+    if (ret < 0)
+        goto fail;
+    struct npu_gemm_args ga = {.b = b, .a = g->stage, .m = d->m, .r0 = 0, .r1 = pn, .c = c,
+                               .ldc = pn};
+    g->tile = forced_tile >= 0 ? forced_tile : 0;
+    if (forced_tile < 0 && g->ops->tiles > 1) {
+        uint64_t best = UINT64_MAX;
+        for (int t = 0; t < g->ops->tiles; t++) {
+            g->ops->prep(a, d->k, d->m, d->k, g->k4, t, g->stage);
+            ga.tile = t;
+            for (int rep = 0; rep < 2; rep++) {
+                uint64_t t0 = sl_now_ns();
+                g->ops->gemm(&ga);
+                uint64_t dt = sl_now_ns() - t0;
+                if (dt < best)
+                    best = dt, g->tile = t;
+            }
+        }
+    }
+    g->ops->prep(a, d->k, d->m, d->k, g->k4, g->tile, g->stage);
+    ga.tile = g->tile;
+    g->ops->gemm(&ga);
+    const uint32_t check_rows[3] = {0, d->m / 2, d->m - 1};
+    for (int q = 0; q < 3; q++) {
+        uint32_t i = check_rows[q];
+        for (uint32_t r = 0; r < pn; r++) {
+            int32_t acc = 0;
+            for (uint32_t j = 0; j < d->k; j++)
+                acc += (int32_t)a[(size_t)i * d->k + j] * bw[(size_t)r * d->k + j];
+            if (c[(size_t)i * pn + r] != acc) {
+                sl_err_set(err,
+                           "npu: graph %ux%ux%u: kernel %s (tiling %s) failed its self-check "
+                           "at row %u channel %u (%d, expected %d)",
+                           d->m, d->k, d->n, npu_kernel_name(g->kernel),
+                           g->ops->tile_names[g->tile], i, r, c[(size_t)i * pn + r], acc);
+                ret = -EIO;
+                goto fail;
+            }
+        }
+    }
+    ret = 0;
+fail:
+    if (ret == -ENOMEM)
+        sl_err_set(err, "npu: graph %ux%ux%u: out of memory for the tiling probe", d->m, d->k,
+                   d->n);
+    npu_gemm_b_destroy(b);
+    free(c);
+    free(bw);
+    free(a);
+    return ret;
+}
+
+int npu_graph_create(const struct npu_device *dev, const struct npu_device_config *cfg,
+                     const struct npu_graph_desc *desc, struct npu_graph **out,
+                     struct sl_err *err)
+{
+    uint64_t t0 = sl_now_ns();
+    *out = NULL;
+    int ret = npu_graph_desc_check(desc, err);
+    if (ret < 0)
+        return ret;
+    struct npu_graph *g = calloc(1, sizeof *g);
+    if (!g) {
+        sl_err_set(err, "npu: out of memory for a graph");
+        return -ENOMEM;
+    }
+    g->dev = dev;
+    g->desc = *desc;
+    g->kernel = cfg->kernel >= 0 ? (enum npu_kernel)cfg->kernel : npu_kernel_best();
+    g->ops = npu_kernel_ops(g->kernel);
+    g->pad_rows = cfg->pad_rows;
+    g->k4 = (desc->k + 3) & ~3u;
+    g->scratch_bytes = scratch_bytes(desc, g->k4, g->pad_rows);
+    /* the device worker's staging, touched now so no job pays the page faults */
+    g->stage = sl_alloc_aligned(g->scratch_bytes, 64);
+    if (!g->stage) {
+        sl_err_set(err, "npu: graph %ux%ux%u: out of memory for %zu bytes of staging",
+                   desc->m, desc->k, desc->n, g->scratch_bytes);
+        ret = -ENOMEM;
+        goto fail;
+    }
+    memset(g->stage, 0, g->scratch_bytes);
+    ret = choose_and_check(g, cfg->tile, err);
+    if (ret < 0)
+        goto fail;
+    g->build_ns = sl_now_ns() - t0;
+    *out = g;
+    return 0;
+fail:
+    npu_graph_destroy(g);
+    return ret;
+}
+
+void npu_graph_destroy(struct npu_graph *g)
+{
+    if (!g)
+        return;
+    sl_free_aligned(g->stage);
+    free(g);
+}
+
+void npu_graph_info(const struct npu_graph *g, struct npu_graph_info *info)
+{
+    info->desc = g->desc;
+    info->kernel = g->kernel;
+    info->tile = g->tile;
+    info->tile_name = g->ops->tile_names[g->tile];
+    info->build_ns = g->build_ns;
+    info->scratch_bytes = g->scratch_bytes;
+}
+
+int npu_job_validate(const struct npu_job *job, struct sl_err *err)
+{
+    return npu_job_check(job ? job->graph : NULL, job, err);
+}
+
+int npu_job_execute(struct npu_job *job)
+{
+    if (!job)
+        return -EINVAL;
+    return npu_graph_run(job->graph, job, NULL, NULL);
+}
+
+int npu_graph_run(const struct npu_graph *g, struct npu_job *job, void *scratch,
+                  struct sl_err *err)
+{
+    int ret = npu_job_check(g, job, err);
+    if (job)
+        job->status = ret;
+    if (ret < 0)
+        return ret;
+    uint8_t *stage = scratch;
+    if (!stage) {
+        stage = sl_alloc_aligned(g->scratch_bytes, 64);
+        if (!stage) {
+            sl_err_set(err, "npu: graph %ux%ux%u: out of memory for %zu bytes of staging",
+                       g->desc.m, g->desc.k, g->desc.n, g->scratch_bytes);
+            job->status = -ENOMEM;
+            return -ENOMEM;
+        }
+    }
+    job->stolen = 1;
+    npu_graph_exec(g, job, stage);
+    if (stage != scratch)
+        sl_free_aligned(stage);
+    return 0;
+}
