@@ -92,6 +92,8 @@ static int read_f32(struct qctx *q, int layer, uint32_t role, float **out)
 
 static const struct quantizer_calib_slot *slot(struct qctx *q, int layer, uint32_t role)
 {
+    if (!q->calib) /* no calibration: no smoothing, dynamic activation scales */
+        return NULL;
     const struct quantizer_calib_slot *s = quantizer_calib_slot(q->calib, layer, role);
     return s && s->out_max ? s : NULL;
 }

@@ -1,0 +1,227 @@
+/* test_pipeline.c: the cold-start pipeline computes exactly what the
+ * sequential runtime computes. On a synthetic model quantized two ways
+ * (dynamic activation scales; static scales from a calibration run through
+ * the observer), for every policy, chunk sizes 16/64/256 and prompts shorter
+ * than, equal to and longer than a chunk, and every load mode, the logits of
+ * the last prompt position are bit-identical to infer_forward with
+ * max_batch = chunk, and a decoding step after the pipeline matches too.
+ * The trace is valid JSON with matching begin/end spans per track; a corrupt
+ * slice fails the pipeline with a checksum error instead of wrong logits. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer.h"
+#include "quantizer.h"
+#include "testutil.h"
+
+static char dyn_model[4096], static_model[4096], float_model[4096];
+
+static int *prompt(uint32_t n, uint32_t vocab, uint32_t salt)
+{
+    int *ids = malloc(sizeof(int) * n);
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = i == 0 ? 1 : 3 + (int)((i * 2654435761u + salt) % (vocab - 3));
+    return ids;
+}
+
+static int setup(void **st)
+{
+    (void)st;
+    const char *dir = test_tmpdir();
+    struct sl_err err;
+    snprintf(float_model, sizeof float_model, "%s/tiny.sluice", dir);
+    snprintf(dyn_model, sizeof dyn_model, "%s/tiny-dyn.sluice", dir);
+    snprintf(static_model, sizeof static_model, "%s/tiny-static.sluice", dir);
+    if (quantizer_synth("tiny", 11, float_model, NULL, NULL, &err) < 0)
+        return -1;
+    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
+                               .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
+                               .encoding = FORMAT_ENC_ADAPTIVE};
+    if (quantizer_quantize(float_model, NULL, &o, dyn_model, NULL, &err) < 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    /* calibration through the runtime's observer: static activation scales */
+    struct infer_model *m;
+    struct infer_state *s;
+    if (infer_model_load(float_model, NULL, &m, &err) < 0)
+        return -1;
+    const struct format_config *c = infer_model_config(m);
+    struct quantizer_calib *calib;
+    quantizer_calib_create(c, 64, &calib);
+    infer_model_set_observer(m, quantizer_calib_observe, calib);
+    infer_state_create(m, 256, &s, &err);
+    int *ids = prompt(200, c->vocab_size, 99);
+    float *lg = malloc(sizeof(float) * c->vocab_size);
+    int ret = infer_forward(m, s, ids, 200, 0, lg, INFER_LOGITS_LAST, &err);
+    free(lg);
+    free(ids);
+    infer_state_destroy(s);
+    infer_model_destroy(m);
+    if (ret == 0)
+        ret = quantizer_quantize(float_model, calib, &o, static_model, NULL, &err);
+    quantizer_calib_destroy(calib);
+    if (ret < 0)
+        fprintf(stderr, "%s\n", err.msg);
+    return ret;
+}
+
+/* Pipeline vs infer_forward on `model`; returns 0 when bit-identical. */
+static void check(const char *model, enum infer_policy pol, enum infer_load load, uint32_t chunk,
+                  uint32_t n, const char *trace)
+{
+    struct sl_err err = {{0}};
+    struct infer_model *m;
+    struct infer_state *s;
+    assert_int_equal(infer_model_load(model, NULL, &m, &err), 0);
+    const struct format_config *c = infer_model_config(m);
+    uint32_t V = c->vocab_size;
+    int *ids = prompt(n, V, n * 7 + chunk);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    assert_int_equal(infer_state_create(m, chunk, &s, &err), 0);
+    assert_int_equal(infer_forward(m, s, ids, n, 0, a, INFER_LOGITS_LAST, &err), 0);
+
+    struct infer_pipeline_opts o = {.policy = pol, .load = load, .chunk = chunk,
+                                    .steal_threshold = 5, .trace_path = trace};
+    struct infer_model *pm;
+    struct infer_state *ps;
+    struct infer_pipeline_stats st;
+    if (infer_pipeline_prefill(model, ids, n, &o, &pm, &ps, b, &st, &err) < 0)
+        fail_msg("%s, policy %s, chunk %u, %u tokens: %s", model, infer_policy_name(pol), chunk,
+                 n, err.msg);
+    if (memcmp(a, b, sizeof(float) * V) != 0)
+        fail_msg("%s, policy %s, load %d, chunk %u, %u tokens: logits differ", model,
+                 infer_policy_name(pol), load, chunk, n);
+    assert_true(st.bubble_npu >= 0 && st.bubble_npu <= 1 && st.bubble_cpu >= 0 &&
+                st.bubble_cpu <= 1);
+    assert_true(st.bytes_read > 0);
+    /* one decoding step on each, from the same token */
+    if (n < c->seq_len) {
+        int t = 5;
+        assert_int_equal(infer_forward(m, s, &t, 1, n, a, INFER_LOGITS_LAST, &err), 0);
+        assert_int_equal(infer_forward(pm, ps, &t, 1, n, b, INFER_LOGITS_LAST, &err), 0);
+        assert_memory_equal(a, b, sizeof(float) * V);
+    }
+    infer_state_destroy(ps);
+    infer_model_destroy(pm);
+    infer_state_destroy(s);
+    infer_model_destroy(m);
+    free(ids);
+    free(a);
+    free(b);
+}
+
+static void test_identical_dynamic(void **st)
+{
+    (void)st;
+    static const uint32_t chunks[] = {16, 64, 256};
+    static const uint32_t lens[] = {1, 15, 16, 17, 64, 200};
+    for (int p = 0; p < INFER_POLICY_COUNT; p++)
+        for (size_t c = 0; c < 3; c++)
+            for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++)
+                check(dyn_model, (enum infer_policy)p, INFER_LOAD_STREAM, chunks[c], lens[l], NULL);
+}
+
+static void test_identical_static(void **st)
+{
+    (void)st;
+    for (int p = 0; p < INFER_POLICY_COUNT; p++) {
+        check(static_model, (enum infer_policy)p, INFER_LOAD_STREAM, 64, 150, NULL);
+        check(static_model, (enum infer_policy)p, INFER_LOAD_STREAM, 256, 40, NULL);
+    }
+}
+
+static void test_load_modes_and_float(void **st)
+{
+    (void)st;
+    check(static_model, INFER_POLICY_FULL, INFER_LOAD_READ, 64, 100, NULL);
+    check(static_model, INFER_POLICY_SEQUENTIAL, INFER_LOAD_MMAP, 64, 100, NULL);
+    check(static_model, INFER_POLICY_LAYER_OVERLAP, INFER_LOAD_READ, 32, 70, NULL);
+    /* a float model: its matmuls run on the CPU workers */
+    check(float_model, INFER_POLICY_FULL, INFER_LOAD_STREAM, 64, 100, NULL);
+}
+
+static void test_trace(void **st)
+{
+    (void)st;
+    char trace[4200];
+    snprintf(trace, sizeof trace, "%s/trace.json", test_tmpdir());
+    check(static_model, INFER_POLICY_FULL, INFER_LOAD_STREAM, 32, 100, trace);
+    char *text = test_read_file(trace, NULL);
+    assert_non_null(text);
+    cJSON *j = cJSON_Parse(text);
+    assert_non_null(j);
+    cJSON *ev = cJSON_GetObjectItem(j, "traceEvents");
+    assert_true(cJSON_IsArray(ev));
+    /* per track, every B is closed by an E of the same name, in order */
+    int depth[256] = {0}, spans = 0;
+    char open_name[256][128];
+    cJSON *e;
+    cJSON_ArrayForEach(e, ev)
+    {
+        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
+        if (!strcmp(ph, "M"))
+            continue;
+        int tid = (int)cJSON_GetObjectItem(e, "tid")->valuedouble;
+        const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+        assert_true(tid >= 0 && tid < 256);
+        if (!strcmp(ph, "B")) {
+            assert_int_equal(depth[tid], 0); /* tasks on one track do not nest */
+            snprintf(open_name[tid], sizeof open_name[tid], "%s", name);
+            depth[tid]++;
+        } else {
+            assert_string_equal(ph, "E");
+            assert_int_equal(depth[tid], 1);
+            assert_string_equal(open_name[tid], name);
+            depth[tid]--;
+            spans++;
+        }
+    }
+    for (int i = 0; i < 256; i++)
+        assert_int_equal(depth[i], 0);
+    assert_true(spans > 50);
+    cJSON *other = cJSON_GetObjectItem(j, "otherData");
+    assert_non_null(cJSON_GetObjectItem(other, "bubble_npu"));
+    cJSON_Delete(j);
+    free(text);
+}
+
+static void test_corrupt(void **st)
+{
+    (void)st;
+    size_t len;
+    uint8_t *b = test_read_file(static_model, &len);
+    struct format_reader *r;
+    struct sl_err err;
+    assert_int_equal(format_reader_open(static_model, &r, &err), 0);
+    const struct format_slice_info *s = format_reader_slice(r, 1);
+    b[s->offset + 100] ^= 1;
+    format_reader_close(r);
+    char bad[4200];
+    snprintf(bad, sizeof bad, "%s/bad.sluice", test_tmpdir());
+    FILE *f = fopen(bad, "wb");
+    fwrite(b, 1, len, f);
+    fclose(f);
+    free(b);
+    int *ids = prompt(40, 512, 1);
+    float lg[512];
+    struct infer_model *m = NULL;
+    struct infer_state *ps = NULL;
+    struct infer_pipeline_opts o = {.policy = INFER_POLICY_FULL, .chunk = 16};
+    assert_true(infer_pipeline_prefill(bad, ids, 40, &o, &m, &ps, lg, NULL, &err) < 0);
+    assert_non_null(strstr(err.msg, "checksum"));
+    free(ids);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_identical_dynamic), cmocka_unit_test(test_identical_static),
+        cmocka_unit_test(test_load_modes_and_float), cmocka_unit_test(test_trace),
+        cmocka_unit_test(test_corrupt),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
