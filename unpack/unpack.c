@@ -121,12 +121,12 @@ int unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_
     unpack_row_fn *fn = row_fn(kernel_tables[k], encoding);
     if (!fn)
         return -EINVAL;
-    fn(src, cols, width, dst);
+    fn(src, cols, width, dst, 0);
     return 0;
 }
 
-int unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
-                       uint32_t r1, int8_t *q, int32_t *corr)
+int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                             uint32_t r1, int8_t *q, int32_t *corr, enum unpack_store store)
 {
     if (!unpack_kernel_available(k) || r0 > r1 || r1 > u->layout.rows)
         return -EINVAL;
@@ -135,13 +135,24 @@ int unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint
         return -EOVERFLOW;
     const struct unpack_kernels *kt = kernel_tables[k];
     unpack_row_fn *fn = row_fn(kt, u->layout.encoding);
+    int stream = !corr && ((uintptr_t)q & 63) == 0 && cols % 64 == 0 &&
+                 (store == UNPACK_STORE_STREAM ||
+                  (store == UNPACK_STORE_AUTO &&
+                   (uint64_t)(r1 - r0) * cols >= UNPACK_STREAM_MIN_BYTES));
     for (uint32_t r = r0; r < r1; r++) {
         int8_t *dst = q + (size_t)(r - r0) * cols;
-        fn(u->layout.data + u->row_off[r], cols, format_packed_width(u->layout.widths, r), dst);
+        fn(u->layout.data + u->row_off[r], cols, format_packed_width(u->layout.widths, r), dst,
+           stream);
         if (corr) /* the row was just written: summed from L1 */
             corr[r - r0] = 128 * kt->sum(dst, cols);
     }
     return 0;
+}
+
+int unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                       uint32_t r1, int8_t *q, int32_t *corr)
+{
+    return unpack_tensor_rows_store(u, k, r0, r1, q, corr, UNPACK_STORE_AUTO);
 }
 
 /* q8: float32 scale[rows], zero padding to 64 bytes, int8 q[rows][cols]

@@ -46,14 +46,24 @@ AI __m256i stripe(const uint8_t *src, const size_t S, const int k, const uint32_
     return _mm256_sub_epi8(u, _mm256_set1_epi8((char)((1 << (b - 1)) - 1)));
 }
 
-AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b)
+/* A full-vector store; non-temporal (dst 32-byte aligned) when streaming. */
+AI void store(int8_t *dst, __m256i v, const int nt)
+{
+    if (nt)
+        _mm256_stream_si256((__m256i *)dst, v);
+    else
+        _mm256_storeu_si256((__m256i *)dst, v);
+}
+
+AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
+                      const int nt)
 {
     uint32_t full = cols / 512;
     for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            _mm256_storeu_si256((__m256i *)(dst + k * 64), stripe(src, 64, k, b));
-            _mm256_storeu_si256((__m256i *)(dst + k * 64 + 32), stripe(src + 32, 64, k, b));
+            store(dst + k * 64, stripe(src, 64, k, b), nt);
+            store(dst + k * 64 + 32, stripe(src + 32, 64, k, b), nt);
         }
     }
     uint32_t t = cols - full * 512;
@@ -78,7 +88,11 @@ AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
 #define DEFINE_ADAPTIVE(B)                                                                    \
     static void adaptive_row_##B(const uint8_t *src, uint32_t cols, int8_t *dst)             \
     {                                                                                        \
-        adaptive_row_b(src, cols, dst, (B));                                                 \
+        adaptive_row_b(src, cols, dst, (B), 0);                                              \
+    }                                                                                        \
+    static void adaptive_row_nt_##B(const uint8_t *src, uint32_t cols, int8_t *dst)          \
+    {                                                                                        \
+        adaptive_row_b(src, cols, dst, (B), 1);                                              \
     }
 DEFINE_ADAPTIVE(1)
 DEFINE_ADAPTIVE(2)
@@ -89,19 +103,26 @@ DEFINE_ADAPTIVE(6)
 DEFINE_ADAPTIVE(7)
 DEFINE_ADAPTIVE(8)
 
-static void (*const adaptive_rows[9])(const uint8_t *, uint32_t, int8_t *) = {
-    NULL,           adaptive_row_1, adaptive_row_2, adaptive_row_3, adaptive_row_4,
-    adaptive_row_5, adaptive_row_6, adaptive_row_7, adaptive_row_8,
+typedef void row_b_fn(const uint8_t *, uint32_t, int8_t *);
+
+static row_b_fn *const adaptive_rows[2][9] = {
+    {NULL, adaptive_row_1, adaptive_row_2, adaptive_row_3, adaptive_row_4, adaptive_row_5,
+     adaptive_row_6, adaptive_row_7, adaptive_row_8},
+    {NULL, adaptive_row_nt_1, adaptive_row_nt_2, adaptive_row_nt_3, adaptive_row_nt_4,
+     adaptive_row_nt_5, adaptive_row_nt_6, adaptive_row_nt_7, adaptive_row_nt_8},
 };
 
-static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
 {
-    adaptive_rows[b](src, cols, dst);
+    adaptive_rows[stream != 0][b](src, cols, dst);
+    if (stream)
+        _mm_sfence();
 }
 
 /* ---- int4int8 (padded baseline) ------------------------------------------------------ */
 
-static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+AI void int4int8_row_nt(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                        const int nt)
 {
     uint32_t j = 0;
     if (b > 4) {
@@ -109,13 +130,12 @@ static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
         for (; j + 128 <= cols; j += 128) {
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++)
-                _mm256_storeu_si256(
-                    (__m256i *)(dst + j + 32 * i),
-                    _mm256_max_epi8(_mm256_loadu_si256((const __m256i *)(src + j + 32 * i)), lo));
+                store(dst + j + 32 * i,
+                      _mm256_max_epi8(_mm256_loadu_si256((const __m256i *)(src + j + 32 * i)), lo),
+                      nt);
         }
         for (; j + 32 <= cols; j += 32)
-            _mm256_storeu_si256((__m256i *)(dst + j),
-                                _mm256_max_epi8(_mm256_loadu_si256((const __m256i *)(src + j)), lo));
+            store(dst + j, _mm256_max_epi8(_mm256_loadu_si256((const __m256i *)(src + j)), lo), nt);
     } else {
         const __m256i m = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
         const __m256i lo7 = _mm256_set1_epi8(-7);
@@ -126,11 +146,21 @@ static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
             l = _mm256_max_epi8(_mm256_sub_epi8(_mm256_xor_si256(l, eight), eight), lo7);
             h = _mm256_max_epi8(_mm256_sub_epi8(_mm256_xor_si256(h, eight), eight), lo7);
             __m256i a = _mm256_unpacklo_epi8(l, h), c = _mm256_unpackhi_epi8(l, h);
-            _mm256_storeu_si256((__m256i *)(dst + j), _mm256_permute2x128_si256(a, c, 0x20));
-            _mm256_storeu_si256((__m256i *)(dst + j + 32), _mm256_permute2x128_si256(a, c, 0x31));
+            store(dst + j, _mm256_permute2x128_si256(a, c, 0x20), nt);
+            store(dst + j + 32, _mm256_permute2x128_si256(a, c, 0x31), nt);
         }
     }
     unpack_int4int8_tail_scalar(src, cols, b, j, dst);
+}
+
+static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
+{
+    if (stream) {
+        int4int8_row_nt(src, cols, b, dst, 1);
+        _mm_sfence();
+    } else {
+        int4int8_row_nt(src, cols, b, dst, 0);
+    }
 }
 
 /* ---- bitplane (K-quant-like baseline) -------------------------------------------------
@@ -162,7 +192,8 @@ AI __m256i spread(const uint8_t *p, const int w)
                             _mm256_set1_epi16(0x0f0f));
 }
 
-AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b)
+AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
+                      const int nt)
 {
     const size_t padded = (size_t)sl_align_up(cols, 8);
     uint32_t j = 0;
@@ -186,7 +217,7 @@ AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
         else
             u = _mm256_sub_epi8(_mm256_min_epu8(u, _mm256_set1_epi8((char)((1u << b) - 2))),
                                 _mm256_set1_epi8((char)((1 << (b - 1)) - 1)));
-        _mm256_storeu_si256((__m256i *)(dst + j), u);
+        store(dst + j, u, nt);
     }
     unpack_bitplane_tail_scalar(src, cols, b, j, dst);
 }
@@ -194,7 +225,11 @@ AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
 #define DEFINE_BITPLANE(B)                                                                   \
     static void bitplane_row_##B(const uint8_t *src, uint32_t cols, int8_t *dst)             \
     {                                                                                        \
-        bitplane_row_b(src, cols, dst, (B));                                                 \
+        bitplane_row_b(src, cols, dst, (B), 0);                                              \
+    }                                                                                        \
+    static void bitplane_row_nt_##B(const uint8_t *src, uint32_t cols, int8_t *dst)          \
+    {                                                                                        \
+        bitplane_row_b(src, cols, dst, (B), 1);                                              \
     }
 DEFINE_BITPLANE(1)
 DEFINE_BITPLANE(2)
@@ -205,14 +240,18 @@ DEFINE_BITPLANE(6)
 DEFINE_BITPLANE(7)
 DEFINE_BITPLANE(8)
 
-static void (*const bitplane_rows[9])(const uint8_t *, uint32_t, int8_t *) = {
-    NULL,           bitplane_row_1, bitplane_row_2, bitplane_row_3, bitplane_row_4,
-    bitplane_row_5, bitplane_row_6, bitplane_row_7, bitplane_row_8,
+static row_b_fn *const bitplane_rows[2][9] = {
+    {NULL, bitplane_row_1, bitplane_row_2, bitplane_row_3, bitplane_row_4, bitplane_row_5,
+     bitplane_row_6, bitplane_row_7, bitplane_row_8},
+    {NULL, bitplane_row_nt_1, bitplane_row_nt_2, bitplane_row_nt_3, bitplane_row_nt_4,
+     bitplane_row_nt_5, bitplane_row_nt_6, bitplane_row_nt_7, bitplane_row_nt_8},
 };
 
-static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
 {
-    bitplane_rows[b](src, cols, dst);
+    bitplane_rows[stream != 0][b](src, cols, dst);
+    if (stream)
+        _mm_sfence();
 }
 
 /* ---- row sums: (q ^ 0x80) = q + 128 unsigned; vpsadbw adds 8 bytes per lane ---------- */

@@ -62,19 +62,29 @@ AI __m512i stripe(const uint8_t *src, const size_t S, const int k, const uint32_
     return _mm512_sub_epi8(u, _mm512_set1_epi8((char)((1 << (b - 1)) - 1)));
 }
 
+/* A full-vector store; non-temporal (dst 64-byte aligned) when streaming. */
+AI void store(int8_t *dst, __m512i v, const int nt)
+{
+    if (nt)
+        _mm512_stream_si512((void *)dst, v);
+    else
+        _mm512_storeu_si512(dst, v);
+}
+
 /* A mask of the first n (0..64) bytes. */
 AI __mmask64 first_bytes(uint32_t n)
 {
     return n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
 }
 
-AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b)
+AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
+                      const int nt)
 {
     uint32_t full = cols / 512;
     for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++)
-            _mm512_storeu_si512(dst + k * 64, stripe(src, 64, k, b, 0, 0));
+            store(dst + k * 64, stripe(src, 64, k, b, 0, 0), nt);
     }
     uint32_t t = cols - full * 512;
     if (t) { /* tail group: 8 stripes of S = round_up(t, 8) / 8 < 64 bytes */
@@ -91,7 +101,11 @@ AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
 #define DEFINE_ADAPTIVE(B)                                                                    \
     static void adaptive_row_##B(const uint8_t *src, uint32_t cols, int8_t *dst)             \
     {                                                                                        \
-        adaptive_row_b(src, cols, dst, (B));                                                 \
+        adaptive_row_b(src, cols, dst, (B), 0);                                              \
+    }                                                                                        \
+    static void adaptive_row_nt_##B(const uint8_t *src, uint32_t cols, int8_t *dst)          \
+    {                                                                                        \
+        adaptive_row_b(src, cols, dst, (B), 1);                                              \
     }
 DEFINE_ADAPTIVE(1)
 DEFINE_ADAPTIVE(2)
@@ -102,19 +116,26 @@ DEFINE_ADAPTIVE(6)
 DEFINE_ADAPTIVE(7)
 DEFINE_ADAPTIVE(8)
 
-static void (*const adaptive_rows[9])(const uint8_t *, uint32_t, int8_t *) = {
-    NULL,           adaptive_row_1, adaptive_row_2, adaptive_row_3, adaptive_row_4,
-    adaptive_row_5, adaptive_row_6, adaptive_row_7, adaptive_row_8,
+typedef void row_b_fn(const uint8_t *, uint32_t, int8_t *);
+
+static row_b_fn *const adaptive_rows[2][9] = {
+    {NULL, adaptive_row_1, adaptive_row_2, adaptive_row_3, adaptive_row_4, adaptive_row_5,
+     adaptive_row_6, adaptive_row_7, adaptive_row_8},
+    {NULL, adaptive_row_nt_1, adaptive_row_nt_2, adaptive_row_nt_3, adaptive_row_nt_4,
+     adaptive_row_nt_5, adaptive_row_nt_6, adaptive_row_nt_7, adaptive_row_nt_8},
 };
 
-static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
 {
-    adaptive_rows[b](src, cols, dst);
+    adaptive_rows[stream != 0][b](src, cols, dst);
+    if (stream)
+        _mm_sfence();
 }
 
 /* ---- int4int8 (padded baseline) ------------------------------------------------------ */
 
-static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+AI void int4int8_row_nt(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                        const int nt)
 {
     uint32_t j = 0;
     if (b > 4) {
@@ -122,11 +143,11 @@ static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
         for (; j + 256 <= cols; j += 256) {
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++)
-                _mm512_storeu_si512(dst + j + 64 * i,
-                                    _mm512_max_epi8(_mm512_loadu_si512(src + j + 64 * i), lo));
+                store(dst + j + 64 * i, _mm512_max_epi8(_mm512_loadu_si512(src + j + 64 * i), lo),
+                      nt);
         }
         for (; j + 64 <= cols; j += 64)
-            _mm512_storeu_si512(dst + j, _mm512_max_epi8(_mm512_loadu_si512(src + j), lo));
+            store(dst + j, _mm512_max_epi8(_mm512_loadu_si512(src + j), lo), nt);
     } else {
         /* nibbles sign-extended as (x ^ 8) - 8; unpacklo/hi interleave within
          * 128-bit lanes, the permutes put the lanes back in order */
@@ -141,11 +162,21 @@ static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
             l = _mm512_max_epi8(_mm512_sub_epi8(_mm512_xor_si512(l, eight), eight), lo7);
             h = _mm512_max_epi8(_mm512_sub_epi8(_mm512_xor_si512(h, eight), eight), lo7);
             __m512i a = _mm512_unpacklo_epi8(l, h), c = _mm512_unpackhi_epi8(l, h);
-            _mm512_storeu_si512(dst + j, _mm512_permutex2var_epi64(a, i0, c));
-            _mm512_storeu_si512(dst + j + 64, _mm512_permutex2var_epi64(a, i1, c));
+            store(dst + j, _mm512_permutex2var_epi64(a, i0, c), nt);
+            store(dst + j + 64, _mm512_permutex2var_epi64(a, i1, c), nt);
         }
     }
     unpack_int4int8_tail_scalar(src, cols, b, j, dst);
+}
+
+static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
+{
+    if (stream) {
+        int4int8_row_nt(src, cols, b, dst, 1);
+        _mm_sfence();
+    } else {
+        int4int8_row_nt(src, cols, b, dst, 0);
+    }
 }
 
 /* ---- bitplane (K-quant-like baseline) -------------------------------------------------
@@ -169,7 +200,8 @@ AI __m512i spread(const uint8_t *p, const int w)
                             _mm512_set1_epi16(0x0f0f));
 }
 
-AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b)
+AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
+                      const int nt)
 {
     const size_t padded = (size_t)sl_align_up(cols, 8);
     uint32_t j = 0;
@@ -198,7 +230,7 @@ AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
         else
             u = _mm512_sub_epi8(_mm512_min_epu8(u, _mm512_set1_epi8((char)((1u << b) - 2))),
                                 _mm512_set1_epi8((char)((1 << (b - 1)) - 1)));
-        _mm512_storeu_si512(dst + j, u);
+        store(dst + j, u, nt);
     }
     unpack_bitplane_tail_scalar(src, cols, b, j, dst);
 }
@@ -206,7 +238,11 @@ AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
 #define DEFINE_BITPLANE(B)                                                                   \
     static void bitplane_row_##B(const uint8_t *src, uint32_t cols, int8_t *dst)             \
     {                                                                                        \
-        bitplane_row_b(src, cols, dst, (B));                                                 \
+        bitplane_row_b(src, cols, dst, (B), 0);                                              \
+    }                                                                                        \
+    static void bitplane_row_nt_##B(const uint8_t *src, uint32_t cols, int8_t *dst)          \
+    {                                                                                        \
+        bitplane_row_b(src, cols, dst, (B), 1);                                              \
     }
 DEFINE_BITPLANE(1)
 DEFINE_BITPLANE(2)
@@ -217,14 +253,18 @@ DEFINE_BITPLANE(6)
 DEFINE_BITPLANE(7)
 DEFINE_BITPLANE(8)
 
-static void (*const bitplane_rows[9])(const uint8_t *, uint32_t, int8_t *) = {
-    NULL,           bitplane_row_1, bitplane_row_2, bitplane_row_3, bitplane_row_4,
-    bitplane_row_5, bitplane_row_6, bitplane_row_7, bitplane_row_8,
+static row_b_fn *const bitplane_rows[2][9] = {
+    {NULL, bitplane_row_1, bitplane_row_2, bitplane_row_3, bitplane_row_4, bitplane_row_5,
+     bitplane_row_6, bitplane_row_7, bitplane_row_8},
+    {NULL, bitplane_row_nt_1, bitplane_row_nt_2, bitplane_row_nt_3, bitplane_row_nt_4,
+     bitplane_row_nt_5, bitplane_row_nt_6, bitplane_row_nt_7, bitplane_row_nt_8},
 };
 
-static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
 {
-    bitplane_rows[b](src, cols, dst);
+    bitplane_rows[stream != 0][b](src, cols, dst);
+    if (stream)
+        _mm_sfence();
 }
 
 /* ---- row sums (the vpdpbusd correction) -----------------------------------------------

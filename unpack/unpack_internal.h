@@ -14,7 +14,12 @@
 
 #include "unpack.h"
 
-typedef void unpack_row_fn(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst);
+/* stream != 0: the caller guarantees dst is 64-byte aligned and cols a
+ * multiple of 64, and asks for non-temporal (cache-bypassing) stores because
+ * the output is too large to stay in cache for its consumer; kernels may
+ * ignore it (scalar, NEON), and must end with a store fence when they use it. */
+typedef void unpack_row_fn(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                           int stream);
 /* Sum of n int8 values (n < 2^24, so the sum fits an int32). */
 typedef int32_t unpack_sum_fn(const int8_t *q, uint32_t n);
 

@@ -88,14 +88,16 @@ static void (*const adaptive_rows[9])(const uint8_t *, uint32_t, int8_t *) = {
     adaptive_row_5, adaptive_row_6, adaptive_row_7, adaptive_row_8,
 };
 
-static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                         int stream)
 {
     adaptive_rows[b](src, cols, dst);
 }
 
 /* ---- int4int8 (padded baseline) ------------------------------------------------------ */
 
-static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                         int stream)
 {
     uint32_t j = 0;
     if (b > 4) {
@@ -188,7 +190,8 @@ static void (*const bitplane_rows[9])(const uint8_t *, uint32_t, int8_t *) = {
     bitplane_row_5, bitplane_row_6, bitplane_row_7, bitplane_row_8,
 };
 
-static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                         int stream)
 {
     bitplane_rows[b](src, cols, dst);
 }

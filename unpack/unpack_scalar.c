@@ -36,7 +36,8 @@ static void adaptive_group(const uint8_t *src, uint32_t S, uint32_t valid, uint3
         dst[j] = unpack_code_value(u[j], b);
 }
 
-static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                         int stream)
 {
     const uint32_t R = FORMAT_PACKED_GROUP;
     for (uint32_t g0 = 0; g0 < cols; g0 += R) {
@@ -68,7 +69,8 @@ void unpack_bitplane_tail_scalar(const uint8_t *src, uint32_t cols, uint32_t b, 
     }
 }
 
-static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                         int stream)
 {
     unpack_bitplane_tail_scalar(src, cols, b, 0, dst);
 }
@@ -93,7 +95,8 @@ void unpack_int4int8_tail_scalar(const uint8_t *src, uint32_t cols, uint32_t b, 
     }
 }
 
-static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst)
+static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                         int stream)
 {
     unpack_int4int8_tail_scalar(src, cols, b, 0, dst);
 }

@@ -103,7 +103,7 @@ static void check_case(uint32_t enc, uint32_t rows, uint32_t cols, const uint8_t
     struct packed p;
     packed_make(&p, enc, rows, cols, widths);
     size_t n = (size_t)rows * cols;
-    int8_t *out = malloc(n), *ref = malloc(n), *got = malloc(n);
+    int8_t *out = malloc(n), *ref = malloc(n), *got = sl_alloc_aligned(n, 64);
     float *sc = malloc(sizeof(float) * rows);
     struct sl_err err = {{0}};
     struct format_tensor_info t = info_of(&p);
@@ -134,22 +134,27 @@ static void check_case(uint32_t enc, uint32_t rows, uint32_t cols, const uint8_t
         for (int k = 1; k < UNPACK_KERNEL_COUNT; k++) {
             if (!unpack_kernel_available((enum unpack_kernel)k))
                 continue;
-            memset(got, 0x5a, n);
-            assert_int_equal(unpack_tensor_rows(&u, (enum unpack_kernel)k, 0, rows, got, NULL),
-                             0);
-            for (size_t i = 0; i < n; i++)
-                if (got[i] != ref[i])
-                    fail_msg("%s kernel %s, %ux%u, pass %d: weight %zu (row %zu, width %u) is "
-                             "%d, scalar says %d",
-                             enc_name(enc), unpack_kernel_name((enum unpack_kernel)k), rows, cols,
-                             pass, i, i / cols, unpack_tensor_width(&u, (uint32_t)(i / cols)),
-                             got[i], ref[i]);
+            /* cached stores, and streaming stores (used where got is aligned and cols
+             * a multiple of 64) */
+            for (int store = UNPACK_STORE_CACHED; store <= UNPACK_STORE_STREAM; store++) {
+                memset(got, 0x5a, n);
+                assert_int_equal(unpack_tensor_rows_store(&u, (enum unpack_kernel)k, 0, rows, got,
+                                                          NULL, (enum unpack_store)store),
+                                 0);
+                for (size_t i = 0; i < n; i++)
+                    if (got[i] != ref[i])
+                        fail_msg("%s kernel %s, store %d, %ux%u, pass %d: weight %zu (row %zu, "
+                                 "width %u) is %d, scalar says %d",
+                                 enc_name(enc), unpack_kernel_name((enum unpack_kernel)k), store,
+                                 rows, cols, pass, i, i / cols,
+                                 unpack_tensor_width(&u, (uint32_t)(i / cols)), got[i], ref[i]);
+            }
         }
     }
     unpack_tensor_fini(&u);
     free(out);
     free(ref);
-    free(got);
+    sl_free_aligned(got);
     free(sc);
     packed_free(&p);
 }

@@ -102,9 +102,30 @@ float unpack_tensor_scale(const struct unpack_tensor *u, uint32_t row);
  * corr is not NULL writes corr[r - r0] = 128 * sum_c q[r][c]. Returns 0;
  * -EINVAL if k is not available or the range is not within the tensor;
  * -EOVERFLOW if corr is given and cols > UNPACK_CORR_MAX_COLS. One row
- * (r1 = r0 + 1) unpacks one output channel. */
+ * (r1 = r0 + 1) unpacks one output channel. Stores as UNPACK_STORE_AUTO. */
 int unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                        uint32_t r1, int8_t *q, int32_t *corr);
+
+/* How the int8 output is written. Non-temporal (streaming) stores bypass the
+ * caches: about twice the speed when the output goes to memory anyway, but
+ * the consumer then reads it from memory. They need q 64-byte aligned and
+ * cols a multiple of 64, and only the AVX2 and AVX-512 kernels use them;
+ * otherwise (and when a correction is asked for, which reads the rows back)
+ * the stores are ordinary. */
+enum unpack_store {
+    UNPACK_STORE_AUTO = 0, /* streaming when one call writes >= UNPACK_STREAM_MIN_BYTES */
+    UNPACK_STORE_CACHED,   /* always ordinary stores */
+    UNPACK_STORE_STREAM,   /* streaming whenever possible */
+};
+
+/* Outputs at least this large are not expected to stay in cache until they
+ * are used (a core's share of the last-level cache on the machines Sluice
+ * targets is smaller); unpack_tensor_int8 of a large tensor is such a case. */
+#define UNPACK_STREAM_MIN_BYTES (8u << 20)
+
+/* unpack_tensor_rows with an explicit store policy (tests, benchmarks). */
+int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                             uint32_t r1, int8_t *q, int32_t *corr, enum unpack_store store);
 
 /* Unpacks one row (output channel) given only its code bytes, as stored in
  * a packed tensor of `encoding` (adaptive, int4int8 or bitplane) with width
