@@ -157,12 +157,32 @@ void npu_gemm_b_destroy(struct npu_gemm_b *b)
     free(b);
 }
 
+int npu_kernel_tiles(enum npu_kernel k)
+{
+    return npu_kernel_ops(k)->tiles;
+}
+
+const char *npu_kernel_tile_name(enum npu_kernel k, int tile)
+{
+    const struct npu_kernel_ops *ops = npu_kernel_ops(k);
+    return tile >= 0 && tile < ops->tiles ? ops->tile_names[tile] : "unknown";
+}
+
 void npu_gemm_s8_kernel(enum npu_kernel kern, const struct npu_gemm_b *b, const int8_t *a,
                         uint32_t m, uint32_t r0, uint32_t r1, int32_t *c, size_t ldc)
+{
+    npu_gemm_s8_tile(kern, 0, b, a, m, r0, r1, c, ldc);
+}
+
+void npu_gemm_s8_tile(enum npu_kernel kern, int tile, const struct npu_gemm_b *b,
+                      const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1, int32_t *c,
+                      size_t ldc)
 {
     if (m == 0 || r1 <= r0)
         return;
     const struct npu_kernel_ops *ops = npu_kernel_ops(kern);
+    if (tile < 0 || tile >= ops->tiles)
+        tile = 0;
     uint8_t *stage = sl_alloc_aligned(npu_gemm_prep_bytes(b->k4, m), 64);
     struct npu_gemm_args g = {.b = b, .m = m, .r0 = r0, .r1 = r1, .c = c, .ldc = ldc};
     if (!stage) {
@@ -178,8 +198,9 @@ void npu_gemm_s8_kernel(enum npu_kernel kern, const struct npu_gemm_b *b, const 
             }
         return;
     }
-    ops->prep(a, b->k, m, b->k, b->k4, 0, stage);
+    ops->prep(a, b->k, m, b->k, b->k4, tile, stage);
     g.a = stage;
+    g.tile = tile;
     ops->gemm(&g);
     sl_free_aligned(stage);
 }

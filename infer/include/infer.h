@@ -169,9 +169,11 @@ int infer_sampler_sample(struct infer_sampler *s, float *logits);
 /* ---- the emulated NPU's int8 GEMM kernels (benchmarks, tests) -------------------
  *
  * C[i][r - r0] = sum_k A[i][k] * B[r][k] for rows r in [r0, r1), int32,
- * bit-exact across kernels. A: int8 activations [m][k], row-major, |a| <= 127.
- * B: int8 weights [n][k] (|b| <= 127), prepared once by npu_gemm_b_create
- * into the kernels' layout (with the +128 correction of vpdpbusd). */
+ * bit-exact across kernels and tilings. A: int8 activations [m][k],
+ * row-major, |a| <= 127. B: int8 weights [n][k] (|b| <= 127), prepared once
+ * by npu_gemm_b_create into the kernels' layout (with the +128 correction of
+ * vpdpbusd). The runtime's API (prepared weights with scales, the quantized
+ * linear, the NPU device) is in infer/npu.h. */
 
 struct npu_gemm_b;
 
@@ -188,22 +190,26 @@ const char *npu_kernel_name(enum npu_kernel k);
 int npu_kernel_available(enum npu_kernel k);
 /* The kernel npu_gemm_s8 uses. */
 enum npu_kernel npu_kernel_best(void);
+/* Register tilings of a kernel (at least 1; the NPU device times them on
+ * each graph's shape) and their names, "6x64" = rows x output channels. */
+int npu_kernel_tiles(enum npu_kernel k);
+const char *npu_kernel_tile_name(enum npu_kernel k, int tile);
 
+/* Returns 0, -EINVAL (a zero dimension, NULL), -ERANGE (a code of -128) or
+ * -ENOMEM. */
 int npu_gemm_b_create(const int8_t *b, uint32_t n, uint32_t k, struct npu_gemm_b **out);
-/* The same in steps: allocate, then fill rows [r0, r0 + nrows) from
- * row-major codes (any order, each row once), e.g. as they are unpacked. */
-int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out);
-void npu_gemm_b_fill(struct npu_gemm_b *b, uint32_t r0, uint32_t nrows, const int8_t *src);
-/* Row r of the weights, back in row-major order (k bytes). */
-void npu_gemm_b_row(const struct npu_gemm_b *b, uint32_t r, int8_t *out);
 void npu_gemm_b_destroy(struct npu_gemm_b *b);
 
-/* With the best kernel, or a chosen one (tests, benchmark). ldc: C's row
- * stride in elements. */
+/* With the best kernel, or a chosen one and tiling (tests, benchmark; an
+ * unavailable kernel falls back to scalar, a tiling out of range to 0).
+ * ldc: C's row stride in elements. */
 void npu_gemm_s8(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1,
                  int32_t *c, size_t ldc);
 void npu_gemm_s8_kernel(enum npu_kernel kern, const struct npu_gemm_b *b, const int8_t *a,
                         uint32_t m, uint32_t r0, uint32_t r1, int32_t *c, size_t ldc);
+void npu_gemm_s8_tile(enum npu_kernel kern, int tile, const struct npu_gemm_b *b,
+                      const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1, int32_t *c,
+                      size_t ldc);
 
 /* Measured peak of the machine's int8 multiply-add units on one core, in
  * GOPS (2 ops per multiply-add), from a register-only loop of the kernel's
