@@ -32,7 +32,7 @@ static void *worker(void *arg)
         if (!p->queue)
             p->queue_tail = NULL;
         pthread_mutex_unlock(&p->lock);
-        io->res = loader_pread_once(io->fd, io->buf, io->len, io->off);
+        io->res = loader_pread_once(io->fd, io->buf, io->rlen, io->off);
         pthread_mutex_lock(&p->lock);
         io->next = p->done;
         p->done = io;
@@ -72,6 +72,7 @@ static int pool_submit(struct loader_stream *s, struct loader_io *io)
     struct pool *p = s->be_state;
     pthread_mutex_lock(&p->lock);
     io->next = NULL;
+    io->fixed = 0;
     if (p->queue_tail)
         p->queue_tail->next = io;
     else
@@ -115,5 +116,6 @@ static void pool_fini(struct loader_stream *s)
     s->be_state = NULL;
 }
 
-const struct loader_backend_ops loader_backend_pread = {LOADER_BACKEND_PREAD, pool_init,
-                                                        pool_submit, pool_wait, pool_fini};
+const struct loader_backend_ops loader_backend_pread = {
+    LOADER_BACKEND_PREAD, pool_init, pool_submit, NULL, pool_wait, pool_fini,
+};
