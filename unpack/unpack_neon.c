@@ -31,6 +31,7 @@ AI int8x16_t stripe(const uint8_t *src, const size_t S, const int k, const uint3
     uint8x16_t u = vdupq_n_u8(0);
     int pos = (int)b + (b == 1);
     const uint8_t *blk = src;
+#pragma GCC unroll 4
     for (int p = 0; p < 3; p++) {
         const int w = planes[b][p];
         if (!w)
@@ -51,7 +52,9 @@ AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
 {
     uint32_t full = cols / 512;
     for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512) {
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++)
+#pragma GCC unroll 4
             for (int c = 0; c < 64; c += 16)
                 vst1q_s8(dst + k * 64 + c, stripe(src + c, 64, k, b));
     }
@@ -62,6 +65,7 @@ AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
         int8_t out[8 * 64 + 16];
         memcpy(in, src, (size_t)b * S);
         memset(in + (size_t)b * S, 0, 16);
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++)
             for (uint32_t c = 0; c < S; c += 16)
                 vst1q_s8(out + k * S + c, stripe(in + c, S, k, b));
@@ -152,6 +156,7 @@ AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
     for (; j + 16 <= cols; j += 16) {
         uint8x16_t u = vdupq_n_u8(0);
         const uint8_t *plane = src;
+#pragma GCC unroll 4
         for (int p = 0; p < 3; p++) {
             const int w = planes[b][p];
             if (!w)
