@@ -708,7 +708,7 @@ int main(void)
         fprintf(stderr, "kernel %-7s %s\n", unpack_kernel_name((enum unpack_kernel)k),
                 unpack_kernel_available((enum unpack_kernel)k)
                     ? "tested against scalar"
-                    : "skipped: not in this build or not on this CPU");
+                    : "skipped: not in this build, not on this CPU, or off by SLUICE_SIMD");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),       cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_single_widths), cmocka_unit_test(test_mixed_widths),
