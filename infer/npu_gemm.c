@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common.h"
 #include "npu_gemm.h"
@@ -79,11 +80,22 @@ int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out)
     b->k4 = (k + 3) & ~3u;
     b->n16 = (n + 15) & ~15u;
     b->rowsum = sl_alloc_aligned(sizeof(int32_t) * b->n16, 64);
-    b->packed = sl_alloc_aligned((size_t)b->n16 * b->k4, 64);
+    const size_t bytes = (size_t)b->n16 * b->k4;
+    b->packed = sl_alloc_aligned(bytes, 64);
     if (!b->rowsum || !b->packed) {
         npu_gemm_b_destroy(b);
         return -ENOMEM;
     }
+    /* Transparent huge pages for the 2 MiB-aligned part of large weights: the
+     * first fill of a tensor faults its pages in, and at 4 KiB each that
+     * costs more than the packing itself. Only whole 2 MiB ranges inside the
+     * allocation are advised, so the resident size does not grow. Advice
+     * only: failure changes nothing. */
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t lo = ((uintptr_t)b->packed + huge - 1) & ~(huge - 1);
+    uintptr_t hi = ((uintptr_t)b->packed + bytes) & ~(huge - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
     *out = b;
     return 0;
 }
@@ -92,42 +104,10 @@ int npu_gemm_b_set_rows(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, ui
 {
     if (!src || r0 >= r1 || r1 > b->n || r0 % 16 || (r1 % 16 && r1 != b->n))
         return -EINVAL;
-    /* Packed layout for the 16-channel tiles: for each block of 16 output
-     * rows and each group of 4 k-values, 64 bytes: [row 0: k0..k3][row 1:
-     * k0..k3]...[row 15: k0..k3]; zero beyond n and k. One pass per row: the
-     * 4-byte groups go to stride 64 within the block (k4 * 16 bytes, in L2),
-     * the row sum and the -128 check ride along. */
-    const size_t bstride = npu_gemm_b_block_bytes(b);
-    const uint32_t k = b->k, kf = k & ~3u;
-    const uint32_t rend = r1 == b->n ? b->n16 : r1;
-    int bad = 0;
-    for (uint32_t r = r0; r < rend; r++) {
-        int8_t *dst = b->packed + (size_t)(r / 16) * bstride + (r % 16) * 4;
-        if (r >= b->n) { /* padding rows of the last block */
-            for (uint32_t g = 0; g < b->k4 / 4; g++)
-                memset(dst + (size_t)g * 64, 0, 4);
-            b->rowsum[r] = 0;
-            continue;
-        }
-        const int8_t *row = src + (size_t)(r - r0) * k;
-        int32_t sum = 0;
-        int8_t mn = 0;
-        for (uint32_t c = 0; c < k; c++) {
-            sum += row[c];
-            mn = row[c] < mn ? row[c] : mn;
-        }
-        bad |= mn == INT8_MIN;
-        b->rowsum[r] = sum;
-        for (uint32_t c = 0; c < kf; c += 4)
-            memcpy(dst + (size_t)(c / 4) * 64, row + c, 4);
-        if (kf < b->k4) {
-            int8_t t[4] = {0, 0, 0, 0};
-            memcpy(t, row + kf, k - kf);
-            memcpy(dst + (size_t)(kf / 4) * 64, t, 4);
-        }
-    }
+    const struct npu_kernel_ops *ops = npu_kernel_ops(npu_kernel_best());
+    npu_pack_fn *pack = ops->pack ? ops->pack : npu_ops_scalar.pack;
     /* the AVX2 kernel negates weights: -128 has no int8 negation */
-    return bad ? -ERANGE : 0;
+    return pack(b, src, r0, r1) ? -ERANGE : 0;
 }
 
 int npu_gemm_b_create(const int8_t *src, uint32_t n, uint32_t k, struct npu_gemm_b **out)

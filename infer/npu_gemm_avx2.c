@@ -139,7 +139,7 @@ static void gemm_avx2(const struct npu_gemm_args *g)
     }
 }
 
-const struct npu_kernel_ops npu_ops_avx2 = {prep_avx2, gemm_avx2, 1, tile_names};
+const struct npu_kernel_ops npu_ops_avx2 = {prep_avx2, gemm_avx2, NULL, 1, tile_names};
 
 /* Peak of this kernel's inner step (sign, maddubs, madd, add): 12 chains. 32
  * multiply-adds per step. */

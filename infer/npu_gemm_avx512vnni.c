@@ -204,7 +204,69 @@ static void gemm_vnni(const struct npu_gemm_args *g)
     }
 }
 
-const struct npu_kernel_ops npu_ops_avx512vnni = {prep_vnni, gemm_vnni, NTILES, tile_names};
+/* Packing 16 rows x 64 bytes at a time: each row is one zmm of 16 dwords
+ * (4-byte k groups), and the packed unit of group g is dword g of the 16 rows,
+ * so the block is a 16 x 16 dword transpose (unpack 32, unpack 64, then two
+ * rounds of 128-bit lane shuffles). Row sums come from vpdpbusd against
+ * bytes of 1 (sums of 4 signed bytes per dword), -128 from a byte compare.
+ * Bit-identical with the scalar packer (tested). */
+static int pack_vnni(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1)
+{
+    const size_t bstride = npu_gemm_b_block_bytes(b);
+    const uint32_t k = b->k, rend = r1 == b->n ? b->n16 : r1;
+    const __m512i ones = _mm512_set1_epi8(1), m128 = _mm512_set1_epi8(-128);
+    __mmask64 bad = 0;
+    for (uint32_t rb = r0; rb < rend; rb += 16) {
+        const uint32_t nv = rb >= b->n ? 0 : b->n - rb < 16 ? b->n - rb : 16;
+        int8_t *dst = b->packed + (size_t)(rb / 16) * bstride;
+        __m512i sum[16];
+        for (int i = 0; i < 16; i++)
+            sum[i] = _mm512_setzero_si512();
+        for (uint32_t c0 = 0; c0 < k; c0 += 64) {
+            const uint32_t cnt = k - c0 < 64 ? k - c0 : 64;
+            const __mmask64 mk = cnt == 64 ? ~(__mmask64)0 : (((__mmask64)1 << cnt) - 1);
+            __m512i r[16], a[16], t[16];
+            for (uint32_t i = 0; i < 16; i++) {
+                r[i] = i < nv ? _mm512_maskz_loadu_epi8(mk, src + (size_t)(rb - r0 + i) * k + c0)
+                              : _mm512_setzero_si512();
+                sum[i] = _mm512_dpbusd_epi32(sum[i], ones, r[i]);
+                bad |= _mm512_cmpeq_epi8_mask(r[i], m128);
+            }
+            for (int i = 0; i < 16; i += 2) {
+                a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+                a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+            }
+            /* t[4q + c], lane L: column 4L + c of rows 4q..4q+3 */
+            for (int q = 0; q < 4; q++) {
+                t[4 * q + 0] = _mm512_unpacklo_epi64(a[4 * q], a[4 * q + 2]);
+                t[4 * q + 1] = _mm512_unpackhi_epi64(a[4 * q], a[4 * q + 2]);
+                t[4 * q + 2] = _mm512_unpacklo_epi64(a[4 * q + 1], a[4 * q + 3]);
+                t[4 * q + 3] = _mm512_unpackhi_epi64(a[4 * q + 1], a[4 * q + 3]);
+            }
+            const uint32_t groups = (cnt + 3) / 4;
+            int8_t *d0 = dst + (size_t)(c0 / 4) * 64;
+            for (int c = 0; c < 4; c++) {
+                __m512i u0 = _mm512_shuffle_i32x4(t[c], t[4 + c], 0x44);
+                __m512i u1 = _mm512_shuffle_i32x4(t[c], t[4 + c], 0xEE);
+                __m512i v0 = _mm512_shuffle_i32x4(t[8 + c], t[12 + c], 0x44);
+                __m512i v1 = _mm512_shuffle_i32x4(t[8 + c], t[12 + c], 0xEE);
+                const __m512i o[4] = {_mm512_shuffle_i32x4(u0, v0, 0x88),
+                                      _mm512_shuffle_i32x4(u0, v0, 0xDD),
+                                      _mm512_shuffle_i32x4(u1, v1, 0x88),
+                                      _mm512_shuffle_i32x4(u1, v1, 0xDD)};
+                for (uint32_t L = 0; L < 4; L++) /* column 4L + c */
+                    if (4 * L + (uint32_t)c < groups)
+                        _mm512_store_si512(d0 + (size_t)(4 * L + (uint32_t)c) * 64, o[L]);
+            }
+        }
+        for (int i = 0; i < 16; i++)
+            b->rowsum[rb + (uint32_t)i] = _mm512_reduce_add_epi32(sum[i]);
+    }
+    return bad != 0;
+}
+
+const struct npu_kernel_ops npu_ops_avx512vnni = {prep_vnni, gemm_vnni, pack_vnni, NTILES,
+                                                  tile_names};
 
 /* Peak: 16 independent vpdpbusd chains on registers only (no memory), so
  * throughput, not latency, bounds the loop. 64 multiply-adds per instruction. */

@@ -139,4 +139,4 @@ static void gemm_avxvnni(const struct npu_gemm_args *g)
     }
 }
 
-const struct npu_kernel_ops npu_ops_avxvnni = {prep_avxvnni, gemm_avxvnni, 1, tile_names};
+const struct npu_kernel_ops npu_ops_avxvnni = {prep_avxvnni, gemm_avxvnni, NULL, 1, tile_names};

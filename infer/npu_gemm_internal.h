@@ -71,12 +71,17 @@ struct npu_gemm_args {
 typedef void npu_prep_fn(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
                          int tile, uint8_t *out);
 typedef void npu_gemm_fn(const struct npu_gemm_args *g);
+/* Packs rows [r0, r1) of B from src [r1 - r0][k] (r0 % 16 == 0; r1 % 16 == 0
+ * or r1 == n, then the padding rows up to n16 are zeroed too): packed codes
+ * and rowsum. Returns 1 when a code is -128, else 0. */
+typedef int npu_pack_fn(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1);
 
 /* What a kernel variant provides. tiles: how many register tilings it has
  * (npu_gemm_args.tile < tiles); tile_names: "6x64" = rows x channels. */
 struct npu_kernel_ops {
     npu_prep_fn *prep;
     npu_gemm_fn *gemm;
+    npu_pack_fn *pack;     /* NULL: the scalar packer */
     int tiles;
     const char *const *tile_names;
 };

@@ -34,6 +34,44 @@ static void gemm_scalar(const struct npu_gemm_args *g)
     }
 }
 
+/* The packed layout (npu_gemm_internal.h): one pass per row, its 4-byte
+ * groups to stride 64 within the block; the row sum and the -128 check ride
+ * along. */
+static int pack_scalar(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1)
+{
+    const size_t bstride = npu_gemm_b_block_bytes(b);
+    const uint32_t k = b->k, kf = k & ~3u;
+    const uint32_t rend = r1 == b->n ? b->n16 : r1;
+    int bad = 0;
+    for (uint32_t r = r0; r < rend; r++) {
+        int8_t *dst = b->packed + (size_t)(r / 16) * bstride + (r % 16) * 4;
+        if (r >= b->n) { /* padding rows of the last block */
+            for (uint32_t g = 0; g < b->k4 / 4; g++)
+                memset(dst + (size_t)g * 64, 0, 4);
+            b->rowsum[r] = 0;
+            continue;
+        }
+        const int8_t *row = src + (size_t)(r - r0) * k;
+        int32_t sum = 0;
+        int8_t mn = 0;
+        for (uint32_t c = 0; c < k; c++) {
+            sum += row[c];
+            mn = row[c] < mn ? row[c] : mn;
+        }
+        bad |= mn == INT8_MIN;
+        b->rowsum[r] = sum;
+        for (uint32_t c = 0; c < kf; c += 4)
+            memcpy(dst + (size_t)(c / 4) * 64, row + c, 4);
+        if (kf < b->k4) {
+            int8_t t[4] = {0, 0, 0, 0};
+            memcpy(t, row + kf, k - kf);
+            memcpy(dst + (size_t)(kf / 4) * 64, t, 4);
+        }
+    }
+    return bad;
+}
+
 static const char *const tile_names[] = {"1x1"};
 
-const struct npu_kernel_ops npu_ops_scalar = {prep_scalar, gemm_scalar, 1, tile_names};
+const struct npu_kernel_ops npu_ops_scalar = {prep_scalar, gemm_scalar, pack_scalar, 1,
+                                              tile_names};

@@ -142,6 +142,49 @@ static void test_extremes(void **st)
     check(25, 70, 4099, 5, 66, 1);  /* k = 4099: pads, a range inside blocks */
 }
 
+/* Every kernel's weight packer against the scalar one: packed bytes and
+ * row sums identical, pieces in any order, -128 reported. */
+static void test_pack(void **st)
+{
+    (void)st;
+    for (int t = 0; t < 60; t++) {
+        uint32_t n = 1 + test_rng_below(&rng, 100), k = 1 + test_rng_below(&rng, 300);
+        if (t == 0)
+            n = 16, k = 64;
+        int8_t *q = malloc((size_t)n * k);
+        fill(q, (size_t)n * k, t % 3 == 2 ? 2 : 0);
+        int want_bad = t % 5 == 4;
+        if (want_bad)
+            q[test_rng_below(&rng, n * k)] = -128;
+        struct npu_gemm_b *ref, *got;
+        assert_int_equal(npu_gemm_b_alloc(n, k, &ref), 0);
+        assert_int_equal(npu_ops_scalar.pack(ref, q, 0, n), want_bad);
+        for (int kern = 1; kern < NPU_KERNEL_COUNT; kern++) {
+            const struct npu_kernel_ops *ops = npu_kernel_ops((enum npu_kernel)kern);
+            if (!npu_kernel_available((enum npu_kernel)kern) || !ops->pack)
+                continue;
+            assert_int_equal(npu_gemm_b_alloc(n, k, &got), 0);
+            memset(got->packed, 0x5a, (size_t)got->n16 * got->k4);
+            /* in two pieces, the later one first */
+            uint32_t cut = n > 16 ? 16 * (1 + test_rng_below(&rng, (n - 1) / 16)) : n;
+            int bad = 0;
+            if (cut < n)
+                bad |= ops->pack(got, q + (size_t)cut * k, cut, n);
+            bad |= ops->pack(got, q, 0, cut);
+            assert_int_equal(bad, want_bad);
+            assert_memory_equal(got->packed, ref->packed, (size_t)ref->n16 * ref->k4);
+            assert_memory_equal(got->rowsum, ref->rowsum, sizeof(int32_t) * ref->n16);
+            npu_gemm_b_destroy(got);
+        }
+        /* and the layout is what npu_gemm_b_at reads */
+        for (uint32_t r = 0; r < n; r += 1 + n / 7)
+            for (uint32_t j = 0; j < k; j += 1 + k / 9)
+                assert_int_equal(npu_gemm_b_at(ref, r, j), q[(size_t)r * k + j]);
+        npu_gemm_b_destroy(ref);
+        free(q);
+    }
+}
+
 static void test_weights(void **st)
 {
     (void)st;
@@ -269,7 +312,8 @@ int main(void)
                                                          : "not on this CPU: skipped");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes),  cmocka_unit_test(test_ranges),
-        cmocka_unit_test(test_extremes), cmocka_unit_test(test_weights),
+        cmocka_unit_test(test_extremes), cmocka_unit_test(test_pack),
+        cmocka_unit_test(test_weights),
         cmocka_unit_test(test_linear),  cmocka_unit_test(test_quantize),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
