@@ -10,6 +10,18 @@
 
 #include "npu_gemm_internal.h"
 
+/* tests/infer/test_npu_avxvnni.c compiles this file again with
+ * NPU_AVXVNNI_EVEX defined: the same instruction in its EVEX encoding
+ * (AVX512-VL VNNI, identical semantics), so the kernel's logic is tested on
+ * CPUs that lack AVX-VNNI. */
+#ifdef NPU_AVXVNNI_EVEX
+#define DPBUSD256 _mm256_dpbusd_epi32
+#define NPU_OPS_AVXVNNI npu_ops_avxvnni_evex
+#else
+#define DPBUSD256 _mm256_dpbusd_avx_epi32
+#define NPU_OPS_AVXVNNI npu_ops_avxvnni
+#endif
+
 #define AI static inline __attribute__((always_inline))
 #define LR 3 /* rows per tile */
 #define NB 2 /* 16-channel blocks per tile */
@@ -100,7 +112,7 @@ AI void tile(const int MR, const int NBK, const uint8_t *a, const int8_t *bp, si
             const __m256i av = _mm256_set1_epi32(t);
 #pragma GCC unroll 4
             for (int j = 0; j < 2 * NBK; j++)
-                acc[i][j] = _mm256_dpbusd_avx_epi32(acc[i][j], av, w[j]);
+                acc[i][j] = DPBUSD256(acc[i][j], av, w[j]);
         }
     }
 #pragma GCC unroll 3
@@ -139,4 +151,4 @@ static void gemm_avxvnni(const struct npu_gemm_args *g)
     }
 }
 
-const struct npu_kernel_ops npu_ops_avxvnni = {prep_avxvnni, gemm_avxvnni, NULL, 1, tile_names};
+const struct npu_kernel_ops NPU_OPS_AVXVNNI = {prep_avxvnni, gemm_avxvnni, NULL, 1, tile_names};
