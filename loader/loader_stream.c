@@ -14,9 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "loader_internal.h"
+
+#define FUSE_MAGIC 0x65735546 /* FUSE_SUPER_MAGIC, linux/magic.h */
+#define CACHE_SAMPLES 64
 
 int64_t loader_pread_once(int fd, void *buf, uint64_t len, uint64_t off)
 {
@@ -141,6 +146,64 @@ static int buffered_fd(struct loader_file *f)
         f->own_buffered = f->fd_buffered >= 0;
     }
     return f->fd_buffered;
+}
+
+/* 1 if the pages of [lo, hi) of the file are in the page cache: every one of
+ * CACHE_SAMPLES pages spread over it (mincore through a mapping that is never
+ * touched, so nothing is read). */
+static int file_cached(int fd, uint64_t lo, uint64_t hi)
+{
+    lo &= ~(uint64_t)(LOADER_ALIGN - 1);
+    if (hi <= lo || hi - lo > (uint64_t)SIZE_MAX / 2)
+        return 0;
+    size_t len = (size_t)(hi - lo);
+    uint8_t *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)lo);
+    if (p == MAP_FAILED)
+        return 0;
+    int cached = 1;
+    for (uint64_t k = 0; k < CACHE_SAMPLES && cached; k++) {
+        uint64_t at = (uint64_t)len * k / CACHE_SAMPLES & ~(uint64_t)(LOADER_ALIGN - 1);
+        unsigned char v = 0;
+        if (mincore(p + at, 1, &v) < 0 || !(v & 1))
+            cached = 0;
+    }
+    munmap(p, len);
+    return cached;
+}
+
+/* Files read buffered where O_DIRECT cannot help (see loader_opts.always_direct). */
+static void choose_direct(struct loader_stream *s)
+{
+    for (uint32_t i = 0; i < s->n_files; i++) {
+        struct loader_file *f = &s->files[i];
+        if (f->fd_direct < 0 || s->opts.always_direct)
+            continue;
+        const char *why = NULL;
+        struct statfs sfs;
+        if (fstatfs(f->fd_direct, &sfs) == 0 && sfs.f_type == FUSE_MAGIC) {
+            why = "on FUSE";
+        } else {
+            uint64_t lo = UINT64_MAX, hi = 0;
+            for (uint32_t j = 0; j < s->n; j++) {
+                const struct loader_req_state *q = &s->reqs[j];
+                if (q->file != i)
+                    continue;
+                if (q->r.offset < lo)
+                    lo = q->r.offset;
+                if (q->r.offset + q->r.length > hi)
+                    hi = q->r.offset + q->r.length;
+            }
+            if (file_cached(f->fd_direct, lo, hi))
+                why = "in the page cache already";
+        }
+        if (!why)
+            continue;
+        snprintf(s->note, sizeof s->note, "%s: %s, reading buffered", file_name(f), why);
+        if (f->own_direct)
+            close(f->fd_direct);
+        f->fd_direct = -1;
+        f->own_direct = 0;
+    }
 }
 
 /* ---- ring ------------------------------------------------------------------------- */
@@ -641,6 +704,7 @@ int loader_stream_open(const struct loader_request *reqs, uint32_t n,
         if (r->length > largest)
             largest = r->length;
     }
+    choose_direct(s);
     if (n == 0) {
         s->stop = 1; /* nothing to read: next() returns 0 */
         *out = s;
@@ -754,6 +818,8 @@ void loader_stream_stats(const struct loader_stream *s, struct loader_stats *o)
     memset(o, 0, sizeof *o);
     o->backend = s->be ? s->be->kind : LOADER_BACKEND_PREAD;
     o->direct = s->all_direct;
+    for (uint32_t i = 0; i < s->n_files; i++)
+        o->buffered_files += s->files[i].fd_direct < 0;
     o->fixed = s->all_fixed;
     o->mirror = s->ring.mirror;
     o->requests = s->delivered;

@@ -149,6 +149,17 @@ int tools_cgroup_join(const struct tools_cgroup *cg, pid_t pid, struct sl_err *e
     return ret;
 }
 
+int tools_cgroup_leave(const struct tools_cgroup *cg, pid_t pid, struct sl_err *err)
+{
+    char v[32];
+    snprintf(v, sizeof v, "%d", (int)pid);
+    const char *root = cg->v2 ? "/sys/fs/cgroup/cgroup.procs" : "/sys/fs/cgroup/blkio/cgroup.procs";
+    int ret = write_file(root, v);
+    if (ret < 0)
+        sl_err_set(err, "cannot move %d back to %s: %s", (int)pid, root, strerror(-ret));
+    return ret;
+}
+
 void tools_cgroup_destroy(struct tools_cgroup *cg)
 {
     if (cg->created)

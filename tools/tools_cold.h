@@ -29,6 +29,9 @@ int tools_drop_caches(struct sl_err *err);
 int tools_cgroup_create(const char *file, uint64_t read_bps, struct tools_cgroup *cg,
                         struct sl_err *err);
 int tools_cgroup_join(const struct tools_cgroup *cg, pid_t pid, struct sl_err *err);
+/* Moves pid (a process joined for a while, e.g. a FUSE daemon that outlives
+ * the benchmark) back to the root of the hierarchy, so the group can go. */
+int tools_cgroup_leave(const struct tools_cgroup *cg, pid_t pid, struct sl_err *err);
 void tools_cgroup_destroy(struct tools_cgroup *cg);
 
 /* Peak RSS of a child from its rusage (MiB). */

@@ -102,6 +102,12 @@ struct loader_opts {
                                  * plus queue_depth chunks, at least 32 MiB; never less
                                  * than the largest request plus one chunk */
     int no_direct;              /* 1: buffered reads only */
+    /* By default a file is read buffered, not O_DIRECT, where O_DIRECT cannot
+     * help: on FUSE (the daemon does the disk reads; O_DIRECT only turns off
+     * the kernel's FUSE page cache and readahead) and when the ranges to read
+     * are in the page cache already (64 pages sampled with mincore: a warm
+     * start, where buffered reads run at memory speed). 1: O_DIRECT anyway. */
+    int always_direct;
     int no_register;            /* 1: no registered buffers (plain io_uring reads) */
     int force_pread;            /* 1: pread thread pool (also SLUICE_LOADER=pread) */
     uint32_t pread_threads;     /* default: min(queue_depth, 8) */
@@ -125,6 +131,7 @@ struct loader_slice {
 struct loader_stats {
     enum loader_backend backend;
     int direct;                 /* 1 if every read used O_DIRECT */
+    uint32_t buffered_files;    /* files read buffered (by policy or refusal) */
     int fixed;                  /* 1 if every io_uring read used registered buffers */
     int mirror;                 /* 1 if the ring is double-mapped */
     uint32_t requests;          /* delivered */
@@ -137,7 +144,9 @@ struct loader_stats {
     uint64_t peak_bytes;        /* most ring bytes in use at once */
     uint64_t first_ns;          /* open to the first delivery */
     uint64_t elapsed_ns;        /* open to the last delivery */
-    char note[256];             /* last warning, e.g. "x: O_DIRECT refused (EINVAL), reading buffered" */
+    char note[256];             /* last warning or policy note, e.g. "x: O_DIRECT refused
+                                 * (EINVAL), reading buffered", "x: in the page cache
+                                 * already, reading buffered" */
 };
 
 struct loader_stream;

@@ -145,7 +145,9 @@ static void test_basic(void **st)
     test_rng_init(&rng, test_seed() + 1);
     struct loader_request r[64];
     uint32_t n = make_reqs(r, 64, 256 << 10, 1, &rng);
-    struct loader_opts o = {.queue_depth = 8, .chunk_bytes = 128 << 10, .ring_bytes = 4 << 20};
+    /* always_direct: the test wrote the file, it is in the page cache */
+    struct loader_opts o = {.queue_depth = 8, .chunk_bytes = 128 << 10, .ring_bytes = 4 << 20,
+                            .always_direct = 1};
     struct loader_stats stt;
     struct sl_err err;
     assert_int_equal(stream_check(r, n, &o, content, &stt, &err, 0), 0);
@@ -211,7 +213,8 @@ static void test_unaligned(void **st)
     struct sl_err err;
     /* unaligned lengths and offsets: whatever cannot go O_DIRECT goes buffered */
     uint32_t n = make_reqs(r, 64, 64 << 10, 0, &rng);
-    struct loader_opts o = {.queue_depth = 4, .chunk_bytes = 64 << 10, .ring_bytes = 1 << 20};
+    struct loader_opts o = {.queue_depth = 4, .chunk_bytes = 64 << 10, .ring_bytes = 1 << 20,
+                            .always_direct = 1};
     assert_int_equal(stream_check(r, n, &o, content, &stt, &err, 0), 0);
     assert_int_equal(stt.direct, 0);
     /* aligned offsets, unaligned lengths: the tails are read whole-block, still O_DIRECT */
@@ -373,14 +376,15 @@ static void test_fallbacks(void **st)
     }
     /* forced through the environment */
     setenv("SLUICE_LOADER", "pread", 1);
-    assert_int_equal(stream_check(r, n, NULL, content, &stt, &err, 0), 0);
+    struct loader_opts od = {.always_direct = 1};
+    assert_int_equal(stream_check(r, n, &od, content, &stt, &err, 0), 0);
     assert_int_equal(stt.backend, LOADER_BACKEND_PREAD);
     assert_int_equal(stt.direct, 1);
     unsetenv("SLUICE_LOADER");
     /* O_DIRECT refused by the file system: at open, or at the first read */
     for (int at_read = 0; at_read < 2; at_read++) {
         struct loader_faults f = {.direct_open_einval = !at_read, .direct_read_einval = at_read};
-        struct loader_opts o = {.faults = &f, .warn = count_warning};
+        struct loader_opts o = {.faults = &f, .warn = count_warning, .always_direct = 1};
         warnings = 0;
         assert_int_equal(stream_check(r, n, &o, content, &stt, &err, 0), 0);
         assert_int_equal(stt.direct, 0);
@@ -399,7 +403,12 @@ static void test_fallbacks(void **st)
         for (int i = 0; i < 4; i++)
             rs[i] = (struct loader_request){.path = shm, .fd = -1, .offset = (uint64_t)i << 21,
                                             .length = 2 << 20, .tag = (uint64_t)i};
-        int ret = stream_check(rs, 4, NULL, content, &stt, &err, 0);
+        /* tmpfs pages are page cache: by default it is read buffered */
+        assert_int_equal(stream_check(rs, 4, NULL, content, &stt, &err, 0), 0);
+        assert_int_equal(stt.direct, 0);
+        assert_int_equal(stt.buffered_files, 1);
+        assert_non_null(strstr(stt.note, "page cache"));
+        int ret = stream_check(rs, 4, &od, content, &stt, &err, 0);
         unlink(shm);
         assert_int_equal(ret, 0);
         fprintf(stderr, "tmpfs: O_DIRECT %s\n", stt.direct ? "accepted" : "refused, read buffered");
@@ -421,6 +430,36 @@ static void test_fallbacks(void **st)
     assert_int_equal(loader_stream_open(&bad, 1, NULL, &s, &err), -EINVAL);
 }
 
+/* O_DIRECT for a cold file, buffered for one in the page cache. */
+static void test_cache_policy(void **st)
+{
+    (void)st;
+    struct test_rng rng;
+    test_rng_init(&rng, test_seed() + 9);
+    struct loader_request r[32];
+    uint32_t n = make_reqs(r, 32, 256 << 10, 1, &rng);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(fdatasync(fd), 0);
+    assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0); /* out of the cache */
+    struct loader_stats stt;
+    struct sl_err err;
+    assert_int_equal(stream_check(r, n, NULL, content, &stt, &err, 0), 0);
+    if (!stt.direct)
+        fprintf(stderr, "note: pages stayed cached after POSIX_FADV_DONTNEED (%s)\n", stt.note);
+    else
+        assert_int_equal(stt.buffered_files, 0);
+    /* now cached: read buffered, with a note */
+    struct loader_opts o = {.no_direct = 1};
+    assert_int_equal(stream_check(r, n, &o, content, &stt, &err, 0), 0);
+    assert_int_equal(stream_check(r, n, NULL, content, &stt, &err, 0), 0);
+    assert_int_equal(stt.direct, 0);
+    assert_int_equal(stt.buffered_files, 1);
+    assert_non_null(strstr(stt.note, "page cache"));
+    assert_non_null(strstr(stt.note, path));
+    close(fd);
+}
+
 /* Requests on the caller's descriptors (reopened with O_DIRECT when possible). */
 static void test_descriptors(void **st)
 {
@@ -438,7 +477,8 @@ static void test_descriptors(void **st)
     }
     struct loader_stats stt;
     struct sl_err err;
-    assert_int_equal(stream_check(r, n, NULL, content, &stt, &err, 0), 0);
+    struct loader_opts od = {.always_direct = 1};
+    assert_int_equal(stream_check(r, n, &od, content, &stt, &err, 0), 0);
     assert_int_equal(stt.direct, 1);
     struct loader_opts o = {.no_direct = 1};
     for (uint32_t i = 0; i < n; i++)
@@ -666,6 +706,7 @@ int main(void)
         cmocka_unit_test(test_out_of_order),  cmocka_unit_test(test_faults),
         cmocka_unit_test(test_fallbacks),     cmocka_unit_test(test_descriptors),
         cmocka_unit_test(test_threads),       cmocka_unit_test(test_container),
+        cmocka_unit_test(test_cache_policy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
