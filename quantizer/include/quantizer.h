@@ -99,8 +99,12 @@ int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
 
 /* Packs int8 codes q[rows][cols] with per-row widths (1..8; each code inside
  * its width's grid: [-(2^(b-1)-1), 2^(b-1)-1], b = 1: -1 or +1) and per-row
- * scales into the bytes of a packed encoding (FORMAT_ENC_ADAPTIVE, _INT4INT8
- * or _BITPLANE; docs/FORMAT-packed.md). *out is malloc'ed. */
+ * scales (finite, >= 0) into the bytes of a packed encoding
+ * (FORMAT_ENC_ADAPTIVE, _INT4INT8 or _BITPLANE; docs/FORMAT-packed.md), a
+ * tensor that format_packed_parse accepts and the unpack module turns back
+ * into exactly q. *out (malloc'ed, the caller frees it) holds *out_len bytes.
+ * -EINVAL (err names the row and column) for another encoding, an empty
+ * shape, a width outside 1..8, a code off its grid or a bad scale; -ENOMEM. */
 int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, const float *scales,
                    uint32_t rows, uint32_t cols, void **out, uint64_t *out_len,
                    struct sl_err *err);
