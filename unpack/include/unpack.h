@@ -16,7 +16,14 @@
  * time from sl_cpu_features() (the SLUICE_SIMD environment variable forces a
  * lower level). Every tensor is validated before it is read: corrupt bytes
  * give -EINVAL and a sentence, never a crash. Unpacked codes always lie in
- * [-127, 127] (never -128), on the row's symmetric grid.
+ * [-127, 127] (never -128): for adaptive and bitplane on the row's symmetric
+ * b-bit grid whatever the code bytes, for int4int8 on the 4- or 8-bit grid.
+ *
+ * Row-level use (tests, benchmarks, the pipeline's chunked unpacking):
+ *   struct unpack_tensor u;
+ *   unpack_tensor_init(&u, FORMAT_ENC_ADAPTIVE, bytes, len, rows, cols, &err);
+ *   unpack_tensor_rows(&u, unpack_kernel_best(), r0, r0 + 64, q, NULL);
+ *   unpack_tensor_fini(&u);
  *
  * Thread safety: no shared mutable state; any thread may call anything, and
  * unpack_tensor_rows may run concurrently on disjoint row ranges of one view.
