@@ -206,6 +206,12 @@ struct npu_job {
     float act_scale;             /* positive and finite */
     float *y;                    /* output, row stride ldy */
     size_t ldy;                  /* 0: graph n */
+    /* Nonzero: names the contents of xq (e.g. layer, chunk and operand), so
+     * the device's worker may reuse its staged copy of the activations for
+     * consecutive jobs with the same tag, graph and rows (the pieces of a
+     * matmul split by output channels). The caller must not reuse a tag for
+     * other contents. 0: staged for every job. */
+    uint64_t xq_tag;
     /* npu_device_submit only: called once when the job has run (status 0)
      * or was cancelled (-ECANCELED), on the device's worker, on the thread
      * that destroys the device, or on the thread that stole it; job is the

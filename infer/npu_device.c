@@ -95,7 +95,8 @@ static void worker_exec(struct npu_device *d, struct npu_job *job)
     d->run_start = sl_now_ns();
     pthread_mutex_unlock(&d->mu);
     job->stolen = 0;
-    npu_graph_exec(g, job, g->stage); /* only this thread uses g->stage */
+    /* only this thread uses g->stage and its tag: the graph's mutable part */
+    npu_graph_exec(g, (struct npu_graph *)g, job, g->stage);
     uint64_t t1 = sl_now_ns(), ops = job_ops(g, job);
     pthread_mutex_lock(&d->mu);
     d->busy_ns += t1 - d->run_start;
@@ -444,7 +445,7 @@ int npu_device_steal(struct npu_device *d)
         return -ENOMEM;
     }
     nd->job.stolen = 1;
-    npu_graph_exec(g, &nd->job, stage);
+    npu_graph_exec(g, NULL, &nd->job, stage);
     sl_free_aligned(stage);
     pthread_mutex_lock(&d->mu);
     d->jobs_stolen++;

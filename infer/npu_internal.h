@@ -24,8 +24,11 @@ struct npu_graph {
     uint32_t k4;
     size_t scratch_bytes;          /* staging for m rows */
     uint8_t *stage;                /* the device worker's staging, touched at build */
-    float *pad_out;                /* pad_rows: [16][n] sink for the padded rows */
     uint64_t build_ns;
+    /* what stage holds (worker only): the xq_tag and rows of the last job
+     * staged there, tag 0 when nothing reusable */
+    uint64_t stage_tag;
+    uint32_t stage_rows;
 };
 
 /* Builds a graph for a validated desc (npu_graph.c); the device's registry
@@ -38,8 +41,11 @@ void npu_graph_destroy(struct npu_graph *g);
 int npu_graph_desc_check(const struct npu_graph_desc *desc, struct sl_err *err);
 /* The job checks of npu_device_submit against graph g. */
 int npu_job_check(const struct npu_graph *g, const struct npu_job *job, struct sl_err *err);
-/* Runs a checked job on stage (scratch_bytes); sets t_start and t_end. */
-void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *stage);
+/* Runs a checked job on stage (scratch_bytes); sets t_start and t_end. The
+ * device's worker passes its own graph's staging as g_mut (tracked for
+ * xq_tag reuse); everyone else passes NULL and their own stage. */
+void npu_graph_exec(const struct npu_graph *g, struct npu_graph *g_mut, struct npu_job *job,
+                    uint8_t *stage);
 /* The end of the channel range a checked job computes (r1 = 0 means n). */
 static inline uint32_t npu_job_r1(const struct npu_graph *g, const struct npu_job *job)
 {
