@@ -1247,6 +1247,33 @@ static void free_chunks(struct pl *p)
     free(p->cb);
 }
 
+/* Opens the loader stream: reading starts at once, on the loader's thread,
+ * while the caller prepares everything else. */
+static int open_stream(struct pl *p, struct sl_err *err)
+{
+    const struct format_reader *r = p->r;
+    uint32_t ns = format_reader_n_slices(r);
+    const char *path = format_reader_path(r);
+    struct loader_request *reqs = calloc(ns, sizeof *reqs);
+    if (!reqs)
+        return -ENOMEM;
+    uint32_t k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < ns; i++) {
+            const struct format_slice_info *s = format_reader_slice(r, i);
+            if ((s->kind == FORMAT_SLICE_EMBED) != pass)
+                continue;
+            reqs[k++] = (struct loader_request){.path = path, .fd = -1, .offset = s->offset,
+                                                .length = s->length, .tag = i};
+        }
+    struct loader_opts lo = {.queue_depth = p->o->queue_depth, .ring_bytes = p->o->ring_bytes};
+    if (p->o->policy == INFER_POLICY_SEQUENTIAL) /* everything is held until the end */
+        lo.ring_bytes = format_reader_file_size(r) + (64u << 20);
+    int ret = loader_stream_open(reqs, ns, &lo, &p->ls, err);
+    free(reqs);
+    return ret;
+}
+
 /* Streams the slices in; returns after the last slice the first token needs
  * has arrived (the untied embedding is read later, by finish_embedding). */
 static int feed(struct pl *p, void **whole, size_t *whole_len, struct sl_err *err)
@@ -1255,25 +1282,7 @@ static int feed(struct pl *p, void **whole, size_t *whole_len, struct sl_err *er
     uint32_t ns = format_reader_n_slices(r);
     const char *path = format_reader_path(r);
     if (p->o->load == INFER_LOAD_STREAM) {
-        struct loader_request *reqs = calloc(ns, sizeof *reqs);
-        if (!reqs)
-            return -ENOMEM;
-        uint32_t k = 0;
-        for (int pass = 0; pass < 2; pass++)
-            for (uint32_t i = 0; i < ns; i++) {
-                const struct format_slice_info *s = format_reader_slice(r, i);
-                if ((s->kind == FORMAT_SLICE_EMBED) != pass)
-                    continue;
-                reqs[k++] = (struct loader_request){.path = path, .fd = -1, .offset = s->offset,
-                                                    .length = s->length, .tag = i};
-            }
-        struct loader_opts lo = {.queue_depth = p->o->queue_depth, .ring_bytes = p->o->ring_bytes};
-        if (p->o->policy == INFER_POLICY_SEQUENTIAL) /* everything is held until the end */
-            lo.ring_bytes = format_reader_file_size(r) + (64u << 20);
-        int ret = loader_stream_open(reqs, ns, &lo, &p->ls, err);
-        free(reqs);
-        if (ret < 0)
-            return ret;
+        int ret;
         uint32_t needed = 0;
         for (uint32_t i = 0; i < ns; i++)
             needed += p->slice_needed[i];
@@ -1432,6 +1441,12 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         alloc_chunks(p, n) < 0) {
         sl_err_set(err, "out of memory for the pipeline's buffers");
         goto out;
+    }
+    /* the disk starts now; everything below overlaps with the first reads */
+    if (o.load == INFER_LOAD_STREAM) {
+        ret = open_stream(p, err);
+        if (ret < 0)
+            goto out;
     }
     ret = infer_state_create(p->m, o.chunk, &p->st, err);
     if (ret < 0)
