@@ -135,8 +135,12 @@ void fs_view_close(struct fs_view *v); /* NULL ok */
  * returns the count, or -errno. */
 ssize_t fs_view_read(struct fs_state *s, struct fs_view *v, char *buf, size_t size, uint64_t off);
 
-/* stats.json as of now (malloc'ed; *len its length), NULL when out of memory. */
+uint64_t fs_view_size(const struct fs_view *v);
+
+/* stats.json as of now (malloc'ed; *len = fs_stats_size), NULL when out of
+ * memory. Its size is fixed for the mount: the JSON is padded with spaces. */
 char *fs_stats_json(struct fs_state *s, size_t *len);
+uint64_t fs_stats_size(const struct fs_state *s);
 
 /* ---- the callback table (fs_ops.c) ------------------------------------------------- */
 

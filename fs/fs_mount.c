@@ -334,6 +334,7 @@ int fs_mount_run(const struct fs_options *o, struct sl_err *err)
     char *argv[] = {"sluice", "-o", optbuf, NULL};
     struct fuse_args args = FUSE_ARGS_INIT(3, argv);
     se = fuse_session_new(&args, fs_ops_table(), sizeof(struct fuse_lowlevel_ops), s);
+    fuse_opt_free_args(&args); /* libfuse may have copied them */
     if (!se) {
         ret = -EINVAL;
         sl_err_set(err, "cannot start a FUSE session with -o %s (an unknown option?)", optbuf);

@@ -1,8 +1,7 @@
 /* fs_ops.c: the FUSE low-level callbacks. Each callback is a thin wrapper over
  * fs_do_<op>(), which returns 0 or -errno; the sign flips in one place, at
  * fuse_reply_err(req, -ret) (libfuse example/passthrough_ll.c). The tree never
- * changes while mounted, so attributes and entries are cached for an hour,
- * except stats.json, whose size changes. */
+ * changes while mounted, so attributes and entries are cached for an hour. */
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
@@ -41,12 +40,6 @@ static void fill_attr(struct fs_state *s, const struct fs_node *n, struct stat *
         st->st_nlink = 1;
         st->st_size = (off_t)n->size;
     }
-    if (n->kind == FS_STATS) {
-        size_t len = 0;
-        char *j = fs_stats_json(s, &len);
-        st->st_size = (off_t)len;
-        free(j);
-    }
     st->st_blksize = 1 << 20;
     st->st_blocks = (blkcnt_t)((uint64_t)st->st_size + 511) / 512;
     st->st_uid = getuid();
@@ -56,7 +49,8 @@ static void fill_attr(struct fs_state *s, const struct fs_node *n, struct stat *
 
 static double attr_timeout(const struct fs_node *n)
 {
-    return n->kind == FS_STATS ? 0.0 : CACHE_TIMEOUT;
+    (void)n; /* every size is fixed, stats.json's too (it is padded) */
+    return CACHE_TIMEOUT;
 }
 
 /* ---- lookup, getattr --------------------------------------------------------------------- */
@@ -148,7 +142,7 @@ static int fs_do_open(struct fs_state *s, fuse_ino_t ino, struct fuse_file_info 
     if (ret < 0)
         return ret;
     fi->fh = (uint64_t)(uintptr_t)v;
-    fi->direct_io = n->kind == FS_STATS; /* its size changes between opens */
+    fi->direct_io = n->kind == FS_STATS; /* fresh content at every open */
     fi->keep_cache = n->kind != FS_STATS;
     return 0;
 }

@@ -50,6 +50,7 @@ struct fs_slot {
     uint64_t seq;      /* queue order */
     uint64_t tick;     /* last acquire (LRU) */
     uint32_t pins;
+    uint32_t waiters;  /* readers waiting in acquire: a slot they wait for is not evicted */
     uint8_t *buf;      /* memory slices when ready/loading, capacity = length */
 };
 
@@ -301,7 +302,8 @@ static uint8_t *make_room(struct fs_store *st, uint64_t len, int demand)
         struct fs_slot *victim = NULL;
         for (uint32_t i = 0; i < st->n; i++) {
             struct fs_slot *sl = &st->slots[i];
-            if (sl->state != SLOT_READY || !sl->mem || sl->pins || (!demand && !sl->touched))
+            if (sl->state != SLOT_READY || !sl->mem || sl->pins || sl->waiters ||
+                (!demand && !sl->touched))
                 continue;
             if (!victim || sl->tick < victim->tick)
                 victim = sl;
@@ -351,7 +353,7 @@ static void *loader_main(void *p)
                  * their pins to drop and try again; else give up */
                 int pinned = 0;
                 for (uint32_t k = 0; k < st->n; k++)
-                    pinned |= st->slots[k].pins > 0;
+                    pinned |= st->slots[k].pins > 0 || st->slots[k].waiters > 0;
                 if (pinned) {
                     pthread_cond_wait(&st->changed, &st->mu);
                 } else {
@@ -462,7 +464,9 @@ int fs_slice_acquire(struct fs_state *s, uint32_t i, struct fs_pin *pin)
         if (!waited)
             st->stats.waits++;
         waited = 1;
+        sl->waiters++;
         pthread_cond_wait(&st->changed, &st->mu);
+        sl->waiters--;
     }
     if (!sl->touched) {
         sl->touched = 1;

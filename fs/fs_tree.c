@@ -207,8 +207,10 @@ int fs_tree_build(struct fs_state *s, struct sl_err *err)
     d = manifest_json(s, &len);
     if ((ret = add_gen(s, "manifest.json", d, len)) < 0)
         goto nomem;
-    if (!add(s, 0, "stats.json", FS_STATS))
+    struct fs_node *st = add(s, 0, "stats.json", FS_STATS);
+    if (!st)
         goto nomem;
+    uint32_t stats_idx = (uint32_t)(st->ino - 1); /* the table moves as it grows */
     for (uint32_t i = 0; i < format_reader_n_slices(r); i++) {
         const struct format_slice_info *si = format_reader_slice(r, i);
         char dir[32];
@@ -252,6 +254,7 @@ int fs_tree_build(struct fs_state *s, struct sl_err *err)
         n->size = si->length;
         n->slice = i;
     }
+    s->nodes[stats_idx].size = fs_stats_size(s); /* sized by the whole tree */
     return 0;
 nomem:
     sl_err_set(err, "out of memory building the file tree");

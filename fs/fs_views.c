@@ -5,8 +5,9 @@
  *   <role>.scales  rows float32 (little-endian): the per-row dequantization
  *                  scales, copied from the tensor's scale section
  *   stats.json     a snapshot taken at open */
-#include <cjson/cJSON.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,11 +183,14 @@ static int read_fn(void *p)
     return 0;
 }
 
+uint64_t fs_view_size(const struct fs_view *v)
+{
+    return v->kind == FS_STATS ? v->len : v->kind == FS_SCALES ? v->rows * 4 : v->rows * v->cols;
+}
+
 ssize_t fs_view_read(struct fs_state *s, struct fs_view *v, char *buf, size_t size, uint64_t off)
 {
-    uint64_t total = v->kind == FS_STATS ? v->len
-                     : v->kind == FS_SCALES ? v->rows * 4
-                                            : v->rows * v->cols;
+    uint64_t total = fs_view_size(v);
     if (off >= total)
         return 0;
     if (size > total - off)
@@ -212,66 +216,98 @@ ssize_t fs_view_read(struct fs_state *s, struct fs_view *v, char *buf, size_t si
 
 /* ---- stats.json ----------------------------------------------------------------------- */
 
-static char *print_json(cJSON *o, size_t *len)
+/* stats.json has one fixed size for the whole mount (stat must agree with
+ * every snapshot, and fstat does not say which open file it asks about): the
+ * JSON is written with bounded-width fields and padded with spaces to the
+ * bound computed from the tree. Files appear once they have been read. */
+
+#define STATS_U64 20 /* digits of the largest uint64 */
+
+static const char *const store_keys[] = {"budget",        "resident",  "loads",
+                                         "bytes_read",    "prefetches", "prefetch_hits",
+                                         "waits",         "evictions", "verify_failures"};
+
+static size_t path_of(const struct fs_state *s, const struct fs_node *n, char *buf, size_t len)
 {
-    char *t = o ? cJSON_Print(o) : NULL;
-    cJSON_Delete(o);
-    if (!t)
-        return NULL;
-    size_t l = strlen(t);
-    char *r = realloc(t, l + 2);
-    if (!r) {
-        free(t);
-        return NULL;
+    if (n->parent)
+        return (size_t)snprintf(buf, len, "%s/%s", s->nodes[n->parent].name, n->name);
+    return (size_t)snprintf(buf, len, "%s", n->name);
+}
+
+uint64_t fs_stats_size(const struct fs_state *s)
+{
+    /* header: pid, seconds, totals, the store object, the braces */
+    uint64_t n = 512 + 6 * STATS_U64;
+    for (size_t k = 0; k < sizeof store_keys / sizeof store_keys[0]; k++)
+        n += strlen(store_keys[k]) + 8 + STATS_U64;
+    for (uint32_t i = 1; i < s->n_nodes; i++) {
+        char path[128];
+        if (s->nodes[i].kind != FS_DIR)
+            n += path_of(s, &s->nodes[i], path, sizeof path) + 40 + 2 * STATS_U64;
     }
-    r[l] = '\n';
-    r[l + 1] = 0;
-    *len = l + 1;
-    return r;
+    return n;
+}
+
+struct out {
+    char *p;
+    size_t len, cap;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct out *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(o->p + o->len, o->cap - o->len, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        o->len = o->len + (size_t)k < o->cap ? o->len + (size_t)k : o->cap;
 }
 
 char *fs_stats_json(struct fs_state *s, size_t *len)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "pid", (double)getpid());
-    cJSON_AddNumberToObject(o, "seconds_since_mount", (double)(sl_now_ns() - s->mount_ns) / 1e9);
+    size_t size = (size_t)fs_stats_size(s);
+    struct out o = {malloc(size + 1), 0, size + 1};
+    if (!o.p)
+        return NULL;
     uint64_t tb = 0, tr = 0;
-    cJSON *f = cJSON_CreateObject();
     for (uint32_t i = 1; i < s->n_nodes; i++) {
-        struct fs_node *n = &s->nodes[i];
-        if (n->kind == FS_DIR)
-            continue;
-        uint64_t b = atomic_load(&n->bytes_served), rd = atomic_load(&n->reads_served);
-        tb += b;
-        tr += rd;
-        if (!rd)
-            continue;
-        char path[128];
-        if (n->parent)
-            snprintf(path, sizeof path, "%s/%s", s->nodes[n->parent].name, n->name);
-        else
-            snprintf(path, sizeof path, "%s", n->name);
-        cJSON *e = cJSON_AddObjectToObject(f, path);
-        cJSON_AddNumberToObject(e, "bytes", (double)b);
-        cJSON_AddNumberToObject(e, "reads", (double)rd);
+        tb += atomic_load(&s->nodes[i].bytes_served);
+        tr += atomic_load(&s->nodes[i].reads_served);
     }
-    cJSON_AddNumberToObject(o, "bytes", (double)tb);
-    cJSON_AddNumberToObject(o, "reads", (double)tr);
-    cJSON_AddItemToObject(o, "files", f);
+    uint64_t ms = (sl_now_ns() - s->mount_ns) / 1000000u;
+    put(&o, "{\n  \"pid\": %d,\n  \"seconds_since_mount\": %" PRIu64 ".%03u,\n", (int)getpid(),
+        ms / 1000, (unsigned)(ms % 1000));
+    put(&o, "  \"bytes\": %" PRIu64 ",\n  \"reads\": %" PRIu64 ",\n", tb, tr);
     if (s->store) {
         struct fs_store_stats ss;
         fs_store_get_stats(s->store, &ss);
-        cJSON *e = cJSON_AddObjectToObject(o, "store");
-        cJSON_AddBoolToObject(e, "direct", ss.direct);
-        cJSON_AddNumberToObject(e, "budget", (double)ss.budget);
-        cJSON_AddNumberToObject(e, "resident", (double)ss.resident);
-        cJSON_AddNumberToObject(e, "loads", (double)ss.loads);
-        cJSON_AddNumberToObject(e, "bytes_read", (double)ss.bytes_read);
-        cJSON_AddNumberToObject(e, "prefetches", (double)ss.prefetches);
-        cJSON_AddNumberToObject(e, "prefetch_hits", (double)ss.prefetch_hits);
-        cJSON_AddNumberToObject(e, "waits", (double)ss.waits);
-        cJSON_AddNumberToObject(e, "evictions", (double)ss.evictions);
-        cJSON_AddNumberToObject(e, "verify_failures", (double)ss.verify_failures);
+        const uint64_t v[] = {ss.budget,     ss.resident,      ss.loads,
+                              ss.bytes_read, ss.prefetches,    ss.prefetch_hits,
+                              ss.waits,      ss.evictions,     ss.verify_failures};
+        put(&o, "  \"store\": {\"direct\": %s", ss.direct ? "true" : "false");
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+            put(&o, ", \"%s\": %" PRIu64, store_keys[k], v[k]);
+        put(&o, "},\n");
     }
-    return print_json(o, len);
+    put(&o, "  \"files\": {");
+    int first = 1;
+    for (uint32_t i = 1; i < s->n_nodes; i++) {
+        const struct fs_node *n = &s->nodes[i];
+        uint64_t b = atomic_load(&n->bytes_served), rd = atomic_load(&n->reads_served);
+        if (n->kind == FS_DIR || !rd)
+            continue;
+        char path[128];
+        path_of(s, n, path, sizeof path);
+        put(&o, "%s\n    \"%s\": {\"bytes\": %" PRIu64 ", \"reads\": %" PRIu64 "}", first ? "" : ",",
+            path, b, rd);
+        first = 0;
+    }
+    put(&o, "\n  }\n}");
+    /* pad to the fixed size; the bound leaves room, so nothing was cut */
+    memset(o.p + o.len, ' ', size - o.len);
+    o.p[size - 1] = '\n';
+    o.p[size] = 0;
+    *len = size;
+    return o.p;
 }
