@@ -501,14 +501,17 @@ static void test_tag_reuse(void **st)
 /* Pull mode: the scheduler's source hands out jobs (one refused), then NULL. */
 struct source {
     pthread_mutex_t mu;
+    pthread_cond_t cv;
     struct npu_job jobs[12];
-    int next, done, refused;
+    int next, done, refused, go;
 };
 
 static struct npu_job *src_next(void *ctx)
 {
     struct source *s = ctx;
     pthread_mutex_lock(&s->mu);
+    while (!s->go) /* blocks like a scheduler's empty queue until released */
+        pthread_cond_wait(&s->cv, &s->mu);
     struct npu_job *j = s->next < 12 ? &s->jobs[s->next++] : NULL;
     pthread_mutex_unlock(&s->mu);
     return j;
@@ -537,6 +540,7 @@ static void test_pull(void **st)
     struct source s;
     memset(&s, 0, sizeof s);
     pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
     float *ys[12];
     for (int i = 0; i < 12; i++) {
         ys[i] = nan_buf(20 * 48);
@@ -545,6 +549,12 @@ static void test_pull(void **st)
     s.jobs[5].a_type = NPU_DTYPE_F16; /* refused, reported through done */
     assert_int_equal(npu_device_start(d, src_next, src_done, &s), 0);
     assert_int_equal(npu_device_start(d, src_next, src_done, &s), -EBUSY);
+    pthread_mutex_lock(&s.mu);
+    s.go = 1;
+    pthread_cond_broadcast(&s.cv);
+    pthread_mutex_unlock(&s.mu);
+    npu_device_join(d);
+    assert_int_equal(npu_device_start(d, src_next, src_done, &s), 0); /* ends at once */
     npu_device_join(d);
     assert_int_equal(s.done, 12);
     assert_int_equal(s.refused, 1);
@@ -567,6 +577,7 @@ static void test_pull(void **st)
     for (int i = 0; i < 12; i++)
         free(ys[i]);
     npu_device_destroy(d);
+    pthread_cond_destroy(&s.cv);
     pthread_mutex_destroy(&s.mu);
     layer_fini(&L);
 }
