@@ -65,6 +65,20 @@ void qi_unmap(const uint8_t *data, uint64_t size)
         munmap((void *)data, (size_t)size);
 }
 
+/* Drops the pages of a converted source tensor from this process (they are
+ * clean file pages of a private read-only mapping: a later access reads the
+ * file again), so importing a model larger than memory keeps RSS at about
+ * one tensor instead of the whole source. */
+static void release_source(const uint8_t *p, uint64_t len)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (!p || !len || pg <= 0)
+        return;
+    uintptr_t a = (uintptr_t)p & ~((uintptr_t)pg - 1);
+    uintptr_t b = ((uintptr_t)p + len + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 uint64_t qi_type_bytes(enum qi_type t, uint64_t n)
 {
     switch (t) {
@@ -320,6 +334,7 @@ static int write_source(struct qi_source *s, const struct quantizer_import_opts 
             }
         }
         convert(&t, enc, buf);
+        release_source(t.data, t.len);
         char name[FORMAT_NAME_MAX];
         qi_tensor_name(layer, role, name, sizeof name);
         int is_1d = role == FORMAT_ROLE_ATTN_NORM || role == FORMAT_ROLE_FFN_NORM ||

@@ -292,6 +292,76 @@ static void test_safetensors_rejections(void **st)
     free(c);
 }
 
+/* Contents of a file as a string ("" when unreadable). */
+static char *slurp_text(const char *p)
+{
+    size_t n;
+    char *s = test_read_file(p, &n);
+    return s ? s : calloc(1, 1);
+}
+
+/* The command line tools: help, a conversion, errors and exit codes. */
+static void test_cli(void **st)
+{
+    (void)st;
+    const char *bin = test_sluice_bin();
+    if (!bin)
+        skip();
+    const char *out = tmp("cli.out"), *errf = tmp("cli.err");
+    assert_int_equal(test_system("%s import --help >%s 2>%s", bin, out, errf), 0);
+    char *o = slurp_text(out);
+    assert_non_null(strstr(o, "usage: sluice import"));
+    assert_non_null(strstr(o, "--dtype"));
+    free(o);
+    assert_int_equal(test_system("%s import >%s 2>%s", bin, out, errf), 2);
+    /* GGUF F32 -> f16 container, progress on stderr */
+    const char *m = tmp("cli.sluice");
+    assert_int_equal(test_system("%s import %s --dtype f16 -o %s >%s 2>%s", bin,
+                                 model("kjv6L.gguf"), m, out, errf),
+                     0);
+    struct format_reader *r;
+    struct sl_err err;
+    assert_int_equal(format_reader_open(m, &r, &err), 0);
+    for (uint32_t i = 0; i < format_reader_n_tensors(r); i++)
+        assert_int_equal(format_reader_tensor(r, i)->encoding, FORMAT_ENC_F16);
+    const void *v;
+    uint64_t n;
+    assert_int_equal(format_reader_meta_get(r, "source.format", &v, &n), 0);
+    assert_memory_equal(v, "gguf", 4);
+    format_reader_close(r);
+    char *e = slurp_text(errf);
+    assert_non_null(strstr(e, "sluice import: wrote"));
+    free(e);
+    /* errors: "sluice import: <file>: <problem>", exit 1, no output */
+    const char *m2 = tmp("cli2.sluice");
+    assert_int_equal(
+        test_system("%s import %s -o %s >%s 2>%s", bin, model("kjv6L.bin"), m2, out, errf), 1);
+    e = slurp_text(errf);
+    assert_non_null(strstr(e, "sluice import: "));
+    assert_non_null(strstr(e, "kjv6L.bin"));
+    assert_non_null(strstr(e, "--tokenizer"));
+    free(e);
+    struct stat sb;
+    assert_int_not_equal(stat(m2, &sb), 0);
+    assert_int_equal(test_system("%s import %s --dtype f8 -o %s >%s 2>%s", bin, model("kjv6L.gguf"),
+                                 m2, out, errf),
+                     2);
+    /* synth: list, determinism through the tool, an unknown shape */
+    assert_int_equal(test_system("%s synth --list >%s 2>%s", bin, out, errf), 0);
+    o = slurp_text(out);
+    assert_non_null(strstr(o, "tinyllama-1.1b"));
+    assert_non_null(strstr(o, "llama3-8b"));
+    free(o);
+    assert_int_equal(test_system("%s synth --shape tiny --seed 4 -o %s 2>%s && %s synth "
+                                 "--shape tiny --seed 4 -o %s 2>%s && cmp -s %s %s",
+                                 bin, m, errf, bin, m2, errf, m, m2),
+                     0);
+    assert_int_equal(test_system("%s synth --shape huge -o %s >%s 2>%s", bin, m2, out, errf), 1);
+    e = slurp_text(errf);
+    assert_non_null(strstr(e, "sluice synth: unknown shape 'huge'"));
+    free(e);
+}
+
 int main(void)
 {
     if (!have_shared())
@@ -301,6 +371,7 @@ int main(void)
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_gguf_rejections),
         cmocka_unit_test(test_safetensors_rejections),
+        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
