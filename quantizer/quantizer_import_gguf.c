@@ -244,9 +244,11 @@ static int tensor_view(struct gguf *g, const struct gguf_tensor *gt, struct qi_t
                    path, name, gt->ne[0], gt->n_dims > 1 ? gt->ne[1] : 1, cols, rows);
         return -EINVAL;
     }
-    if (t->type == QI_Q8_0 && cols % 32) {
-        sl_err_set(err, "%s: Q8_0 tensor '%s' has %" PRIu64 " columns, not a multiple of 32", path,
-                   name, cols);
+    /* Q8_0 blocks run along ne[0]: the row length (a 1-D tensor's length) */
+    uint64_t ne0 = cols == 1 ? rows : cols;
+    if (t->type == QI_Q8_0 && ne0 % 32) {
+        sl_err_set(err, "%s: Q8_0 tensor '%s' has rows of %" PRIu64 " values, not a multiple of 32",
+                   path, name, ne0);
         return -EINVAL;
     }
     uint64_t bytes = qi_type_bytes(t->type, rows * cols);

@@ -580,7 +580,7 @@ int gen_write_gguf(const struct gen_model *m, const char *path, const struct gen
                      gguf_role_name(m->role[i]));
         else
             snprintf(name, sizeof name, "%s.weight", gguf_role_name(m->role[i]));
-        types[k] = m->cols[i] == 1 ? GEN_F32 : o->weights;
+        types[k] = m->cols[i] == 1 ? o->norms : o->weights;
         gstr(&b, name, strlen(name));
         bu32(&b, m->cols[i] == 1 ? 1 : 2);
         bu64(&b, m->cols[i] == 1 ? m->rows[i] : m->cols[i]); /* ne[0]: the fastest */

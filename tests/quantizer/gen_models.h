@@ -44,8 +44,7 @@ void gen_model_destroy(struct gen_model *m);
 /* Index of (layer, role) in m, or -1. */
 int gen_model_find(const struct gen_model *m, int layer, uint32_t role);
 
-/* Tensor i as an importer must return it after storage as `type` (norms are
- * always stored F32 by the GGUF writer; pass the type actually used). */
+/* Tensor i as an importer must return it after storage as `type`. */
 void gen_expected(const struct gen_model *m, size_t i, enum gen_type type, float *out);
 
 /* llama2.c: float32 checkpoint (negative vocab when untied) and the
@@ -54,7 +53,8 @@ int gen_write_llama2c(const struct gen_model *m, const char *ckpt, const char *t
 
 struct gen_gguf_opts {
     uint32_t version;      /* 0: 3 */
-    enum gen_type weights; /* type of the 2-D tensors; norms are F32 */
+    enum gen_type weights; /* type of the 2-D tensors */
+    enum gen_type norms;   /* type of the norms (GEN_F32 by default, as llama.cpp) */
     uint32_t alignment;    /* 0: 32, no general.alignment key */
     int output_copy;       /* tied models: also write output.weight (a copy) */
     const char *arch;      /* NULL: "llama" */
