@@ -80,6 +80,8 @@ void quantizer_calib_observe(void *ctx, int layer, uint32_t role, const float *x
      * its output maxima. */
     int keep_inputs = !(role == FORMAT_ROLE_WK || role == FORMAT_ROLE_WV ||
                         role == FORMAT_ROLE_W_UP);
+    if (c->failed)
+        return;
     if (!sl->out_max) {
         sl->in_cols = in_cols;
         sl->out_cols = out_cols;
@@ -122,4 +124,10 @@ void quantizer_calib_observe(void *ctx, int layer, uint32_t role, const float *x
 int quantizer_calib_ok(const struct quantizer_calib *c)
 {
     return !c->failed;
+}
+
+uint64_t quantizer_calib_rows(const struct quantizer_calib *c)
+{
+    const struct quantizer_calib_slot *s = quantizer_calib_slot(c, 0, FORMAT_ROLE_WQ);
+    return s ? s->rows_seen : 0;
 }

@@ -1,17 +1,25 @@
-/* quantizer_internal.h: calibration records and the smoothing helpers shared
- * by the files of the quantizer. */
+/* quantizer_internal.h: calibration records, the per-channel quantizer and
+ * the smoothing helpers shared by the quantization files of the quantizer
+ * (quantizer_calib.c, quantizer_alloc.c, quantizer_smooth.c,
+ * quantizer_quantize.c). Not a public API: the tests include it to reach the
+ * pieces one at a time. */
 #ifndef SLUICE_QUANTIZER_INTERNAL_H
 #define SLUICE_QUANTIZER_INTERNAL_H
 
 #include "quantizer.h"
 
+/* ---- calibration (quantizer_calib.c) ------------------------------------------------- */
+
+/* Statistics of one linear layer. Layers that read the same input (Q/K/V;
+ * gate/up) keep the input side (in_max, sample) under the first of them (Q,
+ * gate) only; every layer keeps its output maxima. */
 struct quantizer_calib_slot {
     uint32_t in_cols, out_cols;
-    float *in_max;        /* [in_cols] S_I (NULL for K, V, up: see Q, gate) */
-    float *out_max;       /* [out_cols] S_O */
-    float *sample;        /* [sample_rows][in_cols] input rows */
-    uint32_t n_sample;
-    uint64_t rows_seen;
+    float *in_max;        /* [in_cols] S_I: max |x| per input channel (NULL for K, V, up) */
+    float *out_max;       /* [out_cols] S_O: max |y| per output channel */
+    float *sample;        /* [sample_rows][in_cols] input rows (reservoir sample) */
+    uint32_t n_sample;    /* rows of sample filled */
+    uint64_t rows_seen;   /* input rows observed */
 };
 
 struct quantizer_calib {
@@ -23,7 +31,89 @@ struct quantizer_calib {
     int failed;
 };
 
+/* The slot of a linear layer (layer -1 with FORMAT_ROLE_CLASSIFIER for the
+ * classifier), or NULL for anything else. */
 const struct quantizer_calib_slot *quantizer_calib_slot(const struct quantizer_calib *c,
                                                         int layer, uint32_t role);
+
+/* ---- one tensor: statistics, widths, codes (quantizer_alloc.c) -------------------------- */
+
+/* How a tensor is quantized. */
+struct quantizer_tensor_rule {
+    double bits;               /* average budget of the tensor */
+    uint8_t uniform_bits;      /* > 0: every row gets this width (uniform, smoothquant) */
+    const float *row_weight;   /* cmpq: RE of row r weighted by row_weight[r]; NULL: 1 */
+    enum quantizer_metric metric;
+    enum quantizer_clip clip;  /* resolved: QUANTIZER_CLIP_NONE or _MSE */
+};
+
+/* Scale of one row under the rule's clipping. */
+float quantizer_row_scale(const float *w, uint32_t n, uint32_t b, enum quantizer_clip clip);
+
+/* re[r*9 + b], b = 1..8 (re[r*9] = 0), of the rows of W diag(s) (s NULL: W),
+ * by the metric (the exact one with the clipping rule's scales). tmp: [cols]
+ * scratch. Returns 0 or -ENOMEM. */
+int quantizer_tensor_re(const float *w, uint32_t rows, uint32_t cols, const float *s,
+                        enum quantizer_metric metric, enum quantizer_clip clip, double *re,
+                        float *tmp);
+
+/* Widths of the rows of W diag(s) under the rule (per-tensor budget).
+ * Returns 0 or -ENOMEM. */
+int quantizer_tensor_widths(const float *w, uint32_t rows, uint32_t cols, const float *s,
+                            const struct quantizer_tensor_rule *rule, uint8_t *widths);
+
+/* Codes q[rows][cols] and scales[rows] of W diag(s) with the given widths.
+ * tmp: [cols] scratch. */
+void quantizer_tensor_quantize(const float *w, uint32_t rows, uint32_t cols, const float *s,
+                               const uint8_t *widths, enum quantizer_clip clip, int8_t *q,
+                               float *scales, float *tmp);
+
+/* ---- smoothing (quantizer_smooth.c) -------------------------------------------------- */
+
+/* A layer reading the group's input. */
+struct quantizer_smooth_member {
+    const float *w;            /* [rows][cols] float weights before smoothing */
+    uint32_t rows, cols;       /* cols = the group's input width */
+};
+
+/* A smoothing group: the linear layers reading one input x (Q/K/V; O;
+ * gate/up; down; an untied classifier). */
+struct quantizer_smooth_group {
+    uint32_t in;               /* input width */
+    const float *in_max;       /* [in] S_I (for O: made common within kv groups) */
+    const float *x;            /* [n_sample][in] calibration input rows */
+    uint32_t n_sample;
+    struct quantizer_smooth_member m[3];
+    int nm;
+};
+
+/* EdgeFlow 4.1: s = S_I^alpha (channels with S_I = 0 keep 1). */
+void quantizer_smooth_scales(const float *in_max, uint32_t n, double alpha, float *s);
+/* SmoothQuant: s_j = max|X_j|^alpha / max_k |W_kj|^(1 - alpha) over the
+ * group's members. */
+void quantizer_smooth_sq_scales(const float *in_max, uint32_t n,
+                                const struct quantizer_smooth_member *m, int nm, double alpha,
+                                float *s);
+/* max_j in_max[j] / s[j]: the smoothed input's per-tensor max |x|. */
+float quantizer_smooth_act_max(const float *in_max, const float *s, uint32_t n);
+/* The relative output error sum_members ||y_q - y||^2 / ||y||^2 of the group
+ * on its calibration rows when its input is divided by s and its weights
+ * multiplied by s, quantized exactly as the final model will be: weights by
+ * the rule (widths, clipping), activations per tensor with the static scale
+ * max|x/s| / 127. At most max_rows output rows per member are evaluated
+ * (evenly spaced; 0 = all). INFINITY when out of memory. */
+double quantizer_smooth_error(const struct quantizer_smooth_group *g, const float *s,
+                              const struct quantizer_tensor_rule *rule, uint32_t max_rows);
+/* Grid search of alpha in {0, 1/steps, ..., 1} minimizing
+ * quantizer_smooth_error; writes s = S_I^alpha for the best (the smallest
+ * alpha on ties) into s_out and returns alpha (-1 when out of memory). */
+double quantizer_smooth_search(const struct quantizer_smooth_group *g,
+                               const struct quantizer_tensor_rule *rule, uint32_t steps,
+                               uint32_t max_rows, float *s_out, double *err_out);
+
+/* GQA: S_I of the O projection made common to each kv group: channel (h, d)
+ * gets the max over the query heads sharing head h's kv head, so that the
+ * scaling can be folded into the rows of W_v. out: [n_heads * head_dim]. */
+void quantizer_smooth_o_common(const struct format_config *c, const float *in_max, float *out);
 
 #endif

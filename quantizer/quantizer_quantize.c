@@ -1,21 +1,55 @@
-/* quantizer_quantize.c: the quantization driver. Two passes over the float
- * source, one layer in memory at a time:
- *   1. smoothing: choose each group's input scaling (EdgeFlow: alpha by grid
- *      search; SmoothQuant: its migration formula; uniform, CMPQ: none) and
- *      record per-channel RE curves of the smoothed weights;
- *   2. allocation (per tensor, or once over the whole model), quantization,
- *      packing, writing (execution order, atomically).
+/* quantizer_quantize.c: the quantization driver (EdgeFlow 4.1 and the
+ * baselines it is compared with). Two passes over the float source, one
+ * layer of float weights in memory at a time:
+ *   1. smoothing: choose each group's input scaling (edgeflow: alpha by grid
+ *      search; smoothquant: its migration formula at alpha 0.5; uniform,
+ *      cmpq: none) and, for a global budget, record every channel's RE
+ *      curve of the smoothed weights and allocate once over the model;
+ *   2. fold the scalings, allocate per tensor (or take the global widths),
+ *      quantize, pack, write in execution order (atomically).
  * Norm weights stay float with the smoothing folded in; every linear layer
- * (and the token embedding) is stored in a packed encoding. */
+ * (and the token embedding) is stored in a packed encoding.
+ *
+ * Methods, precisely:
+ *   edgeflow     smoothing s = S_I^alpha per group (alpha searched on
+ *                calibration rows), widths by the RE greedy allocation on
+ *                W diag(s), static per-tensor activation scales of x / s.
+ *   uniform      every channel b bits, no smoothing.
+ *   smoothquant  SmoothQuant's s_j = max|X_j|^0.5 / max|W_j|^0.5 per group,
+ *                every channel b bits.
+ *   cmpq         CMPQ (Chen et al. 2024) allocates precision per *input*
+ *                channel by the calibration activation magnitude; as in
+ *                EdgeFlow 5.4.1 the allocation is moved to output channels
+ *                and its metric replaced by RE: a channel's RE is weighted
+ *                by its output activation magnitude S_O^2 (the energy the
+ *                channel's error lands on), greedy under the same budget,
+ *                no smoothing. CMPQ's non-uniform codebooks and outlier
+ *                extraction are not NPU-executable and are left out.
+ * All methods share the per-channel quantizer (clipping rule), the packed
+ * storage and the activation handling, so they differ only in the above.
+ *
+ * Embedding: an untied embedding is quantized like a linear layer (same
+ * allocation, no activation scale; it is only looked up). A tied embedding is
+ * the classifier: quantized with the classifier's static activation scale and
+ * never smoothed (scaling its columns would change the lookups; untying it
+ * would double its bytes). An untied classifier is smoothed into the output
+ * norm like Q/K/V into the attention norm. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "quantizer_import_internal.h"
-#include "quantizer_smooth.h"
+#include "quantizer_internal.h"
+
+/* The clipping rule QUANTIZER_CLIP_DEFAULT stands for (measured:
+ * docs/BENCHMARKS-accuracy.md). */
+#define CLIP_DEFAULT QUANTIZER_CLIP_NONE
+/* Output rows per member evaluated in the alpha search (evenly spaced). */
+#define SEARCH_ROWS 128
 
 static const char *const method_names[QUANTIZER_METHOD_COUNT] = {"edgeflow", "uniform",
                                                                  "smoothquant", "cmpq"};
@@ -40,24 +74,33 @@ enum { G_QKV, G_O, G_GU, G_DOWN, G_N };
 
 struct qctx {
     const struct quantizer_opts *o;
+    enum quantizer_clip clip;        /* resolved */
+    uint32_t encoding;               /* resolved */
     const struct quantizer_calib *calib;
     struct format_reader *src;
     const struct format_config *c;
-    float *s[4097][G_N];      /* per layer, per group: input scaling (NULL: none) */
-    float *s_cls;             /* classifier group (untied) */
-    double alpha_sum;
-    uint32_t alpha_n;
-    /* global allocation */
-    double *re;               /* [channels][9] */
+    float **s;                       /* [n_layers * G_N] input scalings (NULL: none) */
+    double *alpha;                   /* [n_layers * G_N + 1] chosen alphas (-1: none) */
+    float *s_cls;                    /* untied classifier's scaling */
+    /* global allocation: every quantized channel of the model, in pass-2 order */
+    double *re;                      /* [channels][9] */
     double *weight;
     uint64_t *cost;
     uint8_t *widths;
     uint64_t n_channels, next_channel;
+    struct quantizer_report *rep;
     struct sl_err *err;
 };
 
+static void progress(struct qctx *q, const char *what, uint64_t done, uint64_t total)
+{
+    if (q->o->progress)
+        q->o->progress(q->o->progress_ctx, what, done, total);
+}
+
 static int read_f32(struct qctx *q, int layer, uint32_t role, float **out)
 {
+    *out = NULL;
     int i = format_reader_find(q->src, layer, role);
     if (i < 0) {
         sl_err_set(q->err, "%s: no %s tensor in layer %d", format_reader_path(q->src),
@@ -70,27 +113,30 @@ static int read_f32(struct qctx *q, int layer, uint32_t role, float **out)
                    format_reader_path(q->src), t->name, format_encoding_traits(t->encoding)->name);
         return -EINVAL;
     }
-    void *raw = malloc(t->length);
     uint64_t n = format_tensor_numel(t);
-    *out = malloc(sizeof(float) * n);
-    if (!raw || !*out) {
+    void *raw = malloc(t->length ? t->length : 1);
+    float *f = malloc(sizeof(float) * (n ? n : 1));
+    if (!raw || !f) {
         free(raw);
-        free(*out);
-        sl_err_set(q->err, "out of memory reading '%s'", t->name);
+        free(f);
+        sl_err_set(q->err, "%s: out of memory reading '%s'", format_reader_path(q->src), t->name);
         return -ENOMEM;
     }
     int ret = format_reader_read_tensor(q->src, (uint32_t)i, raw, t->length, q->err);
     if (ret == 0)
-        format_decode_float(t->encoding, raw, *out, n);
+        ret = format_decode_float(t->encoding, raw, f, n);
     free(raw);
     if (ret < 0) {
-        free(*out);
-        *out = NULL;
+        if (!q->err->msg[0])
+            sl_err_set(q->err, "%s: cannot decode '%s'", format_reader_path(q->src), t->name);
+        free(f);
+        return ret;
     }
-    return ret;
+    *out = f;
+    return 0;
 }
 
-static const struct quantizer_calib_slot *slot(struct qctx *q, int layer, uint32_t role)
+static const struct quantizer_calib_slot *slot(const struct qctx *q, int layer, uint32_t role)
 {
     if (!q->calib) /* no calibration: no smoothing, dynamic activation scales */
         return NULL;
@@ -98,7 +144,75 @@ static const struct quantizer_calib_slot *slot(struct qctx *q, int layer, uint32
     return s && s->out_max ? s : NULL;
 }
 
-/* ---- per-layer tensors -------------------------------------------------------------- */
+/* The slot holding the input statistics of a role's input. */
+static const struct quantizer_calib_slot *input_slot(const struct qctx *q, int layer,
+                                                     uint32_t role)
+{
+    uint32_t key = role == FORMAT_ROLE_WK || role == FORMAT_ROLE_WV ? FORMAT_ROLE_WQ
+                   : role == FORMAT_ROLE_W_UP                         ? FORMAT_ROLE_W_GATE
+                   : role == FORMAT_ROLE_TOK_EMBD                     ? FORMAT_ROLE_CLASSIFIER
+                                                                      : role;
+    const struct quantizer_calib_slot *s = slot(q, layer, key);
+    return s && s->in_max ? s : NULL;
+}
+
+/* ---- shapes and rules -------------------------------------------------------------------- */
+
+static void shape_of(const struct format_config *c, uint32_t role, uint32_t *rows, uint32_t *cols)
+{
+    uint32_t nd;
+    uint64_t sh[FORMAT_MAX_DIMS] = {0};
+    format_role_shape(c, role == FORMAT_ROLE_CLASSIFIER && c->tied_embedding ? FORMAT_ROLE_TOK_EMBD
+                                                                             : role,
+                      &nd, sh);
+    *rows = (uint32_t)sh[0];
+    *cols = nd == 2 ? (uint32_t)sh[1] : 1;
+}
+
+static int uses_smoothing(enum quantizer_method m)
+{
+    return m == QUANTIZER_METHOD_EDGEFLOW || m == QUANTIZER_METHOD_SMOOTHQUANT;
+}
+
+static int uses_allocation(enum quantizer_method m)
+{
+    return m == QUANTIZER_METHOD_EDGEFLOW || m == QUANTIZER_METHOD_CMPQ;
+}
+
+static struct quantizer_tensor_rule rule_for(const struct qctx *q, const float *out_max)
+{
+    struct quantizer_tensor_rule r = {.bits = q->o->bits, .metric = q->o->metric,
+                                      .clip = q->clip};
+    if (!uses_allocation(q->o->method))
+        r.uniform_bits = (uint8_t)q->o->bits;
+    if (q->o->method == QUANTIZER_METHOD_CMPQ)
+        r.row_weight = out_max;
+    return r;
+}
+
+/* cmpq's channel weights S_O^2 (a floor keeps silent channels allocatable). */
+static float *cmpq_weights(const struct qctx *q, int layer, uint32_t role, uint32_t rows)
+{
+    if (q->o->method != QUANTIZER_METHOD_CMPQ)
+        return NULL;
+    const struct quantizer_calib_slot *sl =
+        slot(q, layer, role == FORMAT_ROLE_TOK_EMBD ? FORMAT_ROLE_CLASSIFIER : role);
+    if (!sl || sl->out_cols != rows || (role == FORMAT_ROLE_TOK_EMBD && !q->c->tied_embedding))
+        return NULL;
+    float *w = malloc(sizeof(float) * rows);
+    if (!w)
+        return NULL;
+    float mx = 0;
+    for (uint32_t r = 0; r < rows; r++)
+        mx = fmaxf(mx, sl->out_max[r]);
+    for (uint32_t r = 0; r < rows; r++) {
+        float v = sl->out_max[r] * sl->out_max[r];
+        w[r] = fmaxf(v, 1e-6f * mx * mx + 1e-30f);
+    }
+    return w;
+}
+
+/* ---- one layer's float tensors ------------------------------------------------------------ */
 
 struct layer_f {
     float *t[FORMAT_ROLE_COUNT];
@@ -124,327 +238,145 @@ static int layer_load(struct qctx *q, int layer, struct layer_f *l)
     return 0;
 }
 
-static uint32_t rows_of(const struct format_config *c, uint32_t role)
-{
-    uint32_t nd;
-    uint64_t sh[2];
-    format_role_shape(c, role == FORMAT_ROLE_CLASSIFIER && c->tied_embedding ? FORMAT_ROLE_TOK_EMBD
-                                                                             : role,
-                      &nd, sh);
-    return (uint32_t)sh[0];
-}
+/* ---- smoothing ------------------------------------------------------------------------------ */
 
-static uint32_t cols_of(const struct format_config *c, uint32_t role)
-{
-    uint32_t nd;
-    uint64_t sh[2];
-    format_role_shape(c, role == FORMAT_ROLE_CLASSIFIER && c->tied_embedding ? FORMAT_ROLE_TOK_EMBD
-                                                                             : role,
-                      &nd, sh);
-    return nd == 2 ? (uint32_t)sh[1] : 1;
-}
-
-static int uses_smoothing(enum quantizer_method m)
-{
-    return m == QUANTIZER_METHOD_EDGEFLOW || m == QUANTIZER_METHOD_SMOOTHQUANT;
-}
-
-static struct qs_alloc alloc_for(const struct qctx *q, const float *out_max)
-{
-    struct qs_alloc a = {.bits = q->o->bits};
-    if (q->o->method == QUANTIZER_METHOD_UNIFORM || q->o->method == QUANTIZER_METHOD_SMOOTHQUANT)
-        a.uniform_bits = (uint8_t)q->o->bits;
-    if (q->o->method == QUANTIZER_METHOD_CMPQ)
-        a.out_max = out_max;
-    return a;
-}
-
-/* S_I of the o projection made common to each kv group: channel (h, d) gets
- * the max over the query heads sharing kv head h / (n_heads / n_kv_heads). */
-static float *o_group_max(const struct format_config *c, const float *in_max)
-{
-    uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads;
-    float *m = malloc(sizeof(float) * c->n_heads * hd);
-    if (!m)
-        return NULL;
-    for (uint32_t kv = 0; kv < c->n_kv_heads; kv++)
-        for (uint32_t d = 0; d < hd; d++) {
-            float v = 0;
-            for (uint32_t k = 0; k < mul; k++)
-                v = fmaxf(v, in_max[(kv * mul + k) * hd + d]);
-            for (uint32_t k = 0; k < mul; k++)
-                m[(kv * mul + k) * hd + d] = v;
-        }
-    return m;
-}
-
-/* Chooses the input scaling of one group; NULL when the method does not
- * smooth or calibration has no inputs for it. */
+/* Chooses one group's input scaling into *s_out (NULL when the method does
+ * not smooth or calibration has no inputs for the group). */
 static int choose_scaling(struct qctx *q, const struct quantizer_calib_slot *sl,
-                          const float *in_max, struct qs_member *m, int nm, const float *out_max,
-                          float **s_out)
+                          const float *in_max, const struct quantizer_smooth_member *m, int nm,
+                          const float *row_weight, float **s_out, double *alpha_out)
 {
     *s_out = NULL;
+    *alpha_out = -1;
     if (!uses_smoothing(q->o->method) || !sl || !in_max)
         return 0;
     uint32_t in = m[0].cols;
     float *s = malloc(sizeof(float) * in);
     if (!s) {
-        sl_err_set(q->err, "out of memory");
+        sl_err_set(q->err, "out of memory choosing the smoothing scales");
         return -ENOMEM;
     }
+    double alpha;
     if (q->o->method == QUANTIZER_METHOD_SMOOTHQUANT) {
-        qs_smoothquant_scales(in_max, in, m, nm, q->o->alpha >= 0 ? q->o->alpha : 0.5, s);
+        alpha = q->o->alpha >= 0 ? q->o->alpha : 0.5;
+        quantizer_smooth_sq_scales(in_max, in, m, nm, alpha, s);
     } else if (q->o->alpha >= 0) {
-        qs_scales(in_max, in, q->o->alpha, s);
-        q->alpha_sum += q->o->alpha;
-        q->alpha_n++;
+        alpha = q->o->alpha;
+        quantizer_smooth_scales(in_max, in, alpha, s);
     } else {
-        struct qs_group g = {.in = in, .in_max = in_max, .x = sl->sample,
-                             .n_sample = sl->n_sample, .nm = nm};
-        memcpy(g.m, m, sizeof(struct qs_member) * (size_t)nm);
-        struct qs_alloc a = alloc_for(q, out_max);
-        double alpha = qs_search_alpha(&g, &a, s, NULL);
-        q->alpha_sum += alpha;
-        q->alpha_n++;
+        struct quantizer_smooth_group g = {.in = in, .in_max = in_max, .x = sl->sample,
+                                           .n_sample = sl->n_sample, .nm = nm};
+        memcpy(g.m, m, sizeof(*m) * (size_t)nm);
+        struct quantizer_tensor_rule r = rule_for(q, row_weight);
+        alpha = quantizer_smooth_search(&g, &r, q->o->alpha_steps, SEARCH_ROWS, s, NULL);
+        if (alpha < 0) {
+            free(s);
+            sl_err_set(q->err, "out of memory in the smoothing search");
+            return -ENOMEM;
+        }
     }
     *s_out = s;
+    *alpha_out = alpha;
+    q->rep->groups++;
+    q->rep->mean_alpha += alpha;
+    q->rep->alpha_hist[(int)lrint(alpha * 10) > 10 ? 10 : (int)lrint(alpha * 10)]++;
     return 0;
 }
 
-/* Folds the layer's group scalings into its float tensors (in place): norm /
- * s, columns * s; o: v rows / s; down: up rows / s. */
-static void fold_layer(const struct format_config *c, struct layer_f *l, float *const s[G_N])
+/* Pass 1 for one layer: the four scalings. */
+static int smooth_layer(struct qctx *q, int li, const struct layer_f *l)
+{
+    const struct format_config *c = q->c;
+    uint32_t D = c->dim, F = c->hidden_dim, Q = c->n_heads * c->head_dim;
+    uint32_t KV = c->n_kv_heads * c->head_dim;
+    const struct quantizer_calib_slot *sq = input_slot(q, li, FORMAT_ROLE_WQ);
+    const struct quantizer_calib_slot *so = input_slot(q, li, FORMAT_ROLE_WO);
+    const struct quantizer_calib_slot *sg = input_slot(q, li, FORMAT_ROLE_W_GATE);
+    const struct quantizer_calib_slot *sd = input_slot(q, li, FORMAT_ROLE_W_DOWN);
+    struct quantizer_smooth_member qkv[3] = {{l->t[FORMAT_ROLE_WQ], Q, D},
+                                             {l->t[FORMAT_ROLE_WK], KV, D},
+                                             {l->t[FORMAT_ROLE_WV], KV, D}};
+    struct quantizer_smooth_member o[1] = {{l->t[FORMAT_ROLE_WO], D, Q}};
+    struct quantizer_smooth_member gu[2] = {{l->t[FORMAT_ROLE_W_GATE], F, D},
+                                            {l->t[FORMAT_ROLE_W_UP], F, D}};
+    struct quantizer_smooth_member dn[1] = {{l->t[FORMAT_ROLE_W_DOWN], D, F}};
+    float *omax = NULL;
+    if (so && uses_smoothing(q->o->method)) {
+        if (!(omax = malloc(sizeof(float) * Q))) {
+            sl_err_set(q->err, "out of memory");
+            return -ENOMEM;
+        }
+        quantizer_smooth_o_common(c, so->in_max, omax);
+    }
+    /* the search's allocation of a multi-member group uses the first member's
+     * cmpq weights only when cmpq smooths, which it does not: NULL */
+    float **s = q->s + (size_t)li * G_N;
+    double *a = q->alpha + (size_t)li * G_N;
+    int ret = choose_scaling(q, sq, sq ? sq->in_max : NULL, qkv, 3, NULL, &s[G_QKV], &a[G_QKV]);
+    if (!ret)
+        ret = choose_scaling(q, so, omax, o, 1, NULL, &s[G_O], &a[G_O]);
+    if (!ret)
+        ret = choose_scaling(q, sg, sg ? sg->in_max : NULL, gu, 2, NULL, &s[G_GU], &a[G_GU]);
+    if (!ret)
+        ret = choose_scaling(q, sd, sd ? sd->in_max : NULL, dn, 1, NULL, &s[G_DOWN], &a[G_DOWN]);
+    free(omax);
+    return ret;
+}
+
+/* Folds a layer's scalings into its float tensors (in place): norm / s and
+ * columns * s (Q/K/V, gate/up); O columns * s and V rows / s (s common to a
+ * kv group); down columns * s and up rows / s. The float function is
+ * unchanged up to rounding. */
+static void fold_layer(const struct format_config *c, struct layer_f *l, float *const *s)
 {
     uint32_t D = c->dim, F = c->hidden_dim, Q = c->n_heads * c->head_dim;
     uint32_t KV = c->n_kv_heads * c->head_dim, mul = c->n_heads / c->n_kv_heads;
     if (s[G_QKV]) {
+        const float *g = s[G_QKV];
         for (uint32_t j = 0; j < D; j++)
-            l->t[FORMAT_ROLE_ATTN_NORM][j] /= s[G_QKV][j];
-        uint32_t roles[3] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
-        uint32_t rows[3] = {Q, KV, KV};
+            l->t[FORMAT_ROLE_ATTN_NORM][j] /= g[j];
+        const uint32_t roles[3] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
+        const uint32_t rows[3] = {Q, KV, KV};
         for (int k = 0; k < 3; k++)
             for (uint32_t r = 0; r < rows[k]; r++)
                 for (uint32_t j = 0; j < D; j++)
-                    l->t[roles[k]][(size_t)r * D + j] *= s[G_QKV][j];
+                    l->t[roles[k]][(size_t)r * D + j] *= g[j];
     }
     if (s[G_O]) {
+        const float *g = s[G_O];
         for (uint32_t r = 0; r < D; r++)
             for (uint32_t j = 0; j < Q; j++)
-                l->t[FORMAT_ROLE_WO][(size_t)r * Q + j] *= s[G_O][j];
+                l->t[FORMAT_ROLE_WO][(size_t)r * Q + j] *= g[j];
         for (uint32_t kv = 0; kv < c->n_kv_heads; kv++)
             for (uint32_t d = 0; d < c->head_dim; d++) {
-                float sv = s[G_O][(kv * mul) * c->head_dim + d]; /* common to the group */
+                float sv = g[(kv * mul) * c->head_dim + d]; /* common to the kv group */
                 float *row = l->t[FORMAT_ROLE_WV] + (size_t)(kv * c->head_dim + d) * D;
                 for (uint32_t j = 0; j < D; j++)
                     row[j] /= sv;
             }
     }
     if (s[G_GU]) {
+        const float *g = s[G_GU];
         for (uint32_t j = 0; j < D; j++)
-            l->t[FORMAT_ROLE_FFN_NORM][j] /= s[G_GU][j];
+            l->t[FORMAT_ROLE_FFN_NORM][j] /= g[j];
         for (uint32_t r = 0; r < F; r++)
             for (uint32_t j = 0; j < D; j++) {
-                l->t[FORMAT_ROLE_W_GATE][(size_t)r * D + j] *= s[G_GU][j];
-                l->t[FORMAT_ROLE_W_UP][(size_t)r * D + j] *= s[G_GU][j];
+                l->t[FORMAT_ROLE_W_GATE][(size_t)r * D + j] *= g[j];
+                l->t[FORMAT_ROLE_W_UP][(size_t)r * D + j] *= g[j];
             }
     }
     if (s[G_DOWN]) {
+        const float *g = s[G_DOWN];
         for (uint32_t r = 0; r < D; r++)
             for (uint32_t j = 0; j < F; j++)
-                l->t[FORMAT_ROLE_W_DOWN][(size_t)r * F + j] *= s[G_DOWN][j];
+                l->t[FORMAT_ROLE_W_DOWN][(size_t)r * F + j] *= g[j];
         for (uint32_t r = 0; r < F; r++)
             for (uint32_t j = 0; j < D; j++)
-                l->t[FORMAT_ROLE_W_UP][(size_t)r * D + j] /= s[G_DOWN][r];
+                l->t[FORMAT_ROLE_W_UP][(size_t)r * D + j] /= g[r];
     }
 }
 
-/* Pass 1 for one layer: choose the four scalings. */
-static int smooth_layer(struct qctx *q, int layer, struct layer_f *l)
-{
-    const struct format_config *c = q->c;
-    uint32_t D = c->dim, F = c->hidden_dim, Q = c->n_heads * c->head_dim;
-    uint32_t KV = c->n_kv_heads * c->head_dim;
-    const struct quantizer_calib_slot *sq = slot(q, layer, FORMAT_ROLE_WQ);
-    const struct quantizer_calib_slot *so = slot(q, layer, FORMAT_ROLE_WO);
-    const struct quantizer_calib_slot *sg = slot(q, layer, FORMAT_ROLE_W_GATE);
-    const struct quantizer_calib_slot *sd = slot(q, layer, FORMAT_ROLE_W_DOWN);
-    struct qs_member qkv[3] = {{l->t[FORMAT_ROLE_WQ], Q, D},
-                               {l->t[FORMAT_ROLE_WK], KV, D},
-                               {l->t[FORMAT_ROLE_WV], KV, D}};
-    struct qs_member o[1] = {{l->t[FORMAT_ROLE_WO], D, Q}};
-    struct qs_member gu[2] = {{l->t[FORMAT_ROLE_W_GATE], F, D}, {l->t[FORMAT_ROLE_W_UP], F, D}};
-    struct qs_member dn[1] = {{l->t[FORMAT_ROLE_W_DOWN], D, F}};
-    float *omax = so && so->in_max ? o_group_max(c, so->in_max) : NULL;
-    int ret = choose_scaling(q, sq, sq ? sq->in_max : NULL, qkv, 3, sq ? sq->out_max : NULL,
-                             &q->s[layer][G_QKV]);
-    if (!ret)
-        ret = choose_scaling(q, so, omax, o, 1, so ? so->out_max : NULL, &q->s[layer][G_O]);
-    if (!ret)
-        ret = choose_scaling(q, sg, sg ? sg->in_max : NULL, gu, 2, sg ? sg->out_max : NULL,
-                             &q->s[layer][G_GU]);
-    if (!ret)
-        ret = choose_scaling(q, sd, sd ? sd->in_max : NULL, dn, 1, sd ? sd->out_max : NULL,
-                             &q->s[layer][G_DOWN]);
-    free(omax);
-    return ret;
-}
-
-/* Static activation scale of a linear's input after smoothing. */
-static float act_scale(struct qctx *q, int layer, uint32_t role)
-{
-    if (q->o->act_dynamic)
-        return 0.0f;
-    uint32_t key = role == FORMAT_ROLE_WK || role == FORMAT_ROLE_WV ? FORMAT_ROLE_WQ
-                   : role == FORMAT_ROLE_W_UP                         ? FORMAT_ROLE_W_GATE
-                                                                      : role;
-    const struct quantizer_calib_slot *sl = slot(q, layer, key);
-    if (!sl || !sl->in_max)
-        return 0.0f; /* no calibration for it: dynamic */
-    const float *s = NULL;
-    if (layer >= 0) {
-        int g = key == FORMAT_ROLE_WQ ? G_QKV : key == FORMAT_ROLE_WO ? G_O
-                : key == FORMAT_ROLE_W_GATE ? G_GU : G_DOWN;
-        s = q->s[layer][g];
-    } else {
-        s = q->s_cls;
-    }
-    float m = qs_act_max(sl->in_max, s, sl->in_cols);
-    return m > 0 ? m / 127.0f : 0.0f;
-}
-
-/* ---- allocation bookkeeping --------------------------------------------------------------- */
-
-/* Records a tensor's channels for the global heap (pass 1). */
-static void record_channels(struct qctx *q, const float *w, uint32_t rows, uint32_t cols,
-                            const float *out_max)
-{
-    double *re = q->re + q->next_channel * 9;
-    qs_channel_stats(w, rows, cols, NULL, re, 1.0);
-    double sum = 0;
-    if (out_max)
-        for (uint32_t r = 0; r < rows; r++)
-            sum += (double)out_max[r] * out_max[r];
-    for (uint32_t r = 0; r < rows; r++) {
-        /* each tensor's mean RE counts equally; cmpq weights by output energy */
-        double wt = 1.0 / rows;
-        if (out_max && sum > 0)
-            wt = ((double)out_max[r] * out_max[r] + 1e-30) / sum;
-        q->weight[q->next_channel + r] = wt;
-        q->cost[q->next_channel + r] = cols;
-    }
-    q->next_channel += rows;
-}
-
-/* ---- pass 2: one tensor --------------------------------------------------------------------- */
-
-static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint32_t role,
-                       const float *wf, struct quantizer_report *rep)
-{
-    const struct format_config *c = q->c;
-    uint32_t rows = rows_of(c, role), cols = cols_of(c, role);
-    uint8_t *widths = malloc(rows);
-    int8_t *codes = malloc((size_t)rows * cols);
-    float *scales = malloc(sizeof(float) * rows), *tmp = malloc(sizeof(float) * cols);
-    void *bytes = NULL;
-    uint64_t len = 0;
-    int ret = -ENOMEM;
-    if (!widths || !codes || !scales || !tmp) {
-        sl_err_set(q->err, "out of memory quantizing layer %d %s", layer, format_role_name(role));
-        goto out;
-    }
-    /* the tied embedding is the classifier; an untied one is only looked up */
-    uint32_t srole = role == FORMAT_ROLE_TOK_EMBD ? FORMAT_ROLE_CLASSIFIER : role;
-    const struct quantizer_calib_slot *sl =
-        role == FORMAT_ROLE_TOK_EMBD && !c->tied_embedding ? NULL : slot(q, layer, srole);
-    if (q->o->budget == QUANTIZER_BUDGET_GLOBAL) {
-        memcpy(widths, q->widths + q->next_channel, rows);
-        q->next_channel += rows;
-    } else {
-        struct qs_alloc a = alloc_for(q, sl ? sl->out_max : NULL);
-        ret = qs_widths(wf, rows, cols, NULL, &a, widths);
-        if (ret < 0) {
-            sl_err_set(q->err, "bit allocation failed for layer %d %s", layer,
-                       format_role_name(role));
-            goto out;
-        }
-    }
-    /* beta = 1 (W diag(S_O^-1), the factor folded back into the
-     * dequantization scale) is the identity for symmetric per-output-channel
-     * weights dequantized in float: scale(W_i / S_O,i) * S_O,i = scale(W_i)
-     * and the codes are equal. The emulated NPU dequantizes its int32 output
-     * per channel, so the output side needs nothing more. */
-    qs_quantize(wf, rows, cols, NULL, widths, codes, scales, tmp);
-    ret = quantizer_pack(q->o->encoding, codes, widths, scales, rows, cols, &bytes, &len, q->err);
-    if (ret < 0)
-        goto out;
-    char name[FORMAT_NAME_MAX];
-    qi_tensor_name(layer, role, name, sizeof name);
-    struct format_tensor_desc d = {.name = name, .layer = layer, .role = role,
-                                   .encoding = q->o->encoding, .n_dims = 2,
-                                   .shape = {rows, cols}};
-    if (role != FORMAT_ROLE_TOK_EMBD || c->tied_embedding)
-        d.act_scale = act_scale(q, layer, srole);
-    for (uint32_t r = 0; r < rows; r++) {
-        d.bits_hist[widths[r]]++;
-        rep->hist[role][widths[r]]++;
-    }
-    rep->weights += (uint64_t)rows * cols;
-    rep->code_bytes += len;
-    ret = format_writer_add_tensor(w, &d, bytes, len, q->err);
-out:
-    free(bytes);
-    free(widths);
-    free(codes);
-    free(scales);
-    free(tmp);
-    return ret;
-}
-
-static int emit_norm(struct qctx *q, struct format_writer *w, int layer, uint32_t role,
-                     const float *v)
-{
-    char name[FORMAT_NAME_MAX];
-    qi_tensor_name(layer, role, name, sizeof name);
-    uint32_t n = q->c->dim;
-    uint8_t *buf = malloc((size_t)n * 4);
-    if (!buf) {
-        sl_err_set(q->err, "out of memory");
-        return -ENOMEM;
-    }
-    for (uint32_t i = 0; i < n; i++)
-        sl_store_lef32(buf + 4 * i, v[i]);
-    struct format_tensor_desc d = {.name = name, .layer = layer, .role = role,
-                                   .encoding = FORMAT_ENC_F32, .n_dims = 1, .shape = {n}};
-    int ret = format_writer_add_tensor(w, &d, buf, (uint64_t)n * 4, q->err);
-    free(buf);
-    return ret;
-}
-
-/* ---- the two passes ------------------------------------------------------------------------ */
-
-static void progress(struct qctx *q, const char *what, uint64_t done, uint64_t total)
-{
-    if (q->o->progress)
-        q->o->progress(q->o->progress_ctx, what, done, total);
-}
-
-/* The classifier group (untied models): smoothing folded into the output norm. */
-static int smooth_classifier(struct qctx *q, float *cls, float *out_norm)
-{
-    const struct format_config *c = q->c;
-    if (c->tied_embedding)
-        return 0; /* the classifier is the embedding: scaling it would change lookups */
-    const struct quantizer_calib_slot *sl = slot(q, -1, FORMAT_ROLE_CLASSIFIER);
-    struct qs_member m[1] = {{cls, c->vocab_size, c->dim}};
-    int ret = choose_scaling(q, sl, sl ? sl->in_max : NULL, m, 1, sl ? sl->out_max : NULL,
-                             &q->s_cls);
-    if (ret < 0 || !q->s_cls || !cls)
-        return ret;
-    return 0;
-}
-
-static void fold_classifier(struct qctx *q, float *cls, float *out_norm)
+static void fold_classifier(const struct qctx *q, float *cls, float *out_norm)
 {
     if (!q->s_cls)
         return;
@@ -456,116 +388,267 @@ static void fold_classifier(struct qctx *q, float *cls, float *out_norm)
             cls[(size_t)r * D + j] *= q->s_cls[j];
 }
 
+/* Static activation scale of a linear's input after smoothing (0: dynamic). */
+static float act_scale(const struct qctx *q, int layer, uint32_t role)
+{
+    if (q->o->act_dynamic)
+        return 0.0f;
+    if (role == FORMAT_ROLE_TOK_EMBD && !q->c->tied_embedding)
+        return 0.0f; /* only looked up */
+    const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
+    if (!sl)
+        return 0.0f; /* no calibration for it: dynamic */
+    const float *s = NULL;
+    if (layer >= 0) {
+        int g = role <= FORMAT_ROLE_WV ? G_QKV : role == FORMAT_ROLE_WO ? G_O
+                : role <= FORMAT_ROLE_W_UP ? G_GU : G_DOWN;
+        s = q->s[(size_t)layer * G_N + g];
+    } else if (role == FORMAT_ROLE_CLASSIFIER) {
+        s = q->s_cls;
+    }
+    float m = quantizer_smooth_act_max(sl->in_max, s, sl->in_cols);
+    return m > 0 ? m / 127.0f : 0.0f;
+}
+
+/* ---- global allocation ------------------------------------------------------------------------ */
+
+/* Records a tensor's channels (pass 1) in pass-2 order. Objective
+ * QUANTIZER_GLOBAL_TENSOR_MEAN: sum over tensors of the tensor's mean
+ * (cmpq: S_O^2-weighted mean) RE, i.e. every tensor's relative output error
+ * counts alike; QUANTIZER_GLOBAL_WEIGHT: every weight's RE counts alike. A
+ * bit of a channel costs its cols weights either way. */
+static int record_channels(struct qctx *q, int layer, uint32_t role, const float *w)
+{
+    uint32_t rows, cols;
+    shape_of(q->c, role, &rows, &cols);
+    double *re = q->re + q->next_channel * 9;
+    float *tmp = malloc(sizeof(float) * cols);
+    float *cw = cmpq_weights(q, layer, role, rows);
+    if (!tmp || quantizer_tensor_re(w, rows, cols, NULL, q->o->metric, q->clip, re, tmp) < 0) {
+        free(tmp);
+        free(cw);
+        sl_err_set(q->err, "out of memory recording layer %d %s", layer, format_role_name(role));
+        return -ENOMEM;
+    }
+    double sum = 0;
+    for (uint32_t r = 0; r < rows; r++)
+        sum += cw ? cw[r] : 1.0;
+    for (uint32_t r = 0; r < rows; r++) {
+        double share = (cw ? cw[r] : 1.0) / sum;
+        q->weight[q->next_channel + r] =
+            q->o->global == QUANTIZER_GLOBAL_WEIGHT ? share * rows * cols : share;
+        q->cost[q->next_channel + r] = cols;
+    }
+    q->next_channel += rows;
+    free(tmp);
+    free(cw);
+    return 0;
+}
+
+static uint64_t count_channels(const struct format_config *c)
+{
+    uint64_t per_layer = 0;
+    for (uint32_t r = FORMAT_ROLE_WQ; r <= FORMAT_ROLE_W_DOWN; r++) {
+        uint32_t rows, cols;
+        if (r == FORMAT_ROLE_FFN_NORM)
+            continue;
+        shape_of(c, r, &rows, &cols);
+        per_layer += rows;
+    }
+    return per_layer * c->n_layers + (c->tied_embedding ? 1 : 2) * (uint64_t)c->vocab_size;
+}
+
+/* ---- pass 1 ------------------------------------------------------------------------------------ */
+
 static int pass1(struct qctx *q)
 {
     const struct format_config *c = q->c;
+    int global = q->o->budget == QUANTIZER_BUDGET_GLOBAL && uses_allocation(q->o->method);
     int ret = 0;
-    int global = q->o->budget == QUANTIZER_BUDGET_GLOBAL;
+    if (!global && !(uses_smoothing(q->o->method) && q->calib))
+        return 0; /* nothing to choose before writing */
     if (global) {
-        uint64_t ch = (uint64_t)c->n_layers * (rows_of(c, FORMAT_ROLE_WQ) + rows_of(c, FORMAT_ROLE_WK) +
-                                      rows_of(c, FORMAT_ROLE_WV) + rows_of(c, FORMAT_ROLE_WO) +
-                                      rows_of(c, FORMAT_ROLE_W_GATE) +
-                                      rows_of(c, FORMAT_ROLE_W_UP) +
-                                      rows_of(c, FORMAT_ROLE_W_DOWN)) +
-             (c->tied_embedding ? 1 : 2) * (uint64_t)c->vocab_size;
-        q->n_channels = ch;
-        q->re = malloc(sizeof(double) * 9 * ch);
-        q->weight = malloc(sizeof(double) * ch);
-        q->cost = malloc(sizeof(uint64_t) * ch);
-        q->widths = malloc(ch);
+        q->n_channels = count_channels(c);
+        if (q->n_channels > UINT32_MAX) {
+            sl_err_set(q->err, "%s: too many channels for a global budget", format_reader_path(q->src));
+            return -EINVAL;
+        }
+        q->re = malloc(sizeof(double) * 9 * q->n_channels);
+        q->weight = malloc(sizeof(double) * q->n_channels);
+        q->cost = malloc(sizeof(uint64_t) * q->n_channels);
+        q->widths = malloc(q->n_channels);
         if (!q->re || !q->weight || !q->cost || !q->widths) {
-            sl_err_set(q->err, "out of memory for %" PRIu64 " channels", ch);
+            sl_err_set(q->err, "out of memory for %" PRIu64 " channels", q->n_channels);
             return -ENOMEM;
         }
-    }
-    float *emb = NULL;
-    if (global && !c->tied_embedding) {
-        ret = read_f32(q, -1, FORMAT_ROLE_TOK_EMBD, &emb);
-        if (ret < 0)
-            return ret;
-        record_channels(q, emb, c->vocab_size, c->dim, NULL);
-        free(emb);
+        if (!c->tied_embedding) {
+            float *emb;
+            if ((ret = read_f32(q, -1, FORMAT_ROLE_TOK_EMBD, &emb)) < 0)
+                return ret;
+            ret = record_channels(q, -1, FORMAT_ROLE_TOK_EMBD, emb);
+            free(emb);
+            if (ret < 0)
+                return ret;
+        }
     }
     for (uint32_t li = 0; li < c->n_layers; li++) {
         struct layer_f l;
-        ret = layer_load(q, (int)li, &l);
-        if (ret < 0)
+        if ((ret = layer_load(q, (int)li, &l)) < 0)
             return ret;
         ret = smooth_layer(q, (int)li, &l);
         if (ret == 0 && global) {
-            fold_layer(c, &l, q->s[li]);
-            for (uint32_t r = FORMAT_ROLE_WQ; r <= FORMAT_ROLE_W_DOWN; r++) {
-                if (r == FORMAT_ROLE_FFN_NORM)
-                    continue;
-                const struct quantizer_calib_slot *sl = slot(q, (int)li, r);
-                record_channels(q, l.t[r], rows_of(c, r), cols_of(c, r),
-                                q->o->method == QUANTIZER_METHOD_CMPQ && sl ? sl->out_max : NULL);
-            }
+            fold_layer(c, &l, q->s + (size_t)li * G_N);
+            for (uint32_t r = FORMAT_ROLE_WQ; ret == 0 && r <= FORMAT_ROLE_W_DOWN; r++)
+                if (r != FORMAT_ROLE_FFN_NORM)
+                    ret = record_channels(q, (int)li, r, l.t[r]);
         }
         layer_free(&l);
         if (ret < 0)
             return ret;
-        progress(q, "smoothing", li + 1, c->n_layers + 1);
+        progress(q, global ? "smoothing, statistics" : "smoothing", li + 1, c->n_layers + 1);
     }
     float *cls = NULL, *onorm = NULL;
-    ret = read_f32(q, -1, FORMAT_ROLE_CLASSIFIER, &cls);
+    ret = read_f32(q, -1, c->tied_embedding ? FORMAT_ROLE_TOK_EMBD : FORMAT_ROLE_CLASSIFIER, &cls);
     if (ret == 0)
         ret = read_f32(q, -1, FORMAT_ROLE_OUT_NORM, &onorm);
-    if (ret == 0)
-        ret = smooth_classifier(q, cls, onorm);
+    if (ret == 0 && !c->tied_embedding) {
+        const struct quantizer_calib_slot *sl = input_slot(q, -1, FORMAT_ROLE_CLASSIFIER);
+        struct quantizer_smooth_member m[1] = {{cls, c->vocab_size, c->dim}};
+        ret = choose_scaling(q, sl, sl ? sl->in_max : NULL, m, 1, NULL, &q->s_cls,
+                             &q->alpha[(size_t)c->n_layers * G_N]);
+    }
     if (ret == 0 && global) {
         fold_classifier(q, cls, onorm);
-        const struct quantizer_calib_slot *sl = slot(q, -1, FORMAT_ROLE_CLASSIFIER);
-        record_channels(q, cls, c->vocab_size, c->dim,
-                        q->o->method == QUANTIZER_METHOD_CMPQ && sl ? sl->out_max : NULL);
+        ret = record_channels(q, -1,
+                              c->tied_embedding ? FORMAT_ROLE_TOK_EMBD : FORMAT_ROLE_CLASSIFIER,
+                              cls);
     }
     free(cls);
     free(onorm);
     if (ret < 0)
         return ret;
     if (global) {
-        if (q->o->method == QUANTIZER_METHOD_UNIFORM ||
-            q->o->method == QUANTIZER_METHOD_SMOOTHQUANT) {
-            memset(q->widths, (int)q->o->bits, q->n_channels);
-        } else {
-            ret = quantizer_allocate((uint32_t)q->n_channels, q->re, q->weight, q->cost,
-                                     q->o->bits, q->widths);
-            if (ret < 0) {
-                sl_err_set(q->err, "global bit allocation failed");
-                return ret;
-            }
+        ret = quantizer_allocate((uint32_t)q->n_channels, q->re, q->weight, q->cost, q->o->bits,
+                                 q->widths);
+        if (ret < 0) {
+            sl_err_set(q->err, "global bit allocation failed (%s)", strerror(-ret));
+            return ret;
         }
     }
     progress(q, "smoothing", c->n_layers + 1, c->n_layers + 1);
     return 0;
 }
 
-static int pass2(struct qctx *q, struct format_writer *w, struct quantizer_report *rep)
+/* ---- pass 2: one tensor ------------------------------------------------------------------------- */
+
+static int emit_float(struct qctx *q, struct format_writer *w, int layer, uint32_t role,
+                      const float *v, uint32_t n_dims, uint32_t rows, uint32_t cols)
+{
+    char name[FORMAT_NAME_MAX];
+    qi_tensor_name(layer, role, name, sizeof name);
+    uint64_t n = (uint64_t)rows * cols;
+    uint8_t *buf = malloc(n * 4);
+    if (!buf) {
+        sl_err_set(q->err, "out of memory writing '%s'", name);
+        return -ENOMEM;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        sl_store_lef32(buf + 4 * i, v[i]);
+    struct format_tensor_desc d = {.name = name, .layer = layer, .role = role,
+                                   .encoding = FORMAT_ENC_F32, .n_dims = n_dims,
+                                   .shape = {n_dims == 2 ? rows : n, cols}};
+    if (n_dims == 1)
+        d.shape[1] = 0;
+    int ret = format_writer_add_tensor(w, &d, buf, n * 4, q->err);
+    free(buf);
+    return ret;
+}
+
+static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint32_t role,
+                       const float *wf)
+{
+    uint32_t rows, cols;
+    shape_of(q->c, role, &rows, &cols);
+    struct quantizer_report *rep = q->rep;
+    rep->weights += (uint64_t)rows * cols;
+    if (q->encoding == FORMAT_ENC_F32) {
+        if (q->o->budget == QUANTIZER_BUDGET_GLOBAL)
+            q->next_channel += rows;
+        return emit_float(q, w, layer, role, wf, 2, rows, cols);
+    }
+    uint8_t *widths = malloc(rows);
+    int8_t *codes = malloc((size_t)rows * cols);
+    float *scales = malloc(sizeof(float) * rows), *tmp = malloc(sizeof(float) * cols);
+    float *cw = NULL;
+    void *bytes = NULL;
+    uint64_t len = 0;
+    int ret = -ENOMEM;
+    if (!widths || !codes || !scales || !tmp) {
+        sl_err_set(q->err, "out of memory quantizing layer %d %s", layer, format_role_name(role));
+        goto out;
+    }
+    if (q->widths) { /* global allocation (pass 1) */
+        memcpy(widths, q->widths + q->next_channel, rows);
+        q->next_channel += rows;
+    } else {
+        cw = cmpq_weights(q, layer, role, rows);
+        struct quantizer_tensor_rule r = rule_for(q, cw);
+        ret = quantizer_tensor_widths(wf, rows, cols, NULL, &r, widths);
+        if (ret < 0) {
+            sl_err_set(q->err, "bit allocation failed for layer %d %s (%s)", layer,
+                       format_role_name(role), strerror(-ret));
+            goto out;
+        }
+    }
+    quantizer_tensor_quantize(wf, rows, cols, NULL, widths, q->clip, codes, scales, tmp);
+    ret = quantizer_pack(q->encoding, codes, widths, scales, rows, cols, &bytes, &len, q->err);
+    if (ret < 0)
+        goto out;
+    char name[FORMAT_NAME_MAX];
+    qi_tensor_name(layer, role, name, sizeof name);
+    struct format_tensor_desc d = {.name = name, .layer = layer, .role = role,
+                                   .encoding = q->encoding, .n_dims = 2, .shape = {rows, cols},
+                                   .act_scale = act_scale(q, layer, role)};
+    for (uint32_t r = 0; r < rows; r++) {
+        d.bits_hist[widths[r]]++;
+        rep->hist[role][widths[r]]++;
+    }
+    rep->code_bytes += len;
+    ret = format_writer_add_tensor(w, &d, bytes, len, q->err);
+out:
+    free(bytes);
+    free(cw);
+    free(widths);
+    free(codes);
+    free(scales);
+    free(tmp);
+    return ret;
+}
+
+static int pass2(struct qctx *q, struct format_writer *w)
 {
     const struct format_config *c = q->c;
     int ret;
     q->next_channel = 0;
     if (!c->tied_embedding) {
         float *emb;
-        ret = read_f32(q, -1, FORMAT_ROLE_TOK_EMBD, &emb);
-        if (ret < 0)
+        if ((ret = read_f32(q, -1, FORMAT_ROLE_TOK_EMBD, &emb)) < 0)
             return ret;
-        ret = emit_linear(q, w, -1, FORMAT_ROLE_TOK_EMBD, emb, rep);
+        ret = emit_linear(q, w, -1, FORMAT_ROLE_TOK_EMBD, emb);
         free(emb);
         if (ret < 0)
             return ret;
     }
     for (uint32_t li = 0; li < c->n_layers; li++) {
         struct layer_f l;
-        ret = layer_load(q, (int)li, &l);
-        if (ret < 0)
+        if ((ret = layer_load(q, (int)li, &l)) < 0)
             return ret;
-        fold_layer(c, &l, q->s[li]);
+        fold_layer(c, &l, q->s + (size_t)li * G_N);
         for (uint32_t r = FORMAT_ROLE_ATTN_NORM; ret == 0 && r <= FORMAT_ROLE_W_DOWN; r++) {
             if (r == FORMAT_ROLE_ATTN_NORM || r == FORMAT_ROLE_FFN_NORM)
-                ret = emit_norm(q, w, (int)li, r, l.t[r]);
+                ret = emit_float(q, w, (int)li, r, l.t[r], 1, c->dim, 1);
             else
-                ret = emit_linear(q, w, (int)li, r, l.t[r], rep);
+                ret = emit_linear(q, w, (int)li, r, l.t[r]);
         }
         layer_free(&l);
         if (ret < 0)
@@ -573,22 +656,23 @@ static int pass2(struct qctx *q, struct format_writer *w, struct quantizer_repor
         progress(q, "quantizing", li + 1, c->n_layers + 1);
     }
     float *cls = NULL, *onorm = NULL;
-    ret = read_f32(q, -1, FORMAT_ROLE_CLASSIFIER, &cls);
+    uint32_t cls_role = c->tied_embedding ? FORMAT_ROLE_TOK_EMBD : FORMAT_ROLE_CLASSIFIER;
+    ret = read_f32(q, -1, cls_role, &cls);
     if (ret == 0)
         ret = read_f32(q, -1, FORMAT_ROLE_OUT_NORM, &onorm);
     if (ret == 0) {
         fold_classifier(q, cls, onorm);
-        ret = emit_norm(q, w, -1, FORMAT_ROLE_OUT_NORM, onorm);
+        ret = emit_float(q, w, -1, FORMAT_ROLE_OUT_NORM, onorm, 1, c->dim, 1);
     }
     if (ret == 0)
-        ret = emit_linear(q, w, -1,
-                          c->tied_embedding ? FORMAT_ROLE_TOK_EMBD : FORMAT_ROLE_CLASSIFIER, cls,
-                          rep);
+        ret = emit_linear(q, w, -1, cls_role, cls);
     free(cls);
     free(onorm);
     progress(q, "quantizing", c->n_layers + 1, c->n_layers + 1);
     return ret;
 }
+
+/* ---- metadata ------------------------------------------------------------------------------------- */
 
 static int copy_meta(struct format_reader *src, struct format_writer *w, struct sl_err *err)
 {
@@ -596,7 +680,11 @@ static int copy_meta(struct format_reader *src, struct format_writer *w, struct 
         const char *k = format_reader_meta_key(src, i);
         const void *v;
         size_t len;
-        format_reader_meta_get(src, k, &v, &len);
+        /* a re-quantized source's own results do not describe the output */
+        if (!strncmp(k, "quant.", 6) || !strncmp(k, "calib.", 6))
+            continue;
+        if (format_reader_meta_get(src, k, &v, &len) < 0)
+            continue;
         int ret = format_writer_set_meta(w, k, v, len, err);
         if (ret < 0)
             return ret;
@@ -604,9 +692,119 @@ static int copy_meta(struct format_reader *src, struct format_writer *w, struct 
     return 0;
 }
 
-static int set_meta_str(struct format_writer *w, const char *k, const char *v, struct sl_err *err)
+static int meta(struct format_writer *w, const char *k, struct sl_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int meta(struct format_writer *w, const char *k, struct sl_err *err, const char *fmt, ...)
 {
-    return format_writer_set_meta(w, k, v, strlen(v), err);
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return format_writer_set_meta(w, k, buf, strlen(buf), err);
+}
+
+/* quant.alphas: per layer "qkv,o,gate_up,down" separated by ';' ("-": not
+ * smoothed), then ";classifier=a" for an untied classifier. */
+static int meta_alphas(const struct qctx *q, struct format_writer *w, struct sl_err *err)
+{
+    size_t cap = (size_t)q->c->n_layers * G_N * 6 + 32, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    for (uint32_t l = 0; l < q->c->n_layers; l++)
+        for (int g = 0; g < G_N; g++) {
+            double a = q->alpha[(size_t)l * G_N + g];
+            char sep = g == G_N - 1 ? ';' : ',';
+            len += a < 0 ? (size_t)snprintf(buf + len, cap - len, "-%c", sep)
+                         : (size_t)snprintf(buf + len, cap - len, "%.2f%c", a, sep);
+        }
+    double ac = q->alpha[(size_t)q->c->n_layers * G_N];
+    if (ac >= 0)
+        len += (size_t)snprintf(buf + len, cap - len, "classifier=%.2f", ac);
+    else if (len)
+        len--; /* the last ';' */
+    int ret = format_writer_set_meta(w, "quant.alphas", buf, len, err);
+    free(buf);
+    return ret;
+}
+
+static int write_meta(const struct qctx *q, struct format_writer *w, struct sl_err *err)
+{
+    const struct quantizer_opts *o = q->o;
+    static const char *const clip_names[] = {"default", "none", "mse"};
+    int ret = copy_meta(q->src, w, err);
+    if (!ret)
+        ret = meta(w, "quant.method", err, "%s", quantizer_method_name(o->method));
+    if (!ret)
+        ret = meta(w, "quant.bits", err, "%g", o->bits);
+    if (!ret)
+        ret = meta(w, "quant.budget", err, "%s",
+                   o->budget == QUANTIZER_BUDGET_GLOBAL ? "global" : "tensor");
+    if (!ret && o->budget == QUANTIZER_BUDGET_GLOBAL)
+        ret = meta(w, "quant.global_objective", err, "%s",
+                   o->global == QUANTIZER_GLOBAL_WEIGHT ? "weight" : "tensor-mean");
+    if (!ret)
+        ret = meta(w, "quant.metric", err, "%s",
+                   o->metric == QUANTIZER_METRIC_EXACT ? "exact" : "proxy");
+    if (!ret)
+        ret = meta(w, "quant.clip", err, "%s", clip_names[q->clip]);
+    if (!ret)
+        ret = meta(w, "quant.activations", err, "%s",
+                   o->act_dynamic || !q->calib ? "dynamic" : "static");
+    if (!ret)
+        ret = meta(w, "quant.encoding", err, "%s", format_encoding_traits(q->encoding)->name);
+    if (!ret && q->rep->groups) {
+        ret = meta(w, "quant.alpha_mean", err, "%.3f", q->rep->mean_alpha);
+        if (!ret)
+            ret = meta_alphas(q, w, err);
+    }
+    if (!ret && q->calib) {
+        ret = meta(w, "calib.tokens", err, "%" PRIu64, quantizer_calib_rows(q->calib));
+        if (!ret)
+            ret = meta(w, "calib.sample_rows", err, "%u", q->calib->sample_rows);
+        if (!ret && o->calib_source)
+            ret = meta(w, "calib.source", err, "%s", o->calib_source);
+    }
+    return ret;
+}
+
+/* ---- entry ------------------------------------------------------------------------------------------ */
+
+static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
+{
+    if (!(o->bits >= 1 && o->bits <= 8)) {
+        sl_err_set(err, "bits must be within 1..8 (got %g)", o->bits);
+        return -EINVAL;
+    }
+    if ((unsigned)o->method >= QUANTIZER_METHOD_COUNT) {
+        sl_err_set(err, "unknown method %d", (int)o->method);
+        return -EINVAL;
+    }
+    if (!uses_allocation(o->method) && o->bits != floor(o->bits)) {
+        sl_err_set(err, "method %s stores every channel at the same width: bits must be an "
+                        "integer (got %g)", quantizer_method_name(o->method), o->bits);
+        return -EINVAL;
+    }
+    if (o->alpha > 1 || isnan(o->alpha)) {
+        sl_err_set(err, "alpha must be within [0, 1] (got %g)", o->alpha);
+        return -EINVAL;
+    }
+    if (o->encoding != 0 && o->encoding != FORMAT_ENC_ADAPTIVE &&
+        o->encoding != FORMAT_ENC_INT4INT8 && o->encoding != FORMAT_ENC_BITPLANE) {
+        sl_err_set(err, "unsupported output encoding %u (adaptive, int4int8 or bitplane)",
+                   o->encoding);
+        return -EINVAL;
+    }
+    if ((unsigned)o->budget > QUANTIZER_BUDGET_GLOBAL ||
+        (unsigned)o->global > QUANTIZER_GLOBAL_WEIGHT ||
+        (unsigned)o->metric > QUANTIZER_METRIC_EXACT || (unsigned)o->clip > QUANTIZER_CLIP_MSE) {
+        sl_err_set(err, "bad quantizer option value");
+        return -EINVAL;
+    }
+    return 0;
 }
 
 int quantizer_quantize(const char *src, const struct quantizer_calib *calib,
@@ -617,79 +815,59 @@ int quantizer_quantize(const char *src, const struct quantizer_calib *calib,
     if (!rep)
         rep = &dummy;
     memset(rep, 0, sizeof *rep);
-    if (!(opts->bits >= 1 && opts->bits <= 8)) {
-        sl_err_set(err, "--bits must be within 1..8 (got %g)", opts->bits);
-        return -EINVAL;
-    }
-    if ((opts->method == QUANTIZER_METHOD_UNIFORM || opts->method == QUANTIZER_METHOD_SMOOTHQUANT) &&
-        opts->bits != floor(opts->bits)) {
-        sl_err_set(err, "method %s stores every channel at the same width: --bits must be an "
-                        "integer (got %g)", quantizer_method_name(opts->method), opts->bits);
-        return -EINVAL;
-    }
-    if (opts->encoding != FORMAT_ENC_ADAPTIVE && opts->encoding != FORMAT_ENC_INT4INT8 &&
-        opts->encoding != FORMAT_ENC_BITPLANE) {
-        sl_err_set(err, "unsupported output encoding %u", opts->encoding);
-        return -EINVAL;
-    }
+    int ret = check_opts(opts, err);
+    if (ret < 0)
+        return ret;
     struct qctx *q = calloc(1, sizeof *q);
     if (!q) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
     }
     q->o = opts;
+    q->clip = opts->clip == QUANTIZER_CLIP_DEFAULT ? CLIP_DEFAULT : opts->clip;
+    q->encoding = opts->float_out  ? FORMAT_ENC_F32
+                  : opts->encoding ? opts->encoding
+                                   : FORMAT_ENC_ADAPTIVE;
     q->calib = calib;
+    q->rep = rep;
     q->err = err;
     struct format_writer *w = NULL;
-    int ret = format_reader_open(src, &q->src, err);
+    ret = format_reader_open(src, &q->src, err);
     if (ret < 0)
         goto out;
     q->c = format_reader_config(q->src);
     ret = -EINVAL;
-    if (q->c->n_layers > 4096) {
-        sl_err_set(err, "%s: too many layers", src);
+    if (calib && (!quantizer_calib_ok(calib) || memcmp(&calib->cfg, q->c, sizeof *q->c) != 0)) {
+        sl_err_set(err, "%s: the calibration statistics do not belong to this model%s", src,
+                   calib && !quantizer_calib_ok(calib) ? " (they failed to record)" : "");
         goto out;
     }
-    if (calib && (!quantizer_calib_ok(calib) ||
-                  memcmp(&calib->cfg, q->c, sizeof *q->c) != 0)) {
-        sl_err_set(err, "%s: the calibration statistics do not belong to this model", src);
+    size_t ng = (size_t)q->c->n_layers * G_N;
+    q->s = calloc(ng, sizeof *q->s);
+    q->alpha = malloc(sizeof(double) * (ng + 1));
+    if (!q->s || !q->alpha) {
+        sl_err_set(err, "out of memory");
+        ret = -ENOMEM;
         goto out;
     }
-    ret = pass1(q);
-    if (ret < 0)
+    for (size_t i = 0; i <= ng; i++)
+        q->alpha[i] = -1;
+    if ((ret = pass1(q)) < 0)
         goto out;
-    ret = format_writer_create(out, &w, err);
-    if (ret == 0)
-        ret = format_writer_set_config(w, q->c, err);
-    if (ret == 0)
+    if (rep->groups)
+        rep->mean_alpha /= rep->groups;
+    if ((ret = format_writer_create(out, &w, err)) < 0)
+        goto out;
+    ret = format_writer_set_config(w, q->c, err);
+    if (!ret)
         ret = format_writer_set_tokenizer(w, format_reader_tokenizer(q->src), err);
-    if (ret == 0)
-        ret = copy_meta(q->src, w, err);
-    char buf[64];
-    snprintf(buf, sizeof buf, "%g", opts->bits);
-    if (ret == 0)
-        ret = set_meta_str(w, "quant.method", quantizer_method_name(opts->method), err);
-    if (ret == 0)
-        ret = set_meta_str(w, "quant.bits", buf, err);
-    if (ret == 0)
-        ret = set_meta_str(w, "quant.budget",
-                           opts->budget == QUANTIZER_BUDGET_GLOBAL ? "global" : "tensor", err);
-    if (ret == 0)
-        ret = set_meta_str(w, "quant.activations", opts->act_dynamic ? "dynamic" : "static", err);
-    rep->mean_alpha = q->alpha_n ? q->alpha_sum / q->alpha_n : 0;
-    snprintf(buf, sizeof buf, "%.3f", rep->mean_alpha);
-    if (ret == 0 && q->alpha_n)
-        ret = set_meta_str(w, "quant.alpha_mean", buf, err);
-    if (ret == 0 && calib) {
-        snprintf(buf, sizeof buf, "%u", calib->sample_rows);
-        ret = set_meta_str(w, "calib.sample_rows", buf, err);
-    }
-    if (ret < 0)
-        goto out;
-    ret = pass2(q, w, rep);
-    if (ret == 0)
+    if (!ret)
+        ret = write_meta(q, w, err);
+    if (!ret)
+        ret = pass2(q, w);
+    if (!ret)
         ret = format_writer_finish(w, err);
-    if (ret == 0) {
+    if (!ret) {
         struct format_reader *r;
         if (format_reader_open(out, &r, NULL) == 0) {
             rep->file_bytes = format_reader_file_size(r);
@@ -698,10 +876,11 @@ int quantizer_quantize(const char *src, const struct quantizer_calib *calib,
     }
 out:
     format_writer_destroy(w);
-    if (q->src)
-        for (uint32_t l = 0; l < q->c->n_layers; l++)
-            for (int g = 0; g < G_N; g++)
-                free(q->s[l][g]);
+    if (q->s)
+        for (size_t i = 0; i < (size_t)(q->c ? q->c->n_layers : 0) * G_N; i++)
+            free(q->s[i]);
+    free(q->s);
+    free(q->alpha);
     free(q->s_cls);
     free(q->re);
     free(q->weight);

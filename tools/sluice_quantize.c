@@ -2,6 +2,7 @@
  * float model (the runtime with an observer), then quantize (the quantizer).
  * This file is where the two modules meet; neither links the other. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,72 +14,163 @@
 #include "tools_calib.h"
 #include "tools_util.h"
 
+#define TEXT_TOKENS 8192   /* default calibration tokens of a text */
+#define RANDOM_TOKENS 512  /* ... and of random tokens (no --calib) */
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice quantize SRC -o MODEL.sluice --bits B [--method M] [--calib TEXT]\n"
-            "                       [--budget tensor|global] [--alpha A] [--act static|dynamic]\n"
-            "                       [--encoding adaptive|int4int8|bitplane] [--calib-tokens N]\n"
-            "                       [--tokenizer FILE]\n\n"
-            "Quantizes a float model: SRC is a float .sluice container or any model `sluice\n"
-            "import` reads (llama2.c needs --tokenizer). The float model is run over the\n"
-            "calibration text (one token stream cut into chunks of at most the context length,\n"
-            "each starting with BOS; at most --calib-tokens tokens, default 4096) to record\n"
-            "activation statistics; without --calib it runs on deterministic random tokens\n"
-            "(fine for synthetic models, poor for real ones). Then:\n"
-            "  --method edgeflow     NPU-aware smoothing (alpha by grid search on [0,1] unless\n"
-            "                        --alpha) + per-channel widths 1..8 from the relative-error\n"
-            "                        metric and greedy allocation (default)\n"
+            "         [--budget tensor|global] [--alpha A] [--act static|dynamic] [options]\n\n"
+            "Quantizes a float model. SRC is a float .sluice container or any model `sluice\n"
+            "import` reads (llama2.c .bin needs --tokenizer); it is imported to a temporary\n"
+            "container first ($TMPDIR or /tmp, removed afterwards).\n\n"
+            "Calibration: the float model runs over the text of --calib, tokenized as one\n"
+            "stream and cut into chunks of min(context, 512) tokens that each start with BOS,\n"
+            "layer by layer (one layer's weights in memory), recording per linear layer the\n"
+            "max |x| of every input channel, the max |y| of every output channel and a\n"
+            "sample of input rows. Without --calib it runs on %d deterministic random\n"
+            "tokens: fine for synthetic models (`sluice synth`), poor for real ones.\n\n"
+            "  --bits B              average bits per weight, 1..8 (a float such as 4.5 for\n"
+            "                        edgeflow and cmpq; an integer for uniform/smoothquant)\n"
+            "  --method edgeflow     NPU-aware smoothing (alpha searched on [0,1] per group\n"
+            "                        unless --alpha) + per-channel widths 1..8 from the\n"
+            "                        relative-error metric and greedy allocation (default)\n"
             "  --method uniform      per-channel INT-B, no smoothing\n"
             "  --method smoothquant  SmoothQuant migration (alpha 0.5) + per-channel INT-B\n"
-            "  --method cmpq         widths allocated by RE weighted with output-channel\n"
-            "                        activation magnitude, no smoothing\n"
-            "  --bits B              average bits per weight (integer for uniform/smoothquant)\n"
-            "  --budget              tensor: B per tensor (the paper); global: B over the whole\n"
-            "                        model (default: tensor, measured better: docs/BENCHMARKS.md)\n"
-            "  --act                 static per-tensor activation scales from calibration\n"
-            "                        (default) or dynamic per matmul\n"
-            "  --encoding            packed layout of the weights (default adaptive)\n"
-            "Norm weights stay float. Prints progress and a summary; writes atomically.\n");
+            "  --method cmpq         greedy RE allocation with channels weighted by their\n"
+            "                        output activation magnitude S_O^2, no smoothing\n"
+            "  --budget tensor       B per tensor, as in the paper (default: measured better)\n"
+            "  --budget global       B over all quantized weights of the model\n"
+            "  --global-objective O  with --budget global: tensor-mean (every tensor's mean RE\n"
+            "                        counts alike, default) or weight (every weight's RE)\n"
+            "  --alpha A             fixed smoothing exponent instead of the search\n"
+            "  --alpha-steps N       search grid {0, 1/N, ..., 1} (default 10)\n"
+            "  --act static          static per-tensor activation scales from calibration,\n"
+            "                        max|x/s|/127 after smoothing (default)\n"
+            "  --act dynamic         activation scale per matmul call (max|x|/127)\n"
+            "  --clip none|mse       weight scale from max|w| (none, default) or the clipped\n"
+            "                        max minimizing the channel's squared error (mse); for\n"
+            "                        every method alike\n"
+            "  --metric proxy|exact  RE closed form (default) or exact cosine distance\n"
+            "  --encoding E          packed layout: adaptive (default), int4int8, bitplane\n"
+            "  --float               write the smoothed model unquantized (F32 weights)\n"
+            "  --calib TEXT          calibration text (UTF-8)\n"
+            "  --calib-tokens N      at most N calibration tokens (default %d of a text)\n"
+            "  --sample-rows N       input rows kept per layer for the search (default 256)\n"
+            "  --tokenizer FILE      llama2.c tokenizer for llama2.c / safetensors sources\n\n"
+            "Norm weights stay float (with the smoothing folded in); linear layers and the\n"
+            "embedding are packed. Shows progress on stderr, prints a summary (file size,\n"
+            "bits per weight, channels per width per tensor role), writes atomically and\n"
+            "records the settings as quant.* and calib.* metadata.\n",
+            RANDOM_TOKENS, TEXT_TOKENS);
+}
+
+static int parse_choice(const char *s, const char *const *names, int n, int *out)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) {
+            *out = i;
+            return 0;
+        }
+    return -1;
+}
+
+static void summary(const char *out, const struct quantizer_opts *o,
+                    const struct quantizer_report *rep, double secs)
+{
+    printf("%s: %s, %g bits average (%s budget), %s activations, in %.1f s\n", out,
+           quantizer_method_name(o->method), o->bits,
+           o->budget == QUANTIZER_BUDGET_GLOBAL ? "global" : "per-tensor",
+           o->act_dynamic ? "dynamic" : "static", secs);
+    double bpw = rep->weights ? (double)rep->code_bytes * 8.0 / (double)rep->weights : 0;
+    printf("file %" PRIu64 " bytes (%.2f MB); %" PRIu64 " quantized weights in %" PRIu64
+           " bytes: %.3f bits per weight (codes, widths, scales)\n",
+           rep->file_bytes, (double)rep->file_bytes / 1e6, rep->weights, rep->code_bytes, bpw);
+    if (rep->groups) {
+        printf("smoothing: %u groups, mean alpha %.2f; groups per alpha:", rep->groups,
+               rep->mean_alpha);
+        for (int k = 0; k <= 10; k++)
+            if (rep->alpha_hist[k])
+                printf(" %.1f:%u", k / 10.0, rep->alpha_hist[k]);
+        printf("\n");
+    }
+    if (o->float_out)
+        return;
+    printf("channels per width   1       2       3       4       5       6       7       8"
+           "     mean\n");
+    for (int r = 0; r < FORMAT_ROLE_COUNT; r++) {
+        uint64_t tot = 0, sum = 0;
+        for (int b = 1; b <= 8; b++) {
+            tot += rep->hist[r][b];
+            sum += (uint64_t)b * rep->hist[r][b];
+        }
+        if (!tot)
+            continue;
+        printf("%-12s", format_role_name((enum format_role)r));
+        for (int b = 1; b <= 8; b++)
+            printf(" %7u", rep->hist[r][b]);
+        printf("  %6.3f\n", (double)sum / (double)tot);
+    }
 }
 
 int cmd_quantize(int argc, char **argv)
 {
+    static const char *const budgets[] = {"tensor", "global"};
+    static const char *const globals[] = {"tensor-mean", "weight"};
+    static const char *const metrics[] = {"proxy", "exact"};
+    static const char *const clips[] = {"default", "none", "mse"};
+    static const char *const acts[] = {"static", "dynamic"};
     const char *src = NULL, *out = NULL, *calib_path = NULL, *tokenizer = NULL;
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 0,
-                               .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
+    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .alpha = -1,
                                .encoding = FORMAT_ENC_ADAPTIVE};
-    uint32_t calib_tokens = 4096;
+    uint32_t calib_tokens = 0, sample_rows = 256;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int bad = 0;
+        int bad = 0, v = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "-o") && i + 1 < argc) {
+        } else if (!strcmp(a, "--float")) {
+            o.float_out = 1;
+            continue;
+        } else if (a[0] == '-' && i + 1 >= argc) {
+            fprintf(stderr, "sluice quantize: %s needs a value (see --help)\n", a);
+            return 2;
+        } else if (!strcmp(a, "-o")) {
             out = argv[++i];
-        } else if (!strcmp(a, "--bits") && i + 1 < argc) {
-            bad = tools_parse_double(argv[++i], &o.bits) || o.bits < 1 || o.bits > 8;
-        } else if (!strcmp(a, "--method") && i + 1 < argc) {
+        } else if (!strcmp(a, "--bits")) {
+            bad = tools_parse_double(argv[++i], &o.bits) || !(o.bits >= 1 && o.bits <= 8);
+        } else if (!strcmp(a, "--method")) {
             bad = quantizer_method_parse(argv[++i], &o.method) < 0;
-        } else if (!strcmp(a, "--calib") && i + 1 < argc) {
+        } else if (!strcmp(a, "--calib")) {
             calib_path = argv[++i];
-        } else if (!strcmp(a, "--calib-tokens") && i + 1 < argc) {
+        } else if (!strcmp(a, "--calib-tokens")) {
             bad = tools_parse_u32(argv[++i], &calib_tokens) || calib_tokens < 2;
-        } else if (!strcmp(a, "--tokenizer") && i + 1 < argc) {
+        } else if (!strcmp(a, "--sample-rows")) {
+            bad = tools_parse_u32(argv[++i], &sample_rows) || sample_rows > 65536;
+        } else if (!strcmp(a, "--tokenizer")) {
             tokenizer = argv[++i];
-        } else if (!strcmp(a, "--budget") && i + 1 < argc) {
-            i++;
-            o.budget = !strcmp(argv[i], "tensor") ? QUANTIZER_BUDGET_TENSOR
-                                                  : QUANTIZER_BUDGET_GLOBAL;
-            bad = strcmp(argv[i], "tensor") && strcmp(argv[i], "global");
-        } else if (!strcmp(a, "--alpha") && i + 1 < argc) {
-            bad = tools_parse_double(argv[++i], &o.alpha) || o.alpha < 0 || o.alpha > 1;
-        } else if (!strcmp(a, "--act") && i + 1 < argc) {
-            i++;
-            o.act_dynamic = !strcmp(argv[i], "dynamic");
-            bad = strcmp(argv[i], "static") && strcmp(argv[i], "dynamic");
-        } else if (!strcmp(a, "--encoding") && i + 1 < argc) {
+        } else if (!strcmp(a, "--budget")) {
+            bad = parse_choice(argv[++i], budgets, 2, &v);
+            o.budget = (enum quantizer_budget)v;
+        } else if (!strcmp(a, "--global-objective")) {
+            bad = parse_choice(argv[++i], globals, 2, &v);
+            o.global = (enum quantizer_global)v;
+        } else if (!strcmp(a, "--metric")) {
+            bad = parse_choice(argv[++i], metrics, 2, &v);
+            o.metric = (enum quantizer_metric)v;
+        } else if (!strcmp(a, "--clip")) {
+            bad = parse_choice(argv[++i], clips, 3, &v);
+            o.clip = (enum quantizer_clip)v;
+        } else if (!strcmp(a, "--alpha")) {
+            bad = tools_parse_double(argv[++i], &o.alpha) || !(o.alpha >= 0 && o.alpha <= 1);
+        } else if (!strcmp(a, "--alpha-steps")) {
+            bad = tools_parse_u32(argv[++i], &o.alpha_steps) || o.alpha_steps < 1 ||
+                  o.alpha_steps > 1000;
+        } else if (!strcmp(a, "--act")) {
+            bad = parse_choice(argv[++i], acts, 2, &o.act_dynamic);
+        } else if (!strcmp(a, "--encoding")) {
             i++;
             o.encoding = !strcmp(argv[i], "adaptive")   ? FORMAT_ENC_ADAPTIVE
                          : !strcmp(argv[i], "int4int8") ? FORMAT_ENC_INT4INT8
@@ -86,7 +178,7 @@ int cmd_quantize(int argc, char **argv)
                                                         : 0;
             bad = o.encoding == 0;
         } else if (a[0] == '-' || src) {
-            usage(stderr);
+            fprintf(stderr, "sluice quantize: unexpected argument '%s' (see --help)\n", a);
             return 2;
         } else {
             src = a;
@@ -97,9 +189,11 @@ int cmd_quantize(int argc, char **argv)
         }
     }
     if (!src || !out || o.bits == 0) {
-        usage(stderr);
+        fprintf(stderr, "sluice quantize: needs SRC, -o MODEL.sluice and --bits B (see --help)\n");
         return 2;
     }
+    if (!calib_tokens)
+        calib_tokens = calib_path ? TEXT_TOKENS : RANDOM_TOKENS;
     struct sl_err err = {{0}};
     char tmp[4096] = "";
     const char *container = src;
@@ -120,49 +214,28 @@ int cmd_quantize(int argc, char **argv)
     struct tools_progress prog;
     tools_progress_init(&prog, "calibrate");
     uint64_t t0 = sl_now_ns();
-    uint32_t used = 0;
-    if (tools_calibrate(container, calib_path, calib_tokens, &calib, &used, &prog, &err) < 0) {
-        tools_progress_end(&prog);
-        goto fail;
-    }
+    uint32_t used = 0, chunks = 0;
+    int ret = tools_calibrate(container, calib_path, calib_tokens, sample_rows, &calib, &used,
+                              &chunks, &prog, &err);
     tools_progress_end(&prog);
-    fprintf(stderr, "sluice quantize: calibrated on %u tokens of %s in %.1f s\n", used,
-            calib_path ? calib_path : "random tokens", (double)(sl_now_ns() - t0) / 1e9);
+    if (ret < 0)
+        goto fail;
+    fprintf(stderr, "sluice quantize: calibrated on %u tokens (%u chunks) of %s in %.1f s\n",
+            used, chunks, calib_path ? calib_path : "random tokens",
+            (double)(sl_now_ns() - t0) / 1e9);
+    char source[512];
+    snprintf(source, sizeof source, "%s", calib_path ? calib_path : "random tokens");
+    o.calib_source = source;
     tools_progress_init(&prog, "quantize");
     o.progress = tools_progress_cb;
     o.progress_ctx = &prog;
     struct quantizer_report rep;
     t0 = sl_now_ns();
-    if (quantizer_quantize(container, calib, &o, out, &rep, &err) < 0) {
-        tools_progress_end(&prog);
-        goto fail;
-    }
+    ret = quantizer_quantize(container, calib, &o, out, &rep, &err);
     tools_progress_end(&prog);
-    double bpw = rep.weights ? rep.code_bytes * 8.0 / rep.weights : 0;
-    printf("%s: %s, %g bits average (%s budget), %s activations, in %.1f s\n", out,
-           quantizer_method_name(o.method), o.bits,
-           o.budget == QUANTIZER_BUDGET_GLOBAL ? "global" : "per-tensor",
-           o.act_dynamic ? "dynamic" : "static", (double)(sl_now_ns() - t0) / 1e9);
-    printf("file %llu bytes; %llu quantized weights at %.3f bits per weight (codes, widths, "
-           "scales)\n",
-           (unsigned long long)rep.file_bytes, (unsigned long long)rep.weights, bpw);
-    if (o.method == QUANTIZER_METHOD_EDGEFLOW)
-        printf("smoothing: mean alpha %.2f\n", rep.mean_alpha);
-    printf("channels per width     1       2       3       4       5       6       7       8   "
-           "mean\n");
-    for (int r = 0; r < FORMAT_ROLE_COUNT; r++) {
-        uint64_t tot = 0, sum = 0;
-        for (int b = 1; b <= 8; b++) {
-            tot += rep.hist[r][b];
-            sum += (uint64_t)b * rep.hist[r][b];
-        }
-        if (!tot)
-            continue;
-        printf("%-18s", format_role_name((enum format_role)r));
-        for (int b = 1; b <= 8; b++)
-            printf(" %7u", rep.hist[r][b]);
-        printf(" %6.2f\n", (double)sum / tot);
-    }
+    if (ret < 0)
+        goto fail;
+    summary(out, &o, &rep, (double)(sl_now_ns() - t0) / 1e9);
     status = 0;
 fail:
     if (status)

@@ -49,8 +49,8 @@ int tools_tokenize_file(const struct infer_tokenizer *tk, const char *path, int 
 }
 
 int tools_calibrate(const char *container, const char *text_path, uint32_t max_tokens,
-                    struct quantizer_calib **out, uint32_t *used, struct tools_progress *prog,
-                    struct sl_err *err)
+                    uint32_t sample_rows, struct quantizer_calib **out, uint32_t *used,
+                    uint32_t *chunks, struct tools_progress *prog, struct sl_err *err)
 {
     struct infer_load_opts lo = {.lazy = 1};
     struct infer_model *m = NULL;
@@ -106,7 +106,8 @@ int tools_calibrate(const char *container, const char *text_path, uint32_t max_t
         n_chunks++;
     }
     *used = total;
-    ret = quantizer_calib_create(c, 256, &calib);
+    *chunks = n_chunks;
+    ret = quantizer_calib_create(c, sample_rows, &calib);
     if (ret == 0)
         ret = infer_state_create(m, chunk, &st, err);
     x = malloc(sizeof(float) * (size_t)total * c->dim);

@@ -13,10 +13,12 @@ int tools_tokenize_file(const struct infer_tokenizer *tk, const char *path, int 
 
 /* Runs the float model in `container` over up to max_tokens tokens of the
  * text at `text_path` (NULL: deterministic random tokens), layer by layer
- * (one layer resident at a time), in chunks of at most the context length
- * that start with BOS, recording statistics for the quantizer. */
+ * (one layer resident at a time), in chunks of at most min(context, 512)
+ * tokens that start with BOS, recording statistics for the quantizer
+ * (sample_rows input rows per linear kept for the smoothing search).
+ * *used and *chunks receive the tokens (BOS included) and chunks run. */
 int tools_calibrate(const char *container, const char *text_path, uint32_t max_tokens,
-                    struct quantizer_calib **out, uint32_t *used, struct tools_progress *prog,
-                    struct sl_err *err);
+                    uint32_t sample_rows, struct quantizer_calib **out, uint32_t *used,
+                    uint32_t *chunks, struct tools_progress *prog, struct sl_err *err);
 
 #endif

@@ -111,75 +111,139 @@ int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, co
 
 /* ==== quantization (EdgeFlow 4.1) =========================================== */
 
-/* Relative error of a channel quantized to `bits` (closed form, Appendix A):
- * (max|W_i|)^2 / (2^(2 bits) E[W_i^2]). */
+/*
+ *   struct quantizer_calib *cal;
+ *   quantizer_calib_create(cfg, 256, &cal);
+ *   infer_model_set_observer(m, quantizer_calib_observe, cal); // tools wire it
+ *   ... run the float model over the calibration text ...
+ *   struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5.0,
+ *                              .alpha = -1, .encoding = FORMAT_ENC_ADAPTIVE};
+ *   quantizer_quantize("float.sluice", cal, &o, "q.sluice", &report, &err);
+ *
+ * Weights: one width 1..8 and one scale per output channel (row), symmetric:
+ * for b >= 2 codes on [-(2^(b-1)-1), 2^(b-1)-1] with scale max|w| / (2^(b-1)-1)
+ * (or the MSE-best clipped max, QUANTIZER_CLIP_MSE); b = 1 is sign(w) x
+ * mean|w| (mean|w| is the L2-optimal scale of a sign quantizer).
+ */
+
+/* Relative error of a channel quantized to `bits` (the paper's closed form,
+ * EdgeFlow 4.1 / Appendix A): (max|W_i|)^2 / (2^(2 bits) E[W_i^2]); 0 for
+ * an all-zero channel. It is a proxy: the exact cosine distance of a b >= 3
+ * channel is about c_b times it, c_b = 4^b / (24 (2^(b-1)-1)^2) (0.30 at 3
+ * bits, 0.17 at 8), since the paper drops the 1/12 of uniform rounding and
+ * uses 2^B levels where the symmetric grid has 2^B - 1. */
 double quantizer_re_proxy(double max_abs, double mean_sq, uint32_t bits);
-/* The exact cosine distance 1 - cos(W_i, dequant(quant(W_i))), for testing
- * the proxy. */
+/* The exact cosine distance 1 - cos(W_i, dequant(quant(W_i))) with the
+ * max-based scale (quantizer_channel_scale); NAN when out of memory. */
 double quantizer_re_exact(const float *w, uint32_t n, uint32_t bits);
 
-/* Symmetric per-channel quantization: scale = max|w| / (2^(b-1) - 1) for
- * b >= 2, mean|w| for b = 1 (sign x scale; the L2-optimal sign scale);
- * q = clamp(rint(w / scale)) on the grid [-(2^(b-1)-1), 2^(b-1)-1]. */
+/* Scale of a channel: max|w| / (2^(b-1) - 1) for b >= 2, mean|w| for b = 1. */
 float quantizer_channel_scale(const float *w, uint32_t n, uint32_t b);
+/* Scale minimizing sum (w - scale q(w))^2 over clipped maxima r max|w|,
+ * r in {1, 0.95, ..., 0.5} refined by 0.0125 around the best; b = 1: mean|w|. */
+float quantizer_channel_scale_mse(const float *w, uint32_t n, uint32_t b);
+/* q = clamp(rint(w / scale)) on the b-bit grid; b = 1: +1 for w >= 0, else -1;
+ * scale 0: codes 0 (b >= 2). */
 void quantizer_channel_quantize(const float *w, uint32_t n, uint32_t b, float scale, int8_t *q);
 
-/* Greedy bit allocation (Algorithm 1): every channel starts at 1 bit; the
- * channel whose next bit buys the largest weighted RE reduction per weight
- * (re[c*9 + b] - re[c*9 + b + 1]) * weight[c] / cost[c] gets it, until the
- * budget avg_bits * sum(cost) is spent; widths <= 8. re is [n][9] (index 1..8
- * used); weight NULL = 1; cost NULL = 1 (the paper's per-tensor case, where
- * the result is optimal because the gains decrease with B). O(n log n). */
+/* Greedy bit allocation (EdgeFlow Algorithm 1): every channel starts at 1
+ * bit; the channel whose next bit buys the largest weighted RE reduction per
+ * weight, (re[c*9 + b] - re[c*9 + b + 1]) * weight[c] / cost[c], gets it
+ * (ties: the lower channel index), until the budget avg_bits * sum(cost) is
+ * spent; a channel whose next bit no longer fits leaves the heap (a cheaper
+ * one's may still fit); widths <= 8. re is [n][9] (index 1..8 used); weight
+ * NULL = 1; cost NULL = 1. With unit costs and gains that decrease with B
+ * (the closed-form RE) the result minimizes sum weight[c] re[c][B_c] exactly;
+ * with costs it is the greedy knapsack answer. O(n log n) plus O(log n) per
+ * bit. Returns 0, -EINVAL (avg_bits outside [1, 8]) or -ENOMEM. */
 int quantizer_allocate(uint32_t n, const double *re, const double *weight, const uint64_t *cost,
                        double avg_bits, uint8_t *widths);
 
-/* Calibration statistics, gathered through the runtime's observer. */
+/* Calibration statistics, gathered through the runtime's observer: per
+ * linear layer max|x| per input channel (S_I), max|y| per output channel
+ * (S_O), and a deterministic reservoir sample of up to sample_rows input rows
+ * (for the smoothing search). Memory: sample_rows x (the inputs of Q, O,
+ * gate, down per layer, and the classifier) floats (256 rows of llama3-8b:
+ * about 0.9 GB). */
 struct quantizer_calib;
 int quantizer_calib_create(const struct format_config *cfg, uint32_t sample_rows,
                            struct quantizer_calib **out);
 void quantizer_calib_destroy(struct quantizer_calib *c);
-/* Matches infer_observe_fn; ctx is the quantizer_calib. */
+/* Matches infer_observe_fn; ctx is the quantizer_calib. Calls for other
+ * roles are ignored; an allocation failure or an inconsistent shape marks
+ * the statistics failed (quantizer_calib_ok). Not thread-safe. */
 void quantizer_calib_observe(void *ctx, int layer, uint32_t role, const float *x, uint32_t rows,
                              uint32_t in_cols, const float *y, uint32_t out_cols);
-int quantizer_calib_ok(const struct quantizer_calib *c); /* 0 after an allocation failure */
+int quantizer_calib_ok(const struct quantizer_calib *c); /* 0 after a failure */
+/* Input rows recorded at layer 0 (the calibration tokens). */
+uint64_t quantizer_calib_rows(const struct quantizer_calib *c);
 
 enum quantizer_method {
     QUANTIZER_METHOD_EDGEFLOW = 0, /* NPU-aware smoothing + RE greedy allocation */
     QUANTIZER_METHOD_UNIFORM,      /* per-channel INT-b, no smoothing */
     QUANTIZER_METHOD_SMOOTHQUANT,  /* SmoothQuant migration (alpha 0.5), INT-b */
-    QUANTIZER_METHOD_CMPQ,         /* allocation weighted by activation magnitude, no smoothing */
+    QUANTIZER_METHOD_CMPQ,         /* RE greedy allocation weighted by S_O^2, no smoothing */
     QUANTIZER_METHOD_COUNT
 };
 const char *quantizer_method_name(enum quantizer_method m);
 int quantizer_method_parse(const char *s, enum quantizer_method *out);
 
 enum quantizer_budget {
-    QUANTIZER_BUDGET_TENSOR = 0, /* avg bits per tensor (the paper) */
+    QUANTIZER_BUDGET_TENSOR = 0, /* avg bits per tensor (the paper; default, measured better) */
     QUANTIZER_BUDGET_GLOBAL = 1, /* avg bits over all quantized weights of the model */
+};
+
+/* Global budget objective: what one channel's RE is worth against another
+ * tensor's (docs/BENCHMARKS-accuracy.md). */
+enum quantizer_global {
+    QUANTIZER_GLOBAL_TENSOR_MEAN = 0, /* sum over tensors of the tensor's mean RE */
+    QUANTIZER_GLOBAL_WEIGHT,          /* sum over weights of their channel's RE */
+};
+
+enum quantizer_metric {
+    QUANTIZER_METRIC_PROXY = 0,  /* the closed form (default) */
+    QUANTIZER_METRIC_EXACT,      /* quantize, dequantize, 1 - cos: 8 quantizations per row */
+};
+
+enum quantizer_clip {
+    QUANTIZER_CLIP_DEFAULT = 0,  /* the measured default (quantizer_quantize.c CLIP_DEFAULT) */
+    QUANTIZER_CLIP_NONE,         /* scale from max|w| */
+    QUANTIZER_CLIP_MSE,          /* quantizer_channel_scale_mse, for every method alike */
 };
 
 struct quantizer_opts {
     enum quantizer_method method;
     double bits;                 /* average bits per weight, 1..8 (integer for uniform/smoothquant) */
     enum quantizer_budget budget;
+    enum quantizer_global global;
+    enum quantizer_metric metric;
+    enum quantizer_clip clip;
     int act_dynamic;             /* 1: no static activation scales (act_scale 0) */
-    double alpha;                /* < 0: grid search (edgeflow); else this alpha */
-    uint32_t encoding;           /* FORMAT_ENC_ADAPTIVE (default), _INT4INT8 or _BITPLANE */
+    double alpha;                /* < 0: grid search (edgeflow; smoothquant: 0.5); else fixed */
+    uint32_t alpha_steps;        /* grid {0, 1/steps, ..., 1}; 0 = 10 */
+    uint32_t encoding;           /* FORMAT_ENC_ADAPTIVE (0: adaptive too), _INT4INT8, _BITPLANE */
+    int float_out;               /* 1: write the smoothed model unquantized (F32 linear
+                                    weights, no activation scales): tests, analysis */
+    const char *calib_source;    /* recorded as calib.source; NULL: not recorded */
     quantizer_progress_fn progress;
     void *progress_ctx;
 };
 
 struct quantizer_report {
     uint64_t file_bytes;
-    uint64_t weights;            /* quantized weights */
-    uint64_t code_bytes;         /* their bytes (codes, widths, scales) */
+    uint64_t weights;            /* quantized weights (linear layers and embedding) */
+    uint64_t code_bytes;         /* their packed bytes (codes, widths, scales) */
     uint32_t hist[FORMAT_ROLE_COUNT][FORMAT_MAX_BITS + 1]; /* channels per width per role */
     double mean_alpha;           /* mean chosen alpha over smoothing groups (edgeflow) */
+    uint32_t alpha_hist[11];     /* groups per alpha decile (round(10 alpha)) */
+    uint32_t groups;             /* smoothing groups */
 };
 
-/* Quantizes the float container `src` with calibration `calib` into `out`
- * (written atomically): linear weights (and the embedding) packed per the
- * method; norms stay float (with smoothing folded in). */
+/* Quantizes the float container `src` with calibration `calib` (NULL: no
+ * smoothing, dynamic activation scales) into `out` (written atomically):
+ * linear weights and the embedding packed per the method; norms stay float
+ * with the smoothing folded in. Two passes over src, one layer of float
+ * weights in memory at a time. Records quant.* and calib.* metadata. */
 int quantizer_quantize(const char *src, const struct quantizer_calib *calib,
                        const struct quantizer_opts *opts, const char *out,
                        struct quantizer_report *rep, struct sl_err *err);
