@@ -11,6 +11,7 @@
  * the VNNI kernel: a 64-byte group is two ymm of 8 channels x 4 k. Register
  * tile: 3 rows x 32 channels (12 accumulators). */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "npu_gemm_internal.h"
@@ -139,7 +140,55 @@ static void gemm_avx2(const struct npu_gemm_args *g)
     }
 }
 
-const struct npu_kernel_ops npu_ops_avx2 = {prep_avx2, gemm_avx2, NULL, 1, tile_names};
+/* The scalar quantization's math on 8 lanes: rint by vroundps (nearest
+ * even), clamp, NaN to 0 (an ordered-compare mask), then the int32 ->
+ * int8 narrowing by packs (exact: values are already in [-127, 127]). */
+static void quant_avx2(const float *x, size_t n, float inv, int8_t *xq)
+{
+    const __m256 vi = _mm256_set1_ps(inv), hi = _mm256_set1_ps(127.0f),
+                 lo = _mm256_set1_ps(-127.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m256 ord = _mm256_cmp_ps(v, v, _CMP_ORD_Q);
+        v = _mm256_and_ps(_mm256_min_ps(_mm256_max_ps(v, lo), hi), ord);
+        __m256i d = _mm256_cvtps_epi32(v);
+        __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
+        __m128i b8 = _mm_packs_epi16(w, w);
+        _mm_storel_epi64((__m128i *)(xq + i), b8);
+    }
+    for (; i < n; i++) { /* the scalar definition for the tail */
+        float v = rintf(x[i] * inv);
+        xq[i] = (int8_t)(v >= 127.0f ? 127 : v <= -127.0f ? -127 : v == v ? (int)v : 0);
+    }
+}
+
+static float absmax_avx2(const float *x, size_t n)
+{
+    const __m256 big = _mm256_set1_ps(3.40282347e38f);
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), absmask);
+        const __m256 fin = _mm256_cmp_ps(a, big, _CMP_LE_OQ);
+        m = _mm256_max_ps(m, _mm256_and_ps(a, fin)); /* non-finite lanes count as 0 */
+    }
+    float t[8], r = 0.0f;
+    _mm256_storeu_ps(t, m);
+    for (int q = 0; q < 8; q++)
+        r = t[q] > r ? t[q] : r;
+    for (; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > r && a <= 3.40282347e38f)
+            r = a;
+    }
+    return r;
+}
+
+const struct npu_kernel_ops npu_ops_avx2 = {prep_avx2, gemm_avx2,   NULL, quant_avx2,
+                                            absmax_avx2, 1, tile_names};
 
 /* Peak of this kernel's inner step (sign, maddubs, madd, add): 12 chains. 32
  * multiply-adds per step. */

@@ -265,8 +265,37 @@ static int pack_vnni(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint3
     return bad != 0;
 }
 
-const struct npu_kernel_ops npu_ops_avx512vnni = {prep_vnni, gemm_vnni, pack_vnni, NTILES,
-                                                  tile_names};
+/* rint by vrndscaleps (nearest even, as rintf in the default mode), clamp,
+ * NaN (unordered with itself) to 0, then vpmovdb: the scalar definition. */
+static void quant_avx512(const float *x, size_t n, float inv, int8_t *xq)
+{
+    const __m512 vi = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f),
+                 lo = _mm512_set1_ps(-127.0f);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vi);
+        v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __mmask16 ord = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+        v = _mm512_maskz_mov_ps(ord, _mm512_min_ps(_mm512_max_ps(v, lo), hi));
+        _mm512_mask_cvtepi32_storeu_epi8(xq + i, k, _mm512_cvtps_epi32(v));
+    }
+}
+
+static float absmax_avx512(const float *x, size_t n)
+{
+    const __m512 big = _mm512_set1_ps(3.40282347e38f);
+    __m512 m = _mm512_setzero_ps();
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, x + i));
+        const __mmask16 fin = _mm512_cmp_ps_mask(a, big, _CMP_LE_OQ); /* not NaN, not inf */
+        m = _mm512_mask_max_ps(m, fin, m, a);
+    }
+    return _mm512_reduce_max_ps(m);
+}
+
+const struct npu_kernel_ops npu_ops_avx512vnni = {
+    prep_vnni, gemm_vnni, pack_vnni, quant_avx512, absmax_avx512, NTILES, tile_names};
 
 /* Peak: 16 independent vpdpbusd chains on registers only (no memory), so
  * throughput, not latency, bounds the loop. 64 multiply-adds per instruction. */

@@ -78,10 +78,17 @@ typedef int npu_pack_fn(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, ui
 
 /* What a kernel variant provides. tiles: how many register tilings it has
  * (npu_gemm_args.tile < tiles); tile_names: "6x64" = rows x channels. */
+/* Activation quantization (npu.h): xq[i] = clamp(rint(x[i] * inv), -127,
+ * 127), NaN to 0; and max |x| over the finite x (0 if none). */
+typedef void npu_quant_fn(const float *x, size_t n, float inv, int8_t *xq);
+typedef float npu_absmax_fn(const float *x, size_t n);
+
 struct npu_kernel_ops {
     npu_prep_fn *prep;
     npu_gemm_fn *gemm;
     npu_pack_fn *pack;     /* NULL: the scalar packer */
+    npu_quant_fn *quant;   /* NULL: the scalar one */
+    npu_absmax_fn *absmax; /* NULL: the scalar one */
     int tiles;
     const char *const *tile_names;
 };

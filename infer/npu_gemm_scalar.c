@@ -1,5 +1,7 @@
 /* npu_gemm_scalar.c: the reference int8 GEMM (the specification every SIMD
  * kernel must match bit for bit; the contract is in npu_gemm_internal.h). */
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "npu_gemm_internal.h"
@@ -71,7 +73,28 @@ static int pack_scalar(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uin
     return bad;
 }
 
+static void quant_scalar(const float *x, size_t n, float inv, int8_t *xq)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v = rintf(x[i] * inv);
+        /* written so that a NaN fails both comparisons and lands on 0 */
+        xq[i] = (int8_t)(v >= 127.0f ? 127 : v <= -127.0f ? -127 : v == v ? (int)v : 0);
+    }
+}
+
+static float absmax_scalar(const float *x, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > m && a <= FLT_MAX) /* finite only */
+            m = a;
+    }
+    return m;
+}
+
 static const char *const tile_names[] = {"1x1"};
 
-const struct npu_kernel_ops npu_ops_scalar = {prep_scalar, gemm_scalar, pack_scalar, 1,
+const struct npu_kernel_ops npu_ops_scalar = {prep_scalar,  gemm_scalar,   pack_scalar,
+                                              quant_scalar, absmax_scalar, 1,
                                               tile_names};

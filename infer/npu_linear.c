@@ -89,28 +89,28 @@ size_t npu_weights_bytes(const struct npu_weights *w)
            sizeof(int32_t) * w->b->n16;
 }
 
+/* The quantizer and max-abs of the best kernel that has them (the AVX-VNNI
+ * file leaves them to AVX2). */
+static const struct npu_kernel_ops *quant_ops(void)
+{
+    const struct npu_kernel_ops *ops = npu_kernel_ops(npu_kernel_best());
+    if (!ops->quant && npu_kernel_available(NPU_KERNEL_AVX2))
+        ops = npu_kernel_ops(NPU_KERNEL_AVX2);
+    return ops->quant ? ops : &npu_ops_scalar;
+}
+
 void npu_quantize_act(const float *x, size_t n, float s, int8_t *xq)
 {
     if (!(s > 0) || !isfinite(s)) {
         memset(xq, 0, n);
         return;
     }
-    const float inv = 1.0f / s;
-    for (size_t i = 0; i < n; i++) {
-        float v = rintf(x[i] * inv);
-        /* written so that a NaN fails both comparisons and lands on 0 */
-        xq[i] = (int8_t)(v >= 127.0f ? 127 : v <= -127.0f ? -127 : v == v ? (int)v : 0);
-    }
+    quant_ops()->quant(x, n, 1.0f / s, xq);
 }
 
 float npu_act_scale_dynamic(const float *x, size_t n)
 {
-    float m = 0.0f;
-    for (size_t i = 0; i < n; i++) {
-        float a = fabsf(x[i]);
-        if (a > m && a <= 3.4028235e38f) /* finite only */
-            m = a;
-    }
+    float m = quant_ops()->absmax(x, n);
     if (m == 0.0f)
         return 1.0f;
     float s = m / 127.0f;

@@ -303,6 +303,53 @@ static void test_quantize(void **st)
     assert_true(npu_act_scale_dynamic(tiny, 1) == NPU_ACT_SCALE_MIN);
 }
 
+/* Every kernel's activation quantizer and max-abs against the scalar ones,
+ * bit for bit: random values, exact ties (k + 0.5), the clamp bounds,
+ * NaN, infinities, denormals, every tail length. */
+static void test_quantize_kernels(void **st)
+{
+    (void)st;
+    enum { N = 1000 };
+    float *x = malloc(sizeof(float) * N);
+    int8_t *ref = malloc(N), *got = malloc(N);
+    static const float specials[] = {0.5f,  -0.5f, 1.5f,    -2.5f,     126.5f, -126.5f,
+                                     127.5f, 200.f, -1e30f, 1e-40f,   -0.0f,  INFINITY,
+                                     -INFINITY, NAN, 3.4e38f, -126.49f};
+    for (int round = 0; round < 40; round++) {
+        size_t n = round < 20 ? (size_t)round : 1 + test_rng_below(&rng, N);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t pick = test_rng_below(&rng, 4);
+            if (pick == 0)
+                x[i] = specials[test_rng_below(&rng, 16)];
+            else if (pick == 1) /* exact ties after the scale of 1 */
+                x[i] = (float)((int)test_rng_below(&rng, 300) - 150) + 0.5f;
+            else
+                x[i] = (test_rng_float(&rng) - 0.5f) * 300.0f;
+        }
+        const float inv = round % 3 == 0 ? 1.0f : 0.37f + test_rng_float(&rng);
+        npu_ops_scalar.quant(x, n, inv, ref);
+        float mref = npu_ops_scalar.absmax(x, n);
+        for (int kern = 1; kern < NPU_KERNEL_COUNT; kern++) {
+            const struct npu_kernel_ops *ops = npu_kernel_ops((enum npu_kernel)kern);
+            if (!npu_kernel_available((enum npu_kernel)kern) || !ops->quant)
+                continue;
+            memset(got, 0x55, N);
+            ops->quant(x, n, inv, got);
+            for (size_t i = 0; i < n; i++)
+                if (got[i] != ref[i])
+                    fail_msg("%s quantize x=%.9g inv=%.9g: %d, scalar %d",
+                             npu_kernel_name((enum npu_kernel)kern), (double)x[i], (double)inv,
+                             got[i], ref[i]);
+            assert_int_equal(got[n], 0x55); /* nothing written past n */
+            float m = ops->absmax(x, n);
+            assert_memory_equal(&m, &mref, sizeof m);
+        }
+    }
+    free(x);
+    free(ref);
+    free(got);
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -315,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_extremes), cmocka_unit_test(test_pack),
         cmocka_unit_test(test_weights),
         cmocka_unit_test(test_linear),  cmocka_unit_test(test_quantize),
+        cmocka_unit_test(test_quantize_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
