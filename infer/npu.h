@@ -44,6 +44,13 @@
  *      int status = npu_ticket_wait(t);                     // 0 when done
  *      npu_device_destroy(dev);
  *
+ *    Jobs reach the worker two ways: the device's FIFO (npu_device_submit,
+ *    tickets or callbacks, npu_device_steal for a CPU thread to take the
+ *    oldest), or a scheduler's own priority queue it pulls from
+ *    (npu_device_start / npu_device_join), with npu_job_execute for a CPU
+ *    worker that steals from that queue. Statistics (busy, idle, jobs) give
+ *    the NPU's bubble rate.
+ *
  * Threads: everything here may be called from any thread. Weights and graphs
  * are immutable once prepared/built and may be used by many threads at once
  * (npu_weights_fill on disjoint 16-row-aligned ranges may run concurrently,
