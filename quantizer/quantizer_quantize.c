@@ -315,6 +315,12 @@ static int smooth_layer(struct qctx *q, int li, const struct layer_f *l)
     int ret = choose_scaling(q, sq, sq ? sq->in_max : NULL, qkv, 3, NULL, &s[G_QKV], &a[G_QKV]);
     if (!ret)
         ret = choose_scaling(q, so, omax, o, 1, NULL, &s[G_O], &a[G_O]);
+    if (!ret && s[G_O]) {
+        /* SmoothQuant's s also depends on W_o's columns: make it common to
+         * each kv group too (S_I^alpha of the common maxima already is) */
+        memcpy(omax, s[G_O], sizeof(float) * Q);
+        quantizer_smooth_o_common(c, omax, s[G_O]);
+    }
     if (!ret)
         ret = choose_scaling(q, sg, sg ? sg->in_max : NULL, gu, 2, NULL, &s[G_GU], &a[G_GU]);
     if (!ret)

@@ -76,42 +76,114 @@ void quantizer_smooth_o_common(const struct format_config *c, const float *in_ma
         }
 }
 
-/* Relative output error of one member; xq are the group's quantized rows. */
+/* The rows of a member the search evaluates: every step-th. */
+static uint32_t row_step(const struct quantizer_smooth_member *m, uint32_t max_rows)
+{
+    return max_rows && m->rows > max_rows ? m->rows / max_rows : 1;
+}
+
+/* int8 dot products with int32 accumulation (|sum| <= 127^2 in < 2^31 for
+ * the widths here), in blocks of 32 with a fixed trip count in a function of
+ * their own: GCC's -O2 cost model vectorizes that (an open-ended or nested
+ * loop it leaves scalar, 4x slower here). */
+static int32_t dot32_s8(const int8_t *a, const int8_t *b)
+{
+    int32_t t = 0;
+    for (uint32_t j = 0; j < 32; j++)
+        t += (int16_t)a[j] * (int16_t)b[j];
+    return t;
+}
+
+static int32_t dot_s8(const int8_t *a, const int8_t *b, uint32_t n)
+{
+    int32_t acc = 0;
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        acc += dot32_s8(a + i, b + i);
+    for (; i < n; i++)
+        acc += (int16_t)a[i] * (int16_t)b[i];
+    return acc;
+}
+
+/* Float outputs of the evaluated rows: ref[i][k] = x_i . W_(k step). */
+static double *member_ref(const struct quantizer_smooth_group *g,
+                          const struct quantizer_smooth_member *m, uint32_t step, uint32_t *nr)
+{
+    const uint32_t n = g->n_sample, in = g->in;
+    *nr = (m->rows + step - 1) / step;
+    double *ref = malloc(sizeof(double) * ((size_t)n * *nr + 1));
+    if (!ref)
+        return NULL;
+    for (uint32_t k = 0; k < *nr; k++) {
+        const float *wr = m->w + (size_t)k * step * m->cols;
+        for (uint32_t i = 0; i < n; i++) {
+            const float *xi = g->x + (size_t)i * in;
+            double acc = 0;
+            for (uint32_t c = 0; c < in; c++)
+                acc += (double)xi[c] * wr[c];
+            ref[(size_t)i * *nr + k] = acc;
+        }
+    }
+    return ref;
+}
+
+/* Relative output error of one member; xq are the group's quantized rows,
+ * ref the member's float outputs. */
 static double member_error(const struct quantizer_smooth_group *g,
                            const struct quantizer_smooth_member *m, const float *s,
                            const int8_t *xq, float sx, const struct quantizer_tensor_rule *rule,
-                           uint32_t max_rows, float *tmp, int8_t *q, uint8_t *widths)
+                           uint32_t step, const double *ref, uint32_t nr, float *tmp, int8_t *q,
+                           uint8_t *widths)
 {
     const uint32_t n = g->n_sample, in = g->in;
     if (quantizer_tensor_widths(m->w, m->rows, m->cols, s, rule, widths) < 0)
         return INFINITY;
-    uint32_t step = max_rows && m->rows > max_rows ? m->rows / max_rows : 1;
     double num = 0, den = 0;
-    for (uint32_t r = 0; r < m->rows; r += step) {
+    for (uint32_t k = 0; k < nr; k++) {
+        uint32_t r = k * step;
         const float *wr = m->w + (size_t)r * m->cols;
         for (uint32_t c = 0; c < in; c++)
             tmp[c] = wr[c] * s[c];
         float sc = quantizer_row_scale(tmp, in, widths[r], rule->clip);
         quantizer_channel_quantize(tmp, in, widths[r], sc, q);
         for (uint32_t i = 0; i < n; i++) {
-            const float *xi = g->x + (size_t)i * in;
-            const int8_t *xqi = xq + (size_t)i * in;
-            double ref = 0;
-            int64_t acc = 0;
-            for (uint32_t c = 0; c < in; c++) {
-                ref += (double)xi[c] * wr[c];
-                acc += (int32_t)xqi[c] * q[c];
-            }
-            double y = (double)sx * sc * (double)acc;
-            num += (y - ref) * (y - ref);
-            den += ref * ref;
+            double y = (double)sx * sc * dot_s8(xq + (size_t)i * in, q, in);
+            double f = ref[(size_t)i * nr + k];
+            num += (y - f) * (y - f);
+            den += f * f;
         }
     }
     return den > 0 ? num / den : 0;
 }
 
-double quantizer_smooth_error(const struct quantizer_smooth_group *g, const float *s,
-                              const struct quantizer_tensor_rule *rule, uint32_t max_rows)
+/* The search's state for one group: the members' float outputs. */
+struct smooth_eval {
+    double *ref[3];
+    uint32_t nr[3], step[3];
+};
+
+static void smooth_eval_fini(struct smooth_eval *e)
+{
+    for (int k = 0; k < 3; k++)
+        free(e->ref[k]);
+}
+
+static int smooth_eval_init(struct smooth_eval *e, const struct quantizer_smooth_group *g,
+                            uint32_t max_rows)
+{
+    memset(e, 0, sizeof *e);
+    for (int k = 0; k < g->nm; k++) {
+        e->step[k] = row_step(&g->m[k], max_rows);
+        if (!(e->ref[k] = member_ref(g, &g->m[k], e->step[k], &e->nr[k]))) {
+            smooth_eval_fini(e);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static double smooth_eval_error(const struct smooth_eval *e, const struct quantizer_smooth_group *g,
+                                const float *s, const struct quantizer_tensor_rule *rule)
 {
     const uint32_t n = g->n_sample, in = g->in;
     if (n == 0)
@@ -128,13 +200,15 @@ double quantizer_smooth_error(const struct quantizer_smooth_group *g, const floa
     if (!xq || !q || !tmp || !widths)
         goto out;
     /* the NPU's activation quantization: per tensor, static, symmetric */
-    for (size_t i = 0; i < (size_t)n * in; i++) {
-        float v = rintf(g->x[i] / s[i % in] / sx);
-        xq[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
-    }
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t c = 0; c < in; c++) {
+            float v = rintf(g->x[(size_t)i * in + c] / s[c] / sx);
+            xq[(size_t)i * in + c] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        }
     err = 0;
     for (int k = 0; k < g->nm; k++)
-        err += member_error(g, &g->m[k], s, xq, sx, rule, max_rows, tmp, q, widths);
+        err += member_error(g, &g->m[k], s, xq, sx, rule, e->step[k], e->ref[k], e->nr[k], tmp,
+                            q, widths);
 out:
     free(xq);
     free(q);
@@ -143,21 +217,38 @@ out:
     return err;
 }
 
+double quantizer_smooth_error(const struct quantizer_smooth_group *g, const float *s,
+                              const struct quantizer_tensor_rule *rule, uint32_t max_rows)
+{
+    struct smooth_eval e;
+    if (g->n_sample == 0)
+        return 0;
+    if (smooth_eval_init(&e, g, max_rows) < 0)
+        return INFINITY;
+    double err = smooth_eval_error(&e, g, s, rule);
+    smooth_eval_fini(&e);
+    return err;
+}
+
 double quantizer_smooth_search(const struct quantizer_smooth_group *g,
                                const struct quantizer_tensor_rule *rule, uint32_t steps,
                                uint32_t max_rows, float *s_out, double *err_out)
 {
     double best_a = 0, best_e = INFINITY;
+    struct smooth_eval ev;
     float *s = malloc(sizeof(float) * g->in);
-    if (!s)
+    if (!s || smooth_eval_init(&ev, g, max_rows) < 0) {
+        free(s);
         return -1;
+    }
     if (steps == 0)
         steps = 10;
     for (uint32_t k = 0; k <= steps; k++) {
         double a = (double)k / steps;
         quantizer_smooth_scales(g->in_max, g->in, a, s);
-        double e = quantizer_smooth_error(g, s, rule, max_rows);
+        double e = smooth_eval_error(&ev, g, s, rule);
         if (isinf(e)) {
+            smooth_eval_fini(&ev);
             free(s);
             return -1;
         }
@@ -166,6 +257,7 @@ double quantizer_smooth_search(const struct quantizer_smooth_group *g,
             best_a = a;
         }
     }
+    smooth_eval_fini(&ev);
     free(s);
     quantizer_smooth_scales(g->in_max, g->in, best_a, s_out);
     if (err_out)
