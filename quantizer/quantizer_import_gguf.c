@@ -267,6 +267,63 @@ static int tensor_view(struct gguf *g, const struct gguf_tensor *gt, struct qi_t
     return 0;
 }
 
+/* Slot of a tensor name among those of a plain Llama model of n_layers
+ * layers: 9 per layer, then token_embd, output_norm, output; -1 for any other
+ * name (biases, rope_freqs.weight, ...: they change what the model computes,
+ * so they are refused rather than dropped). */
+static int64_t name_slot(const char *name, uint64_t len, uint32_t n_layers)
+{
+    static const char *const glob[3] = {"token_embd.weight", "output_norm.weight",
+                                        "output.weight"};
+    for (int i = 0; i < 3; i++)
+        if (key_is(name, len, glob[i]))
+            return (int64_t)n_layers * 9 + i;
+    if (len < 5 || memcmp(name, "blk.", 4))
+        return -1;
+    uint64_t k = 4, layer = 0;
+    while (k < len && name[k] >= '0' && name[k] <= '9' && k < 14)
+        layer = layer * 10 + (uint64_t)(name[k++] - '0');
+    if (k == 4 || k >= len || name[k] != '.' || layer >= n_layers || (name[4] == '0' && k > 5))
+        return -1;
+    k++;
+    for (uint32_t r = 0; r < 9; r++) {
+        char want[64];
+        qi_tensor_name(-1, FORMAT_ROLE_ATTN_NORM + r, want, sizeof want);
+        if (key_is(name + k, len - k, want))
+            return (int64_t)layer * 9 + r;
+    }
+    return -1;
+}
+
+/* Every tensor must be one the model uses, and appear once. */
+static int check_tensor_names(const struct gguf *g, struct sl_err *err)
+{
+    uint32_t L = g->src.cfg.n_layers;
+    uint8_t *seen = calloc((size_t)L * 9 + 3, 1);
+    if (!seen) {
+        sl_err_set(err, "%s: out of memory", g->src.path);
+        return -ENOMEM;
+    }
+    int ret = 0;
+    for (uint64_t i = 0; i < g->n_tensors && !ret; i++) {
+        const struct gguf_tensor *t = &g->tensors[i];
+        int64_t slot = name_slot(t->name, t->name_len, L);
+        int nl = (int)(t->name_len > 64 ? 64 : t->name_len);
+        if (slot < 0) {
+            sl_err_set(err,
+                       "%s: tensor '%.*s' is not part of a %u-layer Llama model (biases, "
+                       "rope_freqs and other extras are not supported)",
+                       g->src.path, nl, t->name, L);
+            ret = -EINVAL;
+        } else if (seen[slot]++) {
+            sl_err_set(err, "%s: tensor '%.*s' appears twice", g->src.path, nl, t->name);
+            ret = -EINVAL;
+        }
+    }
+    free(seen);
+    return ret;
+}
+
 static int shape_of(const struct format_config *c, uint32_t role, uint64_t *rows, uint64_t *cols)
 {
     uint32_t nd;
@@ -348,7 +405,7 @@ static int read_vocab_tokens(struct cur *c, struct qi_source *s, struct sl_err *
         /* SentencePiece marks spaces with U+2581; llama2.c vocabularies use ' '. */
         uint64_t k = 0;
         for (uint64_t j = 0; j < len; j++) {
-            if (j + 2 < len + 0 && (uint8_t)str[j] == 0xe2 && (uint8_t)str[j + 1] == 0x96 &&
+            if (j + 2 < len && (uint8_t)str[j] == 0xe2 && (uint8_t)str[j + 1] == 0x96 &&
                 (uint8_t)str[j + 2] == 0x81) {
                 d[k++] = ' ';
                 j += 2;
@@ -365,6 +422,7 @@ static int read_vocab_tokens(struct cur *c, struct qi_source *s, struct sl_err *
     return 0;
 }
 
+/* The scores array at c (its type and count first); after the tokens. */
 static int read_vocab_scores(struct cur *c, struct qi_source *s, struct sl_err *err)
 {
     uint32_t et = rd32(c, "the score array type");
@@ -375,13 +433,9 @@ static int read_vocab_scores(struct cur *c, struct qi_source *s, struct sl_err *
         sl_err_set(err, "%s: tokenizer.ggml.scores is not a list of f32", s->path);
         return -EINVAL;
     }
-    if (s->vocab.tok.n_tokens && n != s->vocab.tok.n_tokens) {
+    if (n != s->vocab.tok.n_tokens) {
         sl_err_set(err, "%s: %" PRIu64 " token scores for %u tokens", s->path, n,
                    s->vocab.tok.n_tokens);
-        return -EINVAL;
-    }
-    if (!s->vocab.scores) {
-        sl_err_set(err, "%s: token scores before the tokens", s->path);
         return -EINVAL;
     }
     for (uint64_t i = 0; i < n; i++)
@@ -436,6 +490,8 @@ int qi_open_gguf(const char *path, const struct quantizer_import_opts *o, struct
     uint64_t dim = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ctx = 0, align = 32;
     uint64_t bos = 1, eos = 2;
     double theta = 10000.0, eps = 1e-5;
+    uint64_t rope_dims = 0, key_len = 0, value_len = 0; /* 0: absent (= head size) */
+    const uint8_t *scores_at = NULL;
     int have_arch = 0, have_kvh = 0;
     for (uint64_t i = 0; i < n_kv; i++) {
         uint64_t kl;
@@ -469,10 +525,31 @@ int qi_open_gguf(const char *path, const struct quantizer_import_opts *o, struct
             continue;
         }
         if (key_is(k, kl, "tokenizer.ggml.scores") && type == GGUF_ARRAY) {
-            ret = read_vocab_scores(&c, s, err);
-            if (ret < 0)
+            scores_at = c.p; /* read once the tokens are known (keys come in any order) */
+            if (skip_value(&c, type, 0))
                 goto fail;
-            ret = -EINVAL;
+            continue;
+        }
+        if (key_is(k, kl, "tokenizer.ggml.model") || key_is(k, kl, "llama.rope.scaling.type")) {
+            /* strings whose other values change what the model computes */
+            int tokm = key_is(k, kl, "tokenizer.ggml.model");
+            uint64_t vl;
+            const char *v = type == GGUF_STRING ? rdstr(&c, &vl, "a metadata string") : NULL;
+            if (!v) {
+                if (!c.bad)
+                    sl_err_set(err, "%s: metadata '%.*s' is not a string", path, (int)kl, k);
+                goto fail;
+            }
+            const char *ok = tokm ? "llama" : "none";
+            if (vl != strlen(ok) || memcmp(v, ok, vl)) {
+                sl_err_set(err,
+                           tokm ? "%s: tokenizer.ggml.model '%.*s' is not supported (only "
+                                  "'llama', the SentencePiece vocabulary with merge scores)"
+                                : "%s: llama.rope.scaling.type '%.*s' is not supported (only "
+                                  "'none')",
+                           path, (int)(vl > 64 ? 64 : vl), v);
+                goto fail;
+            }
             continue;
         }
         if (key_is(k, kl, "llama.embedding_length"))
@@ -487,6 +564,12 @@ int qi_open_gguf(const char *path, const struct quantizer_import_opts *o, struct
             ip = &kv_heads, have_kvh = 1;
         else if (key_is(k, kl, "llama.context_length"))
             ip = &ctx;
+        else if (key_is(k, kl, "llama.rope.dimension_count"))
+            ip = &rope_dims;
+        else if (key_is(k, kl, "llama.attention.key_length"))
+            ip = &key_len;
+        else if (key_is(k, kl, "llama.attention.value_length"))
+            ip = &value_len;
         else if (key_is(k, kl, "general.alignment"))
             ip = &align;
         else if (key_is(k, kl, "tokenizer.ggml.bos_token_id"))
@@ -525,6 +608,13 @@ int qi_open_gguf(const char *path, const struct quantizer_import_opts *o, struct
         sl_err_set(err, "%s: no vocabulary (tokenizer.ggml.tokens)", path);
         goto fail;
     }
+    if (scores_at) {
+        struct cur sc = {scores_at, g->data + g->size, path, err, 0};
+        ret = read_vocab_scores(&sc, s, err);
+        if (ret < 0)
+            goto fail;
+        ret = -EINVAL;
+    }
     if (!have_kvh)
         kv_heads = heads;
     if (!dim || !hidden || !layers || !heads || !kv_heads || !ctx || dim > UINT32_MAX ||
@@ -535,6 +625,22 @@ int qi_open_gguf(const char *path, const struct quantizer_import_opts *o, struct
                    ", ffn %" PRIu64 ", layers %" PRIu64 ", heads %" PRIu64 "/%" PRIu64 ")",
                    path, dim, hidden, layers, heads, kv_heads);
         goto fail;
+    }
+    /* the container's head size is dim / heads, rotated whole */
+    const struct {
+        const char *key;
+        uint64_t v;
+    } hd_keys[] = {{"llama.rope.dimension_count", rope_dims},
+                   {"llama.attention.key_length", key_len},
+                   {"llama.attention.value_length", value_len}};
+    for (size_t i = 0; i < sizeof hd_keys / sizeof hd_keys[0]; i++) {
+        if (hd_keys[i].v && hd_keys[i].v != dim / heads) {
+            sl_err_set(err,
+                       "%s: %s is %" PRIu64 ", the head size is %" PRIu64
+                       " (partial rotary or odd head sizes are not supported)",
+                       path, hd_keys[i].key, hd_keys[i].v, dim / heads);
+            goto fail;
+        }
     }
     if (align == 0 || (align & (align - 1)) || align > 65536) {
         sl_err_set(err, "%s: general.alignment %" PRIu64 " is not a power of two", path, align);
@@ -605,6 +711,8 @@ int qi_open_gguf(const char *path, const struct quantizer_import_opts *o, struct
     }
     cfg->tied_embedding = cls == NULL;
     ret = format_config_validate(cfg, path, err);
+    if (ret == 0)
+        ret = check_tensor_names(g, err);
     if (ret < 0)
         goto fail;
     ret = -EINVAL;

@@ -75,7 +75,7 @@ static cJSON *read_json(const char *path, struct sl_err *err)
 static int open_shard(struct st *m, const char *file, struct st_shard **out, struct sl_err *err)
 {
     char path[PATH_MAX];
-    if (strchr(file, '/') && file[0] == '/')
+    if (file[0] == '/')
         snprintf(path, sizeof path, "%s", file);
     else
         snprintf(path, sizeof path, "%s/%s", m->dir, file);
@@ -156,6 +156,13 @@ static int find(struct st *m, const char *name, struct st_shard **sh, cJSON **en
         cJSON *f = cJSON_GetObjectItemCaseSensitive(m->weight_map, name);
         if (!cJSON_IsString(f))
             return 1;
+        /* shards lie beside the index: a plain file name */
+        if (!f->valuestring[0] || strchr(f->valuestring, '/') || !strcmp(f->valuestring, "..") ||
+            !strcmp(f->valuestring, ".")) {
+            sl_err_set(err, "%s/model.safetensors.index.json: shard '%s' of '%s' is not a file name",
+                       m->dir, f->valuestring, name);
+            return -EINVAL;
+        }
         int ret = open_shard(m, f->valuestring, sh, err);
         if (ret < 0)
             return ret;
@@ -303,7 +310,8 @@ int qi_open_safetensors(const char *path, const struct quantizer_import_opts *o,
         char tmp[PATH_MAX];
         snprintf(tmp, sizeof tmp, "%s", path);
         snprintf(m->dir, sizeof m->dir, "%s", dirname(tmp));
-        snprintf(single, sizeof single, "%s", path);
+        snprintf(tmp, sizeof tmp, "%s", path);
+        snprintf(single, sizeof single, "%s", basename(tmp)); /* opened beside config.json */
     }
     char cpath[PATH_MAX + 16];
     snprintf(cpath, sizeof cpath, "%s/config.json", m->dir);

@@ -185,8 +185,8 @@ static int reads_normed_stream(uint32_t role)
            role == FORMAT_ROLE_W_GATE || role == FORMAT_ROLE_W_UP || role == FORMAT_ROLE_CLASSIFIER;
 }
 
-/* Fills tensor (layer, role) of rows x cols as F16 into out. */
-static void gen_tensor(const struct synth *s, int layer, uint32_t role, uint64_t rows,
+/* Fills tensor (layer, role) of rows x cols as F16 into out. 0 or -ENOMEM. */
+static int gen_tensor(const struct synth *s, int layer, uint32_t role, uint64_t rows,
                        uint64_t cols, uint16_t *out)
 {
     const struct format_config *c = s->cfg;
@@ -200,7 +200,7 @@ static void gen_tensor(const struct synth *s, int layer, uint32_t role, uint64_t
             float w = (1.0f + 0.1f * (float)normal(&r)) * outlier_gain(s, (uint32_t)i);
             out[i] = sl_f32_to_f16(w);
         }
-        return;
+        return 0;
     }
     float base = 1.0f / sqrtf((float)cols);
     if (role == FORMAT_ROLE_WO || role == FORMAT_ROLE_W_DOWN)
@@ -208,6 +208,8 @@ static void gen_tensor(const struct synth *s, int layer, uint32_t role, uint64_t
     if (role == FORMAT_ROLE_TOK_EMBD)
         base = 1.0f;
     float *colscale = malloc(sizeof(float) * cols);
+    if (!colscale)
+        return -ENOMEM;
     for (uint64_t j = 0; j < cols; j++)
         colscale[j] = reads_normed_stream(role) ? 1.0f / outlier_gain(s, (uint32_t)j) : 1.0f;
     for (uint64_t i = 0; i < rows; i++) {
@@ -219,6 +221,7 @@ static void gen_tensor(const struct synth *s, int layer, uint32_t role, uint64_t
             o[j] = sl_f32_to_f16(g * colscale[j] * heavy_normal(&r));
     }
     free(colscale);
+    return 0;
 }
 
 /* ---- vocabulary ------------------------------------------------------------------------ */
@@ -269,6 +272,8 @@ static int synth_vocab(const struct synth *s, struct quantizer_vocab *v, struct 
         if (!dup_ && k < n) {                                                                      \
             set[slot_] = h_;                                                                       \
             v->strs[k] = malloc((len) + 1);                                                        \
+            if (!v->strs[k])                                                                       \
+                goto oom;                                                                          \
             memcpy(v->strs[k], str, len);                                                          \
             v->strs[k][len] = 0;                                                                   \
             v->lens[k] = (uint32_t)(len);                                                          \
@@ -322,6 +327,11 @@ static int synth_vocab(const struct synth *s, struct quantizer_vocab *v, struct 
     v->tok.lens = v->lens;
     v->tok.tokens = (const char *const *)v->strs;
     return 0;
+oom:
+    free(set);
+    quantizer_vocab_free(v);
+    sl_err_set(err, "out of memory building the vocabulary");
+    return -ENOMEM;
 }
 
 int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
@@ -406,9 +416,13 @@ int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
         qi_order_at(c, i, &layer, &role);
         format_role_shape(c, role, &nd, shp);
         uint64_t cols = nd == 2 ? shp[1] : 1;
-        gen_tensor(&s, layer, role, shp[0], cols, buf);
         char name[FORMAT_NAME_MAX];
         qi_tensor_name(layer, role, name, sizeof name);
+        ret = gen_tensor(&s, layer, role, shp[0], cols, buf);
+        if (ret < 0) {
+            sl_err_set(err, "out of memory generating %s", name);
+            goto out;
+        }
         struct format_tensor_desc d = {.name = name,
                                        .layer = layer,
                                        .role = role,

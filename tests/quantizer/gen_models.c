@@ -450,6 +450,15 @@ static const char *gguf_role_name(uint32_t role)
     }
 }
 
+static void gen_gguf_scores(struct buf *b, const struct gen_model *m)
+{
+    gkey(b, "tokenizer.ggml.scores", KV_ARR);
+    bu32(b, KV_F32);
+    bu64(b, m->cfg.vocab_size);
+    for (uint32_t i = 0; i < m->cfg.vocab_size; i++)
+        bf32(b, m->scores[i]);
+}
+
 int gen_write_gguf(const struct gen_model *m, const char *path, const struct gen_gguf_opts *o)
 {
     const struct format_config *c = &m->cfg;
@@ -474,7 +483,9 @@ int gen_write_gguf(const struct gen_model *m, const char *path, const struct gen
     bput(&b, "GGUF", 4);
     bu32(&b, o->version ? o->version : 3);
     bu64(&b, nt);
-    bu64(&b, 29 + (o->alignment ? 1 : 0)); /* the keys below */
+    bu64(&b, 29 + (o->alignment ? 1 : 0) + (o->extra_key ? 1 : 0)); /* the keys below */
+    if (o->extra_key)
+        gkv_str(&b, o->extra_key, o->extra_val);
     gkv_str(&b, "general.architecture", o->arch ? o->arch : "llama");
     gkv_str(&b, "general.name", "gen model \xe2\x96\x81 test");
     if (o->alignment)
@@ -497,6 +508,8 @@ int gen_write_gguf(const struct gen_model *m, const char *path, const struct gen
     memcpy(&thu, &th, 8);
     bu64(&b, thu);
     gkv_str(&b, "tokenizer.ggml.model", "llama");
+    if (o->scores_first)
+        gen_gguf_scores(&b, m);
     /* tokens with SentencePiece's U+2581 for spaces, control tokens bare */
     gkey(&b, "tokenizer.ggml.tokens", KV_ARR);
     bu32(&b, KV_STR);
@@ -514,11 +527,8 @@ int gen_write_gguf(const struct gen_model *m, const char *path, const struct gen
         }
         gstr(&b, t, k);
     }
-    gkey(&b, "tokenizer.ggml.scores", KV_ARR);
-    bu32(&b, KV_F32);
-    bu64(&b, c->vocab_size);
-    for (uint32_t i = 0; i < c->vocab_size; i++)
-        bf32(&b, m->scores[i]);
+    if (!o->scores_first)
+        gen_gguf_scores(&b, m);
     gkey(&b, "tokenizer.ggml.token_type", KV_ARR);
     bu32(&b, KV_I32);
     bu64(&b, c->vocab_size);

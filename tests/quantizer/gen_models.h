@@ -58,6 +58,9 @@ struct gen_gguf_opts {
     uint32_t alignment;    /* 0: 32, no general.alignment key */
     int output_copy;       /* tied models: also write output.weight (a copy) */
     const char *arch;      /* NULL: "llama" */
+    const char *extra_key; /* non-NULL: one more string key-value pair (extra_val) */
+    const char *extra_val;
+    int scores_first;      /* write tokenizer.ggml.scores before tokenizer.ggml.tokens */
 };
 int gen_write_gguf(const struct gen_model *m, const char *path, const struct gen_gguf_opts *o);
 

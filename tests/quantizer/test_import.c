@@ -136,6 +136,58 @@ static void test_cross_format(void **st)
     format_reader_close(h);
 }
 
+/* aidreams260K: llama2.c and GGUF (its only formats) give identical containers
+ * apart from the source metadata: config, tokenizer, every tensor's bytes. */
+static void test_cross_format_aidreams(void **st)
+{
+    (void)st;
+    struct format_reader *a = import_open(model("aidreams260K.bin"),
+                                          model("aidreams260K.tok512.bin"), 0, tmp("a2.sluice"));
+    struct format_reader *g = import_open(model("aidreams260K.gguf"), NULL, 0, tmp("g2.sluice"));
+    const struct format_config *ca = format_reader_config(a), *cg = format_reader_config(g);
+    assert_int_equal(ca->dim, 64);
+    assert_int_equal(ca->hidden_dim, 172);
+    assert_int_equal(ca->n_layers, 4);
+    assert_int_equal(ca->n_heads, 4);
+    assert_int_equal(ca->n_kv_heads, 4);
+    assert_int_equal(ca->vocab_size, 512);
+    assert_int_equal(ca->seq_len, 128);
+    assert_int_equal(ca->tied_embedding, 1);
+    assert_int_equal(ca->bos_id, 1);
+    assert_int_equal(ca->eos_id, 2);
+    assert_true(ca->rope_theta == 10000.0f);
+    assert_true(ca->norm_eps == 1e-5f);
+    assert_int_equal(ca->rope_layout, FORMAT_ROPE_INTERLEAVED);
+    /* the GGUF converter wrote output.weight, a copy of the embedding: tied */
+    assert_memory_equal(ca, cg, sizeof *ca);
+    assert_same_tokenizer(a, g);
+    /* llama2.c's "\n<s>\n" control tokens are stored bare, as GGUF names them */
+    const struct format_tokenizer *t = format_reader_tokenizer(a);
+    assert_int_equal(t->lens[1], 3);
+    assert_memory_equal(t->tokens[1], "<s>", 3);
+    assert_int_equal(t->lens[3 + 0x0a], 6);
+    assert_memory_equal(t->tokens[3 + 0x0a], "<0x0A>", 6);
+    assert_int_equal(format_reader_n_tensors(a), format_reader_n_tensors(g));
+    for (uint32_t i = 0; i < format_reader_n_tensors(a); i++) {
+        const struct format_tensor_info *x = format_reader_tensor(a, i);
+        const struct format_tensor_info *y = format_reader_tensor(g, i);
+        assert_string_equal(x->name, y->name);
+        assert_int_equal(x->encoding, FORMAT_ENC_F32);
+        assert_int_equal(y->encoding, FORMAT_ENC_F32);
+        assert_int_equal(x->length, y->length);
+        assert_int_equal(x->checksum, y->checksum);
+        uint64_t n1, n2;
+        float *p = tensor_f32(a, x->layer, x->role, &n1);
+        float *q = tensor_f32(g, y->layer, y->role, &n2);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(p, q, n1 * sizeof(float));
+        free(p);
+        free(q);
+    }
+    format_reader_close(a);
+    format_reader_close(g);
+}
+
 static int try_import(const char *src, const char *tok, const char *out, struct sl_err *err)
 {
     struct quantizer_import_opts o = {.tokenizer = tok, .dtype = -1};
@@ -368,6 +420,7 @@ int main(void)
         test_skip_all("the real models (../shared/models) are not here");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cross_format),
+        cmocka_unit_test(test_cross_format_aidreams),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_gguf_rejections),
         cmocka_unit_test(test_safetensors_rejections),

@@ -171,7 +171,8 @@ static void test_gguf(void **st)
                                       .weights = types[t],
                                       .norms = norms,
                                       .alignment = variant % 3 == 1 ? 64 : 0,
-                                      .output_copy = tied && t % 2 == 0};
+                                      .output_copy = tied && t % 2 == 0,
+                                      .scores_first = variant % 4 == 3};
             assert_int_equal(gen_write_gguf(&m, tmp("m.gguf"), &o), 0);
             enum quantizer_source kind;
             struct sl_err err;
@@ -245,6 +246,15 @@ static void test_safetensors(void **st)
                     r = import_ok(f, tmp("tok.bin"), FORMAT_ENC_F16, tmp("h16.sluice"));
                     check_tensors(r, &m, types[t], types[t], FORMAT_ENC_F16);
                     format_reader_close(r);
+                    /* and as a path relative to the working directory */
+                    char cwd[4096], rel[128];
+                    assert_non_null(getcwd(cwd, sizeof cwd));
+                    assert_int_equal(chdir(dir), 0);
+                    snprintf(rel, sizeof rel, "%s/model.safetensors", d);
+                    r = import_ok(rel, "tok.bin", -1, "hrel.sluice");
+                    check_tensors(r, &m, types[t], types[t], -1);
+                    format_reader_close(r);
+                    assert_int_equal(chdir(cwd), 0);
                 }
             }
         }
@@ -458,11 +468,39 @@ static void test_reject_gguf(void **st)
     sl_store_le32(c + find_bytes(c, len, "general.alignment") + 17 + 4, 48);
     assert_int_equal(gen_write_file(tmp("ga.gguf"), c, len), 0);
     reject(tmp("ga.gguf"), NULL, "alignment", "ga.gguf");
-    /* a missing tensor (renamed) */
+    /* tensors the model does not use (biases, rope_freqs, a layer too many)
+     * and a duplicate name */
+    static const struct {
+        const char *from, *to, *want;
+    } names[] = {
+        {"blk.1.attn_v.weight", "blk.1.attn_v.bias__", "'blk.1.attn_v.bias__' is not part"},
+        {"output_norm.weight", "rope_freqs.weight_", "'rope_freqs.weight_' is not part"},
+        {"blk.1.attn_v.weight", "blk.2.attn_v.weight", "'blk.2.attn_v.weight' is not part"},
+        {"blk.1.attn_v.weight", "blk.01.attn_v.weigh", "'blk.01.attn_v.weigh' is not part"},
+        {"blk.1.attn_v.weight", "blk.1.attn_k.weight", "'blk.1.attn_k.weight' appears twice"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        memcpy(c, b, len);
+        memcpy(c + find_bytes(c, len, names[i].from), names[i].to, strlen(names[i].to));
+        assert_int_equal(gen_write_file(tmp("nm.gguf"), c, len), 0);
+        reject(tmp("nm.gguf"), NULL, names[i].want, "nm.gguf");
+    }
+    /* a missing tensor: the count one short drops the last (blk.1.ffn_down) */
     memcpy(c, b, len);
-    c[find_bytes(c, len, "blk.1.attn_v.weight") + 6] = 'X';
+    sl_store_le64(c + 8, sl_load_le64(b + 8) - 1);
     assert_int_equal(gen_write_file(tmp("mi.gguf"), c, len), 0);
-    reject(tmp("mi.gguf"), NULL, "attn_v", "mi.gguf");
+    reject(tmp("mi.gguf"), NULL, "'blk.1.ffn_down.weight' is missing", "mi.gguf");
+    /* a tokenizer other than SentencePiece's (llama 3's "gpt2" BPE) */
+    memcpy(c, b, len);
+    memcpy(c + find_bytes(c, len, "tokenizer.ggml.model") + 20 + 4 + 8, "gpt2x", 5);
+    assert_int_equal(gen_write_file(tmp("tm.gguf"), c, len), 0);
+    reject(tmp("tm.gguf"), NULL, "tokenizer.ggml.model 'gpt2x'", "tm.gguf");
+    /* partial rotary: rope.dimension_count of half the head */
+    memcpy(c, b, len);
+    sl_store_le32(c + find_bytes(c, len, "llama.rope.dimension_count") + 26 + 4,
+                  m.cfg.head_dim / 2);
+    assert_int_equal(gen_write_file(tmp("rd.gguf"), c, len), 0);
+    reject(tmp("rd.gguf"), NULL, "rope.dimension_count", "rd.gguf");
     /* scores that disagree with the tokens in count */
     memcpy(c, b, len);
     sl_store_le64(c + find_bytes(c, len, "tokenizer.ggml.scores") + 21 + 4 + 4, 299);
@@ -470,6 +508,15 @@ static void test_reject_gguf(void **st)
     reject(tmp("sc.gguf"), NULL, NULL, "sc.gguf");
     free(c);
     free(b);
+    /* rope scaling (absent from the files above): "none" is fine, others not */
+    o.extra_key = "llama.rope.scaling.type";
+    o.extra_val = "none";
+    assert_int_equal(gen_write_gguf(&m, tmp("rs.gguf"), &o), 0);
+    struct format_reader *r = import_ok(tmp("rs.gguf"), NULL, -1, tmp("rs.sluice"));
+    format_reader_close(r);
+    o.extra_val = "yarn";
+    assert_int_equal(gen_write_gguf(&m, tmp("rs.gguf"), &o), 0);
+    reject(tmp("rs.gguf"), NULL, "llama.rope.scaling.type 'yarn'", "rs.gguf");
     gen_model_destroy(&m);
 }
 
@@ -633,6 +680,13 @@ static void test_reject_safetensors(void **st)
     at[3] = 'X';
     write_text(p, idx);
     reject(sd, tok, "up_proj", sd);
+    at[3] = 'e';
+    /* shard names are plain file names beside the index */
+    char *sh = strstr(idx, "\"model-00001-of-00003.safetensors\"");
+    assert_non_null(sh);
+    memcpy(sh + 1, "../", 3);
+    write_text(p, idx);
+    reject(sd, tok, "not a file name", "index.json");
     write_text(p, "{\"weight_map\": 5}");
     reject(sd, tok, "weight_map", "index.json");
     write_text(p, "{\"weight_map\": ");
