@@ -60,8 +60,13 @@ int quantizer_source_detect(const char *src, enum quantizer_source *out, struct 
 
 /* Converts `src` into a container at `out_path` (written atomically). Every
  * bad input (truncated file, bad magic, unsupported version, architecture or
- * tensor type, shapes inconsistent with the config) is an error naming the
- * file and the problem; nothing is left at `out_path` then. */
+ * tensor type, shapes inconsistent with the config, anything a plain Llama
+ * does not have and the runtime would silently ignore: biases, rope scaling,
+ * partial rotary, extra tensors, a GGUF vocabulary other than SentencePiece
+ * "llama") is an error naming the file and the problem; nothing is left at
+ * `out_path` then. Tensors are written in execution order with GGUF-style
+ * names; Hugging Face q/k rows are permuted to the interleaved RoPE layout.
+ * Metadata: source.format ("llama2c", "gguf", "safetensors"), source.path. */
 int quantizer_import(const char *src, const struct quantizer_import_opts *opts,
                      const char *out_path, struct sl_err *err);
 
