@@ -3,7 +3,13 @@
  * runtime): per input channel max|x| (S_I), per output channel max|y| (S_O),
  * and a bounded, deterministic reservoir sample of input rows for the
  * smoothing search. Layers that share an input (Q/K/V; gate/up) are recorded
- * once, under the first of them. */
+ * once, under the first of them.
+ *
+ * Held-out sample: the input rows are split by parity (of their index in the
+ * calibration stream). in_max covers all rows; in_max_fit only the even ones;
+ * the sample is drawn from the odd ones only. The smoothing search can then
+ * fit its scales on in_max_fit and measure the error on rows that did not set
+ * them, as the final model meets text that did not set its static scales. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +29,8 @@ static int slot_of(const struct format_config *c, int layer, uint32_t role)
 int quantizer_calib_create(const struct format_config *cfg, uint32_t sample_rows,
                            struct quantizer_calib **out)
 {
+    if (!cfg || !out || cfg->n_layers == 0 || cfg->n_layers > 4096)
+        return -EINVAL;
     struct quantizer_calib *c = calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;
@@ -45,6 +53,7 @@ void quantizer_calib_destroy(struct quantizer_calib *c)
         return;
     for (uint32_t i = 0; i < c->n_slots; i++) {
         free(c->slots[i].in_max);
+        free(c->slots[i].in_max_fit);
         free(c->slots[i].out_max);
         free(c->slots[i].sample);
     }
@@ -67,12 +76,28 @@ static uint64_t next_rand(uint64_t *s)
     return *s;
 }
 
+static int slot_init(struct quantizer_calib *c, struct quantizer_calib_slot *sl, int keep_inputs,
+                     uint32_t in_cols, uint32_t out_cols)
+{
+    sl->in_cols = in_cols;
+    sl->out_cols = out_cols;
+    sl->out_max = calloc(out_cols, sizeof(float));
+    if (!sl->out_max)
+        return -ENOMEM;
+    if (!keep_inputs)
+        return 0;
+    sl->in_max = calloc(in_cols, sizeof(float));
+    sl->in_max_fit = calloc(in_cols, sizeof(float));
+    sl->sample = calloc((size_t)c->sample_rows * in_cols + 1, sizeof(float));
+    return sl->in_max && sl->in_max_fit && sl->sample ? 0 : -ENOMEM;
+}
+
 void quantizer_calib_observe(void *ctx, int layer, uint32_t role, const float *x, uint32_t rows,
                              uint32_t in_cols, const float *y, uint32_t out_cols)
 {
     struct quantizer_calib *c = ctx;
     int s = slot_of(&c->cfg, layer, role);
-    if (s < 0)
+    if (s < 0 || c->failed)
         return;
     struct quantizer_calib_slot *sl = &c->slots[s];
     /* Only the first role of a shared-input group keeps the input statistics
@@ -80,20 +105,9 @@ void quantizer_calib_observe(void *ctx, int layer, uint32_t role, const float *x
      * its output maxima. */
     int keep_inputs = !(role == FORMAT_ROLE_WK || role == FORMAT_ROLE_WV ||
                         role == FORMAT_ROLE_W_UP);
-    if (c->failed)
+    if (!sl->out_max && slot_init(c, sl, keep_inputs, in_cols, out_cols) < 0) {
+        c->failed = 1;
         return;
-    if (!sl->out_max) {
-        sl->in_cols = in_cols;
-        sl->out_cols = out_cols;
-        sl->out_max = calloc(out_cols, sizeof(float));
-        if (keep_inputs) {
-            sl->in_max = calloc(in_cols, sizeof(float));
-            sl->sample = calloc((size_t)c->sample_rows * in_cols, sizeof(float));
-        }
-        if (!sl->out_max || (keep_inputs && (!sl->in_max || !sl->sample))) {
-            c->failed = 1;
-            return;
-        }
     }
     if (sl->in_cols != in_cols || sl->out_cols != out_cols) {
         c->failed = 1;
@@ -103,15 +117,19 @@ void quantizer_calib_observe(void *ctx, int layer, uint32_t role, const float *x
         const float *xr = x + (size_t)r * in_cols;
         const float *yr = y + (size_t)r * out_cols;
         for (uint32_t j = 0; j < out_cols; j++)
-            if (fabsf(yr[j]) > sl->out_max[j])
-                sl->out_max[j] = fabsf(yr[j]);
+            sl->out_max[j] = fmaxf(sl->out_max[j], fabsf(yr[j]));
         if (!keep_inputs)
             continue;
         for (uint32_t j = 0; j < in_cols; j++)
-            if (fabsf(xr[j]) > sl->in_max[j])
-                sl->in_max[j] = fabsf(xr[j]);
-        /* reservoir sampling (Algorithm R) of input rows */
-        uint64_t seen = sl->rows_seen++;
+            sl->in_max[j] = fmaxf(sl->in_max[j], fabsf(xr[j]));
+        uint64_t row = sl->rows_seen++;
+        if (row % 2 == 0) { /* fitting half */
+            for (uint32_t j = 0; j < in_cols; j++)
+                sl->in_max_fit[j] = fmaxf(sl->in_max_fit[j], fabsf(xr[j]));
+            continue;
+        }
+        /* held-out half: reservoir sampling (Algorithm R) */
+        uint64_t seen = row / 2;
         uint64_t slot = seen < c->sample_rows ? seen : next_rand(&c->rng) % (seen + 1);
         if (slot < c->sample_rows) {
             memcpy(sl->sample + slot * in_cols, xr, sizeof(float) * in_cols);

@@ -16,8 +16,9 @@
 struct quantizer_calib_slot {
     uint32_t in_cols, out_cols;
     float *in_max;        /* [in_cols] S_I: max |x| per input channel (NULL for K, V, up) */
+    float *in_max_fit;    /* [in_cols] the same over the even input rows only */
     float *out_max;       /* [out_cols] S_O: max |y| per output channel */
-    float *sample;        /* [sample_rows][in_cols] input rows (reservoir sample) */
+    float *sample;        /* [sample_rows][in_cols] odd input rows (reservoir sample) */
     uint32_t n_sample;    /* rows of sample filled */
     uint64_t rows_seen;   /* input rows observed */
 };
@@ -81,6 +82,7 @@ struct quantizer_smooth_member {
 struct quantizer_smooth_group {
     uint32_t in;               /* input width */
     const float *in_max;       /* [in] S_I (for O: made common within kv groups) */
+    const float *in_max_fit;   /* [in] S_I of the rows that exclude x, or NULL */
     const float *x;            /* [n_sample][in] calibration input rows */
     uint32_t n_sample;
     struct quantizer_smooth_member m[3];
@@ -100,13 +102,16 @@ float quantizer_smooth_act_max(const float *in_max, const float *s, uint32_t n);
  * on its calibration rows when its input is divided by s and its weights
  * multiplied by s, quantized exactly as the final model will be: weights by
  * the rule (widths, clipping), activations per tensor with the static scale
- * max|x/s| / 127. At most max_rows output rows per member are evaluated
- * (evenly spaced; 0 = all). INFINITY when out of memory. */
+ * max_j (S_I,j / s_j) / 127, S_I being in_max_fit when given (the rows x
+ * then test scales they did not set) else in_max. At most max_rows output
+ * rows per member are evaluated (evenly spaced; 0 = all). INFINITY when out
+ * of memory. */
 double quantizer_smooth_error(const struct quantizer_smooth_group *g, const float *s,
                               const struct quantizer_tensor_rule *rule, uint32_t max_rows);
 /* Grid search of alpha in {0, 1/steps, ..., 1} minimizing
- * quantizer_smooth_error; writes s = S_I^alpha for the best (the smallest
- * alpha on ties) into s_out and returns alpha (-1 when out of memory). */
+ * quantizer_smooth_error with s = S^alpha (S = in_max_fit when given, else
+ * in_max); writes s = in_max^alpha for the best (the smallest alpha on ties)
+ * into s_out and returns alpha (-1 when out of memory). */
 double quantizer_smooth_search(const struct quantizer_smooth_group *g,
                                const struct quantizer_tensor_rule *rule, uint32_t steps,
                                uint32_t max_rows, float *s_out, double *err_out);

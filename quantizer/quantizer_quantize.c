@@ -243,7 +243,8 @@ static int layer_load(struct qctx *q, int layer, struct layer_f *l)
 /* Chooses one group's input scaling into *s_out (NULL when the method does
  * not smooth or calibration has no inputs for the group). */
 static int choose_scaling(struct qctx *q, const struct quantizer_calib_slot *sl,
-                          const float *in_max, const struct quantizer_smooth_member *m, int nm,
+                          const float *in_max, const float *in_max_fit,
+                          const struct quantizer_smooth_member *m, int nm,
                           const float *row_weight, float **s_out, double *alpha_out)
 {
     *s_out = NULL;
@@ -266,6 +267,8 @@ static int choose_scaling(struct qctx *q, const struct quantizer_calib_slot *sl,
     } else {
         struct quantizer_smooth_group g = {.in = in, .in_max = in_max, .x = sl->sample,
                                            .n_sample = sl->n_sample, .nm = nm};
+        if (!q->o->search_in_sample)
+            g.in_max_fit = in_max_fit;
         memcpy(g.m, m, sizeof(*m) * (size_t)nm);
         struct quantizer_tensor_rule r = rule_for(q, row_weight);
         alpha = quantizer_smooth_search(&g, &r, q->o->alpha_steps, SEARCH_ROWS, s, NULL);
@@ -300,21 +303,27 @@ static int smooth_layer(struct qctx *q, int li, const struct layer_f *l)
     struct quantizer_smooth_member gu[2] = {{l->t[FORMAT_ROLE_W_GATE], F, D},
                                             {l->t[FORMAT_ROLE_W_UP], F, D}};
     struct quantizer_smooth_member dn[1] = {{l->t[FORMAT_ROLE_W_DOWN], D, F}};
-    float *omax = NULL;
+    float *omax = NULL, *ofit = NULL;
     if (so && uses_smoothing(q->o->method)) {
-        if (!(omax = malloc(sizeof(float) * Q))) {
+        omax = malloc(sizeof(float) * Q);
+        ofit = malloc(sizeof(float) * Q);
+        if (!omax || !ofit) {
+            free(omax);
+            free(ofit);
             sl_err_set(q->err, "out of memory");
             return -ENOMEM;
         }
         quantizer_smooth_o_common(c, so->in_max, omax);
+        quantizer_smooth_o_common(c, so->in_max_fit, ofit);
     }
     /* the search's allocation of a multi-member group uses the first member's
      * cmpq weights only when cmpq smooths, which it does not: NULL */
     float **s = q->s + (size_t)li * G_N;
     double *a = q->alpha + (size_t)li * G_N;
-    int ret = choose_scaling(q, sq, sq ? sq->in_max : NULL, qkv, 3, NULL, &s[G_QKV], &a[G_QKV]);
+    int ret = choose_scaling(q, sq, sq ? sq->in_max : NULL, sq ? sq->in_max_fit : NULL, qkv, 3,
+                             NULL, &s[G_QKV], &a[G_QKV]);
     if (!ret)
-        ret = choose_scaling(q, so, omax, o, 1, NULL, &s[G_O], &a[G_O]);
+        ret = choose_scaling(q, so, omax, ofit, o, 1, NULL, &s[G_O], &a[G_O]);
     if (!ret && s[G_O]) {
         /* SmoothQuant's s also depends on W_o's columns: make it common to
          * each kv group too (S_I^alpha of the common maxima already is) */
@@ -322,10 +331,13 @@ static int smooth_layer(struct qctx *q, int li, const struct layer_f *l)
         quantizer_smooth_o_common(c, omax, s[G_O]);
     }
     if (!ret)
-        ret = choose_scaling(q, sg, sg ? sg->in_max : NULL, gu, 2, NULL, &s[G_GU], &a[G_GU]);
+        ret = choose_scaling(q, sg, sg ? sg->in_max : NULL, sg ? sg->in_max_fit : NULL, gu, 2,
+                             NULL, &s[G_GU], &a[G_GU]);
     if (!ret)
-        ret = choose_scaling(q, sd, sd ? sd->in_max : NULL, dn, 1, NULL, &s[G_DOWN], &a[G_DOWN]);
+        ret = choose_scaling(q, sd, sd ? sd->in_max : NULL, sd ? sd->in_max_fit : NULL, dn, 1,
+                             NULL, &s[G_DOWN], &a[G_DOWN]);
     free(omax);
+    free(ofit);
     return ret;
 }
 
@@ -520,7 +532,8 @@ static int pass1(struct qctx *q)
     if (ret == 0 && !c->tied_embedding) {
         const struct quantizer_calib_slot *sl = input_slot(q, -1, FORMAT_ROLE_CLASSIFIER);
         struct quantizer_smooth_member m[1] = {{cls, c->vocab_size, c->dim}};
-        ret = choose_scaling(q, sl, sl ? sl->in_max : NULL, m, 1, NULL, &q->s_cls,
+        ret = choose_scaling(q, sl, sl ? sl->in_max : NULL, sl ? sl->in_max_fit : NULL, m, 1,
+                             NULL, &q->s_cls,
                              &q->alpha[(size_t)c->n_layers * G_N]);
     }
     if (ret == 0 && global) {
@@ -757,6 +770,9 @@ static int write_meta(const struct qctx *q, struct format_writer *w, struct sl_e
                    o->metric == QUANTIZER_METRIC_EXACT ? "exact" : "proxy");
     if (!ret)
         ret = meta(w, "quant.clip", err, "%s", clip_names[q->clip]);
+    if (!ret && o->method == QUANTIZER_METHOD_EDGEFLOW && o->alpha < 0)
+        ret = meta(w, "quant.alpha_search", err, "%s",
+                   o->search_in_sample ? "in-sample" : "held-out");
     if (!ret)
         ret = meta(w, "quant.activations", err, "%s",
                    o->act_dynamic || !q->calib ? "dynamic" : "static");

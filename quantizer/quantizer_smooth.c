@@ -182,13 +182,19 @@ static int smooth_eval_init(struct smooth_eval *e, const struct quantizer_smooth
     return 0;
 }
 
+/* The maxima the searched scales and the static activation scale come from. */
+static const float *fit_max(const struct quantizer_smooth_group *g)
+{
+    return g->in_max_fit ? g->in_max_fit : g->in_max;
+}
+
 static double smooth_eval_error(const struct smooth_eval *e, const struct quantizer_smooth_group *g,
                                 const float *s, const struct quantizer_tensor_rule *rule)
 {
     const uint32_t n = g->n_sample, in = g->in;
     if (n == 0)
         return 0;
-    float act_max = quantizer_smooth_act_max(g->in_max, s, in);
+    float act_max = quantizer_smooth_act_max(fit_max(g), s, in);
     float sx = act_max > 0 ? act_max / 127.0f : 1.0f;
     uint32_t rows = 0;
     for (int k = 0; k < g->nm; k++)
@@ -245,7 +251,7 @@ double quantizer_smooth_search(const struct quantizer_smooth_group *g,
         steps = 10;
     for (uint32_t k = 0; k <= steps; k++) {
         double a = (double)k / steps;
-        quantizer_smooth_scales(g->in_max, g->in, a, s);
+        quantizer_smooth_scales(fit_max(g), g->in, a, s);
         double e = smooth_eval_error(&ev, g, s, rule);
         if (isinf(e)) {
             smooth_eval_fini(&ev);

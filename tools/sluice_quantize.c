@@ -46,6 +46,9 @@ static void usage(FILE *f)
             "                        counts alike, default) or weight (every weight's RE)\n"
             "  --alpha A             fixed smoothing exponent instead of the search\n"
             "  --alpha-steps N       search grid {0, 1/N, ..., 1} (default 10)\n"
+            "  --alpha-search S      held-out (default): the search fits its scales on half\n"
+            "                        of the calibration rows and measures the error on the\n"
+            "                        other half; in-sample: on the rows that set the scales\n"
             "  --act static          static per-tensor activation scales from calibration,\n"
             "                        max|x/s|/127 after smoothing (default)\n"
             "  --act dynamic         activation scale per matmul call (max|x|/127)\n"
@@ -121,6 +124,7 @@ int cmd_quantize(int argc, char **argv)
     static const char *const metrics[] = {"proxy", "exact"};
     static const char *const clips[] = {"default", "none", "mse"};
     static const char *const acts[] = {"static", "dynamic"};
+    static const char *const searches[] = {"held-out", "in-sample"};
     const char *src = NULL, *out = NULL, *calib_path = NULL, *tokenizer = NULL;
     struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .alpha = -1,
                                .encoding = FORMAT_ENC_ADAPTIVE};
@@ -168,6 +172,8 @@ int cmd_quantize(int argc, char **argv)
         } else if (!strcmp(a, "--alpha-steps")) {
             bad = tools_parse_u32(argv[++i], &o.alpha_steps) || o.alpha_steps < 1 ||
                   o.alpha_steps > 1000;
+        } else if (!strcmp(a, "--alpha-search")) {
+            bad = parse_choice(argv[++i], searches, 2, &o.search_in_sample);
         } else if (!strcmp(a, "--act")) {
             bad = parse_choice(argv[++i], acts, 2, &o.act_dynamic);
         } else if (!strcmp(a, "--encoding")) {

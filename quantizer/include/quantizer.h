@@ -226,6 +226,8 @@ struct quantizer_opts {
     int act_dynamic;             /* 1: no static activation scales (act_scale 0) */
     double alpha;                /* < 0: grid search (edgeflow; smoothquant: 0.5); else fixed */
     uint32_t alpha_steps;        /* grid {0, 1/steps, ..., 1}; 0 = 10 */
+    int search_in_sample;        /* 1: the search's error on rows that also set its scales;
+                                    0: on held-out calibration rows (quantizer_calib.c) */
     uint32_t encoding;           /* FORMAT_ENC_ADAPTIVE (0: adaptive too), _INT4INT8, _BITPLANE */
     int float_out;               /* 1: write the smoothed model unquantized (F32 linear
                                     weights, no activation scales): tests, analysis */
