@@ -30,13 +30,14 @@ void fs_options_init(struct fs_options *o)
 {
     memset(o, 0, sizeof *o);
     o->clone_fd = 1;
-    o->max_threads = 8;
+    o->max_threads = 64;
     o->max_background = 128;
     o->max_readahead = 4u << 20;
     o->max_pages = 256;
     o->keep_cache = 1;
     o->splice = 1;
     o->prefetch = 1;
+    o->store_direct = 1;
 }
 
 static int parse_u32(const char *word, const char *val, uint32_t lo, uint32_t hi, uint32_t *out,
@@ -71,6 +72,8 @@ int fs_options_parse(struct fs_options *o, const char *w, struct sl_err *err)
         {"splice", offsetof(struct fs_options, splice), 1},
         {"nosplice", offsetof(struct fs_options, splice), 0},
         {"pagecache", offsetof(struct fs_options, pagecache), 1},
+        {"store_direct", offsetof(struct fs_options, store_direct), 1},
+        {"nostore_direct", offsetof(struct fs_options, store_direct), 0},
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strcmp(w, flags[i].name)) {

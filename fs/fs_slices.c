@@ -51,7 +51,8 @@ struct fs_slot {
     uint64_t tick;     /* last acquire (LRU) */
     uint32_t pins;
     uint32_t waiters;  /* readers waiting in acquire: a slot they wait for is not evicted */
-    uint8_t *buf;      /* memory slices when ready/loading, capacity = length */
+    uint8_t *buf;      /* memory slices when ready/loading */
+    uint64_t cap;      /* its capacity (whole huge pages) */
 };
 
 struct fs_store {
@@ -100,6 +101,46 @@ int fs_guarded(int (*fn)(void *), void *arg)
     return ret;
 }
 
+/* ---- buffers ------------------------------------------------------------------------ */
+
+/* Slice buffers of 2 MiB and more are anonymous mappings in whole huge
+ * pages: a fresh buffer faults 512 times fewer, and pinning it for each
+ * reply (the kernel copies FUSE replies from pinned user pages) walks one
+ * entry per 2 MiB. Smaller ones stay in 4 KiB pages. */
+#define HUGE (2u << 20)
+
+static uint64_t buf_cap(uint64_t len)
+{
+    return sl_align_up(len, len >= HUGE ? HUGE : 4096);
+}
+
+static uint8_t *buf_alloc(uint64_t cap)
+{
+    if (cap < HUGE) {
+        uint8_t *p = mmap(NULL, (size_t)cap, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+    /* over-map by one huge page to align the start, then trim */
+    size_t map = (size_t)cap + HUGE;
+    uint8_t *p = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    uint8_t *a = (uint8_t *)sl_align_up((uint64_t)(uintptr_t)p, HUGE);
+    if (a > p)
+        munmap(p, (size_t)(a - p));
+    if (a + cap < p + map)
+        munmap(a + cap, (size_t)(p + map - (a + cap)));
+    madvise(a, (size_t)cap, MADV_HUGEPAGE);
+    return a;
+}
+
+static void buf_free(uint8_t *p, uint64_t cap)
+{
+    if (p)
+        munmap(p, (size_t)cap);
+}
+
 /* ---- creation ------------------------------------------------------------------------ */
 
 int fs_store_create(struct fs_state *s, struct fs_store **out, struct sl_err *err)
@@ -130,7 +171,8 @@ int fs_store_create(struct fs_state *s, struct fs_store **out, struct sl_err *er
         sl_err_set(err, "%s: %s", s->container, strerror(errno));
         goto fail;
     }
-    st->fd = open(s->container, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    posix_fadvise(st->fd_splice, 0, 0, POSIX_FADV_SEQUENTIAL);
+    st->fd = s->opts.store_direct ? open(s->container, O_RDONLY | O_CLOEXEC | O_DIRECT) : -1;
     st->stats.direct = st->fd >= 0;
     if (st->fd < 0)
         st->fd = st->fd_splice; /* tmpfs and friends: buffered reads */
@@ -143,15 +185,19 @@ int fs_store_create(struct fs_state *s, struct fs_store **out, struct sl_err *er
     }
 
     /* budget: room for the slice being served, the one loading and one more */
-    uint64_t largest_layer = 0;
+    uint64_t largest_layer = 0, largest = 0;
     for (uint32_t i = 0; i < st->n; i++) {
         const struct format_slice_info *si = format_reader_slice(s->r, i);
-        if (si->kind == FORMAT_SLICE_LAYER && si->length > largest_layer)
-            largest_layer = si->length;
+        if (si->kind == FORMAT_SLICE_LAYER && buf_cap(si->length) > largest_layer)
+            largest_layer = buf_cap(si->length);
+        if (buf_cap(si->length) > largest)
+            largest = buf_cap(si->length);
     }
     st->budget = (uint64_t)s->opts.cache_mb << 20;
     if (!st->budget) {
-        st->budget = 3 * largest_layer;
+        /* three of the largest slices, unless those are embedding or head
+         * slices much larger than a layer (they then go the page-cache way) */
+        st->budget = 3 * (largest <= 2 * largest_layer ? largest : largest_layer);
         if (st->budget < (256ull << 20))
             st->budget = 256ull << 20;
     }
@@ -159,7 +205,7 @@ int fs_store_create(struct fs_state *s, struct fs_store **out, struct sl_err *er
     st->prefetch = s->opts.prefetch;
     for (uint32_t i = 0; i < st->n; i++)
         st->slots[i].mem = !s->opts.pagecache &&
-                           format_reader_slice(s->r, i)->length <= st->budget / 2;
+                           buf_cap(format_reader_slice(s->r, i)->length) <= st->budget / 2;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -187,7 +233,7 @@ void fs_store_destroy(struct fs_store *st)
         pthread_join(st->thread, NULL);
     }
     for (uint32_t i = 0; st->slots && i < st->n; i++)
-        sl_free_aligned(st->slots[i].buf);
+        buf_free(st->slots[i].buf, st->slots[i].cap);
     free(st->slots);
     if (st->map != MAP_FAILED)
         munmap((void *)st->map, st->map_len);
@@ -292,13 +338,14 @@ static struct fs_slot *pick_job(struct fs_store *st, uint32_t *idx)
     return best;
 }
 
-/* Under mu: memory for a slice of len bytes. Evicts unpinned ready memory
- * slots, least recently used first; a prefetch evicts only slots a reader has
- * already touched (never another prefetch). Returns a buffer (possibly a
- * victim's, reused), or NULL when nothing can be evicted now. */
-static uint8_t *make_room(struct fs_store *st, uint64_t len, int demand)
+/* Under mu: a buffer of capacity >= cap. Evicts unpinned ready memory slots,
+ * least recently used first; a prefetch evicts only slots a reader has
+ * already touched (never another prefetch). A victim's buffer that is big
+ * enough is reused as it is (no fresh pages to fault and zero). Returns the
+ * buffer and its capacity, or NULL when nothing can be evicted now. */
+static uint8_t *make_room(struct fs_store *st, uint64_t cap, int demand, uint64_t *got)
 {
-    while (st->resident + len > st->budget) {
+    while (st->resident + cap > st->budget) {
         struct fs_slot *victim = NULL;
         for (uint32_t i = 0; i < st->n; i++) {
             struct fs_slot *sl = &st->slots[i];
@@ -310,20 +357,25 @@ static uint8_t *make_room(struct fs_store *st, uint64_t len, int demand)
         }
         if (!victim)
             return NULL;
-        uint64_t vlen = format_reader_slice(st->r, (uint32_t)(victim - st->slots))->length;
         uint8_t *b = victim->buf;
+        uint64_t vcap = victim->cap;
         victim->buf = NULL;
+        victim->cap = 0;
         victim->state = SLOT_IDLE;
         victim->touched = 0;
         st->stats.evictions++;
-        if (vlen == len)
-            return b; /* same size: reuse the buffer, resident unchanged */
-        sl_free_aligned(b);
-        st->resident -= vlen;
+        if (vcap >= cap) {
+            *got = vcap; /* reuse: resident unchanged */
+            return b;
+        }
+        buf_free(b, vcap);
+        st->resident -= vcap;
     }
-    uint8_t *b = sl_alloc_aligned(len, 4096);
-    if (b)
-        st->resident += len;
+    uint8_t *b = buf_alloc(cap);
+    if (b) {
+        st->resident += cap;
+        *got = cap;
+    }
     return b;
 }
 
@@ -340,8 +392,9 @@ static void *loader_main(void *p)
         }
         uint64_t len = format_reader_slice(st->r, i)->length;
         uint8_t *buf = NULL;
+        uint64_t cap = 0;
         if (sl->mem) {
-            buf = make_room(st, len, sl->demand);
+            buf = make_room(st, buf_cap(len), sl->demand, &cap);
             if (!buf && !sl->demand) {
                 sl->state = SLOT_IDLE; /* no room for a prefetch: drop it */
                 sl->by_prefetch = 0;
@@ -378,6 +431,7 @@ static void *loader_main(void *p)
         if (ret == 0) {
             sl->state = SLOT_READY;
             sl->buf = buf;
+            sl->cap = cap;
             sl->touched = 0;
             if (buf) {
                 st->stats.loads++;
@@ -388,8 +442,8 @@ static void *loader_main(void *p)
             sl->bad = 1;
             st->stats.verify_failures++;
             if (buf) {
-                sl_free_aligned(buf);
-                st->resident -= len;
+                buf_free(buf, cap);
+                st->resident -= cap;
             }
         }
         pthread_cond_broadcast(&st->changed);

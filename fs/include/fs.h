@@ -61,7 +61,9 @@ struct fs_options {
     /* request loop */
     int single_thread;         /* 1: fuse_session_loop instead of the multithreaded loop */
     int clone_fd;              /* 1 (default): one /dev/fuse descriptor per worker thread */
-    uint32_t max_threads;      /* multithreaded loop: worker threads (default 8) */
+    uint32_t max_threads;      /* multithreaded loop: worker threads (default 64: a worker
+                                  waiting for a slice load must not hold up the
+                                  requests that memory can serve) */
     /* kernel side */
     uint32_t max_background;   /* requests in flight (kernel default 12; default 128) */
     uint32_t max_readahead;    /* bytes (default 4 MiB) */
@@ -71,8 +73,10 @@ struct fs_options {
     /* serving */
     int splice;                /* 1 (default): splice page-cache slices from the container fd */
     int pagecache;             /* 1: verify and serve every slice through the page cache */
-    uint32_t cache_mb;         /* memory for verified slices; 0: max(256 MiB, 3 x largest slice) */
+    uint32_t cache_mb;         /* memory for verified slices; 0: max(256 MiB, 3 x largest slice,
+                                  embedding/head slices over twice a layer's not counted) */
     uint32_t prefetch;         /* slices read ahead of a sequential reader (default 1) */
+    int store_direct;          /* 1 (default): memory slices are read with O_DIRECT */
     /* process */
     const char *cgroup;        /* directory of a cgroup to join before serving, or NULL */
     const char *log_path;      /* file to append log lines to, or NULL (stderr/syslog) */
