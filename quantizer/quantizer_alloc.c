@@ -238,11 +238,28 @@ static void sift_down(struct heap_item *h, size_t n, size_t i)
     }
 }
 
-static double gain_key(const double *re, const double *weight, const uint64_t *cost, uint32_t c,
-                       uint32_t b)
+/* The best next step of channel c from width b: k more bits (k * cost within
+ * the budget left) with the largest RE reduction per bit, weighted, per
+ * weight; *k_out = 0 when no step fits. For curves whose gains decrease with
+ * B (the closed form) the best step is always k = 1, which is Algorithm 1;
+ * for others (the exact metric: with the max scale 2 bits are worse than a
+ * 1-bit sign quantizer) it is a step along the curve's lower convex hull, so
+ * a channel is not stuck behind a bit that by itself makes things worse. */
+static double step_key(const double *re, const double *weight, const uint64_t *cost, uint32_t c,
+                       uint32_t b, double budget, uint32_t *k_out)
 {
-    double g = re[(size_t)c * 9 + b] - re[(size_t)c * 9 + b + 1];
-    return g * (weight ? weight[c] : 1.0) / (double)(cost ? cost[c] : 1);
+    const double *r = re + (size_t)c * 9;
+    const double cc = (double)(cost ? cost[c] : 1);
+    double best = -INFINITY;
+    *k_out = 0;
+    for (uint32_t k = 1; b + k <= 8 && k * cc <= budget; k++) {
+        double g = (r[b] - r[b + k]) / k;
+        if (g > best) {
+            best = g;
+            *k_out = k;
+        }
+    }
+    return best * (weight ? weight[c] : 1.0) / cc;
 }
 
 int quantizer_allocate(uint32_t n, const double *re, const double *weight, const uint64_t *cost,
@@ -264,22 +281,28 @@ int quantizer_allocate(uint32_t n, const double *re, const double *weight, const
     if (!h)
         return -ENOMEM;
     size_t hn = 0;
+    uint32_t k;
     for (uint32_t c = 0; c < n; c++) {
         widths[c] = 1;
-        h[hn++] = (struct heap_item){gain_key(re, weight, cost, c, 1), c};
+        double key = step_key(re, weight, cost, c, 1, budget, &k);
+        if (k)
+            h[hn++] = (struct heap_item){key, c};
     }
     for (size_t i = hn / 2; i-- > 0;)
         sift_down(h, hn, i);
     while (hn > 0) {
         uint32_t c = h[0].ch;
-        double cc = (double)(cost ? cost[c] : 1);
-        if (cc > budget) {
-            h[0] = h[--hn]; /* its next bit does not fit; a cheaper channel's might */
+        /* the key may be stale: a longer step may no longer fit the budget */
+        double key = step_key(re, weight, cost, c, widths[c], budget, &k);
+        if (k == 0) {
+            h[0] = h[--hn]; /* nothing fits any more; a cheaper channel's bit might */
+        } else if (key < h[0].key) {
+            h[0].key = key; /* re-queue with the step that fits */
         } else {
-            budget -= cc;
-            if (++widths[c] < 8)
-                h[0].key = gain_key(re, weight, cost, c, widths[c]);
-            else
+            budget -= (double)k * (double)(cost ? cost[c] : 1);
+            widths[c] = (uint8_t)(widths[c] + k);
+            h[0].key = step_key(re, weight, cost, c, widths[c], budget, &k);
+            if (k == 0)
                 h[0] = h[--hn];
         }
         if (hn)

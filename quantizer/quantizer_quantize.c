@@ -47,7 +47,7 @@
 
 /* The clipping rule QUANTIZER_CLIP_DEFAULT stands for (measured:
  * docs/BENCHMARKS-accuracy.md). */
-#define CLIP_DEFAULT QUANTIZER_CLIP_NONE
+#define CLIP_DEFAULT QUANTIZER_CLIP_MSE
 /* Output rows per member evaluated in the alpha search (evenly spaced). */
 #define SEARCH_ROWS 128
 
@@ -174,16 +174,17 @@ static int uses_smoothing(enum quantizer_method m)
     return m == QUANTIZER_METHOD_EDGEFLOW || m == QUANTIZER_METHOD_SMOOTHQUANT;
 }
 
-static int uses_allocation(enum quantizer_method m)
+static int uses_allocation(const struct quantizer_opts *o)
 {
-    return m == QUANTIZER_METHOD_EDGEFLOW || m == QUANTIZER_METHOD_CMPQ;
+    return (o->method == QUANTIZER_METHOD_EDGEFLOW || o->method == QUANTIZER_METHOD_CMPQ) &&
+           !o->uniform_widths;
 }
 
 static struct quantizer_tensor_rule rule_for(const struct qctx *q, const float *out_max)
 {
     struct quantizer_tensor_rule r = {.bits = q->o->bits, .metric = q->o->metric,
                                       .clip = q->clip};
-    if (!uses_allocation(q->o->method))
+    if (!uses_allocation(q->o))
         r.uniform_bits = (uint8_t)q->o->bits;
     if (q->o->method == QUANTIZER_METHOD_CMPQ)
         r.row_weight = out_max;
@@ -481,7 +482,7 @@ static uint64_t count_channels(const struct format_config *c)
 static int pass1(struct qctx *q)
 {
     const struct format_config *c = q->c;
-    int global = q->o->budget == QUANTIZER_BUDGET_GLOBAL && uses_allocation(q->o->method);
+    int global = q->o->budget == QUANTIZER_BUDGET_GLOBAL && uses_allocation(q->o);
     int ret = 0;
     if (!global && !(uses_smoothing(q->o->method) && q->calib))
         return 0; /* nothing to choose before writing */
@@ -765,6 +766,8 @@ static int write_meta(const struct qctx *q, struct format_writer *w, struct sl_e
     if (!ret && o->budget == QUANTIZER_BUDGET_GLOBAL)
         ret = meta(w, "quant.global_objective", err, "%s",
                    o->global == QUANTIZER_GLOBAL_WEIGHT ? "weight" : "tensor-mean");
+    if (!ret && (o->method == QUANTIZER_METHOD_EDGEFLOW || o->method == QUANTIZER_METHOD_CMPQ))
+        ret = meta(w, "quant.widths", err, "%s", o->uniform_widths ? "uniform" : "allocated");
     if (!ret)
         ret = meta(w, "quant.metric", err, "%s",
                    o->metric == QUANTIZER_METRIC_EXACT ? "exact" : "proxy");
@@ -805,9 +808,10 @@ static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
         sl_err_set(err, "unknown method %d", (int)o->method);
         return -EINVAL;
     }
-    if (!uses_allocation(o->method) && o->bits != floor(o->bits)) {
-        sl_err_set(err, "method %s stores every channel at the same width: bits must be an "
-                        "integer (got %g)", quantizer_method_name(o->method), o->bits);
+    if (!uses_allocation(o) && o->bits != floor(o->bits)) {
+        sl_err_set(err, "%s stores every channel at the same width: bits must be an integer "
+                        "(got %g)", o->uniform_widths ? "uniform_widths" : quantizer_method_name(o->method),
+                   o->bits);
         return -EINVAL;
     }
     if (o->alpha > 1 || isnan(o->alpha)) {
@@ -821,7 +825,7 @@ static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
         return -EINVAL;
     }
     if ((unsigned)o->budget > QUANTIZER_BUDGET_GLOBAL ||
-        (unsigned)o->global > QUANTIZER_GLOBAL_WEIGHT ||
+        (unsigned)o->global > QUANTIZER_GLOBAL_TENSOR_MEAN ||
         (unsigned)o->metric > QUANTIZER_METRIC_EXACT || (unsigned)o->clip > QUANTIZER_CLIP_MSE) {
         sl_err_set(err, "bad quantizer option value");
         return -EINVAL;

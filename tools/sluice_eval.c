@@ -19,15 +19,20 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice eval MODEL --ref REF --text FILE [--ctx N] [--max-chunks K] [--json]\n"
-            "                   [--tokenizer FILE]\n\n"
+            "                   [--kl-out FILE] [--tokenizer FILE]\n\n"
             "Accuracy of MODEL (typically quantized) against REF (typically its float source)\n"
             "on a text, as llama.cpp's llama-perplexity --kl-divergence measures it: the text\n"
             "is tokenized as one stream, cut into chunks of N tokens (default min(context,\n"
             "512)), the first token of each chunk replaced by BOS, and only the second half of\n"
             "each chunk is scored. Reports the perplexity of both, the mean and 99th\n"
             "percentile of KL(P_ref || P_model) per scored token, and how often both models'\n"
-            "most likely token agree (top-1). --json: one object with ppl, ppl_ref, kl_mean,\n"
-            "kl_p99, top1_agreement, tokens. Models may also be importable sources.\n");
+            "most likely token agree (top-1). All of it in double precision. --json: one\n"
+            "object with ppl, ppl_ref, kl_mean, kl_mean_se (standard error), kl_p99,\n"
+            "top1_agreement, tokens, ctx, chunks. Models may also be importable sources\n"
+            "(llama2.c .bin with --tokenizer), imported to temporary containers first.\n"
+            "--max-chunks K evaluates at most the first K chunks. --kl-out FILE writes the\n"
+            "KL divergence of every scored token, one a line in text order (for paired\n"
+            "comparisons of two models on the same text).\n");
 }
 
 /* log-softmax of logits[n] into out (double) */
@@ -71,7 +76,7 @@ static int open_model(const char *path, const char *tokenizer, char *tmp, size_t
 
 int cmd_eval(int argc, char **argv)
 {
-    const char *model = NULL, *ref = NULL, *text = NULL, *tokenizer = NULL;
+    const char *model = NULL, *ref = NULL, *text = NULL, *tokenizer = NULL, *kl_out = NULL;
     uint32_t ctx = 0, max_chunks = 0;
     int json = 0;
     for (int i = 1; i < argc; i++) {
@@ -90,6 +95,8 @@ int cmd_eval(int argc, char **argv)
             bad = tools_parse_u32(argv[++i], &ctx) || ctx < 4;
         } else if (!strcmp(a, "--max-chunks") && i + 1 < argc) {
             bad = tools_parse_u32(argv[++i], &max_chunks);
+        } else if (!strcmp(a, "--kl-out") && i + 1 < argc) {
+            kl_out = argv[++i];
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (a[0] == '-' || model) {
@@ -190,9 +197,26 @@ int cmd_eval(int argc, char **argv)
         tools_progress_cb(&prog, "chunks", k + 1, n_chunks);
     }
     tools_progress_end(&prog);
+    if (kl_out) { /* per-token values in scoring order, for paired comparisons */
+        FILE *f = fopen(kl_out, "w");
+        int bad = !f;
+        for (uint64_t i = 0; !bad && i < scored; i++)
+            bad = fprintf(f, "%.17g\n", kls[i]) < 0;
+        if (f && fclose(f) != 0)
+            bad = 1;
+        if (bad) {
+            sl_err_set(&err, "%s: cannot write", kl_out);
+            goto fail;
+        }
+    }
+    double kl_mean = kl_sum / scored, kl_var = 0;
+    for (uint64_t i = 0; i < scored; i++)
+        kl_var += (kls[i] - kl_mean) * (kls[i] - kl_mean);
+    /* standard error of the mean, as llama-perplexity prints it (tokens of
+     * a text are not independent: read it as a lower bound) */
+    double kl_se = scored > 1 ? sqrt(kl_var / (double)(scored - 1) / (double)scored) : 0;
     qsort(kls, scored, sizeof(double), cmp_double);
     double ppl = exp(nll_m / scored), ppl_ref = exp(nll_r / scored);
-    double kl_mean = kl_sum / scored;
     double kl_p99 = kls[(size_t)((scored - 1) * 0.99)];
     double top1 = (double)agree / scored;
     if (json) {
@@ -200,6 +224,7 @@ int cmd_eval(int argc, char **argv)
         cJSON_AddNumberToObject(o, "ppl", ppl);
         cJSON_AddNumberToObject(o, "ppl_ref", ppl_ref);
         cJSON_AddNumberToObject(o, "kl_mean", kl_mean);
+        cJSON_AddNumberToObject(o, "kl_mean_se", kl_se);
         cJSON_AddNumberToObject(o, "kl_p99", kl_p99);
         cJSON_AddNumberToObject(o, "top1_agreement", top1);
         cJSON_AddNumberToObject(o, "tokens", (double)scored);
@@ -212,9 +237,9 @@ int cmd_eval(int argc, char **argv)
     } else {
         printf("%s vs %s on %s: %llu scored tokens (%u chunks of %u)\n", model, ref, text,
                (unsigned long long)scored, n_chunks, ctx);
-        printf("perplexity %.4f (ref %.4f)\nKL divergence mean %.6f, p99 %.6f\ntop-1 agreement "
-               "%.2f%%\n",
-               ppl, ppl_ref, kl_mean, kl_p99, 100 * top1);
+        printf("perplexity %.4f (ref %.4f)\nKL divergence mean %.6f +- %.6f, p99 %.6f\n"
+               "top-1 agreement %.2f%%\n",
+               ppl, ppl_ref, kl_mean, kl_se, kl_p99, 100 * top1);
     }
     status = 0;
 fail:

@@ -42,8 +42,10 @@ static void usage(FILE *f)
             "                        output activation magnitude S_O^2, no smoothing\n"
             "  --budget tensor       B per tensor, as in the paper (default: measured better)\n"
             "  --budget global       B over all quantized weights of the model\n"
-            "  --global-objective O  with --budget global: tensor-mean (every tensor's mean RE\n"
-            "                        counts alike, default) or weight (every weight's RE)\n"
+            "  --global-objective O  with --budget global: weight (every weight's RE counts\n"
+            "                        alike, default) or tensor-mean (every tensor's mean RE)\n"
+            "  --uniform-widths      edgeflow/cmpq without the allocation: every channel at B\n"
+            "                        bits (ablation)\n"
             "  --alpha A             fixed smoothing exponent instead of the search\n"
             "  --alpha-steps N       search grid {0, 1/N, ..., 1} (default 10)\n"
             "  --alpha-search S      held-out (default): the search fits its scales on half\n"
@@ -52,9 +54,9 @@ static void usage(FILE *f)
             "  --act static          static per-tensor activation scales from calibration,\n"
             "                        max|x/s|/127 after smoothing (default)\n"
             "  --act dynamic         activation scale per matmul call (max|x|/127)\n"
-            "  --clip none|mse       weight scale from max|w| (none, default) or the clipped\n"
-            "                        max minimizing the channel's squared error (mse); for\n"
-            "                        every method alike\n"
+            "  --clip mse|none       weight scale: the clipped max minimizing the channel's\n"
+            "                        squared error (mse, default), or max|w| (none, the\n"
+            "                        paper's); for every method alike\n"
             "  --metric proxy|exact  RE closed form (default) or exact cosine distance\n"
             "  --encoding E          packed layout: adaptive (default), int4int8, bitplane\n"
             "  --float               write the smoothed model unquantized (F32 weights)\n"
@@ -120,7 +122,7 @@ static void summary(const char *out, const struct quantizer_opts *o,
 int cmd_quantize(int argc, char **argv)
 {
     static const char *const budgets[] = {"tensor", "global"};
-    static const char *const globals[] = {"tensor-mean", "weight"};
+    static const char *const globals[] = {"weight", "tensor-mean"};
     static const char *const metrics[] = {"proxy", "exact"};
     static const char *const clips[] = {"default", "none", "mse"};
     static const char *const acts[] = {"static", "dynamic"};
@@ -137,6 +139,9 @@ int cmd_quantize(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--float")) {
             o.float_out = 1;
+            continue;
+        } else if (!strcmp(a, "--uniform-widths")) {
+            o.uniform_widths = 1;
             continue;
         } else if (a[0] == '-' && i + 1 >= argc) {
             fprintf(stderr, "sluice quantize: %s needs a value (see --help)\n", a);

@@ -96,7 +96,9 @@ const struct quantizer_synth_shape *quantizer_synth_shapes(size_t *n);
 
 /* Writes a deterministic random model of the named shape, stored as F16, with
  * trained-model-like statistics (see quantizer_synth.c). The same shape and
- * seed give byte-identical files. Streams tensor by tensor. */
+ * seed give byte-identical files. Streams tensor by tensor (memory: the
+ * largest tensor); rows are generated on the online CPUs (at most 16, or
+ * $SLUICE_SYNTH_THREADS), which does not change the bytes. */
 int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
                     quantizer_progress_fn progress, void *progress_ctx, struct sl_err *err);
 
@@ -201,8 +203,8 @@ enum quantizer_budget {
 /* Global budget objective: what one channel's RE is worth against another
  * tensor's (docs/BENCHMARKS-accuracy.md). */
 enum quantizer_global {
-    QUANTIZER_GLOBAL_TENSOR_MEAN = 0, /* sum over tensors of the tensor's mean RE */
-    QUANTIZER_GLOBAL_WEIGHT,          /* sum over weights of their channel's RE */
+    QUANTIZER_GLOBAL_WEIGHT = 0,  /* sum over weights of their channel's RE (default) */
+    QUANTIZER_GLOBAL_TENSOR_MEAN, /* sum over tensors of the tensor's mean RE */
 };
 
 enum quantizer_metric {
@@ -211,8 +213,8 @@ enum quantizer_metric {
 };
 
 enum quantizer_clip {
-    QUANTIZER_CLIP_DEFAULT = 0,  /* the measured default (quantizer_quantize.c CLIP_DEFAULT) */
-    QUANTIZER_CLIP_NONE,         /* scale from max|w| */
+    QUANTIZER_CLIP_DEFAULT = 0,  /* the measured default: _MSE (docs/BENCHMARKS-accuracy.md) */
+    QUANTIZER_CLIP_NONE,         /* scale from max|w| (the paper's quantizer) */
     QUANTIZER_CLIP_MSE,          /* quantizer_channel_scale_mse, for every method alike */
 };
 
@@ -224,6 +226,8 @@ struct quantizer_opts {
     enum quantizer_metric metric;
     enum quantizer_clip clip;
     int act_dynamic;             /* 1: no static activation scales (act_scale 0) */
+    int uniform_widths;          /* 1: edgeflow/cmpq without the allocation, every channel
+                                    at bits (ablation; bits must be an integer) */
     double alpha;                /* < 0: grid search (edgeflow; smoothquant: 0.5); else fixed */
     uint32_t alpha_steps;        /* grid {0, 1/steps, ..., 1}; 0 = 10 */
     int search_in_sample;        /* 1: the search's error on rows that also set its scales;

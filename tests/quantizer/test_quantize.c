@@ -204,12 +204,17 @@ static void test_roundtrip_uniform(void **st)
 {
     (void)st;
     for (uint32_t b = 1; b <= 8; b++) {
-        struct quantizer_opts o = {.method = QUANTIZER_METHOD_UNIFORM, .bits = b, .alpha = -1};
+        /* the default clipping rule is MSE; none is the paper's max scale */
+        enum quantizer_clip clip = b % 2 ? QUANTIZER_CLIP_NONE : QUANTIZER_CLIP_DEFAULT;
+        struct quantizer_opts o = {.method = QUANTIZER_METHOD_UNIFORM, .bits = b, .alpha = -1,
+                                   .clip = clip};
         struct quantizer_report rep;
         const char *out = tmp("u.sluice");
         quantize(model, cal, &o, out, &rep);
         struct quantizer_tensor_rule rule = {.bits = b, .uniform_bits = (uint8_t)b};
-        assert_int_equal(check_codes(model, out, rule, QUANTIZER_CLIP_NONE), 2 * 7 + 1);
+        assert_int_equal(check_codes(model, out, rule,
+                                     clip == QUANTIZER_CLIP_NONE ? clip : QUANTIZER_CLIP_MSE),
+                         2 * 7 + 1);
         assert_int_equal(rep.groups, 0);
         for (int r = 0; r < FORMAT_ROLE_COUNT; r++)
             for (uint32_t k = 1; k <= 8; k++)
@@ -270,7 +275,7 @@ static void test_cmpq_and_smoothquant(void **st)
     o.float_out = 1;
     quantize(model, cal, &o, tmp("sqf.sluice"), &rep);
     struct quantizer_tensor_rule rule = {.bits = 6, .uniform_bits = 6};
-    check_codes(tmp("sqf.sluice"), tmp("sq.sluice"), rule, QUANTIZER_CLIP_NONE);
+    check_codes(tmp("sqf.sluice"), tmp("sq.sluice"), rule, QUANTIZER_CLIP_MSE);
     /* cmpq: not smoothed; widths from the RE allocation with each row's RE
      * weighted by S_O^2 (floored at 1e-6 of the largest) */
     struct quantizer_opts c = {.method = QUANTIZER_METHOD_CMPQ, .bits = 4.5, .alpha = -1};
@@ -294,7 +299,7 @@ static void test_cmpq_and_smoothquant(void **st)
             rw[i] = fmaxf(sl->out_max[i] * sl->out_max[i], 1e-6f * mx * mx + 1e-30f);
         struct quantizer_tensor_rule cr = {.bits = 4.5, .row_weight = rw};
         assert_int_equal(quantizer_tensor_widths(w, rows, cols, NULL, &cr, widths), 0);
-        quantizer_tensor_quantize(w, rows, cols, NULL, widths, QUANTIZER_CLIP_NONE, want, want_sc,
+        quantizer_tensor_quantize(w, rows, cols, NULL, widths, QUANTIZER_CLIP_MSE, want, want_sc,
                                   tmpf);
         read_codes(r, 1, linear_roles[k], &q, &sc);
         assert_memory_equal(q, want, (size_t)rows * cols);
@@ -310,6 +315,27 @@ static void test_cmpq_and_smoothquant(void **st)
     }
     format_reader_close(r);
     format_reader_close(fr);
+}
+
+/* --uniform-widths: edgeflow's smoothing without its allocation */
+static void test_uniform_widths(void **st)
+{
+    (void)st;
+    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5, .alpha = -1,
+                               .uniform_widths = 1};
+    struct quantizer_report rep, rep_f;
+    quantize(model, cal, &o, tmp("uw.sluice"), &rep);
+    assert_int_equal(rep.groups, 9);
+    o.float_out = 1;
+    quantize(model, cal, &o, tmp("uwf.sluice"), &rep_f);
+    struct quantizer_tensor_rule rule = {.bits = 5, .uniform_bits = 5};
+    assert_int_equal(check_codes(tmp("uwf.sluice"), tmp("uw.sluice"), rule, QUANTIZER_CLIP_MSE),
+                     15);
+    o.float_out = 0;
+    o.bits = 4.5;
+    struct sl_err err = {{0}};
+    assert_int_equal(quantizer_quantize(model, cal, &o, tmp("uw2.sluice"), NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "integer"));
 }
 
 static void test_global_budget(void **st)
@@ -631,6 +657,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_uniform),
         cmocka_unit_test(test_roundtrip_edgeflow),
         cmocka_unit_test(test_cmpq_and_smoothquant),
+        cmocka_unit_test(test_uniform_widths),
         cmocka_unit_test(test_global_budget),
         cmocka_unit_test(test_encodings),
         cmocka_unit_test(test_activations_and_metadata),
