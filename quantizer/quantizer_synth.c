@@ -17,13 +17,16 @@
  *   further 1/sqrt(2 L) as in GPT-2-style initialization, so the residual
  *   stream stays bounded through the layers.
  * Every value comes from a per-(tensor, row) seeded generator, so the file is
- * a pure function of (shape, seed). */
+ * a pure function of (shape, seed), whatever the number of threads the rows
+ * of a tensor are generated on. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "quantizer_import_internal.h"
 
@@ -185,9 +188,45 @@ static int reads_normed_stream(uint32_t role)
            role == FORMAT_ROLE_W_GATE || role == FORMAT_ROLE_W_UP || role == FORMAT_ROLE_CLASSIFIER;
 }
 
-/* Fills tensor (layer, role) of rows x cols as F16 into out. 0 or -ENOMEM. */
+/* Rows [r0, r1) of a 2-D tensor. Each row has its own generator, so any
+ * split of the rows among threads gives the same bytes. */
+struct gen_job {
+    const struct synth *s;
+    uint64_t tid, r0, r1, cols;
+    float base;
+    const float *colscale;
+    uint16_t *out;
+};
+
+static void *gen_rows(void *arg)
+{
+    const struct gen_job *j = arg;
+    for (uint64_t i = j->r0; i < j->r1; i++) {
+        struct rng r;
+        rng_seed(&r, j->s->seed, j->tid, i + 1);
+        float g = j->base * (float)exp(0.35 * normal(&r));
+        uint16_t *o = j->out + i * j->cols;
+        for (uint64_t k = 0; k < j->cols; k++)
+            o[k] = sl_f32_to_f16(g * j->colscale[k] * heavy_normal(&r));
+    }
+    return NULL;
+}
+
+/* Threads for generation: $SLUICE_SYNTH_THREADS (1..64) when set, else the
+ * online CPUs (at most 16). */
+static unsigned synth_threads(void)
+{
+    const char *e = getenv("SLUICE_SYNTH_THREADS");
+    long n = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    if (e && *e)
+        return n >= 1 && n <= 64 ? (unsigned)n : 1;
+    return n < 1 ? 1 : n > 16 ? 16 : (unsigned)n;
+}
+
+/* Fills tensor (layer, role) of rows x cols as F16 into out, on up to
+ * `threads` threads. 0 or -ENOMEM. */
 static int gen_tensor(const struct synth *s, int layer, uint32_t role, uint64_t rows,
-                       uint64_t cols, uint16_t *out)
+                      uint64_t cols, unsigned threads, uint16_t *out)
 {
     const struct format_config *c = s->cfg;
     uint64_t tid = (uint64_t)(layer + 1) * 64 + role;
@@ -212,14 +251,34 @@ static int gen_tensor(const struct synth *s, int layer, uint32_t role, uint64_t 
         return -ENOMEM;
     for (uint64_t j = 0; j < cols; j++)
         colscale[j] = reads_normed_stream(role) ? 1.0f / outlier_gain(s, (uint32_t)j) : 1.0f;
-    for (uint64_t i = 0; i < rows; i++) {
-        struct rng r;
-        rng_seed(&r, s->seed, tid, i + 1);
-        float g = base * (float)exp(0.35 * normal(&r));
-        uint16_t *o = out + i * cols;
-        for (uint64_t j = 0; j < cols; j++)
-            o[j] = sl_f32_to_f16(g * colscale[j] * heavy_normal(&r));
+    struct gen_job jobs[64];
+    pthread_t th[64];
+    /* at least 16K weights a thread: thread start-up is not worth it below */
+    uint64_t nt = threads;
+    if (nt > rows)
+        nt = rows;
+    while (nt > 1 && rows * cols / nt < 16384)
+        nt--;
+    uint64_t started = 0;
+    for (uint64_t t = 0; t < nt; t++) {
+        jobs[t] = (struct gen_job){.s = s,
+                                   .tid = tid,
+                                   .r0 = rows * t / nt,
+                                   .r1 = rows * (t + 1) / nt,
+                                   .cols = cols,
+                                   .base = base,
+                                   .colscale = colscale,
+                                   .out = out};
+        /* job 0 runs here; a thread that cannot start leaves its rows to us */
+        if (t > 0 && pthread_create(&th[t], NULL, gen_rows, &jobs[t]) == 0)
+            started |= 1ull << t;
     }
+    for (uint64_t t = 0; t < nt; t++)
+        if (!(started >> t & 1))
+            gen_rows(&jobs[t]);
+    for (uint64_t t = 1; t < nt; t++)
+        if (started >> t & 1)
+            pthread_join(th[t], NULL);
     free(colscale);
     return 0;
 }
@@ -391,6 +450,7 @@ int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
     if (ret < 0)
         goto out;
     size_t n = qi_order_count(c);
+    unsigned threads = synth_threads();
     uint64_t total = 0, done = 0, maxel = 0;
     for (size_t i = 0; i < n; i++) {
         int layer;
@@ -418,7 +478,7 @@ int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
         uint64_t cols = nd == 2 ? shp[1] : 1;
         char name[FORMAT_NAME_MAX];
         qi_tensor_name(layer, role, name, sizeof name);
-        ret = gen_tensor(&s, layer, role, shp[0], cols, buf);
+        ret = gen_tensor(&s, layer, role, shp[0], cols, threads, buf);
         if (ret < 0) {
             sl_err_set(err, "out of memory generating %s", name);
             goto out;

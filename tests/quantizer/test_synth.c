@@ -1,6 +1,6 @@
 /* test_synth.c: synthetic models.
- * - determinism: the same shape and seed give byte-identical files, another
- *   seed a different one;
+ * - determinism: the same shape and seed give byte-identical files (also on
+ *   1 or 3 generating threads), another seed a different one;
  * - the built-in shapes are the real architectures' (tinyllama-1.1b,
  *   llama3-8b fields as published) and valid;
  * - the vocabulary: <unk> <s> </s>, the 256 byte tokens, distinct pieces; any
@@ -63,6 +63,18 @@ static void test_determinism(void **st)
     assert_memory_equal(a, b, l1);
     assert_true(l1 != l3 || memcmp(a, c, l1) != 0);
     assert_true(l1 < (4u << 20)); /* "a few MB at most" */
+    /* rows are split among threads: 1 or 3 threads give the same bytes */
+    for (int t = 1; t <= 3; t += 2) {
+        char n[8];
+        snprintf(n, sizeof n, "%d", t);
+        setenv("SLUICE_SYNTH_THREADS", n, 1);
+        assert_int_equal(quantizer_synth("tiny", 5, tmp("s2.sluice"), NULL, NULL, &err), 0);
+        unsetenv("SLUICE_SYNTH_THREADS");
+        free(b);
+        b = test_read_file(tmp("s2.sluice"), &l2);
+        assert_int_equal(l1, l2);
+        assert_memory_equal(a, b, l1);
+    }
     free(a);
     free(b);
     free(c);
