@@ -18,7 +18,10 @@ static void usage(FILE *f)
             "metadata), or a Hugging Face directory or .safetensors file with config.json beside\n"
             "it (needs --tokenizer). The tensors keep their precision unless --dtype converts\n"
             "them (Q8_0 is stored as f32). --seq-len overrides the context length the source\n"
-            "declares. The output is written to a temporary file and renamed when complete.\n");
+            "declares. Only plain Llama models are accepted (GGUF architecture llama with a\n"
+            "SentencePiece vocabulary, or LlamaForCausalLM): biases, rope scaling, partial\n"
+            "rotary embeddings or extra tensors are refused rather than dropped. The output is\n"
+            "written to a temporary file and renamed when complete; progress goes to stderr.\n");
 }
 
 int cmd_import(int argc, char **argv)

@@ -14,7 +14,10 @@ static void usage(FILE *f)
                "architecture, stored as F16, with trained-model-like statistics (per-channel\n"
                "scale spread, heavy tails, a few massive-activation channels). The same shape\n"
                "and seed (default 1) give a byte-identical file. Memory stays bounded: tensors\n"
-               "are generated and written one at a time (llama3-8b writes about 16 GB).\n");
+               "are generated and written one at a time (llama3-8b writes about 16 GB; the\n"
+               "largest tensor, 1 GB, is the most held in memory). Rows are generated on all\n"
+               "CPUs (at most 16; SLUICE_SYNTH_THREADS=N sets the count); the bytes do not\n"
+               "depend on it. Progress goes to stderr.\n");
 }
 
 int cmd_synth(int argc, char **argv)
