@@ -53,9 +53,10 @@ struct quantizer_import_opts {
     void *progress_ctx;
 };
 
-/* Identifies `src` by its contents (GGUF magic, container magic, llama2.c
- * header consistent with the file size, a directory or .safetensors file).
- * Returns 0 and sets *out, or -EINVAL with a message naming the file. */
+/* Identifies `src` by its contents (GGUF magic, container magic, a plausible
+ * llama2.c header (quantizer_import then requires the exact size it implies),
+ * a directory with config.json or a .safetensors file). Returns 0 and sets
+ * *out, or a negative errno with a message naming the file. */
 int quantizer_source_detect(const char *src, enum quantizer_source *out, struct sl_err *err);
 
 /* Converts `src` into a container at `out_path` (written atomically). Every
