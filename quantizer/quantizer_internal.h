@@ -108,13 +108,21 @@ float quantizer_smooth_act_max(const float *in_max, const float *s, uint32_t n);
  * of memory. */
 double quantizer_smooth_error(const struct quantizer_smooth_group *g, const float *s,
                               const struct quantizer_tensor_rule *rule, uint32_t max_rows);
-/* Grid search of alpha in {0, 1/steps, ..., 1} minimizing
- * quantizer_smooth_error with s = S^alpha (S = in_max_fit when given, else
- * in_max); writes s = in_max^alpha for the best (the smallest alpha on ties)
- * into s_out and returns alpha (-1 when out of memory). */
+/* Folds of the calibration rows (row i in fold i % FOLDS) for the search's
+ * standard errors. */
+#define QUANTIZER_SMOOTH_FOLDS 8
+
+/* Grid search of alpha in {0, 1/steps, ..., 1} over quantizer_smooth_error
+ * with s = S^alpha (S = in_max_fit when given, else in_max). one_se = 0: the
+ * alpha of least error (the smallest on ties); 1: the smallest alpha whose
+ * error exceeds the least by at most one standard error of the difference
+ * (paired over QUANTIZER_SMOOTH_FOLDS folds of the rows): no smoothing the
+ * noise of the estimate cannot tell from none. Writes s = in_max^alpha into
+ * s_out, the chosen alpha's error into *err_out (if not NULL), returns alpha
+ * (-1 when out of memory). */
 double quantizer_smooth_search(const struct quantizer_smooth_group *g,
                                const struct quantizer_tensor_rule *rule, uint32_t steps,
-                               uint32_t max_rows, float *s_out, double *err_out);
+                               uint32_t max_rows, int one_se, float *s_out, double *err_out);
 
 /* GQA: S_I of the O projection made common to each kv group: channel (h, d)
  * gets the max over the query heads sharing head h's kv head, so that the

@@ -272,7 +272,8 @@ static int choose_scaling(struct qctx *q, const struct quantizer_calib_slot *sl,
             g.in_max_fit = in_max_fit;
         memcpy(g.m, m, sizeof(*m) * (size_t)nm);
         struct quantizer_tensor_rule r = rule_for(q, row_weight);
-        alpha = quantizer_smooth_search(&g, &r, q->o->alpha_steps, SEARCH_ROWS, s, NULL);
+        alpha = quantizer_smooth_search(&g, &r, q->o->alpha_steps, SEARCH_ROWS, q->o->alpha_one_se,
+                                        s, NULL);
         if (alpha < 0) {
             free(s);
             sl_err_set(q->err, "out of memory in the smoothing search");
@@ -774,8 +775,9 @@ static int write_meta(const struct qctx *q, struct format_writer *w, struct sl_e
     if (!ret)
         ret = meta(w, "quant.clip", err, "%s", clip_names[q->clip]);
     if (!ret && o->method == QUANTIZER_METHOD_EDGEFLOW && o->alpha < 0)
-        ret = meta(w, "quant.alpha_search", err, "%s",
-                   o->search_in_sample ? "in-sample" : "held-out");
+        ret = meta(w, "quant.alpha_search", err, "%s, %s",
+                   o->search_in_sample ? "in-sample" : "held-out",
+                   o->alpha_one_se ? "one standard error" : "least error");
     if (!ret)
         ret = meta(w, "quant.activations", err, "%s",
                    o->act_dynamic || !q->calib ? "dynamic" : "static");

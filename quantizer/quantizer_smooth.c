@@ -128,17 +128,18 @@ static double *member_ref(const struct quantizer_smooth_group *g,
 }
 
 /* Relative output error of one member; xq are the group's quantized rows,
- * ref the member's float outputs. */
+ * ref the member's float outputs. Also adds the error of each fold of the
+ * rows (row i in fold i % FOLDS) to fold[]. */
 static double member_error(const struct quantizer_smooth_group *g,
                            const struct quantizer_smooth_member *m, const float *s,
                            const int8_t *xq, float sx, const struct quantizer_tensor_rule *rule,
                            uint32_t step, const double *ref, uint32_t nr, float *tmp, int8_t *q,
-                           uint8_t *widths)
+                           uint8_t *widths, double *fold)
 {
     const uint32_t n = g->n_sample, in = g->in;
     if (quantizer_tensor_widths(m->w, m->rows, m->cols, s, rule, widths) < 0)
         return INFINITY;
-    double num = 0, den = 0;
+    double num[QUANTIZER_SMOOTH_FOLDS] = {0}, den[QUANTIZER_SMOOTH_FOLDS] = {0};
     for (uint32_t k = 0; k < nr; k++) {
         uint32_t r = k * step;
         const float *wr = m->w + (size_t)r * m->cols;
@@ -149,11 +150,17 @@ static double member_error(const struct quantizer_smooth_group *g,
         for (uint32_t i = 0; i < n; i++) {
             double y = (double)sx * sc * dot_s8(xq + (size_t)i * in, q, in);
             double f = ref[(size_t)i * nr + k];
-            num += (y - f) * (y - f);
-            den += f * f;
+            num[i % QUANTIZER_SMOOTH_FOLDS] += (y - f) * (y - f);
+            den[i % QUANTIZER_SMOOTH_FOLDS] += f * f;
         }
     }
-    return den > 0 ? num / den : 0;
+    double tn = 0, td = 0;
+    for (int f = 0; f < QUANTIZER_SMOOTH_FOLDS; f++) {
+        tn += num[f];
+        td += den[f];
+        fold[f] += den[f] > 0 ? num[f] / den[f] : 0;
+    }
+    return td > 0 ? tn / td : 0;
 }
 
 /* The search's state for one group: the members' float outputs. */
@@ -189,9 +196,12 @@ static const float *fit_max(const struct quantizer_smooth_group *g)
 }
 
 static double smooth_eval_error(const struct smooth_eval *e, const struct quantizer_smooth_group *g,
-                                const float *s, const struct quantizer_tensor_rule *rule)
+                                const float *s, const struct quantizer_tensor_rule *rule,
+                                double *fold)
 {
     const uint32_t n = g->n_sample, in = g->in;
+    for (int f = 0; f < QUANTIZER_SMOOTH_FOLDS; f++)
+        fold[f] = 0;
     if (n == 0)
         return 0;
     float act_max = quantizer_smooth_act_max(fit_max(g), s, in);
@@ -214,7 +224,7 @@ static double smooth_eval_error(const struct smooth_eval *e, const struct quanti
     err = 0;
     for (int k = 0; k < g->nm; k++)
         err += member_error(g, &g->m[k], s, xq, sx, rule, e->step[k], e->ref[k], e->nr[k], tmp,
-                            q, widths);
+                            q, widths, fold);
 out:
     free(xq);
     free(q);
@@ -227,46 +237,73 @@ double quantizer_smooth_error(const struct quantizer_smooth_group *g, const floa
                               const struct quantizer_tensor_rule *rule, uint32_t max_rows)
 {
     struct smooth_eval e;
+    double fold[QUANTIZER_SMOOTH_FOLDS];
     if (g->n_sample == 0)
         return 0;
     if (smooth_eval_init(&e, g, max_rows) < 0)
         return INFINITY;
-    double err = smooth_eval_error(&e, g, s, rule);
+    double err = smooth_eval_error(&e, g, s, rule, fold);
     smooth_eval_fini(&e);
     return err;
 }
 
 double quantizer_smooth_search(const struct quantizer_smooth_group *g,
                                const struct quantizer_tensor_rule *rule, uint32_t steps,
-                               uint32_t max_rows, float *s_out, double *err_out)
+                               uint32_t max_rows, int one_se, float *s_out, double *err_out)
 {
-    double best_a = 0, best_e = INFINITY;
     struct smooth_eval ev;
-    float *s = malloc(sizeof(float) * g->in);
-    if (!s || smooth_eval_init(&ev, g, max_rows) < 0) {
-        free(s);
-        return -1;
-    }
     if (steps == 0)
         steps = 10;
+    float *s = malloc(sizeof(float) * g->in);
+    double *err = malloc(sizeof(double) * (steps + 1));
+    double *fold = malloc(sizeof(double) * (steps + 1) * QUANTIZER_SMOOTH_FOLDS);
+    if (!s || !err || !fold || smooth_eval_init(&ev, g, max_rows) < 0) {
+        free(s);
+        free(err);
+        free(fold);
+        return -1;
+    }
+    uint32_t best = 0;
     for (uint32_t k = 0; k <= steps; k++) {
-        double a = (double)k / steps;
-        quantizer_smooth_scales(fit_max(g), g->in, a, s);
-        double e = smooth_eval_error(&ev, g, s, rule);
-        if (isinf(e)) {
-            smooth_eval_fini(&ev);
-            free(s);
-            return -1;
+        quantizer_smooth_scales(fit_max(g), g->in, (double)k / steps, s);
+        err[k] = smooth_eval_error(&ev, g, s, rule, fold + (size_t)k * QUANTIZER_SMOOTH_FOLDS);
+        if (isinf(err[k])) {
+            best = UINT32_MAX;
+            break;
         }
-        if (e < best_e) {
-            best_e = e;
-            best_a = a;
-        }
+        if (err[k] < err[best])
+            best = k;
     }
     smooth_eval_fini(&ev);
+    double alpha = -1;
+    if (best != UINT32_MAX) {
+        uint32_t pick = best;
+        if (one_se) {
+            /* the one-standard-error rule (Breiman et al., CART 3.4.3): the
+             * least smoothing whose error is within one standard error of the
+             * best, the error differences paired by fold */
+            for (uint32_t k = 0; k < best; k++) {
+                const double *a = fold + (size_t)k * QUANTIZER_SMOOTH_FOLDS;
+                const double *b = fold + (size_t)best * QUANTIZER_SMOOTH_FOLDS;
+                double mu = 0, var = 0;
+                for (int f = 0; f < QUANTIZER_SMOOTH_FOLDS; f++)
+                    mu += (a[f] - b[f]) / QUANTIZER_SMOOTH_FOLDS;
+                for (int f = 0; f < QUANTIZER_SMOOTH_FOLDS; f++)
+                    var += (a[f] - b[f] - mu) * (a[f] - b[f] - mu);
+                double se = sqrt(var / (QUANTIZER_SMOOTH_FOLDS - 1) / QUANTIZER_SMOOTH_FOLDS);
+                if (mu <= se) {
+                    pick = k;
+                    break;
+                }
+            }
+        }
+        alpha = (double)pick / steps;
+        if (err_out)
+            *err_out = err[pick];
+        quantizer_smooth_scales(g->in_max, g->in, alpha, s_out);
+    }
     free(s);
-    quantizer_smooth_scales(g->in_max, g->in, best_a, s_out);
-    if (err_out)
-        *err_out = best_e;
-    return best_a;
+    free(err);
+    free(fold);
+    return alpha;
 }

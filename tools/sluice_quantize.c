@@ -51,6 +51,8 @@ static void usage(FILE *f)
             "  --alpha-search S      held-out (default): the search fits its scales on half\n"
             "                        of the calibration rows and measures the error on the\n"
             "                        other half; in-sample: on the rows that set the scales\n"
+            "  --alpha-rule R        min (default): the alpha of least search error; 1se: the\n"
+            "                        least alpha within one standard error of it\n"
             "  --act static          static per-tensor activation scales from calibration,\n"
             "                        max|x/s|/127 after smoothing (default)\n"
             "  --act dynamic         activation scale per matmul call (max|x|/127)\n"
@@ -127,6 +129,7 @@ int cmd_quantize(int argc, char **argv)
     static const char *const clips[] = {"default", "none", "mse"};
     static const char *const acts[] = {"static", "dynamic"};
     static const char *const searches[] = {"held-out", "in-sample"};
+    static const char *const rules[] = {"min", "1se"};
     const char *src = NULL, *out = NULL, *calib_path = NULL, *tokenizer = NULL;
     struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .alpha = -1,
                                .encoding = FORMAT_ENC_ADAPTIVE};
@@ -179,6 +182,8 @@ int cmd_quantize(int argc, char **argv)
                   o.alpha_steps > 1000;
         } else if (!strcmp(a, "--alpha-search")) {
             bad = parse_choice(argv[++i], searches, 2, &o.search_in_sample);
+        } else if (!strcmp(a, "--alpha-rule")) {
+            bad = parse_choice(argv[++i], rules, 2, &o.alpha_one_se);
         } else if (!strcmp(a, "--act")) {
             bad = parse_choice(argv[++i], acts, 2, &o.act_dynamic);
         } else if (!strcmp(a, "--encoding")) {

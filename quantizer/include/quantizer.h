@@ -233,6 +233,9 @@ struct quantizer_opts {
     uint32_t alpha_steps;        /* grid {0, 1/steps, ..., 1}; 0 = 10 */
     int search_in_sample;        /* 1: the search's error on rows that also set its scales;
                                     0: on held-out calibration rows (quantizer_calib.c) */
+    int alpha_one_se;            /* 0: the alpha of least search error (default); 1: the
+                                    least alpha within one standard error of it
+                                    (quantizer_internal.h) */
     uint32_t encoding;           /* FORMAT_ENC_ADAPTIVE (0: adaptive too), _INT4INT8, _BITPLANE */
     int float_out;               /* 1: write the smoothed model unquantized (F32 linear
                                     weights, no activation scales): tests, analysis */

@@ -138,7 +138,10 @@ static void test_search(void **st)
         {.bits = 4.5}, {.bits = 6, .uniform_bits = 6}, {.bits = 3.5, .clip = QUANTIZER_CLIP_MSE}};
     for (size_t k = 0; k < 3; k++) {
         double err;
-        double a = quantizer_smooth_search(&g, &rules[k], 10, 0, s, &err);
+        double err1, a1 = quantizer_smooth_search(&g, &rules[k], 10, 0, 1, s, &err1);
+        double a = quantizer_smooth_search(&g, &rules[k], 10, 0, 0, s, &err);
+        /* the one-standard-error rule smooths no more, and no better */
+        assert_true(a1 >= 0 && a1 <= a && err1 >= err);
         assert_true(a >= 0 && a <= 1);
         double best = INFINITY;
         for (int j = 0; j <= 10; j++) {
@@ -151,7 +154,9 @@ static void test_search(void **st)
         assert_true(err == best);
         quantizer_smooth_scales(in_max, IN, 0, s0);
         double e0 = quantizer_smooth_error(&g, s0, &rules[k], 0);
-        fprintf(stderr, "rule %zu: alpha %.1f, error %.3g (no smoothing %.3g)\n", k, a, err, e0);
+        fprintf(stderr, "rule %zu: alpha %.1f, error %.3g (one-SE rule: alpha %.1f, %.3g; no "
+                        "smoothing %.3g)\n", k, a, err, a1, err1, e0);
+        assert_true(a1 > 0 && err1 < e0); /* a 40x outlier is no noise */
         /* 40x outlier channels: per-tensor activation quantization needs smoothing */
         assert_true(a > 0);
         assert_true(err < (k < 2 ? 0.5 : 1.0) * e0);
@@ -170,7 +175,8 @@ static void test_search(void **st)
     assert_true(part > 0.3 * full && part < 3 * full);
     /* no samples: no error, alpha 0 */
     g.n_sample = 0;
-    assert_true(quantizer_smooth_search(&g, &rules[0], 10, 0, s, NULL) == 0);
+    assert_true(quantizer_smooth_search(&g, &rules[0], 10, 0, 0, s, NULL) == 0);
+    assert_true(quantizer_smooth_search(&g, &rules[0], 10, 0, 1, s, NULL) == 0);
     free(x);
     free(w1);
     free(w2);
