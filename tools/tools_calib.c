@@ -52,7 +52,9 @@ int tools_calibrate(const char *container, const char *text_path, uint32_t max_t
                     uint32_t sample_rows, struct quantizer_calib **out, uint32_t *used,
                     uint32_t *chunks, struct tools_progress *prog, struct sl_err *err)
 {
-    struct infer_load_opts lo = {.lazy = 1};
+    /* lazy, and read rather than mapped: one layer of weights in memory at a
+     * time (a mapping keeps every touched page of the file resident) */
+    struct infer_load_opts lo = {.lazy = 1, .no_mmap = 1};
     struct infer_model *m = NULL;
     struct infer_state *st = NULL;
     struct infer_tokenizer *tk = NULL;
