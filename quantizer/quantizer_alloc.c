@@ -212,7 +212,7 @@ void quantizer_tensor_quantize(const float *w, uint32_t rows, uint32_t cols, con
 /* ---- greedy allocation (Algorithm 1) -------------------------------------------------------- */
 
 struct heap_item {
-    double key;        /* weighted gain per bit-cost of the channel's next bit */
+    double key; /* weighted gain per bit-cost of the channel's next bit */
     uint32_t ch;
 };
 

@@ -61,8 +61,8 @@ void quantizer_calib_destroy(struct quantizer_calib *c)
     free(c);
 }
 
-const struct quantizer_calib_slot *quantizer_calib_slot(const struct quantizer_calib *c,
-                                                        int layer, uint32_t role)
+const struct quantizer_calib_slot *quantizer_calib_slot(const struct quantizer_calib *c, int layer,
+                                                        uint32_t role)
 {
     int s = slot_of(&c->cfg, layer, role);
     return s < 0 ? NULL : &c->slots[s];
@@ -103,8 +103,8 @@ void quantizer_calib_observe(void *ctx, int layer, uint32_t role, const float *x
     /* Only the first role of a shared-input group keeps the input statistics
      * and samples (Q/K/V see one input, gate/up another); every role keeps
      * its output maxima. */
-    int keep_inputs = !(role == FORMAT_ROLE_WK || role == FORMAT_ROLE_WV ||
-                        role == FORMAT_ROLE_W_UP);
+    int keep_inputs =
+        !(role == FORMAT_ROLE_WK || role == FORMAT_ROLE_WV || role == FORMAT_ROLE_W_UP);
     if (!sl->out_max && slot_init(c, sl, keep_inputs, in_cols, out_cols) < 0) {
         c->failed = 1;
         return;

@@ -15,12 +15,12 @@
  * gate) only; every layer keeps its output maxima. */
 struct quantizer_calib_slot {
     uint32_t in_cols, out_cols;
-    float *in_max;        /* [in_cols] S_I: max |x| per input channel (NULL for K, V, up) */
-    float *in_max_fit;    /* [in_cols] the same over the even input rows only */
-    float *out_max;       /* [out_cols] S_O: max |y| per output channel */
-    float *sample;        /* [sample_rows][in_cols] odd input rows (reservoir sample) */
-    uint32_t n_sample;    /* rows of sample filled */
-    uint64_t rows_seen;   /* input rows observed */
+    float *in_max;      /* [in_cols] S_I: max |x| per input channel (NULL for K, V, up) */
+    float *in_max_fit;  /* [in_cols] the same over the even input rows only */
+    float *out_max;     /* [out_cols] S_O: max |y| per output channel */
+    float *sample;      /* [sample_rows][in_cols] odd input rows (reservoir sample) */
+    uint32_t n_sample;  /* rows of sample filled */
+    uint64_t rows_seen; /* input rows observed */
 };
 
 struct quantizer_calib {
@@ -34,18 +34,18 @@ struct quantizer_calib {
 
 /* The slot of a linear layer (layer -1 with FORMAT_ROLE_CLASSIFIER for the
  * classifier), or NULL for anything else. */
-const struct quantizer_calib_slot *quantizer_calib_slot(const struct quantizer_calib *c,
-                                                        int layer, uint32_t role);
+const struct quantizer_calib_slot *quantizer_calib_slot(const struct quantizer_calib *c, int layer,
+                                                        uint32_t role);
 
 /* ---- one tensor: statistics, widths, codes (quantizer_alloc.c) -------------------------- */
 
 /* How a tensor is quantized. */
 struct quantizer_tensor_rule {
-    double bits;               /* average budget of the tensor */
-    uint8_t uniform_bits;      /* > 0: every row gets this width (uniform, smoothquant) */
-    const float *row_weight;   /* cmpq: RE of row r weighted by row_weight[r]; NULL: 1 */
+    double bits;             /* average budget of the tensor */
+    uint8_t uniform_bits;    /* > 0: every row gets this width (uniform, smoothquant) */
+    const float *row_weight; /* cmpq: RE of row r weighted by row_weight[r]; NULL: 1 */
     enum quantizer_metric metric;
-    enum quantizer_clip clip;  /* resolved: QUANTIZER_CLIP_NONE or _MSE */
+    enum quantizer_clip clip; /* resolved: QUANTIZER_CLIP_NONE or _MSE */
 };
 
 /* Scale of one row under the rule's clipping. */
@@ -73,17 +73,17 @@ void quantizer_tensor_quantize(const float *w, uint32_t rows, uint32_t cols, con
 
 /* A layer reading the group's input. */
 struct quantizer_smooth_member {
-    const float *w;            /* [rows][cols] float weights before smoothing */
-    uint32_t rows, cols;       /* cols = the group's input width */
+    const float *w;      /* [rows][cols] float weights before smoothing */
+    uint32_t rows, cols; /* cols = the group's input width */
 };
 
 /* A smoothing group: the linear layers reading one input x (Q/K/V; O;
  * gate/up; down; an untied classifier). */
 struct quantizer_smooth_group {
-    uint32_t in;               /* input width */
-    const float *in_max;       /* [in] S_I (for O: made common within kv groups) */
-    const float *in_max_fit;   /* [in] S_I of the rows that exclude x, or NULL */
-    const float *x;            /* [n_sample][in] calibration input rows */
+    uint32_t in;             /* input width */
+    const float *in_max;     /* [in] S_I (for O: made common within kv groups) */
+    const float *in_max_fit; /* [in] S_I of the rows that exclude x, or NULL */
+    const float *x;          /* [n_sample][in] calibration input rows */
     uint32_t n_sample;
     struct quantizer_smooth_member m[3];
     int nm;

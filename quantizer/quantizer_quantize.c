@@ -74,16 +74,16 @@ enum { G_QKV, G_O, G_GU, G_DOWN, G_N };
 
 struct qctx {
     const struct quantizer_opts *o;
-    enum quantizer_clip clip;        /* resolved */
-    uint32_t encoding;               /* resolved */
+    enum quantizer_clip clip; /* resolved */
+    uint32_t encoding;        /* resolved */
     const struct quantizer_calib *calib;
     struct format_reader *src;
     const struct format_config *c;
-    float **s;                       /* [n_layers * G_N] input scalings (NULL: none) */
-    double *alpha;                   /* [n_layers * G_N + 1] chosen alphas (-1: none) */
-    float *s_cls;                    /* untied classifier's scaling */
+    float **s;     /* [n_layers * G_N] input scalings (NULL: none) */
+    double *alpha; /* [n_layers * G_N + 1] chosen alphas (-1: none) */
+    float *s_cls;  /* untied classifier's scaling */
     /* global allocation: every quantized channel of the model, in pass-2 order */
-    double *re;                      /* [channels][9] */
+    double *re; /* [channels][9] */
     double *weight;
     uint64_t *cost;
     uint8_t *widths;
@@ -145,13 +145,12 @@ static const struct quantizer_calib_slot *slot(const struct qctx *q, int layer, 
 }
 
 /* The slot holding the input statistics of a role's input. */
-static const struct quantizer_calib_slot *input_slot(const struct qctx *q, int layer,
-                                                     uint32_t role)
+static const struct quantizer_calib_slot *input_slot(const struct qctx *q, int layer, uint32_t role)
 {
     uint32_t key = role == FORMAT_ROLE_WK || role == FORMAT_ROLE_WV ? FORMAT_ROLE_WQ
-                   : role == FORMAT_ROLE_W_UP                         ? FORMAT_ROLE_W_GATE
-                   : role == FORMAT_ROLE_TOK_EMBD                     ? FORMAT_ROLE_CLASSIFIER
-                                                                      : role;
+                   : role == FORMAT_ROLE_W_UP                       ? FORMAT_ROLE_W_GATE
+                   : role == FORMAT_ROLE_TOK_EMBD                   ? FORMAT_ROLE_CLASSIFIER
+                                                                    : role;
     const struct quantizer_calib_slot *s = slot(q, layer, key);
     return s && s->in_max ? s : NULL;
 }
@@ -162,9 +161,9 @@ static void shape_of(const struct format_config *c, uint32_t role, uint32_t *row
 {
     uint32_t nd;
     uint64_t sh[FORMAT_MAX_DIMS] = {0};
-    format_role_shape(c, role == FORMAT_ROLE_CLASSIFIER && c->tied_embedding ? FORMAT_ROLE_TOK_EMBD
-                                                                             : role,
-                      &nd, sh);
+    format_role_shape(
+        c, role == FORMAT_ROLE_CLASSIFIER && c->tied_embedding ? FORMAT_ROLE_TOK_EMBD : role, &nd,
+        sh);
     *rows = (uint32_t)sh[0];
     *cols = nd == 2 ? (uint32_t)sh[1] : 1;
 }
@@ -182,8 +181,7 @@ static int uses_allocation(const struct quantizer_opts *o)
 
 static struct quantizer_tensor_rule rule_for(const struct qctx *q, const float *out_max)
 {
-    struct quantizer_tensor_rule r = {.bits = q->o->bits, .metric = q->o->metric,
-                                      .clip = q->clip};
+    struct quantizer_tensor_rule r = {.bits = q->o->bits, .metric = q->o->metric, .clip = q->clip};
     if (!uses_allocation(q->o))
         r.uniform_bits = (uint8_t)q->o->bits;
     if (q->o->method == QUANTIZER_METHOD_CMPQ)
@@ -245,8 +243,8 @@ static int layer_load(struct qctx *q, int layer, struct layer_f *l)
  * not smooth or calibration has no inputs for the group). */
 static int choose_scaling(struct qctx *q, const struct quantizer_calib_slot *sl,
                           const float *in_max, const float *in_max_fit,
-                          const struct quantizer_smooth_member *m, int nm,
-                          const float *row_weight, float **s_out, double *alpha_out)
+                          const struct quantizer_smooth_member *m, int nm, const float *row_weight,
+                          float **s_out, double *alpha_out)
 {
     *s_out = NULL;
     *alpha_out = -1;
@@ -266,8 +264,8 @@ static int choose_scaling(struct qctx *q, const struct quantizer_calib_slot *sl,
         alpha = q->o->alpha;
         quantizer_smooth_scales(in_max, in, alpha, s);
     } else {
-        struct quantizer_smooth_group g = {.in = in, .in_max = in_max, .x = sl->sample,
-                                           .n_sample = sl->n_sample, .nm = nm};
+        struct quantizer_smooth_group g = {
+            .in = in, .in_max = in_max, .x = sl->sample, .n_sample = sl->n_sample, .nm = nm};
         if (!q->o->search_in_sample)
             g.in_max_fit = in_max_fit;
         memcpy(g.m, m, sizeof(*m) * (size_t)nm);
@@ -298,9 +296,8 @@ static int smooth_layer(struct qctx *q, int li, const struct layer_f *l)
     const struct quantizer_calib_slot *so = input_slot(q, li, FORMAT_ROLE_WO);
     const struct quantizer_calib_slot *sg = input_slot(q, li, FORMAT_ROLE_W_GATE);
     const struct quantizer_calib_slot *sd = input_slot(q, li, FORMAT_ROLE_W_DOWN);
-    struct quantizer_smooth_member qkv[3] = {{l->t[FORMAT_ROLE_WQ], Q, D},
-                                             {l->t[FORMAT_ROLE_WK], KV, D},
-                                             {l->t[FORMAT_ROLE_WV], KV, D}};
+    struct quantizer_smooth_member qkv[3] = {
+        {l->t[FORMAT_ROLE_WQ], Q, D}, {l->t[FORMAT_ROLE_WK], KV, D}, {l->t[FORMAT_ROLE_WV], KV, D}};
     struct quantizer_smooth_member o[1] = {{l->t[FORMAT_ROLE_WO], D, Q}};
     struct quantizer_smooth_member gu[2] = {{l->t[FORMAT_ROLE_W_GATE], F, D},
                                             {l->t[FORMAT_ROLE_W_UP], F, D}};
@@ -333,11 +330,11 @@ static int smooth_layer(struct qctx *q, int li, const struct layer_f *l)
         quantizer_smooth_o_common(c, omax, s[G_O]);
     }
     if (!ret)
-        ret = choose_scaling(q, sg, sg ? sg->in_max : NULL, sg ? sg->in_max_fit : NULL, gu, 2,
-                             NULL, &s[G_GU], &a[G_GU]);
+        ret = choose_scaling(q, sg, sg ? sg->in_max : NULL, sg ? sg->in_max_fit : NULL, gu, 2, NULL,
+                             &s[G_GU], &a[G_GU]);
     if (!ret)
-        ret = choose_scaling(q, sd, sd ? sd->in_max : NULL, sd ? sd->in_max_fit : NULL, dn, 1,
-                             NULL, &s[G_DOWN], &a[G_DOWN]);
+        ret = choose_scaling(q, sd, sd ? sd->in_max : NULL, sd ? sd->in_max_fit : NULL, dn, 1, NULL,
+                             &s[G_DOWN], &a[G_DOWN]);
     free(omax);
     free(ofit);
     return ret;
@@ -420,8 +417,10 @@ static float act_scale(const struct qctx *q, int layer, uint32_t role)
         return 0.0f; /* no calibration for it: dynamic */
     const float *s = NULL;
     if (layer >= 0) {
-        int g = role <= FORMAT_ROLE_WV ? G_QKV : role == FORMAT_ROLE_WO ? G_O
-                : role <= FORMAT_ROLE_W_UP ? G_GU : G_DOWN;
+        int g = role <= FORMAT_ROLE_WV     ? G_QKV
+                : role == FORMAT_ROLE_WO   ? G_O
+                : role <= FORMAT_ROLE_W_UP ? G_GU
+                                           : G_DOWN;
         s = q->s[(size_t)layer * G_N + g];
     } else if (role == FORMAT_ROLE_CLASSIFIER) {
         s = q->s_cls;
@@ -430,7 +429,8 @@ static float act_scale(const struct qctx *q, int layer, uint32_t role)
     return m > 0 ? m / 127.0f : 0.0f;
 }
 
-/* ---- global allocation ------------------------------------------------------------------------ */
+/* ---- global allocation ------------------------------------------------------------------------
+ */
 
 /* Records a tensor's channels (pass 1) in pass-2 order. Objective
  * QUANTIZER_GLOBAL_TENSOR_MEAN: sum over tensors of the tensor's mean
@@ -478,7 +478,8 @@ static uint64_t count_channels(const struct format_config *c)
     return per_layer * c->n_layers + (c->tied_embedding ? 1 : 2) * (uint64_t)c->vocab_size;
 }
 
-/* ---- pass 1 ------------------------------------------------------------------------------------ */
+/* ---- pass 1 ------------------------------------------------------------------------------------
+ */
 
 static int pass1(struct qctx *q)
 {
@@ -490,7 +491,8 @@ static int pass1(struct qctx *q)
     if (global) {
         q->n_channels = count_channels(c);
         if (q->n_channels > UINT32_MAX) {
-            sl_err_set(q->err, "%s: too many channels for a global budget", format_reader_path(q->src));
+            sl_err_set(q->err, "%s: too many channels for a global budget",
+                       format_reader_path(q->src));
             return -EINVAL;
         }
         q->re = malloc(sizeof(double) * 9 * q->n_channels);
@@ -534,15 +536,13 @@ static int pass1(struct qctx *q)
     if (ret == 0 && !c->tied_embedding) {
         const struct quantizer_calib_slot *sl = input_slot(q, -1, FORMAT_ROLE_CLASSIFIER);
         struct quantizer_smooth_member m[1] = {{cls, c->vocab_size, c->dim}};
-        ret = choose_scaling(q, sl, sl ? sl->in_max : NULL, sl ? sl->in_max_fit : NULL, m, 1,
-                             NULL, &q->s_cls,
-                             &q->alpha[(size_t)c->n_layers * G_N]);
+        ret = choose_scaling(q, sl, sl ? sl->in_max : NULL, sl ? sl->in_max_fit : NULL, m, 1, NULL,
+                             &q->s_cls, &q->alpha[(size_t)c->n_layers * G_N]);
     }
     if (ret == 0 && global) {
         fold_classifier(q, cls, onorm);
-        ret = record_channels(q, -1,
-                              c->tied_embedding ? FORMAT_ROLE_TOK_EMBD : FORMAT_ROLE_CLASSIFIER,
-                              cls);
+        ret = record_channels(
+            q, -1, c->tied_embedding ? FORMAT_ROLE_TOK_EMBD : FORMAT_ROLE_CLASSIFIER, cls);
     }
     free(cls);
     free(onorm);
@@ -560,7 +560,8 @@ static int pass1(struct qctx *q)
     return 0;
 }
 
-/* ---- pass 2: one tensor ------------------------------------------------------------------------- */
+/* ---- pass 2: one tensor -------------------------------------------------------------------------
+ */
 
 static int emit_float(struct qctx *q, struct format_writer *w, int layer, uint32_t role,
                       const float *v, uint32_t n_dims, uint32_t rows, uint32_t cols)
@@ -575,8 +576,11 @@ static int emit_float(struct qctx *q, struct format_writer *w, int layer, uint32
     }
     for (uint64_t i = 0; i < n; i++)
         sl_store_lef32(buf + 4 * i, v[i]);
-    struct format_tensor_desc d = {.name = name, .layer = layer, .role = role,
-                                   .encoding = FORMAT_ENC_F32, .n_dims = n_dims,
+    struct format_tensor_desc d = {.name = name,
+                                   .layer = layer,
+                                   .role = role,
+                                   .encoding = FORMAT_ENC_F32,
+                                   .n_dims = n_dims,
                                    .shape = {n_dims == 2 ? rows : n, cols}};
     if (n_dims == 1)
         d.shape[1] = 0;
@@ -627,8 +631,12 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
         goto out;
     char name[FORMAT_NAME_MAX];
     qi_tensor_name(layer, role, name, sizeof name);
-    struct format_tensor_desc d = {.name = name, .layer = layer, .role = role,
-                                   .encoding = q->encoding, .n_dims = 2, .shape = {rows, cols},
+    struct format_tensor_desc d = {.name = name,
+                                   .layer = layer,
+                                   .role = role,
+                                   .encoding = q->encoding,
+                                   .n_dims = 2,
+                                   .shape = {rows, cols},
                                    .act_scale = act_scale(q, layer, role)};
     for (uint32_t r = 0; r < rows; r++) {
         d.bits_hist[widths[r]]++;
@@ -693,7 +701,8 @@ static int pass2(struct qctx *q, struct format_writer *w)
     return ret;
 }
 
-/* ---- metadata ------------------------------------------------------------------------------------- */
+/* ---- metadata
+ * ------------------------------------------------------------------------------------- */
 
 static int copy_meta(struct format_reader *src, struct format_writer *w, struct sl_err *err)
 {
@@ -798,7 +807,8 @@ static int write_meta(const struct qctx *q, struct format_writer *w, struct sl_e
     return ret;
 }
 
-/* ---- entry ------------------------------------------------------------------------------------------ */
+/* ---- entry
+ * ------------------------------------------------------------------------------------------ */
 
 static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
 {
@@ -811,8 +821,10 @@ static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
         return -EINVAL;
     }
     if (!uses_allocation(o) && o->bits != floor(o->bits)) {
-        sl_err_set(err, "%s stores every channel at the same width: bits must be an integer "
-                        "(got %g)", o->uniform_widths ? "uniform_widths" : quantizer_method_name(o->method),
+        sl_err_set(err,
+                   "%s stores every channel at the same width: bits must be an integer "
+                   "(got %g)",
+                   o->uniform_widths ? "uniform_widths" : quantizer_method_name(o->method),
                    o->bits);
         return -EINVAL;
     }

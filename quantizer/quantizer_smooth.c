@@ -223,8 +223,8 @@ static double smooth_eval_error(const struct smooth_eval *e, const struct quanti
         }
     err = 0;
     for (int k = 0; k < g->nm; k++)
-        err += member_error(g, &g->m[k], s, xq, sx, rule, e->step[k], e->ref[k], e->nr[k], tmp,
-                            q, widths, fold);
+        err += member_error(g, &g->m[k], s, xq, sx, rule, e->step[k], e->ref[k], e->nr[k], tmp, q,
+                            widths, fold);
 out:
     free(xq);
     free(q);

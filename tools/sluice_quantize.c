@@ -14,8 +14,8 @@
 #include "tools_calib.h"
 #include "tools_util.h"
 
-#define TEXT_TOKENS 8192   /* default calibration tokens of a text */
-#define RANDOM_TOKENS 512  /* ... and of random tokens (no --calib) */
+#define TEXT_TOKENS 8192  /* default calibration tokens of a text */
+#define RANDOM_TOKENS 512 /* ... and of random tokens (no --calib) */
 
 static void usage(FILE *f)
 {
@@ -131,8 +131,8 @@ int cmd_quantize(int argc, char **argv)
     static const char *const searches[] = {"held-out", "in-sample"};
     static const char *const rules[] = {"min", "1se"};
     const char *src = NULL, *out = NULL, *calib_path = NULL, *tokenizer = NULL;
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .alpha = -1,
-                               .encoding = FORMAT_ENC_ADAPTIVE};
+    struct quantizer_opts o = {
+        .method = QUANTIZER_METHOD_EDGEFLOW, .alpha = -1, .encoding = FORMAT_ENC_ADAPTIVE};
     uint32_t calib_tokens = 0, sample_rows = 256;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -236,9 +236,8 @@ int cmd_quantize(int argc, char **argv)
     tools_progress_end(&prog);
     if (ret < 0)
         goto fail;
-    fprintf(stderr, "sluice quantize: calibrated on %u tokens (%u chunks) of %s in %.1f s\n",
-            used, chunks, calib_path ? calib_path : "random tokens",
-            (double)(sl_now_ns() - t0) / 1e9);
+    fprintf(stderr, "sluice quantize: calibrated on %u tokens (%u chunks) of %s in %.1f s\n", used,
+            chunks, calib_path ? calib_path : "random tokens", (double)(sl_now_ns() - t0) / 1e9);
     char source[512];
     snprintf(source, sizeof source, "%s", calib_path ? calib_path : "random tokens");
     o.calib_source = source;

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int tools_tokenize_file(const struct infer_tokenizer *tk, const char *path, int **ids,
-                        uint32_t *n, struct sl_err *err)
+int tools_tokenize_file(const struct infer_tokenizer *tk, const char *path, int **ids, uint32_t *n,
+                        struct sl_err *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {

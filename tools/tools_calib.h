@@ -8,8 +8,8 @@
 #include "tools_util.h"
 
 /* Reads a UTF-8 text file and tokenizes it as one stream (no BOS). */
-int tools_tokenize_file(const struct infer_tokenizer *tk, const char *path, int **ids,
-                        uint32_t *n, struct sl_err *err);
+int tools_tokenize_file(const struct infer_tokenizer *tk, const char *path, int **ids, uint32_t *n,
+                        struct sl_err *err);
 
 /* Runs the float model in `container` over up to max_tokens tokens of the
  * text at `text_path` (NULL: deterministic random tokens), layer by layer

@@ -192,7 +192,7 @@ static void test_greedy_nonconvex(void **st)
 {
     (void)st;
     /* channel 0: 1 bit 0.5, 2 bits 0.9 (worse), then falling; channel 1 flat */
-    double re[2 * 9] = {0, 0.5, 0.9, 0.1, 0.03, 0.01, 0.004, 0.002, 0.001,
+    double re[2 * 9] = {0, 0.5,  0.9,  0.1,   0.03,  0.01,  0.004,  0.002, 0.001,
                         0, 0.02, 0.01, 0.005, 0.003, 0.002, 0.0015, 0.001, 0.0008};
     uint8_t w[2];
     assert_int_equal(quantizer_allocate(2, re, NULL, NULL, 3.0, w), 0);

@@ -76,10 +76,10 @@ static struct result eval_json(const char *model, const char *ref, const char *t
     if (!j)
         fail_msg("not JSON: %s", out);
     struct result r;
-    const char *keys[] = {"ppl", "ppl_ref", "kl_mean", "kl_p99", "top1_agreement", "tokens",
-                          "ctx", "chunks"};
-    double *dst[] = {&r.ppl, &r.ppl_ref, &r.kl_mean, &r.kl_p99, &r.top1, &r.tokens, &r.ctx,
-                     &r.chunks};
+    const char *keys[] = {"ppl",    "ppl_ref", "kl_mean", "kl_p99", "top1_agreement",
+                          "tokens", "ctx",     "chunks"};
+    double *dst[] = {&r.ppl,  &r.ppl_ref, &r.kl_mean, &r.kl_p99,
+                     &r.top1, &r.tokens,  &r.ctx,     &r.chunks};
     for (int k = 0; k < 8; k++) {
         cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[k]);
         if (!cJSON_IsNumber(v))
@@ -104,7 +104,7 @@ static void expect_failure(const char *args, const char *needle)
 /* A text the tiny synthetic model's byte-level vocabulary tokenizes. */
 static void write_text(const char *path, int words)
 {
-    static const char *const w[] = {"the", "of", "and", "light", "water", "stone", "river",
+    static const char *const w[] = {"the",   "of",    "and",  "light", "water", "stone", "river",
                                     "dream", "night", "over", "under", "quiet", "green"};
     FILE *f = fopen(path, "w");
     assert_non_null(f);
@@ -129,9 +129,8 @@ static struct result reference_eval(const char *model, const char *ref, const ch
     }
     const struct format_config *c = infer_model_config(m[0]);
     struct infer_tokenizer *tk;
-    assert_int_equal(infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m[0])), c,
-                                            &tk, &err),
-                     0);
+    assert_int_equal(
+        infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m[0])), c, &tk, &err), 0);
     size_t len;
     char *txt = test_read_file(text, &len);
     int *ids;
@@ -174,9 +173,13 @@ static struct result reference_eval(const char *model, const char *ref, const ch
             scored++;
         }
     }
-    struct result r = {.ppl = exp(nll[0] / scored), .ppl_ref = exp(nll[1] / scored),
-                       .kl_mean = kl_sum / scored, .top1 = (double)agree / scored,
-                       .tokens = (double)scored, .ctx = ctx, .chunks = chunks};
+    struct result r = {.ppl = exp(nll[0] / scored),
+                       .ppl_ref = exp(nll[1] / scored),
+                       .kl_mean = kl_sum / scored,
+                       .top1 = (double)agree / scored,
+                       .tokens = (double)scored,
+                       .ctx = ctx,
+                       .chunks = chunks};
     free(lg[0]);
     free(lg[1]);
     free(ids);
@@ -219,8 +222,9 @@ static void test_eval_synth(void **st)
             snprintf(extra, sizeof extra, "--ctx %u", ctxs[k]);
         r = eval_json(q4, model, text, extra);
         struct result w = reference_eval(q4, model, text, (uint32_t)r.ctx);
-        fprintf(stderr, "ctx %g: tool KL %.6f top-1 %.4f ppl %.3f/%.3f; reference KL %.6f "
-                        "top-1 %.4f ppl %.3f/%.3f\n",
+        fprintf(stderr,
+                "ctx %g: tool KL %.6f top-1 %.4f ppl %.3f/%.3f; reference KL %.6f "
+                "top-1 %.4f ppl %.3f/%.3f\n",
                 r.ctx, r.kl_mean, r.top1, r.ppl, r.ppl_ref, w.kl_mean, w.top1, w.ppl, w.ppl_ref);
         assert_true(ctxs[k] || r.ctx == 512); /* default: min(seq_len 512, 512) */
         assert_true(r.tokens == w.tokens && r.chunks == w.chunks);
@@ -252,7 +256,8 @@ static void test_eval_errors(void **st)
     expect_failure(args, "nomodel.sluice");
 }
 
-/* ---- real models ------------------------------------------------------------------------------- */
+/* ---- real models -------------------------------------------------------------------------------
+ */
 
 static void split_text(const char *src, const char *first, const char *second)
 {
@@ -288,13 +293,13 @@ static void real_model(const char *name, const char *tok, double ctx)
         fail_msg("%s: %s", cmd, e);
     struct result r = eval_json(f32, f32, b, NULL);
     assert_true(r.kl_mean == 0 && r.top1 == 1 && r.ppl == r.ppl_ref && r.ctx == ctx);
-    snprintf(cmd, sizeof cmd, "'%s' quantize '%s' -o '%s' --bits 4 --calib '%s'", bin, f32, q4,
-             a);
+    snprintf(cmd, sizeof cmd, "'%s' quantize '%s' -o '%s' --bits 4 --calib '%s'", bin, f32, q4, a);
     if (run(cmd, out, sizeof out, e, sizeof e) != 0)
         fail_msg("%s: %s", cmd, e);
     r = eval_json(q4, f32, b, NULL);
-    fprintf(stderr, "%s 4-bit edgeflow: KL %.5f (p99 %.4f), top-1 %.4f, ppl %.3f (float %.3f), "
-                    "%g tokens\n",
+    fprintf(stderr,
+            "%s 4-bit edgeflow: KL %.5f (p99 %.4f), top-1 %.4f, ppl %.3f (float %.3f), "
+            "%g tokens\n",
             name, r.kl_mean, r.kl_p99, r.top1, r.ppl, r.ppl_ref, r.tokens);
     assert_true(r.kl_mean > 0 && r.kl_mean < 0.25);
     assert_true(r.top1 > 0.75 && r.top1 < 1);

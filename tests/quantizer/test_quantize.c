@@ -145,8 +145,8 @@ static const struct format_tensor_info *read_codes(struct format_reader *r, int 
     return t;
 }
 
-static const uint32_t linear_roles[] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV,
-                                        FORMAT_ROLE_WO, FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP,
+static const uint32_t linear_roles[] = {FORMAT_ROLE_WQ,    FORMAT_ROLE_WK,     FORMAT_ROLE_WV,
+                                        FORMAT_ROLE_WO,    FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP,
                                         FORMAT_ROLE_W_DOWN};
 
 /* Checks every linear tensor of `qpath` against the float weights of
@@ -206,15 +206,15 @@ static void test_roundtrip_uniform(void **st)
     for (uint32_t b = 1; b <= 8; b++) {
         /* the default clipping rule is MSE; none is the paper's max scale */
         enum quantizer_clip clip = b % 2 ? QUANTIZER_CLIP_NONE : QUANTIZER_CLIP_DEFAULT;
-        struct quantizer_opts o = {.method = QUANTIZER_METHOD_UNIFORM, .bits = b, .alpha = -1,
-                                   .clip = clip};
+        struct quantizer_opts o = {
+            .method = QUANTIZER_METHOD_UNIFORM, .bits = b, .alpha = -1, .clip = clip};
         struct quantizer_report rep;
         const char *out = tmp("u.sluice");
         quantize(model, cal, &o, out, &rep);
         struct quantizer_tensor_rule rule = {.bits = b, .uniform_bits = (uint8_t)b};
-        assert_int_equal(check_codes(model, out, rule,
-                                     clip == QUANTIZER_CLIP_NONE ? clip : QUANTIZER_CLIP_MSE),
-                         2 * 7 + 1);
+        assert_int_equal(
+            check_codes(model, out, rule, clip == QUANTIZER_CLIP_NONE ? clip : QUANTIZER_CLIP_MSE),
+            2 * 7 + 1);
         assert_int_equal(rep.groups, 0);
         for (int r = 0; r < FORMAT_ROLE_COUNT; r++)
             for (uint32_t k = 1; k <= 8; k++)
@@ -225,10 +225,11 @@ static void test_roundtrip_uniform(void **st)
         assert_int_equal(format_reader_open(out, &qr, &err), 0);
         for (uint32_t l = 0; l < 2; l++)
             for (size_t k = 0; k < 7; k++) {
-                uint32_t key = linear_roles[k] == FORMAT_ROLE_WK || linear_roles[k] == FORMAT_ROLE_WV
-                                   ? FORMAT_ROLE_WQ
-                               : linear_roles[k] == FORMAT_ROLE_W_UP ? FORMAT_ROLE_W_GATE
-                                                                     : linear_roles[k];
+                uint32_t key =
+                    linear_roles[k] == FORMAT_ROLE_WK || linear_roles[k] == FORMAT_ROLE_WV
+                        ? FORMAT_ROLE_WQ
+                    : linear_roles[k] == FORMAT_ROLE_W_UP ? FORMAT_ROLE_W_GATE
+                                                          : linear_roles[k];
                 const struct quantizer_calib_slot *sl = quantizer_calib_slot(cal, (int)l, key);
                 float mx = 0;
                 for (uint32_t j = 0; j < sl->in_cols; j++)
@@ -246,8 +247,10 @@ static void test_roundtrip_edgeflow(void **st)
     const double budgets[] = {2.5, 4.5, 5.0, 7.25};
     for (size_t k = 0; k < 4; k++) {
         for (int clip = QUANTIZER_CLIP_NONE; clip <= QUANTIZER_CLIP_MSE; clip++) {
-            struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = budgets[k],
-                                       .alpha = -1, .clip = (enum quantizer_clip)clip};
+            struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW,
+                                       .bits = budgets[k],
+                                       .alpha = -1,
+                                       .clip = (enum quantizer_clip)clip};
             struct quantizer_report rep, rep_f;
             quantize(model, cal, &o, tmp("e.sluice"), &rep);
             /* the same smoothing, written in float: what was quantized */
@@ -257,9 +260,9 @@ static void test_roundtrip_edgeflow(void **st)
             assert_true(rep.mean_alpha == rep_f.mean_alpha);
             struct quantizer_tensor_rule rule = {.bits = budgets[k],
                                                  .clip = (enum quantizer_clip)clip};
-            assert_int_equal(check_codes(tmp("ef.sluice"), tmp("e.sluice"), rule,
-                                         (enum quantizer_clip)clip),
-                             15);
+            assert_int_equal(
+                check_codes(tmp("ef.sluice"), tmp("e.sluice"), rule, (enum quantizer_clip)clip),
+                15);
         }
     }
 }
@@ -321,8 +324,8 @@ static void test_cmpq_and_smoothquant(void **st)
 static void test_uniform_widths(void **st)
 {
     (void)st;
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5, .alpha = -1,
-                               .uniform_widths = 1};
+    struct quantizer_opts o = {
+        .method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5, .alpha = -1, .uniform_widths = 1};
     struct quantizer_report rep, rep_f;
     quantize(model, cal, &o, tmp("uw.sluice"), &rep);
     assert_int_equal(rep.groups, 9);
@@ -343,9 +346,10 @@ static void test_global_budget(void **st)
     (void)st;
     for (int obj = 0; obj < 2; obj++)
         for (int m = 0; m < 2; m++) {
-            struct quantizer_opts o = {.method = m ? QUANTIZER_METHOD_CMPQ
-                                                   : QUANTIZER_METHOD_EDGEFLOW,
-                                       .bits = 4.5, .alpha = -1,
+            struct quantizer_opts o = {.method =
+                                           m ? QUANTIZER_METHOD_CMPQ : QUANTIZER_METHOD_EDGEFLOW,
+                                       .bits = 4.5,
+                                       .alpha = -1,
                                        .budget = QUANTIZER_BUDGET_GLOBAL,
                                        .global = (enum quantizer_global)obj};
             struct quantizer_report rep;
@@ -428,7 +432,9 @@ static void test_activations_and_metadata(void **st)
     struct sl_err err;
     struct format_reader *r;
     struct quantizer_report rep;
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5, .alpha = -1,
+    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW,
+                               .bits = 5,
+                               .alpha = -1,
                                .calib_source = "random tokens"};
     quantize(model, cal, &o, tmp("m.sluice"), &rep);
     assert_int_equal(format_reader_open(tmp("m.sluice"), &r, &err), 0);
@@ -529,7 +535,8 @@ static void test_runs_int8(void **st)
     const struct {
         enum quantizer_method m;
         double bits;
-    } cases[3] = {{QUANTIZER_METHOD_UNIFORM, 8}, {QUANTIZER_METHOD_EDGEFLOW, 8},
+    } cases[3] = {{QUANTIZER_METHOD_UNIFORM, 8},
+                  {QUANTIZER_METHOD_EDGEFLOW, 8},
                   {QUANTIZER_METHOD_EDGEFLOW, 3}};
     double kl[3];
     for (int k = 0; k < 3; k++) {
@@ -538,8 +545,8 @@ static void test_runs_int8(void **st)
         quantize(model, cal, &o, tmp("r.sluice"), &rep);
         kl[k] = kl_vs_float(tmp("r.sluice"), ids, N);
     }
-    fprintf(stderr, "KL vs float: uniform 8 bits %.4f, edgeflow 8 bits %.4f, 3 bits %.4f\n",
-            kl[0], kl[1], kl[2]);
+    fprintf(stderr, "KL vs float: uniform 8 bits %.4f, edgeflow 8 bits %.4f, 3 bits %.4f\n", kl[0],
+            kl[1], kl[2]);
     assert_true(kl[1] > 0 && kl[1] < kl[0] && kl[1] < kl[2] && kl[1] < 0.5);
 }
 

@@ -132,8 +132,12 @@ static void test_search(void **st)
     outlier_inputs(x, N, IN, in_max);
     random_w(w1, R1, IN);
     random_w(w2, R2, IN);
-    struct quantizer_smooth_group g = {.in = IN, .in_max = in_max, .x = x, .n_sample = N,
-                                       .m = {{w1, R1, IN}, {w2, R2, IN}}, .nm = 2};
+    struct quantizer_smooth_group g = {.in = IN,
+                                       .in_max = in_max,
+                                       .x = x,
+                                       .n_sample = N,
+                                       .m = {{w1, R1, IN}, {w2, R2, IN}},
+                                       .nm = 2};
     const struct quantizer_tensor_rule rules[] = {
         {.bits = 4.5}, {.bits = 6, .uniform_bits = 6}, {.bits = 3.5, .clip = QUANTIZER_CLIP_MSE}};
     for (size_t k = 0; k < 3; k++) {
@@ -154,8 +158,10 @@ static void test_search(void **st)
         assert_true(err == best);
         quantizer_smooth_scales(in_max, IN, 0, s0);
         double e0 = quantizer_smooth_error(&g, s0, &rules[k], 0);
-        fprintf(stderr, "rule %zu: alpha %.1f, error %.3g (one-SE rule: alpha %.1f, %.3g; no "
-                        "smoothing %.3g)\n", k, a, err, a1, err1, e0);
+        fprintf(stderr,
+                "rule %zu: alpha %.1f, error %.3g (one-SE rule: alpha %.1f, %.3g; no "
+                "smoothing %.3g)\n",
+                k, a, err, a1, err1, e0);
         assert_true(a1 > 0 && err1 < e0); /* a 40x outlier is no noise */
         /* 40x outlier channels: per-tensor activation quantization needs smoothing */
         assert_true(a > 0);
@@ -243,8 +249,8 @@ static float *norm_weight(const char *model, int layer, uint32_t role, uint32_t 
 /* Smooths `model` (float_out) and compares logits on ids; returns the
  * largest relative change of any norm weight (that smoothing happened). */
 static double smoothed_same(const char *model, struct quantizer_calib *cal,
-                            enum quantizer_method method, double alpha, const int *ids,
-                            uint32_t n, const char *out)
+                            enum quantizer_method method, double alpha, const int *ids, uint32_t n,
+                            const char *out)
 {
     struct quantizer_opts o = {.method = method, .bits = 5, .alpha = alpha, .float_out = 1};
     struct quantizer_report rep;
@@ -295,14 +301,14 @@ static void test_model_invariance_synth(void **st)
     for (int i = 1; i < N; i++)
         ids[i] = 3 + (int)test_rng_below(&rng, 500);
     struct quantizer_calib *cal = calibrate(model, ids, N);
-    assert_true(smoothed_same(model, cal, QUANTIZER_METHOD_EDGEFLOW, 0.5, ids, N,
-                              tmp("s1.sluice")) > 0.1);
+    assert_true(
+        smoothed_same(model, cal, QUANTIZER_METHOD_EDGEFLOW, 0.5, ids, N, tmp("s1.sluice")) > 0.1);
     smoothed_same(model, cal, QUANTIZER_METHOD_EDGEFLOW, -1, ids, N, tmp("s2.sluice"));
     assert_true(smoothed_same(model, cal, QUANTIZER_METHOD_SMOOTHQUANT, -1, ids, N,
                               tmp("s3.sluice")) > 0.1);
     /* without calibration nothing is smoothed: the float model is copied */
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5, .alpha = -1,
-                               .float_out = 1};
+    struct quantizer_opts o = {
+        .method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5, .alpha = -1, .float_out = 1};
     struct quantizer_report rep;
     assert_int_equal(quantizer_quantize(model, NULL, &o, tmp("s4.sluice"), &rep, &err), 0);
     assert_int_equal(rep.groups, 0);
@@ -328,9 +334,8 @@ static void test_model_invariance_kjv(void **st)
     struct format_reader *r;
     assert_int_equal(format_reader_open(model, &r, &err), 0);
     struct infer_tokenizer *tk;
-    assert_int_equal(infer_tokenizer_create(format_reader_tokenizer(r), format_reader_config(r),
-                                            &tk, &err),
-                     0);
+    assert_int_equal(
+        infer_tokenizer_create(format_reader_tokenizer(r), format_reader_config(r), &tk, &err), 0);
     size_t len;
     char *text = test_read_file(txt_s, &len);
     assert_non_null(text);
