@@ -83,6 +83,26 @@ static int parse_choice(const char *s, const char *const *names, int n, int *out
     return -1;
 }
 
+/* The source must be a float model: a quantized one would be calibrated on
+ * its own quantization error and quantized twice. */
+static int check_float(const char *path, struct sl_err *err)
+{
+    struct format_reader *r;
+    int ret = format_reader_open(path, &r, err);
+    if (ret < 0)
+        return ret;
+    for (uint32_t i = 0; ret == 0 && i < format_reader_n_tensors(r); i++) {
+        const struct format_tensor_info *t = format_reader_tensor(r, i);
+        if (format_encoding_traits(t->encoding)->quantized) {
+            sl_err_set(err, "%s: tensor '%s' is already quantized (%s); quantize a float model",
+                       path, t->name, format_encoding_traits(t->encoding)->name);
+            ret = -EINVAL;
+        }
+    }
+    format_reader_close(r);
+    return ret;
+}
+
 static void summary(const char *out, const struct quantizer_opts *o,
                     const struct quantizer_report *rep, double secs)
 {
@@ -227,6 +247,8 @@ int cmd_quantize(int argc, char **argv)
             goto fail;
         container = tmp;
     }
+    if (check_float(container, &err) < 0) /* before calibrating, not after */
+        goto fail;
     struct tools_progress prog;
     tools_progress_init(&prog, "calibrate");
     uint64_t t0 = sl_now_ns();

@@ -7,7 +7,8 @@
  * - a model against itself: KL exactly 0, top-1 1, equal perplexities;
  * - a 4-bit model: KL > 0, top-1 < 1;
  * - errors: --ctx beyond the context, a text shorter than one chunk, a
- *   missing file, no --ref: non-zero exit and a message naming the problem.
+ *   missing file, no --ref; `sluice quantize` of a quantized source, bad
+ *   --bits: non-zero exit and a message naming the problem.
  * --real (ctest test_eval_real, integration): the real aidreams260K and
  * kjv6L from ../shared: float against itself gives KL 0 and top-1 1; 4-bit
  * EdgeFlow models calibrated on the first half of calib.txt, evaluated on
@@ -91,14 +92,19 @@ static struct result eval_json(const char *model, const char *ref, const char *t
     return r;
 }
 
-static void expect_failure(const char *args, const char *needle)
+static void expect_failure_of(const char *sub, const char *args, const char *needle)
 {
     char cmd[8192], out[65536], err[65536];
-    snprintf(cmd, sizeof cmd, "'%s' eval %s", bin, args);
+    snprintf(cmd, sizeof cmd, "'%s' %s %s", bin, sub, args);
     int st = run(cmd, out, sizeof out, err, sizeof err);
     assert_true(st != 0);
     if (!strstr(err, needle))
         fail_msg("'%s': stderr '%s' does not mention '%s'", cmd, err, needle);
+}
+
+static void expect_failure(const char *args, const char *needle)
+{
+    expect_failure_of("eval", args, needle);
 }
 
 /* A text the tiny synthetic model's byte-level vocabulary tokenizes. */
@@ -254,6 +260,14 @@ static void test_eval_errors(void **st)
     expect_failure(args, "--ref");
     snprintf(args, sizeof args, "'%s' --ref '%s' --text '%s'", tmp("nomodel.sluice"), model, text);
     expect_failure(args, "nomodel.sluice");
+    /* sluice quantize refuses a quantized source before calibrating it */
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 5", tmp("q4.sluice"), tmp("qq.sluice"));
+    expect_failure_of("quantize", args, "already quantized");
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 4.5 --method uniform", model,
+             tmp("qq.sluice"));
+    expect_failure_of("quantize", args, "integer");
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 9", model, tmp("qq.sluice"));
+    expect_failure_of("quantize", args, "--bits");
 }
 
 /* ---- real models -------------------------------------------------------------------------------
