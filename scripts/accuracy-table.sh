@@ -30,7 +30,8 @@ mkdir -p "$W/kl"
 [ -d "$M" ] || { echo "accuracy-table: $M not found" >&2; exit 77; }
 : > "$W/results.jsonl"
 
-x() { echo "+ $*" >&2; "$@"; }
+exec 3>&2
+x() { echo "+ $*" >&3; "$@"; } # echoes every command to the script's stderr
 
 # row MODEL LABEL BITS QUANT_ARGS...: quantize, evaluate, print a table row
 row() {

@@ -509,14 +509,14 @@ int bench_load(int argc, char **argv)
                      "(no stats.json): its reads are not limited unless it was started in a "
                      "limited cgroup");
     }
-    if (mount_note[0] && !json)
+    if (mount_note[0])
         fprintf(stderr, "sluice bench load: %s\n", mount_note);
     if (want[M_MOUNT] && !c.mount)
         want[M_MOUNT] = 0;
 
     static struct series coldr[M_COUNT], warmr[M_COUNT];
     if (cold)
-        run_all(&c, want, runs, 1, &cg, fresh, mount_opts, coldr, json);
+        run_all(&c, want, runs, 1, &cg, fresh, mount_opts, coldr, 0);
     /* warm: one mount for all warm runs (a warm restart keeps its daemon) */
     int warm_mounted = 0;
     if (want[M_MOUNT] && fresh) {
@@ -525,7 +525,7 @@ int bench_load(int argc, char **argv)
         else
             want[M_MOUNT] = 0;
     }
-    run_all(&c, want, runs, 0, NULL, 0, NULL, warmr, json);
+    run_all(&c, want, runs, 0, NULL, 0, NULL, warmr, 0);
     if (warm_mounted)
         umount_model(c.mount);
 
@@ -573,9 +573,10 @@ int bench_load(int argc, char **argv)
             cJSON_AddBoolToObject(e, "direct", sr->direct);
             cJSON_AddBoolToObject(e, "registered", sr->fixed);
         }
-        const char *note = coldr[m].note[0] ? coldr[m].note : warmr[m].note;
-        if (note[0])
-            cJSON_AddStringToObject(e, "note", note);
+        if (coldr[m].note[0])
+            cJSON_AddStringToObject(e, "note", coldr[m].note);
+        if (warmr[m].note[0])
+            cJSON_AddStringToObject(e, "warm_note", warmr[m].note);
         cJSON_AddItemToArray(arr, e);
     }
     if (json) {
@@ -604,9 +605,10 @@ int bench_load(int argc, char **argv)
                    wmed[m], wmed[M_RAW] > 0 ? wmed[m] / wmed[M_RAW] : 0, warmr[m].rss);
         }
         for (int m = 0; m < M_COUNT; m++) {
-            const char *note = coldr[m].note[0] ? coldr[m].note : warmr[m].note;
-            if (note[0])
-                printf("note: %s: %s\n", names[m], note);
+            if (coldr[m].note[0])
+                printf("note: %s (cold): %s\n", names[m], coldr[m].note);
+            if (warmr[m].note[0])
+                printf("note: %s (warm): %s\n", names[m], warmr[m].note);
         }
         if (!cold)
             printf("note: no cold numbers: %s\n", warm_only ? "--warm-only" : why);
