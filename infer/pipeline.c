@@ -147,6 +147,9 @@ struct pl {
 
     uint64_t t_start, t_logits, t_loaded;
     uint64_t busy[MAX_CPU_WORKERS + 1]; /* per executor */
+    uint32_t running;       /* tasks executing now */
+    uint64_t stall_t0;      /* nothing running or ready since then (0: not stalled) */
+    uint64_t stall_ns;      /* total of such stalls: every unit waiting on the disk */
     uint64_t unpack_ns;
     uint32_t stolen;
     uint64_t bytes_read;
@@ -529,6 +532,21 @@ static uint32_t qpop(const struct pl *p, struct queue *q)
     return t;
 }
 
+/* Keeps the stall clock (lock held): the pipeline is stalled while no task
+ * runs and none is ready, which in a cold start means every unit waits for
+ * the disk. Bubbles are idle time outside such stalls: a unit waiting for the
+ * other one (or for a dependency) while there was work in the pipeline. */
+static void stall_update(struct pl *p)
+{
+    int stalled = !p->running && !p->npu_q.n && !p->cpu_q.n && !p->done;
+    if (stalled && !p->stall_t0) {
+        p->stall_t0 = sl_now_ns();
+    } else if (!stalled && p->stall_t0) {
+        p->stall_ns += sl_now_ns() - p->stall_t0;
+        p->stall_t0 = 0;
+    }
+}
+
 static void make_ready(struct pl *p, uint32_t ti)
 {
     struct task *t = &p->tasks[ti];
@@ -541,6 +559,7 @@ static void make_ready(struct pl *p, uint32_t ti)
         t->dev = DEV_CPU;
     }
     qpush(t->dev == DEV_NPU ? &p->npu_q : &p->cpu_q, ti);
+    stall_update(p);
     pthread_cond_broadcast(&p->cv);
 }
 
@@ -864,6 +883,7 @@ static struct npu_job *npu_next(void *ctx)
         prepare_job(p, t);
         t->executor = 0;
         t->t0 = sl_now_ns();
+        p->running++;
         j = &t->job;
     }
     pthread_mutex_unlock(&p->lock);
@@ -877,6 +897,7 @@ static void npu_done(void *ctx, struct npu_job *j)
     pthread_mutex_lock(&p->lock);
     t->t1 = sl_now_ns();
     p->busy[0] += t->t1 - t->t0;
+    p->running--;
     if (j->status < 0) {
         struct sl_err e = {{0}};
         npu_job_validate(j, &e);
@@ -886,6 +907,7 @@ static void npu_done(void *ctx, struct npu_job *j)
     }
     else
         complete(p, (uint32_t)(t - p->tasks));
+    stall_update(p);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -923,13 +945,16 @@ static void *cpu_worker(void *arg)
         struct task *t = &p->tasks[ti];
         t->executor = id;
         t->t0 = sl_now_ns();
+        p->running++;
         pthread_mutex_unlock(&p->lock);
         int ret = run_task(p, ti, id, p->att_scratch[id]);
         pthread_mutex_lock(&p->lock);
         t->t1 = sl_now_ns();
         p->busy[id] += t->t1 - t->t0;
+        p->running--;
         if (ret == 0)
             complete(p, ti);
+        stall_update(p);
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
@@ -1100,10 +1125,11 @@ static int write_trace(struct pl *p, const char *path, struct infer_pipeline_sta
     if (!f)
         return -errno;
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"policy\": \"%s\", "
-               "\"ttft_s\": %.6f, \"bubble_npu\": %.4f, \"bubble_cpu\": %.4f, \"stolen\": %u},\n"
+               "\"ttft_s\": %.6f, \"stall_s\": %.6f, \"bubble_npu\": %.4f, "
+               "\"bubble_cpu\": %.4f, \"idle_npu\": %.4f, \"idle_cpu\": %.4f, \"stolen\": %u},\n"
                "\"traceEvents\": [\n",
-            infer_policy_name(p->o->policy), st->ttft_s, st->bubble_npu, st->bubble_cpu,
-            st->stolen);
+            infer_policy_name(p->o->policy), st->ttft_s, st->stall_s, st->bubble_npu,
+            st->bubble_cpu, st->idle_npu, st->idle_cpu, st->stolen);
     fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, "
                "\"args\": {\"name\": \"NPU\"}},\n");
     for (uint32_t w = 1; w <= p->n_workers; w++)
@@ -1169,12 +1195,21 @@ static void stats_fill(struct pl *p, struct infer_pipeline_stats *st)
     for (uint32_t w = 1; w <= p->n_workers; w++)
         cpu += p->busy[w];
     st->cpu_busy_s = (double)cpu / 1e9;
-    st->bubble_npu = span > 0 ? 1.0 - st->npu_busy_s / span : 0;
-    st->bubble_cpu = span > 0 ? 1.0 - st->cpu_busy_s / (span * p->n_workers) : 0;
-    if (st->bubble_npu < 0)
-        st->bubble_npu = 0;
-    if (st->bubble_cpu < 0)
-        st->bubble_cpu = 0;
+    uint64_t stall = p->stall_ns;
+    if (p->stall_t0 && end > p->stall_t0)
+        stall += end - p->stall_t0;
+    st->stall_s = (double)stall / 1e9;
+    if (st->stall_s > span)
+        st->stall_s = span;
+    double work = span - st->stall_s;
+    st->bubble_npu = work > 0 ? 1.0 - st->npu_busy_s / work : 0;
+    st->bubble_cpu = work > 0 ? 1.0 - st->cpu_busy_s / (work * p->n_workers) : 0;
+    st->idle_npu = span > 0 ? 1.0 - st->npu_busy_s / span : 0;
+    st->idle_cpu = span > 0 ? 1.0 - st->cpu_busy_s / (span * p->n_workers) : 0;
+    double *clampv[] = {&st->bubble_npu, &st->bubble_cpu, &st->idle_npu, &st->idle_cpu};
+    for (int i = 0; i < 4; i++)
+        if (*clampv[i] < 0)
+            *clampv[i] = 0;
     st->bytes_read = p->bytes_read;
     st->tasks = p->n_tasks;
     st->stolen = p->stolen;
@@ -1406,6 +1441,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     }
     p->o = &o;
     p->t_start = sl_now_ns();
+    p->stall_t0 = p->t_start; /* nothing can run before the first slice */
     p->tokens = tokens;
     p->logits = logits;
     pthread_mutex_init(&p->lock, NULL);

@@ -44,8 +44,12 @@ static void usage(FILE *f)
             "The INT8 and INT4/INT8 containers hold the same codes and scales as MODEL (same\n"
             "logits, different storage); they are written next to MODEL once and reused.\n"
             "All use the same kernels and threads (the emulated NPU + one CPU worker).\n"
-            "Reports min and median TTFT, a breakdown (load, unpack, NPU, CPU busy, idle),\n"
-            "peak RSS, bytes read and NPU/CPU bubble rates, and the ratio to the bound\n"
+            "Reports min and median TTFT, a breakdown (load: until the last slice needed\n"
+            "arrived; unpack, NPU and CPU busy time; stall: no task running or ready\n"
+            "anywhere, everything waiting on the disk), peak RSS, bytes read, the NPU/CPU\n"
+            "bubble rates (idle share of the time outside stalls: waiting on the other\n"
+            "unit while the pipeline had work; JSON idle_npu/idle_cpu: idle share of the\n"
+            "whole TTFT), and the ratio of the median to the bound\n"
             "max(bytes read / raw MB/s, prefill ops / int8 peak of the machine's cores).\n"
             "Needs root (page cache, cgroups).\n");
 }
@@ -68,7 +72,8 @@ static const struct contender contenders[] = {
 #define NC (sizeof contenders / sizeof contenders[0])
 
 struct sample {
-    double ttft, load, unpack, npu, cpu, bubble_npu, bubble_cpu, rss, bytes;
+    double ttft, load, unpack, npu, cpu, stall, bubble_npu, bubble_cpu, idle_npu, idle_cpu, rss,
+        bytes;
 };
 
 static char *read_all_fd(int fd)
@@ -165,6 +170,9 @@ static int run_once(const char *model, const struct contender *ct, uint32_t toke
     s->cpu = NUM(pj, "cpu_busy_s");
     s->bubble_npu = NUM(pj, "bubble_npu");
     s->bubble_cpu = NUM(pj, "bubble_cpu");
+    s->stall = NUM(pj, "stall_s");
+    s->idle_npu = NUM(pj, "idle_npu");
+    s->idle_cpu = NUM(pj, "idle_cpu");
     s->bytes = NUM(pj, "bytes_read");
 #undef NUM
     cJSON_Delete(j);
@@ -294,6 +302,21 @@ int bench_coldstart(int argc, char **argv)
     if (variant(model, "int8", FORMAT_ENC_Q8_CHANNEL, paths[1], sizeof paths[1]) < 0 ||
         variant(model, "int4int8", FORMAT_ENC_INT4INT8, paths[2], sizeof paths[2]) < 0)
         return 1;
+    /* the memory target's yardstick: the INT8 weights (codes, scales, norms) and
+     * the KV cache (float K and V of every layer) of the prompt; the runtime
+     * reserves the cache for the whole context, but pages it never touches
+     * are not resident */
+    double int8_bytes = 0;
+    if (format_reader_open(paths[1], &r, &err) < 0) {
+        fprintf(stderr, "sluice bench coldstart: %s\n", err.msg);
+        return 1;
+    }
+    for (uint32_t i = 0; i < format_reader_n_tensors(r); i++)
+        int8_bytes += (double)format_reader_tensor(r, i)->length;
+    format_reader_close(r);
+    double kv_row = 2.0 * cfg.n_layers * ((double)cfg.dim * cfg.n_kv_heads / cfg.n_heads) * 4;
+    double kv_prompt = kv_row * (tokens + 1), kv_context = kv_row * cfg.seq_len;
+    double mem_base_mb = (int8_bytes + kv_prompt) / (1024.0 * 1024.0);
     struct tools_cgroup cg;
     if (tools_cgroup_create(model, (uint64_t)mbps * 1000000, &cg, &err) < 0) {
         fprintf(stderr, "sluice bench coldstart: %s\n", err.msg);
@@ -349,14 +372,21 @@ int bench_coldstart(int argc, char **argv)
     cJSON_AddNumberToObject(o, "bound_s", bound);
     cJSON_AddNumberToObject(o, "bound_io_s", bound_io);
     cJSON_AddNumberToObject(o, "bound_compute_s", bound_compute);
+    cJSON_AddNumberToObject(o, "int8_weights_mb", int8_bytes / (1024.0 * 1024.0));
+    cJSON_AddNumberToObject(o, "kv_cache_prompt_mb", kv_prompt / (1024.0 * 1024.0));
+    cJSON_AddNumberToObject(o, "kv_cache_context_mb", kv_context / (1024.0 * 1024.0));
     cJSON *arr = cJSON_AddArrayToObject(o, "results");
     if (!json)
         printf("%s: %u-token prompt, %u MB/s limit, %u runs; raw %.0f MB/s, int8 peak %.0f GOPS "
                "(%ld cores)\nbound %.3f s = max(%.0f MB / raw = %.3f s, %.1f GOPs / peak = %.3f s)"
-               "\n\n%-24s %8s %8s %7s %7s %7s %7s %7s %7s %7s %8s %8s\n",
+               "\nmemory yardstick %.0f MiB = INT8 weights %.0f MiB + KV cache of the prompt %.1f "
+               "MiB (RSS/yardstick in the last column)"
+               "\n\n%-24s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s %8s %8s %6s\n",
                model, tokens, mbps, runs, raw, peak, cores, bound, bytes_full / 1e6, bound_io,
-               ops / 1e9, bound_compute, "policy", "ttft min", "ttft med", "x bound", "load",
-               "unpack", "npu", "cpu", "bub npu", "bub cpu", "MB read", "RSS MiB");
+               ops / 1e9, bound_compute, mem_base_mb, int8_bytes / 1048576.0,
+               kv_prompt / 1048576.0, "policy", "ttft min", "ttft med", "x bound", "load",
+               "unpack", "npu", "cpu", "stall", "bub npu", "bub cpu", "MB read", "RSS MiB",
+               "x mem");
     for (size_t k = 0; k < NC; k++) {
         uint32_t n = nok[k];
         double t[32];
@@ -382,19 +412,25 @@ int bench_coldstart(int argc, char **argv)
         cJSON_AddNumberToObject(e, "ratio_to_bound", bound > 0 ? md / bound : 0);
         cJSON_AddNumberToObject(e, "bytes_read", m.bytes);
         cJSON_AddNumberToObject(e, "peak_rss_mb", rss);
+        cJSON_AddNumberToObject(e, "rss_over_int8_kv", mem_base_mb > 0 ? rss / mem_base_mb : 0);
         cJSON_AddNumberToObject(e, "bubble_npu", m.bubble_npu);
         cJSON_AddNumberToObject(e, "bubble_cpu", m.bubble_cpu);
+        cJSON_AddNumberToObject(e, "idle_npu", m.idle_npu);
+        cJSON_AddNumberToObject(e, "idle_cpu", m.idle_cpu);
         cJSON *b = cJSON_AddObjectToObject(e, "breakdown_s");
         cJSON_AddNumberToObject(b, "load", m.load);
         cJSON_AddNumberToObject(b, "unpack", m.unpack);
         cJSON_AddNumberToObject(b, "npu", m.npu);
         cJSON_AddNumberToObject(b, "cpu", m.cpu);
         cJSON_AddNumberToObject(b, "npu_idle", idle);
+        cJSON_AddNumberToObject(b, "stall", m.stall);
         cJSON_AddItemToArray(arr, e);
         if (!json)
-            printf("%-24s %8.3f %8.3f %7.2f %7.3f %7.3f %7.3f %7.3f %7.2f %7.2f %8.1f %8.0f\n",
+            printf("%-24s %8.3f %8.3f %7.2f %7.3f %7.3f %7.3f %7.3f %7.3f %7.2f %7.2f %8.1f %8.0f "
+                   "%6.2f\n",
                    contenders[k].name, mn, md, bound > 0 ? md / bound : 0, m.load, m.unpack, m.npu,
-                   m.cpu, m.bubble_npu, m.bubble_cpu, m.bytes / 1e6, rss);
+                   m.cpu, m.stall, m.bubble_npu, m.bubble_cpu, m.bytes / 1e6, rss,
+                   mem_base_mb > 0 ? rss / mem_base_mb : 0);
     }
     if (json) {
         char *s = cJSON_Print(o);

@@ -342,6 +342,9 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(pj, "cpu_busy_s", ps->cpu_busy_s);
     cJSON_AddNumberToObject(pj, "bubble_npu", ps->bubble_npu);
     cJSON_AddNumberToObject(pj, "bubble_cpu", ps->bubble_cpu);
+    cJSON_AddNumberToObject(pj, "stall_s", ps->stall_s);
+    cJSON_AddNumberToObject(pj, "idle_npu", ps->idle_npu);
+    cJSON_AddNumberToObject(pj, "idle_cpu", ps->idle_cpu);
     cJSON_AddNumberToObject(pj, "graph_build_s", ps->graph_build_s);
     cJSON_AddNumberToObject(pj, "bytes_read", (double)ps->bytes_read);
     cJSON_AddNumberToObject(pj, "tasks", ps->tasks);

@@ -268,8 +268,11 @@ struct infer_pipeline_stats {
     double npu_busy_s;         /* the NPU device thread executing jobs */
     double cpu_busy_s;         /* CPU workers running tasks (stolen NPU work included) */
     double span_s;
-    double bubble_npu;         /* 1 - npu_busy / span */
-    double bubble_cpu;         /* 1 - cpu_busy / (span x workers) */
+    double stall_s;            /* no task running or ready anywhere: all waiting on the disk */
+    double bubble_npu;         /* 1 - npu_busy / (span - stall): idle while there was work */
+    double bubble_cpu;         /* 1 - cpu_busy / ((span - stall) x workers) */
+    double idle_npu;           /* 1 - npu_busy / span: idle for any reason */
+    double idle_cpu;           /* 1 - cpu_busy / (span x workers) */
     double graph_build_s;
     uint64_t bytes_read;       /* before the first token */
     uint32_t tasks, stolen, graphs;
