@@ -22,6 +22,10 @@ struct infer_linear {
     float *scale;            /* per-row dequantization scales [rows] (int8 only) */
     float act_scale;         /* static per-tensor input scale; 0 = dynamic */
     struct npu_weights *npu; /* prepared for the GEMM kernels (int8 only) */
+    /* a packed tensor kept packed (the embedding: only looked up, a row is
+     * unpacked per token): its bytes (owned) and row index, or NULL */
+    uint8_t *packed;
+    struct unpack_tensor *upk;
 };
 
 struct infer_layer {

@@ -79,6 +79,11 @@ void infer_linear_fini(struct infer_linear *lin)
     sl_free_aligned(lin->q);
     free(lin->scale);
     npu_weights_destroy(lin->npu);
+    if (lin->upk) {
+        unpack_tensor_fini(lin->upk);
+        free(lin->upk);
+    }
+    sl_free_aligned(lin->packed);
     memset(lin, 0, sizeof *lin);
 }
 

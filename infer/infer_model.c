@@ -84,7 +84,7 @@ static int load_linear(struct infer_model *m, int layer, uint32_t role, struct i
 void infer_model_release_layer(struct infer_model *m, int layer)
 {
     if (layer < 0) {
-        if (m->cls.w != m->embed.w || m->cls.q != m->embed.q)
+        if (m->cls.w != m->embed.w || m->cls.q != m->embed.q || m->cls.npu != m->embed.npu)
             infer_linear_fini(&m->cls);
         memset(&m->cls, 0, sizeof m->cls);
         infer_linear_fini(&m->embed);

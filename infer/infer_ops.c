@@ -2,10 +2,13 @@
  * math, batched over rows). */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "infer_internal.h"
 #include "infer_matmul.h"
+#include "npu.h"
+#include "unpack.h"
 
 void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, uint32_t d, float eps)
 {
@@ -129,11 +132,34 @@ int infer_op_embed(const struct infer_model *m, const int *tokens, uint32_t n, f
             const uint16_t *h = (const uint16_t *)e->w + row * d;
             for (uint32_t j = 0; j < d; j++)
                 xi[j] = e->wtype == INFER_W_F16 ? sl_f16_to_f32(h[j]) : sl_bf16_to_f32(h[j]);
-        } else {
+        } else if (e->q) {
             const int8_t *q = e->q + row * d;
             float s = e->scale[row];
             for (uint32_t j = 0; j < d; j++)
                 xi[j] = s * (float)q[j];
+        } else if (e->upk || e->npu) {
+            /* packed (a row unpacked on demand) or the NPU's copy (tied) */
+            int8_t buf[4096], *q = d <= sizeof buf ? buf : malloc(d);
+            if (!q) {
+                sl_err_set(err, "out of memory");
+                return -ENOMEM;
+            }
+            float s;
+            if (e->upk) {
+                unpack_tensor_rows(e->upk, unpack_kernel_best(), (uint32_t)row,
+                                   (uint32_t)row + 1, q, NULL);
+                s = unpack_tensor_scale(e->upk, (uint32_t)row);
+            } else {
+                npu_weights_row(e->npu, (uint32_t)row, q);
+                s = npu_weights_scale(e->npu, (uint32_t)row);
+            }
+            for (uint32_t j = 0; j < d; j++)
+                xi[j] = s * (float)q[j];
+            if (q != buf)
+                free(q);
+        } else {
+            sl_err_set(err, "the embedding has no weights");
+            return -EINVAL;
         }
     }
     return 0;

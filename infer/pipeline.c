@@ -652,8 +652,11 @@ static float *mm_output(struct pl *p, struct chunkbuf *b, uint32_t role)
 /* Unpacks a quantized tensor from its slice bytes straight into the NPU's
  * weight layout, 64 rows at a time (the rows never exist whole in row-major
  * form). keep_rows also keeps them row-major (embedding lookups). */
+/* Unpacks a quantized tensor into the NPU's packed weights (want_npu) and/or
+ * plain int8 rows with their scales (keep_rows: embedding lookups). */
 static int unpack_linear(struct infer_linear *lin, const struct format_tensor_info *t,
-                         const uint8_t *data, int force_dynamic, int keep_rows, struct sl_err *err)
+                         const uint8_t *data, int force_dynamic, int keep_rows, int want_npu,
+                         struct sl_err *err)
 {
     uint32_t rows = (uint32_t)t->shape[0], cols = (uint32_t)t->shape[1];
     memset(lin, 0, sizeof *lin);
@@ -662,7 +665,7 @@ static int unpack_linear(struct infer_linear *lin, const struct format_tensor_in
     if (!format_encoding_traits(t->encoding)->quantized)
         return infer_linear_init(lin, t, data, 0, force_dynamic, err);
     lin->act_scale = force_dynamic ? 0.0f : t->act_scale;
-    int ret = npu_weights_alloc(rows, cols, &lin->npu);
+    int ret = want_npu ? npu_weights_alloc(rows, cols, &lin->npu) : 0;
     if (ret < 0) {
         sl_err_set(err, "out of memory for '%s'", t->name);
         return ret;
@@ -689,7 +692,8 @@ static int unpack_linear(struct infer_linear *lin, const struct format_tensor_in
             uint32_t n = rows - r0 < B ? rows - r0 : B;
             for (uint32_t i = 0; i < n; i++)
                 sc[i] = sl_load_lef32(data + 4 * (size_t)(r0 + i));
-            npu_weights_fill(lin->npu, r0, n, codes + (size_t)r0 * cols, sc);
+            if (want_npu)
+                npu_weights_fill(lin->npu, r0, n, codes + (size_t)r0 * cols, sc);
             if (keep_rows) {
                 memcpy(lin->q + (size_t)r0 * cols, codes + (size_t)r0 * cols, (size_t)n * cols);
                 memcpy(lin->scale + r0, sc, sizeof(float) * n);
@@ -708,7 +712,8 @@ static int unpack_linear(struct infer_linear *lin, const struct format_tensor_in
             }
             for (uint32_t i = 0; i < n; i++)
                 sc[i] = unpack_tensor_scale(&u, r0 + i);
-            npu_weights_fill(lin->npu, r0, n, tmp, sc);
+            if (want_npu)
+                npu_weights_fill(lin->npu, r0, n, tmp, sc);
             if (keep_rows) {
                 memcpy(lin->q + (size_t)r0 * cols, tmp, (size_t)n * cols);
                 memcpy(lin->scale + r0, sc, sizeof(float) * n);
@@ -719,6 +724,36 @@ static int unpack_linear(struct infer_linear *lin, const struct format_tensor_in
     sl_free_aligned(tmp);
     if (ret < 0)
         sl_err_prefix(err, "tensor '%s'", t->name);
+    return ret;
+}
+
+/* The untied embedding is only looked up (a few rows per token): a packed
+ * one stays packed in memory and infer_op_embed unpacks the rows it needs;
+ * INT8 rows are kept as they are. No NPU copy. */
+static int keep_packed(struct infer_linear *lin, const struct format_tensor_info *t,
+                       const uint8_t *data, struct sl_err *err)
+{
+    if (t->encoding == FORMAT_ENC_Q8_CHANNEL)
+        return unpack_linear(lin, t, data, 0, 1, 0, err);
+    memset(lin, 0, sizeof *lin);
+    lin->rows = (uint32_t)t->shape[0];
+    lin->cols = (uint32_t)t->shape[1];
+    lin->packed = sl_alloc_aligned(t->length, 64);
+    lin->upk = calloc(1, sizeof *lin->upk);
+    if (!lin->packed || !lin->upk) {
+        infer_linear_fini(lin);
+        sl_err_set(err, "out of memory for '%s'", t->name);
+        return -ENOMEM;
+    }
+    memcpy(lin->packed, data, t->length);
+    int ret = unpack_tensor_init(lin->upk, t->encoding, lin->packed, t->length, lin->rows,
+                                 lin->cols, err);
+    if (ret < 0) {
+        free(lin->upk);
+        lin->upk = NULL;
+        infer_linear_fini(lin);
+        sl_err_prefix(err, "tensor '%s'", t->name);
+    }
     return ret;
 }
 
@@ -769,7 +804,8 @@ static int run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         struct infer_linear *lin = (struct infer_linear *)linear_of(p, t->layer, t->role);
         int tied = ti2->role == FORMAT_ROLE_TOK_EMBD; /* the classifier is the embedding */
         ret = unpack_linear(lin, ti2, p->slice_data[t->slice] + (ti2->offset - s->offset),
-                            p->m->force_dynamic_act, tied, &err);
+                            p->m->force_dynamic_act, 0, 1, &err);
+        /* lookups read rows back from the NPU's copy: no second copy */
         if (ret == 0 && tied)
             p->m->embed = *lin; /* shared storage; released once (infer_model_destroy) */
         pthread_mutex_lock(&p->lock);
@@ -1400,11 +1436,7 @@ static int finish_embedding(struct pl *p, struct sl_err *err)
         const struct format_tensor_info *t = format_reader_tensor(r, s->first_tensor);
         if (ret == 0) {
             if (format_encoding_traits(t->encoding)->quantized) {
-                ret = unpack_linear(&p->m->embed, t, data + (t->offset - s->offset),
-                                    p->m->force_dynamic_act, 1, err);
-                /* only looked up: no NPU copy */
-                npu_weights_destroy(p->m->embed.npu);
-                p->m->embed.npu = NULL;
+                ret = keep_packed(&p->m->embed, t, data + (t->offset - s->offset), err);
             } else {
                 ret = infer_linear_init(&p->m->embed, t, data + (t->offset - s->offset), 0,
                                         p->m->force_dynamic_act, err);
