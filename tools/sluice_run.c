@@ -213,6 +213,35 @@ static int emit(const struct infer_tokenizer *tk, int prev, int token, int json,
     return text_append(text, piece, len);
 }
 
+/* The first token is sampled (and printed) the moment the prefill's logits
+ * exist, before the pipeline goes on to read what only decoding needs (an
+ * untied embedding): that moment is the time to first token. */
+struct first_token {
+    struct infer_sampler *sampler;
+    float *logits; /* the buffer the pipeline fills (the sampler may rewrite it) */
+    const struct infer_tokenizer *tk;
+    struct text_buf *text;
+    int prev, json, stop_a, stop_b;
+    int token, emitted, printed, ret;
+    uint64_t t;
+};
+
+static int emit(const struct infer_tokenizer *tk, int prev, int token, int json,
+                struct text_buf *text);
+
+static void on_first_logits(void *ctx, const float *logits)
+{
+    struct first_token *f = ctx;
+    (void)logits; /* == f->logits */
+    f->token = infer_sampler_sample(f->sampler, f->logits);
+    f->t = sl_now_ns();
+    f->emitted = 1;
+    if (f->token != f->stop_a && f->token != f->stop_b) {
+        f->ret = emit(f->tk, f->prev, f->token, f->json, f->text);
+        f->printed = 1;
+    }
+}
+
 static int run_generate(const char *path, const struct run_opts *o, struct text_buf *text,
                         struct run_stats *st, struct sl_err *err)
 {
@@ -262,21 +291,33 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
             goto fail;
 
     uint64_t t0 = sl_now_ns();
-    ret = infer_pipeline_prefill(path, tokens, n_prompt, &o->pipeline, &m, &s, logits,
-                                 &st->pipeline, err);
+    struct first_token first = {.sampler = sampler, .logits = logits, .tk = tk, .text = text,
+                                .prev = tokens[n_prompt - 1], .json = o->json,
+                                .stop_a = (int)c->bos_id, .stop_b = (int)c->eos_id};
+    struct infer_pipeline_opts popts = o->pipeline;
+    if (o->n_gen > 0) {
+        popts.first_logits = on_first_logits;
+        popts.ctx = &first;
+    }
+    ret = infer_pipeline_prefill(path, tokens, n_prompt, &popts, &m, &s, logits, &st->pipeline,
+                                 err);
+    if (ret == 0 && first.ret < 0)
+        ret = first.ret;
     if (ret < 0)
         goto fail;
-    uint64_t t_prefill = sl_now_ns(), t_first = 0;
-    st->prefill_s = (double)(t_prefill - t0) / 1e9;
+    uint64_t t_first = first.emitted ? first.t : 0;
+    st->prefill_s = (double)((first.emitted ? first.t : sl_now_ns()) - t0) / 1e9;
     uint32_t pos = n_prompt;
     int prev = tokens[n_prompt - 1];
     while (st->generated < o->n_gen) {
-        int next = infer_sampler_sample(sampler, logits);
-        if (st->generated++ == 0)
+        int next = first.emitted && st->generated == 0 ? first.token
+                                                       : infer_sampler_sample(sampler, logits);
+        if (st->generated++ == 0 && !t_first)
             t_first = sl_now_ns();
         if ((uint32_t)next == c->bos_id || (uint32_t)next == c->eos_id)
             break; /* run.c stops at BOS; EOS ends a sequence too */
-        if ((ret = emit(tk, prev, next, o->json, text)) < 0)
+        int printed = first.printed && st->generated == 1; /* printed when it was sampled */
+        if (!printed && (ret = emit(tk, prev, next, o->json, text)) < 0)
             goto fail;
         prev = next;
         if (pos >= c->seq_len)
