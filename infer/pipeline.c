@@ -13,8 +13,9 @@
  *   full           position-guided priority (earlier chunk first, then
  *                  layer, then operator order; unpacking first of all), the
  *                  NPU's matmuls split by output channels, and CPU task
- *                  stealing: an idle CPU worker takes the top NPU task when
- *                  the NPU queue holds more than steal_threshold tasks;
+ *                  stealing: an idle CPU worker takes the last NPU task in
+ *                  priority order (the top with steal_top, EdgeFlow's rule)
+ *                  when the NPU queue holds more than steal_threshold tasks;
  *   sequential     the same, but nothing is unpacked or computed until every
  *                  slice has been read (load everything, then compute);
  *   layer_overlap  llm.npu-style static coarse pipeline: one NPU task per
@@ -524,12 +525,26 @@ static uint32_t qbest(const struct pl *p, const struct queue *q)
     return best;
 }
 
-static uint32_t qpop(const struct pl *p, struct queue *q)
+/* Index of the task the policy would run last (full: the largest key). */
+static uint32_t qlast(const struct pl *p, const struct queue *q)
 {
-    uint32_t i = qbest(p, q);
+    uint32_t last = 0;
+    for (uint32_t i = 1; i < q->n; i++)
+        if (p->tasks[q->items[i]].key > p->tasks[q->items[last]].key)
+            last = i;
+    return last;
+}
+
+static uint32_t qtake(struct queue *q, uint32_t i)
+{
     uint32_t t = q->items[i];
     q->items[i] = q->items[--q->n];
     return t;
+}
+
+static uint32_t qpop(const struct pl *p, struct queue *q)
+{
+    return qtake(q, qbest(p, q));
 }
 
 /* Keeps the stall clock (lock held): the pipeline is stalled while no task
@@ -966,10 +981,13 @@ static void *cpu_worker(void *arg)
                 ti = qpop(p, &p->cpu_q);
                 break;
             }
-            /* EdgeFlow 4.3: an idle CPU takes the top NPU task when the NPU's
+            /* EdgeFlow 4.3: an idle CPU takes an NPU task when the NPU's
              * queue is longer than the threshold */
             if (steal && p->npu_q.n > p->o->steal_threshold) {
-                ti = qpop(p, &p->npu_q);
+                /* the last task in priority order: the NPU keeps the urgent
+                 * ones, so it rarely waits on a piece the CPU took */
+                ti = p->o->steal_top ? qpop(p, &p->npu_q)
+                                     : qtake(&p->npu_q, qlast(p, &p->npu_q));
                 prepare_job(p, &p->tasks[ti]);
                 p->stolen++;
                 break;

@@ -46,8 +46,10 @@ static void usage(FILE *f)
             "                   mmap (mmap with MAP_POPULATE first)\n"
             "  --chunk N        prefill chunk rows (default 256)\n"
             "  --cpu-workers N  CPU worker threads beside the NPU thread (default 1)\n"
-            "  --steal-threshold N  full/sequential: an idle CPU worker takes the NPU's top\n"
-            "                   task when its queue holds more than N (default 5)\n"
+            "  --steal-threshold N  full/sequential: an idle CPU worker takes the NPU's last\n"
+            "                   task in priority order when its queue holds more than N\n"
+            "                   (default 5)\n"
+            "  --steal-top      steal the NPU queue's top task instead (EdgeFlow's rule)\n"
             "  --split N        full/sequential: output channels per NPU matmul task\n"
             "                   (default 512)\n"
             "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
@@ -130,6 +132,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             bad = tools_parse_u32(argv[++i], &o->pipeline.cpu_workers) || !o->pipeline.cpu_workers;
         } else if (!strcmp(a, "--steal-threshold") && i + 1 < argc) {
             bad = tools_parse_u32(argv[++i], &o->pipeline.steal_threshold);
+        } else if (!strcmp(a, "--steal-top")) {
+            o->pipeline.steal_top = 1;
         } else if (!strcmp(a, "--split") && i + 1 < argc) {
             bad = tools_parse_u32(argv[++i], &o->pipeline.split) || !o->pipeline.split;
         } else if (!strcmp(a, "--trace") && i + 1 < argc) {

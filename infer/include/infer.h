@@ -252,6 +252,9 @@ struct infer_pipeline_opts {
     enum infer_load load;
     uint32_t chunk;            /* prefill chunk rows, the NPU graphs' m (default 256) */
     uint32_t steal_threshold;  /* NPU queue length above which an idle CPU steals (5) */
+    int steal_top;             /* steal the NPU queue's top task (the paper's rule) instead
+                                * of its last in priority order (default: measured
+                                * faster, docs/BENCHMARKS.md) */
     uint32_t split;            /* output channels per NPU task in full/sequential (512) */
     uint32_t cpu_workers;      /* CPU worker threads (default 1; the NPU has its own) */
     uint64_t ring_bytes;       /* loader buffer memory (default 64 MiB) */

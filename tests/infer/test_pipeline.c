@@ -98,6 +98,23 @@ static void check(const char *model, enum infer_policy pol, enum infer_load load
     assert_true(st.bubble_npu >= 0 && st.bubble_npu <= 1 && st.bubble_cpu >= 0 &&
                 st.bubble_cpu <= 1);
     assert_true(st.bytes_read > 0);
+    if (pol == INFER_POLICY_FULL) { /* the other stealing rule, stealing at every chance */
+        struct infer_pipeline_opts o2 = o;
+        o2.steal_top = 1;
+        o2.steal_threshold = 0;
+        o2.trace_path = NULL;
+        struct infer_model *m2;
+        struct infer_state *s2;
+        float *b2 = malloc(sizeof(float) * V);
+        assert_non_null(b2);
+        if (infer_pipeline_prefill(model, ids, n, &o2, &m2, &s2, b2, &st, &err) < 0)
+            fail_msg("%s, steal_top, chunk %u, %u tokens: %s", model, chunk, n, err.msg);
+        if (memcmp(a, b2, sizeof(float) * V) != 0)
+            fail_msg("%s, steal_top, chunk %u, %u tokens: logits differ", model, chunk, n);
+        infer_state_destroy(s2);
+        infer_model_destroy(m2);
+        free(b2);
+    }
     /* one decoding step on each, from the same token */
     if (n < c->seq_len) {
         int t = 5;
