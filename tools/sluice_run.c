@@ -367,6 +367,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
         st->decode_s > 0 && st->generated > 1 ? (st->generated - 1) / st->decode_s : 0;
     if (!o->json) {
         printf("\n");
+        fflush(stdout); /* the text's line ends before the statistics on stderr */
         fprintf(stderr,
                 "ttft %.3f s (from process start), prefill %u tokens at %.1f tok/s, decode %u "
                 "tokens at %.1f tok/s, peak RSS %.1f MiB\n",
