@@ -664,11 +664,9 @@ static float *mm_output(struct pl *p, struct chunkbuf *b, uint32_t role)
     }
 }
 
-/* Unpacks a quantized tensor from its slice bytes straight into the NPU's
- * weight layout, 64 rows at a time (the rows never exist whole in row-major
- * form). keep_rows also keeps them row-major (embedding lookups). */
-/* Unpacks a quantized tensor into the NPU's packed weights (want_npu) and/or
- * plain int8 rows with their scales (keep_rows: embedding lookups). */
+/* Unpacks a quantized tensor from its slice bytes, 64 rows at a time, into
+ * the NPU's weight layout (want_npu; the rows never exist whole in row-major
+ * form) and/or plain int8 rows with their scales (keep_rows). */
 static int unpack_linear(struct infer_linear *lin, const struct format_tensor_info *t,
                          const uint8_t *data, int force_dynamic, int keep_rows, int want_npu,
                          struct sl_err *err)

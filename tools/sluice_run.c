@@ -234,7 +234,7 @@ struct first_token {
     const struct infer_tokenizer *tk;
     struct text_buf *text;
     int prev, json, stop_a, stop_b;
-    int token, emitted, printed, ret;
+    int token, sampled, printed, ret;
     uint64_t t;
 };
 
@@ -247,7 +247,7 @@ static void on_first_logits(void *ctx, const float *logits)
     (void)logits; /* == f->logits */
     f->token = infer_sampler_sample(f->sampler, f->logits);
     f->t = sl_now_ns();
-    f->emitted = 1;
+    f->sampled = 1;
     if (f->token != f->stop_a && f->token != f->stop_b) {
         f->ret = emit(f->tk, f->prev, f->token, f->json, f->text);
         f->printed = 1;
@@ -317,12 +317,12 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
         ret = first.ret;
     if (ret < 0)
         goto fail;
-    uint64_t t_first = first.emitted ? first.t : 0;
-    st->prefill_s = (double)((first.emitted ? first.t : sl_now_ns()) - t0) / 1e9;
+    uint64_t t_first = first.sampled ? first.t : 0;
+    st->prefill_s = (double)((first.sampled ? first.t : sl_now_ns()) - t0) / 1e9;
     uint32_t pos = n_prompt;
     int prev = tokens[n_prompt - 1];
     while (st->generated < o->n_gen) {
-        int next = first.emitted && st->generated == 0 ? first.token
+        int next = first.sampled && st->generated == 0 ? first.token
                                                        : infer_sampler_sample(sampler, logits);
         if (st->generated++ == 0 && !t_first)
             t_first = sl_now_ns();
