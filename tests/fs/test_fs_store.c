@@ -273,8 +273,9 @@ static void test_concurrent_eviction(void **st)
     }
     struct fs_store_stats ss;
     fs_store_get_stats(s->store, &ss);
-    fprintf(stderr, "%u slices, %u in memory (%llu bytes): %llu loads, %llu evictions, %llu waits\n",
-            n, mem, (unsigned long long)mem_bytes, (unsigned long long)ss.loads,
+    fprintf(stderr,
+            "%u slices, %u in memory (%llu bytes): %llu loads, %llu evictions, %llu waits\n", n,
+            mem, (unsigned long long)mem_bytes, (unsigned long long)ss.loads,
             (unsigned long long)ss.evictions, (unsigned long long)ss.waits);
     assert_true(mem >= 3);
     assert_true(mem_bytes > ss.budget);
