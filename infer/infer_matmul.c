@@ -1,5 +1,7 @@
 /* infer_matmul.c: cache blocking and kernel dispatch for the float matmuls,
  * and the scalar reference kernels. */
+#include <math.h>
+
 #include "common.h"
 #include "infer_internal.h"
 #include "infer_matmul.h"
@@ -187,4 +189,63 @@ void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, u
                          uint32_t cols)
 {
     infer_op_matmul(y, x, w, INFER_W_F32, n, rows, cols, 0, rows);
+}
+
+/* ---- exp for softmax ------------------------------------------------------------------------- */
+
+#define EXP_LO (-87.0f)
+#define EXP_HI 88.0f
+
+static float exp_one(float x)
+{
+    if (x != x)
+        return x;
+    if (x < EXP_LO)
+        return 0.0f;
+    if (x > EXP_HI)
+        return INFINITY;
+    float n = rintf(x * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, x);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float e = fmaf(p, r * r, r) + 1.0f;
+    union {
+        uint32_t u;
+        float f;
+    } two = {.u = (uint32_t)((int32_t)n + 127) << 23};
+    return e * two.f;
+}
+
+float infer_exp_sum_scalar(float *a, uint32_t n, float sub)
+{
+    float acc[16] = {0};
+    for (uint32_t t = 0; t < n; t++) {
+        a[t] = exp_one(a[t] - sub);
+        acc[t & 15] += a[t];
+    }
+    for (uint32_t w = 8; w >= 1; w /= 2)
+        for (uint32_t i = 0; i < w; i++)
+            acc[i] += acc[i + w];
+    return acc[0];
+}
+
+float infer_exp_sum(enum infer_matmul_kernel k, float *a, uint32_t n, float sub)
+{
+    if (!infer_matmul_kernel_available(k))
+        k = INFER_MATMUL_SCALAR;
+    switch (k) {
+#if SLUICE_KERNELS_X86
+    case INFER_MATMUL_AVX2:
+        return infer_exp_sum_avx2(a, n, sub);
+    case INFER_MATMUL_AVX512:
+        return infer_exp_sum_avx512(a, n, sub);
+#endif
+    default:
+        return infer_exp_sum_scalar(a, n, sub);
+    }
 }

@@ -81,4 +81,18 @@ void infer_matmul_linear_kernel(enum infer_matmul_kernel k, float *y, const floa
                                 uint32_t wt, uint32_t n, uint32_t rows, uint32_t cols, uint32_t r0,
                                 uint32_t r1);
 
+/* exp for softmax: a[t] = exp(a[t] - sub) for t < n, in place, returning
+ * the sum of the results. The definition is the scalar kernel's, and the
+ * SIMD kernels reproduce it bit for bit (test_infer_ops): a Cody-Waite
+ * reduction x = n ln2 + r with n = rint(x log2 e), a degree-6 polynomial in r
+ * (Cephes' coefficients) evaluated with fmaf, times 2^n; x < -87 gives 0,
+ * x > 88 gives infinity, NaN stays NaN (error within 2 ulp of expf). The sum
+ * is taken in 16 interleaved partial sums (element t into partial t mod 16),
+ * folded pairwise: p[i] + p[i + 8], then + [i + 4], [i + 2], [i + 1]. */
+typedef float infer_exp_sum_fn(float *a, uint32_t n, float sub);
+infer_exp_sum_fn infer_exp_sum_scalar;
+infer_exp_sum_fn infer_exp_sum_avx2;
+infer_exp_sum_fn infer_exp_sum_avx512;
+float infer_exp_sum(enum infer_matmul_kernel k, float *a, uint32_t n, float sub);
+
 #endif

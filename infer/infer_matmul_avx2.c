@@ -5,6 +5,7 @@
  * weights are widened as they are loaded (F16C vcvtph2ps, or a 16-bit
  * shift). Column tails use masked loads and stores. */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "infer_matmul.h"
@@ -187,4 +188,61 @@ void infer_matmul_nn_avx2(float *y, size_t ldy, const float *p, size_t ldp, uint
         nn_1(y + 2 * ldy, ldy, p + 2 * ldp, ldp, v, ldv, T, cols);
     else if (mr == 4)
         nn_2(y + 2 * ldy, ldy, p + 2 * ldp, ldp, v, ldv, T, cols);
+}
+
+/* ---- exp for softmax: infer_exp_sum_scalar's definition, 8 lanes ----------------------------- */
+
+static __m256 exp8(__m256 x)
+{
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i ni = _mm256_cvtps_epi32(
+        _mm256_max_ps(_mm256_min_ps(n, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-126.0f)));
+    __m256 two = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
+    e = _mm256_mul_ps(e, two);
+    e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ));
+    e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_GT_OQ));
+    return _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* lanes [0, k) of 8 set */
+static __m256i first_lanes(uint32_t k)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static __m256 exp_part(float *a, uint32_t left, __m256 s)
+{
+    if (left >= 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(a), s));
+        _mm256_storeu_ps(a, e);
+        return e;
+    }
+    __m256i m = first_lanes(left);
+    __m256 e = exp8(_mm256_sub_ps(_mm256_maskload_ps(a, m), s));
+    _mm256_maskstore_ps(a, m, e);
+    return _mm256_and_ps(e, _mm256_castsi256_ps(m));
+}
+
+float infer_exp_sum_avx2(float *a, uint32_t n, float sub)
+{
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps(), s = _mm256_set1_ps(sub);
+    for (uint32_t t = 0; t < n; t += 16) {
+        lo = _mm256_add_ps(lo, exp_part(a + t, n - t, s));
+        if (n - t > 8)
+            hi = _mm256_add_ps(hi, exp_part(a + t + 8, n - t - 8, s));
+    }
+    __m256 s8 = _mm256_add_ps(lo, hi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }

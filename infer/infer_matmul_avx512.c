@@ -5,6 +5,7 @@
  * = 16 accumulators; each v row is loaded once for the 4 p rows. Column
  * tails use masked loads and stores. */
 #include <immintrin.h>
+#include <math.h>
 
 #include "infer_matmul.h"
 
@@ -168,4 +169,48 @@ void infer_matmul_nn_avx512(float *y, size_t ldy, const float *p, size_t ldp, ui
                             const float *v, size_t ldv, uint32_t T, uint32_t cols)
 {
     nns[mr - 1](y, ldy, p, ldp, v, ldv, T, cols);
+}
+
+/* ---- exp for softmax: infer_exp_sum_scalar's definition, 16 lanes ---------------------------- */
+
+static __m512 exp16(__m512 x)
+{
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    /* 2^n for the lanes in range (others are replaced below) */
+    __m512i ni = _mm512_cvtps_epi32(
+        _mm512_max_ps(_mm512_min_ps(n, _mm512_set1_ps(127.0f)), _mm512_set1_ps(-126.0f)));
+    __m512 two = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(127)), 23));
+    e = _mm512_mul_ps(e, two);
+    __mmask16 lo = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    __mmask16 hi = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.0f), _CMP_GT_OQ);
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    e = _mm512_mask_mov_ps(e, lo, _mm512_setzero_ps());
+    e = _mm512_mask_mov_ps(e, hi, _mm512_set1_ps(INFINITY));
+    return _mm512_mask_mov_ps(e, nan, x);
+}
+
+float infer_exp_sum_avx512(float *a, uint32_t n, float sub)
+{
+    __m512 acc = _mm512_setzero_ps(), s = _mm512_set1_ps(sub);
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 m = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, a + t), s));
+        _mm512_mask_storeu_ps(a + t, m, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(m, e));
+    }
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }

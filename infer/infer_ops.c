@@ -81,11 +81,7 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
                     if (a[t] > maxv)
                         maxv = a[t];
                 }
-                float sum = 0.0f;
-                for (uint32_t t = 0; t < len; t++) {
-                    a[t] = expf(a[t] - maxv);
-                    sum += a[t];
-                }
+                float sum = infer_exp_sum(k, a, len, maxv);
                 for (uint32_t t = 0; t < len; t++)
                     a[t] /= sum; /* run.c normalizes, then weights v */
                 for (uint32_t t = len; t < T; t++)
@@ -100,10 +96,20 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
 
 void infer_op_swiglu(float *h, const float *g, const float *u, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        float val = g[i];
-        val *= 1.0f / (1.0f + expf(-val));
-        h[i] = val * u[i];
+    /* silu(g) = g / (1 + exp(-g)), with the softmax's exp (one definition,
+     * the same bits on every kernel), in blocks that stay in L1 */
+    enum infer_matmul_kernel k = infer_matmul_kernel_used();
+    float e[256];
+    for (size_t i0 = 0; i0 < n; i0 += 256) {
+        uint32_t nb = n - i0 < 256 ? (uint32_t)(n - i0) : 256;
+        for (uint32_t j = 0; j < nb; j++)
+            e[j] = -g[i0 + j];
+        (void)infer_exp_sum(k, e, nb, 0.0f);
+        for (uint32_t j = 0; j < nb; j++) {
+            float val = g[i0 + j];
+            val *= 1.0f / (1.0f + e[j]);
+            h[i0 + j] = val * u[i0 + j];
+        }
     }
 }
 

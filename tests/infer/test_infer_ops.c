@@ -20,6 +20,71 @@ static void fill(float *x, size_t n, float scale)
         x[i] = scale * test_rng_normal(&rng);
 }
 
+/* The softmax exp: every SIMD kernel against the scalar definition bit for
+ * bit (values and sum) at every length and tail, with the range ends, ties
+ * of the reduction, NaN and infinities; the definition against expf within
+ * 2 ulp over the softmax range [-87, 0] and beyond. */
+static void test_exp_sum(void **st)
+{
+    (void)st;
+    enum { N = 700 };
+    float *x = malloc(sizeof(float) * (N + 32)), *ref = malloc(sizeof(float) * (N + 32));
+    float *got = malloc(sizeof(float) * (N + 32));
+    static const float specials[] = {0.0f,   -0.0f,  -87.0f,   -87.01f, 88.0f,  88.5f,
+                                     -1e30f, 1e30f,  INFINITY, -INFINITY, NAN,  -0.5f,
+                                     0.34657359f, -86.99f, 1e-30f, -103.0f};
+    for (int round = 0; round < 60; round++) {
+        uint32_t n = round < 40 ? (uint32_t)round : 1 + test_rng_below(&rng, N);
+        float sub = round % 4 == 0 ? 0.0f : (test_rng_float(&rng) - 0.5f) * 20.0f;
+        for (uint32_t i = 0; i < n + 32; i++) {
+            uint32_t pick = test_rng_below(&rng, 8);
+            x[i] = pick == 0 ? specials[test_rng_below(&rng, 16)]
+                             : (test_rng_float(&rng) - 0.9f) * 100.0f;
+        }
+        memcpy(ref, x, sizeof(float) * (N + 32));
+        float sref = infer_exp_sum_scalar(ref, n, sub);
+        for (uint32_t i = n; i < n + 32; i++)
+            assert_memory_equal(&ref[i], &x[i], sizeof(float)); /* nothing past n */
+        for (int k = 1; k < INFER_MATMUL_COUNT; k++) {
+            if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
+                continue;
+            memcpy(got, x, sizeof(float) * (N + 32));
+            float sgot = infer_exp_sum((enum infer_matmul_kernel)k, got, n, sub);
+            for (uint32_t i = 0; i < n + 32; i++)
+                if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
+                    fail_msg("%s exp of %.9g - %.9g: %.9g, scalar %.9g (n %u, element %u)",
+                             infer_matmul_kernel_name((enum infer_matmul_kernel)k), (double)x[i],
+                             (double)sub, (double)got[i], (double)ref[i], n, i);
+            if (memcmp(&sgot, &sref, sizeof sref) != 0 && !(isnan(sgot) && isnan(sref)))
+                fail_msg("%s sum %.9g, scalar %.9g (n %u)",
+                         infer_matmul_kernel_name((enum infer_matmul_kernel)k), (double)sgot,
+                         (double)sref, n);
+        }
+    }
+    /* accuracy of the definition against expf */
+    double worst = 0;
+    for (int i = 0; i < 200000; i++) {
+        float v = -100.0f + 190.0f * test_rng_float(&rng);
+        float e = v;
+        infer_exp_sum_scalar(&e, 1, 0.0f);
+        float want = expf(v);
+        if (v < -87.0f) {
+            assert_true(e == 0.0f);
+        } else if (v > 88.0f) {
+            assert_true(isinf(e));
+        } else if (want >= 1.1754944e-38f) {
+            double ulp = ldexp(1.0, ilogb(want) - 23);
+            double err = fabs((double)e - (double)want) / ulp;
+            worst = err > worst ? err : worst;
+        }
+    }
+    fprintf(stderr, "exp: worst error %.2f ulp of expf\n", worst);
+    assert_true(worst <= 2.0);
+    free(x);
+    free(ref);
+    free(got);
+}
+
 static void test_rmsnorm(void **st)
 {
     (void)st;
@@ -361,7 +426,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),       cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attention_gqa), cmocka_unit_test(test_swiglu_add),
         cmocka_unit_test(test_matmul),        cmocka_unit_test(test_matmul_kernels),
-        cmocka_unit_test(test_linear_int8),
+        cmocka_unit_test(test_linear_int8),   cmocka_unit_test(test_exp_sum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
