@@ -193,26 +193,23 @@ void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, u
 
 /* ---- exp for softmax ------------------------------------------------------------------------- */
 
-#define EXP_LO (-87.0f)
-#define EXP_HI 88.0f
-
 static float exp_one(float x)
 {
     if (x != x)
         return x;
-    if (x < EXP_LO)
+    if (x < INFER_EXP_LO)
         return 0.0f;
-    if (x > EXP_HI)
+    if (x > INFER_EXP_HI)
         return INFINITY;
-    float n = rintf(x * 1.44269504088896341f);
-    float r = fmaf(n, -0.693359375f, x);
-    r = fmaf(n, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
+    float n = rintf(x * INFER_EXP_LOG2E);
+    float r = fmaf(n, -INFER_EXP_LN2_HI, x);
+    r = fmaf(n, INFER_EXP_LN2_LO, r);
+    float p = INFER_EXP_P5;
+    p = fmaf(p, r, INFER_EXP_P4);
+    p = fmaf(p, r, INFER_EXP_P3);
+    p = fmaf(p, r, INFER_EXP_P2);
+    p = fmaf(p, r, INFER_EXP_P1);
+    p = fmaf(p, r, INFER_EXP_P0);
     float e = fmaf(p, r * r, r) + 1.0f;
     union {
         uint32_t u;

@@ -89,6 +89,18 @@ void infer_matmul_linear_kernel(enum infer_matmul_kernel k, float *y, const floa
  * x > 88 gives infinity, NaN stays NaN (error within 2 ulp of expf). The sum
  * is taken in 16 interleaved partial sums (element t into partial t mod 16),
  * folded pairwise: p[i] + p[i + 8], then + [i + 4], [i + 2], [i + 1]. */
+/* the definition's constants, shared by every kernel */
+#define INFER_EXP_LOG2E (1.44269504088896341f)
+#define INFER_EXP_LN2_HI (0.693359375f)
+#define INFER_EXP_LN2_LO (2.12194440e-4f)
+#define INFER_EXP_P5 (1.9875691500e-4f)
+#define INFER_EXP_P4 (1.3981999507e-3f)
+#define INFER_EXP_P3 (8.3334519073e-3f)
+#define INFER_EXP_P2 (4.1665795894e-2f)
+#define INFER_EXP_P1 (1.6666665459e-1f)
+#define INFER_EXP_P0 (5.0000001201e-1f)
+#define INFER_EXP_LO (-87.0f)
+#define INFER_EXP_HI (88.0f)
 typedef float infer_exp_sum_fn(float *a, uint32_t n, float sub);
 infer_exp_sum_fn infer_exp_sum_scalar;
 infer_exp_sum_fn infer_exp_sum_avx2;

@@ -194,23 +194,26 @@ void infer_matmul_nn_avx2(float *y, size_t ldy, const float *p, size_t ldp, uint
 
 static __m256 exp8(__m256 x)
 {
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(INFER_EXP_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-INFER_EXP_LN2_HI), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(INFER_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(INFER_EXP_P5);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(INFER_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(INFER_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(INFER_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(INFER_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(INFER_EXP_P0));
     __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
     __m256i ni = _mm256_cvtps_epi32(
         _mm256_max_ps(_mm256_min_ps(n, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-126.0f)));
-    __m256 two = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
+    __m256 two =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
     e = _mm256_mul_ps(e, two);
-    e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ));
-    e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_GT_OQ));
+    e = _mm256_blendv_ps(e, _mm256_setzero_ps(),
+                         _mm256_cmp_ps(x, _mm256_set1_ps(INFER_EXP_LO), _CMP_LT_OQ));
+    e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY),
+                         _mm256_cmp_ps(x, _mm256_set1_ps(INFER_EXP_HI), _CMP_GT_OQ));
     return _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 

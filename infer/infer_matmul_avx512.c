@@ -175,24 +175,25 @@ void infer_matmul_nn_avx512(float *y, size_t ldy, const float *p, size_t ldp, ui
 
 static __m512 exp16(__m512 x)
 {
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(INFER_EXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-INFER_EXP_LN2_HI), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(INFER_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(INFER_EXP_P5);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(INFER_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(INFER_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(INFER_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(INFER_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(INFER_EXP_P0));
     __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
     /* 2^n for the lanes in range (others are replaced below) */
     __m512i ni = _mm512_cvtps_epi32(
         _mm512_max_ps(_mm512_min_ps(n, _mm512_set1_ps(127.0f)), _mm512_set1_ps(-126.0f)));
-    __m512 two = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(127)), 23));
+    __m512 two =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(127)), 23));
     e = _mm512_mul_ps(e, two);
-    __mmask16 lo = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-    __mmask16 hi = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.0f), _CMP_GT_OQ);
+    __mmask16 lo = _mm512_cmp_ps_mask(x, _mm512_set1_ps(INFER_EXP_LO), _CMP_LT_OQ);
+    __mmask16 hi = _mm512_cmp_ps_mask(x, _mm512_set1_ps(INFER_EXP_HI), _CMP_GT_OQ);
     __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     e = _mm512_mask_mov_ps(e, lo, _mm512_setzero_ps());
     e = _mm512_mask_mov_ps(e, hi, _mm512_set1_ps(INFINITY));

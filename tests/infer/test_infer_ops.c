@@ -30,9 +30,9 @@ static void test_exp_sum(void **st)
     enum { N = 700 };
     float *x = malloc(sizeof(float) * (N + 32)), *ref = malloc(sizeof(float) * (N + 32));
     float *got = malloc(sizeof(float) * (N + 32));
-    static const float specials[] = {0.0f,   -0.0f,  -87.0f,   -87.01f, 88.0f,  88.5f,
-                                     -1e30f, 1e30f,  INFINITY, -INFINITY, NAN,  -0.5f,
-                                     0.34657359f, -86.99f, 1e-30f, -103.0f};
+    static const float specials[] = {0.0f,        -0.0f,   -87.0f,   -87.01f,   88.0f, 88.5f,
+                                     -1e30f,      1e30f,   INFINITY, -INFINITY, NAN,   -0.5f,
+                                     0.34657359f, -86.99f, 1e-30f,   -103.0f};
     for (int round = 0; round < 60; round++) {
         uint32_t n = round < 40 ? (uint32_t)round : 1 + test_rng_below(&rng, N);
         float sub = round % 4 == 0 ? 0.0f : (test_rng_float(&rng) - 0.5f) * 20.0f;
