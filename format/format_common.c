@@ -100,11 +100,11 @@ static uint64_t size_q8(uint64_t rows, uint64_t cols)
     return n;
 }
 
-static int validate_q8(const void *data, uint64_t len, uint64_t rows, uint64_t cols,
-                       struct sl_err *err)
+int format_q8_validate_rows(const void *data, uint64_t rows, uint64_t cols, uint64_t r0,
+                            uint64_t r1, struct sl_err *err)
 {
     const uint8_t *p = data;
-    for (uint64_t r = 0; r < rows; r++) {
+    for (uint64_t r = r0; r < r1; r++) {
         float s = sl_load_lef32(p + 4 * r);
         if (!isfinite(s) || s < 0) {
             sl_err_set(err, "q8 tensor: scale of row %" PRIu64 " is %g", r, (double)s);
@@ -112,15 +112,21 @@ static int validate_q8(const void *data, uint64_t len, uint64_t rows, uint64_t c
         }
     }
     const int8_t *q = (const int8_t *)(p + sl_align_up(rows * 4, 64));
-    for (uint64_t i = 0; i < rows * cols; i++) {
+    for (uint64_t i = r0 * cols; i < r1 * cols; i++) {
         if (q[i] == -128) {
             sl_err_set(err, "q8 tensor: code -128 at row %" PRIu64 " (codes are -127..127)",
                        i / cols);
             return -EINVAL;
         }
     }
-    (void)len;
     return 0;
+}
+
+static int validate_q8(const void *data, uint64_t len, uint64_t rows, uint64_t cols,
+                       struct sl_err *err)
+{
+    (void)len;
+    return format_q8_validate_rows(data, rows, cols, 0, rows, err);
 }
 
 static const struct format_encoding_traits enc_traits[FORMAT_ENC_COUNT] = {

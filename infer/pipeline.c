@@ -7,11 +7,14 @@
  * int8 matmuls go to the emulated NPU (npu.h), everything else to CPU
  * workers. Each layer's slice arrives from the loader (io_uring, in execution
  * order), is checked against its checksum, and each of its tensors is
- * unpacked straight into the NPU's weight layout by a CPU task; a matmul
- * task waits for its weights and its input. Two ready queues, NPU and CPU:
+ * unpacked straight into the NPU's weight layout by CPU tasks (full and
+ * sequential: one per matmul piece, so the NPU starts on a tensor's first
+ * channels while the CPU unpacks the next); a matmul task waits for its
+ * weights and its input. Two ready queues, NPU and CPU:
  *
  *   full           position-guided priority (earlier chunk first, then
- *                  layer, then operator order; unpacking first of all), the
+ *                  layer, then operator order; a tensor's unpacking ranks
+ *                  just before its first chunk's matmul), the
  *                  NPU's matmuls split by output channels, and CPU task
  *                  stealing: an idle CPU worker takes the last NPU task in
  *                  priority order (the top with steal_top, EdgeFlow's rule)
@@ -72,7 +75,7 @@ struct task {
     uint8_t role;           /* PL_MM, PL_UNPACK: enum format_role */
     int16_t layer;          /* -1: head */
     uint32_t chunk;
-    uint32_t r0, r1;        /* PL_MM: output channels */
+    uint32_t r0, r1;        /* PL_MM: output channels; PL_UNPACK: rows (0, 0: all) */
     uint32_t slice;         /* PL_VERIFY, PL_UNPACK */
     int32_t tensor;         /* PL_UNPACK */
     int32_t deps;           /* unfinished predecessors */
@@ -272,26 +275,54 @@ static uint32_t op_order(uint32_t op, uint32_t role)
     }
 }
 
-/* Matmul tasks of one linear for a chunk: split by output channels (full,
- * sequential) or whole (coarse policies). Returns the first index, *n set. */
-static int add_mm(struct pl *p, int layer, uint32_t chunk, uint32_t role, uint32_t rows,
-                  int *first, int *count)
+/* Output channels per piece of a linear with `rows` outputs: full and
+ * sequential split each matmul, and the unpacking of its quantized weights,
+ * into pieces of about `split` channels on 16-channel boundaries (the NPU's
+ * weight blocks); the coarse policies keep one piece. */
+static uint32_t piece_rows(const struct pl *p, uint32_t rows)
 {
     uint32_t split = p->o->policy == INFER_POLICY_FULL || p->o->policy == INFER_POLICY_SEQUENTIAL
                          ? p->o->split
                          : 0;
-    uint32_t parts = split ? (rows + split - 1) / split : 1;
+    if (!split || split >= rows)
+        return rows;
+    uint32_t parts = (rows + split - 1) / split;
+    uint32_t step = ((rows + parts - 1) / parts + 15) & ~15u;
+    return step < rows ? step : rows;
+}
+
+/* Matmul tasks of one linear for a chunk, one per piece. Returns the first
+ * index, *count set. */
+static int add_mm(struct pl *p, int layer, uint32_t chunk, uint32_t role, uint32_t rows,
+                  int *first, int *count)
+{
+    uint32_t step = piece_rows(p, rows);
     *first = (int)p->n_tasks;
-    *count = (int)parts;
-    for (uint32_t k = 0; k < parts; k++) {
+    *count = 0;
+    for (uint32_t r0 = 0; r0 < rows; r0 += step) {
         int t = add_task(p, PL_MM, DEV_NPU, layer, chunk);
         if (t < 0)
             return -1;
         p->tasks[t].role = (uint8_t)role;
-        p->tasks[t].r0 = (uint32_t)((uint64_t)rows * k / parts);
-        p->tasks[t].r1 = (uint32_t)((uint64_t)rows * (k + 1) / parts);
+        p->tasks[t].r0 = r0;
+        p->tasks[t].r1 = rows - r0 < step ? rows : r0 + step;
+        (*count)++;
     }
     return 0;
+}
+
+/* Edges from a linear's unpacking tasks to its matmul pieces: piece by piece
+ * where the unpacking is split the same way, else from every unpacking task. */
+static void add_weight_edges(struct pl *p, int u_first, int u_n, int mm_first, int mm_n)
+{
+    for (int j = 0; j < mm_n; j++) {
+        if (u_n == mm_n) {
+            add_edge(p, u_first + j, mm_first + j);
+            continue;
+        }
+        for (int k = 0; k < u_n; k++)
+            add_edge(p, u_first + k, mm_first + j);
+    }
 }
 
 static uint32_t rows_of_role(const struct format_config *c, uint32_t role)
@@ -307,7 +338,14 @@ static uint32_t rows_of_role(const struct format_config *c, uint32_t role)
 /* Builds the whole prefill graph. Slice order of the stream: layers 0..L-1,
  * the head, and (untied models) the embedding last: it is not needed for the
  * first token (its rows were read ahead). */
-static int build_graph(struct pl *p)
+struct weight_tasks {
+    int first, n; /* a linear's unpacking tasks */
+};
+
+static int prepare_linear(struct infer_linear *lin, const struct format_tensor_info *t,
+                          int force_dynamic, int keep_rows, int want_npu, struct sl_err *err);
+
+static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_COUNT])
 {
     const struct format_config *c = p->c;
     const struct format_reader *r = p->r;
@@ -317,7 +355,6 @@ static int build_graph(struct pl *p)
         all_loaded = add_task(p, PL_VERIFY, DEV_CPU, -2, 0); /* a barrier: no work of its own */
         p->tasks[all_loaded].slice = UINT32_MAX;
     }
-    int unpack_of[4096][FORMAT_ROLE_COUNT];
     int verify_of_layer[4097];
     for (uint32_t i = 0; i < ns; i++) {
         const struct format_slice_info *s = format_reader_slice(r, i);
@@ -341,15 +378,36 @@ static int build_graph(struct pl *p)
                 continue; /* norms: decoded by VERIFY */
             if (role == FORMAT_ROLE_TOK_EMBD)
                 role = FORMAT_ROLE_CLASSIFIER; /* tied */
-            int u = add_task(p, PL_UNPACK, DEV_CPU, s->kind == FORMAT_SLICE_LAYER ? s->layer : -1,
-                             0);
-            if (u < 0 || add_edge(p, v, u) < 0)
-                return -1;
-            p->tasks[u].slice = i;
-            p->tasks[u].tensor = (int32_t)t;
-            p->tasks[u].role = (uint8_t)role;
-            unpack_of[li][role] = u;
-            p->slice_left[i]++;
+            /* quantized weights are unpacked in the pieces of their matmuls
+             * (into storage prepared now), so the NPU can start on the first
+             * piece while the CPU unpacks the next */
+            uint32_t rows = (uint32_t)ti->shape[0];
+            uint32_t step = format_encoding_traits(ti->encoding)->quantized ? piece_rows(p, rows)
+                                                                            : rows;
+            int layer = s->kind == FORMAT_SLICE_LAYER ? s->layer : -1;
+            if (step < rows) {
+                struct infer_linear *lin = (struct infer_linear *)linear_of(p, layer, role);
+                if (prepare_linear(lin, ti, p->m->force_dynamic_act, 0, 1, &p->err) < 0)
+                    return -1;
+                if (ti->role == FORMAT_ROLE_TOK_EMBD) /* lookups read the NPU's copy */
+                    p->m->embed = *lin; /* shared storage; released once */
+            }
+            uw[li][role].first = (int)p->n_tasks;
+            uw[li][role].n = 0;
+            for (uint32_t r0 = 0; r0 < rows; r0 += step) {
+                int u = add_task(p, PL_UNPACK, DEV_CPU, layer, 0);
+                if (u < 0 || add_edge(p, v, u) < 0)
+                    return -1;
+                p->tasks[u].slice = i;
+                p->tasks[u].tensor = (int32_t)t;
+                p->tasks[u].role = (uint8_t)role;
+                if (step < rows) { /* a piece; 0, 0: the whole tensor */
+                    p->tasks[u].r0 = r0;
+                    p->tasks[u].r1 = rows - r0 < step ? rows : r0 + step;
+                }
+                uw[li][role].n++;
+                p->slice_left[i]++;
+            }
         }
     }
     /* per chunk, per layer: Appendix B */
@@ -373,10 +431,10 @@ static int build_graph(struct pl *p)
             for (int k = 0; k < 3; k++) {
                 if (add_mm(p, (int)l, ch, qkv_roles[k], qkv_rows[k], &qkv_first[k], &qkv_n[k]) < 0)
                     return -1;
-                for (int j = 0; j < qkv_n[k]; j++) {
+                for (int j = 0; j < qkv_n[k]; j++)
                     add_edge(p, norm, qkv_first[k] + j);
-                    add_edge(p, unpack_of[l][qkv_roles[k]], qkv_first[k] + j);
-                }
+                add_weight_edges(p, uw[l][qkv_roles[k]].first, uw[l][qkv_roles[k]].n,
+                                 qkv_first[k], qkv_n[k]);
             }
             attn = add_task(p, PL_ATTN, DEV_CPU, (int)l, ch);
             if (attn < 0)
@@ -390,10 +448,9 @@ static int build_graph(struct pl *p)
             int o_first, o_n;
             if (add_mm(p, (int)l, ch, FORMAT_ROLE_WO, D, &o_first, &o_n) < 0)
                 return -1;
-            for (int j = 0; j < o_n; j++) {
+            for (int j = 0; j < o_n; j++)
                 add_edge(p, attn, o_first + j);
-                add_edge(p, unpack_of[l][FORMAT_ROLE_WO], o_first + j);
-            }
+            add_weight_edges(p, uw[l][FORMAT_ROLE_WO].first, uw[l][FORMAT_ROLE_WO].n, o_first, o_n);
             int fn = add_task(p, PL_FFN_NORM, DEV_CPU, (int)l, ch);
             if (fn < 0)
                 return -1;
@@ -408,21 +465,23 @@ static int build_graph(struct pl *p)
                 return -1;
             for (int j = 0; j < g_n; j++) {
                 add_edge(p, fn, g_first + j);
-                add_edge(p, unpack_of[l][FORMAT_ROLE_W_GATE], g_first + j);
                 add_edge(p, g_first + j, sw);
             }
             for (int j = 0; j < u_n; j++) {
                 add_edge(p, fn, u_first + j);
-                add_edge(p, unpack_of[l][FORMAT_ROLE_W_UP], u_first + j);
                 add_edge(p, u_first + j, sw);
             }
+            add_weight_edges(p, uw[l][FORMAT_ROLE_W_GATE].first, uw[l][FORMAT_ROLE_W_GATE].n,
+                             g_first, g_n);
+            add_weight_edges(p, uw[l][FORMAT_ROLE_W_UP].first, uw[l][FORMAT_ROLE_W_UP].n, u_first,
+                             u_n);
             int d_first, d_n;
             if (add_mm(p, (int)l, ch, FORMAT_ROLE_W_DOWN, D, &d_first, &d_n) < 0)
                 return -1;
-            for (int j = 0; j < d_n; j++) {
+            for (int j = 0; j < d_n; j++)
                 add_edge(p, sw, d_first + j);
-                add_edge(p, unpack_of[l][FORMAT_ROLE_W_DOWN], d_first + j);
-            }
+            add_weight_edges(p, uw[l][FORMAT_ROLE_W_DOWN].first, uw[l][FORMAT_ROLE_W_DOWN].n,
+                             d_first, d_n);
             prev_down_first = d_first;
             prev_down_n = d_n;
         }
@@ -435,19 +494,27 @@ static int build_graph(struct pl *p)
             int c_first, c_n;
             if (add_mm(p, -1, ch, FORMAT_ROLE_CLASSIFIER, c->vocab_size, &c_first, &c_n) < 0)
                 return -1;
-            for (int j = 0; j < c_n; j++) {
+            for (int j = 0; j < c_n; j++)
                 add_edge(p, head, c_first + j);
-                add_edge(p, unpack_of[L][FORMAT_ROLE_CLASSIFIER], c_first + j);
-            }
+            add_weight_edges(p, uw[L][FORMAT_ROLE_CLASSIFIER].first,
+                             uw[L][FORMAT_ROLE_CLASSIFIER].n, c_first, c_n);
         }
     }
     /* priorities and cost estimates */
     for (uint32_t i = 0; i < p->n_tasks; i++) {
         struct task *t = &p->tasks[i];
         uint64_t layer = t->layer < 0 ? L + 1 : (uint64_t)t->layer;
-        if (t->op == PL_VERIFY || t->op == PL_UNPACK) /* weights first: they unblock the NPU */
-            t->key = (layer << 32) | (t->op == PL_UNPACK ? 1 : 0);
-        else
+        if (t->op == PL_VERIFY || t->op == PL_UNPACK) {
+            /* weights just before their first use, by the first chunk: a
+             * layer's verification after every task of the layer before, each
+             * tensor's unpacking after the operators that precede its matmul
+             * (so the NPU's next input is computed before weights it needs
+             * later are unpacked, and Q/K/V are unpacked before O and the FFN) */
+            uint64_t use = ((uint64_t)1 << 48) | (layer << 32);
+            t->key = t->op == PL_VERIFY
+                         ? use - 128
+                         : use + ((uint64_t)op_order(PL_MM, t->role) << 24) + t->r0 - 64 + t->role;
+        } else
             t->key = ((uint64_t)(t->chunk + 1) << 48) | (layer << 32) |
                      ((uint64_t)op_order(t->op, t->role) << 24) | t->r0;
         double rows = p->cb[t->chunk].n;
@@ -460,13 +527,21 @@ static int build_graph(struct pl *p)
             double ctx = p->cb[t->chunk].pos0 + rows;
             t->est = 4.0 * rows * ctx * Q / 5e10;
         } else if (t->op == PL_UNPACK) {
-            t->est = (double)rows_of_role(c, t->role) * D / 1e10;
+            t->est = (double)(t->r1 > t->r0 ? t->r1 - t->r0 : rows_of_role(c, t->role)) * D / 1e10;
         } else {
             t->est = rows * (D + F) * 10 / 1e10;
         }
     }
     (void)rows_of_role;
     return finish_edges(p);
+}
+
+static int build_graph(struct pl *p)
+{
+    struct weight_tasks(*uw)[FORMAT_ROLE_COUNT] = calloc(p->c->n_layers + 1, sizeof *uw);
+    int ret = uw ? build_graph_with(p, uw) : -1;
+    free(uw);
+    return ret;
 }
 
 /* ---- queues -------------------------------------------------------------------------- */
@@ -664,19 +739,15 @@ static float *mm_output(struct pl *p, struct chunkbuf *b, uint32_t role)
     }
 }
 
-/* Unpacks a quantized tensor from its slice bytes, 64 rows at a time, into
- * the NPU's weight layout (want_npu; the rows never exist whole in row-major
- * form) and/or plain int8 rows with their scales (keep_rows). */
-static int unpack_linear(struct infer_linear *lin, const struct format_tensor_info *t,
-                         const uint8_t *data, int force_dynamic, int keep_rows, int want_npu,
-                         struct sl_err *err)
+/* Sets up a quantized linear before its rows are unpacked: the NPU's weight
+ * storage (want_npu) and/or plain int8 rows with their scales (keep_rows). */
+static int prepare_linear(struct infer_linear *lin, const struct format_tensor_info *t,
+                          int force_dynamic, int keep_rows, int want_npu, struct sl_err *err)
 {
     uint32_t rows = (uint32_t)t->shape[0], cols = (uint32_t)t->shape[1];
     memset(lin, 0, sizeof *lin);
     lin->rows = rows;
     lin->cols = cols;
-    if (!format_encoding_traits(t->encoding)->quantized)
-        return infer_linear_init(lin, t, data, 0, force_dynamic, err);
     lin->act_scale = force_dynamic ? 0.0f : t->act_scale;
     int ret = want_npu ? npu_weights_alloc(rows, cols, &lin->npu) : 0;
     if (ret < 0) {
@@ -691,45 +762,56 @@ static int unpack_linear(struct infer_linear *lin, const struct format_tensor_in
             return -ENOMEM;
         }
     }
-    const uint32_t B = 64;
+    return 0;
+}
+
+/* Unpacks rows [r0, r1) of a prepared quantized linear from its tensor's
+ * bytes, 64 rows at a time, into the NPU's weight layout (the rows never
+ * exist whole in row-major form) and/or the kept rows. r0 is a multiple of
+ * 16 (the NPU's channel blocks), as is r1 unless it is the last row. */
+static int fill_linear(struct infer_linear *lin, const struct format_tensor_info *t,
+                       const uint8_t *data, uint32_t r0, uint32_t r1, struct sl_err *err)
+{
+    const uint32_t rows = lin->rows, cols = lin->cols, B = 64;
     int8_t *tmp = sl_alloc_aligned((size_t)B * cols, 64);
     float sc[64];
+    int ret = 0;
     if (!tmp) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
     }
     if (t->encoding == FORMAT_ENC_Q8_CHANNEL) {
-        ret = format_encoding_traits(t->encoding)->validate(data, t->length, rows, cols, err);
+        ret = format_q8_validate_rows(data, rows, cols, r0, r1, err);
         const int8_t *codes = (const int8_t *)data + sl_align_up((uint64_t)rows * 4, 64);
-        for (uint32_t r0 = 0; ret == 0 && r0 < rows; r0 += B) {
-            uint32_t n = rows - r0 < B ? rows - r0 : B;
+        for (uint32_t a = r0; ret == 0 && a < r1; a += B) {
+            uint32_t n = r1 - a < B ? r1 - a : B;
             for (uint32_t i = 0; i < n; i++)
-                sc[i] = sl_load_lef32(data + 4 * (size_t)(r0 + i));
-            if (want_npu)
-                npu_weights_fill(lin->npu, r0, n, codes + (size_t)r0 * cols, sc);
-            if (keep_rows) {
-                memcpy(lin->q + (size_t)r0 * cols, codes + (size_t)r0 * cols, (size_t)n * cols);
-                memcpy(lin->scale + r0, sc, sizeof(float) * n);
+                sc[i] = sl_load_lef32(data + 4 * (size_t)(a + i));
+            if (lin->npu)
+                npu_weights_fill(lin->npu, a, n, codes + (size_t)a * cols, sc);
+            if (lin->q) {
+                memcpy(lin->q + (size_t)a * cols, codes + (size_t)a * cols, (size_t)n * cols);
+                memcpy(lin->scale + a, sc, sizeof(float) * n);
             }
         }
     } else {
         struct unpack_tensor u;
         ret = unpack_tensor_init(&u, t->encoding, data, t->length, rows, cols, err);
         enum unpack_kernel k = unpack_kernel_best();
-        for (uint32_t r0 = 0; ret == 0 && r0 < rows; r0 += B) {
-            uint32_t n = rows - r0 < B ? rows - r0 : B;
-            ret = unpack_tensor_rows(&u, k, r0, r0 + n, tmp, NULL);
+        for (uint32_t a = r0; ret == 0 && a < r1; a += B) {
+            uint32_t n = r1 - a < B ? r1 - a : B;
+            ret = unpack_tensor_rows(&u, k, a, a + n, tmp, NULL);
             if (ret < 0) {
-                sl_err_set(err, "cannot unpack rows %u..%u", r0, r0 + n);
+                sl_err_set(err, "cannot unpack rows %u..%u", a, a + n);
                 break;
             }
             for (uint32_t i = 0; i < n; i++)
-                sc[i] = unpack_tensor_scale(&u, r0 + i);
-            if (want_npu)
-                npu_weights_fill(lin->npu, r0, n, tmp, sc);
-            if (keep_rows) {
-                memcpy(lin->q + (size_t)r0 * cols, tmp, (size_t)n * cols);
-                memcpy(lin->scale + r0, sc, sizeof(float) * n);
+                sc[i] = unpack_tensor_scale(&u, a + i);
+            if (lin->npu)
+                npu_weights_fill(lin->npu, a, n, tmp, sc);
+            if (lin->q) {
+                memcpy(lin->q + (size_t)a * cols, tmp, (size_t)n * cols);
+                memcpy(lin->scale + a, sc, sizeof(float) * n);
             }
         }
         unpack_tensor_fini(&u);
@@ -738,6 +820,21 @@ static int unpack_linear(struct infer_linear *lin, const struct format_tensor_in
     if (ret < 0)
         sl_err_prefix(err, "tensor '%s'", t->name);
     return ret;
+}
+
+/* Unpacks a whole tensor from its slice bytes (a float one is decoded). */
+static int unpack_linear(struct infer_linear *lin, const struct format_tensor_info *t,
+                         const uint8_t *data, int force_dynamic, int keep_rows, int want_npu,
+                         struct sl_err *err)
+{
+    if (!format_encoding_traits(t->encoding)->quantized) {
+        memset(lin, 0, sizeof *lin);
+        lin->rows = (uint32_t)t->shape[0];
+        lin->cols = (uint32_t)t->shape[1];
+        return infer_linear_init(lin, t, data, 0, force_dynamic, err);
+    }
+    int ret = prepare_linear(lin, t, force_dynamic, keep_rows, want_npu, err);
+    return ret < 0 ? ret : fill_linear(lin, t, data, 0, lin->rows, err);
 }
 
 /* The untied embedding is only looked up (a few rows per token): a packed
@@ -816,8 +913,13 @@ static int run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         const struct format_tensor_info *ti2 = format_reader_tensor(p->r, (uint32_t)t->tensor);
         struct infer_linear *lin = (struct infer_linear *)linear_of(p, t->layer, t->role);
         int tied = ti2->role == FORMAT_ROLE_TOK_EMBD; /* the classifier is the embedding */
-        ret = unpack_linear(lin, ti2, p->slice_data[t->slice] + (ti2->offset - s->offset),
-                            p->m->force_dynamic_act, 0, 1, &err);
+        const uint8_t *data = p->slice_data[t->slice] + (ti2->offset - s->offset);
+        if (t->r1 > t->r0) { /* a piece, prepared by build_graph */
+            ret = fill_linear(lin, ti2, data, t->r0, t->r1, &err);
+            tied = 0;
+        } else {
+            ret = unpack_linear(lin, ti2, data, p->m->force_dynamic_act, 0, 1, &err);
+        }
         /* lookups read rows back from the NPU's copy: no second copy */
         if (ret == 0 && tied)
             p->m->embed = *lin; /* shared storage; released once (infer_model_destroy) */
@@ -1199,6 +1301,9 @@ static int write_trace(struct pl *p, const char *path, struct infer_pipeline_sta
         if (t->op == PL_MM)
             snprintf(name, sizeof name, "%s L%d C%u [%u,%u)%s", format_role_name(t->role),
                      t->layer, t->chunk, t->r0, t->r1, t->job.stolen ? " stolen" : "");
+        else if (t->op == PL_UNPACK && t->r1 > t->r0)
+            snprintf(name, sizeof name, "unpack %s L%d [%u,%u)", format_role_name(t->role),
+                     t->layer, t->r0, t->r1);
         else if (t->op == PL_VERIFY || t->op == PL_UNPACK)
             snprintf(name, sizeof name, "%s %s L%d", op_names[t->op],
                      t->op == PL_UNPACK ? format_role_name(t->role) : "", t->layer);

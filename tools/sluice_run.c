@@ -50,8 +50,9 @@ static void usage(FILE *f)
             "                   task in priority order when its queue holds more than N\n"
             "                   (default 5)\n"
             "  --steal-top      steal the NPU queue's top task instead (EdgeFlow's rule)\n"
-            "  --split N        full/sequential: output channels per NPU matmul task\n"
-            "                   (default 512)\n"
+            "  --split N        full/sequential: about N output channels per NPU matmul task\n"
+            "                   and per unpacking task (pieces of 16-channel blocks;\n"
+            "                   default 512)\n"
             "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
             "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p\n");
 }

@@ -166,6 +166,12 @@ struct format_encoding_traits {
                     struct sl_err *err);
 };
 
+/* The q8 encoding's validate for rows [r0, r1) of a rows x cols tensor
+ * (scales finite and >= 0, codes -127..127): a reader of a row range checks
+ * what it reads. */
+int format_q8_validate_rows(const void *data, uint64_t rows, uint64_t cols, uint64_t r0,
+                            uint64_t r1, struct sl_err *err);
+
 /* NULL for an unknown encoding. The packed layouts (adaptive, int4int8,
  * bitplane) are implemented in format/format_enc_packed.c. */
 const struct format_encoding_traits *format_encoding_traits(uint32_t encoding);

@@ -84,8 +84,12 @@ static void check(const char *model, enum infer_policy pol, enum infer_load load
     assert_int_equal(infer_state_create(m, chunk, &s, &err), 0);
     assert_int_equal(infer_forward(m, s, ids, n, 0, a, INFER_LOGITS_LAST, &err), 0);
 
+    /* full and sequential split matmuls and their weights' unpacking into
+     * pieces: uneven ones (48 rounds to pieces of 48, 32 and 16 channels
+     * here), 16-channel ones, and the default (512: one piece at this size) */
     struct infer_pipeline_opts o = {.policy = pol, .load = load, .chunk = chunk,
-                                    .steal_threshold = 5, .trace_path = trace};
+                                    .steal_threshold = 5, .trace_path = trace,
+                                    .split = chunk == 64 ? 48 : chunk == 16 ? 16 : 0};
     struct infer_model *pm;
     struct infer_state *ps;
     struct infer_pipeline_stats st;
