@@ -93,7 +93,10 @@ void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, ui
                       float eps);
 
 /* Rotates interleaved pairs (2i, 2i+1) of each head of n rows, row r at
- * position pos0 + r: x is [n][n_heads * head_dim]. */
+ * position pos0 + r: x is [n][n_heads * head_dim]. The _heads form rotates
+ * heads h0..h1-1 only (the same bits as the whole). */
+void infer_op_rope_heads(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t h0,
+                         uint32_t h1, uint32_t pos0, float theta);
 void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t pos0,
                    float theta);
 

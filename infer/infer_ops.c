@@ -26,8 +26,8 @@ void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, ui
     }
 }
 
-void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t pos0,
-                   float theta)
+void infer_op_rope_heads(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t h0,
+                         uint32_t h1, uint32_t pos0, float theta)
 {
     /* freq of pair i = theta^(-2i / head_dim), computed as run.c does; the
      * table is shared by every head and row (heads wider than 1024 compute it
@@ -41,7 +41,7 @@ void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, ui
     for (uint32_t r = 0; r < n; r++) {
         float pos = (float)(pos0 + r);
         float *xr = x + (size_t)r * width;
-        for (uint32_t i = 0; i < width; i += 2) {
+        for (uint32_t i = h0 * head_dim; i < h1 * head_dim; i += 2) {
             uint32_t hd = i % head_dim;
             float freq = tab ? freq_tab[hd / 2] : 1.0f / powf(theta, (float)hd / (float)head_dim);
             float val = pos * freq;
@@ -51,6 +51,12 @@ void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, ui
             xr[i + 1] = v0 * fci + v1 * fcr;
         }
     }
+}
+
+void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t pos0,
+                   float theta)
+{
+    infer_op_rope_heads(x, n, n_heads, head_dim, 0, n_heads, pos0, theta);
 }
 
 void infer_op_attention(float *out, const float *q, const float *key_cache,

@@ -93,6 +93,14 @@ void npu_weights_row(const struct npu_weights *w, uint32_t r, int8_t *out);
 float npu_weights_scale(const struct npu_weights *w, uint32_t r);
 /* Bytes of memory the prepared weights hold. */
 size_t npu_weights_bytes(const struct npu_weights *w);
+/* Bytes of the packed weight storage that npu_weights_fill writes, and
+ * faulting in bytes [off, off + len) of it ahead of the fill (contents
+ * unchanged, so it may run beside a fill of the same rows): a cold start
+ * moves the page faults of fresh memory off its critical path. Returns 0,
+ * or -errno where the kernel cannot (MADV_POPULATE_WRITE needs Linux 5.14;
+ * nothing is changed then). */
+size_t npu_weights_storage(const struct npu_weights *w);
+int npu_weights_prefault(struct npu_weights *w, size_t off, size_t len);
 
 /* xq[i] = clamp(rint(x[i] / s), -127, 127) with rint rounding half to even
  * (the default rounding mode; computed as rintf(x[i] * (1 / s))). A NaN x[i]

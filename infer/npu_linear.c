@@ -5,6 +5,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 #include "common.h"
 #include "npu_internal.h"
@@ -82,6 +88,29 @@ void npu_weights_destroy(struct npu_weights *w)
 
 uint32_t npu_weights_rows(const struct npu_weights *w) { return w->rows; }
 uint32_t npu_weights_cols(const struct npu_weights *w) { return w->cols; }
+
+size_t npu_weights_storage(const struct npu_weights *w)
+{
+    return (size_t)w->b->n16 * w->b->k4;
+}
+
+int npu_weights_prefault(struct npu_weights *w, size_t off, size_t len)
+{
+    size_t total = npu_weights_storage(w);
+    if (off >= total)
+        return 0;
+    if (len > total - off)
+        len = total - off;
+    /* whole pages inside the range: the first and last may be shared with
+     * neighbouring allocations (harmless either way: populating does not
+     * change contents) */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)w->b->packed + off) & ~(page - 1);
+    uintptr_t hi = (uintptr_t)w->b->packed + off + len;
+    if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) == 0)
+        return 0;
+    return -errno;
+}
 
 size_t npu_weights_bytes(const struct npu_weights *w)
 {

@@ -155,6 +155,18 @@ struct pl {
     uint64_t stall_t0;      /* nothing running or ready since then (0: not stalled) */
     uint64_t stall_ns;      /* total of such stalls: every unit waiting on the disk */
     uint64_t unpack_ns;
+    /* full: the NPU's weight storage (prepared in build_graph) faulted in
+     * ahead by CPU workers that have nothing else to do, 2 MiB at a time in
+     * layer order, skipping layers whose unpacking has begun */
+    struct prefault {
+        struct npu_weights *w;
+        size_t off, len;
+        int layer, executor;
+        uint64_t t0, t1;
+    } *pf;
+    uint32_t n_pf, cap_pf, next_pf;
+    int unpack_layer;       /* highest layer whose unpacking began (-1: none) */
+    uint64_t prefault_ns;
     uint32_t stolen;
     uint64_t bytes_read;
     uint64_t load_events[4096];         /* arrival time of each slice */
@@ -311,18 +323,17 @@ static int add_mm(struct pl *p, int layer, uint32_t chunk, uint32_t role, uint32
     return 0;
 }
 
-/* Edges from a linear's unpacking tasks to its matmul pieces: piece by piece
- * where the unpacking is split the same way, else from every unpacking task. */
+/* Edges from a linear's unpacking tasks to its matmul pieces: each piece
+ * waits for the unpacking of its own channels (all of it for a whole-tensor
+ * unpacking task, whose r0 = r1 = 0). */
 static void add_weight_edges(struct pl *p, int u_first, int u_n, int mm_first, int mm_n)
 {
-    for (int j = 0; j < mm_n; j++) {
-        if (u_n == mm_n) {
-            add_edge(p, u_first + j, mm_first + j);
-            continue;
+    for (int j = 0; j < mm_n; j++)
+        for (int k = 0; k < u_n; k++) {
+            const struct task *u = &p->tasks[u_first + k], *m = &p->tasks[mm_first + j];
+            if (u->r1 == u->r0 || (u->r0 < m->r1 && u->r1 > m->r0))
+                add_edge(p, u_first + k, mm_first + j);
         }
-        for (int k = 0; k < u_n; k++)
-            add_edge(p, u_first + k, mm_first + j);
-    }
 }
 
 static uint32_t rows_of_role(const struct format_config *c, uint32_t role)
@@ -341,6 +352,45 @@ static uint32_t rows_of_role(const struct format_config *c, uint32_t role)
 struct weight_tasks {
     int first, n; /* a linear's unpacking tasks */
 };
+
+/* Registers the storage of prepared weights for faulting in ahead (full). */
+static int add_prefault(struct pl *p, struct npu_weights *w, int layer)
+{
+    const size_t step = (size_t)2 << 20;
+    if (p->o->policy != INFER_POLICY_FULL || p->o->no_prefault || !w)
+        return 0;
+    for (size_t off = 0; off < npu_weights_storage(w); off += step) {
+        if (p->n_pf == p->cap_pf) {
+            uint32_t cap = p->cap_pf ? 2 * p->cap_pf : 256;
+            struct prefault *a = realloc(p->pf, sizeof *a * cap);
+            if (!a)
+                return -1;
+            p->pf = a;
+            p->cap_pf = cap;
+        }
+        p->pf[p->n_pf++] = (struct prefault){.w = w, .off = off, .len = step, .layer = layer,
+                                             .executor = -1};
+    }
+    return 0;
+}
+
+/* Edges to task `to` from those of the n tasks at `first` (pieces of a
+ * matmul) whose output channels overlap [a, b). */
+static void add_overlap_edges(struct pl *p, int first, int n, uint32_t a, uint32_t b, int to)
+{
+    for (int j = 0; j < n; j++) {
+        const struct task *t = &p->tasks[first + j];
+        if (t->r0 < b && t->r1 > a)
+            add_edge(p, first + j, to);
+    }
+}
+
+/* Whether the producer of a linear's input may quantize it in column
+ * ranges: not with a dynamic scale (the maximum of the whole input). */
+static int input_splits(const struct pl *p, int layer, uint32_t role)
+{
+    return !(p->lin_info[layer + 1][role].int8 && p->lin_info[layer + 1][role].act <= 0);
+}
 
 static int prepare_linear(struct infer_linear *lin, const struct format_tensor_info *t,
                           int force_dynamic, int keep_rows, int want_npu, struct sl_err *err);
@@ -391,6 +441,8 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                     return -1;
                 if (ti->role == FORMAT_ROLE_TOK_EMBD) /* lookups read the NPU's copy */
                     p->m->embed = *lin; /* shared storage; released once */
+                if (add_prefault(p, lin->npu, li) < 0)
+                    return -1;
             }
             uw[li][role].first = (int)p->n_tasks;
             uw[li][role].n = 0;
@@ -416,6 +468,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
     int prev_attn[4096];
     for (uint32_t l = 0; l < L; l++)
         prev_attn[l] = -1;
+    const uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads;
     for (uint32_t ch = 0; ch < p->n_chunks; ch++) {
         int prev_down_first = -1, prev_down_n = 0;
         for (uint32_t l = 0; l < L; l++) {
@@ -424,7 +477,6 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 return -1;
             for (int k = 0; k < prev_down_n; k++)
                 add_edge(p, prev_down_first + k, norm);
-            int attn = -1;
             int qkv_first[3], qkv_n[3];
             uint32_t qkv_roles[3] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
             uint32_t qkv_rows[3] = {Q, KV, KV};
@@ -436,20 +488,37 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 add_weight_edges(p, uw[l][qkv_roles[k]].first, uw[l][qkv_roles[k]].n,
                                  qkv_first[k], qkv_n[k]);
             }
-            attn = add_task(p, PL_ATTN, DEV_CPU, (int)l, ch);
-            if (attn < 0)
-                return -1;
-            for (int k = 0; k < 3; k++)
-                for (int j = 0; j < qkv_n[k]; j++)
-                    add_edge(p, qkv_first[k] + j, attn);
-            if (prev_attn[l] >= 0) /* keys/values of earlier chunks first */
-                add_edge(p, prev_attn[l], attn);
-            prev_attn[l] = attn;
+            /* attention in groups of kv heads, one Q piece's worth each where
+             * Q is split: a group starts once its own Q/K/V channels are
+             * computed, while the NPU computes the next ones */
+            uint32_t gk = c->n_kv_heads;
+            if (qkv_n[0] > 1 && input_splits(p, (int)l, FORMAT_ROLE_WO)) {
+                gk = piece_rows(p, Q) / (mul * hd);
+                gk = gk < 1 ? 1 : gk > c->n_kv_heads ? c->n_kv_heads : gk;
+            }
+            int attn_first = (int)p->n_tasks, attn_n = 0;
+            for (uint32_t kv0 = 0; kv0 < c->n_kv_heads; kv0 += gk, attn_n++) {
+                uint32_t kv1 = c->n_kv_heads - kv0 < gk ? c->n_kv_heads : kv0 + gk;
+                int attn = add_task(p, PL_ATTN, DEV_CPU, (int)l, ch);
+                if (attn < 0)
+                    return -1;
+                if (gk < c->n_kv_heads) { /* a group; 0, 0: every head */
+                    p->tasks[attn].r0 = kv0;
+                    p->tasks[attn].r1 = kv1;
+                }
+                add_overlap_edges(p, qkv_first[0], qkv_n[0], kv0 * mul * hd, kv1 * mul * hd, attn);
+                add_overlap_edges(p, qkv_first[1], qkv_n[1], kv0 * hd, kv1 * hd, attn);
+                add_overlap_edges(p, qkv_first[2], qkv_n[2], kv0 * hd, kv1 * hd, attn);
+                if (prev_attn[l] >= 0) /* the group's keys/values of earlier chunks first */
+                    add_edge(p, prev_attn[l] + attn_n, attn);
+            }
+            prev_attn[l] = attn_first;
             int o_first, o_n;
             if (add_mm(p, (int)l, ch, FORMAT_ROLE_WO, D, &o_first, &o_n) < 0)
                 return -1;
             for (int j = 0; j < o_n; j++)
-                add_edge(p, attn, o_first + j);
+                for (int a = 0; a < attn_n; a++)
+                    add_edge(p, attn_first + a, o_first + j);
             add_weight_edges(p, uw[l][FORMAT_ROLE_WO].first, uw[l][FORMAT_ROLE_WO].n, o_first, o_n);
             int fn = add_task(p, PL_FFN_NORM, DEV_CPU, (int)l, ch);
             if (fn < 0)
@@ -460,16 +529,24 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             if (add_mm(p, (int)l, ch, FORMAT_ROLE_W_GATE, F, &g_first, &g_n) < 0 ||
                 add_mm(p, (int)l, ch, FORMAT_ROLE_W_UP, F, &u_first, &u_n) < 0)
                 return -1;
-            int sw = add_task(p, PL_SWIGLU, DEV_CPU, (int)l, ch);
-            if (sw < 0)
-                return -1;
-            for (int j = 0; j < g_n; j++) {
+            for (int j = 0; j < g_n; j++)
                 add_edge(p, fn, g_first + j);
-                add_edge(p, g_first + j, sw);
-            }
-            for (int j = 0; j < u_n; j++) {
+            for (int j = 0; j < u_n; j++)
                 add_edge(p, fn, u_first + j);
-                add_edge(p, u_first + j, sw);
+            /* SwiGLU piece by piece of gate/up where they are split */
+            int sw_split = g_n > 1 && g_n == u_n && input_splits(p, (int)l, FORMAT_ROLE_W_DOWN);
+            int sw_first = (int)p->n_tasks, sw_n = sw_split ? g_n : 1;
+            for (int j = 0; j < sw_n; j++) {
+                int sw = add_task(p, PL_SWIGLU, DEV_CPU, (int)l, ch);
+                if (sw < 0)
+                    return -1;
+                if (sw_split) {
+                    p->tasks[sw].r0 = p->tasks[g_first + j].r0;
+                    p->tasks[sw].r1 = p->tasks[g_first + j].r1;
+                }
+                uint32_t a = sw_split ? p->tasks[sw].r0 : 0, b = sw_split ? p->tasks[sw].r1 : F;
+                add_overlap_edges(p, g_first, g_n, a, b, sw);
+                add_overlap_edges(p, u_first, u_n, a, b, sw);
             }
             add_weight_edges(p, uw[l][FORMAT_ROLE_W_GATE].first, uw[l][FORMAT_ROLE_W_GATE].n,
                              g_first, g_n);
@@ -479,7 +556,8 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             if (add_mm(p, (int)l, ch, FORMAT_ROLE_W_DOWN, D, &d_first, &d_n) < 0)
                 return -1;
             for (int j = 0; j < d_n; j++)
-                add_edge(p, sw, d_first + j);
+                for (int k = 0; k < sw_n; k++)
+                    add_edge(p, sw_first + k, d_first + j);
             add_weight_edges(p, uw[l][FORMAT_ROLE_W_DOWN].first, uw[l][FORMAT_ROLE_W_DOWN].n,
                              d_first, d_n);
             prev_down_first = d_first;
@@ -525,7 +603,8 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                      3e11;
         } else if (t->op == PL_ATTN) {
             double ctx = p->cb[t->chunk].pos0 + rows;
-            t->est = 4.0 * rows * ctx * Q / 5e10;
+            double share = t->r1 > t->r0 ? (double)(t->r1 - t->r0) / c->n_kv_heads : 1.0;
+            t->est = 4.0 * rows * ctx * Q * share / 5e10;
         } else if (t->op == PL_UNPACK) {
             t->est = (double)(t->r1 > t->r0 ? t->r1 - t->r0 : rows_of_role(c, t->role)) * D / 1e10;
         } else {
@@ -695,6 +774,25 @@ static void quantize_for(struct pl *p, struct chunkbuf *b, int layer, uint32_t r
     float s = act > 0 ? act : npu_act_scale_dynamic(x, n);
     npu_quantize_act(x, n, s, b->xq[role]);
     b->act[role] = s;
+}
+
+/* quantize_for of columns [c0, c1) of each row of x [rows][cols] (a piece of
+ * the producer; static scales only, see input_splits): the same codes. */
+static void quantize_cols(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
+                          const float *x, uint32_t rows, uint32_t cols, uint32_t c0, uint32_t c1)
+{
+    if (c0 == 0 && c1 == cols) {
+        quantize_for(p, b, layer, role, x, rows, cols);
+        return;
+    }
+    if (!p->lin_info[layer + 1][role].int8)
+        return;
+    float s = p->lin_info[layer + 1][role].act;
+    for (uint32_t r = 0; r < rows; r++)
+        npu_quantize_act(x + (size_t)r * cols + c0, c1 - c0, s,
+                         b->xq[role] + (size_t)r * cols + c0);
+    if (c0 == 0) /* one writer; the matmuls read it after every piece */
+        b->act[role] = s;
 }
 
 static const float *mm_input(struct chunkbuf *b, uint32_t role, uint32_t *cols,
@@ -938,14 +1036,23 @@ static int run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_ATTN: {
+        /* kv heads [kv0, kv1) and their query heads (a group, or all) */
+        const uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads;
+        uint32_t kv0 = t->r1 > t->r0 ? t->r0 : 0, kv1 = t->r1 > t->r0 ? t->r1 : c->n_kv_heads;
         size_t lay = (size_t)t->layer * c->seq_len * KV;
         float *kc = p->st->key_cache + lay, *vc = p->st->value_cache + lay;
-        infer_op_rope(b->q, b->n, c->n_heads, c->head_dim, b->pos0, c->rope_theta);
-        infer_op_rope(b->k, b->n, c->n_kv_heads, c->head_dim, b->pos0, c->rope_theta);
-        memcpy(kc + (size_t)b->pos0 * KV, b->k, sizeof(float) * b->n * KV);
-        memcpy(vc + (size_t)b->pos0 * KV, b->v, sizeof(float) * b->n * KV);
-        infer_op_attention(b->att, b->q, kc, vc, b->n, b->pos0, c, 0, c->n_heads, att_scratch);
-        quantize_for(p, b, t->layer, FORMAT_ROLE_WO, b->att, b->n, Q);
+        infer_op_rope_heads(b->q, b->n, c->n_heads, hd, kv0 * mul, kv1 * mul, b->pos0,
+                            c->rope_theta);
+        infer_op_rope_heads(b->k, b->n, c->n_kv_heads, hd, kv0, kv1, b->pos0, c->rope_theta);
+        for (uint32_t r = 0; r < b->n; r++) {
+            size_t dst = (size_t)(b->pos0 + r) * KV + kv0 * hd, src = (size_t)r * KV + kv0 * hd;
+            memcpy(kc + dst, b->k + src, sizeof(float) * (kv1 - kv0) * hd);
+            memcpy(vc + dst, b->v + src, sizeof(float) * (kv1 - kv0) * hd);
+        }
+        infer_op_attention(b->att, b->q, kc, vc, b->n, b->pos0, c, kv0 * mul, kv1 * mul,
+                           att_scratch);
+        quantize_cols(p, b, t->layer, FORMAT_ROLE_WO, b->att, b->n, Q, kv0 * mul * hd,
+                      kv1 * mul * hd);
         break;
     }
     case PL_FFN_NORM:
@@ -954,10 +1061,19 @@ static int run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         quantize_for(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xb, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_W_UP, b->xb, b->n, D);
         break;
-    case PL_SWIGLU:
-        infer_op_swiglu(b->g, b->g, b->u, (size_t)b->n * F);
-        quantize_for(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, b->n, F);
+    case PL_SWIGLU: {
+        uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
+        if (f0 == 0 && f1 == F) {
+            infer_op_swiglu(b->g, b->g, b->u, (size_t)b->n * F);
+        } else {
+            for (uint32_t r = 0; r < b->n; r++) {
+                float *g = b->g + (size_t)r * F + f0;
+                infer_op_swiglu(g, g, b->u + (size_t)r * F + f0, f1 - f0);
+            }
+        }
+        quantize_cols(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, b->n, F, f0, f1);
         break;
+    }
     case PL_HEAD: {
         /* the first token needs the last row only */
         float *xl = b->x + (size_t)(b->n - 1) * D, *dl = b->d + (size_t)(b->n - 1) * D;
@@ -1092,6 +1208,22 @@ static void *cpu_worker(void *arg)
                 p->stolen++;
                 break;
             }
+            /* nothing to run: fault in weight memory the unpacking will fill */
+            if (p->next_pf < p->n_pf) {
+                struct prefault *f = &p->pf[p->next_pf++];
+                if (f->layer <= p->unpack_layer)
+                    continue; /* its unpacking faults it in itself */
+                f->executor = id;
+                f->t0 = sl_now_ns();
+                pthread_mutex_unlock(&p->lock);
+                int r = npu_weights_prefault(f->w, f->off, f->len);
+                pthread_mutex_lock(&p->lock);
+                f->t1 = sl_now_ns();
+                p->prefault_ns += f->t1 - f->t0;
+                if (r < 0)
+                    p->next_pf = p->n_pf; /* the kernel cannot: stop trying */
+                continue;
+            }
             pthread_cond_wait(&p->cv, &p->lock);
         }
         if (ti == UINT32_MAX)
@@ -1100,6 +1232,10 @@ static void *cpu_worker(void *arg)
         t->executor = id;
         t->t0 = sl_now_ns();
         p->running++;
+        if (t->op == PL_UNPACK) {
+            int layer = t->layer < 0 ? (int)p->c->n_layers : t->layer;
+            p->unpack_layer = layer > p->unpack_layer ? layer : p->unpack_layer;
+        }
         pthread_mutex_unlock(&p->lock);
         int ret = run_task(p, ti, id, p->att_scratch[id]);
         pthread_mutex_lock(&p->lock);
@@ -1307,12 +1443,26 @@ static int write_trace(struct pl *p, const char *path, struct infer_pipeline_sta
         else if (t->op == PL_VERIFY || t->op == PL_UNPACK)
             snprintf(name, sizeof name, "%s %s L%d", op_names[t->op],
                      t->op == PL_UNPACK ? format_role_name(t->role) : "", t->layer);
+        else if ((t->op == PL_ATTN || t->op == PL_SWIGLU) && t->r1 > t->r0)
+            snprintf(name, sizeof name, "%s L%d C%u [%u,%u)%s", op_names[t->op], t->layer,
+                     t->chunk, t->r0, t->r1, t->op == PL_ATTN ? " kv heads" : "");
         else
             snprintf(name, sizeof name, "%s L%d C%u", op_names[t->op], t->layer, t->chunk);
         fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"B\", \"pid\": 1, \"tid\": %d, "
                    "\"ts\": %.3f},\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"E\", \"pid\": 1, "
                    "\"tid\": %d, \"ts\": %.3f}",
                 name, op_names[t->op], t->executor, b, name, op_names[t->op], t->executor, e);
+    }
+    for (uint32_t i = 0; i < p->n_pf; i++) {
+        const struct prefault *pf = &p->pf[i];
+        if (pf->executor < 0 || !pf->t1)
+            continue;
+        double b = (double)(pf->t0 - p->t_start) / 1e3, e = (double)(pf->t1 - p->t_start) / 1e3;
+        fprintf(f, ",\n{\"name\": \"prefault L%d +%zu MiB\", \"cat\": \"prefault\", \"ph\": \"B\", "
+                   "\"pid\": 1, \"tid\": %d, \"ts\": %.3f},\n{\"name\": \"prefault L%d +%zu MiB\", "
+                   "\"cat\": \"prefault\", \"ph\": \"E\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f}",
+                pf->layer, pf->off >> 20, pf->executor, b, pf->layer, pf->off >> 20, pf->executor,
+                e);
     }
     uint64_t prev = p->t_start;
     for (uint32_t s = 0; s < format_reader_n_slices(p->r) && s < 4096; s++) {
@@ -1347,6 +1497,7 @@ static void stats_fill(struct pl *p, struct infer_pipeline_stats *st)
     st->span_s = span;
     st->load_s = p->t_loaded ? (double)(p->t_loaded - p->t_start) / 1e9 : 0;
     st->unpack_s = (double)p->unpack_ns / 1e9;
+    st->prefault_s = (double)p->prefault_ns / 1e9;
     st->npu_busy_s = (double)p->busy[0] / 1e9;
     uint64_t cpu = 0;
     for (uint32_t w = 1; w <= p->n_workers; w++)
@@ -1595,6 +1746,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     p->o = &o;
     p->t_start = sl_now_ns();
     p->stall_t0 = p->t_start; /* nothing can run before the first slice */
+    p->unpack_layer = -1;
     p->tokens = tokens;
     p->logits = logits;
     pthread_mutex_init(&p->lock, NULL);
@@ -1791,6 +1943,7 @@ out:
     infer_state_destroy(p->st);
     infer_model_destroy(p->m);
     free(p->tasks);
+    free(p->pf);
     free(p->edges);
     free(p->edge_from);
     free(p->edge_to);

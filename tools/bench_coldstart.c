@@ -45,13 +45,16 @@ static void usage(FILE *f)
             "logits, different storage); they are written next to MODEL once and reused.\n"
             "All use the same kernels and threads (the emulated NPU + one CPU worker).\n"
             "Reports min and median TTFT, a breakdown (load: until the last slice needed\n"
-            "arrived; unpack, NPU and CPU busy time; stall: no task running or ready\n"
-            "anywhere, everything waiting on the disk), peak RSS, bytes read, the NPU/CPU\n"
+            "arrived; unpack, NPU and CPU busy time; prefalt: idle CPU time spent faulting\n"
+            "weight memory in ahead (full only; not in the busy times); stall: no task\n"
+            "running or ready anywhere, everything waiting on the disk), peak RSS, bytes\n"
+            "read, the NPU/CPU\n"
             "bubble rates (idle share of the time outside stalls: waiting on the other\n"
             "unit while the pipeline had work; medians over the runs; JSON\n"
             "idle_npu/idle_cpu: idle share of the whole TTFT, median run), and the ratio\n"
             "of the median to the bound\n"
             "max(bytes read / raw MB/s, prefill ops / int8 peak of the machine's cores).\n"
+            "The table goes to standard output (to standard error with --json).\n"
             "Needs root (page cache, cgroups).\n");
 }
 
@@ -73,8 +76,8 @@ static const struct contender contenders[] = {
 #define NC (sizeof contenders / sizeof contenders[0])
 
 struct sample {
-    double ttft, load, unpack, npu, cpu, stall, bubble_npu, bubble_cpu, idle_npu, idle_cpu, rss,
-        bytes;
+    double ttft, load, unpack, prefault, npu, cpu, stall, bubble_npu, bubble_cpu, idle_npu,
+        idle_cpu, rss, bytes;
 };
 
 static char *read_all_fd(int fd)
@@ -167,6 +170,7 @@ static int run_once(const char *model, const struct contender *ct, uint32_t toke
     s->rss = tools_child_peak_rss_mb(&ru);
     s->load = NUM(pj, "load_s");
     s->unpack = NUM(pj, "unpack_s");
+    s->prefault = NUM(pj, "prefault_s");
     s->npu = NUM(pj, "npu_busy_s");
     s->cpu = NUM(pj, "cpu_busy_s");
     s->bubble_npu = NUM(pj, "bubble_npu");
@@ -359,9 +363,7 @@ int bench_coldstart(int argc, char **argv)
             }
             if (ok)
                 samples[k][nok[k]++] = s;
-            if (!json)
-                fprintf(stderr, "run %u %-24s %s\n", run + 1, contenders[k].name,
-                        ok ? "" : "FAILED");
+            fprintf(stderr, "run %u %-24s %s\n", run + 1, contenders[k].name, ok ? "" : "FAILED");
         }
     }
     qsort(raws, nraw, sizeof(double), cmp_double);
@@ -388,17 +390,17 @@ int bench_coldstart(int argc, char **argv)
     cJSON_AddNumberToObject(o, "kv_cache_prompt_mb", kv_prompt / (1024.0 * 1024.0));
     cJSON_AddNumberToObject(o, "kv_cache_context_mb", kv_context / (1024.0 * 1024.0));
     cJSON *arr = cJSON_AddArrayToObject(o, "results");
-    if (!json)
-        printf("%s: %u-token prompt, %u MB/s limit, %u runs; raw %.0f MB/s, int8 peak %.0f GOPS "
+    FILE *tf = json ? stderr : stdout; /* the table; with --json, beside the JSON */
+    fprintf(tf, "%s: %u-token prompt, %u MB/s limit, %u runs; raw %.0f MB/s, int8 peak %.0f GOPS "
                "(%ld cores)\nbound %.3f s = max(%.0f MB / raw = %.3f s, %.1f GOPs / peak = %.3f s)"
                "\nmemory yardstick %.0f MiB = INT8 weights %.0f MiB + KV cache of the prompt %.1f "
                "MiB (RSS/yardstick in the last column)"
-               "\n\n%-24s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s %8s %8s %6s\n",
+               "\n\n%-24s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s %7s %8s %8s %6s\n",
                model, tokens, mbps, runs, raw, peak, cores, bound, bytes_full / 1e6, bound_io,
                ops / 1e9, bound_compute, mem_base_mb, int8_bytes / 1048576.0,
                kv_prompt / 1048576.0, "policy", "ttft min", "ttft med", "x bound", "load",
-               "unpack", "npu", "cpu", "stall", "bub npu", "bub cpu", "MB read", "RSS MiB",
-               "x mem");
+               "unpack", "prefalt", "npu", "cpu", "stall", "bub npu", "bub cpu", "MB read",
+               "RSS MiB", "x mem");
     for (size_t k = 0; k < NC; k++) {
         uint32_t n = nok[k];
         double t[32];
@@ -445,17 +447,18 @@ int bench_coldstart(int argc, char **argv)
         cJSON *b = cJSON_AddObjectToObject(e, "breakdown_s");
         cJSON_AddNumberToObject(b, "load", m.load);
         cJSON_AddNumberToObject(b, "unpack", m.unpack);
+        cJSON_AddNumberToObject(b, "prefault", m.prefault);
         cJSON_AddNumberToObject(b, "npu", m.npu);
         cJSON_AddNumberToObject(b, "cpu", m.cpu);
         cJSON_AddNumberToObject(b, "npu_idle", idle);
         cJSON_AddNumberToObject(b, "stall", m.stall);
         cJSON_AddItemToArray(arr, e);
-        if (!json)
-            printf("%-24s %8.3f %8.3f %7.2f %7.3f %7.3f %7.3f %7.3f %7.3f %7.2f %7.2f %8.1f %8.0f "
-                   "%6.2f\n",
-                   contenders[k].name, mn, md, bound > 0 ? md / bound : 0, m.load, m.unpack, m.npu,
-                   m.cpu, m.stall, m.bubble_npu, m.bubble_cpu, m.bytes / 1e6, rss,
-                   mem_base_mb > 0 ? rss / mem_base_mb : 0);
+        fprintf(tf,
+                "%-24s %8.3f %8.3f %7.2f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.2f %7.2f %8.1f %8.0f "
+                "%6.2f\n",
+                contenders[k].name, mn, md, bound > 0 ? md / bound : 0, m.load, m.unpack,
+                m.prefault, m.npu, m.cpu, m.stall, m.bubble_npu, m.bubble_cpu, m.bytes / 1e6, rss,
+                mem_base_mb > 0 ? rss / mem_base_mb : 0);
     }
     if (json) {
         char *s = cJSON_Print(o);

@@ -50,6 +50,8 @@ static void usage(FILE *f)
             "                   task in priority order when its queue holds more than N\n"
             "                   (default 5)\n"
             "  --steal-top      steal the NPU queue's top task instead (EdgeFlow's rule)\n"
+            "  --no-prefault    full: do not fault the weights' memory in ahead while the\n"
+            "                   CPU worker has nothing else to do\n"
             "  --split N        full/sequential: about N output channels per NPU matmul task\n"
             "                   and per unpacking task (pieces of 16-channel blocks;\n"
             "                   default 512)\n"
@@ -133,6 +135,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             bad = tools_parse_u32(argv[++i], &o->pipeline.cpu_workers) || !o->pipeline.cpu_workers;
         } else if (!strcmp(a, "--steal-threshold") && i + 1 < argc) {
             bad = tools_parse_u32(argv[++i], &o->pipeline.steal_threshold);
+        } else if (!strcmp(a, "--no-prefault")) {
+            o->pipeline.no_prefault = 1;
         } else if (!strcmp(a, "--steal-top")) {
             o->pipeline.steal_top = 1;
         } else if (!strcmp(a, "--split") && i + 1 < argc) {
@@ -393,6 +397,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(pj, "prefill_s", ps->ttft_s);
     cJSON_AddNumberToObject(pj, "load_s", ps->load_s);
     cJSON_AddNumberToObject(pj, "unpack_s", ps->unpack_s);
+    cJSON_AddNumberToObject(pj, "prefault_s", ps->prefault_s);
     cJSON_AddNumberToObject(pj, "npu_busy_s", ps->npu_busy_s);
     cJSON_AddNumberToObject(pj, "cpu_busy_s", ps->cpu_busy_s);
     cJSON_AddNumberToObject(pj, "bubble_npu", ps->bubble_npu);

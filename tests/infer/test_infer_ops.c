@@ -136,6 +136,21 @@ static void test_rope(void **st)
         const float *a = ref + H * HD + 2 * i;
         assert_float_equal(x[H * HD + 2 * i], a[0] * cos(ang) - a[1] * sin(ang), 1e-4);
     }
+    /* head ranges (the pipeline's attention groups): the same bits as the
+     * whole, the other heads untouched */
+    float whole[N * H * HD], part[N * H * HD];
+    memcpy(whole, ref, sizeof whole);
+    memcpy(part, ref, sizeof part);
+    infer_op_rope(whole, N, H, HD, 9, 10000.0f);
+    infer_op_rope_heads(part, N, H, HD, 1, 2, 9, 10000.0f);
+    for (int r = 0; r < N; r++)
+        for (int i = 0; i < H * HD; i++) {
+            const float *want = i / HD == 1 ? whole : ref;
+            assert_memory_equal(&part[r * H * HD + i], &want[r * H * HD + i], sizeof(float));
+        }
+    infer_op_rope_heads(part, N, H, HD, 0, 1, 9, 10000.0f);
+    infer_op_rope_heads(part, N, H, HD, 2, 3, 9, 10000.0f);
+    assert_memory_equal(part, whole, sizeof whole);
 }
 
 /* Causal GQA attention against a double-precision transcription of run.c,

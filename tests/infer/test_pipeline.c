@@ -102,10 +102,13 @@ static void check(const char *model, enum infer_policy pol, enum infer_load load
     assert_true(st.bubble_npu >= 0 && st.bubble_npu <= 1 && st.bubble_cpu >= 0 &&
                 st.bubble_cpu <= 1);
     assert_true(st.bytes_read > 0);
-    if (pol == INFER_POLICY_FULL) { /* the other stealing rule, stealing at every chance */
+    assert_true(st.prefault_s >= 0 && (pol == INFER_POLICY_FULL || st.prefault_s == 0));
+    if (pol == INFER_POLICY_FULL) { /* the other stealing rule, stealing at every chance;
+                                     * no faulting in ahead */
         struct infer_pipeline_opts o2 = o;
         o2.steal_top = 1;
         o2.steal_threshold = 0;
+        o2.no_prefault = 1;
         o2.trace_path = NULL;
         struct infer_model *m2;
         struct infer_state *s2;
@@ -115,6 +118,7 @@ static void check(const char *model, enum infer_policy pol, enum infer_load load
             fail_msg("%s, steal_top, chunk %u, %u tokens: %s", model, chunk, n, err.msg);
         if (memcmp(a, b2, sizeof(float) * V) != 0)
             fail_msg("%s, steal_top, chunk %u, %u tokens: logits differ", model, chunk, n);
+        assert_true(st.prefault_s == 0);
         infer_state_destroy(s2);
         infer_model_destroy(m2);
         free(b2);
