@@ -8,7 +8,7 @@
  * workers. Each layer's slice arrives from the loader (io_uring, in execution
  * order), is checked against its checksum, and each of its tensors is
  * unpacked straight into the NPU's weight layout by CPU tasks (full and
- * sequential: one per matmul piece, so the NPU starts on a tensor's first
+ * sequential_granular: one per matmul piece, so the NPU starts on a tensor's first
  * channels while the CPU unpacks the next); a matmul task waits for its
  * weights and its input. Two ready queues, NPU and CPU:
  *
@@ -19,8 +19,12 @@
  *                  stealing: an idle CPU worker takes the last NPU task in
  *                  priority order (the top with steal_top, EdgeFlow's rule)
  *                  when the NPU queue holds more than steal_threshold tasks;
- *   sequential     the same, but nothing is unpacked or computed until every
- *                  slice has been read (load everything, then compute);
+ *   sequential     llama.cpp's and MNN's way: nothing is unpacked or
+ *                  computed until every slice has been read, then coarse
+ *                  tasks first come first served (every tensor is converted
+ *                  before the first operator runs, as a model load does);
+ *   sequential_granular  load everything, then full's scheduler (a
+ *                  stronger baseline: the conversion overlaps computing);
  *   layer_overlap  llm.npu-style static coarse pipeline: one NPU task per
  *                  matmul, first come first served, no stealing (loading of
  *                  later layers still overlaps computing of earlier ones);
@@ -52,8 +56,20 @@ enum { DEV_NPU = 0, DEV_CPU = 1 };
 
 static const char *const op_names[PL_OP_COUNT] = {"verify", "unpack",   "norm",   "matmul",
                                                   "attention", "ffn_norm", "swiglu", "head"};
-static const char *const policy_names[INFER_POLICY_COUNT] = {"full", "sequential",
-                                                             "layer_overlap", "llmnpu"};
+static const char *const policy_names[INFER_POLICY_COUNT] = {
+    "full", "sequential", "layer_overlap", "llmnpu", "sequential_granular"};
+
+/* Policies that split matmuls into pieces, steal, and rank by position. */
+static int granular(enum infer_policy p)
+{
+    return p == INFER_POLICY_FULL || p == INFER_POLICY_SEQUENTIAL_GRANULAR;
+}
+
+/* Policies that compute nothing until every slice is in. */
+static int load_first(enum infer_policy p)
+{
+    return p == INFER_POLICY_SEQUENTIAL || p == INFER_POLICY_SEQUENTIAL_GRANULAR;
+}
 
 const char *infer_policy_name(enum infer_policy p)
 {
@@ -288,14 +304,12 @@ static uint32_t op_order(uint32_t op, uint32_t role)
 }
 
 /* Output channels per piece of a linear with `rows` outputs: full and
- * sequential split each matmul, and the unpacking of its quantized weights,
+ * sequential_granular split each matmul, and the unpacking of its quantized weights,
  * into pieces of about `split` channels on 16-channel boundaries (the NPU's
  * weight blocks); the coarse policies keep one piece. */
 static uint32_t piece_rows(const struct pl *p, uint32_t rows)
 {
-    uint32_t split = p->o->policy == INFER_POLICY_FULL || p->o->policy == INFER_POLICY_SEQUENTIAL
-                         ? p->o->split
-                         : 0;
+    uint32_t split = granular(p->o->policy) ? p->o->split : 0;
     if (!split || split >= rows)
         return rows;
     uint32_t parts = (rows + split - 1) / split;
@@ -401,7 +415,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
     const struct format_reader *r = p->r;
     uint32_t ns = format_reader_n_slices(r), L = c->n_layers;
     int all_loaded = -1;
-    if (p->o->policy == INFER_POLICY_SEQUENTIAL) {
+    if (load_first(p->o->policy)) {
         all_loaded = add_task(p, PL_VERIFY, DEV_CPU, -2, 0); /* a barrier: no work of its own */
         p->tasks[all_loaded].slice = UINT32_MAX;
     }
@@ -663,6 +677,7 @@ static uint32_t qbest(const struct pl *p, const struct queue *q)
         int better;
         switch (p->o->policy) {
         case INFER_POLICY_LAYER_OVERLAP:
+        case INFER_POLICY_SEQUENTIAL:
             better = a->ready_seq < b->ready_seq;
             break;
         case INFER_POLICY_LLMNPU: {
@@ -1188,7 +1203,7 @@ static void *cpu_worker(void *arg)
     struct worker_arg *wa = arg;
     struct pl *p = wa->p;
     int id = wa->id;
-    int steal = p->o->policy == INFER_POLICY_FULL || p->o->policy == INFER_POLICY_SEQUENTIAL;
+    int steal = granular(p->o->policy);
     pthread_mutex_lock(&p->lock);
     for (;;) {
         uint32_t ti = UINT32_MAX;
@@ -1610,7 +1625,7 @@ static int open_stream(struct pl *p, struct sl_err *err)
                                                 .length = s->length, .tag = i};
         }
     struct loader_opts lo = {.queue_depth = p->o->queue_depth, .ring_bytes = p->o->ring_bytes};
-    if (p->o->policy == INFER_POLICY_SEQUENTIAL) /* everything is held until the end */
+    if (load_first(p->o->policy)) /* everything is held until the end */
         lo.ring_bytes = format_reader_file_size(r) + (64u << 20);
     int ret = loader_stream_open(reqs, ns, &lo, &p->ls, err);
     free(reqs);
@@ -1887,7 +1902,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     pthread_mutex_lock(&p->lock);
     if (ret < 0)
         fail(p, ret, err->msg);
-    if (o.policy == INFER_POLICY_SEQUENTIAL && !p->stop) /* everything is in: compute */
+    if (load_first(o.policy) && !p->stop) /* everything is in: compute */
         make_ready(p, 0);
     while (!p->done && !p->stop)
         pthread_cond_wait(&p->cv, &p->lock);

@@ -41,6 +41,10 @@ static void usage(FILE *f)
             "  sequential_read           baseline: INT8, read everything, then compute (MNN's)\n"
             "  sequential_mmap           baseline: INT8, mmap with MAP_POPULATE, then compute\n"
             "                            (llama.cpp's way)\n"
+            "  sequential_mmap_granular  a stronger one: the same load, then the full\n"
+            "                            pipeline's scheduler (not llama.cpp's)\n"
+            "The sequential baselines convert every tensor, then compute in graph order, as\n"
+            "a model load does (coarse tasks, first come first served).\n"
             "The INT8 and INT4/INT8 containers hold the same codes and scales as MODEL (same\n"
             "logits, different storage); they are written next to MODEL once and reused.\n"
             "All use the same kernels and threads (the emulated NPU + one CPU worker).\n"
@@ -72,6 +76,7 @@ static const struct contender contenders[] = {
     {"layer_overlap_int8", 1, "layer_overlap", "stream"},
     {"sequential_read", 1, "sequential", "read"},
     {"sequential_mmap", 1, "sequential", "mmap"},
+    {"sequential_mmap_granular", 1, "sequential_granular", "mmap"},
 };
 #define NC (sizeof contenders / sizeof contenders[0])
 

@@ -234,10 +234,13 @@ double npu_gemm_peak_gops(enum npu_kernel k, double seconds);
 enum infer_policy {
     INFER_POLICY_FULL = 0,      /* EdgeFlow: fine-grained tasks, position-guided priority,
                                    CPU task stealing */
-    INFER_POLICY_SEQUENTIAL,    /* load everything, then unpack and compute */
+    INFER_POLICY_SEQUENTIAL,    /* load everything, then unpack and compute in graph order
+                                   (llama.cpp's and MNN's way): coarse tasks, FIFO */
     INFER_POLICY_LAYER_OVERLAP, /* llm.npu-style static coarse pipeline: layer-level overlap,
                                    one NPU task per matmul, FIFO, no stealing */
     INFER_POLICY_LLMNPU,        /* llm.npu 3.4 out-of-order subgraph heuristic */
+    INFER_POLICY_SEQUENTIAL_GRANULAR, /* load everything, then compute with full's
+                                         scheduler (a stronger baseline) */
     INFER_POLICY_COUNT
 };
 

@@ -84,7 +84,7 @@ static void check(const char *model, enum infer_policy pol, enum infer_load load
     assert_int_equal(infer_state_create(m, chunk, &s, &err), 0);
     assert_int_equal(infer_forward(m, s, ids, n, 0, a, INFER_LOGITS_LAST, &err), 0);
 
-    /* full and sequential split matmuls and their weights' unpacking into
+    /* full and sequential_granular split matmuls and their weights' unpacking into
      * pieces: uneven ones (48 rounds to pieces of 48, 32 and 16 channels
      * here), 16-channel ones, and the default (512: one piece at this size) */
     struct infer_pipeline_opts o = {.policy = pol, .load = load, .chunk = chunk,

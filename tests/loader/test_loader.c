@@ -287,10 +287,18 @@ static void test_out_of_order(void **st)
                                 .ring_bytes = 2 << 20, .faults = &f, .force_pread = pread};
         struct loader_stats stt;
         struct sl_err err;
-        assert_int_equal(stream_check(r, n, &o, content, &stt, &err, 0), 0);
-        fprintf(stderr, "%s: %llu of %u requests completed out of order\n",
-                pread ? "pread" : "uring", (unsigned long long)stt.out_of_order, n);
-        assert_true(stt.out_of_order > 0);
+        /* parked completions reorder requests only if another request's
+         * reads complete meanwhile, which depends on thread timing (a loaded
+         * machine can serialize the pread workers): every pass checks the
+         * contents, and some pass must have seen requests out of order */
+        uint64_t seen = 0;
+        for (int pass = 0; pass < 50 && !seen; pass++) {
+            assert_int_equal(stream_check(r, n, &o, content, &stt, &err, 0), 0);
+            fprintf(stderr, "%s: %llu of %u requests completed out of order\n",
+                    pread ? "pread" : "uring", (unsigned long long)stt.out_of_order, n);
+            seen = stt.out_of_order;
+        }
+        assert_true(seen > 0);
     }
 }
 
