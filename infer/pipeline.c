@@ -190,15 +190,25 @@ struct pl {
 
 /* ---- graph construction ------------------------------------------------------------ */
 
+/* A growable array one element fuller: items reallocated to twice *cap
+ * elements of `size` bytes (`first` when empty); NULL when out of memory
+ * (items untouched). */
+static void *grown(void *items, uint32_t *cap, size_t size, uint32_t first)
+{
+    uint32_t c = *cap ? 2 * *cap : first;
+    void *a = realloc(items, size * c);
+    if (a)
+        *cap = c;
+    return a;
+}
+
 static int add_task(struct pl *p, uint8_t op, uint8_t dev, int layer, uint32_t chunk)
 {
     if (p->n_tasks == p->cap_tasks) {
-        uint32_t cap = p->cap_tasks ? 2 * p->cap_tasks : 1024;
-        struct task *t = realloc(p->tasks, sizeof *t * cap);
+        struct task *t = grown(p->tasks, &p->cap_tasks, sizeof *t, 1024);
         if (!t)
             return -1;
         p->tasks = t;
-        p->cap_tasks = cap;
     }
     struct task *t = &p->tasks[p->n_tasks];
     memset(t, 0, sizeof *t);
@@ -375,12 +385,10 @@ static int add_prefault(struct pl *p, struct npu_weights *w, int layer)
         return 0;
     for (size_t off = 0; off < npu_weights_storage(w); off += step) {
         if (p->n_pf == p->cap_pf) {
-            uint32_t cap = p->cap_pf ? 2 * p->cap_pf : 256;
-            struct prefault *a = realloc(p->pf, sizeof *a * cap);
+            struct prefault *a = grown(p->pf, &p->cap_pf, sizeof *a, 256);
             if (!a)
                 return -1;
             p->pf = a;
-            p->cap_pf = cap;
         }
         p->pf[p->n_pf++] = (struct prefault){.w = w, .off = off, .len = step, .layer = layer,
                                              .executor = -1};
@@ -642,12 +650,10 @@ static int build_graph(struct pl *p)
 static int qpush(struct queue *q, uint32_t t)
 {
     if (q->n == q->cap) {
-        uint32_t cap = q->cap ? 2 * q->cap : 256;
-        uint32_t *it = realloc(q->items, sizeof *it * cap);
+        uint32_t *it = grown(q->items, &q->cap, sizeof *it, 256);
         if (!it)
             return -1;
         q->items = it;
-        q->cap = cap;
     }
     q->items[q->n++] = t;
     return 0;
