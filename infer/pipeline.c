@@ -633,7 +633,6 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             t->est = rows * (D + F) * 10 / 1e10;
         }
     }
-    (void)rows_of_role;
     return finish_edges(p);
 }
 
@@ -1084,13 +1083,9 @@ static int run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     case PL_SWIGLU: {
         uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
-        if (f0 == 0 && f1 == F) {
-            infer_op_swiglu(b->g, b->g, b->u, (size_t)b->n * F);
-        } else {
-            for (uint32_t r = 0; r < b->n; r++) {
-                float *g = b->g + (size_t)r * F + f0;
-                infer_op_swiglu(g, g, b->u + (size_t)r * F + f0, f1 - f0);
-            }
+        for (uint32_t r = 0; r < b->n; r++) { /* elementwise: the same bits in any pieces */
+            float *g = b->g + (size_t)r * F + f0;
+            infer_op_swiglu(g, g, b->u + (size_t)r * F + f0, f1 - f0);
         }
         quantize_cols(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, b->n, F, f0, f1);
         break;
