@@ -773,6 +773,8 @@ static int write_meta(const struct qctx *q, struct format_writer *w, struct sl_e
     if (!ret)
         ret = meta(w, "quant.budget", err, "%s",
                    o->budget == QUANTIZER_BUDGET_GLOBAL ? "global" : "tensor");
+    if (!ret && o->budget_select)
+        ret = meta(w, "quant.budget_select", err, "%s", o->budget_select);
     if (!ret && o->budget == QUANTIZER_BUDGET_GLOBAL)
         ret = meta(w, "quant.global_objective", err, "%s",
                    o->global == QUANTIZER_GLOBAL_WEIGHT ? "weight" : "tensor-mean");

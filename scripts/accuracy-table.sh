@@ -6,7 +6,9 @@
 # top-1 agreement, perplexity of both, file size (sluice eval, llama.cpp's
 # llama-perplexity --kl-divergence convention), and the per-token paired
 # difference of each method's KL from EdgeFlow's; then variants at 4 and 5
-# bits: global budget (both objectives), the in-sample alpha search, the
+# bits: each budget alone (per-tensor; global with both objectives; the
+# default --budget auto keeps the better of per-tensor and global-weight by
+# KL on the calibration text), the in-sample alpha search, the
 # one-standard-error alpha rule, the exact RE metric, EdgeFlow's halves alone (smoothing with uniform widths; the
 # allocation without smoothing), dynamic activation scales and unclipped
 # (max|w|) weight scales for every method.
@@ -81,7 +83,7 @@ prepare() { # model tokenizer
 prepare aidreams260K aidreams260K.tok512.bin
 prepare kjv6L kjv6L.tok1024.bin
 
-echo "### Methods at 4-7 bits (defaults: per-tensor budget, static activations, MSE clipping)"
+echo "### Methods at 4-7 bits (defaults: --budget auto, static activations, MSE clipping)"
 header
 for model in aidreams260K kjv6L; do
   for bits in 4 5 6 7; do
@@ -120,9 +122,11 @@ echo "### Variants at 4 and 5 bits"
 header
 for model in aidreams260K kjv6L; do
   for bits in 4 5; do
+    row $model "edgeflow, per-tensor budget" $bits --budget tensor
     row $model "edgeflow, global budget (weight)" $bits --budget global
     row $model "edgeflow, global budget (tensor-mean)" $bits --budget global \
       --global-objective tensor-mean
+    row $model "cmpq, per-tensor budget" $bits --method cmpq --budget tensor
     row $model "cmpq, global budget (weight)" $bits --method cmpq --budget global
     row $model "edgeflow, in-sample alpha search" $bits --alpha-search in-sample
     row $model "edgeflow, one-standard-error alpha rule" $bits --alpha-rule 1se

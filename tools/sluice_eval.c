@@ -35,26 +35,6 @@ static void usage(FILE *f)
             "comparisons of two models on the same text).\n");
 }
 
-/* log-softmax of logits[n] into out (double) */
-static void log_softmax(const float *l, uint32_t n, double *out)
-{
-    double m = l[0];
-    for (uint32_t i = 1; i < n; i++)
-        m = l[i] > m ? l[i] : m;
-    double s = 0;
-    for (uint32_t i = 0; i < n; i++)
-        s += exp((double)l[i] - m);
-    double ls = log(s) + m;
-    for (uint32_t i = 0; i < n; i++)
-        out[i] = (double)l[i] - ls;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int open_model(const char *path, const char *tokenizer, char *tmp, size_t tmplen,
                       struct infer_model **m, struct sl_err *err)
 {
@@ -121,7 +101,7 @@ int cmd_eval(int argc, char **argv)
     struct infer_tokenizer *tk = NULL;
     int *ids = NULL;
     float *lm = NULL, *lr = NULL;
-    double *pm = NULL, *pr = NULL, *kls = NULL;
+    struct tools_kl acc = {0};
     int status = 1;
     if (open_model(model, tokenizer, tmp_m, sizeof tmp_m, &mm, &err) < 0 ||
         open_model(ref, tokenizer, tmp_r, sizeof tmp_r, &mr, &err) < 0)
@@ -149,20 +129,14 @@ int cmd_eval(int argc, char **argv)
         goto fail;
     }
     uint32_t V = c->vocab_size, first = ctx / 2;
-    uint32_t per_chunk = ctx - 1 - first;
     lm = malloc(sizeof(float) * (size_t)ctx * V);
     lr = malloc(sizeof(float) * (size_t)ctx * V);
-    pm = malloc(sizeof(double) * V);
-    pr = malloc(sizeof(double) * V);
-    kls = malloc(sizeof(double) * (size_t)n_chunks * per_chunk);
-    if (!lm || !lr || !pm || !pr || !kls || infer_state_create(mm, ctx, &sm, &err) < 0 ||
+    if (!lm || !lr || tools_kl_init(&acc, V) < 0 || infer_state_create(mm, ctx, &sm, &err) < 0 ||
         infer_state_create(mr, ctx, &sr, &err) < 0) {
         if (!err.msg[0])
             sl_err_set(&err, "out of memory");
         goto fail;
     }
-    double nll_m = 0, nll_r = 0, kl_sum = 0;
-    uint64_t scored = 0, agree = 0;
     struct tools_progress prog;
     tools_progress_init(&prog, "eval");
     for (uint32_t k = 0; k < n_chunks; k++) {
@@ -172,27 +146,11 @@ int cmd_eval(int argc, char **argv)
         if (infer_forward(mm, sm, chunk, ctx, 0, lm, INFER_LOGITS_ALL, &err) < 0 ||
             infer_forward(mr, sr, chunk, ctx, 0, lr, INFER_LOGITS_ALL, &err) < 0)
             goto fail;
-        for (uint32_t j = first; j + 1 < ctx; j++) {
-            const float *a = lm + (size_t)j * V, *b = lr + (size_t)j * V;
-            log_softmax(a, V, pm);
-            log_softmax(b, V, pr);
-            int next = chunk[j + 1];
-            nll_m -= pm[next];
-            nll_r -= pr[next];
-            double kl = 0;
-            uint32_t am = 0, ar = 0;
-            for (uint32_t v = 0; v < V; v++) {
-                kl += exp(pr[v]) * (pr[v] - pm[v]);
-                if (a[v] > a[am])
-                    am = v;
-                if (b[v] > b[ar])
-                    ar = v;
+        for (uint32_t j = first; j + 1 < ctx; j++)
+            if (tools_kl_add(&acc, lm + (size_t)j * V, lr + (size_t)j * V, chunk[j + 1]) < 0) {
+                sl_err_set(&err, "out of memory");
+                goto fail;
             }
-            kls[scored] = kl > 0 ? kl : 0;
-            kl_sum += kls[scored];
-            agree += am == ar;
-            scored++;
-        }
         chunk[0] = saved;
         tools_progress_cb(&prog, "chunks", k + 1, n_chunks);
     }
@@ -200,8 +158,8 @@ int cmd_eval(int argc, char **argv)
     if (kl_out) { /* per-token values in scoring order, for paired comparisons */
         FILE *f = fopen(kl_out, "w");
         int bad = !f;
-        for (uint64_t i = 0; !bad && i < scored; i++)
-            bad = fprintf(f, "%.17g\n", kls[i]) < 0;
+        for (uint64_t i = 0; !bad && i < acc.scored; i++)
+            bad = fprintf(f, "%.17g\n", acc.kls[i]) < 0;
         if (f && fclose(f) != 0)
             bad = 1;
         if (bad) {
@@ -209,16 +167,11 @@ int cmd_eval(int argc, char **argv)
             goto fail;
         }
     }
-    double kl_mean = kl_sum / scored, kl_var = 0;
-    for (uint64_t i = 0; i < scored; i++)
-        kl_var += (kls[i] - kl_mean) * (kls[i] - kl_mean);
-    /* standard error of the mean, as llama-perplexity prints it (tokens of
-     * a text are not independent: read it as a lower bound) */
-    double kl_se = scored > 1 ? sqrt(kl_var / (double)(scored - 1) / (double)scored) : 0;
-    qsort(kls, scored, sizeof(double), cmp_double);
-    double ppl = exp(nll_m / scored), ppl_ref = exp(nll_r / scored);
-    double kl_p99 = kls[(size_t)((scored - 1) * 0.99)];
-    double top1 = (double)agree / scored;
+    struct tools_kl_result res;
+    tools_kl_finish(&acc, &res);
+    double ppl = res.ppl, ppl_ref = res.ppl_ref, kl_mean = res.kl_mean, kl_se = res.kl_se;
+    double kl_p99 = res.kl_p99, top1 = res.top1;
+    uint64_t scored = res.tokens;
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "ppl", ppl);
@@ -248,9 +201,7 @@ fail:
     free(ids);
     free(lm);
     free(lr);
-    free(pm);
-    free(pr);
-    free(kls);
+    tools_kl_free(&acc);
     infer_state_destroy(sm);
     infer_state_destroy(sr);
     infer_tokenizer_destroy(tk);

@@ -2,6 +2,7 @@
  * float model (the runtime with an observer), then quantize (the quantizer).
  * This file is where the two modules meet; neither links the other. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,12 +17,13 @@
 
 #define TEXT_TOKENS 8192  /* default calibration tokens of a text */
 #define RANDOM_TOKENS 512 /* ... and of random tokens (no --calib) */
+#define SELECT_TOKENS 4096 /* tokens --budget auto scores on */
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice quantize SRC -o MODEL.sluice --bits B [--method M] [--calib TEXT]\n"
-            "         [--budget tensor|global] [--alpha A] [--act static|dynamic] [options]\n\n"
+            "         [--budget auto|tensor|global] [--alpha A] [--act static|dynamic] [options]\n\n"
             "Quantizes a float model. SRC is a float .sluice container or any model `sluice\n"
             "import` reads (llama2.c .bin needs --tokenizer); it is imported to a temporary\n"
             "container first ($TMPDIR or /tmp, removed afterwards).\n\n"
@@ -40,8 +42,16 @@ static void usage(FILE *f)
             "  --method smoothquant  SmoothQuant migration (alpha 0.5) + per-channel INT-B\n"
             "  --method cmpq         greedy RE allocation with channels weighted by their\n"
             "                        output activation magnitude S_O^2, no smoothing\n"
-            "  --budget tensor       B per tensor, as in the paper (default: measured better)\n"
+            "  --budget auto         (default) edgeflow/cmpq: quantize with both budgets\n"
+            "                        below, score each against the float model on the\n"
+            "                        first --select-tokens calibration tokens (mean KL, as\n"
+            "                        `sluice eval --text CALIB --max-chunks K` does) and\n"
+            "                        keep the lower; twice the quantizing time plus the\n"
+            "                        scoring. Other methods' widths are uniform: tensor\n"
+            "  --budget tensor       B per tensor, as in the paper\n"
             "  --budget global       B over all quantized weights of the model\n"
+            "  --select-tokens N     tokens --budget auto scores on (default %d; whole\n"
+            "                        chunks of min(context, 512) tokens)\n"
             "  --global-objective O  with --budget global: weight (every weight's RE counts\n"
             "                        alike, default) or tensor-mean (every tensor's mean RE)\n"
             "  --uniform-widths      edgeflow/cmpq without the allocation: every channel at B\n"
@@ -70,7 +80,7 @@ static void usage(FILE *f)
             "embedding are packed. Shows progress on stderr, prints a summary (file size,\n"
             "bits per weight, channels per width per tensor role), writes atomically and\n"
             "records the settings as quant.* and calib.* metadata.\n",
-            RANDOM_TOKENS, TEXT_TOKENS);
+            RANDOM_TOKENS, SELECT_TOKENS, TEXT_TOKENS);
 }
 
 static int parse_choice(const char *s, const char *const *names, int n, int *out)
@@ -103,13 +113,21 @@ static int check_float(const char *path, struct sl_err *err)
     return ret;
 }
 
+/* --budget auto: what each budget scored, and which one was kept */
+struct selection {
+    int done;
+    struct tools_kl_result res[2];
+    uint32_t chunks, ctx;
+    int kept;
+};
+
 static void summary(const char *out, const struct quantizer_opts *o,
-                    const struct quantizer_report *rep, double secs)
+                    const struct quantizer_report *rep, const struct selection *sel, double secs)
 {
-    printf("%s: %s, %g bits average (%s budget), %s activations, in %.1f s\n", out,
+    printf("%s: %s, %g bits average (%s budget%s), %s activations, in %.1f s\n", out,
            quantizer_method_name(o->method), o->bits,
            o->budget == QUANTIZER_BUDGET_GLOBAL ? "global" : "per-tensor",
-           o->act_dynamic ? "dynamic" : "static", secs);
+           o->budget_select ? ", chosen by --budget auto" : "", o->act_dynamic ? "dynamic" : "static", secs);
     double bpw = rep->weights ? (double)rep->code_bytes * 8.0 / (double)rep->weights : 0;
     printf("file %" PRIu64 " bytes (%.2f MB); %" PRIu64 " quantized weights in %" PRIu64
            " bytes: %.3f bits per weight (codes, widths, scales)\n",
@@ -121,6 +139,15 @@ static void summary(const char *out, const struct quantizer_opts *o,
             if (rep->alpha_hist[k])
                 printf(" %.1f:%u", k / 10.0, rep->alpha_hist[k]);
         printf("\n");
+    }
+    if (sel && sel->done) {
+        static const char *const names[] = {"per-tensor", "global"};
+        for (int b = 0; b < 2; b++)
+            printf("budget %-10s KL %.6f +- %.6f, top-1 %.2f%%, perplexity %.4f (float %.4f)%s\n",
+                   names[b], sel->res[b].kl_mean, sel->res[b].kl_se, 100 * sel->res[b].top1,
+                   sel->res[b].ppl, sel->res[b].ppl_ref, b == sel->kept ? "  <- kept" : "");
+        printf("(scored on %llu calibration tokens: %u chunks of %u, the second half of each)\n",
+               (unsigned long long)sel->res[0].tokens, sel->chunks, sel->ctx);
     }
     if (o->float_out)
         return;
@@ -141,9 +168,120 @@ static void summary(const char *out, const struct quantizer_opts *o,
     }
 }
 
+static int allocates(const struct quantizer_opts *o)
+{
+    return (o->method == QUANTIZER_METHOD_EDGEFLOW || o->method == QUANTIZER_METHOD_CMPQ) &&
+           !o->uniform_widths && !o->float_out;
+}
+
+static int quantize_one(const char *container, const struct quantizer_calib *calib,
+                        struct quantizer_opts *o, const char *out, struct quantizer_report *rep,
+                        struct sl_err *err)
+{
+    struct tools_progress prog;
+    tools_progress_init(&prog, "quantize");
+    o->progress_ctx = &prog;
+    int ret = quantizer_quantize(container, calib, o, out, rep, err);
+    tools_progress_end(&prog);
+    return ret;
+}
+
+/* --budget auto: both budgets written next to `out` (hidden temporary
+ * names), each scored against the float model on the calibration tokens;
+ * the lower mean KL is renamed to `out` (ties: per-tensor, the paper's), the
+ * other removed. Nothing is left behind on failure. */
+static int quantize_auto(const char *container, const struct quantizer_calib *calib,
+                         const char *calib_path, uint32_t calib_tokens, uint32_t select_tokens,
+                         struct quantizer_opts *o, const char *out, struct quantizer_report *rep,
+                         struct selection *sel, struct sl_err *err)
+{
+    char cand[2][4096];
+    const char *slash = strrchr(out, '/');
+    int dir_len = slash ? (int)(slash - out + 1) : 0;
+    for (int b = 0; b < 2; b++)
+        if (snprintf(cand[b], sizeof cand[b], "%.*s.%s.budget-%s.%d", dir_len, out,
+                     out + dir_len, b ? "global" : "tensor",
+                     (int)getpid()) >= (int)sizeof cand[b]) {
+            sl_err_set(err, "%s: path too long", out);
+            return -ENAMETOOLONG;
+        }
+    struct infer_model *m = NULL;
+    struct infer_tokenizer *tk = NULL;
+    struct tools_kl_ref *ref = NULL;
+    struct quantizer_report reps[2];
+    int *ids = NULL;
+    uint32_t n = 0;
+    int ret = infer_model_load(container, &(struct infer_load_opts){.lazy = 1}, &m, err);
+    if (ret == 0)
+        ret = infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m)),
+                                     infer_model_config(m), &tk, err);
+    if (ret == 0)
+        ret = tools_calib_ids(tk, infer_model_config(m), calib_path, calib_tokens, &ids, &n, err);
+    infer_tokenizer_destroy(tk);
+    infer_model_destroy(m);
+    if (ret < 0)
+        return ret;
+    struct tools_progress prog;
+    tools_progress_init(&prog, "score");
+    ret = tools_kl_ref_create(container, ids, n, select_tokens, &ref, &prog, err);
+    tools_progress_end(&prog);
+    free(ids);
+    if (ret == -EINVAL) { /* too little text to judge by: the paper's budget */
+        fprintf(stderr, "sluice quantize: --budget auto: %s; using the per-tensor budget\n",
+                err->msg);
+        err->msg[0] = 0;
+        o->budget = QUANTIZER_BUDGET_TENSOR;
+        return quantize_one(container, calib, o, out, rep, err);
+    }
+    if (ret < 0)
+        return ret;
+    sel->chunks = tools_kl_ref_chunks(ref);
+    sel->ctx = tools_kl_ref_ctx(ref);
+    static char note[160];
+    snprintf(note, sizeof note,
+             "auto: the lower mean KL from the float model on %u calibration chunks of %u tokens",
+             sel->chunks, sel->ctx);
+    o->budget_select = note;
+    for (int b = 0; b < 2 && ret == 0; b++) {
+        o->budget = b ? QUANTIZER_BUDGET_GLOBAL : QUANTIZER_BUDGET_TENSOR;
+        fprintf(stderr, "sluice quantize: --budget auto: the %s budget\n",
+                b ? "global" : "per-tensor");
+        ret = quantize_one(container, calib, o, cand[b], &reps[b], err);
+        if (ret == 0) {
+            tools_progress_init(&prog, "score");
+            ret = tools_kl_score(cand[b], ref, &sel->res[b], &prog, err);
+            tools_progress_end(&prog);
+        }
+    }
+    tools_kl_ref_destroy(ref);
+    int keep = sel->res[1].kl_mean < sel->res[0].kl_mean;
+    if (ret == 0 && rename(cand[keep], out) < 0) {
+        ret = -errno;
+        sl_err_set(err, "%s: cannot rename %s to it: %s", out, cand[keep], strerror(errno));
+    }
+    if (ret == 0) { /* the rename's durability */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", dir_len ? dir_len : 1, dir_len ? out : ".");
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+        unlink(cand[!keep]);
+        sel->done = 1;
+        sel->kept = keep;
+        o->budget = keep ? QUANTIZER_BUDGET_GLOBAL : QUANTIZER_BUDGET_TENSOR;
+        *rep = reps[keep];
+    } else {
+        unlink(cand[0]);
+        unlink(cand[1]);
+    }
+    return ret;
+}
+
 int cmd_quantize(int argc, char **argv)
 {
-    static const char *const budgets[] = {"tensor", "global"};
+    static const char *const budgets[] = {"tensor", "global", "auto"};
     static const char *const globals[] = {"weight", "tensor-mean"};
     static const char *const metrics[] = {"proxy", "exact"};
     static const char *const clips[] = {"default", "none", "mse"};
@@ -153,7 +291,8 @@ int cmd_quantize(int argc, char **argv)
     const char *src = NULL, *out = NULL, *calib_path = NULL, *tokenizer = NULL;
     struct quantizer_opts o = {
         .method = QUANTIZER_METHOD_EDGEFLOW, .alpha = -1, .encoding = FORMAT_ENC_ADAPTIVE};
-    uint32_t calib_tokens = 0, sample_rows = 256;
+    uint32_t calib_tokens = 0, sample_rows = 256, select_tokens = SELECT_TOKENS;
+    int budget = 2; /* auto */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0, v = 0;
@@ -184,8 +323,9 @@ int cmd_quantize(int argc, char **argv)
         } else if (!strcmp(a, "--tokenizer")) {
             tokenizer = argv[++i];
         } else if (!strcmp(a, "--budget")) {
-            bad = parse_choice(argv[++i], budgets, 2, &v);
-            o.budget = (enum quantizer_budget)v;
+            bad = parse_choice(argv[++i], budgets, 3, &budget);
+        } else if (!strcmp(a, "--select-tokens")) {
+            bad = tools_parse_u32(argv[++i], &select_tokens) || select_tokens < 4;
         } else if (!strcmp(a, "--global-objective")) {
             bad = parse_choice(argv[++i], globals, 2, &v);
             o.global = (enum quantizer_global)v;
@@ -263,16 +403,21 @@ int cmd_quantize(int argc, char **argv)
     char source[512];
     snprintf(source, sizeof source, "%s", calib_path ? calib_path : "random tokens");
     o.calib_source = source;
-    tools_progress_init(&prog, "quantize");
     o.progress = tools_progress_cb;
     o.progress_ctx = &prog;
     struct quantizer_report rep;
+    struct selection sel = {0};
+    int choose = budget == 2 && allocates(&o);
+    o.budget = budget == 1 ? QUANTIZER_BUDGET_GLOBAL : QUANTIZER_BUDGET_TENSOR;
     t0 = sl_now_ns();
-    ret = quantizer_quantize(container, calib, &o, out, &rep, &err);
-    tools_progress_end(&prog);
+    if (choose)
+        ret = quantize_auto(container, calib, calib_path, calib_tokens, select_tokens, &o, out,
+                            &rep, &sel, &err);
+    else
+        ret = quantize_one(container, calib, &o, out, &rep, &err);
     if (ret < 0)
         goto fail;
-    summary(out, &o, &rep, (double)(sl_now_ns() - t0) / 1e9);
+    summary(out, &o, &rep, &sel, (double)(sl_now_ns() - t0) / 1e9);
     status = 0;
 fail:
     if (status)

@@ -197,8 +197,11 @@ const char *quantizer_method_name(enum quantizer_method m);
 int quantizer_method_parse(const char *s, enum quantizer_method *out);
 
 enum quantizer_budget {
-    QUANTIZER_BUDGET_TENSOR = 0, /* avg bits per tensor (the paper; default, measured better) */
-    QUANTIZER_BUDGET_GLOBAL = 1, /* avg bits over all quantized weights of the model */
+    QUANTIZER_BUDGET_TENSOR = 0, /* avg bits per tensor (the paper's) */
+    QUANTIZER_BUDGET_GLOBAL = 1, /* avg bits over all quantized weights of the model
+                                    (`sluice quantize --budget auto`, its default, writes
+                                    both and keeps the one of lower KL on the calibration
+                                    text: docs/BENCHMARKS-accuracy.md) */
 };
 
 /* Global budget objective: what one channel's RE is worth against another
@@ -240,6 +243,8 @@ struct quantizer_opts {
     int float_out;               /* 1: write the smoothed model unquantized (F32 linear
                                     weights, no activation scales): tests, analysis */
     const char *calib_source;    /* recorded as calib.source; NULL: not recorded */
+    const char *budget_select;   /* how the budget was chosen (sluice quantize --budget
+                                    auto), recorded as quant.budget_select; NULL: not */
     quantizer_progress_fn progress;
     void *progress_ctx;
 };

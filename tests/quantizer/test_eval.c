@@ -15,6 +15,7 @@
  * the second: 0 < KL < 0.25, top-1 > 0.75, perplexity within 15% of the
  * float model's. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -270,6 +271,93 @@ static void test_eval_errors(void **st)
     expect_failure_of("quantize", args, "--bits");
 }
 
+/* `sluice quantize --budget auto` (the default): both budgets scored on the
+ * calibration text exactly as `sluice eval --text CALIB --max-chunks K`
+ * scores them, the lower kept under the output name, nothing else left in
+ * the directory; too short a text falls back to per-tensor; methods of
+ * uniform widths are not scored. */
+static double printed_kl(const char *out, const char *label, int *kept)
+{
+    char key[64];
+    snprintf(key, sizeof key, "budget %-10s KL ", label);
+    const char *p = strstr(out, key);
+    if (!p)
+        fail_msg("no '%s' in: %s", key, out);
+    double kl = strtod(p + strlen(key), NULL);
+    const char *eol = strchr(p, '\n');
+    const char *mark = strstr(p, "<- kept");
+    *kept = mark && (!eol || mark < eol);
+    return kl;
+}
+
+static void quantize_ok(const char *args, char *out, size_t cap, char *e, size_t ecap)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' quantize %s", bin, args);
+    if (run(cmd, out, cap, e, ecap) != 0)
+        fail_msg("%s: %s", cmd, e);
+}
+
+static void test_quantize_auto(void **st)
+{
+    (void)st;
+    struct sl_err err;
+    const char *model = tmp("auto-f32.sluice"), *text = tmp("auto-text.txt");
+    const char *qa = tmp("auto-q.sluice"), *qt = tmp("auto-qt.sluice"), *qg = tmp("auto-qg.sluice");
+    assert_int_equal(quantizer_synth("tiny", 5, model, NULL, NULL, &err), 0);
+    write_text(text, 2500);
+    char args[8192], out[65536], e[65536];
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 4.5 --calib '%s' --select-tokens 1100", model,
+             qa, text);
+    quantize_ok(args, out, sizeof out, e, sizeof e);
+    int kept_t, kept_g;
+    double kl_t = printed_kl(out, "per-tensor", &kept_t), kl_g = printed_kl(out, "global", &kept_g);
+    fprintf(stderr, "auto: per-tensor KL %.6f%s, global %.6f%s\n", kl_t, kept_t ? " (kept)" : "",
+            kl_g, kept_g ? " (kept)" : "");
+    assert_true(kept_t + kept_g == 1);
+    assert_true(kl_t != kl_g);
+    assert_true(kept_g == (kl_g < kl_t));
+    assert_non_null(strstr(out, "2 chunks of 512"));
+    /* the same numbers as sluice eval on the first two chunks of the text */
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 4.5 --calib '%s' --budget tensor", model, qt,
+             text);
+    quantize_ok(args, out, sizeof out, e, sizeof e);
+    assert_null(strstr(out, "budget per-tensor KL"));
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 4.5 --calib '%s' --budget global", model, qg,
+             text);
+    quantize_ok(args, out, sizeof out, e, sizeof e);
+    struct result rt = eval_json(qt, model, text, "--max-chunks 2");
+    struct result rg = eval_json(qg, model, text, "--max-chunks 2");
+    struct result ra = eval_json(qa, model, text, "--max-chunks 2");
+    assert_true(rt.chunks == 2 && rt.ctx == 512);
+    if (fabs(rt.kl_mean - kl_t) > 6e-7 || fabs(rg.kl_mean - kl_g) > 6e-7)
+        fail_msg("printed %.6f/%.6f, sluice eval %.9f/%.9f", kl_t, kl_g, rt.kl_mean, rg.kl_mean);
+    assert_true(ra.kl_mean == (kept_g ? rg.kl_mean : rt.kl_mean));
+    /* no candidate left next to the output */
+    DIR *d = opendir(test_tmpdir());
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d));)
+        if (strstr(de->d_name, ".budget-"))
+            fail_msg("left behind: %s", de->d_name);
+    closedir(d);
+    /* a text shorter than one chunk: the per-tensor budget, said so */
+    const char *small = tmp("auto-small.txt");
+    FILE *f = fopen(small, "w");
+    fputs("the river under the stone", f);
+    fclose(f);
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 4.5 --calib '%s'", model, qa, small);
+    quantize_ok(args, out, sizeof out, e, sizeof e);
+    assert_non_null(strstr(e, "using the per-tensor budget"));
+    assert_non_null(strstr(out, "per-tensor budget"));
+    /* uniform widths: nothing to choose */
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 4 --method smoothquant --calib '%s'", model,
+             qa, text);
+    quantize_ok(args, out, sizeof out, e, sizeof e);
+    assert_null(strstr(out, "budget per-tensor KL"));
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 4 --budget some", model, qa);
+    expect_failure_of("quantize", args, "--budget");
+}
+
 /* ---- real models -------------------------------------------------------------------------------
  */
 
@@ -346,6 +434,7 @@ int main(int argc, char **argv)
         return cmocka_run_group_tests(real, NULL, NULL);
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_eval_synth),
-                                       cmocka_unit_test(test_eval_errors)};
+                                       cmocka_unit_test(test_eval_errors),
+                                       cmocka_unit_test(test_quantize_auto)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
