@@ -333,6 +333,17 @@ static void test_quantize_auto(void **st)
     if (fabs(rt.kl_mean - kl_t) > 6e-7 || fabs(rg.kl_mean - kl_g) > 6e-7)
         fail_msg("printed %.6f/%.6f, sluice eval %.9f/%.9f", kl_t, kl_g, rt.kl_mean, rg.kl_mean);
     assert_true(ra.kl_mean == (kept_g ? rg.kl_mean : rt.kl_mean));
+    /* the kept file says which budget and how it was chosen */
+    struct format_reader *r;
+    assert_int_equal(format_reader_open(qa, &r, &err), 0);
+    const void *v;
+    size_t vl;
+    assert_int_equal(format_reader_meta_get(r, "quant.budget", &v, &vl), 0);
+    const char *want = kept_g ? "global" : "tensor";
+    assert_true(vl == strlen(want) && !memcmp(v, want, vl));
+    assert_int_equal(format_reader_meta_get(r, "quant.budget_select", &v, &vl), 0);
+    assert_true(vl > 5 && !memcmp(v, "auto:", 5));
+    format_reader_close(r);
     /* no candidate left next to the output */
     DIR *d = opendir(test_tmpdir());
     assert_non_null(d);
