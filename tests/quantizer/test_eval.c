@@ -307,7 +307,8 @@ static void test_quantize_auto(void **st)
     assert_int_equal(quantizer_synth("tiny", 5, model, NULL, NULL, &err), 0);
     write_text(text, 2500);
     char args[8192], out[65536], e[65536];
-    snprintf(args, sizeof args, "'%s' -o '%s' --bits 4.5 --calib '%s' --select-tokens 1100", model,
+    snprintf(args, sizeof args,
+             "'%s' -o '%s' --bits 4.5 --calib '%s' --select-tokens 1100 --calib-tokens 1100", model,
              qa, text);
     quantize_ok(args, out, sizeof out, e, sizeof e);
     int kept_t, kept_g;
@@ -319,11 +320,13 @@ static void test_quantize_auto(void **st)
     assert_true(kept_g == (kl_g < kl_t));
     assert_non_null(strstr(out, "2 chunks of 512"));
     /* the same numbers as sluice eval on the first two chunks of the text */
-    snprintf(args, sizeof args, "'%s' -o '%s' --bits 4.5 --calib '%s' --budget tensor", model, qt,
+    snprintf(args, sizeof args,
+             "'%s' -o '%s' --bits 4.5 --calib '%s' --calib-tokens 1100 --budget tensor", model, qt,
              text);
     quantize_ok(args, out, sizeof out, e, sizeof e);
     assert_null(strstr(out, "budget per-tensor KL"));
-    snprintf(args, sizeof args, "'%s' -o '%s' --bits 4.5 --calib '%s' --budget global", model, qg,
+    snprintf(args, sizeof args,
+             "'%s' -o '%s' --bits 4.5 --calib '%s' --calib-tokens 1100 --budget global", model, qg,
              text);
     quantize_ok(args, out, sizeof out, e, sizeof e);
     struct result rt = eval_json(qt, model, text, "--max-chunks 2");
@@ -361,7 +364,8 @@ static void test_quantize_auto(void **st)
     assert_non_null(strstr(e, "using the per-tensor budget"));
     assert_non_null(strstr(out, "per-tensor budget"));
     /* uniform widths: nothing to choose */
-    snprintf(args, sizeof args, "'%s' -o '%s' --bits 4 --method smoothquant --calib '%s'", model,
+    snprintf(args, sizeof args,
+             "'%s' -o '%s' --bits 4 --method smoothquant --calib '%s' --calib-tokens 1100", model,
              qa, text);
     quantize_ok(args, out, sizeof out, e, sizeof e);
     assert_null(strstr(out, "budget per-tensor KL"));
