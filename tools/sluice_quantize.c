@@ -370,6 +370,16 @@ int cmd_quantize(int argc, char **argv)
     }
     if (!calib_tokens)
         calib_tokens = calib_path ? TEXT_TOKENS : RANDOM_TOKENS;
+    { /* before minutes of calibration: the output's folder must take files */
+        char dir[4096];
+        const char *slash = strrchr(out, '/');
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out) + 1 : 1, slash ? out : ".");
+        if (access(dir, W_OK | X_OK) < 0) {
+            fprintf(stderr, "sluice quantize: %s: cannot write into %s: %s\n", out, dir,
+                    strerror(errno));
+            return 1;
+        }
+    }
     struct sl_err err = {{0}};
     char tmp[4096] = "";
     const char *container = src;

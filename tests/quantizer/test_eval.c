@@ -269,6 +269,9 @@ static void test_eval_errors(void **st)
     expect_failure_of("quantize", args, "integer");
     snprintf(args, sizeof args, "'%s' -o '%s' --bits 9", model, tmp("qq.sluice"));
     expect_failure_of("quantize", args, "--bits");
+    /* an output folder that does not exist: said before calibrating */
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 5", model, tmp("no/such/dir/q.sluice"));
+    expect_failure_of("quantize", args, "cannot write into");
 }
 
 /* `sluice quantize --budget auto` (the default): both budgets scored on the
