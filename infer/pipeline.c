@@ -610,12 +610,17 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
              * tensor's unpacking after the operators that precede its matmul
              * (so the NPU's next input is computed before weights it needs
              * later are unpacked, and Q/K/V are unpacked before O and the FFN) */
-            uint64_t use = ((uint64_t)1 << 48) | (layer << 32);
+            uint64_t use = (layer + 1) << 44;
             t->key = t->op == PL_VERIFY
                          ? use - 128
                          : use + ((uint64_t)op_order(PL_MM, t->role) << 24) + t->r0 - 64 + t->role;
         } else
-            t->key = ((uint64_t)(t->chunk + 1) << 48) | (layer << 32) |
+            /* layer first, then the chunk's position in the prompt, then the
+             * operator's place in the layer (EdgeFlow's position-guided
+             * priority inside a layer: an earlier chunk's FFN before a later
+             * chunk's Q/K/V; across layers the chunks stay in step, so the
+             * last layers still have two chunks' work to overlap) */
+            t->key = ((layer + 1) << 44) | ((uint64_t)t->chunk << 28) |
                      ((uint64_t)op_order(t->op, t->role) << 24) | t->r0;
         double rows = p->cb[t->chunk].n;
         if (t->op == PL_MM) {
