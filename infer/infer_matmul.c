@@ -231,6 +231,44 @@ float infer_exp_sum_scalar(float *a, uint32_t n, float sub)
     return acc[0];
 }
 
+float infer_div_max_reduce16(float m[16])
+{
+    for (uint32_t w = 8; w >= 1; w /= 2)
+        for (uint32_t i = 0; i < w; i++)
+            if (m[i + w] > m[i])
+                m[i] = m[i + w];
+    return m[0];
+}
+
+float infer_div_max_scalar(float *a, uint32_t n, float d)
+{
+    float m[16];
+    for (uint32_t i = 0; i < 16; i++)
+        m[i] = -INFINITY;
+    for (uint32_t t = 0; t < n; t++) {
+        a[t] = a[t] / d;
+        if (a[t] > m[t & 15])
+            m[t & 15] = a[t];
+    }
+    return infer_div_max_reduce16(m);
+}
+
+float infer_div_max(enum infer_matmul_kernel k, float *a, uint32_t n, float d)
+{
+    if (!infer_matmul_kernel_available(k))
+        k = INFER_MATMUL_SCALAR;
+    switch (k) {
+#if SLUICE_KERNELS_X86
+    case INFER_MATMUL_AVX2:
+        return infer_div_max_avx2(a, n, d);
+    case INFER_MATMUL_AVX512:
+        return infer_div_max_avx512(a, n, d);
+#endif
+    default:
+        return infer_div_max_scalar(a, n, d);
+    }
+}
+
 float infer_exp_sum(enum infer_matmul_kernel k, float *a, uint32_t n, float sub)
 {
     if (!infer_matmul_kernel_available(k))

@@ -107,4 +107,16 @@ infer_exp_sum_fn infer_exp_sum_avx2;
 infer_exp_sum_fn infer_exp_sum_avx512;
 float infer_exp_sum(enum infer_matmul_kernel k, float *a, uint32_t n, float sub);
 
+/* Softmax scaling: a[t] = a[t] / d for t < n (IEEE division, lane by lane);
+ * returns the largest of the results (-INFINITY if n is 0): a value wins
+ * only if strictly greater, so NaN never does. The maximum is kept in 16
+ * lanes (t & 15) reduced pairwise (lane i against lane i + w, w = 8, 4, 2, 1),
+ * the order every kernel follows. */
+typedef float infer_div_max_fn(float *a, uint32_t n, float d);
+infer_div_max_fn infer_div_max_scalar;
+infer_div_max_fn infer_div_max_avx2;
+infer_div_max_fn infer_div_max_avx512;
+float infer_div_max(enum infer_matmul_kernel k, float *a, uint32_t n, float d);
+float infer_div_max_reduce16(float m[16]); /* the lanes' pairwise reduction */
+
 #endif

@@ -249,3 +249,29 @@ float infer_exp_sum_avx2(float *a, uint32_t n, float sub)
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
+
+/* ---- softmax scaling: infer_div_max_scalar's definition, 2 x 8 lanes ----------------------- */
+
+static __m256 div_part(float *a, uint32_t left, __m256 dv, __m256 acc)
+{
+    __m256i m = left >= 8 ? _mm256_set1_epi32(-1) : first_lanes(left);
+    __m256 x = _mm256_div_ps(_mm256_maskload_ps(a, m), dv);
+    _mm256_maskstore_ps(a, m, x);
+    __m256 gt = _mm256_and_ps(_mm256_cmp_ps(x, acc, _CMP_GT_OQ), _mm256_castsi256_ps(m));
+    return _mm256_blendv_ps(acc, x, gt);
+}
+
+float infer_div_max_avx2(float *a, uint32_t n, float d)
+{
+    __m256 dv = _mm256_set1_ps(d);
+    __m256 lo = _mm256_set1_ps(-INFINITY), hi = lo;
+    for (uint32_t t = 0; t < n; t += 16) {
+        lo = div_part(a + t, n - t, dv, lo);
+        if (n - t > 8)
+            hi = div_part(a + t + 8, n - t - 8, dv, hi);
+    }
+    float lanes[16];
+    _mm256_storeu_ps(lanes, lo);
+    _mm256_storeu_ps(lanes + 8, hi);
+    return infer_div_max_reduce16(lanes);
+}

@@ -215,3 +215,19 @@ float infer_exp_sum_avx512(float *a, uint32_t n, float sub)
     __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
+
+/* ---- softmax scaling: infer_div_max_scalar's definition, 16 lanes -------------------------- */
+
+float infer_div_max_avx512(float *a, uint32_t n, float d)
+{
+    __m512 dv = _mm512_set1_ps(d), acc = _mm512_set1_ps(-INFINITY);
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 m = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
+        __m512 x = _mm512_div_ps(_mm512_maskz_loadu_ps(m, a + t), dv);
+        _mm512_mask_storeu_ps(a + t, m, x);
+        acc = _mm512_mask_mov_ps(acc, m & _mm512_cmp_ps_mask(x, acc, _CMP_GT_OQ), x);
+    }
+    float lanes[16];
+    _mm512_storeu_ps(lanes, acc);
+    return infer_div_max_reduce16(lanes);
+}

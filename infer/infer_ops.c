@@ -38,12 +38,31 @@ void infer_op_rope_heads(float *x, uint32_t n, uint32_t n_heads, uint32_t head_d
     for (uint32_t i = 0; tab && i < half; i++)
         freq_tab[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
     uint32_t width = n_heads * head_dim;
-    for (uint32_t r = 0; r < n; r++) {
+    float cos_tab[512], sin_tab[512];
+    for (uint32_t r = 0; tab && r < n; r++) {
+        /* one rotation per pair and position, the same for every head */
+        float pos = (float)(pos0 + r);
+        float *xr = x + (size_t)r * width;
+        for (uint32_t j = 0; j < half; j++) {
+            float val = pos * freq_tab[j];
+            cos_tab[j] = cosf(val);
+            sin_tab[j] = sinf(val);
+        }
+        for (uint32_t h = h0; h < h1; h++) {
+            float *xh = xr + (size_t)h * head_dim;
+            for (uint32_t j = 0; j < half; j++) {
+                float v0 = xh[2 * j], v1 = xh[2 * j + 1];
+                xh[2 * j] = v0 * cos_tab[j] - v1 * sin_tab[j];
+                xh[2 * j + 1] = v0 * sin_tab[j] + v1 * cos_tab[j];
+            }
+        }
+    }
+    for (uint32_t r = 0; !tab && r < n; r++) {
         float pos = (float)(pos0 + r);
         float *xr = x + (size_t)r * width;
         for (uint32_t i = h0 * head_dim; i < h1 * head_dim; i += 2) {
             uint32_t hd = i % head_dim;
-            float freq = tab ? freq_tab[hd / 2] : 1.0f / powf(theta, (float)hd / (float)head_dim);
+            float freq = 1.0f / powf(theta, (float)hd / (float)head_dim);
             float val = pos * freq;
             float fcr = cosf(val), fci = sinf(val);
             float v0 = xr[i], v1 = xr[i + 1];
@@ -81,17 +100,11 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
                 /* row i is at position pos0 + b0 + i and sees keys 0..that */
                 float *a = att + (size_t)i * T;
                 uint32_t len = pos0 + b0 + i + 1;
-                float maxv = -INFINITY;
-                for (uint32_t t = 0; t < len; t++) {
-                    a[t] /= sq;
-                    if (a[t] > maxv)
-                        maxv = a[t];
-                }
+                float maxv = infer_div_max(k, a, len, sq);
                 float sum = infer_exp_sum(k, a, len, maxv);
-                for (uint32_t t = 0; t < len; t++)
-                    a[t] /= sum; /* run.c normalizes, then weights v */
-                for (uint32_t t = len; t < T; t++)
-                    a[t] = 0.0f; /* causal mask: adds exact zeros below */
+                (void)infer_div_max(k, a, len, sum); /* run.c normalizes, then weights v */
+                if (T > len) /* causal mask: adds exact zeros below */
+                    memset(a + len, 0, sizeof(float) * (T - len));
             }
             /* out_i = sum_t att[i][t] v_t */
             infer_matmul_nn(k, out + (size_t)b0 * qdim + (size_t)h * hs, qdim, att, T, vh, kv_dim,

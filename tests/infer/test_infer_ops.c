@@ -20,6 +20,67 @@ static void fill(float *x, size_t n, float scale)
         x[i] = scale * test_rng_normal(&rng);
 }
 
+/* Softmax scaling: every SIMD kernel against the scalar definition bit for
+ * bit (the divided values, nothing past n, the returned maximum) at every
+ * length and tail, with zeros of both signs, infinities, NaN and zero or
+ * negative divisors; the definition against a plain maximum of the
+ * quotients (NaN never wins, -inf when empty). */
+static void test_div_max(void **st)
+{
+    (void)st;
+    enum { N = 700 };
+    float *x = malloc(sizeof(float) * (N + 32)), *ref = malloc(sizeof(float) * (N + 32));
+    float *got = malloc(sizeof(float) * (N + 32));
+    static const float specials[] = {0.0f,  -0.0f, INFINITY, -INFINITY, NAN,    1e30f,
+                                     -1e30f, 1e-40f, -1e-40f, 3.5f,     -3.5f, 8.0f};
+    static const float divisors[] = {8.0f, 0.37f, -2.0f, 0.0f, -0.0f, INFINITY, 1e-30f, NAN};
+    for (int round = 0; round < 80; round++) {
+        uint32_t n = round < 40 ? (uint32_t)round : 1 + test_rng_below(&rng, N);
+        float d = round % 3 ? (float)(0.1 + 10 * test_rng_float(&rng))
+                            : divisors[test_rng_below(&rng, 8)];
+        int ties = round % 5 == 4; /* few distinct values: ties in every lane */
+        for (uint32_t i = 0; i < n + 32; i++) {
+            uint32_t pick = test_rng_below(&rng, 8);
+            x[i] = ties ? (float)test_rng_below(&rng, 3) - 1.0f
+                   : pick == 0 ? specials[test_rng_below(&rng, 12)]
+                               : (test_rng_float(&rng) - 0.5f) * 100.0f;
+            if (ties && pick == 0)
+                x[i] = -0.0f;
+        }
+        memcpy(ref, x, sizeof(float) * (N + 32));
+        float mref = infer_div_max_scalar(ref, n, d);
+        float plain = -INFINITY;
+        for (uint32_t i = 0; i < n; i++) {
+            float q = x[i] / d;
+            assert_memory_equal(&ref[i], &q, sizeof q);
+            if (q > plain)
+                plain = q;
+        }
+        assert_true(mref == plain || (isnan(mref) && isnan(plain)));
+        assert_false(isnan(mref));
+        for (uint32_t i = n; i < n + 32; i++)
+            assert_memory_equal(&ref[i], &x[i], sizeof(float)); /* nothing past n */
+        for (int k = 1; k < INFER_MATMUL_COUNT; k++) {
+            if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
+                continue;
+            memcpy(got, x, sizeof(float) * (N + 32));
+            float mgot = infer_div_max((enum infer_matmul_kernel)k, got, n, d);
+            for (uint32_t i = 0; i < n + 32; i++)
+                if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
+                    fail_msg("%s %.9g / %.9g: %.9g, scalar %.9g (n %u, element %u)",
+                             infer_matmul_kernel_name((enum infer_matmul_kernel)k), (double)x[i],
+                             (double)d, (double)got[i], (double)ref[i], n, i);
+            if (memcmp(&mgot, &mref, sizeof mref) != 0)
+                fail_msg("%s max %.9g, scalar %.9g (n %u)",
+                         infer_matmul_kernel_name((enum infer_matmul_kernel)k), (double)mgot,
+                         (double)mref, n);
+        }
+    }
+    free(x);
+    free(ref);
+    free(got);
+}
+
 /* The softmax exp: every SIMD kernel against the scalar definition bit for
  * bit (values and sum) at every length and tail, with the range ends, ties
  * of the reduction, NaN and infinities; the definition against expf within
@@ -442,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_attention_gqa), cmocka_unit_test(test_swiglu_add),
         cmocka_unit_test(test_matmul),        cmocka_unit_test(test_matmul_kernels),
         cmocka_unit_test(test_linear_int8),   cmocka_unit_test(test_exp_sum),
+        cmocka_unit_test(test_div_max),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
