@@ -1,6 +1,7 @@
 /* infer_matmul.c: cache blocking and kernel dispatch for the float matmuls,
  * and the scalar reference kernels. */
 #include <math.h>
+#include <stddef.h>
 
 #include "common.h"
 #include "infer_internal.h"
@@ -253,34 +254,32 @@ float infer_div_max_scalar(float *a, uint32_t n, float d)
     return infer_div_max_reduce16(m);
 }
 
+/* A softmax step's kernel for k: the scalar definition where k is not
+ * available (or not built: the x86 kernels exist only on x86). */
+typedef float softmax_step_fn(float *a, uint32_t n, float x);
+#if SLUICE_KERNELS_X86
+#define X86_STEPS(avx2, avx512) avx2, avx512
+#else
+#define X86_STEPS(avx2, avx512) NULL, NULL
+#endif
+static softmax_step_fn *softmax_step(enum infer_matmul_kernel k, softmax_step_fn *scalar,
+                                     softmax_step_fn *avx2, softmax_step_fn *avx512)
+{
+    if (infer_matmul_kernel_available(k) && k == INFER_MATMUL_AVX2 && avx2)
+        return avx2;
+    if (infer_matmul_kernel_available(k) && k == INFER_MATMUL_AVX512 && avx512)
+        return avx512;
+    return scalar;
+}
+
 float infer_div_max(enum infer_matmul_kernel k, float *a, uint32_t n, float d)
 {
-    if (!infer_matmul_kernel_available(k))
-        k = INFER_MATMUL_SCALAR;
-    switch (k) {
-#if SLUICE_KERNELS_X86
-    case INFER_MATMUL_AVX2:
-        return infer_div_max_avx2(a, n, d);
-    case INFER_MATMUL_AVX512:
-        return infer_div_max_avx512(a, n, d);
-#endif
-    default:
-        return infer_div_max_scalar(a, n, d);
-    }
+    return softmax_step(k, infer_div_max_scalar,
+                        X86_STEPS(infer_div_max_avx2, infer_div_max_avx512))(a, n, d);
 }
 
 float infer_exp_sum(enum infer_matmul_kernel k, float *a, uint32_t n, float sub)
 {
-    if (!infer_matmul_kernel_available(k))
-        k = INFER_MATMUL_SCALAR;
-    switch (k) {
-#if SLUICE_KERNELS_X86
-    case INFER_MATMUL_AVX2:
-        return infer_exp_sum_avx2(a, n, sub);
-    case INFER_MATMUL_AVX512:
-        return infer_exp_sum_avx512(a, n, sub);
-#endif
-    default:
-        return infer_exp_sum_scalar(a, n, sub);
-    }
+    return softmax_step(k, infer_exp_sum_scalar,
+                        X86_STEPS(infer_exp_sum_avx2, infer_exp_sum_avx512))(a, n, sub);
 }
