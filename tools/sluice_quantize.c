@@ -191,7 +191,7 @@ static int quantize_one(const char *container, const struct quantizer_calib *cal
  * the lower mean KL is renamed to `out` (ties: per-tensor, the paper's), the
  * other removed. Nothing is left behind on failure. */
 static int quantize_auto(const char *container, const struct quantizer_calib *calib,
-                         const char *calib_path, uint32_t calib_tokens, uint32_t select_tokens,
+                         const int *ids, uint32_t n, uint32_t select_tokens,
                          struct quantizer_opts *o, const char *out, struct quantizer_report *rep,
                          struct selection *sel, struct sl_err *err)
 {
@@ -205,27 +205,12 @@ static int quantize_auto(const char *container, const struct quantizer_calib *ca
             sl_err_set(err, "%s: path too long", out);
             return -ENAMETOOLONG;
         }
-    struct infer_model *m = NULL;
-    struct infer_tokenizer *tk = NULL;
     struct tools_kl_ref *ref = NULL;
     struct quantizer_report reps[2];
-    int *ids = NULL;
-    uint32_t n = 0;
-    int ret = infer_model_load(container, &(struct infer_load_opts){.lazy = 1}, &m, err);
-    if (ret == 0)
-        ret = infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m)),
-                                     infer_model_config(m), &tk, err);
-    if (ret == 0)
-        ret = tools_calib_ids(tk, infer_model_config(m), calib_path, calib_tokens, &ids, &n, err);
-    infer_tokenizer_destroy(tk);
-    infer_model_destroy(m);
-    if (ret < 0)
-        return ret;
     struct tools_progress prog;
     tools_progress_init(&prog, "score");
-    ret = tools_kl_ref_create(container, ids, n, select_tokens, &ref, &prog, err);
+    int ret = tools_kl_ref_create(container, ids, n, select_tokens, &ref, &prog, err);
     tools_progress_end(&prog);
-    free(ids);
     if (ret == -EINVAL) { /* too little text to judge by: the paper's budget */
         fprintf(stderr, "sluice quantize: --budget auto: %s; using the per-tensor budget\n",
                 err->msg);
@@ -385,6 +370,7 @@ int cmd_quantize(int argc, char **argv)
     const char *container = src;
     int status = 1;
     struct quantizer_calib *calib = NULL;
+    int *ids = NULL; /* the calibration tokens, for --budget auto */
     enum quantizer_source kind;
     if (quantizer_source_detect(src, &kind, &err) < 0)
         goto fail;
@@ -402,9 +388,10 @@ int cmd_quantize(int argc, char **argv)
     struct tools_progress prog;
     tools_progress_init(&prog, "calibrate");
     uint64_t t0 = sl_now_ns();
-    uint32_t used = 0, chunks = 0;
+    uint32_t used = 0, chunks = 0, n_ids = 0;
+    int choose = budget == 2 && allocates(&o);
     int ret = tools_calibrate(container, calib_path, calib_tokens, sample_rows, &calib, &used,
-                              &chunks, &prog, &err);
+                              &chunks, choose ? &ids : NULL, &n_ids, &prog, &err);
     tools_progress_end(&prog);
     if (ret < 0)
         goto fail;
@@ -417,12 +404,11 @@ int cmd_quantize(int argc, char **argv)
     o.progress_ctx = &prog;
     struct quantizer_report rep;
     struct selection sel = {0};
-    int choose = budget == 2 && allocates(&o);
     o.budget = budget == 1 ? QUANTIZER_BUDGET_GLOBAL : QUANTIZER_BUDGET_TENSOR;
     t0 = sl_now_ns();
     if (choose)
-        ret = quantize_auto(container, calib, calib_path, calib_tokens, select_tokens, &o, out,
-                            &rep, &sel, &err);
+        ret = quantize_auto(container, calib, ids, n_ids, select_tokens, &o, out, &rep, &sel,
+                            &err);
     else
         ret = quantize_one(container, calib, &o, out, &rep, &err);
     if (ret < 0)
@@ -433,6 +419,7 @@ fail:
     if (status)
         fprintf(stderr, "sluice quantize: %s\n", err.msg);
     quantizer_calib_destroy(calib);
+    free(ids);
     if (tmp[0])
         unlink(tmp);
     return status;

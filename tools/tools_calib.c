@@ -49,9 +49,11 @@ int tools_tokenize_file(const struct infer_tokenizer *tk, const char *path, int 
     return ret;
 }
 
-int tools_calib_ids(const struct infer_tokenizer *tk, const struct format_config *c,
-                    const char *text_path, uint32_t n_random, int **ids, uint32_t *n,
-                    struct sl_err *err)
+/* The calibration tokens: the text at text_path tokenized as one stream (no
+ * BOS), or n_random deterministic random tokens when text_path is NULL. */
+static int calib_ids(const struct infer_tokenizer *tk, const struct format_config *c,
+                     const char *text_path, uint32_t n_random, int **ids, uint32_t *n,
+                     struct sl_err *err)
 {
     if (text_path)
         return tools_tokenize_file(tk, text_path, ids, n, err);
@@ -128,7 +130,8 @@ static int load_lazy(const char *container, struct infer_model **m, struct sl_er
 
 int tools_calibrate(const char *container, const char *text_path, uint32_t max_tokens,
                     uint32_t sample_rows, struct quantizer_calib **out, uint32_t *used,
-                    uint32_t *chunks, struct tools_progress *prog, struct sl_err *err)
+                    uint32_t *chunks, int **ids_out, uint32_t *n_ids,
+                    struct tools_progress *prog, struct sl_err *err)
 {
     struct infer_model *m = NULL;
     struct infer_tokenizer *tk = NULL;
@@ -141,7 +144,7 @@ int tools_calibrate(const char *container, const char *text_path, uint32_t max_t
     const struct format_config *c = infer_model_config(m);
     ret = infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m)), c, &tk, err);
     if (ret == 0)
-        ret = tools_calib_ids(tk, c, text_path, max_tokens, &ids, &n, err);
+        ret = calib_ids(tk, c, text_path, max_tokens, &ids, &n, err);
     if (ret < 0)
         goto out;
     /* chunks of at most chunk_len tokens, each starting with BOS */
@@ -185,6 +188,11 @@ int tools_calibrate(const char *container, const char *text_path, uint32_t max_t
     }
     *out = calib;
     calib = NULL;
+    if (ids_out) {
+        *ids_out = ids;
+        *n_ids = n;
+        ids = NULL;
+    }
     ret = 0;
 out:
     quantizer_calib_destroy(calib);

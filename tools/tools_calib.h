@@ -16,15 +16,12 @@ int tools_tokenize_file(const struct infer_tokenizer *tk, const char *path, int 
  * (one layer resident at a time), in chunks of at most min(context, 512)
  * tokens that start with BOS, recording statistics for the quantizer
  * (sample_rows input rows per linear kept for the smoothing search).
- * *used and *chunks receive the tokens (BOS included) and chunks run. */
+ * *used and *chunks receive the tokens (BOS included) and chunks run.
+ * With ids non-NULL, *ids (malloc'd) and *n_ids receive the tokens as read:
+ * the whole text as one stream without BOS, or the random tokens. */
 int tools_calibrate(const char *container, const char *text_path, uint32_t max_tokens,
                     uint32_t sample_rows, struct quantizer_calib **out, uint32_t *used,
-                    uint32_t *chunks, struct tools_progress *prog, struct sl_err *err);
-
-/* The calibration tokens: the text at text_path tokenized as one stream (no
- * BOS), or n_random deterministic random tokens when text_path is NULL. */
-int tools_calib_ids(const struct infer_tokenizer *tk, const struct format_config *c,
-                    const char *text_path, uint32_t n_random, int **ids, uint32_t *n,
+                    uint32_t *chunks, int **ids, uint32_t *n_ids, struct tools_progress *prog,
                     struct sl_err *err);
 
 /* KL divergence of a model's next-token distributions from a reference's,
