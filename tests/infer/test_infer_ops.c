@@ -20,6 +20,29 @@ static void fill(float *x, size_t n, float scale)
         x[i] = scale * test_rng_normal(&rng);
 }
 
+/* A softmax step (infer_exp_sum, infer_div_max) on every SIMD kernel
+ * against the scalar results ref[0..len) and rref, bit for bit (a NaN
+ * result matches a NaN). */
+typedef float softmax_step(enum infer_matmul_kernel k, float *a, uint32_t n, float p);
+static void kernels_match(softmax_step *step, const char *what, const float *x, const float *ref,
+                          float *got, uint32_t len, uint32_t n, float p, float rref)
+{
+    for (int k = 1; k < INFER_MATMUL_COUNT; k++) {
+        if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
+            continue;
+        const char *name = infer_matmul_kernel_name((enum infer_matmul_kernel)k);
+        memcpy(got, x, sizeof(float) * len);
+        float r = step((enum infer_matmul_kernel)k, got, n, p);
+        for (uint32_t i = 0; i < len; i++)
+            if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
+                fail_msg("%s %s of %.9g with %.9g: %.9g, scalar %.9g (n %u, element %u)", name,
+                         what, (double)x[i], (double)p, (double)got[i], (double)ref[i], n, i);
+        if (memcmp(&r, &rref, sizeof r) != 0 && !(isnan(r) && isnan(rref)))
+            fail_msg("%s %s result %.9g, scalar %.9g (n %u)", name, what, (double)r,
+                     (double)rref, n);
+    }
+}
+
 /* Softmax scaling: every SIMD kernel against the scalar definition bit for
  * bit (the divided values, nothing past n, the returned maximum) at every
  * length and tail, with zeros of both signs, infinities, NaN and zero or
@@ -60,21 +83,7 @@ static void test_div_max(void **st)
         assert_false(isnan(mref));
         for (uint32_t i = n; i < n + 32; i++)
             assert_memory_equal(&ref[i], &x[i], sizeof(float)); /* nothing past n */
-        for (int k = 1; k < INFER_MATMUL_COUNT; k++) {
-            if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
-                continue;
-            memcpy(got, x, sizeof(float) * (N + 32));
-            float mgot = infer_div_max((enum infer_matmul_kernel)k, got, n, d);
-            for (uint32_t i = 0; i < n + 32; i++)
-                if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
-                    fail_msg("%s %.9g / %.9g: %.9g, scalar %.9g (n %u, element %u)",
-                             infer_matmul_kernel_name((enum infer_matmul_kernel)k), (double)x[i],
-                             (double)d, (double)got[i], (double)ref[i], n, i);
-            if (memcmp(&mgot, &mref, sizeof mref) != 0)
-                fail_msg("%s max %.9g, scalar %.9g (n %u)",
-                         infer_matmul_kernel_name((enum infer_matmul_kernel)k), (double)mgot,
-                         (double)mref, n);
-        }
+        kernels_match(infer_div_max, "division", x, ref, got, n + 32, n, d, mref);
     }
     free(x);
     free(ref);
@@ -106,21 +115,7 @@ static void test_exp_sum(void **st)
         float sref = infer_exp_sum_scalar(ref, n, sub);
         for (uint32_t i = n; i < n + 32; i++)
             assert_memory_equal(&ref[i], &x[i], sizeof(float)); /* nothing past n */
-        for (int k = 1; k < INFER_MATMUL_COUNT; k++) {
-            if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
-                continue;
-            memcpy(got, x, sizeof(float) * (N + 32));
-            float sgot = infer_exp_sum((enum infer_matmul_kernel)k, got, n, sub);
-            for (uint32_t i = 0; i < n + 32; i++)
-                if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
-                    fail_msg("%s exp of %.9g - %.9g: %.9g, scalar %.9g (n %u, element %u)",
-                             infer_matmul_kernel_name((enum infer_matmul_kernel)k), (double)x[i],
-                             (double)sub, (double)got[i], (double)ref[i], n, i);
-            if (memcmp(&sgot, &sref, sizeof sref) != 0 && !(isnan(sgot) && isnan(sref)))
-                fail_msg("%s sum %.9g, scalar %.9g (n %u)",
-                         infer_matmul_kernel_name((enum infer_matmul_kernel)k), (double)sgot,
-                         (double)sref, n);
-        }
+        kernels_match(infer_exp_sum, "exp", x, ref, got, n + 32, n, sub, sref);
     }
     /* accuracy of the definition against expf */
     double worst = 0;
