@@ -18,7 +18,10 @@
  *                  NPU's matmuls split by output channels, and CPU task
  *                  stealing: an idle CPU worker takes the last NPU task in
  *                  priority order (the top with steal_top, EdgeFlow's rule)
- *                  when the NPU queue holds more than steal_threshold tasks;
+ *                  when the NPU queue holds more than steal_threshold tasks,
+ *                  or (steal_ahead) when the NPU's other work is estimated
+ *                  to outlast the task, so the CPU finishes it before the
+ *                  NPU would have started it;
  *   sequential     llama.cpp's and MNN's way: nothing is unpacked or
  *                  computed until every slice has been read, then coarse
  *                  tasks first come first served (every tensor is converted
@@ -184,6 +187,10 @@ struct pl {
     int unpack_layer;       /* highest layer whose unpacking began (-1: none) */
     uint64_t prefault_ns;
     uint32_t stolen;
+    /* the NPU's running task (UINT32_MAX: none) and its pace: actual seconds
+     * per estimated second of the matmuls it finished (the steal-ahead rule) */
+    uint32_t npu_running;
+    double npu_actual_s, npu_est_s;
     uint64_t bytes_read;
     uint64_t load_events[4096];         /* arrival time of each slice */
 };
@@ -1172,6 +1179,7 @@ static struct npu_job *npu_next(void *ctx)
         t->executor = 0;
         t->t0 = sl_now_ns();
         p->running++;
+        p->npu_running = ti;
         j = &t->job;
     }
     pthread_mutex_unlock(&p->lock);
@@ -1186,6 +1194,9 @@ static void npu_done(void *ctx, struct npu_job *j)
     t->t1 = sl_now_ns();
     p->busy[0] += t->t1 - t->t0;
     p->running--;
+    p->npu_running = UINT32_MAX;
+    p->npu_actual_s += (double)(t->t1 - t->t0) / 1e9;
+    p->npu_est_s += t->est;
     if (j->status < 0) {
         struct sl_err e = {{0}};
         npu_job_validate(j, &e);
@@ -1204,6 +1215,27 @@ struct worker_arg {
     int id;
 };
 
+/* The steal-ahead rule (lock held): is the NPU's work ahead of its last
+ * queued task, the rest of its running task plus every other queued one, at
+ * least as long as that task? Then a CPU worker that takes it finishes before
+ * the NPU would have started it. Times are the tasks' estimates scaled by the
+ * NPU's pace so far. */
+static int steal_ahead(const struct pl *p, uint32_t last)
+{
+    double pace = p->npu_est_s > 0 ? p->npu_actual_s / p->npu_est_s : 1.0;
+    double ahead = 0;
+    for (uint32_t i = 0; i < p->npu_q.n; i++)
+        if (i != last)
+            ahead += p->tasks[p->npu_q.items[i]].est;
+    ahead *= pace;
+    if (p->npu_running != UINT32_MAX) {
+        const struct task *r = &p->tasks[p->npu_running];
+        double left = r->est * pace - (double)(sl_now_ns() - r->t0) / 1e9;
+        ahead += left > 0 ? left : 0;
+    }
+    return ahead >= p->tasks[p->npu_q.items[last]].est * pace * p->o->steal_ahead;
+}
+
 static void *cpu_worker(void *arg)
 {
     struct worker_arg *wa = arg;
@@ -1220,7 +1252,9 @@ static void *cpu_worker(void *arg)
             }
             /* EdgeFlow 4.3: an idle CPU takes an NPU task when the NPU's
              * queue is longer than the threshold */
-            if (steal && p->npu_q.n > p->o->steal_threshold) {
+            if (steal && p->npu_q.n &&
+                (p->npu_q.n > p->o->steal_threshold ||
+                 (p->o->steal_ahead > 0 && steal_ahead(p, qlast(p, &p->npu_q))))) {
                 /* the last task in priority order: the NPU keeps the urgent
                  * ones, so it rarely waits on a piece the CPU took */
                 ti = p->o->steal_top ? qpop(p, &p->npu_q)
@@ -1749,8 +1783,10 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     struct infer_pipeline_opts o = opts ? *opts : (struct infer_pipeline_opts){0};
     if (!o.chunk)
         o.chunk = 256;
-    if (!o.steal_threshold && !opts)
+    if (!opts) {
         o.steal_threshold = 5;
+        o.steal_ahead = 1.0;
+    }
     if (!o.split)
         o.split = 512;
     if (!o.cpu_workers)
@@ -1764,6 +1800,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         sl_err_set(err, "out of memory");
         return -ENOMEM;
     }
+    p->npu_running = UINT32_MAX;
     p->o = &o;
     p->t_start = sl_now_ns();
     p->stall_t0 = p->t_start; /* nothing can run before the first slice */

@@ -50,6 +50,11 @@ static void usage(FILE *f)
             "  --steal-threshold N  full, sequential_granular: an idle CPU worker takes\n"
             "                   the NPU's last task in priority order when its queue holds\n"
             "                   more than N (default 5)\n"
+            "  --steal-ahead F  full, sequential_granular: the idle CPU worker also takes\n"
+            "                   that task when the NPU's other work (its running task's\n"
+            "                   rest and every other queued task, estimated) is at least F\n"
+            "                   times the task's own, so it finishes before the NPU would\n"
+            "                   have started it (default 1; 0: the threshold rule alone)\n"
             "  --steal-top      steal the NPU queue's top task instead (EdgeFlow's rule)\n"
             "  --no-prefault    full: do not fault the weights' memory in ahead while the\n"
             "                   CPU worker has nothing else to do\n"
@@ -100,6 +105,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
     uint64_t seed = 42;
     *o = (struct run_opts){.prompt = "", .n_gen = 256};
     o->pipeline.steal_threshold = 5;
+    o->pipeline.steal_ahead = 1.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;
@@ -136,6 +142,9 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             bad = tools_parse_u32(argv[++i], &o->pipeline.cpu_workers) || !o->pipeline.cpu_workers;
         } else if (!strcmp(a, "--steal-threshold") && i + 1 < argc) {
             bad = tools_parse_u32(argv[++i], &o->pipeline.steal_threshold);
+        } else if (!strcmp(a, "--steal-ahead") && i + 1 < argc) {
+            bad = tools_parse_double(argv[++i], &o->pipeline.steal_ahead) ||
+                  !(o->pipeline.steal_ahead >= 0 && o->pipeline.steal_ahead <= 1e6);
         } else if (!strcmp(a, "--no-prefault")) {
             o->pipeline.no_prefault = 1;
         } else if (!strcmp(a, "--steal-top")) {

@@ -258,6 +258,11 @@ struct infer_pipeline_opts {
     int steal_top;             /* steal the NPU queue's top task (the paper's rule) instead
                                 * of its last in priority order (default: measured
                                 * faster, docs/BENCHMARKS.md) */
+    double steal_ahead;        /* > 0: an idle CPU also steals the NPU's last task when the
+                                * NPU's other work (the rest of its running task and
+                                * every other queued one) is at least this many times
+                                * that task's estimated time; 0: off (1 with opts NULL
+                                * and in sluice run) */
     uint32_t split;            /* output channels per NPU task in full/sequential (512) */
     int no_prefault;           /* full: do not fault the NPU's weight memory in ahead, in
                                 * idle CPU time (ablation) */

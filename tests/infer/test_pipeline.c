@@ -88,7 +88,8 @@ static void check(const char *model, enum infer_policy pol, enum infer_load load
      * pieces: uneven ones (48 rounds to pieces of 48, 32 and 16 channels
      * here), 16-channel ones, and the default (512: one piece at this size) */
     struct infer_pipeline_opts o = {.policy = pol, .load = load, .chunk = chunk,
-                                    .steal_threshold = 5, .trace_path = trace,
+                                    .steal_threshold = 5, .steal_ahead = 1.0,
+                                    .trace_path = trace,
                                     .split = chunk == 64 ? 48 : chunk == 16 ? 16 : 0};
     struct infer_model *pm;
     struct infer_state *ps;
@@ -108,6 +109,7 @@ static void check(const char *model, enum infer_policy pol, enum infer_load load
         struct infer_pipeline_opts o2 = o;
         o2.steal_top = 1;
         o2.steal_threshold = 0;
+        o2.steal_ahead = 0;
         o2.no_prefault = 1;
         o2.trace_path = NULL;
         struct infer_model *m2;
@@ -241,12 +243,57 @@ static void test_corrupt(void **st)
     free(ids);
 }
 
+/* The steal-ahead rule takes work the count threshold would leave to the NPU:
+ * with the threshold out of reach, the CPU steals only under steal_ahead, and
+ * never without it; the logits stay bit-identical either way. The prompt's
+ * Q/K/V pieces (16 channels each) are ready together while the CPU worker
+ * has nothing to run, so a run without any steal-ahead take would mean the
+ * rule never fires. */
+static void test_steal_ahead(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct infer_model *m;
+    struct infer_state *s;
+    assert_int_equal(infer_model_load(static_model, NULL, &m, &err), 0);
+    uint32_t V = infer_model_config(m)->vocab_size, n = 100;
+    int *ids = prompt(n, V, 3);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(infer_state_create(m, 64, &s, &err), 0);
+    assert_int_equal(infer_forward(m, s, ids, n, 0, a, INFER_LOGITS_LAST, &err), 0);
+    uint32_t stolen[2] = {0, 0};
+    for (int ahead = 0; ahead < 2; ahead++)
+        for (int rep = 0; rep < 3; rep++) {
+            struct infer_pipeline_opts o = {.policy = INFER_POLICY_FULL, .chunk = 64, .split = 16,
+                                            .steal_threshold = UINT32_MAX,
+                                            .steal_ahead = ahead ? 1.0 : 0.0};
+            struct infer_model *pm;
+            struct infer_state *ps;
+            struct infer_pipeline_stats ps_st;
+            if (infer_pipeline_prefill(static_model, ids, n, &o, &pm, &ps, b, &ps_st, &err) < 0)
+                fail_msg("steal_ahead %d: %s", ahead, err.msg);
+            assert_memory_equal(a, b, sizeof(float) * V);
+            stolen[ahead] += ps_st.stolen;
+            infer_state_destroy(ps);
+            infer_model_destroy(pm);
+        }
+    assert_int_equal(stolen[0], 0);
+    assert_true(stolen[1] > 0);
+    infer_state_destroy(s);
+    infer_model_destroy(m);
+    free(ids);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_dynamic), cmocka_unit_test(test_identical_static),
         cmocka_unit_test(test_load_modes_and_float), cmocka_unit_test(test_trace),
-        cmocka_unit_test(test_corrupt),
+        cmocka_unit_test(test_corrupt), cmocka_unit_test(test_steal_ahead),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
