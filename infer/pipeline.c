@@ -191,6 +191,7 @@ struct pl {
      * per estimated second of the matmuls it finished (the steal-ahead rule) */
     uint32_t npu_running;
     double npu_actual_s, npu_est_s;
+    uint32_t splits;        /* NPU matmuls cut by split stealing */
     uint64_t bytes_read;
     uint64_t load_events[4096];         /* arrival time of each slice */
 };
@@ -1215,25 +1216,84 @@ struct worker_arg {
     int id;
 };
 
-/* The steal-ahead rule (lock held): is the NPU's work ahead of its last
- * queued task, the rest of its running task plus every other queued one, at
- * least as long as that task? Then a CPU worker that takes it finishes before
- * the NPU would have started it. Times are the tasks' estimates scaled by the
- * NPU's pace so far. */
-static int steal_ahead(const struct pl *p, uint32_t last)
+/* The steal-ahead rule (lock held): the NPU's work ahead of its queued task
+ * at queue index `last` (the rest of its running task plus every other
+ * queued one) in *ahead, that task's own time in *own, both the tasks'
+ * estimates scaled by the NPU's pace so far. A CPU worker that takes the
+ * task when *ahead >= steal_ahead * *own finishes it before the NPU would
+ * have started it. */
+static void npu_ahead(const struct pl *p, uint32_t last, double *ahead, double *own)
 {
     double pace = p->npu_est_s > 0 ? p->npu_actual_s / p->npu_est_s : 1.0;
-    double ahead = 0;
+    double a = 0;
     for (uint32_t i = 0; i < p->npu_q.n; i++)
         if (i != last)
-            ahead += p->tasks[p->npu_q.items[i]].est;
-    ahead *= pace;
+            a += p->tasks[p->npu_q.items[i]].est;
+    a *= pace;
     if (p->npu_running != UINT32_MAX) {
         const struct task *r = &p->tasks[p->npu_running];
         double left = r->est * pace - (double)(sl_now_ns() - r->t0) / 1e9;
-        ahead += left > 0 ? left : 0;
+        a += left > 0 ? left : 0;
     }
-    return ahead >= p->tasks[p->npu_q.items[last]].est * pace * p->o->steal_ahead;
+    *ahead = a;
+    *own = p->tasks[p->npu_q.items[last]].est * pace;
+}
+
+/* Split stealing (lock held): the NPU's last queued matmul outlasts the rest
+ * of the NPU's work, so taking it whole would leave the NPU waiting for the
+ * CPU, and leaving it whole leaves the CPU idle while the NPU works through
+ * it. Cut its output channels instead (on 16-channel blocks, both parts at
+ * least 32): the NPU keeps the first part in its queue, and the CPU gets the
+ * rest, sized so both finish together ((ahead + own) / 2 of work each, at
+ * the NPU's pace). The new task has the same predecessors (all done) and
+ * successors (each waits for one more task). Returns its index, or
+ * UINT32_MAX where no cut is worth it or the reserve of task slots (sized at
+ * build time, so tasks never move while running) is spent. */
+static uint32_t steal_split(struct pl *p, uint32_t last, double ahead, double own)
+{
+    uint32_t ti = p->npu_q.items[last];
+    struct task *t = &p->tasks[ti];
+    uint32_t rows = t->r1 - t->r0;
+    if (t->op != PL_MM || p->n_tasks == p->cap_tasks || own <= 0)
+        return UINT32_MAX;
+    double share = (ahead + own) / (2 * own); /* of the task, for the CPU */
+    uint32_t cpu_rows = (uint32_t)(share * rows) & ~15u;
+    if (cpu_rows < 32 || rows - cpu_rows < 32)
+        return UINT32_MAX;
+    uint32_t mid = t->r1 - cpu_rows;
+    uint32_t ci = p->n_tasks++;
+    struct task *c = &p->tasks[ci];
+    *c = *t;
+    c->r0 = mid;
+    c->key = t->key + (mid - t->r0);
+    c->est = t->est * cpu_rows / rows;
+    t->est -= c->est;
+    t->r1 = mid;
+    for (uint32_t e = 0; e < t->n_succ; e++)
+        p->tasks[p->edges[t->succ_off + e]].deps++;
+    p->remaining++;
+    p->splits++;
+    return ci;
+}
+
+/* The NPU task an idle CPU worker takes (lock held), or UINT32_MAX: with
+ * more than steal_threshold queued, the last in priority order (the top with
+ * steal_top); otherwise under steal_ahead the last when the NPU's other work
+ * outlasts it, or a cut of it (steal_split) when it does not. */
+static uint32_t steal(struct pl *p)
+{
+    if (!p->npu_q.n)
+        return UINT32_MAX;
+    if (p->npu_q.n > p->o->steal_threshold)
+        return p->o->steal_top ? qpop(p, &p->npu_q) : qtake(&p->npu_q, qlast(p, &p->npu_q));
+    if (!(p->o->steal_ahead > 0))
+        return UINT32_MAX;
+    uint32_t last = qlast(p, &p->npu_q);
+    double ahead, own;
+    npu_ahead(p, last, &ahead, &own);
+    if (ahead >= own * p->o->steal_ahead)
+        return qtake(&p->npu_q, last);
+    return p->o->no_steal_split ? UINT32_MAX : steal_split(p, last, ahead, own);
 }
 
 static void *cpu_worker(void *arg)
@@ -1241,7 +1301,7 @@ static void *cpu_worker(void *arg)
     struct worker_arg *wa = arg;
     struct pl *p = wa->p;
     int id = wa->id;
-    int steal = granular(p->o->policy);
+    int steal_on = granular(p->o->policy);
     pthread_mutex_lock(&p->lock);
     for (;;) {
         uint32_t ti = UINT32_MAX;
@@ -1251,14 +1311,8 @@ static void *cpu_worker(void *arg)
                 break;
             }
             /* EdgeFlow 4.3: an idle CPU takes an NPU task when the NPU's
-             * queue is longer than the threshold */
-            if (steal && p->npu_q.n &&
-                (p->npu_q.n > p->o->steal_threshold ||
-                 (p->o->steal_ahead > 0 && steal_ahead(p, qlast(p, &p->npu_q))))) {
-                /* the last task in priority order: the NPU keeps the urgent
-                 * ones, so it rarely waits on a piece the CPU took */
-                ti = p->o->steal_top ? qpop(p, &p->npu_q)
-                                     : qtake(&p->npu_q, qlast(p, &p->npu_q));
+             * queue is longer than the threshold (and under steal_ahead) */
+            if (steal_on && (ti = steal(p)) != UINT32_MAX) {
                 prepare_job(p, &p->tasks[ti]);
                 p->stolen++;
                 break;
@@ -1576,6 +1630,7 @@ static void stats_fill(struct pl *p, struct infer_pipeline_stats *st)
     st->bytes_read = p->bytes_read;
     st->tasks = p->n_tasks;
     st->stolen = p->stolen;
+    st->splits = p->splits;
     if (p->dev) {
         struct npu_device_stats ds;
         npu_device_stats(p->dev, &ds);
@@ -1867,6 +1922,19 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         ret = -ENOMEM;
         sl_err_set(err, "out of memory building the task graph");
         goto out;
+    }
+    /* slots for split stealing's tasks, reserved now: running tasks are
+     * used through pointers, so the array must not move later */
+    uint32_t reserve = granular(o.policy) && !o.no_steal_split ? p->n_tasks / 4 + 64 : 0;
+    if (p->cap_tasks < p->n_tasks + reserve) {
+        struct task *t = realloc(p->tasks, sizeof *t * (p->n_tasks + reserve));
+        if (!t) {
+            ret = -ENOMEM;
+            sl_err_set(err, "out of memory building the task graph");
+            goto out;
+        }
+        p->tasks = t;
+        p->cap_tasks = p->n_tasks + reserve;
     }
     p->remaining = p->n_tasks;
     /* the prompt's embedding rows, ahead of the stream */

@@ -54,7 +54,10 @@ static void usage(FILE *f)
             "                   that task when the NPU's other work (its running task's\n"
             "                   rest and every other queued task, estimated) is at least F\n"
             "                   times the task's own, so it finishes before the NPU would\n"
-            "                   have started it (default 1; 0: the threshold rule alone)\n"
+            "                   have started it (default 1; 0: the threshold rule alone);\n"
+            "                   when it would not, the CPU cuts the task's channels so\n"
+            "                   both finish together and takes the second part\n"
+            "  --no-steal-split never cut a task (ablation)\n"
             "  --steal-top      steal the NPU queue's top task instead (EdgeFlow's rule)\n"
             "  --no-prefault    full: do not fault the weights' memory in ahead while the\n"
             "                   CPU worker has nothing else to do\n"
@@ -145,6 +148,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
         } else if (!strcmp(a, "--steal-ahead") && i + 1 < argc) {
             bad = tools_parse_double(argv[++i], &o->pipeline.steal_ahead) ||
                   !(o->pipeline.steal_ahead >= 0 && o->pipeline.steal_ahead <= 1e6);
+        } else if (!strcmp(a, "--no-steal-split")) {
+            o->pipeline.no_steal_split = 1;
         } else if (!strcmp(a, "--no-prefault")) {
             o->pipeline.no_prefault = 1;
         } else if (!strcmp(a, "--steal-top")) {
@@ -419,6 +424,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(pj, "bytes_read", (double)ps->bytes_read);
     cJSON_AddNumberToObject(pj, "tasks", ps->tasks);
     cJSON_AddNumberToObject(pj, "stolen", ps->stolen);
+    cJSON_AddNumberToObject(pj, "splits", ps->splits);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!s)

@@ -263,6 +263,8 @@ struct infer_pipeline_opts {
                                 * every other queued one) is at least this many times
                                 * that task's estimated time; 0: off (1 with opts NULL
                                 * and in sluice run) */
+    int no_steal_split;        /* with steal_ahead: never cut a matmul the NPU's other work
+                                * does not outlast (its rest to the CPU) */
     uint32_t split;            /* output channels per NPU task in full/sequential (512) */
     int no_prefault;           /* full: do not fault the NPU's weight memory in ahead, in
                                 * idle CPU time (ablation) */
@@ -291,6 +293,7 @@ struct infer_pipeline_stats {
     double graph_build_s;
     uint64_t bytes_read;       /* before the first token */
     uint32_t tasks, stolen, graphs;
+    uint32_t splits;           /* NPU matmuls cut in two by split stealing (in stolen) */
 };
 
 const char *infer_policy_name(enum infer_policy p);

@@ -245,10 +245,11 @@ static void test_corrupt(void **st)
 
 /* The steal-ahead rule takes work the count threshold would leave to the NPU:
  * with the threshold out of reach, the CPU steals only under steal_ahead, and
- * never without it; the logits stay bit-identical either way. The prompt's
- * Q/K/V pieces (16 channels each) are ready together while the CPU worker
- * has nothing to run, so a run without any steal-ahead take would mean the
- * rule never fires. */
+ * never without it; with whole-tensor tasks it also cuts matmuls (split
+ * stealing), unless told not to. The logits stay bit-identical throughout.
+ * The prompt's Q/K/V tasks are ready together while the CPU worker has
+ * nothing to run, so runs without any take (or any cut) would mean the rule
+ * never fires. */
 static void test_steal_ahead(void **st)
 {
     (void)st;
@@ -263,24 +264,34 @@ static void test_steal_ahead(void **st)
     assert_non_null(b);
     assert_int_equal(infer_state_create(m, 64, &s, &err), 0);
     assert_int_equal(infer_forward(m, s, ids, n, 0, a, INFER_LOGITS_LAST, &err), 0);
-    uint32_t stolen[2] = {0, 0};
-    for (int ahead = 0; ahead < 2; ahead++)
+    /* modes: 0 threshold only; 1 steal-ahead, 16-channel pieces (too small
+     * to cut); 2 steal-ahead, whole tensors; 3 the same without cutting */
+    uint32_t stolen[4] = {0}, splits[4] = {0};
+    for (int mode = 0; mode < 4; mode++)
         for (int rep = 0; rep < 3; rep++) {
-            struct infer_pipeline_opts o = {.policy = INFER_POLICY_FULL, .chunk = 64, .split = 16,
+            struct infer_pipeline_opts o = {.policy = INFER_POLICY_FULL, .chunk = 64,
+                                            .split = mode == 1 ? 16 : 4096,
                                             .steal_threshold = UINT32_MAX,
-                                            .steal_ahead = ahead ? 1.0 : 0.0};
+                                            .steal_ahead = mode ? 1.0 : 0.0,
+                                            .no_steal_split = mode == 3};
             struct infer_model *pm;
             struct infer_state *ps;
             struct infer_pipeline_stats ps_st;
             if (infer_pipeline_prefill(static_model, ids, n, &o, &pm, &ps, b, &ps_st, &err) < 0)
-                fail_msg("steal_ahead %d: %s", ahead, err.msg);
-            assert_memory_equal(a, b, sizeof(float) * V);
-            stolen[ahead] += ps_st.stolen;
+                fail_msg("mode %d: %s", mode, err.msg);
+            if (memcmp(a, b, sizeof(float) * V) != 0)
+                fail_msg("mode %d: logits differ", mode);
+            assert_true(ps_st.splits <= ps_st.stolen);
+            stolen[mode] += ps_st.stolen;
+            splits[mode] += ps_st.splits;
             infer_state_destroy(ps);
             infer_model_destroy(pm);
         }
     assert_int_equal(stolen[0], 0);
     assert_true(stolen[1] > 0);
+    assert_int_equal(splits[1], 0);
+    assert_true(splits[2] > 0);
+    assert_int_equal(splits[3], 0);
     infer_state_destroy(s);
     infer_model_destroy(m);
     free(ids);
