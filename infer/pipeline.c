@@ -103,7 +103,7 @@ struct task {
     uint32_t ready_seq;     /* FIFO order for layer_overlap */
     double est;             /* estimated seconds (llmnpu) */
     int executor;           /* 0: NPU device, 1..: CPU worker; -1: not run */
-    uint64_t t0, t1;
+    uint64_t t_ready, t0, t1; /* ready (all inputs there), started, finished */
     struct npu_job job;
 };
 
@@ -753,6 +753,7 @@ static void make_ready(struct pl *p, uint32_t ti)
 {
     struct task *t = &p->tasks[ti];
     t->ready_seq = p->ready_counter++;
+    t->t_ready = sl_now_ns();
     const struct infer_linear *lin = t->op == PL_MM ? linear_of(p, t->layer, t->role) : NULL;
     /* float weights cannot go to the NPU (int8 graphs only): CPU */
     if (t->op == PL_MM && lin && !lin->npu)
@@ -1557,10 +1558,12 @@ static int write_trace(struct pl *p, const char *path, struct infer_pipeline_sta
                      t->chunk, t->r0, t->r1, t->op == PL_ATTN ? " kv heads" : "");
         else
             snprintf(name, sizeof name, "%s L%d C%u", op_names[t->op], t->layer, t->chunk);
+        /* args: how long the task waited ready for an executor */
+        double w = t->t_ready && t->t0 > t->t_ready ? (double)(t->t0 - t->t_ready) / 1e3 : 0;
         fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"B\", \"pid\": 1, \"tid\": %d, "
-                   "\"ts\": %.3f},\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"E\", \"pid\": 1, "
-                   "\"tid\": %d, \"ts\": %.3f}",
-                name, op_names[t->op], t->executor, b, name, op_names[t->op], t->executor, e);
+                   "\"ts\": %.3f, \"args\": {\"ready_wait_us\": %.3f}},\n{\"name\": \"%s\", "
+                   "\"cat\": \"%s\", \"ph\": \"E\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f}",
+                name, op_names[t->op], t->executor, b, w, name, op_names[t->op], t->executor, e);
     }
     for (uint32_t i = 0; i < p->n_pf; i++) {
         const struct prefault *pf = &p->pf[i];

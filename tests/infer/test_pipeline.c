@@ -197,6 +197,11 @@ static void test_trace(void **st)
         assert_true(tid >= 0 && tid < 256);
         if (!strcmp(ph, "B")) {
             assert_int_equal(depth[tid], 0); /* tasks on one track do not nest */
+            const char *cat = cJSON_GetObjectItem(e, "cat")->valuestring;
+            if (strcmp(cat, "load") && strcmp(cat, "prefault")) { /* a task: its wait */
+                cJSON *w = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "ready_wait_us");
+                assert_true(cJSON_IsNumber(w) && w->valuedouble >= 0);
+            }
             snprintf(open_name[tid], sizeof open_name[tid], "%s", name);
             depth[tid]++;
         } else {
