@@ -21,7 +21,8 @@
  *                  when the NPU queue holds more than steal_threshold tasks,
  *                  or (steal_ahead) when the NPU's other work is estimated
  *                  to outlast the task, so the CPU finishes it before the
- *                  NPU would have started it;
+ *                  NPU would have started it, and cutting the task's
+ *                  channels in two when it does not (split stealing);
  *   sequential     llama.cpp's and MNN's way: nothing is unpacked or
  *                  computed until every slice has been read, then coarse
  *                  tasks first come first served (every tensor is converted
@@ -101,7 +102,7 @@ struct task {
     uint32_t succ_off, n_succ;
     uint64_t key;           /* priority: smaller first */
     uint32_t ready_seq;     /* FIFO order for layer_overlap */
-    double est;             /* estimated seconds (llmnpu) */
+    double est;             /* estimated seconds (llmnpu, stealing ahead) */
     int executor;           /* 0: NPU device, 1..: CPU worker; -1: not run */
     uint64_t t_ready, t0, t1; /* ready (all inputs there), started, finished */
     struct npu_job job;
