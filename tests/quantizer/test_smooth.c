@@ -162,10 +162,17 @@ static void test_search(void **st)
                 "rule %zu: alpha %.1f, error %.3g (one-SE rule: alpha %.1f, %.3g; no "
                 "smoothing %.3g)\n",
                 k, a, err, a1, err1, e0);
-        assert_true(a1 > 0 && err1 < e0); /* a 40x outlier is no noise */
-        /* 40x outlier channels: per-tensor activation quantization needs smoothing */
-        assert_true(a > 0);
-        assert_true(err < (k < 2 ? 0.5 : 1.0) * e0);
+        assert_true(err <= e0); /* alpha 0 is on the grid */
+        /* 40x outlier channels: per-tensor activation quantization needs
+         * smoothing, and a 40x outlier is no noise, at 4.5 and 6 bits. At 3.5
+         * bits with MSE clipping the weights' own error dominates, and in
+         * about 1% of random draws no alpha beats none (seen in CI: seed
+         * 1795463249778315), so the rule there is only held to the grid. */
+        if (k < 2) {
+            assert_true(a1 > 0 && err1 < e0);
+            assert_true(a > 0);
+            assert_true(err < 0.5 * e0);
+        }
         /* the written scales are S_I^alpha */
         quantizer_smooth_scales(in_max, IN, a, s0);
         assert_memory_equal(s, s0, sizeof s);
