@@ -45,6 +45,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,8 @@
 
 enum { DEV_NPU = 0, DEV_CPU = 1 };
 #define MAX_CPU_WORKERS 8
+#define PL_PREFAULT_TID 99 /* the prefault thread's track in traces */
+#define PL_FILL_ROWS 64     /* rows unpacked at once before packing for the NPU */
 
 static const char *const op_names[PL_OP_COUNT] = {"verify", "unpack",   "norm",   "matmul",
                                                   "attention", "ffn_norm", "swiglu", "head"};
@@ -151,6 +154,10 @@ struct pl {
 
     pthread_mutex_t lock;
     pthread_cond_t cv;
+    pthread_cond_t pf_cv;   /* the prefault thread waits here for an idle CPU worker */
+    uint32_t idle_workers;  /* CPU workers waiting for work */
+    int pf_started;
+    pthread_t pf_thread;
     struct queue npu_q, cpu_q;
     uint32_t ready_counter;
     uint32_t remaining;     /* tasks not yet finished */
@@ -161,6 +168,8 @@ struct pl {
     pthread_t workers[MAX_CPU_WORKERS];
     uint32_t n_workers;
     float *att_scratch[MAX_CPU_WORKERS + 1];
+    int8_t *fill_scratch[MAX_CPU_WORKERS + 1]; /* fill_linear's, per CPU worker */
+    uint32_t fill_cols;                        /* ... for rows of up to this many */
 
     /* per (layer + 1, role): int8 weights? and their static activation scale,
      * from the index, so operators need not wait for the unpacking */
@@ -176,8 +185,9 @@ struct pl {
     uint64_t stall_ns;      /* total of such stalls: every unit waiting on the disk */
     uint64_t unpack_ns;
     /* full: the NPU's weight storage (prepared in build_graph) faulted in
-     * ahead by CPU workers that have nothing else to do, 2 MiB at a time in
-     * layer order, skipping layers whose unpacking has begun */
+     * ahead by the prefault thread while a CPU worker has nothing else to
+     * do, 2 MiB at a time in layer order, skipping layers whose unpacking
+     * has begun */
     struct prefault {
         struct npu_weights *w;
         size_t off, len;
@@ -775,6 +785,7 @@ static void fail(struct pl *p, int e, const char *msg)
     }
     p->stop = 1;
     pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->pf_cv);
 }
 
 static void release_slice(struct pl *p, uint32_t s);
@@ -794,6 +805,7 @@ static void complete(struct pl *p, uint32_t ti)
         p->done = 1;
         p->t_logits = sl_now_ns();
         pthread_cond_broadcast(&p->cv);
+        pthread_cond_broadcast(&p->pf_cv);
     }
 }
 
@@ -903,11 +915,14 @@ static int prepare_linear(struct infer_linear *lin, const struct format_tensor_i
  * exist whole in row-major form) and/or the kept rows. r0 is a multiple of
  * 16 (the NPU's channel blocks), as is r1 unless it is the last row. */
 static int fill_linear(struct infer_linear *lin, const struct format_tensor_info *t,
-                       const uint8_t *data, uint32_t r0, uint32_t r1, struct sl_err *err)
+                       const uint8_t *data, uint32_t r0, uint32_t r1, int8_t *scratch,
+                       struct sl_err *err)
 {
-    const uint32_t rows = lin->rows, cols = lin->cols, B = 64;
-    int8_t *tmp = sl_alloc_aligned((size_t)B * cols, 64);
-    float sc[64];
+    const uint32_t rows = lin->rows, cols = lin->cols, B = PL_FILL_ROWS;
+    /* a CPU worker's scratch (PL_FILL_ROWS x the widest row): allocating
+     * per task would fault fresh pages in every task */
+    int8_t *tmp = scratch ? scratch : sl_alloc_aligned((size_t)B * cols, 64);
+    float sc[PL_FILL_ROWS];
     int ret = 0;
     if (!tmp) {
         sl_err_set(err, "out of memory");
@@ -949,7 +964,8 @@ static int fill_linear(struct infer_linear *lin, const struct format_tensor_info
         }
         unpack_tensor_fini(&u);
     }
-    sl_free_aligned(tmp);
+    if (tmp != scratch)
+        sl_free_aligned(tmp);
     if (ret < 0)
         sl_err_prefix(err, "tensor '%s'", t->name);
     return ret;
@@ -958,7 +974,7 @@ static int fill_linear(struct infer_linear *lin, const struct format_tensor_info
 /* Unpacks a whole tensor from its slice bytes (a float one is decoded). */
 static int unpack_linear(struct infer_linear *lin, const struct format_tensor_info *t,
                          const uint8_t *data, int force_dynamic, int keep_rows, int want_npu,
-                         struct sl_err *err)
+                         int8_t *scratch, struct sl_err *err)
 {
     if (!format_encoding_traits(t->encoding)->quantized) {
         memset(lin, 0, sizeof *lin);
@@ -967,7 +983,7 @@ static int unpack_linear(struct infer_linear *lin, const struct format_tensor_in
         return infer_linear_init(lin, t, data, 0, force_dynamic, err);
     }
     int ret = prepare_linear(lin, t, force_dynamic, keep_rows, want_npu, err);
-    return ret < 0 ? ret : fill_linear(lin, t, data, 0, lin->rows, err);
+    return ret < 0 ? ret : fill_linear(lin, t, data, 0, lin->rows, scratch, err);
 }
 
 /* The untied embedding is only looked up (a few rows per token): a packed
@@ -977,7 +993,7 @@ static int keep_packed(struct infer_linear *lin, const struct format_tensor_info
                        const uint8_t *data, struct sl_err *err)
 {
     if (t->encoding == FORMAT_ENC_Q8_CHANNEL)
-        return unpack_linear(lin, t, data, 0, 1, 0, err);
+        return unpack_linear(lin, t, data, 0, 1, 0, NULL, err);
     memset(lin, 0, sizeof *lin);
     lin->rows = (uint32_t)t->shape[0];
     lin->cols = (uint32_t)t->shape[1];
@@ -1048,10 +1064,12 @@ static int run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         int tied = ti2->role == FORMAT_ROLE_TOK_EMBD; /* the classifier is the embedding */
         const uint8_t *data = p->slice_data[t->slice] + (ti2->offset - s->offset);
         if (t->r1 > t->r0) { /* a piece, prepared by build_graph */
-            ret = fill_linear(lin, ti2, data, t->r0, t->r1, &err);
+            ret = fill_linear(lin, ti2, data, t->r0, t->r1,
+                              lin->cols <= p->fill_cols ? p->fill_scratch[w] : NULL, &err);
             tied = 0;
         } else {
-            ret = unpack_linear(lin, ti2, data, p->m->force_dynamic_act, 0, 1, &err);
+            ret = unpack_linear(lin, ti2, data, p->m->force_dynamic_act, 0, 1,
+                                ti2->shape[1] <= p->fill_cols ? p->fill_scratch[w] : NULL, &err);
         }
         /* lookups read rows back from the NPU's copy: no second copy */
         if (ret == 0 && tied)
@@ -1248,19 +1266,27 @@ static void npu_ahead(const struct pl *p, uint32_t last, double *ahead, double *
  * least 32): the NPU keeps the first part in its queue, and the CPU gets the
  * rest, sized so both finish together ((ahead + own) / 2 of work each, at
  * the NPU's pace). The new task has the same predecessors (all done) and
- * successors (each waits for one more task). Returns its index, or
- * UINT32_MAX where no cut is worth it or the reserve of task slots (sized at
- * build time, so tasks never move while running) is spent. */
+ * successors (each waits for one more task). Returns its index; the whole
+ * task's where the NPU's part would be under 32 channels; or UINT32_MAX
+ * where the CPU's would be, or the reserve of task slots (sized at build
+ * time, so tasks never move while running) is spent. */
 static uint32_t steal_split(struct pl *p, uint32_t last, double ahead, double own)
 {
     uint32_t ti = p->npu_q.items[last];
     struct task *t = &p->tasks[ti];
     uint32_t rows = t->r1 - t->r0;
-    if (t->op != PL_MM || p->n_tasks == p->cap_tasks || own <= 0)
+    if (t->op != PL_MM || own <= 0)
         return UINT32_MAX;
     double share = (ahead + own) / (2 * own); /* of the task, for the CPU */
     uint32_t cpu_rows = (uint32_t)(share * rows) & ~15u;
-    if (cpu_rows < 32 || rows - cpu_rows < 32)
+    if (cpu_rows < 32)
+        return UINT32_MAX;
+    /* the NPU's part would be under 32 channels: the NPU's other work is
+     * nearly as long as the task, so take it whole (the NPU then waits at
+     * most those few channels' time) rather than leave the CPU idle */
+    if (rows - cpu_rows < 32)
+        return qtake(&p->npu_q, last);
+    if (p->n_tasks == p->cap_tasks)
         return UINT32_MAX;
     uint32_t mid = t->r1 - cpu_rows;
     uint32_t ci = p->n_tasks++;
@@ -1298,6 +1324,43 @@ static uint32_t steal(struct pl *p)
     return p->o->no_steal_split ? UINT32_MAX : steal_split(p, last, ahead, own);
 }
 
+/* The prefault thread (full): while a CPU worker is idle, faults in the
+ * weight memory of layers whose unpacking has not begun, a 2 MiB step at a
+ * time. It is a thread of its own so that a task turning ready never waits
+ * for a step: in a VM a step sometimes takes milliseconds (the host backs
+ * the guest's memory lazily), and the worker takes the task at once. At
+ * most the step under way then overlaps the work. */
+static void *prefault_worker(void *arg)
+{
+    struct pl *p = arg;
+    /* the lowest priority: a worker or the NPU thread that wakes takes the
+     * core from it at once (if the kernel refuses, it still only steps while
+     * a worker is idle) */
+    struct sched_param sp = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    pthread_mutex_lock(&p->lock);
+    while (!p->done && !p->stop && p->next_pf < p->n_pf) {
+        if (!p->idle_workers) {
+            pthread_cond_wait(&p->pf_cv, &p->lock);
+            continue;
+        }
+        struct prefault *f = &p->pf[p->next_pf++];
+        if (f->layer <= p->unpack_layer)
+            continue; /* its unpacking faults it in itself */
+        f->executor = PL_PREFAULT_TID;
+        f->t0 = sl_now_ns();
+        pthread_mutex_unlock(&p->lock);
+        int r = npu_weights_prefault(f->w, f->off, f->len);
+        pthread_mutex_lock(&p->lock);
+        f->t1 = sl_now_ns();
+        p->prefault_ns += f->t1 - f->t0;
+        if (r < 0)
+            p->next_pf = p->n_pf; /* the kernel cannot: stop trying */
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
 static void *cpu_worker(void *arg)
 {
     struct worker_arg *wa = arg;
@@ -1319,23 +1382,13 @@ static void *cpu_worker(void *arg)
                 p->stolen++;
                 break;
             }
-            /* nothing to run: fault in weight memory the unpacking will fill */
-            if (p->next_pf < p->n_pf) {
-                struct prefault *f = &p->pf[p->next_pf++];
-                if (f->layer <= p->unpack_layer)
-                    continue; /* its unpacking faults it in itself */
-                f->executor = id;
-                f->t0 = sl_now_ns();
-                pthread_mutex_unlock(&p->lock);
-                int r = npu_weights_prefault(f->w, f->off, f->len);
-                pthread_mutex_lock(&p->lock);
-                f->t1 = sl_now_ns();
-                p->prefault_ns += f->t1 - f->t0;
-                if (r < 0)
-                    p->next_pf = p->n_pf; /* the kernel cannot: stop trying */
-                continue;
-            }
+            /* nothing to run: the prefault thread may fault in weight
+             * memory the unpacking will fill meanwhile */
+            p->idle_workers++;
+            if (p->next_pf < p->n_pf)
+                pthread_cond_signal(&p->pf_cv);
             pthread_cond_wait(&p->cv, &p->lock);
+            p->idle_workers--;
         }
         if (ti == UINT32_MAX)
             break;
@@ -1536,6 +1589,9 @@ static int write_trace(struct pl *p, const char *path, struct infer_pipeline_sta
     for (uint32_t w = 1; w <= p->n_workers; w++)
         fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %u, "
                    "\"args\": {\"name\": \"CPU %u\"}},\n", w, w);
+    if (p->pf_started)
+        fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
+                   "\"args\": {\"name\": \"prefault\"}},\n", PL_PREFAULT_TID);
     fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 100, "
                "\"args\": {\"name\": \"flash\"}}");
     /* B/E pairs, in time order per track */
@@ -1571,11 +1627,12 @@ static int write_trace(struct pl *p, const char *path, struct infer_pipeline_sta
         if (pf->executor < 0 || !pf->t1)
             continue;
         double b = (double)(pf->t0 - p->t_start) / 1e3, e = (double)(pf->t1 - p->t_start) / 1e3;
-        fprintf(f, ",\n{\"name\": \"prefault L%d +%zu MiB\", \"cat\": \"prefault\", \"ph\": \"B\", "
-                   "\"pid\": 1, \"tid\": %d, \"ts\": %.3f},\n{\"name\": \"prefault L%d +%zu MiB\", "
+        char name[64];
+        snprintf(name, sizeof name, "prefault L%d +%zu MiB", pf->layer, pf->off >> 20);
+        fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"prefault\", \"ph\": \"B\", "
+                   "\"pid\": 1, \"tid\": %d, \"ts\": %.3f},\n{\"name\": \"%s\", "
                    "\"cat\": \"prefault\", \"ph\": \"E\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f}",
-                pf->layer, pf->off >> 20, pf->executor, b, pf->layer, pf->off >> 20, pf->executor,
-                e);
+                name, pf->executor, b, name, pf->executor, e);
     }
     uint64_t prev = p->t_start;
     for (uint32_t s = 0; s < format_reader_n_slices(p->r) && s < 4096; s++) {
@@ -1868,6 +1925,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     p->logits = logits;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->pf_cv, NULL);
     void *whole = NULL;
     size_t whole_len = 0;
     struct worker_arg wargs[MAX_CPU_WORKERS + 1];
@@ -1976,9 +2034,14 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     }
     /* executors: the NPU device thread and the CPU workers */
     p->n_workers = o.cpu_workers;
+    uint32_t fill_cols = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
+    if (c->n_heads * c->head_dim > fill_cols)
+        fill_cols = c->n_heads * c->head_dim;
+    p->fill_cols = fill_cols;
     for (uint32_t w = 0; w <= p->n_workers; w++) {
         p->att_scratch[w] = malloc(sizeof(float) * INFER_ATT_ROWS * c->seq_len);
-        if (!p->att_scratch[w]) {
+        p->fill_scratch[w] = w ? sl_alloc_aligned((size_t)PL_FILL_ROWS * fill_cols, 64) : NULL;
+        if (!p->att_scratch[w] || (w && !p->fill_scratch[w])) {
             ret = -ENOMEM;
             goto out;
         }
@@ -2006,6 +2069,9 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         pthread_mutex_unlock(&p->lock);
         goto join;
     }
+    /* without it the work is the same: the unpacking faults its memory */
+    if (p->n_pf && pthread_create(&p->pf_thread, NULL, prefault_worker, p) == 0)
+        p->pf_started = 1;
     pthread_mutex_lock(&p->lock);
     /* tasks without dependencies (the sequential barrier waits for the load) */
     for (uint32_t i = 0; i < p->n_tasks; i++)
@@ -2026,10 +2092,13 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         *err = p->err;
     }
     pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->pf_cv);
     pthread_mutex_unlock(&p->lock);
 join:
     for (uint32_t w = 0; w < p->n_workers; w++)
         pthread_join(p->workers[w], NULL);
+    if (p->pf_started)
+        pthread_join(p->pf_thread, NULL);
     if (dev_started)
         npu_device_join(p->dev);
     if (ret < 0)
@@ -2067,8 +2136,10 @@ out:
             sl_free_aligned(whole);
     }
     npu_device_destroy(p->dev);
-    for (uint32_t w = 0; w <= MAX_CPU_WORKERS; w++)
+    for (uint32_t w = 0; w <= MAX_CPU_WORKERS; w++) {
         free(p->att_scratch[w]);
+        sl_free_aligned(p->fill_scratch[w]);
+    }
     free_chunks(p);
     infer_state_destroy(p->st);
     infer_model_destroy(p->m);
@@ -2087,6 +2158,7 @@ out:
     free(p->cpu_q.items);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->pf_cv);
     free(p);
     return ret;
 }

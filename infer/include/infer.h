@@ -266,8 +266,8 @@ struct infer_pipeline_opts {
     int no_steal_split;        /* with steal_ahead: never cut a matmul the NPU's other work
                                 * does not outlast (its rest to the CPU) */
     uint32_t split;            /* output channels per NPU task in full/sequential (512) */
-    int no_prefault;           /* full: do not fault the NPU's weight memory in ahead, in
-                                * idle CPU time (ablation) */
+    int no_prefault;           /* full: no prefault thread faulting the NPU's weight memory
+                                * in ahead while a CPU worker is idle (ablation) */
     uint32_t cpu_workers;      /* CPU worker threads (default 1; the NPU has its own) */
     uint64_t ring_bytes;       /* loader buffer memory (default 64 MiB) */
     uint32_t queue_depth;      /* loader reads in flight (default 16) */
@@ -280,7 +280,8 @@ struct infer_pipeline_stats {
     double ttft_s;             /* pipeline start to the first token's logits */
     double load_s;             /* start to the arrival of the last slice it needed */
     double unpack_s;           /* CPU time unpacking weights */
-    double prefault_s;         /* full: idle CPU time spent faulting weight memory in ahead
+    double prefault_s;         /* full: the prefault thread's time faulting weight memory in
+                                * ahead, at idle priority while a CPU worker was idle
                                 * (counted neither as busy nor as stall) */
     double npu_busy_s;         /* the NPU device thread executing jobs */
     double cpu_busy_s;         /* CPU workers running tasks (stolen NPU work included) */

@@ -198,6 +198,8 @@ static void test_trace(void **st)
         if (!strcmp(ph, "B")) {
             assert_int_equal(depth[tid], 0); /* tasks on one track do not nest */
             const char *cat = cJSON_GetObjectItem(e, "cat")->valuestring;
+            if (!strcmp(cat, "prefault")) /* the prefault thread's own track */
+                assert_int_equal(tid, 99);
             if (strcmp(cat, "load") && strcmp(cat, "prefault")) { /* a task: its wait */
                 cJSON *w = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "ready_wait_us");
                 assert_true(cJSON_IsNumber(w) && w->valuedouble >= 0);
