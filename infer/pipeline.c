@@ -1035,7 +1035,6 @@ static int run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
     uint32_t F = c->hidden_dim;
     struct chunkbuf *b = &p->cb[t->chunk];
     int ret = 0;
-    (void)w;
     switch (t->op) {
     case PL_VERIFY: {
         if (t->slice == UINT32_MAX)
