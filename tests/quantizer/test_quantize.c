@@ -523,15 +523,21 @@ static double kl_vs_float(const char *qpath, const int *ids, uint32_t n)
 
 /* The runtime runs quantized outputs through its int8 path: error grows as
  * bits shrink, and smoothing beats none on the synthetic model's outlier
- * channels with static per-tensor activation scales. */
+ * channels with static per-tensor activation scales. KL is the mean over
+ * P random prompts: now and then one prompt drives an activation past the
+ * calibrated range and clips under both methods alike (seed
+ * 1795468543932901: EdgeFlow 8 bits 0.054 on one prompt, 0.006-0.011 on
+ * others with the same calibration). */
 static void test_runs_int8(void **st)
 {
     (void)st;
-    enum { N = 128 };
-    int ids[N];
-    ids[0] = 1;
-    for (int i = 1; i < N; i++)
-        ids[i] = 3 + (int)test_rng_below(&rng, 500);
+    enum { N = 128, P = 3 };
+    int ids[P][N];
+    for (int p = 0; p < P; p++) {
+        ids[p][0] = 1;
+        for (int i = 1; i < N; i++)
+            ids[p][i] = 3 + (int)test_rng_below(&rng, 500);
+    }
     const struct {
         enum quantizer_method m;
         double bits;
@@ -543,7 +549,9 @@ static void test_runs_int8(void **st)
         struct quantizer_opts o = {.method = cases[k].m, .bits = cases[k].bits, .alpha = -1};
         struct quantizer_report rep;
         quantize(model, cal, &o, tmp("r.sluice"), &rep);
-        kl[k] = kl_vs_float(tmp("r.sluice"), ids, N);
+        kl[k] = 0;
+        for (int p = 0; p < P; p++)
+            kl[k] += kl_vs_float(tmp("r.sluice"), ids[p], N) / P;
     }
     fprintf(stderr, "KL vs float: uniform 8 bits %.4f, edgeflow 8 bits %.4f, 3 bits %.4f\n", kl[0],
             kl[1], kl[2]);
