@@ -1062,13 +1062,13 @@ static int run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         struct infer_linear *lin = (struct infer_linear *)linear_of(p, t->layer, t->role);
         int tied = ti2->role == FORMAT_ROLE_TOK_EMBD; /* the classifier is the embedding */
         const uint8_t *data = p->slice_data[t->slice] + (ti2->offset - s->offset);
+        /* the worker's scratch where its rows fit (fill_linear allocates otherwise) */
+        int8_t *scratch = ti2->shape[1] <= p->fill_cols ? p->fill_scratch[w] : NULL;
         if (t->r1 > t->r0) { /* a piece, prepared by build_graph */
-            ret = fill_linear(lin, ti2, data, t->r0, t->r1,
-                              lin->cols <= p->fill_cols ? p->fill_scratch[w] : NULL, &err);
+            ret = fill_linear(lin, ti2, data, t->r0, t->r1, scratch, &err);
             tied = 0;
         } else {
-            ret = unpack_linear(lin, ti2, data, p->m->force_dynamic_act, 0, 1,
-                                ti2->shape[1] <= p->fill_cols ? p->fill_scratch[w] : NULL, &err);
+            ret = unpack_linear(lin, ti2, data, p->m->force_dynamic_act, 0, 1, scratch, &err);
         }
         /* lookups read rows back from the NPU's copy: no second copy */
         if (ret == 0 && tied)
