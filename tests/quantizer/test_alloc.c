@@ -299,14 +299,22 @@ static void test_re_proxy_vs_exact(void **st)
             assert_true(worst < 0.25);
     }
     /* ordering: channels of different crest factors (a Gaussian bulk plus k
-     * outliers) rank alike under the proxy and the exact distance */
+     * outliers) rank alike under the proxy and the exact distance, wherever
+     * the proxies say the two differ by more than 20%. The outliers sit above
+     * the bulk's own maximum (about 3.5-4.3 sigma for 4096 samples): at
+     * 3.0-4.0 the first three channels had the same maximum and ranked by
+     * chance (seed 1795472020958374 failed at 4 bits). Neighbours closer than
+     * that can swap: the exact distance moves by ~1% with the draw, and at 3
+     * bits, once the step passes 3 sigma, the bulk rounds to zero and the
+     * exact distance stops growing with the crest factor (60 seeds: no
+     * swapped pair was more than 9% apart) */
     enum { K = 12 };
     double prox[K], ex[K];
     for (uint32_t b = 2; b <= 8; b++) {
         for (int k = 0; k < K; k++) {
             gaussian(w, n, 1.0);
             for (int o = 0; o < k; o++)
-                w[test_rng_below(&rng, n)] = (float)(3.0 + 0.5 * k);
+                w[test_rng_below(&rng, n)] = (float)(5.0 + 0.5 * k);
             double mx = 0, ms = 0;
             for (uint32_t i = 0; i < n; i++) {
                 mx = fmax(mx, fabs((double)w[i]));
@@ -315,13 +323,22 @@ static void test_re_proxy_vs_exact(void **st)
             prox[k] = quantizer_re_proxy(mx, ms / n, b);
             ex[k] = quantizer_re_exact(w, n, b);
         }
-        int concordant = 0, pairs = 0;
+        int concordant = 0, pairs = 0, apart = 0, apart_alike = 0;
         for (int i = 0; i < K; i++)
-            for (int j = i + 1; j < K; j++, pairs++)
-                concordant += (prox[i] < prox[j]) == (ex[i] < ex[j]);
-        fprintf(stderr, "b=%u: %d of %d channel pairs ordered alike\n", b, concordant, pairs);
-        if (b >= 3)
-            assert_true(concordant >= pairs - 2);
+            for (int j = i + 1; j < K; j++, pairs++) {
+                int alike = (prox[i] < prox[j]) == (ex[i] < ex[j]);
+                concordant += alike;
+                if (fmax(prox[i], prox[j]) > 1.2 * fmin(prox[i], prox[j])) {
+                    apart++;
+                    apart_alike += alike;
+                }
+            }
+        fprintf(stderr, "b=%u: %d of %d channel pairs ordered alike; %d of %d pairs with "
+                        "proxies >20%% apart\n", b, concordant, pairs, apart_alike, apart);
+        if (b >= 3) {
+            assert_true(apart >= pairs / 2);
+            assert_int_equal(apart_alike, apart);
+        }
     }
     free(w);
 }
