@@ -43,6 +43,7 @@ int tools_tokenize_file(const struct infer_tokenizer *tk, const char *path, int 
         sl_err_set(err, "%s: cannot tokenize (%s)", path, strerror(-ret));
     else if (*n == 0) {
         free(*ids);
+        *ids = NULL;
         sl_err_set(err, "%s: no text", path);
         ret = -EINVAL;
     }

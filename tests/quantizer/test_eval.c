@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "infer.h"
 #include "quantizer.h"
@@ -269,6 +270,15 @@ static void test_eval_errors(void **st)
     expect_failure_of("quantize", args, "integer");
     snprintf(args, sizeof args, "'%s' -o '%s' --bits 9", model, tmp("qq.sluice"));
     expect_failure_of("quantize", args, "--bits");
+    /* an empty calibration text: an error naming it, no output file (it
+     * used to free the token buffer twice and abort) */
+    const char *empty = tmp("empty.txt"), *qe = tmp("qe.sluice");
+    FILE *fe = fopen(empty, "w");
+    assert_non_null(fe);
+    fclose(fe);
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 5 --calib '%s'", model, qe, empty);
+    expect_failure_of("quantize", args, "empty.txt: no text");
+    assert_int_equal(access(qe, F_OK), -1);
     /* an output folder that does not exist: said before calibrating */
     snprintf(args, sizeof args, "'%s' -o '%s' --bits 5", model, tmp("no/such/dir/q.sluice"));
     expect_failure_of("quantize", args, "cannot write into");
