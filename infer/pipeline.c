@@ -22,7 +22,10 @@
  *                  or (steal_ahead) when the NPU's other work is estimated
  *                  to outlast the task, so the CPU finishes it before the
  *                  NPU would have started it, and cutting the task's
- *                  channels in two when it does not (split stealing);
+ *                  channels in two when it does not (split stealing); the
+ *                  NPU dispatching a matmul with nothing else queued on
+ *                  either side leaves its second half queued for the CPU
+ *                  to steal (a kept tail: a running job cannot be cut);
  *   sequential     llama.cpp's and MNN's way: nothing is unpacked or
  *                  computed until every slice has been read, then coarse
  *                  tasks first come first served (every tensor is converted
@@ -203,6 +206,7 @@ struct pl {
     uint32_t npu_running;
     double npu_actual_s, npu_est_s;
     uint32_t splits;        /* NPU matmuls cut by split stealing */
+    uint32_t tails;         /* NPU matmuls cut at dispatch to keep a stealable tail */
     uint64_t bytes_read;
     uint64_t load_events[4096];         /* arrival time of each slice */
 };
@@ -1185,6 +1189,8 @@ static void prepare_job(struct pl *p, struct task *t)
 
 /* ---- executors ---------------------------------------------------------------------------- */
 
+static void keep_tail(struct pl *p, uint32_t ti);
+
 static struct npu_job *npu_next(void *ctx)
 {
     struct pl *p = ctx;
@@ -1195,6 +1201,8 @@ static struct npu_job *npu_next(void *ctx)
     if (p->npu_q.n && !p->stop) {
         uint32_t ti = qpop(p, &p->npu_q);
         struct task *t = &p->tasks[ti];
+        if (granular(p->o->policy))
+            keep_tail(p, ti);
         prepare_job(p, t);
         t->executor = 0;
         t->t0 = sl_now_ns();
@@ -1258,17 +1266,40 @@ static void npu_ahead(const struct pl *p, uint32_t last, double *ahead, double *
     *own = p->tasks[p->npu_q.items[last]].est * pace;
 }
 
+/* Cuts matmul `ti` (lock held): its last `tail_rows` output channels become
+ * a new task with the same predecessors (all done) and successors (each now
+ * waits for one more task). Returns the new task's index, or UINT32_MAX
+ * where the reserve of task slots (sized at build time, so tasks never move
+ * while running) is spent. */
+static uint32_t cut_task(struct pl *p, uint32_t ti, uint32_t tail_rows)
+{
+    if (p->n_tasks == p->cap_tasks)
+        return UINT32_MAX;
+    struct task *t = &p->tasks[ti];
+    uint32_t rows = t->r1 - t->r0, mid = t->r1 - tail_rows;
+    uint32_t ci = p->n_tasks++;
+    struct task *c = &p->tasks[ci];
+    *c = *t;
+    c->r0 = mid;
+    c->key = t->key + (mid - t->r0);
+    c->est = t->est * tail_rows / rows;
+    t->est -= c->est;
+    t->r1 = mid;
+    for (uint32_t e = 0; e < t->n_succ; e++)
+        p->tasks[p->edges[t->succ_off + e]].deps++;
+    p->remaining++;
+    return ci;
+}
+
 /* Split stealing (lock held): the NPU's last queued matmul outlasts the rest
  * of the NPU's work, so taking it whole would leave the NPU waiting for the
  * CPU, and leaving it whole leaves the CPU idle while the NPU works through
  * it. Cut its output channels instead (on 16-channel blocks, both parts at
  * least 32): the NPU keeps the first part in its queue, and the CPU gets the
  * rest, sized so both finish together ((ahead + own) / 2 of work each, at
- * the NPU's pace). The new task has the same predecessors (all done) and
- * successors (each waits for one more task). Returns its index; the whole
+ * the NPU's pace), by cut_task. Returns the CPU part's index; the whole
  * task's where the NPU's part would be under 32 channels; or UINT32_MAX
- * where the CPU's would be, or the reserve of task slots (sized at build
- * time, so tasks never move while running) is spent. */
+ * where the CPU's would be, or no task slot is left. */
 static uint32_t steal_split(struct pl *p, uint32_t last, double ahead, double own)
 {
     uint32_t ti = p->npu_q.items[last];
@@ -1285,22 +1316,31 @@ static uint32_t steal_split(struct pl *p, uint32_t last, double ahead, double ow
      * most those few channels' time) rather than leave the CPU idle */
     if (rows - cpu_rows < 32)
         return qtake(&p->npu_q, last);
-    if (p->n_tasks == p->cap_tasks)
-        return UINT32_MAX;
-    uint32_t mid = t->r1 - cpu_rows;
-    uint32_t ci = p->n_tasks++;
-    struct task *c = &p->tasks[ci];
-    *c = *t;
-    c->r0 = mid;
-    c->key = t->key + (mid - t->r0);
-    c->est = t->est * cpu_rows / rows;
-    t->est -= c->est;
-    t->r1 = mid;
-    for (uint32_t e = 0; e < t->n_succ; e++)
-        p->tasks[p->edges[t->succ_off + e]].deps++;
-    p->remaining++;
-    p->splits++;
+    uint32_t ci = cut_task(p, ti, cpu_rows);
+    p->splits += ci != UINT32_MAX;
     return ci;
+}
+
+/* Keeping a stealable tail (lock held, the NPU dispatching matmul `ti`):
+ * when it is the NPU's last queued task and the CPU has nothing queued, the
+ * CPU goes idle while the NPU works through the whole piece, and a running
+ * job cannot be cut. Its second half goes back into the NPU's queue instead:
+ * a CPU worker that turns idle meanwhile steals it (whole, or cut again so
+ * both finish together); otherwise the NPU runs it next, at the cost of one
+ * more dispatch (its activations are staged once, by the job's tag). */
+static void keep_tail(struct pl *p, uint32_t ti)
+{
+    struct task *t = &p->tasks[ti];
+    uint32_t rows = t->r1 - t->r0;
+    if (p->npu_q.n || p->cpu_q.n || t->op != PL_MM || rows < 64 || p->o->no_steal_split ||
+        !(p->o->steal_ahead > 0))
+        return;
+    uint32_t ci = cut_task(p, ti, (rows / 2) & ~15u);
+    if (ci != UINT32_MAX) {
+        qpush(&p->npu_q, ci); /* cannot fail: `ti` was just taken from it */
+        p->tails++;
+        pthread_cond_broadcast(&p->cv);
+    }
 }
 
 /* The NPU task an idle CPU worker takes (lock held), or UINT32_MAX: with
@@ -1691,6 +1731,7 @@ static void stats_fill(struct pl *p, struct infer_pipeline_stats *st)
     st->tasks = p->n_tasks;
     st->stolen = p->stolen;
     st->splits = p->splits;
+    st->tails = p->tails;
     if (p->dev) {
         struct npu_device_stats ds;
         npu_device_stats(p->dev, &ds);

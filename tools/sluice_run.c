@@ -426,6 +426,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(pj, "tasks", ps->tasks);
     cJSON_AddNumberToObject(pj, "stolen", ps->stolen);
     cJSON_AddNumberToObject(pj, "splits", ps->splits);
+    cJSON_AddNumberToObject(pj, "tails", ps->tails);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!s)

@@ -295,6 +295,8 @@ struct infer_pipeline_stats {
     uint64_t bytes_read;       /* before the first token */
     uint32_t tasks, stolen, graphs;
     uint32_t splits;           /* NPU matmuls cut in two by split stealing (in stolen) */
+    uint32_t tails;            /* NPU matmuls cut in two at dispatch, the second half left
+                                * queued for an idle CPU to steal (full) */
 };
 
 const char *infer_policy_name(enum infer_policy p);

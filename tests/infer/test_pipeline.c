@@ -253,10 +253,12 @@ static void test_corrupt(void **st)
 /* The steal-ahead rule takes work the count threshold would leave to the NPU:
  * with the threshold out of reach, the CPU steals only under steal_ahead, and
  * never without it; with whole-tensor tasks it also cuts matmuls (split
- * stealing), unless told not to. The logits stay bit-identical throughout.
- * The prompt's Q/K/V tasks are ready together while the CPU worker has
- * nothing to run, so runs without any take (or any cut) would mean the rule
- * never fires. */
+ * stealing), unless told not to, and the NPU leaves the second half of a
+ * matmul it dispatches with nothing else queued for the CPU to steal (a
+ * kept tail: only pieces of 64 channels or more, only with cutting on). The
+ * logits stay bit-identical throughout. The prompt's Q/K/V tasks are ready
+ * together while the CPU worker has nothing to run, so runs without any take
+ * (or any cut, or any tail) would mean the rule never fires. */
 static void test_steal_ahead(void **st)
 {
     (void)st;
@@ -273,7 +275,7 @@ static void test_steal_ahead(void **st)
     assert_int_equal(infer_forward(m, s, ids, n, 0, a, INFER_LOGITS_LAST, &err), 0);
     /* modes: 0 threshold only; 1 steal-ahead, 16-channel pieces (too small
      * to cut); 2 steal-ahead, whole tensors; 3 the same without cutting */
-    uint32_t stolen[4] = {0}, splits[4] = {0};
+    uint32_t stolen[4] = {0}, splits[4] = {0}, tails[4] = {0};
     for (int mode = 0; mode < 4; mode++)
         for (int rep = 0; rep < 3; rep++) {
             struct infer_pipeline_opts o = {.policy = INFER_POLICY_FULL, .chunk = 64,
@@ -291,6 +293,7 @@ static void test_steal_ahead(void **st)
             assert_true(ps_st.splits <= ps_st.stolen);
             stolen[mode] += ps_st.stolen;
             splits[mode] += ps_st.splits;
+            tails[mode] += ps_st.tails;
             infer_state_destroy(ps);
             infer_model_destroy(pm);
         }
@@ -299,6 +302,12 @@ static void test_steal_ahead(void **st)
     assert_int_equal(splits[1], 0);
     assert_true(splits[2] > 0);
     assert_int_equal(splits[3], 0);
+    fprintf(stderr, "tails kept per mode: %u %u %u %u\n", tails[0], tails[1], tails[2],
+            tails[3]);
+    assert_int_equal(tails[0], 0);
+    assert_int_equal(tails[1], 0);
+    assert_true(tails[2] > 0);
+    assert_int_equal(tails[3], 0);
     infer_state_destroy(s);
     infer_model_destroy(m);
     free(ids);
