@@ -264,7 +264,8 @@ struct infer_pipeline_opts {
                                 * that task's estimated time; 0: off (1 with opts NULL
                                 * and in sluice run) */
     int no_steal_split;        /* with steal_ahead: never cut a matmul the NPU's other work
-                                * does not outlast (its rest to the CPU) */
+                                * does not outlast (its rest to the CPU), nor leave the
+                                * second half of one the NPU dispatches queued (tails) */
     uint32_t split;            /* output channels per NPU task in full/sequential (512) */
     int no_prefault;           /* full: no prefault thread faulting the NPU's weight memory
                                 * in ahead while a CPU worker is idle (ablation) */
