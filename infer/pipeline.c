@@ -1327,7 +1327,7 @@ static uint32_t steal_split(struct pl *p, uint32_t last, double ahead, double ow
  * job cannot be cut. Its second half goes back into the NPU's queue instead:
  * a CPU worker that turns idle meanwhile steals it (whole, or cut again so
  * both finish together); otherwise the NPU runs it next, at the cost of one
- * more dispatch (its activations are staged once, by the job's tag). */
+ * more dispatch (and of staging its activations once more). */
 static void keep_tail(struct pl *p, uint32_t ti)
 {
     struct task *t = &p->tasks[ti];
