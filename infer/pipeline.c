@@ -194,8 +194,8 @@ struct pl {
     struct prefault {
         struct npu_weights *w;
         size_t off, len;
-        int layer, executor;
-        uint64_t t0, t1;
+        int layer;
+        uint64_t t0, t1;    /* the step's span on the prefault track; t1 0: not run */
     } *pf;
     uint32_t n_pf, cap_pf, next_pf;
     int unpack_layer;       /* highest layer whose unpacking began (-1: none) */
@@ -413,8 +413,7 @@ static int add_prefault(struct pl *p, struct npu_weights *w, int layer)
                 return -1;
             p->pf = a;
         }
-        p->pf[p->n_pf++] = (struct prefault){.w = w, .off = off, .len = step, .layer = layer,
-                                             .executor = -1};
+        p->pf[p->n_pf++] = (struct prefault){.w = w, .off = off, .len = step, .layer = layer};
     }
     return 0;
 }
@@ -1386,7 +1385,6 @@ static void *prefault_worker(void *arg)
         struct prefault *f = &p->pf[p->next_pf++];
         if (f->layer <= p->unpack_layer)
             continue; /* its unpacking faults it in itself */
-        f->executor = PL_PREFAULT_TID;
         f->t0 = sl_now_ns();
         pthread_mutex_unlock(&p->lock);
         int r = npu_weights_prefault(f->w, f->off, f->len);
@@ -1663,7 +1661,7 @@ static int write_trace(struct pl *p, const char *path, struct infer_pipeline_sta
     }
     for (uint32_t i = 0; i < p->n_pf; i++) {
         const struct prefault *pf = &p->pf[i];
-        if (pf->executor < 0 || !pf->t1)
+        if (!pf->t1)
             continue;
         double b = (double)(pf->t0 - p->t_start) / 1e3, e = (double)(pf->t1 - p->t_start) / 1e3;
         char name[64];
@@ -1671,7 +1669,7 @@ static int write_trace(struct pl *p, const char *path, struct infer_pipeline_sta
         fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"prefault\", \"ph\": \"B\", "
                    "\"pid\": 1, \"tid\": %d, \"ts\": %.3f},\n{\"name\": \"%s\", "
                    "\"cat\": \"prefault\", \"ph\": \"E\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f}",
-                name, pf->executor, b, name, pf->executor, e);
+                name, PL_PREFAULT_TID, b, name, PL_PREFAULT_TID, e);
     }
     uint64_t prev = p->t_start;
     for (uint32_t s = 0; s < format_reader_n_slices(p->r) && s < 4096; s++) {
