@@ -61,6 +61,9 @@ AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
     uint32_t full = cols / 512;
     for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512) {
 #pragma GCC unroll 8
+        for (uint32_t o = 0; o < b * 64; o += 64)
+            _mm_prefetch((const char *)src + UNPACK_PREFETCH_ADAPTIVE / 8 * b + o, _MM_HINT_T0);
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             store(dst + k * 64, stripe(src, 64, k, b), nt);
             store(dst + k * 64 + 32, stripe(src + 32, 64, k, b), nt);
@@ -128,6 +131,10 @@ AI void int4int8_row_nt(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *d
     if (b > 4) {
         const __m256i lo = _mm256_set1_epi8(-127);
         for (; j + 128 <= cols; j += 128) {
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; i++)
+                _mm_prefetch((const char *)src + j + UNPACK_PREFETCH_INT4INT8 + 64 * i,
+                             _MM_HINT_T0);
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++)
                 store(dst + j + 32 * i,
@@ -140,6 +147,8 @@ AI void int4int8_row_nt(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *d
         const __m256i m = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
         const __m256i lo7 = _mm256_set1_epi8(-7);
         for (; j + 64 <= cols; j += 64) {
+            if ((j & 127) == 0) /* one 64-byte line per 128 weights */
+                _mm_prefetch((const char *)src + (j + UNPACK_PREFETCH_INT4INT8) / 2, _MM_HINT_T0);
             __m256i v = _mm256_loadu_si256((const __m256i *)(src + j / 2));
             __m256i l = _mm256_and_si256(v, m);
             __m256i h = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
@@ -192,33 +201,57 @@ AI __m256i spread(const uint8_t *p, const int w)
                             _mm256_set1_epi16(0x0f0f));
 }
 
+/* The 32 int8 weights [j, j + 32) of a bitplane row. */
+AI void bitplane_32(const uint8_t *src, size_t padded, uint32_t j, int8_t *dst, const uint32_t b,
+                    const int nt)
+{
+    __m256i u = _mm256_setzero_si256();
+    const uint8_t *plane = src;
+#pragma GCC unroll 4
+    for (int p = 0; p < 3; p++) {
+        const int w = planes[b][p];
+        if (!w)
+            break;
+        __m256i s = spread(plane + (size_t)j * w / 8, w);
+        if (w == 1) /* the last plane: u = 2u + bit, with bit as 0 / -1 */
+            u = _mm256_sub_epi8(_mm256_add_epi8(u, u), s);
+        else
+            u = p ? _mm256_or_si256(_mm256_slli_epi16(u, w), s) : s;
+        plane += padded * w / 8;
+    }
+    if (b == 1)
+        u = _mm256_sub_epi8(_mm256_add_epi8(u, u), _mm256_set1_epi8(1));
+    else
+        u = _mm256_sub_epi8(_mm256_min_epu8(u, _mm256_set1_epi8((char)((1u << b) - 2))),
+                            _mm256_set1_epi8((char)((1 << (b - 1)) - 1)));
+    store(dst + j, u, nt);
+}
+
 AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
                       const int nt)
 {
     const size_t padded = (size_t)sl_align_up(cols, 8);
     uint32_t j = 0;
-    for (; j + 32 <= cols; j += 32) {
-        __m256i u = _mm256_setzero_si256();
-        const uint8_t *plane = src;
+    for (; j + 512 <= cols; j += 512) {
+        const uint8_t *plane = src; /* each plane's lines for 512 weights on */
 #pragma GCC unroll 4
         for (int p = 0; p < 3; p++) {
             const int w = planes[b][p];
             if (!w)
                 break;
-            __m256i s = spread(plane + (size_t)j * w / 8, w);
-            if (w == 1) /* the last plane: u = 2u + bit, with bit as 0 / -1 */
-                u = _mm256_sub_epi8(_mm256_add_epi8(u, u), s);
-            else
-                u = p ? _mm256_or_si256(_mm256_slli_epi16(u, w), s) : s;
+#pragma GCC unroll 4
+            for (int o = 0; o < w * 64; o += 64)
+                _mm_prefetch((const char *)plane + (size_t)(j + UNPACK_PREFETCH_BITPLANE) * w / 8 +
+                                 o,
+                             _MM_HINT_T0);
             plane += padded * w / 8;
         }
-        if (b == 1)
-            u = _mm256_sub_epi8(_mm256_add_epi8(u, u), _mm256_set1_epi8(1));
-        else
-            u = _mm256_sub_epi8(_mm256_min_epu8(u, _mm256_set1_epi8((char)((1u << b) - 2))),
-                                _mm256_set1_epi8((char)((1 << (b - 1)) - 1)));
-        store(dst + j, u, nt);
+#pragma GCC unroll 16
+        for (uint32_t i = 0; i < 512; i += 32)
+            bitplane_32(src, padded, j + i, dst, b, nt);
     }
+    for (; j + 32 <= cols; j += 32)
+        bitplane_32(src, padded, j, dst, b, nt);
     unpack_bitplane_tail_scalar(src, cols, b, j, dst);
 }
 

@@ -83,6 +83,9 @@ AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
     uint32_t full = cols / 512;
     for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512) {
 #pragma GCC unroll 8
+        for (uint32_t o = 0; o < b * 64; o += 64)
+            _mm_prefetch((const char *)src + UNPACK_PREFETCH_ADAPTIVE / 8 * b + o, _MM_HINT_T0);
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++)
             store(dst + k * 64, stripe(src, 64, k, b, 0, 0), nt);
     }
@@ -142,9 +145,12 @@ AI void int4int8_row_nt(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *d
         const __m512i lo = _mm512_set1_epi8(-127);
         for (; j + 256 <= cols; j += 256) {
 #pragma GCC unroll 4
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < 4; i++) {
+                _mm_prefetch((const char *)src + j + UNPACK_PREFETCH_INT4INT8 + 64 * i,
+                             _MM_HINT_T0);
                 store(dst + j + 64 * i, _mm512_max_epi8(_mm512_loadu_si512(src + j + 64 * i), lo),
                       nt);
+            }
         }
         for (; j + 64 <= cols; j += 64)
             store(dst + j, _mm512_max_epi8(_mm512_loadu_si512(src + j), lo), nt);
@@ -156,6 +162,7 @@ AI void int4int8_row_nt(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *d
         const __m512i i0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
         const __m512i i1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
         for (; j + 128 <= cols; j += 128) {
+            _mm_prefetch((const char *)src + (j + UNPACK_PREFETCH_INT4INT8) / 2, _MM_HINT_T0);
             __m512i v = _mm512_loadu_si512(src + j / 2);
             __m512i l = _mm512_and_si512(v, m);
             __m512i h = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
@@ -200,38 +207,62 @@ AI __m512i spread(const uint8_t *p, const int w)
                             _mm512_set1_epi16(0x0f0f));
 }
 
+/* The 64 int8 weights [j, j + 64) of a bitplane row. */
+AI void bitplane_64(const uint8_t *src, size_t padded, uint32_t j, int8_t *dst, const uint32_t b,
+                    const int nt)
+{
+    __m512i u = _mm512_setzero_si512();
+    const uint8_t *plane = src;
+#pragma GCC unroll 4
+    for (int p = 0; p < 3; p++) {
+        const int w = planes[b][p];
+        if (!w)
+            break;
+        const uint8_t *at = plane + (size_t)j * w / 8;
+        if (w == 1) {
+            uint64_t m;
+            memcpy(&m, at, 8);
+            u = _mm512_add_epi8(u, u);
+            u = _mm512_mask_add_epi8(u, (__mmask64)m, u, _mm512_set1_epi8(1));
+        } else {
+            u = p ? _mm512_or_si512(_mm512_slli_epi16(u, (unsigned)w), spread(at, w))
+                  : spread(at, w);
+        }
+        plane += padded * w / 8;
+    }
+    if (b == 1)
+        u = _mm512_sub_epi8(_mm512_add_epi8(u, u), _mm512_set1_epi8(1));
+    else
+        u = _mm512_sub_epi8(_mm512_min_epu8(u, _mm512_set1_epi8((char)((1u << b) - 2))),
+                            _mm512_set1_epi8((char)((1 << (b - 1)) - 1)));
+    store(dst + j, u, nt);
+}
+
 AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
                       const int nt)
 {
     const size_t padded = (size_t)sl_align_up(cols, 8);
     uint32_t j = 0;
-    for (; j + 64 <= cols; j += 64) {
-        __m512i u = _mm512_setzero_si512();
-        const uint8_t *plane = src;
+    for (; j + 512 <= cols; j += 512) {
+        const uint8_t *plane = src; /* each plane's lines for 512 weights on */
 #pragma GCC unroll 4
         for (int p = 0; p < 3; p++) {
             const int w = planes[b][p];
             if (!w)
                 break;
-            const uint8_t *at = plane + (size_t)j * w / 8;
-            if (w == 1) {
-                uint64_t m;
-                memcpy(&m, at, 8);
-                u = _mm512_add_epi8(u, u);
-                u = _mm512_mask_add_epi8(u, (__mmask64)m, u, _mm512_set1_epi8(1));
-            } else {
-                u = p ? _mm512_or_si512(_mm512_slli_epi16(u, (unsigned)w), spread(at, w))
-                      : spread(at, w);
-            }
+#pragma GCC unroll 4
+            for (int o = 0; o < w * 64; o += 64)
+                _mm_prefetch((const char *)plane + (size_t)(j + UNPACK_PREFETCH_BITPLANE) * w / 8 +
+                                 o,
+                             _MM_HINT_T0);
             plane += padded * w / 8;
         }
-        if (b == 1)
-            u = _mm512_sub_epi8(_mm512_add_epi8(u, u), _mm512_set1_epi8(1));
-        else
-            u = _mm512_sub_epi8(_mm512_min_epu8(u, _mm512_set1_epi8((char)((1u << b) - 2))),
-                                _mm512_set1_epi8((char)((1 << (b - 1)) - 1)));
-        store(dst + j, u, nt);
+#pragma GCC unroll 8
+        for (uint32_t i = 0; i < 512; i += 64)
+            bitplane_64(src, padded, j + i, dst, b, nt);
     }
+    for (; j + 64 <= cols; j += 64)
+        bitplane_64(src, padded, j, dst, b, nt);
     unpack_bitplane_tail_scalar(src, cols, b, j, dst);
 }
 

@@ -35,6 +35,25 @@ extern const struct unpack_kernels unpack_kernels_avx2;
 extern const struct unpack_kernels unpack_kernels_avx512;
 extern const struct unpack_kernels unpack_kernels_neon;
 
+/* Software prefetch distances of the x86 SIMD kernels, in weights ahead of
+ * the ones being unpacked (each input stream prefetches the bytes that hold
+ * the weights this far on, into L1). Packed bytes fresh from flash are in
+ * memory, not cache; the hardware prefetchers follow adaptive and int4int8
+ * rows (one stream) late and the bitplane baseline's 2-3 plane streams per
+ * row hardly at all. Tuned with `sluice bench unpack` (hot: input flushed),
+ * each encoding its own best, so the baselines are served as well as
+ * adaptive (docs/BENCHMARKS.md). Prefetches past the tensor's end are
+ * harmless: they never fault. */
+#ifndef UNPACK_PREFETCH_ADAPTIVE
+#define UNPACK_PREFETCH_ADAPTIVE 8192
+#endif
+#ifndef UNPACK_PREFETCH_INT4INT8
+#define UNPACK_PREFETCH_INT4INT8 8192
+#endif
+#ifndef UNPACK_PREFETCH_BITPLANE
+#define UNPACK_PREFETCH_BITPLANE 16384
+#endif
+
 /* Weightlet widths of a b-bit code, most significant first, 0-terminated
  * (EdgeFlow 4.2: 8 = 4+4, 7 = 4+2+1, ..., 1 = 1). */
 extern const uint8_t unpack_planes[9][4];
