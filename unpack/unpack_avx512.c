@@ -244,19 +244,7 @@ AI void bitplane_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
     const size_t padded = (size_t)sl_align_up(cols, 8);
     uint32_t j = 0;
     for (; j + 512 <= cols; j += 512) {
-        const uint8_t *plane = src; /* each plane's lines for 512 weights on */
-#pragma GCC unroll 4
-        for (int p = 0; p < 3; p++) {
-            const int w = planes[b][p];
-            if (!w)
-                break;
-#pragma GCC unroll 4
-            for (int o = 0; o < w * 64; o += 64)
-                _mm_prefetch((const char *)plane + (size_t)(j + UNPACK_PREFETCH_BITPLANE) * w / 8 +
-                                 o,
-                             _MM_HINT_T0);
-            plane += padded * w / 8;
-        }
+        unpack_bitplane_prefetch(src, padded, j, planes[b]);
 #pragma GCC unroll 8
         for (uint32_t i = 0; i < 512; i += 64)
             bitplane_64(src, padded, j + i, dst, b, nt);

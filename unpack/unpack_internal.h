@@ -54,6 +54,26 @@ extern const struct unpack_kernels unpack_kernels_neon;
 #define UNPACK_PREFETCH_BITPLANE 16384
 #endif
 
+/* Prefetches, for a bitplane row whose planes (widths pw, 0-terminated)
+ * start at src and each cover `padded` weights, the lines of every plane
+ * that hold weights [j + UNPACK_PREFETCH_BITPLANE, + 512): w lines of a
+ * w-bit plane. The x86 kernels call it once per 512 weights, with pw their
+ * own copy of unpack_planes[b] so that it unrolls to constants. */
+static inline __attribute__((always_inline)) void
+unpack_bitplane_prefetch(const uint8_t *src, size_t padded, uint32_t j, const uint8_t *pw)
+{
+#pragma GCC unroll 4
+    for (int p = 0; p < 3; p++) {
+        const int w = pw[p];
+        if (!w)
+            break;
+#pragma GCC unroll 4
+        for (int o = 0; o < w * 64; o += 64)
+            __builtin_prefetch(src + (size_t)(j + UNPACK_PREFETCH_BITPLANE) * w / 8 + o, 0, 3);
+        src += padded * w / 8;
+    }
+}
+
 /* Weightlet widths of a b-bit code, most significant first, 0-terminated
  * (EdgeFlow 4.2: 8 = 4+4, 7 = 4+2+1, ..., 1 = 1). */
 extern const uint8_t unpack_planes[9][4];
