@@ -252,10 +252,9 @@ static void time_one(struct run *R, const struct unpack_tensor *u, struct conten
     unpack_hot(R, u, c->kernel, 0, R->rows);
     uint64_t t3 = sl_now_ns(), warm_ns = 0;
     for (uint32_t r0 = 0, r1; r0 < R->rows; r0 = r1) {
-        uint64_t bytes = 0;
-        for (r1 = r0; r1 < R->rows && (r1 == r0 || bytes < (256u << 10)); r1++)
-            bytes += (r1 + 1 < R->rows ? u->row_off[r1 + 1] : u->layout.data_len) -
-                     u->row_off[r1];
+        /* rows [r0, r1): the fewest from r0 holding 256 KiB of codes, or the rest */
+        for (r1 = r0 + 1; r1 < R->rows && u->row_off[r1] - u->row_off[r0] < (256u << 10); r1++)
+            ;
         unpack_hot(R, u, c->kernel, r0, r1);
         uint64_t w0 = sl_now_ns();
         unpack_hot(R, u, c->kernel, r0, r1);

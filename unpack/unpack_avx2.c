@@ -60,9 +60,7 @@ AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
 {
     uint32_t full = cols / 512;
     for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512) {
-#pragma GCC unroll 8
-        for (uint32_t o = 0; o < b * 64; o += 64)
-            _mm_prefetch((const char *)src + UNPACK_PREFETCH_ADAPTIVE / 8 * b + o, _MM_HINT_T0);
+        unpack_adaptive_prefetch(src, b);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             store(dst + k * 64, stripe(src, 64, k, b), nt);

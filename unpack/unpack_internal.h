@@ -54,6 +54,17 @@ extern const struct unpack_kernels unpack_kernels_neon;
 #define UNPACK_PREFETCH_BITPLANE 16384
 #endif
 
+/* Prefetches the b lines of the adaptive group UNPACK_PREFETCH_ADAPTIVE
+ * weights after the one at src (a b-bit group is b 64-byte blocks). The x86
+ * kernels call it once per full group. */
+static inline __attribute__((always_inline)) void unpack_adaptive_prefetch(const uint8_t *src,
+                                                                           uint32_t b)
+{
+#pragma GCC unroll 8
+    for (uint32_t o = 0; o < b * 64; o += 64)
+        __builtin_prefetch(src + UNPACK_PREFETCH_ADAPTIVE / 8 * b + o, 0, 3);
+}
+
 /* Prefetches, for a bitplane row whose planes (widths pw, 0-terminated)
  * start at src and each cover `padded` weights, the lines of every plane
  * that hold weights [j + UNPACK_PREFETCH_BITPLANE, + 512): w lines of a
