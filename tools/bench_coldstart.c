@@ -20,6 +20,7 @@
 
 #include "format.h"
 #include "infer.h"
+#include "npu.h"
 #include "sluice.h"
 #include "tools_cold.h"
 #include "tools_transcode.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "infer.h"
+#include "npu.h"
 #include "sluice.h"
 #include "tools_util.h"
 

@@ -166,57 +166,6 @@ void infer_sampler_destroy(struct infer_sampler *s);
  * for a seed. */
 int infer_sampler_sample(struct infer_sampler *s, float *logits);
 
-/* ---- the emulated NPU's int8 GEMM kernels (benchmarks, tests) -------------------
- *
- * C[i][r - r0] = sum_k A[i][k] * B[r][k] for rows r in [r0, r1), int32,
- * bit-exact across kernels and tilings. A: int8 activations [m][k],
- * row-major, |a| <= 127. B: int8 weights [n][k] (|b| <= 127), prepared once
- * by npu_gemm_b_create into the kernels' layout (with the +128 correction of
- * vpdpbusd). The runtime's API (prepared weights with scales, the quantized
- * linear, the NPU device) is in infer/npu.h. */
-
-struct npu_gemm_b;
-
-enum npu_kernel {
-    NPU_KERNEL_SCALAR = 0,
-    NPU_KERNEL_AVX2,
-    NPU_KERNEL_AVX512VNNI,
-    NPU_KERNEL_AVXVNNI,
-    NPU_KERNEL_COUNT
-};
-
-const char *npu_kernel_name(enum npu_kernel k);
-/* 1 if this CPU (and SLUICE_SIMD) allows the kernel. */
-int npu_kernel_available(enum npu_kernel k);
-/* The kernel npu_gemm_s8 uses. */
-enum npu_kernel npu_kernel_best(void);
-/* Register tilings of a kernel (at least 1; the NPU device times them on
- * each graph's shape) and their names, "6x64" = rows x output channels. */
-int npu_kernel_tiles(enum npu_kernel k);
-const char *npu_kernel_tile_name(enum npu_kernel k, int tile);
-
-/* Returns 0, -EINVAL (a zero dimension, NULL), -ERANGE (a code of -128) or
- * -ENOMEM. */
-int npu_gemm_b_create(const int8_t *b, uint32_t n, uint32_t k, struct npu_gemm_b **out);
-void npu_gemm_b_destroy(struct npu_gemm_b *b);
-
-/* With the best kernel, or a chosen one and tiling (tests, benchmark; an
- * unavailable kernel falls back to scalar, a tiling out of range to 0).
- * ldc: C's row stride in elements. */
-void npu_gemm_s8(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1,
-                 int32_t *c, size_t ldc);
-void npu_gemm_s8_kernel(enum npu_kernel kern, const struct npu_gemm_b *b, const int8_t *a,
-                        uint32_t m, uint32_t r0, uint32_t r1, int32_t *c, size_t ldc);
-void npu_gemm_s8_tile(enum npu_kernel kern, int tile, const struct npu_gemm_b *b,
-                      const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1, int32_t *c,
-                      size_t ldc);
-
-/* Measured peak of the machine's int8 multiply-add units on one core, in
- * GOPS (2 ops per multiply-add), from a register-only loop of the kernel's
- * instruction (vpdpbusd for the VNNI kernels; the AVX2 kernel's
- * sign/maddubs/madd step), run for about `seconds`. 0 when unavailable. */
-double npu_gemm_peak_gops(enum npu_kernel k, double seconds);
-
 /* ---- the cold-start pipeline (pipeline.c) ------------------------------------------
  *
  *   struct infer_pipeline_opts po = {.policy = INFER_POLICY_FULL};

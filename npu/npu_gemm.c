@@ -7,7 +7,6 @@
 #include <sys/mman.h>
 
 #include "common.h"
-#include "npu_gemm.h"
 #include "npu_gemm_internal.h"
 
 #ifndef SLUICE_KERNELS_X86

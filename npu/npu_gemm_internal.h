@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "npu_gemm.h"
+#include "npu.h"
 
 /* Prepared weights B [n][k]: only the packed form is kept (the scalar kernel
  * reads it through npu_gemm_b_at). */

@@ -1,9 +1,19 @@
-/* npu.h: the emulated NPU (internal to the infer module: the runtime's int8
- * linear, the cold-start pipeline's scheduler).
+/* npu.h: the emulated NPU (EdgeFlow 4.3, llm.npu 3.2): its int8 GEMM
+ * kernels, prepared weights and the quantized linear, and the device that
+ * runs static graphs on its own thread. Used by the runtime's int8 linear and
+ * the cold-start pipeline's scheduler (infer/), and by the GEMM benchmark.
  *
- * Two layers:
+ * Three layers:
  *
- * 1. int8 math on the calling thread. Weights are prepared once
+ * 1. The raw GEMM kernels (benchmarks, tests): int32 results, one kernel and
+ *    register tiling chosen by the caller or the best this CPU has.
+ *
+ *      struct npu_gemm_b *b;
+ *      npu_gemm_b_create(wq, n, k, &b);                    // int8 [n][k]
+ *      npu_gemm_s8(b, a, m, 0, n, c, n);                    // c[m][n] int32
+ *      npu_gemm_b_destroy(b);
+ *
+ * 2. int8 math on the calling thread. Weights are prepared once
  *    (npu_weights_create, or npu_weights_alloc + npu_weights_fill as rows are
  *    unpacked) into the layout the GEMM kernels want, with the
  *    per-channel correction vpdpbusd needs; activations are quantized per
@@ -16,7 +26,7 @@
  *      npu_quantize_act(x, m * cols, s, xq);
  *      npu_linear_s8(w, xq, m, s, y);           // y[m][rows]
  *
- * 2. The device (EdgeFlow 4.3, llm.npu 3.2): an object with its own worker
+ * 3. The device (EdgeFlow 4.3, llm.npu 3.2): an object with its own worker
  *    thread that executes only prebuilt static graphs, each an int8 x int8 ->
  *    int32 matmul of a fixed shape (m chunk rows, k inputs, n outputs) with a
  *    per-tensor activation scale and per-output-channel weight scales,
@@ -63,7 +73,64 @@
 #include <stdint.h>
 
 #include "common.h"
-#include "infer.h" /* enum npu_kernel, the raw GEMM API */
+
+#ifdef __cplusplus
+extern "C" {
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_NPU_H */
+
+/* ---- the int8 GEMM kernels (benchmarks, tests) -------------------------------------
+ *
+ * C[i][r - r0] = sum_k A[i][k] * B[r][k] for rows r in [r0, r1), int32,
+ * bit-exact across kernels and tilings. A: int8 activations [m][k],
+ * row-major, |a| <= 127. B: int8 weights [n][k] (|b| <= 127), prepared once
+ * by npu_gemm_b_create into the kernels' layout (with the +128 correction of
+ * vpdpbusd). */
+
+struct npu_gemm_b;
+
+enum npu_kernel {
+    NPU_KERNEL_SCALAR = 0,
+    NPU_KERNEL_AVX2,
+    NPU_KERNEL_AVX512VNNI,
+    NPU_KERNEL_AVXVNNI,
+    NPU_KERNEL_COUNT
+};
+
+const char *npu_kernel_name(enum npu_kernel k);
+/* 1 if this CPU (and SLUICE_SIMD) allows the kernel. */
+int npu_kernel_available(enum npu_kernel k);
+/* The kernel npu_gemm_s8 uses. */
+enum npu_kernel npu_kernel_best(void);
+/* Register tilings of a kernel (at least 1; the NPU device times them on
+ * each graph's shape) and their names, "6x64" = rows x output channels. */
+int npu_kernel_tiles(enum npu_kernel k);
+const char *npu_kernel_tile_name(enum npu_kernel k, int tile);
+
+/* Returns 0, -EINVAL (a zero dimension, NULL), -ERANGE (a code of -128) or
+ * -ENOMEM. */
+int npu_gemm_b_create(const int8_t *b, uint32_t n, uint32_t k, struct npu_gemm_b **out);
+void npu_gemm_b_destroy(struct npu_gemm_b *b);
+
+/* With the best kernel, or a chosen one and tiling (tests, benchmark; an
+ * unavailable kernel falls back to scalar, a tiling out of range to 0).
+ * ldc: C's row stride in elements. */
+void npu_gemm_s8(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1,
+                 int32_t *c, size_t ldc);
+void npu_gemm_s8_kernel(enum npu_kernel kern, const struct npu_gemm_b *b, const int8_t *a,
+                        uint32_t m, uint32_t r0, uint32_t r1, int32_t *c, size_t ldc);
+void npu_gemm_s8_tile(enum npu_kernel kern, int tile, const struct npu_gemm_b *b,
+                      const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1, int32_t *c,
+                      size_t ldc);
+
+/* Measured peak of the machine's int8 multiply-add units on one core, in
+ * GOPS (2 ops per multiply-add), from a register-only loop of the kernel's
+ * instruction (vpdpbusd for the VNNI kernels; the AVX2 kernel's
+ * sign/maddubs/madd step), run for about `seconds`. 0 when unavailable. */
+double npu_gemm_peak_gops(enum npu_kernel k, double seconds);
 
 /* ---- prepared weights and the quantized linear ---------------------------------- */
 
@@ -318,4 +385,8 @@ struct npu_device_stats {
  * idle / (busy + idle). */
 void npu_device_stats(struct npu_device *dev, struct npu_device_stats *st);
 
+#ifdef __cplusplus
+}
 #endif
+
+#endif /* SLUICE_NPU_H */

@@ -10,7 +10,7 @@
 
 #include "npu_gemm_internal.h"
 
-/* tests/infer/test_npu_avxvnni.c compiles this file again with
+/* tests/npu/test_npu_avxvnni.c compiles this file again with
  * NPU_AVXVNNI_EVEX defined: the same instruction in its EVEX encoding
  * (AVX512-VL VNNI, identical semantics), so the kernel's logic is tested on
  * CPUs that lack AVX-VNNI. */
