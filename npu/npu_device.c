@@ -1,12 +1,14 @@
 /* npu_device.c: the emulated NPU device (EdgeFlow 4.3): one worker thread
- * draining a FIFO of checked jobs, each run on a prebuilt graph; a registry
- * of graphs built once per shape (llm.npu 3.2); tickets; task stealing; busy
- * and idle accounting for bubble rates. Contracts in npu.h.
+ * running checked jobs on prebuilt graphs, submitted ones (a FIFO of
+ * tickets) first, then those a scheduler's source hands out; a registry of
+ * graphs built once per shape (llm.npu 3.2); busy and idle accounting for
+ * bubble rates. Contracts in npu.h.
  *
  * Locks: dev->mu guards the queue, the flags and the statistics; dev->gmu
  * guards the graph registry (held while a graph builds, so each shape is
- * built once). A ticket has its own lock so it outlives the device. Job
- * callbacks run with no lock held. */
+ * built once). A ticket has its own lock so it outlives the device; the
+ * waiter frees it, so nobody touches a ticket after signalling it. A pulled
+ * job's done callback runs with no lock held. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,17 +17,14 @@
 #include "common.h"
 #include "npu_internal.h"
 
+/* A submitted job: the device's copy, queued, then waited for. */
 struct npu_ticket {
-    pthread_mutex_t mu;
+    struct npu_ticket *next; /* in the queue (dev->mu) */
+    struct npu_job job;
+    pthread_mutex_t mu;      /* guards done and status */
     pthread_cond_t cv;
     int done;
     int status;
-};
-
-struct npu_node {
-    struct npu_node *next;
-    struct npu_job job;
-    struct npu_ticket *ticket; /* NULL: fire and forget */
 };
 
 struct npu_device {
@@ -34,19 +33,17 @@ struct npu_device {
     int started;
 
     pthread_mutex_t mu;
-    pthread_cond_t cv_work;  /* worker: a job arrived or stop */
-    pthread_cond_t cv_idle;  /* drain: queue empty and worker idle */
-    struct npu_node *head, *tail;
-    uint32_t queued, max_queued;
-    int running;             /* the worker is inside a job (callback included) */
-    int computing;           /* ... and inside its computation (busy since run_start) */
+    pthread_cond_t cv_work;  /* worker: a job arrived, a source attached, or stop */
+    pthread_cond_t cv_idle;  /* join: the pull mode ended */
+    struct npu_ticket *head, *tail;
+    int computing;           /* the worker is inside a computation (busy since run_start) */
     int stop;
     int pulling;             /* a job source is attached (npu_device_start) */
     npu_source_fn next;
     npu_done_fn pull_done;
     void *pull_ctx;
     uint64_t t_create, run_start;
-    uint64_t busy_ns, jobs_done, jobs_stolen, jobs_cancelled, jobs_refused, ops;
+    uint64_t busy_ns, jobs_done, jobs_cancelled, jobs_refused, ops;
 
     pthread_mutex_t gmu;
     struct npu_graph **graphs;
@@ -68,21 +65,15 @@ static uint64_t job_ops(const struct npu_graph *g, const struct npu_job *job)
     return 2 * rows * g->desc.k * (uint64_t)(npu_job_r1(g, job) - job->r0);
 }
 
-/* Finishes a node with status: its callback, then its ticket (or frees it). */
-static void node_complete(struct npu_node *nd, int status)
+/* Completes a submitted job with status and wakes its waiter, who frees
+ * the ticket: t must not be touched afterwards. */
+static void ticket_complete(struct npu_ticket *t, int status)
 {
-    nd->job.status = status;
-    if (nd->job.done)
-        nd->job.done(&nd->job);
-    struct npu_ticket *t = nd->ticket;
-    free(nd);
-    if (t) {
-        pthread_mutex_lock(&t->mu);
-        t->status = status;
-        t->done = 1;
-        pthread_cond_signal(&t->cv);
-        pthread_mutex_unlock(&t->mu);
-    }
+    pthread_mutex_lock(&t->mu);
+    t->status = status;
+    t->done = 1;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
 }
 
 /* Runs a job on the worker (lock not held): computation, accounting. */
@@ -90,13 +81,12 @@ static void worker_exec(struct npu_device *d, struct npu_job *job)
 {
     const struct npu_graph *g = job->graph;
     pthread_mutex_lock(&d->mu);
-    d->running = 1;
     d->computing = 1;
     d->run_start = sl_now_ns();
     pthread_mutex_unlock(&d->mu);
     job->stolen = 0;
-    /* only this thread uses g->stage and its tag: the graph's mutable part */
-    npu_graph_exec(g, (struct npu_graph *)g, job, g->stage);
+    /* only this thread uses g->stage: the graph's mutable part */
+    npu_graph_exec(g, job, g->stage);
     uint64_t t1 = sl_now_ns(), ops = job_ops(g, job);
     pthread_mutex_lock(&d->mu);
     d->busy_ns += t1 - d->run_start;
@@ -115,15 +105,14 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&d->cv_work, &d->mu);
         if (d->stop)
             break; /* what is still queued is cancelled by destroy */
-        if (d->head) { /* the FIFO first */
-            struct npu_node *nd = d->head;
-            d->head = nd->next;
+        if (d->head) { /* submitted jobs first */
+            struct npu_ticket *t = d->head;
+            d->head = t->next;
             if (!d->head)
                 d->tail = NULL;
-            d->queued--;
             pthread_mutex_unlock(&d->mu);
-            worker_exec(d, &nd->job);
-            node_complete(nd, 0);
+            worker_exec(d, &t->job);
+            ticket_complete(t, 0);
         } else { /* pull mode */
             npu_source_fn next = d->next;
             npu_done_fn done = d->pull_done;
@@ -149,10 +138,7 @@ static void *worker_main(void *arg)
             done(ctx, job);
         }
         pthread_mutex_lock(&d->mu);
-        d->running = 0;
-        pthread_cond_broadcast(&d->cv_idle);
     }
-    d->running = 0;
     pthread_cond_broadcast(&d->cv_idle);
     pthread_mutex_unlock(&d->mu);
     return NULL;
@@ -221,18 +207,17 @@ void npu_device_destroy(struct npu_device *d)
         return;
     pthread_mutex_lock(&d->mu);
     d->stop = 1;
-    struct npu_node *pending = d->head;
-    uint32_t npending = d->queued;
+    struct npu_ticket *pending = d->head;
     d->head = d->tail = NULL;
-    d->queued = 0;
-    d->jobs_cancelled += npending;
+    for (struct npu_ticket *t = pending; t; t = t->next)
+        d->jobs_cancelled++;
     pthread_cond_broadcast(&d->cv_work);
     pthread_mutex_unlock(&d->mu);
     if (d->started)
         pthread_join(d->thread, NULL);
     while (pending) {
-        struct npu_node *next = pending->next;
-        node_complete(pending, -ECANCELED);
+        struct npu_ticket *next = pending->next;
+        ticket_complete(pending, -ECANCELED);
         pending = next;
     }
     for (uint32_t i = 0; i < d->ngraphs; i++)
@@ -313,8 +298,12 @@ static void count_refused(struct npu_device *d)
 int npu_device_submit(struct npu_device *d, const struct npu_job *job,
                       struct npu_ticket **ticket, struct sl_err *err)
 {
-    if (ticket)
-        *ticket = NULL;
+    if (!ticket) {
+        sl_err_set(err, "npu: a submitted job needs a ticket to wait on");
+        count_refused(d);
+        return -EINVAL;
+    }
+    *ticket = NULL;
     int ret = npu_job_validate(job, err);
     if (ret == 0 && job->graph->dev != d) {
         sl_err_set(err, "npu: graph %ux%ux%u was built on another device, not this one",
@@ -325,46 +314,34 @@ int npu_device_submit(struct npu_device *d, const struct npu_job *job,
         count_refused(d);
         return ret;
     }
-    struct npu_node *nd = calloc(1, sizeof *nd);
-    struct npu_ticket *t = ticket ? calloc(1, sizeof *t) : NULL;
-    if (!nd || (ticket && !t)) {
-        free(nd);
-        free(t);
+    struct npu_ticket *t = calloc(1, sizeof *t);
+    if (!t) {
         sl_err_set(err, "npu: out of memory for a job");
         return -ENOMEM;
     }
-    if (t) {
-        pthread_mutex_init(&t->mu, NULL);
-        pthread_cond_init(&t->cv, NULL);
-    }
-    nd->job = *job;
-    nd->job.status = 0;
-    nd->job.stolen = 0;
-    nd->ticket = t;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    t->job = *job;
+    t->job.status = 0;
+    t->job.stolen = 0;
     pthread_mutex_lock(&d->mu);
     if (d->stop) {
         d->jobs_refused++;
         pthread_mutex_unlock(&d->mu);
-        if (t) {
-            pthread_cond_destroy(&t->cv);
-            pthread_mutex_destroy(&t->mu);
-        }
+        pthread_cond_destroy(&t->cv);
+        pthread_mutex_destroy(&t->mu);
         free(t);
-        free(nd);
         sl_err_set(err, "npu: the device is shutting down");
         return -ESHUTDOWN;
     }
     if (d->tail)
-        d->tail->next = nd;
+        d->tail->next = t;
     else
-        d->head = nd;
-    d->tail = nd;
-    if (++d->queued > d->max_queued)
-        d->max_queued = d->queued;
+        d->head = t;
+    d->tail = t;
     pthread_cond_signal(&d->cv_work);
     pthread_mutex_unlock(&d->mu);
-    if (ticket)
-        *ticket = t;
+    *ticket = t;
     return 0;
 }
 
@@ -381,14 +358,6 @@ int npu_ticket_wait(struct npu_ticket *t)
     return status;
 }
 
-int npu_ticket_done(struct npu_ticket *t)
-{
-    pthread_mutex_lock(&t->mu);
-    int done = t->done;
-    pthread_mutex_unlock(&t->mu);
-    return done;
-}
-
 int npu_device_run(struct npu_device *d, const struct npu_job *job, struct sl_err *err)
 {
     struct npu_ticket *t;
@@ -399,64 +368,6 @@ int npu_device_run(struct npu_device *d, const struct npu_job *job, struct sl_er
     if (ret < 0)
         sl_err_set(err, "npu: the job was cancelled (device stopped)");
     return ret;
-}
-
-void npu_device_drain(struct npu_device *d)
-{
-    pthread_mutex_lock(&d->mu);
-    while ((d->head || d->running) && !d->stop)
-        pthread_cond_wait(&d->cv_idle, &d->mu);
-    pthread_mutex_unlock(&d->mu);
-}
-
-uint32_t npu_device_queued(struct npu_device *d)
-{
-    pthread_mutex_lock(&d->mu);
-    uint32_t q = d->queued;
-    pthread_mutex_unlock(&d->mu);
-    return q;
-}
-
-int npu_device_steal(struct npu_device *d)
-{
-    pthread_mutex_lock(&d->mu);
-    struct npu_node *nd = d->head;
-    if (!nd || d->stop) {
-        pthread_mutex_unlock(&d->mu);
-        return 0;
-    }
-    d->head = nd->next;
-    if (!d->head)
-        d->tail = NULL;
-    d->queued--;
-    pthread_mutex_unlock(&d->mu);
-
-    const struct npu_graph *g = nd->job.graph;
-    uint8_t *stage = sl_alloc_aligned(g->scratch_bytes, 64);
-    if (!stage) { /* put it back where it was */
-        pthread_mutex_lock(&d->mu);
-        nd->next = d->head;
-        d->head = nd;
-        if (!d->tail)
-            d->tail = nd;
-        d->queued++;
-        pthread_cond_signal(&d->cv_work);
-        pthread_mutex_unlock(&d->mu);
-        return -ENOMEM;
-    }
-    nd->job.stolen = 1;
-    npu_graph_exec(g, NULL, &nd->job, stage);
-    sl_free_aligned(stage);
-    pthread_mutex_lock(&d->mu);
-    d->jobs_stolen++;
-    pthread_mutex_unlock(&d->mu);
-    node_complete(nd, 0);
-    /* a drain waiting for the queue to empty may now be satisfied */
-    pthread_mutex_lock(&d->mu);
-    if (!d->head && !d->running)
-        pthread_cond_broadcast(&d->cv_idle);
-    pthread_mutex_unlock(&d->mu);
-    return 1;
 }
 
 int npu_device_start(struct npu_device *d, npu_source_fn next, npu_done_fn done, void *ctx)
@@ -496,12 +407,9 @@ void npu_device_stats(struct npu_device *d, struct npu_device_stats *st)
         st->busy_ns = st->uptime_ns;
     st->idle_ns = st->uptime_ns - st->busy_ns;
     st->jobs = d->jobs_done;
-    st->jobs_stolen = d->jobs_stolen;
     st->jobs_cancelled = d->jobs_cancelled;
     st->jobs_refused = d->jobs_refused;
     st->ops = d->ops;
-    st->queued = d->queued;
-    st->max_queued = d->max_queued;
     st->build_ns = d->graph_build_ns;
     pthread_mutex_unlock(&d->mu);
     pthread_mutex_lock(&d->gmu);

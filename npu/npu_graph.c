@@ -106,8 +106,7 @@ int npu_job_check(const struct npu_graph *g, const struct npu_job *job, struct s
     return 0;
 }
 
-void npu_graph_exec(const struct npu_graph *g, struct npu_graph *g_mut, struct npu_job *job,
-                    uint8_t *stage)
+void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *stage)
 {
     const struct npu_graph_desc *d = &g->desc;
     const struct npu_weights *w = job->w;
@@ -123,13 +122,7 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_graph *g_mut, struct n
                               .act_scale = job->act_scale,
                               .scale = w->scale,
                               .tile = g->tile};
-    if (!g_mut || !job->xq_tag || g_mut->stage_tag != job->xq_tag ||
-        g_mut->stage_rows != job->rows)
-        g->ops->prep(job->xq, d->k, job->rows, d->k, g->k4, g->tile, stage);
-    if (g_mut) {
-        g_mut->stage_tag = job->xq_tag;
-        g_mut->stage_rows = job->rows;
-    }
+    g->ops->prep(job->xq, d->k, job->rows, d->k, g->k4, g->tile, stage);
     g->ops->gemm(&a);
     if (!g->pad_rows || job->rows == d->m) {
         job->t_end = sl_now_ns();
@@ -141,8 +134,6 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_graph *g_mut, struct n
     float *sink = (float *)((end + 63) & ~(uintptr_t)63);
     uint32_t pad = d->m - job->rows;
     g->ops->prep(zero_row, 0, pad, d->k, g->k4, g->tile, stage);
-    if (g_mut) /* the staged activations are gone */
-        g_mut->stage_tag = 0;
     for (uint32_t i = 0; i < pad; i += PAD_SLICE) {
         a.a = stage + (size_t)i * g->k4;
         a.m = pad - i < PAD_SLICE ? pad - i : PAD_SLICE;
@@ -338,7 +329,7 @@ int npu_graph_run(const struct npu_graph *g, struct npu_job *job, void *scratch,
         }
     }
     job->stolen = 1;
-    npu_graph_exec(g, NULL, job, stage);
+    npu_graph_exec(g, job, stage);
     if (stage != scratch)
         sl_free_aligned(stage);
     return 0;

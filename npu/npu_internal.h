@@ -12,8 +12,8 @@ struct npu_weights {
     struct npu_gemm_b *b;  /* packed codes and the vpdpbusd correction */
 };
 
-/* A built graph: immutable after npu_graph_create except stage, which only
- * the owning device's worker touches. */
+/* A built graph: immutable after npu_graph_create except the contents of
+ * stage, which only the owning device's worker touches. */
 struct npu_graph {
     const struct npu_device *dev;  /* owner (for the "graph of another device" check) */
     struct npu_graph_desc desc;
@@ -25,10 +25,6 @@ struct npu_graph {
     size_t scratch_bytes;          /* staging for m rows */
     uint8_t *stage;                /* the device worker's staging, touched at build */
     uint64_t build_ns;
-    /* what stage holds (worker only): the xq_tag and rows of the last job
-     * staged there, tag 0 when nothing reusable */
-    uint64_t stage_tag;
-    uint32_t stage_rows;
 };
 
 /* Builds a graph for a validated desc (npu_graph.c); the device's registry
@@ -41,11 +37,9 @@ void npu_graph_destroy(struct npu_graph *g);
 int npu_graph_desc_check(const struct npu_graph_desc *desc, struct sl_err *err);
 /* The job checks of npu_device_submit against graph g. */
 int npu_job_check(const struct npu_graph *g, const struct npu_job *job, struct sl_err *err);
-/* Runs a checked job on stage (scratch_bytes); sets t_start and t_end. The
- * device's worker passes its own graph's staging as g_mut (tracked for
- * xq_tag reuse); everyone else passes NULL and their own stage. */
-void npu_graph_exec(const struct npu_graph *g, struct npu_graph *g_mut, struct npu_job *job,
-                    uint8_t *stage);
+/* Runs a checked job on stage (scratch_bytes: the graph's own for the
+ * device's worker, the caller's elsewhere); sets t_start and t_end. */
+void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *stage);
 /* The end of the channel range a checked job computes (r1 = 0 means n). */
 static inline uint32_t npu_job_r1(const struct npu_graph *g, const struct npu_job *job)
 {

@@ -54,12 +54,12 @@
  *      int status = npu_ticket_wait(t);                     // 0 when done
  *      npu_device_destroy(dev);
  *
- *    Jobs reach the worker two ways: the device's FIFO (npu_device_submit,
- *    tickets or callbacks, npu_device_steal for a CPU thread to take the
- *    oldest), or a scheduler's own priority queue it pulls from
- *    (npu_device_start / npu_device_join), with npu_job_execute for a CPU
- *    worker that steals from that queue. Statistics (busy, idle, jobs) give
- *    the NPU's bubble rate.
+ *    Jobs reach the worker two ways: submitted one at a time by any thread
+ *    (npu_device_submit returns at once with a ticket; the caller does other
+ *    work, then npu_ticket_wait), or pulled from a scheduler's own priority
+ *    queue (npu_device_start / npu_device_join), with npu_job_execute for a
+ *    CPU worker that steals from that queue. Statistics (busy, idle, jobs)
+ *    give the NPU's bubble rate.
  *
  * Threads: everything here may be called from any thread. Weights and graphs
  * are immutable once prepared/built and may be used by many threads at once
@@ -233,19 +233,18 @@ struct npu_device;
 struct npu_graph;
 struct npu_ticket;
 
-/* Starts a device with the default configuration and its worker thread
- * (which serves the FIFO of npu_device_submit until npu_device_start gives
- * it a job source). Returns 0, -ENOMEM or a pthread error (negated). */
+/* Starts a device with the default configuration and its worker thread.
+ * Returns 0, -ENOMEM or a pthread error (negated). */
 int npu_device_create(struct npu_device **out);
 /* The same with a configuration (NULL: defaults). -EINVAL when it names a
  * kernel this CPU lacks or a tiling the kernel does not have; err says why. */
 int npu_device_create_config(const struct npu_device_config *cfg, struct npu_device **out,
                              struct sl_err *err);
 
-/* Stops the device: the job running finishes; jobs still queued are not run
- * but completed with -ECANCELED (their callbacks run on this thread, their
- * tickets wake up); then the worker is joined and the graphs freed. Tickets
- * stay valid until waited on. A job source (npu_device_start) must have
+/* Stops the device: the job running finishes; submitted jobs not started
+ * are not run but completed with -ECANCELED (their tickets wake up); then
+ * the worker is joined and the graphs freed. Tickets stay valid until
+ * waited on. A job source (npu_device_start) must have
  * ended first (npu_device_join). No call may use dev or its graphs
  * afterwards, and none may be in progress on another thread. NULL is fine. */
 void npu_device_destroy(struct npu_device *dev);
@@ -288,18 +287,6 @@ struct npu_job {
     float act_scale;             /* positive and finite */
     float *y;                    /* output, row stride ldy */
     size_t ldy;                  /* 0: graph n */
-    /* Nonzero: names the contents of xq (e.g. layer, chunk and operand), so
-     * the device's worker may reuse its staged copy of the activations for
-     * consecutive jobs with the same tag, graph and rows (the pieces of a
-     * matmul split by output channels). The caller must not reuse a tag for
-     * other contents. 0: staged for every job. */
-    uint64_t xq_tag;
-    /* npu_device_submit only: called once when the job has run (status 0)
-     * or was cancelled (-ECANCELED), on the device's worker, on the thread
-     * that destroys the device, or on the thread that stole it; job is the
-     * device's copy (status and times filled), valid during the call. May
-     * submit new jobs; must not destroy the device. NULL: none. */
-    void (*done)(struct npu_job *job);
     void *user;                  /* the caller's */
     /* filled by whoever runs the job */
     int status;                  /* 0, or the negative errno it was refused with */
@@ -313,41 +300,40 @@ struct npu_job {
  * -ENOTSUP (a non-int8 operand), with a sentence. */
 int npu_job_validate(const struct npu_job *job, struct sl_err *err);
 
-/* Checks the job and queues it on the device's FIFO. ticket: NULL, or where
- * to put a ticket to wait on (then npu_ticket_wait must be called exactly
- * once). Returns 0, or without queueing: the errors of npu_job_validate,
- * -ENOENT for a graph of another device, -ESHUTDOWN (device stopping),
- * -ENOMEM; err says which. */
+/* Checks the job, queues a copy of it for the device's worker and returns
+ * at once: the calling thread may compute something else meanwhile. *ticket
+ * receives the ticket to wait on; npu_ticket_wait must be called exactly
+ * once (it frees the ticket). Jobs submitted by one thread run in the order
+ * submitted. Returns 0, or without queueing (and *ticket NULL): the errors of
+ * npu_job_validate, -EINVAL (ticket NULL), -ENOENT for a graph of another
+ * device, -ESHUTDOWN (device stopping), -ENOMEM; err says which. The job's
+ * own status, stolen and times are not filled: the status comes back from
+ * npu_ticket_wait. */
 int npu_device_submit(struct npu_device *dev, const struct npu_job *job,
                       struct npu_ticket **ticket, struct sl_err *err);
 
-/* Waits for the job, frees the ticket, returns its status (0 or -ECANCELED). */
+/* Waits until the submitted job has run (status 0) or was cancelled by
+ * npu_device_destroy (-ECANCELED), frees the ticket and returns the status.
+ * Any thread may wait, once. */
 int npu_ticket_wait(struct npu_ticket *t);
-/* 1 when the job has completed (npu_ticket_wait will not block), else 0. */
-int npu_ticket_done(struct npu_ticket *t);
 
 /* Submit and wait: 0, the error of submit, or -ECANCELED. */
 int npu_device_run(struct npu_device *dev, const struct npu_job *job, struct sl_err *err);
-
-/* Waits until the FIFO is empty and the worker idle (callbacks included). */
-void npu_device_drain(struct npu_device *dev);
-
-/* Jobs queued on the FIFO and not started (a stealing threshold). */
-uint32_t npu_device_queued(struct npu_device *dev);
-
-/* Task stealing (EdgeFlow 4.3): takes the oldest queued job off the FIFO and
- * runs it on the calling thread with the same code (bit-identical results),
- * then calls its callback / wakes its ticket. Returns 1 if a job was run, 0
- * if the FIFO was empty, -ENOMEM (the job is put back). */
-int npu_device_steal(struct npu_device *dev);
 
 /* Pull mode, for a scheduler that keeps its own NPU queue (priorities): the
  * worker calls next(ctx) for each job (next may block; NULL ends the pull
  * mode), validates and runs it, sets job->status, t_start, t_end, and calls
  * done(ctx, job) (also for a refused job, with its negative status; the
- * sentence comes from npu_job_validate). FIFO jobs submitted meanwhile run
- * between pulled ones. -EBUSY when a source is already attached,
- * -ESHUTDOWN when the device is stopping. */
+ * sentence comes from npu_job_validate). next and done run on the worker.
+ * Returns 0, -EINVAL (next or done NULL), -EBUSY when a source is already
+ * attached, -ESHUTDOWN when the device is stopping.
+ *
+ * Submitted jobs and a source share the worker: before each call to next
+ * the worker runs every job submitted so far, so they run between pulled
+ * jobs, ahead of the next one. While next blocks, a submitted job waits for
+ * it to return: a thread whose progress the source waits for must not wait
+ * on a ticket of the same device meanwhile (it would deadlock), and a
+ * source that may block long delays submitted work by as much. */
 typedef struct npu_job *(*npu_source_fn)(void *ctx);
 typedef void (*npu_done_fn)(void *ctx, struct npu_job *job);
 int npu_device_start(struct npu_device *dev, npu_source_fn next, npu_done_fn done, void *ctx);
@@ -361,8 +347,8 @@ void npu_device_join(struct npu_device *dev);
  * staging is allocated for the call; npu_graph_run takes the caller's. */
 int npu_job_execute(struct npu_job *job);
 /* The same with scratch: NULL (allocated for the call) or
- * npu_graph_info().scratch_bytes bytes the caller owns (one per thread).
- * job->done is not called; err gets the sentence of a refusal. */
+ * npu_graph_info().scratch_bytes bytes the caller owns (one per thread);
+ * err gets the sentence of a refusal. */
 int npu_graph_run(const struct npu_graph *g, struct npu_job *job, void *scratch,
                   struct sl_err *err);
 
@@ -371,13 +357,10 @@ struct npu_device_stats {
     uint64_t uptime_ns;      /* since then */
     uint64_t busy_ns;        /* the worker computing jobs (including the one now running) */
     uint64_t idle_ns;        /* uptime - busy: the NPU's bubbles */
-    uint64_t jobs;           /* run on the device's worker (FIFO and pulled) */
-    uint64_t jobs_stolen;    /* taken off the FIFO by npu_device_steal */
-    uint64_t jobs_cancelled; /* dropped by destroy (counted before the callbacks run) */
+    uint64_t jobs;           /* run on the device's worker (submitted and pulled) */
+    uint64_t jobs_cancelled; /* submitted and dropped by destroy */
     uint64_t jobs_refused;   /* submissions and pulled jobs refused */
     uint64_t ops;            /* 2 * rows * k * channels of the jobs run on the worker */
-    uint32_t queued;         /* FIFO now */
-    uint32_t max_queued;     /* FIFO high-water mark */
     uint64_t graphs_built;
     uint64_t build_ns;       /* all graph builds together */
 };
