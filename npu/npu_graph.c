@@ -17,6 +17,18 @@
 /* Output channels of the probe the tilings are timed on: 1.5, 2 and 3
  * panels of the 64-, 48- and 32-channel tilings. */
 #define PROBE_N 96u
+/* Graphs of at most SMALL_M rows (decode m = 1, draft verification m = 4,
+ * 8, 16) run every tiling on a partial row tile, so the tilings differ only
+ * in panel width, and a probe of a panel and a half of the widest tiling
+ * favours the others (m = 1: 8x48 picked, 6x64 measured 6% faster on a
+ * 2048 x 2048 layer). Their probe is whole panels of every tiling instead
+ * (4, 3 and 2 blocks of 16 channels divide 12), cheap at these m, and each
+ * tiling's time is the best of up to SMALL_REPS runs, as many as fit in
+ * SMALL_MACS multiply-adds: one run of a few microseconds is noise. */
+#define SMALL_M 16u
+#define PROBE_N_SMALL 192u
+#define SMALL_REPS 5
+#define SMALL_MACS (8ull << 20)
 
 /* Zero activations, the source of the padded rows (read with stride 0). */
 static const int8_t zero_row[NPU_GRAPH_MAX_K];
@@ -167,14 +179,31 @@ static void fill_random(int8_t *x, size_t n, uint64_t *st)
         x[i] = x[i] == INT8_MIN ? INT8_MAX : x[i];
 }
 
-/* Times every tiling of the kernel on the graph's m and k against PROBE_N
- * channels (after one warm-up run) and keeps the fastest; every tiling's
- * output is checked against the scalar definition on three rows. */
+/* Times every tiling of the kernel on the graph's m and k against a probe
+ * of PROBE_N (or PROBE_N_SMALL) channels (after one warm-up run) and keeps
+ * the fastest; every tiling's output is checked against the scalar
+ * definition on the first, middle and last rows. With one candidate (a
+ * forced tiling, a kernel with one) nothing is timed, only checked. The
+ * cost grows with m (the probe is m x k x its channels), so a decode graph
+ * costs a small part of a prefill graph of the same k and n. */
 static int choose_and_check(struct npu_graph *g, int forced_tile, struct sl_err *err)
 {
     const struct npu_graph_desc *d = &g->desc;
-    const uint32_t pn = d->n < PROBE_N ? d->n : PROBE_N;
-    const uint32_t check_rows[3] = {0, d->m / 2, d->m - 1};
+    const int small = d->m <= SMALL_M;
+    const uint32_t probe_n = small ? PROBE_N_SMALL : PROBE_N;
+    const uint32_t pn = d->n < probe_n ? d->n : probe_n;
+    /* distinct rows only: m = 1 and 2 have fewer than three */
+    uint32_t check_rows[3] = {0, d->m / 2, d->m - 1}, nq = 1;
+    for (int q = 1; q < 3; q++)
+        if (check_rows[q] != check_rows[nq - 1])
+            check_rows[nq++] = check_rows[q];
+    const int t0 = forced_tile >= 0 ? forced_tile : 0;
+    const int t1 = forced_tile >= 0 ? forced_tile + 1 : g->ops->tiles;
+    int reps = t1 - t0 == 1 ? 0 : 1;
+    if (reps && small) {
+        uint64_t fit = SMALL_MACS / ((uint64_t)d->m * d->k * pn);
+        reps = fit >= SMALL_REPS ? SMALL_REPS : fit > 1 ? (int)fit : 1;
+    }
     int ret = -ENOMEM;
     int8_t *a = malloc((size_t)d->m * d->k);
     int8_t *bw = malloc((size_t)pn * d->k);
@@ -189,7 +218,7 @@ static int choose_and_check(struct npu_graph *g, int forced_tile, struct sl_err 
     ret = npu_gemm_b_create(bw, pn, d->k, &b);
     if (ret < 0)
         goto fail;
-    for (int q = 0; q < 3; q++)
+    for (uint32_t q = 0; q < nq; q++)
         for (uint32_t r = 0; r < pn; r++) {
             int32_t acc = 0;
             for (uint32_t j = 0; j < d->k; j++)
@@ -198,21 +227,21 @@ static int choose_and_check(struct npu_graph *g, int forced_tile, struct sl_err 
         }
     struct npu_gemm_args ga = {.b = b, .a = g->stage, .m = d->m, .r0 = 0, .r1 = pn, .c = c,
                                .ldc = pn};
-    const int t0 = forced_tile >= 0 ? forced_tile : 0;
-    const int t1 = forced_tile >= 0 ? forced_tile + 1 : g->ops->tiles;
     uint64_t best = UINT64_MAX;
     g->tile = t0;
     for (int t = t0; t < t1; t++) {
         g->ops->prep(a, d->k, d->m, d->k, g->k4, t, g->stage);
         ga.tile = t;
-        if (t == t0)
+        if (t == t0 || reps == 0)
             g->ops->gemm(&ga); /* warm-up: code, probe weights and staging in cache */
-        uint64_t ts = sl_now_ns();
-        g->ops->gemm(&ga);
-        uint64_t dt = sl_now_ns() - ts;
-        if (dt < best)
-            best = dt, g->tile = t;
-        for (int q = 0; q < 3; q++)
+        for (int rep = 0; rep < reps; rep++) {
+            uint64_t ts = sl_now_ns();
+            g->ops->gemm(&ga);
+            uint64_t dt = sl_now_ns() - ts;
+            if (dt < best)
+                best = dt, g->tile = t;
+        }
+        for (uint32_t q = 0; q < nq; q++)
             for (uint32_t r = 0; r < pn; r++) {
                 int32_t got = c[(size_t)check_rows[q] * pn + r], exp = want[q * pn + r];
                 if (got != exp) {

@@ -149,6 +149,90 @@ static void test_graphs(void **st)
     npu_device_destroy(d);
 }
 
+/* The scalar reference of a job over all channels: npu_gemm_s8_kernel with
+ * NPU_KERNEL_SCALAR, dequantized as npu.h defines it. */
+static float *scalar_ref(const struct layer *L, const struct npu_gemm_b *b, uint32_t rows)
+{
+    int32_t *c = malloc(sizeof(int32_t) * rows * L->n);
+    float *y = malloc(sizeof(float) * rows * L->n);
+    assert_true(c && y);
+    npu_gemm_s8_kernel(NPU_KERNEL_SCALAR, b, L->xq, rows, 0, L->n, c, L->n);
+    for (uint32_t i = 0; i < rows; i++)
+        for (uint32_t r = 0; r < L->n; r++)
+            y[(size_t)i * L->n + r] = (L->act * L->scale[r]) * (float)c[(size_t)i * L->n + r];
+    free(c);
+    return y;
+}
+
+/* One linear's (k, n) under the shapes a session uses: prefill (m = 256),
+ * decode (m = 1) and draft verification (m = 4, 8, 16). Each m is its own
+ * graph, built once, found again, and every one of them runs bit-exactly
+ * like the scalar reference, full and short, on the device and stolen, with
+ * every kernel this CPU has. */
+static void test_graph_shapes(void **st)
+{
+    (void)st;
+    static const uint32_t ms[] = {256, 1, 4, 8, 16};
+    enum { NM = sizeof ms / sizeof ms[0] };
+    struct layer L;
+    layer_init(&L, 256, 520, 200); /* k not a multiple of 64, n not of 16 */
+    struct npu_gemm_b *b;
+    assert_int_equal(npu_gemm_b_create(L.q, L.n, L.k, &b), 0);
+    for (int kern = 0; kern < NPU_KERNEL_COUNT; kern++) {
+        if (!npu_kernel_available((enum npu_kernel)kern))
+            continue;
+        struct npu_device_config cfg;
+        npu_device_config_init(&cfg);
+        cfg.kernel = kern;
+        struct npu_device *d;
+        struct sl_err err = {{0}};
+        assert_int_equal(npu_device_create_config(&cfg, &d, &err), 0);
+        const struct npu_graph *g[NM];
+        for (int i = 0; i < NM; i++) {
+            assert_int_equal(npu_device_graph(d, ms[i], L.k, L.n, &g[i], &err), 0);
+            for (int j = 0; j < i; j++)
+                assert_ptr_not_equal(g[i], g[j]);
+        }
+        for (int i = 0; i < NM; i++) { /* built once: found, not rebuilt */
+            const struct npu_graph *again;
+            assert_int_equal(npu_device_graph(d, ms[i], L.k, L.n, &again, &err), 0);
+            assert_ptr_equal(again, g[i]);
+            assert_ptr_equal(npu_graph_find(d, ms[i], L.k, L.n), g[i]);
+        }
+        struct npu_device_stats s;
+        npu_device_stats(d, &s);
+        assert_int_equal(s.graphs_built, NM);
+        for (int i = 0; i < NM; i++) {
+            struct npu_graph_info info;
+            npu_graph_info(g[i], &info);
+            assert_int_equal(info.desc.m, ms[i]);
+            assert_int_equal(info.kernel, kern);
+            fprintf(stderr, "%s graph %ux%ux%u: tiling %s, built in %.3f ms\n",
+                    npu_kernel_name(info.kernel), ms[i], L.k, L.n, info.tile_name,
+                    (double)info.build_ns / 1e6);
+            const uint32_t rows_set[3] = {ms[i], ms[i] > 1 ? ms[i] - 1 : 1,
+                                          ms[i] > 2 ? ms[i] / 2 + 1 : 1};
+            for (int ri = 0; ri < 3; ri++) {
+                uint32_t rows = rows_set[ri];
+                float *want = scalar_ref(&L, b, rows);
+                float *y1 = nan_buf((size_t)rows * L.n), *y2 = nan_buf((size_t)rows * L.n);
+                struct npu_job j = job_for(g[i], &L, rows, y1);
+                assert_int_equal(npu_device_run(d, &j, &err), 0);
+                j.y = y2;
+                assert_int_equal(npu_job_execute(&j), 0);
+                assert_memory_equal(y1, want, sizeof(float) * rows * L.n);
+                assert_memory_equal(y2, want, sizeof(float) * rows * L.n);
+                free(want);
+                free(y1);
+                free(y2);
+            }
+        }
+        npu_device_destroy(d);
+    }
+    npu_gemm_b_destroy(b);
+    layer_fini(&L);
+}
+
 static void test_refusals(void **st)
 {
     (void)st;
@@ -550,7 +634,8 @@ int main(void)
 {
     test_rng_init(&rng, test_seed());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_graphs),         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_graphs),         cmocka_unit_test(test_graph_shapes),
+        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_equal_direct),   cmocka_unit_test(test_submit_overlap),
         cmocka_unit_test(test_pull),           cmocka_unit_test(test_stop_pending),
     };
