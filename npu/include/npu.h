@@ -244,9 +244,9 @@ int npu_device_create_config(const struct npu_device_config *cfg, struct npu_dev
 /* Stops the device: the job running finishes; submitted jobs not started
  * are not run but completed with -ECANCELED (their tickets wake up); then
  * the worker is joined and the graphs freed. Tickets stay valid until
- * waited on. A job source (npu_device_start) must have
- * ended first (npu_device_join). No call may use dev or its graphs
- * afterwards, and none may be in progress on another thread. NULL is fine. */
+ * waited on. A job source (npu_device_start) must have ended first
+ * (npu_device_join). No call may use dev or its graphs afterwards, and none
+ * may be in progress on another thread. NULL is fine. */
 void npu_device_destroy(struct npu_device *dev);
 
 /* The graph for desc: built now on the calling thread when the device has
