@@ -2,8 +2,10 @@
  * vocabulary: BOS, a dummy-prefix space, one token per UTF-8 code point (or
  * byte-fallback tokens <0xXX>), then repeated merges of the adjacent pair
  * whose concatenation is the highest-scoring token. */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +23,7 @@ struct infer_tokenizer {
     const char *const *strs;
     const uint32_t *lens;
     const float *scores;
+    uint32_t max_len;         /* the longest token's bytes */
     struct tok_index *sorted; /* by (bytes, length) for binary search */
     int byte_id[256];         /* token of <0xXX>, or -1 */
     unsigned char byte_piece[256][2];
@@ -80,6 +83,18 @@ static int byte_token(const char *s, uint32_t len)
 int infer_tokenizer_create(const struct format_tokenizer *tok, const struct format_config *cfg,
                            struct infer_tokenizer **out, struct sl_err *err)
 {
+    /* token 0 stands in for bytes without a token; a pair's two strings
+     * are looked up as one uint32_t length */
+    if (tok->n_tokens == 0) {
+        sl_err_set(err, "the vocabulary is empty");
+        return -EINVAL;
+    }
+    for (uint32_t i = 0; i < tok->n_tokens; i++) {
+        if (tok->lens[i] > UINT32_MAX / 2) {
+            sl_err_set(err, "token %u is %u bytes long", i, tok->lens[i]);
+            return -EINVAL;
+        }
+    }
     struct infer_tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
         sl_err_set(err, "out of memory");
@@ -104,6 +119,8 @@ int infer_tokenizer_create(const struct format_tokenizer *tok, const struct form
     }
     for (uint32_t i = 0; i < t->n; i++) {
         t->sorted[i] = (struct tok_index){tok->tokens[i], tok->lens[i], (int)i};
+        if (tok->lens[i] > t->max_len)
+            t->max_len = tok->lens[i];
         int b = byte_token(tok->tokens[i], tok->lens[i]);
         if (b >= 0 && t->byte_id[b] < 0)
             t->byte_id[b] = (int)i;
@@ -131,28 +148,172 @@ static int is_control(const struct infer_tokenizer *t, int id)
     return (uint32_t)id == t->bos || (uint32_t)id == t->eos || id == 0;
 }
 
-/* An optional dummy-prefix space, the code points (or byte fallbacks) of
- * text[0..len), then merges; writes tokens[0..max). The dummy prefix is a
- * token of its own before the text's first code point (as run.c pushes it),
- * never grouped with a continuation byte that starts the text; merges then
- * run over both. */
-static int encode_piece(const struct infer_tokenizer *t, int dummy_prefix, const char *text,
-                        size_t len, int *tokens, uint32_t max, uint32_t *n_out)
+/* ---- merging: a binary heap of candidate pairs over a linked list ------------------
+ *
+ * The merge rule is llama2.c's: repeatedly merge the adjacent pair whose
+ * concatenation is the highest-scoring mergeable token, the leftmost one
+ * among equal scores. Rescanning every pair after each merge is quadratic;
+ * here each pair is looked up once when it forms and waits in a max-heap, so
+ * a piece of n symbols merges in O(n log n). A merge changes only the pairs
+ * on either side of it: their old entries are left in the heap and dropped
+ * when they surface (lazy invalidation), and the two new pairs are pushed. */
+
+#define TOK_NONE SIZE_MAX /* no neighbour: either end of the list */
+
+/* One symbol of the piece: its token (-1 once merged into its left
+ * neighbour) and its neighbours. A symbol keeps its index when it absorbs
+ * its right neighbour, so index order is list order. */
+struct tok_sym {
+    int id;
+    size_t prev, next;
+};
+
+/* A candidate merge of symbol `left` with its right neighbour, pushed when
+ * the two held lid and rid. merged and score depend on (lid, rid) alone, so
+ * an entry whose symbols still hold lid and rid describes the current pair
+ * exactly, however many merges happened since; any other entry is stale. */
+struct tok_pair {
+    float score; /* of merged */
+    int merged;
+    int lid, rid;
+    size_t left;
+};
+
+/* Working storage of one encode call, reused across the pieces of a stream.
+ * The heap needs 2 * n entries for n symbols: n - 1 first pairs, and each of
+ * the at most n - 1 merges pops one entry before pushing two. */
+struct tok_work {
+    struct tok_sym *sym;   /* [cap] */
+    struct tok_pair *heap; /* [2 * cap] */
+    size_t cap, n_heap;
+    char *buf; /* [2 * max_len]: a pair's two strings side by side */
+};
+
+static int work_init(struct tok_work *w, const struct infer_tokenizer *t)
 {
-    uint32_t n = 0;
-#define PUSH(id)                                                                                   \
-    do {                                                                                           \
-        if (n >= max)                                                                              \
-            return -ENOSPC;                                                                        \
-        tokens[n++] = (id);                                                                        \
-    } while (0)
+    *w = (struct tok_work){0};
+    w->buf = malloc(2 * (size_t)t->max_len + 1);
+    return w->buf ? 0 : -ENOMEM;
+}
+
+static void work_fini(struct tok_work *w)
+{
+    free(w->sym);
+    free(w->heap);
+    free(w->buf);
+}
+
+/* Room for n symbols; the old contents need not survive. */
+static int work_reserve(struct tok_work *w, size_t n)
+{
+    if (n <= w->cap)
+        return 0;
+    if (n > SIZE_MAX / (2 * sizeof *w->heap))
+        return -ENOMEM;
+    free(w->sym);
+    free(w->heap);
+    w->cap = 0;
+    w->sym = malloc(n * sizeof *w->sym);
+    w->heap = malloc(2 * n * sizeof *w->heap);
+    if (!w->sym || !w->heap)
+        return -ENOMEM;
+    w->cap = n;
+    return 0;
+}
+
+/* Heap order: the higher score first, then the leftmost pair, which is the
+ * pair the quadratic scan (a strict > from the left) picks among equals. */
+static int pair_before(const struct tok_pair *a, const struct tok_pair *b)
+{
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+/* Pushes the merge of symbol left with its right neighbour when their
+ * concatenation is a mergeable token. */
+static void pair_push(const struct infer_tokenizer *t, struct tok_work *w, size_t left)
+{
+    int a = w->sym[left].id, b = w->sym[w->sym[left].next].id;
+    uint32_t la = t->lens[a], lb = t->lens[b];
+    memcpy(w->buf, t->strs[a], la);
+    memcpy(w->buf + la, t->strs[b], lb);
+    int id = lookup(t, w->buf, la + lb);
+    /* the scan this replaces started from -1e30 with a strict >: a lower
+     * score (or NaN) never merges */
+    if (id < 0 || is_control(t, id) || !(t->scores[id] > -1e30f))
+        return;
+    assert(w->n_heap < 2 * w->cap);
+    struct tok_pair p = {t->scores[id], id, a, b, left};
+    size_t i = w->n_heap++;
+    while (i > 0 && pair_before(&p, &w->heap[(i - 1) / 2])) {
+        w->heap[i] = w->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    w->heap[i] = p;
+}
+
+static struct tok_pair pair_pop(struct tok_work *w)
+{
+    struct tok_pair top = w->heap[0], last = w->heap[--w->n_heap];
+    size_t i = 0, n = w->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && pair_before(&w->heap[c + 1], &w->heap[c]))
+            c++;
+        if (!pair_before(&w->heap[c], &last))
+            break;
+        w->heap[i] = w->heap[c];
+        i = c;
+    }
+    w->heap[i] = last;
+    return top;
+}
+
+/* Merges the linked symbols sym[0..n) until no pair merges. */
+static void merge_all(const struct infer_tokenizer *t, struct tok_work *w, size_t n)
+{
+    w->n_heap = 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        pair_push(t, w, i);
+    while (w->n_heap > 0) {
+        struct tok_pair p = pair_pop(w);
+        struct tok_sym *l = &w->sym[p.left];
+        if (l->id != p.lid || l->next == TOK_NONE || w->sym[l->next].id != p.rid)
+            continue; /* stale */
+        size_t r = l->next;
+        l->id = p.merged;
+        w->sym[r].id = -1;
+        l->next = w->sym[r].next;
+        if (l->next != TOK_NONE)
+            w->sym[l->next].prev = p.left;
+        if (l->prev != TOK_NONE)
+            pair_push(t, w, l->prev);
+        if (l->next != TOK_NONE)
+            pair_push(t, w, p.left);
+    }
+}
+
+/* An optional dummy-prefix space, the code points (or byte fallbacks) of
+ * text[0..len), then merges. Writes the first max tokens to tokens and the
+ * count, which may exceed max, to *n_out. The dummy prefix is a token of its
+ * own before the text's first code point (as run.c pushes it), never grouped
+ * with a continuation byte that starts the text; merges then run over both. */
+static int encode_piece(const struct infer_tokenizer *t, struct tok_work *w, int dummy_prefix,
+                        const char *text, size_t len, int *tokens, size_t max, size_t *n_out)
+{
+    /* at most one symbol per byte, and the dummy prefix */
+    int ret = work_reserve(w, len + 1);
+    if (ret < 0)
+        return ret;
+    size_t n = 0;
     if (dummy_prefix) {
         /* SentencePiece's add_dummy_prefix */
         int sp = lookup(t, " ", 1);
         if (sp >= 0 && !is_control(t, sp))
-            PUSH(sp);
+            w->sym[n++].id = sp;
         else
-            PUSH(t->byte_id[' '] >= 0 ? t->byte_id[' '] : 0);
+            w->sym[n++].id = t->byte_id[' '] >= 0 ? t->byte_id[' '] : 0;
     }
     const unsigned char *p = (const unsigned char *)text, *end = p + len;
     while (p < end) {
@@ -162,86 +323,69 @@ static int encode_piece(const struct infer_tokenizer *t, int dummy_prefix, const
             cl++;
         int id = lookup(t, (const char *)p, cl);
         if (id >= 0 && !is_control(t, id)) {
-            PUSH(id);
+            w->sym[n++].id = id;
         } else {
             for (uint32_t i = 0; i < cl; i++) {
                 int b = t->byte_id[p[i]];
-                PUSH(b >= 0 ? b : 0); /* <unk> when the vocabulary has no byte tokens */
+                w->sym[n++].id = b >= 0 ? b : 0; /* <unk> when the vocabulary has no byte tokens */
             }
         }
         p += cl;
     }
-    /* merge the best adjacent pair until none merges */
-    char *buf = NULL;
-    size_t cap = 0;
-    for (;;) {
-        float best = -1e30f;
-        int best_id = -1;
-        uint32_t best_i = 0;
-        for (uint32_t i = 0; i + 1 < n; i++) {
-            uint32_t a = t->lens[tokens[i]], b = t->lens[tokens[i + 1]];
-            if (a + b > cap) {
-                char *nb = realloc(buf, (a + b) * 2);
-                if (!nb) {
-                    free(buf);
-                    return -ENOMEM;
-                }
-                buf = nb;
-                cap = (a + b) * 2;
-            }
-            memcpy(buf, t->strs[tokens[i]], a);
-            memcpy(buf + a, t->strs[tokens[i + 1]], b);
-            int id = lookup(t, buf, a + b);
-            if (id >= 0 && !is_control(t, id) && t->scores[id] > best) {
-                best = t->scores[id];
-                best_id = id;
-                best_i = i;
-            }
-        }
-        if (best_id < 0)
-            break;
-        tokens[best_i] = best_id;
-        memmove(tokens + best_i + 1, tokens + best_i + 2, (n - best_i - 2) * sizeof(int));
-        n--;
+    for (size_t i = 0; i < n; i++) {
+        w->sym[i].prev = i > 0 ? i - 1 : TOK_NONE;
+        w->sym[i].next = i + 1 < n ? i + 1 : TOK_NONE;
     }
-    free(buf);
-    *n_out = n;
+    merge_all(t, w, n);
+    /* symbol 0 is never absorbed: it heads the list */
+    size_t k = 0;
+    for (size_t i = n > 0 ? 0 : TOK_NONE; i != TOK_NONE; i = w->sym[i].next) {
+        if (k < max)
+            tokens[k] = w->sym[i].id;
+        k++;
+    }
+    *n_out = k;
     return 0;
-#undef PUSH
 }
 
 int infer_tokenizer_encode(const struct infer_tokenizer *t, const char *text, int add_bos,
                            int *tokens, uint32_t max, uint32_t *n_out)
 {
-    uint32_t n = 0;
-    if (add_bos) {
-        if (max < 1)
-            return -ENOSPC;
-        tokens[n++] = (int)t->bos;
+    size_t n = add_bos ? 1 : 0, k = 0, len = strlen(text);
+    if (n > 0 && max > 0)
+        tokens[0] = (int)t->bos;
+    if (len > 0) {
+        /* the whole text is one piece, as llama2.c's run.c merges it */
+        struct tok_work w;
+        int ret = work_init(&w, t);
+        if (ret == 0)
+            ret = encode_piece(t, &w, 1, text, len, max > n ? tokens + n : NULL,
+                               max > n ? max - n : 0, &k);
+        work_fini(&w);
+        if (ret < 0)
+            return ret;
     }
-    size_t len = strlen(text);
-    if (len == 0) {
-        *n_out = n;
-        return 0;
-    }
-    /* the whole text is one piece, as llama2.c's run.c merges it */
-    uint32_t k;
-    int ret = encode_piece(t, 1, text, len, tokens + n, max - n, &k);
-    if (ret < 0)
-        return ret;
-    *n_out = n + k;
-    return 0;
+    n += k;
+    *n_out = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+    return n > max ? -ENOSPC : 0;
 }
 
 int infer_tokenizer_encode_stream(const struct infer_tokenizer *t, const char *text, size_t len,
                                   int **tokens, uint32_t *n_out)
 {
-    size_t cap = len + 16;
-    int *out = malloc(sizeof(int) * cap);
-    if (!out)
-        return -ENOMEM;
-    uint32_t n = 0;
-    size_t i = 0;
+    /* at most one token per byte, and the dummy prefix */
+    if (len >= UINT32_MAX)
+        return -EOVERFLOW;
+    struct tok_work w;
+    int ret = work_init(&w, t);
+    if (ret < 0)
+        return ret;
+    int *out = malloc(sizeof(int) * (len + 1));
+    if (!out) {
+        ret = -ENOMEM;
+        goto fail;
+    }
+    size_t n = 0, i = 0;
     int first = 1;
     while (i < len) {
         /* a piece: the text from a space up to the next space; the first
@@ -250,19 +394,23 @@ int infer_tokenizer_encode_stream(const struct infer_tokenizer *t, const char *t
         size_t j = i + (text[i] == ' ' ? 1 : 0);
         while (j < len && text[j] != ' ')
             j++;
-        uint32_t k;
-        int ret = encode_piece(t, first, text + i, j - i, out + n, (uint32_t)(cap - n), &k);
+        size_t k;
+        ret = encode_piece(t, &w, first, text + i, j - i, out + n, len + 1 - n, &k);
+        if (ret < 0)
+            goto fail;
+        assert(k <= len + 1 - n);
         first = 0;
-        if (ret < 0) {
-            free(out);
-            return ret;
-        }
         n += k;
         i = j;
     }
+    work_fini(&w);
     *tokens = out;
-    *n_out = n;
+    *n_out = (uint32_t)n;
     return 0;
+fail:
+    free(out);
+    work_fini(&w);
+    return ret;
 }
 
 const char *infer_tokenizer_decode(const struct infer_tokenizer *t, int prev, int token,

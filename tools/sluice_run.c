@@ -312,7 +312,8 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     }
     if (ret < 0) {
         if (ret == -ENOSPC)
-            sl_err_set(err, "the prompt is longer than the context of %u tokens", c->seq_len);
+            sl_err_set(err, "the prompt is %u tokens, longer than the context of %u tokens",
+                       n_prompt, c->seq_len);
         else
             sl_err_set(err, "cannot encode the prompt (%s)", strerror(-ret));
         goto fail;

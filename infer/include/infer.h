@@ -117,22 +117,31 @@ struct infer_tokenizer;
 
 /* Indexes a vocabulary (bos_id and eos_id from cfg). The tokenizer borrows
  * tok's strings and scores: keep their owner (the reader, or the model that
- * holds it) alive until infer_tokenizer_destroy. */
+ * holds it) alive until infer_tokenizer_destroy. Returns 0, -EINVAL (an
+ * empty vocabulary, a token of 2 GiB or more) or -ENOMEM, filling err. */
 int infer_tokenizer_create(const struct format_tokenizer *tok, const struct format_config *cfg,
                            struct infer_tokenizer **out, struct sl_err *err);
 void infer_tokenizer_destroy(struct infer_tokenizer *t);
 
-/* Encodes UTF-8 text: optional BOS, a dummy-prefix space, byte-pair merges
- * by highest score, byte fallback (<0xXX>) for bytes without a token.
- * Returns 0, or -ENOSPC if more than max tokens are needed. */
+/* Encodes UTF-8 text of any length: optional BOS, a dummy-prefix space,
+ * byte fallback (<0xXX>) for bytes without a token, then byte-pair merges by
+ * highest score, the leftmost pair first among equal scores (llama2.c's
+ * run.c, token for token), in O(n log n) for n bytes. Working storage
+ * (about 72 bytes a byte of text) is allocated and freed by the call.
+ * Returns 0 with the *n tokens in tokens[0..*n); -ENOSPC when the result is
+ * more than max tokens, with *n set to the count needed and the first max
+ * in tokens (max = 0 counts; tokens may then be NULL); -ENOMEM. A tokenizer
+ * may encode on several threads at once. */
 int infer_tokenizer_encode(const struct infer_tokenizer *t, const char *text, int add_bos,
                            int *tokens, uint32_t max, uint32_t *n);
 
 /* Encodes a long text as one token stream (no BOS; one dummy-prefix space at
- * the start) in linear time: the text is cut before every space and each
- * piece is merged on its own, which is what SentencePiece's default
- * split_by_whitespace training guarantees its vocabulary never crosses.
- * *tokens is malloc'ed. For evaluation and calibration text. */
+ * the start): the text is cut before every space and each piece is merged on
+ * its own, which is what SentencePiece's default split_by_whitespace
+ * training guarantees its vocabulary never crosses, so the result equals
+ * infer_tokenizer_encode's for such a vocabulary, with working storage sized
+ * by the longest piece. *tokens is malloc'ed. Returns 0, -ENOMEM, or
+ * -EOVERFLOW for 4 GiB of text or more. For evaluation and calibration text. */
 int infer_tokenizer_encode_stream(const struct infer_tokenizer *t, const char *text, size_t len,
                                   int **tokens, uint32_t *n);
 
