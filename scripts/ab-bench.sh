@@ -180,8 +180,8 @@ col() { # case bin column -> successful runs' values of that column
     "$samples"
 }
 echo
-echo "A = $bin_a"
-echo "B = $bin_b"
+echo "A = $bin_a (md5 $(md5sum <"$bin_a" | cut -c1-12))"
+echo "B = $bin_b (md5 $(md5sum <"$bin_b" | cut -c1-12))"
 read -r nraw rawmin rawmed <<<"$(stats <"$out/raw.txt")"
 if [ "$nraw" = 0 ]; then
   raw="raw O_DIRECT read: not measured"
