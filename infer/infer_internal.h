@@ -86,6 +86,7 @@ struct infer_state {
     const struct infer_attention *attn;
     struct npu_device *dev; /* int8 matmuls of small batches go here too (a session's) */
     double npu_share;       /* of the output channels, on dev */
+    uint64_t npu_min_weights; /* smaller matmuls stay on the calling thread */
     uint64_t npu_jobs;
     /* scratch, max_batch rows each */
     float *x;       /* [n][D] residual stream */

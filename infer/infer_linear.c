@@ -153,7 +153,9 @@ static int linear_s8(struct infer_state *s, const struct infer_linear *lin, cons
 {
     uint32_t rows = lin->rows;
     uint32_t r_npu = 0;
-    if (s && s->dev && rows >= 64)
+    /* a hand-off to the device thread costs ~10-20 us (a wake-up): worth it
+     * from about a million weights (~100 us of int8 streaming) */
+    if (s && s->dev && rows >= 32 && (uint64_t)rows * lin->cols >= s->npu_min_weights)
         r_npu = (uint32_t)(rows * s->npu_share) / 16 * 16;
     if (r_npu == 0) {
         npu_linear_s8(lin->npu, xq, n, act, y);

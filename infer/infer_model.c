@@ -264,6 +264,7 @@ int infer_state_create(const struct infer_model *m, uint32_t max_batch, struct i
     }
     s->attn = &infer_attention_dense;
     s->npu_share = 0.5;
+    s->npu_min_weights = 1u << 20;
     size_t q = (size_t)c->n_heads * c->head_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
     size_t wide = c->dim > q ? c->dim : q;
     size_t widest = wide > c->hidden_dim ? wide : c->hidden_dim;

@@ -63,6 +63,8 @@ static void attach_state(struct infer_session *s)
 {
     s->st->dev = s->dev;
     s->st->npu_share = s->o.npu_share;
+    if (s->o.npu_min_weights)
+        s->st->npu_min_weights = s->o.npu_min_weights;
 }
 
 int infer_session_create(struct infer_model *m, const struct infer_session_opts *o,

@@ -469,6 +469,9 @@ struct infer_session_opts {
      * together: the NPU takes this share of each int8 matmul's output
      * channels (0: 0.5; the results are bit-identical for any share). */
     double npu_share;
+    /* int8 matmuls of fewer weights than this stay on the calling thread (a
+     * hand-off costs a thread wake-up; 0: 1 Mi weights) */
+    uint64_t npu_min_weights;
     /* Cold start only: called the moment the prompt's logits exist, before
      * the pipeline reads what only decoding needs (the time to first token).
      * Only infer_session_logits and infer_session_sample may be called on s
