@@ -69,6 +69,12 @@ int infer_linear_init(struct infer_linear *lin, const struct format_tensor_info 
         infer_linear_fini(lin);
         return ret;
     }
+    /* the NPU's copy is the only one kept: matmuls use it, and lookups (an
+     * int8 embedding) read rows back from it (npu_weights_row) */
+    sl_free_aligned(lin->q);
+    free(lin->scale);
+    lin->q = NULL;
+    lin->scale = NULL;
     return 0;
 }
 
