@@ -1,7 +1,10 @@
-/* infer_forward.c: the Llama forward pass over a batch of rows, as llama2.c's
- * run.c computes it for one token: per layer, attention then the SwiGLU FFN,
- * each behind an RMSNorm and a residual add. */
+/* infer_forward.c: the batched Llama forward pass, as llama2.c's run.c
+ * computes it for one token: per layer, attention then the SwiGLU FFN, each
+ * behind an RMSNorm and a residual add (the steps of infer_steps.c). One
+ * function serves decode (one row), prefill (a chain of rows) and draft
+ * verification (a tree of rows with their own positions). */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "infer_internal.h"
@@ -16,49 +19,79 @@ int infer_embed(const struct infer_model *m, const int *tokens, uint32_t n, floa
     return infer_op_embed(m, tokens, n, x, err);
 }
 
-/* x [n][D] at positions pos..pos+n-1 through layer l, in place. */
-int infer_layer_forward(struct infer_model *m, struct infer_state *s, int layer, float *x,
-                        uint32_t n, uint32_t pos, struct sl_err *err)
+/* x [n][D] of the rows r through layer l, in place. */
+static int layer_rows(struct infer_model *m, struct infer_state *s, int layer, float *x,
+                      const struct infer_rows *r, struct sl_err *err)
 {
     const struct format_config *c = &m->cfg;
     const struct infer_layer *w = &m->layers[layer];
+    uint32_t n = r->n, F = c->hidden_dim;
     if (!w->loaded) {
         sl_err_set(err, "layer %d is not loaded", layer);
         return -EINVAL;
     }
-    if (n > s->max_batch || pos + n > c->seq_len) {
+    /* attention: xb = rmsnorm(x); q, k, v = xb Wq, xb Wk, xb Wv; RoPE; cache */
+    infer_step_attn_norm(m, layer, s->xb, x, n);
+    int ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_WQ, &w->wq, s->q, s->xb, n, err);
+    if (ret == 0)
+        ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_WK, &w->wk, s->k, s->xb, n, err);
+    if (ret == 0)
+        ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_WV, &w->wv, s->v, s->xb, n, err);
+    if (ret == 0) {
+        ret = infer_step_attention(m, s->kv, s->attn, layer, r, s->q, s->k, s->v, 0,
+                                   c->n_kv_heads, s->att_out, s->att);
+        if (ret < 0)
+            sl_err_set(err, "attention (%s) failed in layer %d", s->attn->name, layer);
+    }
+    /* x += att_out Wo; xb = rmsnorm(x) */
+    if (ret == 0)
+        ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_WO, &w->wo, s->xb, s->att_out, n, err);
+    if (ret < 0)
+        return ret;
+    infer_step_ffn_norm(m, layer, x, s->xb, s->xb, n);
+    /* FFN: x += (silu(xb Wg) * (xb Wu)) Wd */
+    ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_W_GATE, &w->w_gate, s->hb, s->xb, n, err);
+    if (ret == 0)
+        ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_W_UP, &w->w_up, s->hb2, s->xb, n, err);
+    if (ret < 0)
+        return ret;
+    infer_step_swiglu(s->hb, s->hb2, n, F, 0, F);
+    ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_W_DOWN, &w->w_down, s->xb, s->hb, n, err);
+    if (ret < 0)
+        return ret;
+    infer_step_residual(x, s->xb, n, c->dim);
+    return 0;
+}
+
+/* Layer-granular calibration API: rows at positions pos.. written at slots
+ * pos.. (a chain over the slots below). */
+int infer_layer_forward(struct infer_model *m, struct infer_state *s, int layer, float *x,
+                        uint32_t n, uint32_t pos, struct sl_err *err)
+{
+    const struct format_config *c = &m->cfg;
+    if (n > s->max_batch || (uint64_t)pos + n > s->kv->cap) {
         sl_err_set(err, "batch of %u rows at position %u exceeds the state (%u rows, %u positions)",
-                   n, pos, s->max_batch, c->seq_len);
+                   n, pos, s->max_batch, s->kv->cap);
         return -EINVAL;
     }
-    uint32_t D = c->dim, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
-    uint32_t F = c->hidden_dim;
-    float *kc = s->key_cache + (size_t)layer * c->seq_len * KV;
-    float *vc = s->value_cache + (size_t)layer * c->seq_len * KV;
-
-    /* attention: xb = rmsnorm(x); q, k, v = xb Wq, xb Wk, xb Wv; RoPE */
-    infer_op_rmsnorm(s->xb, x, w->attn_norm, n, D, c->norm_eps);
-    infer_linear_forward(m, layer, FORMAT_ROLE_WQ, &w->wq, s->q, s->xb, n, s->xq);
-    infer_linear_forward(m, layer, FORMAT_ROLE_WK, &w->wk, s->k, s->xb, n, s->xq);
-    infer_linear_forward(m, layer, FORMAT_ROLE_WV, &w->wv, s->v, s->xb, n, s->xq);
-    infer_op_rope(s->q, n, c->n_heads, c->head_dim, pos, c->rope_theta);
-    infer_op_rope(s->k, n, c->n_kv_heads, c->head_dim, pos, c->rope_theta);
-    memcpy(kc + (size_t)pos * KV, s->k, (size_t)n * KV * sizeof(float));
-    memcpy(vc + (size_t)pos * KV, s->v, (size_t)n * KV * sizeof(float));
-    infer_op_attention(s->att_out, s->q, kc, vc, n, pos, c, 0, c->n_heads, s->att);
-    /* x += att_out Wo */
-    infer_linear_forward(m, layer, FORMAT_ROLE_WO, &w->wo, s->xb, s->att_out, n, s->xq);
-    infer_op_add(x, s->xb, (size_t)n * D);
-
-    /* FFN: x += (silu(xb Wg) * (xb Wu)) Wd with xb = rmsnorm(x) */
-    infer_op_rmsnorm(s->xb, x, w->ffn_norm, n, D, c->norm_eps);
-    infer_linear_forward(m, layer, FORMAT_ROLE_W_GATE, &w->w_gate, s->hb, s->xb, n, s->xq);
-    infer_linear_forward(m, layer, FORMAT_ROLE_W_UP, &w->w_up, s->hb2, s->xb, n, s->xq);
-    infer_op_swiglu(s->hb, s->hb, s->hb2, (size_t)n * F);
-    infer_linear_forward(m, layer, FORMAT_ROLE_W_DOWN, &w->w_down, s->xb, s->hb, n, s->xq);
-    infer_op_add(x, s->xb, (size_t)n * D);
-    (void)Q;
-    return 0;
+    if (layer < 0 || (uint32_t)layer >= c->n_layers) {
+        sl_err_set(err, "no layer %d", layer);
+        return -EINVAL;
+    }
+    if (pos + n > s->kv->len) { /* the slots this call writes become part of the cache */
+        uint32_t from = pos > s->kv->len ? pos : s->kv->len;
+        for (uint32_t i = from; i < pos + n; i++)
+            s->kv->pos[i] = i;
+        if (pos > s->kv->len) /* slots skipped: treated as positions too */
+            for (uint32_t i = s->kv->len; i < pos; i++)
+                s->kv->pos[i] = i;
+        s->kv->len = pos + n;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        s->pos[i] = pos + i;
+    struct infer_rows r = {.n = n, .slot0 = pos, .pos = s->pos,
+                           .vis = {.n = n, .base = pos}};
+    return layer_rows(m, s, layer, x, &r, err);
 }
 
 int infer_head_forward(struct infer_model *m, struct infer_state *s, const float *x, uint32_t n,
@@ -72,8 +105,90 @@ int infer_head_forward(struct infer_model *m, struct infer_state *s, const float
         sl_err_set(err, "%u rows exceed the state's %u", n, s->max_batch);
         return -EINVAL;
     }
-    infer_op_rmsnorm(s->xb, x, m->out_norm, n, m->cfg.dim, m->cfg.norm_eps);
-    infer_linear_forward(m, -1, FORMAT_ROLE_CLASSIFIER, &m->cls, logits, s->xb, n, s->xq);
+    infer_step_head_norm(m, s->xb, x, n);
+    return infer_linear_exec(m, s, -1, FORMAT_ROLE_CLASSIFIER, &m->cls, logits, s->xb, n, err);
+}
+
+/* The classifier for the rows of this batch [b0, b0 + nb) that are listed;
+ * runs of consecutive rows in one call (a batched GEMM). *li: next list entry. */
+static int head_rows(struct infer_model *m, struct infer_state *s, const struct infer_batch *b,
+                     uint32_t b0, uint32_t nb, uint32_t *li, float *logits, struct sl_err *err)
+{
+    size_t V = m->cfg.vocab_size, D = m->cfg.dim;
+    while (*li < b->n_logits && b->logits_rows[*li] < b0 + nb) {
+        uint32_t first = *li, row = b->logits_rows[first];
+        uint32_t run = 1;
+        while (first + run < b->n_logits && b->logits_rows[first + run] == row + run &&
+               row + run < b0 + nb)
+            run++;
+        int ret = infer_head_forward(m, s, s->x + (size_t)(row - b0) * D, run,
+                                     logits + (size_t)first * V, err);
+        if (ret < 0)
+            return ret;
+        *li += run;
+    }
+    return 0;
+}
+
+static int check_batch(const struct infer_model *m, const struct infer_state *s,
+                       const struct infer_batch *b, struct sl_err *err)
+{
+    uint32_t len = s->kv->len;
+    if ((uint64_t)len + b->n > s->kv->cap) {
+        sl_err_set(err, "%u tokens after %u exceed the context of %u", b->n, len, s->kv->cap);
+        return -EINVAL;
+    }
+    if (b->parent && b->n > s->max_batch) {
+        sl_err_set(err, "a tree of %u rows exceeds the batch of %u", b->n, s->max_batch);
+        return -EINVAL;
+    }
+    for (uint32_t i = 0; b->parent && i < b->n; i++)
+        if (b->parent[i] < -1 || b->parent[i] >= (int32_t)i) {
+            sl_err_set(err, "row %u's parent %d is not an earlier row", i, b->parent[i]);
+            return -EINVAL;
+        }
+    for (uint32_t i = 0; b->pos && i < b->n; i++)
+        if (b->pos[i] >= m->cfg.seq_len) {
+            sl_err_set(err, "row %u's position %u is past the context of %u", i, b->pos[i],
+                       m->cfg.seq_len);
+            return -EINVAL;
+        }
+    for (uint32_t i = 0; i < b->n_logits; i++)
+        if (b->logits_rows[i] >= b->n || (i && b->logits_rows[i] <= b->logits_rows[i - 1])) {
+            sl_err_set(err, "logits rows must ascend within the batch (entry %u)", i);
+            return -EINVAL;
+        }
+    return 0;
+}
+
+int infer_forward_batch(struct infer_model *m, struct infer_state *s, const struct infer_batch *b,
+                        float *logits, struct sl_err *err)
+{
+    const struct format_config *c = &m->cfg;
+    int ret = check_batch(m, s, b, err);
+    if (ret < 0 || b->n == 0)
+        return ret;
+    uint32_t base = s->kv->len, li = 0;
+    for (uint32_t done = 0; done < b->n;) {
+        uint32_t nb = b->n - done < s->max_batch ? b->n - done : s->max_batch;
+        uint32_t slot0 = base + done;
+        for (uint32_t i = 0; i < nb; i++)
+            s->pos[i] = b->pos ? b->pos[done + i] : slot0 + i;
+        ret = infer_kv_reserve(s->kv, nb, s->pos, 0);
+        if (ret == 0)
+            ret = infer_embed(m, b->tokens + done, nb, s->x, err);
+        struct infer_rows r = {.n = nb, .slot0 = slot0, .pos = s->pos,
+                               .vis = {.n = nb, .base = slot0, .parent = b->parent}};
+        for (uint32_t l = 0; ret == 0 && l < c->n_layers; l++)
+            ret = layer_rows(m, s, (int)l, s->x, &r, err);
+        if (ret == 0)
+            ret = head_rows(m, s, b, done, nb, &li, logits, err);
+        if (ret < 0) {
+            s->kv->len = base; /* nothing of a failed call stays in the cache */
+            return ret;
+        }
+        done += nb;
+    }
     return 0;
 }
 
@@ -87,22 +202,29 @@ int infer_forward(struct infer_model *m, struct infer_state *s, const int *token
         sl_err_set(err, "%u tokens at position %u exceed the context of %u", n, pos, c->seq_len);
         return -EINVAL;
     }
-    for (uint32_t done = 0; done < n;) {
-        uint32_t b = n - done < s->max_batch ? n - done : s->max_batch;
-        int ret = infer_embed(m, tokens + done, b, s->x, err);
-        for (uint32_t l = 0; ret == 0 && l < c->n_layers; l++)
-            ret = infer_layer_forward(m, s, (int)l, s->x, b, pos + done, err);
-        if (ret < 0)
-            return ret;
-        if (mode == INFER_LOGITS_ALL) {
-            ret = infer_head_forward(m, s, s->x, b, logits + (size_t)done * c->vocab_size, err);
-        } else if (mode == INFER_LOGITS_LAST && done + b == n) {
-            /* the first token needs the classifier for the last row only */
-            ret = infer_head_forward(m, s, s->x + (size_t)(b - 1) * c->dim, 1, logits, err);
+    /* the cache is cut or extended to pos: a sequence restarted or rewound
+     * there, or (as this call always allowed) slots skipped, which keep
+     * whatever they held */
+    for (uint32_t i = s->kv->len; i < pos; i++)
+        s->kv->pos[i] = i;
+    s->kv->len = pos;
+    uint32_t *rows = NULL, last = n - 1;
+    struct infer_batch b = {.n = n, .tokens = tokens};
+    if (mode == INFER_LOGITS_LAST) {
+        b.logits_rows = &last;
+        b.n_logits = 1;
+    } else if (mode == INFER_LOGITS_ALL) {
+        rows = malloc(sizeof *rows * n);
+        if (!rows) {
+            sl_err_set(err, "out of memory");
+            return -ENOMEM;
         }
-        if (ret < 0)
-            return ret;
-        done += b;
+        for (uint32_t i = 0; i < n; i++)
+            rows[i] = i;
+        b.logits_rows = rows;
+        b.n_logits = n;
     }
-    return 0;
+    int ret = infer_forward_batch(m, s, &b, logits, err);
+    free(rows);
+    return ret;
 }

@@ -52,16 +52,42 @@ struct infer_model {
     struct infer_layer *layers;
     infer_observe_fn observe;
     void *observe_ctx;
+    infer_linear_term_fn term; /* the linear path's added CPU term, or NULL */
+    void *term_ctx;
     void *map; /* the container mapped read-only, or NULL */
     size_t map_len;
     void *io_buf; /* tensor read buffer when not mapped */
     size_t io_cap;
 };
 
+/* The KV cache (infer.h): [layer][slot][kv_dim] keys and values. */
+struct infer_kv {
+    uint32_t n_layers, n_kv_heads, head_dim, kv_dim;
+    uint32_t cap, len;
+    float *k, *v;
+    uint32_t *pos;     /* [cap] position of each slot */
+    int8_t *k8;        /* INFER_KV_K8: int8 keys [layer][slot][kv_dim], or NULL */
+    float *k8_scale;   /* [layer][slot][n_kv_heads] */
+};
+
+/* Appends n slots (positions pos[i], or pos0 + i when pos is NULL): -ENOSPC
+ * when they do not fit. Their contents are written layer by layer. */
+int infer_kv_reserve(struct infer_kv *kv, uint32_t n, const uint32_t *pos, uint32_t pos0);
+/* Stores rows k, v [n][kv_dim] (heads [kv0, kv1) of each) of one layer at
+ * slots slot0.., and their int8 mirror when the cache keeps one. */
+void infer_kv_write(struct infer_kv *kv, uint32_t layer, uint32_t slot0, uint32_t n,
+                    const float *k, const float *v, uint32_t kv0, uint32_t kv1);
+
+struct npu_device;
+
 struct infer_state {
     uint32_t max_batch;
-    float *key_cache;   /* [L][seq_len][KV] */
-    float *value_cache; /* [L][seq_len][KV] */
+    struct infer_kv *kv;
+    const struct infer_attention *attn;
+    struct npu_device *dev; /* int8 matmuls of small batches go here too (a session's) */
+    double npu_share;       /* of the output channels, on dev */
+    uint64_t npu_min_weights; /* smaller matmuls stay on the calling thread */
+    uint64_t npu_jobs;
     /* scratch, max_batch rows each */
     float *x;       /* [n][D] residual stream */
     float *xb;      /* [n][max(D, Q)] */
@@ -73,6 +99,21 @@ struct infer_state {
     float *hb;      /* [n][F] */
     float *hb2;     /* [n][F] */
     int8_t *xq;     /* [n][max(D, Q, F)] quantized activations */
+    uint32_t *pos;  /* [max_batch] positions of a batch's rows */
+    /* what the activation quantizer clipped (only with a linear term) */
+    uint32_t *clip_row, *clip_col;
+    float *clip_excess;
+    size_t clip_cap;
+};
+
+/* The rows of one forward call: n rows at KV slots slot0.., positions
+ * pos[n], visibility vis (infer.h struct infer_attn_rows; vis.base =
+ * slot0). */
+struct infer_rows {
+    uint32_t n;
+    uint32_t slot0;
+    const uint32_t *pos;
+    struct infer_attn_rows vis;
 };
 
 /* ---- loading ---------------------------------------------------------------------- */
@@ -136,13 +177,56 @@ void infer_op_matmul_f32(float *y, const float *x, const float *w, uint32_t n, u
 void infer_op_linear_int8(float *y, const float *x, const struct infer_linear *lin, uint32_t n,
                           int8_t *xq);
 
-/* Any linear: float or int8; calls the observer. */
-void infer_linear_forward(const struct infer_model *m, int layer, uint32_t role,
-                          const struct infer_linear *lin, float *y, const float *x, uint32_t n,
-                          int8_t *xq);
 
 /* Copies embedding rows (dequantized) for n tokens into x[n][D]. */
 int infer_op_embed(const struct infer_model *m, const int *tokens, uint32_t n, float *x,
                    struct sl_err *err);
+
+
+/* Rotates the rows of x [n][n_heads * head_dim], heads [h0, h1), row r at
+ * position pos[r] (the same bits as infer_op_rope_heads for consecutive
+ * positions). */
+void infer_op_rope_rows(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t h0,
+                        uint32_t h1, const uint32_t *pos, float theta);
+
+/* ---- the per-operator steps of a layer (infer_steps.c) ----------------------------
+ * One definition of each CPU step, used by the batched forward
+ * (infer_forward.c) and by the cold-start pipeline's tasks (pipeline*.c),
+ * which run them on chunks and on head or column ranges. The int8 matmuls
+ * between them are the linear path's (infer_linear_exec, or NPU jobs). */
+
+/* xb = rmsnorm(x) with the layer's attention norm. */
+void infer_step_attn_norm(const struct infer_model *m, int layer, float *xb, const float *x,
+                          uint32_t n);
+/* RoPE on q's query heads and k's heads for KV heads [kv0, kv1), K and V
+ * stored in the cache at the rows' slots, then attention of those query
+ * heads into out [n][Q]. */
+int infer_step_attention(const struct infer_model *m, struct infer_kv *kv,
+                         const struct infer_attention *attn, int layer, const struct infer_rows *r,
+                         float *q, float *k, const float *v, uint32_t kv0, uint32_t kv1, float *out,
+                         float *scratch);
+/* x += o (the attention's output projection); xb = rmsnorm(x) with the FFN norm. */
+void infer_step_ffn_norm(const struct infer_model *m, int layer, float *x, const float *o,
+                         float *xb, uint32_t n);
+/* g = silu(g) * u for columns [f0, f1) of n rows of F. */
+void infer_step_swiglu(float *g, const float *u, uint32_t n, uint32_t F, uint32_t f0, uint32_t f1);
+/* x += d (the FFN's down projection) for n rows of D. */
+void infer_step_residual(float *x, const float *d, uint32_t n, uint32_t D);
+/* xb = rmsnorm(x) with the final norm. */
+void infer_step_head_norm(const struct infer_model *m, float *xb, const float *x, uint32_t n);
+
+/* The linear path: y [n][rows] = x [n][cols] W^T for any linear, float or
+ * int8 (quantize, GEMM on the NPU device and the calling thread together
+ * when the state has a device and the batch is small, dequantize, the added
+ * CPU term of what the quantizer clipped), then the observer. Returns 0 or
+ * a negative errno (a refused NPU job, out of memory for the term). */
+int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int layer,
+                      uint32_t role, const struct infer_linear *lin, float *y, const float *x,
+                      uint32_t n, struct sl_err *err);
+
+/* xq = quantize(x, s) like npu_quantize_act, and every element whose x / s
+ * the clip cut off recorded in c (grown as needed): -ENOMEM. */
+int infer_quantize_clipped(struct infer_state *st, const float *x, uint32_t n, uint32_t cols,
+                           float s, int8_t *xq, struct infer_clipped *c);
 
 #endif

@@ -69,6 +69,12 @@ int infer_linear_init(struct infer_linear *lin, const struct format_tensor_info 
         infer_linear_fini(lin);
         return ret;
     }
+    /* the NPU's copy is the only one kept: matmuls use it, and lookups (an
+     * int8 embedding) read rows back from it (npu_weights_row) */
+    sl_free_aligned(lin->q);
+    free(lin->scale);
+    lin->q = NULL;
+    lin->scale = NULL;
     return 0;
 }
 
@@ -96,14 +102,123 @@ void infer_op_linear_int8(float *y, const float *x, const struct infer_linear *l
     npu_linear_s8(lin->npu, xq, n, s, y);
 }
 
-void infer_linear_forward(const struct infer_model *m, int layer, uint32_t role,
-                          const struct infer_linear *lin, float *y, const float *x, uint32_t n,
-                          int8_t *xq)
+
+int infer_quantize_clipped(struct infer_state *st, const float *x, uint32_t n, uint32_t cols,
+                           float s, int8_t *xq, struct infer_clipped *c)
 {
-    if (lin->w)
+    size_t len = (size_t)n * cols;
+    npu_quantize_act(x, len, s, xq);
+    float inv = 1.0f / s;
+    c->n = 0;
+    c->act_scale = s;
+    for (size_t i = 0; i < len; i++) {
+        float v = x[i] * inv; /* the quantizer's x / s (npu_quantize_act) */
+        if (!(v > 127.0f || v < -127.0f))
+            continue; /* inside the range, or NaN (quantized to 0, nothing to add) */
+        if (c->n == st->clip_cap) {
+            size_t cap = st->clip_cap ? st->clip_cap * 2 : 256;
+            uint32_t *r = realloc(st->clip_row, cap * sizeof *r);
+            if (r)
+                st->clip_row = r;
+            uint32_t *cc = r ? realloc(st->clip_col, cap * sizeof *cc) : NULL;
+            if (cc)
+                st->clip_col = cc;
+            float *e = cc ? realloc(st->clip_excess, cap * sizeof *e) : NULL;
+            if (!e)
+                return -ENOMEM;
+            st->clip_excess = e;
+            st->clip_cap = cap;
+        }
+        st->clip_row[c->n] = (uint32_t)(i / cols);
+        st->clip_col[c->n] = (uint32_t)(i % cols);
+        st->clip_excess[c->n] = v > 0 ? v - 127.0f : v + 127.0f;
+        c->n++;
+    }
+    c->row = st->clip_row;
+    c->col = st->clip_col;
+    c->excess = st->clip_excess;
+    return 0;
+}
+
+/* The NPU graph rows for a batch of n: decode and verification shapes, or
+ * the state's batch (prefill chunks). */
+static uint32_t graph_rows(const struct infer_state *s, uint32_t n)
+{
+    static const uint32_t small[] = {1, 4, 8, 16};
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
+        if (n <= small[i])
+            return small[i];
+    return s->max_batch;
+}
+
+/* y = x W^T of an int8 linear: the NPU device takes the first npu_share of
+ * the output channels while this thread computes the rest (bit-identical to
+ * one thread: every output channel is computed the same way, npu.h). */
+static int linear_s8(struct infer_state *s, const struct infer_linear *lin, const int8_t *xq,
+                     uint32_t n, float act, float *y, struct sl_err *err)
+{
+    uint32_t rows = lin->rows;
+    uint32_t r_npu = 0;
+    /* a hand-off to the device thread costs ~10-20 us (a wake-up): worth it
+     * from about a million weights (~100 us of int8 streaming) */
+    if (s && s->dev && rows >= 32 && (uint64_t)rows * lin->cols >= s->npu_min_weights)
+        r_npu = (uint32_t)(rows * s->npu_share) / 16 * 16;
+    if (r_npu == 0) {
+        npu_linear_s8(lin->npu, xq, n, act, y);
+        return 0;
+    }
+    const struct npu_graph *g;
+    int ret = npu_device_graph(s->dev, graph_rows(s, n), lin->cols, rows, &g, err);
+    if (ret < 0)
+        return ret;
+    struct npu_job job = {.graph = g, .w = lin->npu, .a_type = NPU_DTYPE_INT8, .xq = xq,
+                          .rows = n, .r0 = 0, .r1 = r_npu, .act_scale = act, .y = y, .ldy = rows};
+    struct npu_ticket *t;
+    ret = npu_device_submit(s->dev, &job, &t, err);
+    if (ret < 0)
+        return ret;
+    npu_linear_s8_range(lin->npu, xq, n, act, y, rows, r_npu, rows);
+    ret = npu_ticket_wait(t);
+    if (ret < 0) {
+        sl_err_set(err, "the NPU did not run a matmul (%d)", ret);
+        return ret;
+    }
+    s->npu_jobs++;
+    return 0;
+}
+
+int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int layer,
+                      uint32_t role, const struct infer_linear *lin, float *y, const float *x,
+                      uint32_t n, struct sl_err *err)
+{
+    int ret = 0;
+    if (lin->w) {
         infer_op_matmul(y, x, lin->w, lin->wtype, n, lin->rows, lin->cols, 0, lin->rows);
-    else
-        infer_op_linear_int8(y, x, lin, n, xq);
+    } else {
+        size_t len = (size_t)n * lin->cols;
+        float act = lin->act_scale > 0 ? lin->act_scale : npu_act_scale_dynamic(x, len);
+        struct infer_clipped clip = {0};
+        if (m->term)
+            ret = infer_quantize_clipped(s, x, n, lin->cols, act, s->xq, &clip);
+        else
+            npu_quantize_act(x, len, act, s->xq);
+        if (ret == 0)
+            ret = linear_s8(s, lin, s->xq, n, act, y, err);
+        if (ret == 0 && m->term)
+            ret = m->term(m->term_ctx, layer, role, &clip, y, n, lin->rows);
+        if (ret < 0) {
+            if (!err || !err->msg[0])
+                sl_err_set(err, "the int8 linear of layer %d failed (%d)", layer, ret);
+            return ret;
+        }
+    }
     if (m->observe)
         m->observe(m->observe_ctx, layer, role, x, n, lin->cols, y, lin->rows);
+    return 0;
+}
+
+void infer_model_set_linear_term(struct infer_model *m, infer_linear_term_fn fn, void *ctx)
+{
+    m->term = fn;
+    m->term_ctx = ctx;
 }

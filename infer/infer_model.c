@@ -257,13 +257,19 @@ int infer_state_create(const struct infer_model *m, uint32_t max_batch, struct i
         sl_err_set(err, "out of memory");
         return -ENOMEM;
     }
+    int ret = infer_kv_create(c, 0, 0, &s->kv, err);
+    if (ret < 0) {
+        free(s);
+        return ret;
+    }
+    s->attn = &infer_attention_dense;
+    s->npu_share = 0.5;
+    s->npu_min_weights = 1u << 20;
     size_t q = (size_t)c->n_heads * c->head_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
     size_t wide = c->dim > q ? c->dim : q;
     size_t widest = wide > c->hidden_dim ? wide : c->hidden_dim;
     size_t nb = max_batch;
     s->max_batch = max_batch;
-    s->key_cache = calloc((size_t)c->n_layers * c->seq_len * kv, sizeof(float));
-    s->value_cache = calloc((size_t)c->n_layers * c->seq_len * kv, sizeof(float));
     s->x = malloc(nb * c->dim * sizeof(float));
     s->xb = malloc(nb * wide * sizeof(float));
     s->q = malloc(nb * q * sizeof(float));
@@ -274,10 +280,11 @@ int infer_state_create(const struct infer_model *m, uint32_t max_batch, struct i
     s->hb = malloc(nb * c->hidden_dim * sizeof(float));
     s->hb2 = malloc(nb * c->hidden_dim * sizeof(float));
     s->xq = sl_alloc_aligned(nb * widest, 64);
-    if (!s->key_cache || !s->value_cache || !s->x || !s->xb || !s->q || !s->k || !s->v ||
-        !s->att_out || !s->att || !s->hb || !s->hb2 || !s->xq) {
+    s->pos = malloc(nb * sizeof *s->pos);
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->att || !s->hb ||
+        !s->hb2 || !s->xq || !s->pos) {
         infer_state_destroy(s);
-        sl_err_set(err, "out of memory for the KV cache and scratch (%u positions)", c->seq_len);
+        sl_err_set(err, "out of memory for the scratch of %u-row batches", max_batch);
         return -ENOMEM;
     }
     *out = s;
@@ -288,8 +295,7 @@ void infer_state_destroy(struct infer_state *s)
 {
     if (!s)
         return;
-    free(s->key_cache);
-    free(s->value_cache);
+    infer_kv_destroy(s->kv);
     free(s->x);
     free(s->xb);
     free(s->q);
@@ -300,5 +306,19 @@ void infer_state_destroy(struct infer_state *s)
     free(s->hb);
     free(s->hb2);
     sl_free_aligned(s->xq);
+    free(s->pos);
+    free(s->clip_row);
+    free(s->clip_col);
+    free(s->clip_excess);
     free(s);
+}
+
+struct infer_kv *infer_state_kv(struct infer_state *s)
+{
+    return s->kv;
+}
+
+void infer_state_set_attention(struct infer_state *s, const struct infer_attention *a)
+{
+    s->attn = a ? a : &infer_attention_dense;
 }

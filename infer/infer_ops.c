@@ -78,6 +78,18 @@ void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, ui
     infer_op_rope_heads(x, n, n_heads, head_dim, 0, n_heads, pos0, theta);
 }
 
+void infer_op_rope_rows(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t h0,
+                        uint32_t h1, const uint32_t *pos, float theta)
+{
+    /* runs of consecutive positions in one call: one frequency table each */
+    size_t width = (size_t)n_heads * head_dim;
+    for (uint32_t r0 = 0, r1; r0 < n; r0 = r1) {
+        for (r1 = r0 + 1; r1 < n && pos[r1] == pos[r1 - 1] + 1; r1++)
+            ;
+        infer_op_rope_heads(x + r0 * width, r1 - r0, n_heads, head_dim, h0, h1, pos[r0], theta);
+    }
+}
+
 void infer_op_attention(float *out, const float *q, const float *key_cache,
                         const float *value_cache, uint32_t n, uint32_t pos0,
                         const struct format_config *c, uint32_t h0, uint32_t h1, float *att)

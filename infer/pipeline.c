@@ -131,6 +131,7 @@ struct pl {
     const struct infer_pipeline_opts *o;
     struct infer_model *m;
     struct infer_state *st;
+    uint32_t *positions; /* [n] the prompt's positions (0, 1, ...) */
     const struct format_config *c;
     const struct format_reader *r;
     struct npu_device *dev;
@@ -1034,7 +1035,7 @@ static int run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
     struct task *t = &p->tasks[ti];
     const struct format_config *c = p->c;
     struct sl_err err = {{0}};
-    uint32_t D = c->dim, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
+    uint32_t D = c->dim, Q = c->n_heads * c->head_dim;
     uint32_t F = c->hidden_dim;
     struct chunkbuf *b = &p->cb[t->chunk];
     int ret = 0;
@@ -1094,18 +1095,12 @@ static int run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         /* kv heads [kv0, kv1) and their query heads (a group, or all) */
         const uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads;
         uint32_t kv0 = t->r1 > t->r0 ? t->r0 : 0, kv1 = t->r1 > t->r0 ? t->r1 : c->n_kv_heads;
-        size_t lay = (size_t)t->layer * c->seq_len * KV;
-        float *kc = p->st->key_cache + lay, *vc = p->st->value_cache + lay;
-        infer_op_rope_heads(b->q, b->n, c->n_heads, hd, kv0 * mul, kv1 * mul, b->pos0,
-                            c->rope_theta);
-        infer_op_rope_heads(b->k, b->n, c->n_kv_heads, hd, kv0, kv1, b->pos0, c->rope_theta);
-        for (uint32_t r = 0; r < b->n; r++) {
-            size_t dst = (size_t)(b->pos0 + r) * KV + kv0 * hd, src = (size_t)r * KV + kv0 * hd;
-            memcpy(kc + dst, b->k + src, sizeof(float) * (kv1 - kv0) * hd);
-            memcpy(vc + dst, b->v + src, sizeof(float) * (kv1 - kv0) * hd);
-        }
-        infer_op_attention(b->att, b->q, kc, vc, b->n, b->pos0, c, kv0 * mul, kv1 * mul,
-                           att_scratch);
+        struct infer_rows rows = {.n = b->n, .slot0 = b->pos0, .pos = p->positions + b->pos0,
+                                  .vis = {.n = b->n, .base = b->pos0}};
+        ret = infer_step_attention(p->m, p->st->kv, p->st->attn, t->layer, &rows, b->q, b->k,
+                                   b->v, kv0, kv1, b->att, att_scratch);
+        if (ret < 0)
+            sl_err_set(&err, "attention failed in layer %d", t->layer);
         quantize_cols(p, b, t->layer, FORMAT_ROLE_WO, b->att, b->n, Q, kv0 * mul * hd,
                       kv1 * mul * hd);
         break;
@@ -2005,6 +2000,20 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     ret = infer_state_create(p->m, o.chunk, &p->st, err);
     if (ret < 0)
         goto out;
+    /* the prompt fills the cache's first n slots, positions 0..n-1 */
+    p->positions = malloc(sizeof *p->positions * n);
+    if (!p->positions) {
+        ret = -ENOMEM;
+        sl_err_set(err, "out of memory");
+        goto out;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        p->positions[i] = i;
+    ret = infer_kv_reserve(infer_state_kv(p->st), n, p->positions, 0);
+    if (ret < 0) {
+        sl_err_set(err, "a prompt of %u tokens does not fit the KV cache", n);
+        goto out;
+    }
     p->lin_info = calloc(c->n_layers + 1, sizeof *p->lin_info);
     if (!p->lin_info) {
         ret = -ENOMEM;
@@ -2051,9 +2060,15 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     if (ret < 0)
         goto out;
     /* the NPU's graphs: one per matmul shape, shared by every chunk and layer */
-    ret = npu_device_create(&p->dev);
-    if (ret < 0)
-        goto out;
+    if (o.device) {
+        p->dev = o.device; /* the caller's (a session's): it stays running */
+    } else {
+        ret = npu_device_create(&p->dev);
+        if (ret < 0) {
+            sl_err_set(err, "cannot start the NPU device");
+            goto out;
+        }
+    }
     {
         uint32_t D = c->dim, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
         uint32_t F = c->hidden_dim;
@@ -2173,7 +2188,8 @@ out:
         else
             sl_free_aligned(whole);
     }
-    npu_device_destroy(p->dev);
+    if (!o.device)
+        npu_device_destroy(p->dev);
     for (uint32_t w = 0; w <= MAX_CPU_WORKERS; w++) {
         free(p->att_scratch[w]);
         sl_free_aligned(p->fill_scratch[w]);
@@ -2192,6 +2208,7 @@ out:
     free(p->verify_task);
     free(p->slice_needed);
     free(p->lin_info);
+    free(p->positions);
     free(p->npu_q.items);
     free(p->cpu_q.items);
     pthread_mutex_destroy(&p->lock);

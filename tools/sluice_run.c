@@ -65,6 +65,10 @@ static void usage(FILE *f)
             "  --split N        full, sequential_granular: about N output channels per NPU\n"
             "                   matmul task and per unpacking task (pieces of 16-channel\n"
             "                   blocks; default 512)\n"
+            "  --npu-share F    decode: the share of each int8 matmul's output channels the\n"
+            "                   NPU device thread computes while the calling thread does the\n"
+            "                   rest (default 0.5; 0: the calling thread alone; the text is\n"
+            "                   the same for any share)\n"
             "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
             "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p\n");
 }
@@ -85,6 +89,7 @@ struct run_opts {
     uint32_t prompt_tokens; /* > 0: a synthetic prompt of this many tokens */
     struct infer_sampler_params sampler;
     struct infer_pipeline_opts pipeline;
+    double npu_share; /* decode: the NPU thread's share of each int8 matmul */
     int json;
 };
 
@@ -94,6 +99,7 @@ struct run_stats {
     double prefill_s; /* the prompt's forward pass */
     double decode_s;  /* first generated token -> last */
     struct infer_pipeline_stats pipeline;
+    struct infer_session_stats session;
 };
 
 /* The printed text, kept for --json. */
@@ -107,7 +113,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 {
     double temp = 0.0, top_p = -1;
     uint64_t seed = 42;
-    *o = (struct run_opts){.prompt = "", .n_gen = 256};
+    *o = (struct run_opts){.prompt = "", .n_gen = 256, .npu_share = 0.5};
     o->pipeline.steal_threshold = 5;
     o->pipeline.steal_ahead = 1.0;
     for (int i = 1; i < argc; i++) {
@@ -157,6 +163,9 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             o->pipeline.steal_top = 1;
         } else if (!strcmp(a, "--split") && i + 1 < argc) {
             bad = tools_parse_u32(argv[++i], &o->pipeline.split) || !o->pipeline.split;
+        } else if (!strcmp(a, "--npu-share") && i + 1 < argc) {
+            bad = tools_parse_double(argv[++i], &o->npu_share) ||
+                  !(o->npu_share >= 0 && o->npu_share < 1);
         } else if (!strcmp(a, "--trace") && i + 1 < argc) {
             o->pipeline.trace_path = argv[++i];
         } else if (!strcmp(a, "--prompt-tokens") && i + 1 < argc) {
@@ -250,8 +259,6 @@ static int emit(const struct infer_tokenizer *tk, int prev, int token, int json,
  * exist, before the pipeline goes on to read what only decoding needs (an
  * untied embedding): that moment is the time to first token. */
 struct first_token {
-    struct infer_sampler *sampler;
-    float *logits; /* the buffer the pipeline fills (the sampler may rewrite it) */
     const struct infer_tokenizer *tk;
     struct text_buf *text;
     int prev, json, stop_a, stop_b;
@@ -259,14 +266,12 @@ struct first_token {
     uint64_t t;
 };
 
-static int emit(const struct infer_tokenizer *tk, int prev, int token, int json,
-                struct text_buf *text);
-
-static void on_first_logits(void *ctx, const float *logits)
+static void on_first_logits(void *ctx, struct infer_session *s)
 {
     struct first_token *f = ctx;
-    (void)logits; /* == f->logits */
-    f->token = infer_sampler_sample(f->sampler, f->logits);
+    f->ret = infer_session_sample(s, &f->token);
+    if (f->ret < 0)
+        return;
     f->t = sl_now_ns();
     f->sampled = 1;
     if (f->token != f->stop_a && f->token != f->stop_b) {
@@ -275,15 +280,36 @@ static void on_first_logits(void *ctx, const float *logits)
     }
 }
 
+/* Generation's per-token callback: prints the pieces (the first was printed
+ * when it was sampled). */
+struct gen_out {
+    struct first_token *first;
+    int prev, ret;
+    uint32_t taken;
+    uint64_t t_first;
+};
+
+static int on_token(void *ctx, int token)
+{
+    struct gen_out *g = ctx;
+    if (g->taken++ == 0) {
+        g->t_first = g->first->sampled ? g->first->t : sl_now_ns();
+        if (g->first->printed) {
+            g->prev = token;
+            return 0;
+        }
+    }
+    g->ret = emit(g->first->tk, g->prev, token, g->first->json, g->first->text);
+    g->prev = token;
+    return g->ret < 0;
+}
+
 static int run_generate(const char *path, const struct run_opts *o, struct text_buf *text,
                         struct run_stats *st, struct sl_err *err)
 {
-    struct infer_model *m = NULL;
-    struct infer_state *s = NULL;
+    struct infer_session *sess = NULL;
     struct infer_tokenizer *tk = NULL;
-    struct infer_sampler *sampler = NULL;
     int *tokens = NULL;
-    float *logits = NULL;
     struct format_reader *r = NULL;
     int ret = format_reader_open(path, &r, err); /* for the tokenizer; the pipeline loads */
     if (ret < 0)
@@ -294,10 +320,8 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     if (ret < 0)
         goto fail;
     tokens = malloc(sizeof(int) * c->seq_len);
-    logits = malloc(sizeof(float) * c->vocab_size);
-    ret = !tokens || !logits ? -ENOMEM : infer_sampler_create(c->vocab_size, &o->sampler, &sampler);
-    if (ret < 0) {
-        sl_err_set(err, "cannot set up sampling (%s)", strerror(-ret));
+    if (!tokens) {
+        ret = -ENOMEM;
         goto fail;
     }
     uint32_t n_prompt;
@@ -325,57 +349,46 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
             goto fail;
 
     uint64_t t0 = sl_now_ns();
-    struct first_token first = {.sampler = sampler, .logits = logits, .tk = tk, .text = text,
-                                .prev = tokens[n_prompt - 1], .json = o->json,
-                                .stop_a = (int)c->bos_id, .stop_b = (int)c->eos_id};
-    struct infer_pipeline_opts popts = o->pipeline;
+    struct first_token first = {.tk = tk, .text = text, .prev = tokens[n_prompt - 1],
+                                .json = o->json, .stop_a = (int)c->bos_id,
+                                .stop_b = (int)c->eos_id};
+    struct infer_session_opts so = {.max_batch = o->pipeline.chunk ? o->pipeline.chunk : 256,
+                                    .sampler = o->sampler,
+                                    .npu_share = o->npu_share,
+                                    .no_npu = o->npu_share == 0};
     if (o->n_gen > 0) {
-        popts.first_logits = on_first_logits;
-        popts.ctx = &first;
+        so.first_logits = on_first_logits;
+        so.ctx = &first;
     }
-    ret = infer_pipeline_prefill(path, tokens, n_prompt, &popts, &m, &s, logits, &st->pipeline,
-                                 err);
+    ret = infer_session_cold_start(path, tokens, n_prompt, &so, &o->pipeline, &sess,
+                                   &st->pipeline, err);
     if (ret == 0 && first.ret < 0)
         ret = first.ret;
     if (ret < 0)
         goto fail;
-    uint64_t t_first = first.sampled ? first.t : 0;
     st->prefill_s = (double)((first.sampled ? first.t : sl_now_ns()) - t0) / 1e9;
-    uint32_t pos = n_prompt;
-    int prev = tokens[n_prompt - 1];
-    while (st->generated < o->n_gen) {
-        int next = first.sampled && st->generated == 0 ? first.token
-                                                       : infer_sampler_sample(sampler, logits);
-        if (st->generated++ == 0 && !t_first)
-            t_first = sl_now_ns();
-        if ((uint32_t)next == c->bos_id || (uint32_t)next == c->eos_id)
-            break; /* run.c stops at BOS; EOS ends a sequence too */
-        int printed = first.printed && st->generated == 1; /* printed when it was sampled */
-        if (!printed && (ret = emit(tk, prev, next, o->json, text)) < 0)
-            goto fail;
-        prev = next;
-        if (pos >= c->seq_len)
-            break; /* the context is full: this token cannot be fed back */
-        ret = infer_forward(m, s, &next, 1, pos, logits, INFER_LOGITS_LAST, err);
-        if (ret < 0)
-            goto fail;
-        pos++;
-    }
+    /* run.c stops at BOS; EOS ends a sequence too */
+    const int stop[2] = {(int)c->bos_id, (int)c->eos_id};
+    struct gen_out g = {.first = &first, .prev = tokens[n_prompt - 1]};
+    ret = infer_session_generate(sess, o->n_gen, stop, 2, on_token, &g, &st->generated, err);
+    if (ret == 0 && g.ret < 0)
+        ret = g.ret;
+    if (ret < 0)
+        goto fail;
     uint64_t t_end = sl_now_ns();
+    uint64_t t_first = g.taken ? g.t_first : first.sampled ? first.t : 0;
     if (t_first) {
         st->ttft_s = (double)(t_first - g_start_ns) / 1e9;
         st->decode_s = (double)(t_end - t_first) / 1e9;
     }
+    infer_session_stats(sess, &st->session);
     ret = 0;
 fail:
     if (ret == -ENOMEM && !err->msg[0])
         sl_err_set(err, "out of memory");
     free(tokens);
-    free(logits);
-    infer_sampler_destroy(sampler);
     infer_tokenizer_destroy(tk);
-    infer_state_destroy(s);
-    infer_model_destroy(m);
+    infer_session_destroy(sess);
     format_reader_close(r);
     return ret;
 }
@@ -408,6 +421,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(j, "prefill_tokens_per_s", prefill_tps);
     cJSON_AddNumberToObject(j, "decode_tokens_per_s", decode_tps);
     cJSON_AddNumberToObject(j, "peak_rss_mb", sl_peak_rss_mb());
+    cJSON_AddNumberToObject(j, "decode_npu_jobs", (double)st->session.npu_jobs);
     const struct infer_pipeline_stats *ps = &st->pipeline;
     cJSON *pj = cJSON_AddObjectToObject(j, "pipeline");
     cJSON_AddStringToObject(pj, "policy", infer_policy_name(o->pipeline.policy));

@@ -48,6 +48,7 @@ extern "C" {
 
 struct infer_model;
 struct infer_state;
+struct npu_device;
 
 struct infer_load_opts {
     int lazy;              /* 1: load no layer now (infer_model_load_layer later) */
@@ -96,8 +97,10 @@ enum infer_logits_mode {
 };
 
 /* Runs tokens[0..n) at positions pos..pos+n-1 (n may exceed max_batch: it is
- * processed in batches), appending to the KV cache. pos + n must not exceed
- * seq_len. Returns 0 or a negative errno with a message. */
+ * processed in batches) as a chain written at cache slots pos.. (the cache
+ * is first cut to pos, or extended to it: skipped slots keep what they
+ * held). pos + n must not exceed seq_len. infer_forward_batch below with
+ * mode's logits rows. Returns 0 or a negative errno with a message. */
 int infer_forward(struct infer_model *m, struct infer_state *s, const int *tokens, uint32_t n,
                   uint32_t pos, float *logits, enum infer_logits_mode mode, struct sl_err *err);
 
@@ -110,6 +113,134 @@ int infer_layer_forward(struct infer_model *m, struct infer_state *s, int layer,
                         uint32_t n, uint32_t pos, struct sl_err *err);
 int infer_head_forward(struct infer_model *m, struct infer_state *s, const float *x, uint32_t n,
                        float *logits, struct sl_err *err);
+
+/* ---- the KV cache ----------------------------------------------------------------------
+ *
+ * Keys (after RoPE) and values of every layer for up to `capacity` slots,
+ * [layer][slot][n_kv_heads * head_dim] floats, and the position of each slot.
+ * A forward call appends its rows at slots len..len+n-1 (len grows by n);
+ * rows of a draft tree occupy slots in the order they were given, and after
+ * verification infer_kv_commit keeps the accepted ones (moved down to be
+ * contiguous) or infer_kv_truncate drops them. With INFER_KV_K8 an int8
+ * mirror of K is kept in step (per slot and KV head: q = rint(k / s), s =
+ * max|k| / 127 of that head's row), for NPU-side Q.K estimation.
+ *
+ * A cache belongs to one sequence and one thread at a time. */
+
+struct infer_kv;
+
+enum { INFER_KV_K8 = 1 };
+
+/* capacity 0: the model's seq_len. Returns 0, -EINVAL (capacity over
+ * seq_len) or -ENOMEM, with a sentence. */
+int infer_kv_create(const struct format_config *c, uint32_t capacity, unsigned flags,
+                    struct infer_kv **out, struct sl_err *err);
+void infer_kv_destroy(struct infer_kv *kv);
+uint32_t infer_kv_len(const struct infer_kv *kv);
+uint32_t infer_kv_capacity(const struct infer_kv *kv);
+/* The position slot s (< len) was written at. */
+uint32_t infer_kv_pos(const struct infer_kv *kv, uint32_t slot);
+/* Drops every slot >= n. -EINVAL when n > len. */
+int infer_kv_truncate(struct infer_kv *kv, uint32_t n);
+/* Keeps slots[0..n) (strictly increasing, each in [base, len)) as slots
+ * base..base+n-1 of every layer, in that order, and drops the rest after
+ * base: the accepted path of a verified draft tree. -EINVAL on a bad list
+ * (nothing changed). */
+int infer_kv_commit(struct infer_kv *kv, uint32_t base, const uint32_t *slots, uint32_t n);
+/* Read access: layer l's keys or values [capacity][kv_dim] (slots < len are
+ * valid), and with INFER_KV_K8 the int8 keys [capacity][kv_dim] and their
+ * scales [capacity][n_kv_heads]; NULL without the mirror. */
+const float *infer_kv_keys(const struct infer_kv *kv, uint32_t layer);
+const float *infer_kv_values(const struct infer_kv *kv, uint32_t layer);
+const int8_t *infer_kv_keys_i8(const struct infer_kv *kv, uint32_t layer);
+const float *infer_kv_keys_i8_scale(const struct infer_kv *kv, uint32_t layer);
+
+/* The KV cache of a state (every state owns one, of capacity seq_len). */
+struct infer_kv *infer_state_kv(struct infer_state *s);
+
+/* ---- the batched forward ---------------------------------------------------------------
+ *
+ * One forward pass serves every shape: decode is one row, prefill a chunk,
+ * draft verification a tree. Row i gets KV slot len + i (len before the
+ * call); it attends to every slot below len and, among this call's rows, to
+ * itself and its ancestors: with parent NULL the rows are a chain (row i's
+ * parent is i - 1: causal), else parent[i] < i is the row it follows (-1:
+ * it follows the cache directly). Positions: pos NULL gives the chain len,
+ * len + 1, ...; else pos[i] (RoPE uses it; a tree row's position is
+ * usually its parent's + 1).
+ *
+ * Logits: for the n_logits rows listed in logits_rows (ascending), into
+ * logits[n_logits][vocab]. A chain may be longer than max_batch (processed
+ * in batches, slots and positions continuing); a tree must fit one batch.
+ * On an error the cache is truncated back to where it was. */
+struct infer_batch {
+    uint32_t n;
+    const int *tokens;          /* [n] */
+    const uint32_t *pos;        /* [n] or NULL */
+    const int32_t *parent;      /* [n] or NULL */
+    const uint32_t *logits_rows; /* [n_logits] or NULL */
+    uint32_t n_logits;
+};
+
+int infer_forward_batch(struct infer_model *m, struct infer_state *s, const struct infer_batch *b,
+                        float *logits, struct sl_err *err);
+
+/* ---- attention behind one interface -------------------------------------------------
+ *
+ * The forward pass calls one attention implementation per state (dense by
+ * default). A call covers query rows q [n][n_heads * head_dim] (RoPE
+ * applied) of one layer and heads [h0, h1), writes those heads' columns of
+ * out [n][n_heads * head_dim], and reads the cache, whose slots
+ * [0, rows->base + n) are written. `rows` says what each row sees
+ * (infer_batch's rules) and may carry a key selection. scratch holds
+ * INFER_ATT_ROWS * (rows->base + n) floats. Returns 0 or a negative errno. */
+struct infer_attn_rows {
+    uint32_t n;
+    uint32_t base;         /* slots every row sees: [0, base) */
+    const int32_t *parent; /* NULL: a chain; else the tree of infer_batch */
+    /* Optional key selection (sparse attention): for query row i and head h,
+     * only the slots sel[(i * n_heads + h) * sel_stride ..] (n_sel[i * n_heads
+     * + h] of them, ascending, each visible to the row) are attended. NULL:
+     * every visible slot. */
+    const uint32_t *sel;
+    const uint32_t *n_sel;
+    uint32_t sel_stride;
+};
+
+struct infer_attention {
+    const char *name;
+    int (*run)(const struct infer_attention *a, const struct format_config *c,
+               const struct infer_kv *kv, uint32_t layer, const struct infer_attn_rows *rows,
+               const float *q, uint32_t h0, uint32_t h1, float *out, float *scratch);
+    void *ctx;
+};
+
+/* Dense attention: exact float softmax(Q K^T / sqrt(d)) V over every
+ * visible slot (or over the selected ones). A chain's rows are bit-identical
+ * whatever batch they are part of. */
+extern const struct infer_attention infer_attention_dense;
+/* Sets the state's attention (NULL: dense). The struct must outlive s. */
+void infer_state_set_attention(struct infer_state *s, const struct infer_attention *a);
+
+/* ---- the linear path's seam ------------------------------------------------------------
+ *
+ * An int8 linear quantizes its input per tensor (x / s rounded, clipped to
+ * [-127, 127]); what the clip cut off is reported to an added term: for
+ * every clipped element (row, col), excess = x / s - clip(x / s). A term
+ * function may add its own CPU work to the NPU's dequantized output y
+ * [n][rows] (shadow outlier execution, llm.npu 3.3). Called on the thread of
+ * the forward pass, after the matmul, for int8 linears only. */
+struct infer_clipped {
+    uint32_t n;             /* clipped elements */
+    const uint32_t *row;    /* [n] */
+    const uint32_t *col;    /* [n] */
+    const float *excess;    /* [n] */
+    float act_scale;        /* s */
+};
+typedef int (*infer_linear_term_fn)(void *ctx, int layer, uint32_t role,
+                                    const struct infer_clipped *clip, float *y, uint32_t n,
+                                    uint32_t rows);
+void infer_model_set_linear_term(struct infer_model *m, infer_linear_term_fn fn, void *ctx);
 
 /* ---- tokenizer (llama2.c-style byte-pair encoding) ---------------------------------- */
 
@@ -231,6 +362,8 @@ struct infer_pipeline_opts {
     uint64_t ring_bytes;       /* loader buffer memory (default 64 MiB) */
     uint32_t queue_depth;      /* loader reads in flight (default 16) */
     const char *trace_path;    /* Chrome trace JSON of every task and load, or NULL */
+    struct npu_device *device; /* the emulated NPU to run on (npu.h; left running, its
+                                * graphs kept), or NULL: one of the pipeline's own */
     void (*first_logits)(void *ctx, const float *logits); /* as soon as they exist */
     void *ctx;
 };
@@ -265,6 +398,93 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
                            const struct infer_pipeline_opts *opts, struct infer_model **model,
                            struct infer_state **state, float *logits,
                            struct infer_pipeline_stats *stats, struct sl_err *err);
+
+/* ---- the session --------------------------------------------------------------------
+ *
+ * A session is one conversation with a model: it owns a state (the KV
+ * cache and scratch), a sampler, statistics and the emulated NPU device
+ * (npu.h) that runs its int8 matmuls for prefill and decode alike, and it
+ * either owns its model (a cold start) or borrows one that several sessions
+ * share (weights are read-only; each session has its own cache).
+ *
+ *   struct infer_session *s;
+ *   infer_session_cold_start("m.sluice", ids, n, &so, &po, &s, &pst, &err);
+ *   // or: infer_session_create(model, &so, &s, &err); infer_session_prefill(s, ids, n, &err);
+ *   int tok;
+ *   while (infer_session_sample(s, &tok) == 0 && tok != eos && more)
+ *       infer_session_step(s, tok, &err);            // logits of the next position
+ *   infer_session_destroy(s);
+ *
+ * A session is used by one thread at a time. */
+
+struct infer_session;
+
+struct infer_session_opts {
+    uint32_t max_batch;                  /* rows per forward call (0: 256) */
+    struct infer_sampler_params sampler; /* greedy when zeroed */
+    int no_npu;                          /* 1: int8 matmuls on the calling thread only */
+    /* Decode rows go to the NPU device thread and the calling thread
+     * together: the NPU takes this share of each int8 matmul's output
+     * channels (0: 0.5; the results are bit-identical for any share). */
+    double npu_share;
+    /* int8 matmuls of fewer weights than this stay on the calling thread (a
+     * hand-off costs a thread wake-up; 0: 1 Mi weights) */
+    uint64_t npu_min_weights;
+    /* Cold start only: called the moment the prompt's logits exist, before
+     * the pipeline reads what only decoding needs (the time to first token).
+     * Only infer_session_logits and infer_session_sample may be called on s
+     * there (the model is not the session's yet). NULL: none. */
+    void (*first_logits)(void *ctx, struct infer_session *s);
+    void *ctx;
+};
+
+struct infer_session_stats {
+    uint32_t prompt_tokens;   /* through prefill (cold start included) */
+    uint32_t decoded;         /* tokens through infer_session_step */
+    double prefill_s;         /* forward time of the prompt */
+    double decode_s;          /* forward time of the steps */
+    uint64_t npu_jobs;        /* int8 matmuls (or parts) the NPU device ran */
+};
+
+/* A session over a loaded model it does not own (m must outlive it). */
+int infer_session_create(struct infer_model *m, const struct infer_session_opts *o,
+                         struct infer_session **out, struct sl_err *err);
+/* A cold start: the prompt tokens[0..n) through the cold-start pipeline
+ * (infer_pipeline_prefill, its NPU device then kept for decode); the
+ * session owns the model. The prompt's last logits are the session's. */
+int infer_session_cold_start(const char *path, const int *tokens, uint32_t n,
+                             const struct infer_session_opts *so,
+                             const struct infer_pipeline_opts *po, struct infer_session **out,
+                             struct infer_pipeline_stats *pst, struct sl_err *err);
+void infer_session_destroy(struct infer_session *s);
+
+struct infer_model *infer_session_model(struct infer_session *s);
+struct infer_state *infer_session_state(struct infer_session *s);
+/* Tokens in the cache (the context so far). */
+uint32_t infer_session_len(const struct infer_session *s);
+/* Appends tokens to the context; the logits of the last one become the
+ * session's. -EINVAL past the context length (nothing appended). */
+int infer_session_prefill(struct infer_session *s, const int *tokens, uint32_t n,
+                          struct sl_err *err);
+/* One decode step: token at the next position. */
+int infer_session_step(struct infer_session *s, int token, struct sl_err *err);
+/* The logits [vocab] of the last position run (valid until the next call). */
+const float *infer_session_logits(const struct infer_session *s);
+/* Samples the next token from the logits (the session's sampler) and keeps
+ * it as the session's next token until a step or prefill runs. */
+int infer_session_sample(struct infer_session *s, int *token);
+/* Forgets the context after its first n tokens. */
+int infer_session_rewind(struct infer_session *s, uint32_t n, struct sl_err *err);
+/* Generation: takes the next token (the one infer_session_sample kept, else
+ * a new sample), calls on_token(ctx, token) (nonzero stops), steps it, and
+ * again, until max_tokens were taken, a token of stop[0..n_stop) comes
+ * (counted, not passed on, not run), or the context is full (the last token
+ * is passed on but cannot be run). *n_out: tokens taken. */
+typedef int (*infer_token_fn)(void *ctx, int token);
+int infer_session_generate(struct infer_session *s, uint32_t max_tokens, const int *stop,
+                           uint32_t n_stop, infer_token_fn on_token, void *ctx, uint32_t *n_out,
+                           struct sl_err *err);
+void infer_session_stats(const struct infer_session *s, struct infer_session_stats *st);
 
 #ifdef __cplusplus
 }

@@ -145,7 +145,10 @@ static void test_greedy_exchange_condition(void **st)
         assert_true(sum == (uint64_t)floor(budgets[k] * n + 1e-6));
         assert_true(best_open <= worst_taken);
         fprintf(stderr, "allocate %u channels at %.1f bits: %.3f s\n", n, budgets[k], secs);
-        assert_true(secs < 5.0); /* O(C log C); generous for sanitizers */
+        /* O(C log C) takes seconds here under sanitizers; a quadratic
+         * allocation would take hours. The bound leaves room for a loaded
+         * machine (6.8 s was seen under ASan beside two parallel builds). */
+        assert_true(secs < 60.0);
     }
     free(re);
     free(wt);
