@@ -22,6 +22,7 @@
 #include "infer.h"
 #include "sluice.h"
 #include "tools_cold.h"
+#include "tools_stats.h"
 #include "tools_transcode.h"
 #include "tools_util.h"
 
@@ -223,12 +224,6 @@ static double raw_mbps(const char *model, const struct tools_cgroup *cg)
     return v;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Transcoded variant of `model` next to it (reused while newer than it). */
 static int variant(const char *model, const char *tag, uint32_t enc, char *out, size_t n)
 {
@@ -371,8 +366,12 @@ int bench_coldstart(int argc, char **argv)
             fprintf(stderr, "run %u %-24s %s\n", run + 1, contenders[k].name, ok ? "" : "FAILED");
         }
     }
-    qsort(raws, nraw, sizeof(double), cmp_double);
-    double raw = nraw ? raws[nraw / 2] : 0;
+    struct tools_stats raw_st;
+    if (tools_stats_compute(raws, nraw, &raw_st) < 0) {
+        fprintf(stderr, "sluice bench coldstart: out of memory\n");
+        return 1;
+    }
+    double raw = raw_st.median;
     /* the bound counts what the first token needs: the full pipeline's bytes */
     double bytes_full = nok[0] ? samples[0][0].bytes : 0;
     double ops = prefill_ops(&cfg, tokens);
@@ -408,11 +407,20 @@ int bench_coldstart(int argc, char **argv)
                "RSS MiB", "x mem");
     for (size_t k = 0; k < NC; k++) {
         uint32_t n = nok[k];
-        double t[32];
-        for (uint32_t i = 0; i < n; i++)
+        double t[32], bn[32], bc[32];
+        for (uint32_t i = 0; i < n; i++) {
             t[i] = samples[k][i].ttft;
-        qsort(t, n, sizeof(double), cmp_double);
-        double mn = n ? t[0] : 0, md = n ? t[n / 2] : 0;
+            bn[i] = samples[k][i].bubble_npu;
+            bc[i] = samples[k][i].bubble_cpu;
+        }
+        struct tools_stats ts, bns, bcs;
+        if (tools_stats_compute(t, n, &ts) < 0 || tools_stats_compute(bn, n, &bns) < 0 ||
+            tools_stats_compute(bc, n, &bcs) < 0) {
+            fprintf(stderr, "sluice bench coldstart: out of memory\n");
+            cJSON_Delete(o);
+            return 1;
+        }
+        double mn = ts.min, md = ts.median;
         /* the breakdown of the median run */
         struct sample m = {0};
         for (uint32_t i = 0; i < n; i++)
@@ -423,16 +431,9 @@ int bench_coldstart(int argc, char **argv)
             rss = samples[k][i].rss > rss ? samples[k][i].rss : rss;
         /* bubble rates: the median of each over the runs (one run's can swing
          * with the page-fault noise of its unpacking) */
-        double bn[32], bc[32];
-        for (uint32_t i = 0; i < n; i++) {
-            bn[i] = samples[k][i].bubble_npu;
-            bc[i] = samples[k][i].bubble_cpu;
-        }
-        qsort(bn, n, sizeof(double), cmp_double);
-        qsort(bc, n, sizeof(double), cmp_double);
         if (n) {
-            m.bubble_npu = bn[n / 2];
-            m.bubble_cpu = bc[n / 2];
+            m.bubble_npu = bns.median;
+            m.bubble_cpu = bcs.median;
         }
         double idle = md > m.npu ? md - m.npu : 0;
         cJSON *e = cJSON_CreateObject();

@@ -24,6 +24,7 @@
 #include "loader.h"
 #include "sluice.h"
 #include "tools_cold.h"
+#include "tools_stats.h"
 #include "tools_util.h"
 
 #define MAX_RUNS 64
@@ -305,12 +306,6 @@ struct series {
     char note[200];
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void series_add(struct series *sr, const struct outcome *o, double rss)
 {
     sr->mb[sr->n++] = (double)o->bytes / (double)o->ns * 1000.0;
@@ -323,19 +318,6 @@ static void series_add(struct series *sr, const struct outcome *o, double rss)
     sr->fixed = o->fixed;
     if (o->msg[0])
         snprintf(sr->note, sizeof sr->note, "%s", o->msg);
-}
-
-/* min and median (upper median for even counts) */
-static void series_stats(struct series *sr, double *mn, double *med)
-{
-    *mn = *med = 0;
-    if (!sr->n)
-        return;
-    double v[MAX_RUNS];
-    memcpy(v, sr->mb, sizeof v[0] * sr->n);
-    qsort(v, sr->n, sizeof v[0], cmp_double);
-    *mn = v[0];
-    *med = v[sr->n / 2];
 }
 
 static int parse_methods(const char *list, int *want)
@@ -529,10 +511,19 @@ int bench_load(int argc, char **argv)
     if (warm_mounted)
         umount_model(c.mount);
 
+    /* min and upper median of each series (0 for one without a run) */
     double cmin[M_COUNT], cmed[M_COUNT], wmin[M_COUNT], wmed[M_COUNT];
     for (int m = 0; m < M_COUNT; m++) {
-        series_stats(&coldr[m], &cmin[m], &cmed[m]);
-        series_stats(&warmr[m], &wmin[m], &wmed[m]);
+        struct tools_stats cs, ws;
+        if (tools_stats_compute(coldr[m].mb, coldr[m].n, &cs) < 0 ||
+            tools_stats_compute(warmr[m].mb, warmr[m].n, &ws) < 0) {
+            fprintf(stderr, "sluice bench load: out of memory\n");
+            goto out;
+        }
+        cmin[m] = cs.min;
+        cmed[m] = cs.median;
+        wmin[m] = ws.min;
+        wmed[m] = ws.median;
     }
     uint64_t size = format_reader_file_size(c.r);
     cJSON *o = cJSON_CreateObject();
