@@ -1,6 +1,7 @@
 /* test_loader_mount.c: the loader reading a real `sluice mount` of a
  * container (every slice verified and compared with the container's bytes,
- * FUSE files read buffered by policy, O_DIRECT when asked), and `sluice bench
+ * FUSE files read buffered by policy, O_DIRECT when asked; its config.json
+ * equal to `sluice inspect --json`'s config), and `sluice bench
  * load` end to end (warm only: cold runs drop the machine's page cache).
  * A mount that fails where /dev/fuse opens and fusermount3 is installed is a
  * failure; only FUSE being unavailable (no device, no fusermount3, opening
@@ -79,6 +80,33 @@ static void stream_mount(const struct format_reader *r, const uint8_t *whole, in
     free(reqs);
 }
 
+/* The mount's config.json and `sluice inspect --json`'s "config" are one
+ * writer's output (fs_config_json): equal, key for key. */
+static void same_config_as_inspect(void)
+{
+    char p[4096], out[4096];
+    snprintf(p, sizeof p, "%s/config.json", mnt);
+    snprintf(out, sizeof out, "%s/inspect.json", test_tmpdir());
+    assert_int_equal(test_system("'%s' inspect '%s' --json > '%s'", bin, model, out), 0);
+    char *a = test_read_file(p, NULL), *b = test_read_file(out, NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    cJSON *mounted = cJSON_Parse(a), *inspected = cJSON_Parse(b);
+    assert_non_null(mounted);
+    assert_non_null(inspected);
+    const cJSON *cfg = cJSON_GetObjectItem(inspected, "config");
+    assert_non_null(cfg);
+    const cJSON *arch = cJSON_GetObjectItem(cfg, "architecture");
+    if (!cJSON_IsString(arch) || strcmp(arch->valuestring, "llama") != 0)
+        fail_msg("inspect's config has no \"architecture\": \"llama\":\n%s", b);
+    if (!cJSON_Compare(mounted, cfg, 1))
+        fail_msg("config.json and inspect's config differ:\n%s\n%s", a, b);
+    cJSON_Delete(mounted);
+    cJSON_Delete(inspected);
+    free(a);
+    free(b);
+}
+
 static void test_mount(void **st)
 {
     (void)st;
@@ -115,6 +143,7 @@ static void test_mount(void **st)
     assert_non_null(whole);
     stream_mount(r, whole, 0);
     stream_mount(r, whole, 1);
+    same_config_as_inspect();
     free(whole);
     format_reader_close(r);
     assert_int_equal(test_system("'%s' umount '%s'", bin, mnt), 0);
