@@ -169,7 +169,6 @@ int tools_child_run(const struct tools_child_opts *o, struct tools_child_result 
     }
     if (pid == 0)
         child_main(o, go, out, rep);
-    close_fd(&go[0]);
     close_fd(&out[1]);
     close_fd(&rep[1]);
     if (o->cg && (ret = tools_cgroup_join(o->cg, pid, err)) < 0) {
@@ -187,6 +186,7 @@ int tools_child_run(const struct tools_child_opts *o, struct tools_child_result 
         goto fail_kill;
     }
     close_fd(&go[1]);
+    close_fd(&go[0]);
     if (o->capture) {
         if ((ret = read_to_end(out[0], &r->out, &r->out_len)) < 0) {
             sl_err_set(err, "cannot read the output of %s (pid %d): %s", what, (int)pid,
