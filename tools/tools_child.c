@@ -144,7 +144,7 @@ int tools_child_run(const struct tools_child_opts *o, struct tools_child_result 
     memset(r, 0, sizeof *r);
     const char *what = o->path ? o->path : "the benchmark child";
     int go[2] = {-1, -1}, out[2] = {-1, -1}, rep[2] = {-1, -1};
-    int ret;
+    int ret, status;
     pid_t pid;
     if (!o->path == !o->fn || (o->path && !o->argv)) {
         sl_err_set(err, "tools_child_run: give either a path with argv or a function");
@@ -208,7 +208,6 @@ int tools_child_run(const struct tools_child_opts *o, struct tools_child_result 
                    strerror(-ret));
         goto fail_kill;
     }
-    int status;
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
     if ((ret = reap(pid, &status, &ru)) < 0) {
@@ -218,8 +217,8 @@ int tools_child_run(const struct tools_child_opts *o, struct tools_child_result 
     r->wall_ns = sl_now_ns() - t0;
     if (k == (ssize_t)sizeof cr) {
         ret = cr.errnum > 0 ? -cr.errnum : -EIO;
-        sl_err_set(err, "%s %s: %s", cr.stage == STAGE_EXEC ? "cannot execute" : "cannot "
-                   "redirect the output of", what, strerror(-ret));
+        const char *doing = cr.stage == STAGE_EXEC ? "execute" : "redirect the output of";
+        sl_err_set(err, "cannot %s %s: %s", doing, what, strerror(-ret));
         goto fail;
     }
     r->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -230,10 +229,8 @@ int tools_child_run(const struct tools_child_opts *o, struct tools_child_result 
     return 0;
 fail_kill:
     kill(pid, SIGKILL);
-fail_child: {
-    int st;
-    (void)reap(pid, &st, NULL); /* the first error is the one to report */
-}
+fail_child:
+    (void)reap(pid, &status, NULL); /* the first error is the one to report */
 fail:
     free(r->out);
     memset(r, 0, sizeof *r);

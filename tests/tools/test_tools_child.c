@@ -32,8 +32,8 @@ static void assert_no_child_left(void)
 /* Runs argv (argv[0] the program) and returns the result; asserts it ran. */
 static void run_ok(const char *const *argv, int null_stderr, struct tools_child_result *r)
 {
-    struct tools_child_opts o = {.path = argv[0], .argv = argv, .capture = 1,
-                                 .null_stderr = null_stderr};
+    struct tools_child_opts o = {
+        .path = argv[0], .argv = argv, .capture = 1, .null_stderr = null_stderr};
     struct sl_err err = {{0}};
     int ret = tools_child_run(&o, r, &err);
     if (ret != 0)
