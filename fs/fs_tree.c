@@ -87,24 +87,48 @@ static char *print_json(cJSON *o, size_t *len)
     return r;
 }
 
+int fs_config_json(const struct format_config *c, cJSON *o)
+{
+    /* names of enum format_arch and enum format_rope, by value */
+    const char *arch = c->arch == FORMAT_ARCH_LLAMA ? "llama" : NULL;
+    const char *rope = c->rope_layout == FORMAT_ROPE_INTERLEAVED ? "interleaved" : NULL;
+    if (!arch || !rope)
+        return -EINVAL;
+    const struct {
+        const char *key;
+        double v;
+    } nums[] = {
+        {"dim", c->dim},
+        {"hidden_dim", c->hidden_dim},
+        {"n_layers", c->n_layers},
+        {"n_heads", c->n_heads},
+        {"n_kv_heads", c->n_kv_heads},
+        {"head_dim", c->head_dim},
+        {"vocab_size", c->vocab_size},
+        {"seq_len", c->seq_len},
+    };
+    if (!cJSON_AddStringToObject(o, "architecture", arch))
+        return -ENOMEM;
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+        if (!cJSON_AddNumberToObject(o, nums[i].key, nums[i].v))
+            return -ENOMEM;
+    if (!cJSON_AddBoolToObject(o, "tied_embedding", c->tied_embedding) ||
+        !cJSON_AddStringToObject(o, "rope_layout", rope) ||
+        !cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta) ||
+        !cJSON_AddNumberToObject(o, "norm_eps", c->norm_eps) ||
+        !cJSON_AddNumberToObject(o, "bos_id", c->bos_id) ||
+        !cJSON_AddNumberToObject(o, "eos_id", c->eos_id))
+        return -ENOMEM;
+    return 0;
+}
+
 static char *config_json(const struct format_config *c, size_t *len)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "architecture", "llama");
-    cJSON_AddNumberToObject(o, "dim", c->dim);
-    cJSON_AddNumberToObject(o, "hidden_dim", c->hidden_dim);
-    cJSON_AddNumberToObject(o, "n_layers", c->n_layers);
-    cJSON_AddNumberToObject(o, "n_heads", c->n_heads);
-    cJSON_AddNumberToObject(o, "n_kv_heads", c->n_kv_heads);
-    cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
-    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(o, "seq_len", c->seq_len);
-    cJSON_AddBoolToObject(o, "tied_embedding", c->tied_embedding);
-    cJSON_AddStringToObject(o, "rope_layout", "interleaved");
-    cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
-    cJSON_AddNumberToObject(o, "norm_eps", c->norm_eps);
-    cJSON_AddNumberToObject(o, "bos_id", c->bos_id);
-    cJSON_AddNumberToObject(o, "eos_id", c->eos_id);
+    if (o && fs_config_json(c, o) < 0) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     return print_json(o, len);
 }
 

@@ -13,16 +13,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "format.h"
 #include "infer.h"
 #include "npu.h"
 #include "sluice.h"
+#include "tools_child.h"
 #include "tools_cold.h"
+#include "tools_stats.h"
 #include "tools_transcode.h"
 #include "tools_util.h"
 
@@ -86,94 +86,56 @@ struct sample {
         idle_cpu, rss, bytes;
 };
 
-static char *read_all_fd(int fd)
-{
-    size_t cap = 4096, len = 0;
-    char *b = malloc(cap);
-    ssize_t k;
-    while (b && (k = read(fd, b + len, cap - len - 1)) > 0) {
-        len += (size_t)k;
-        if (len + 1 == cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb) {
-                free(b);
-                return NULL;
-            }
-            b = nb;
-        }
-    }
-    if (b)
-        b[len] = 0;
-    return b;
-}
-
-/* One cold run of `sluice run` in the cgroup; 0 and *s on success. */
+/* One cold run of `sluice run` in the cgroup; 0 and *s on success, else a
+ * negative errno (the run counts as FAILED). */
 static int run_once(const char *model, const struct contender *ct, uint32_t tokens,
                     uint32_t chunk, const struct tools_cgroup *cg, const char *trace,
                     struct sample *s)
 {
-    struct sl_err err;
-    if (tools_drop_caches(&err) < 0)
-        return -1;
-    int p[2];
-    if (pipe(p) < 0)
-        return -1;
     char nt[16], ch[16];
     snprintf(nt, sizeof nt, "%u", tokens);
     snprintf(ch, sizeof ch, "%u", chunk);
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        close(p[0]);
-        dup2(p[1], 1);
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0)
-            dup2(devnull, 2);
-        if (cg && tools_cgroup_join(cg, getpid(), &err) < 0)
-            _exit(3);
-        const char *argv[24];
-        int a = 0;
-        argv[a++] = "sluice";
-        argv[a++] = "run";
-        argv[a++] = model;
-        argv[a++] = "--prompt-tokens";
-        argv[a++] = nt;
-        argv[a++] = "-n";
-        argv[a++] = "1";
-        argv[a++] = "--json";
-        argv[a++] = "--policy";
-        argv[a++] = ct->policy;
-        argv[a++] = "--load";
-        argv[a++] = ct->load;
-        argv[a++] = "--chunk";
-        argv[a++] = ch;
-        if (trace) {
-            argv[a++] = "--trace";
-            argv[a++] = trace;
-        }
-        argv[a] = NULL;
-        execv("/proc/self/exe", (char *const *)argv);
-        _exit(127);
+    const char *argv[24];
+    int a = 0;
+    argv[a++] = "sluice";
+    argv[a++] = "run";
+    argv[a++] = model;
+    argv[a++] = "--prompt-tokens";
+    argv[a++] = nt;
+    argv[a++] = "-n";
+    argv[a++] = "1";
+    argv[a++] = "--json";
+    argv[a++] = "--policy";
+    argv[a++] = ct->policy;
+    argv[a++] = "--load";
+    argv[a++] = ct->load;
+    argv[a++] = "--chunk";
+    argv[a++] = ch;
+    if (trace) {
+        argv[a++] = "--trace";
+        argv[a++] = trace;
     }
-    close(p[1]);
-    char *out = read_all_fd(p[0]);
-    close(p[0]);
-    int st;
-    struct rusage ru;
-    wait4(pid, &st, 0, &ru);
-    if (!out || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        free(out);
-        return -1;
+    argv[a] = NULL;
+    struct tools_child_opts o = {.path = "/proc/self/exe", .argv = argv, .cg = cg,
+                                 .drop_caches = 1, .capture = 1, .null_stderr = 1};
+    struct tools_child_result res;
+    struct sl_err err;
+    int ret = tools_child_run(&o, &res, &err);
+    if (ret < 0)
+        return ret;
+    if (res.exit_code != 0) {
+        tools_child_result_fini(&res);
+        return -ECHILD;
     }
-    cJSON *j = cJSON_Parse(out);
-    free(out);
+    cJSON *j = cJSON_Parse(res.out);
+    double rss = res.peak_rss_mb;
+    tools_child_result_fini(&res);
     if (!j)
-        return -1;
+        return -EPROTO;
     cJSON *pj = cJSON_GetObjectItem(j, "pipeline");
 #define NUM(o, k) (cJSON_GetObjectItem(o, k) ? cJSON_GetObjectItem(o, k)->valuedouble : 0)
     s->ttft = NUM(j, "ttft_s");
-    s->rss = tools_child_peak_rss_mb(&ru);
+    s->rss = rss;
     s->load = NUM(pj, "load_s");
     s->unpack = NUM(pj, "unpack_s");
     s->prefault = NUM(pj, "prefault_s");
@@ -187,47 +149,50 @@ static int run_once(const char *model, const struct contender *ct, uint32_t toke
     s->bytes = NUM(pj, "bytes_read");
 #undef NUM
     cJSON_Delete(j);
-    return s->ttft > 0 ? 0 : -1;
+    return s->ttft > 0 ? 0 : -EPROTO;
 }
 
-/* The device's bandwidth as the cgroup allows it: one large O_DIRECT read. */
+/* The child of raw_mbps: one large O_DIRECT read of the model, its MB/s (a
+ * double) written to standard output. */
+static int raw_read(void *arg)
+{
+    const char *model = arg;
+    int fd = open(model, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    size_t bs = 16u << 20;
+    uint8_t *buf = sl_alloc_aligned(bs, 4096);
+    if (!buf) {
+        close(fd);
+        return 1;
+    }
+    uint64_t off = 0, t0 = sl_now_ns();
+    ssize_t k;
+    while ((k = pread(fd, buf, bs, (off_t)off)) > 0)
+        off += (uint64_t)k;
+    double mbps = (double)off / (double)(sl_now_ns() - t0) * 1000.0;
+    sl_free_aligned(buf);
+    close(fd);
+    if (k < 0)
+        return 1;
+    return write(STDOUT_FILENO, &mbps, sizeof mbps) == (ssize_t)sizeof mbps ? 0 : 1;
+}
+
+/* The device's bandwidth as the cgroup allows it: one large O_DIRECT read;
+ * 0 when it could not be measured. */
 static double raw_mbps(const char *model, const struct tools_cgroup *cg)
 {
+    struct tools_child_opts o = {.fn = raw_read, .arg = (void *)model, .cg = cg,
+                                 .drop_caches = 1, .capture = 1};
+    struct tools_child_result res;
     struct sl_err err;
-    if (tools_drop_caches(&err) < 0)
+    if (tools_child_run(&o, &res, &err) < 0)
         return 0;
-    int p[2];
-    if (pipe(p) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(p[0]);
-        if (cg && tools_cgroup_join(cg, getpid(), &err) < 0)
-            _exit(3);
-        int fd = open(model, O_RDONLY | O_DIRECT);
-        size_t bs = 16u << 20;
-        uint8_t *buf = sl_alloc_aligned(bs, 4096);
-        uint64_t off = 0, t0 = sl_now_ns();
-        ssize_t k;
-        while (fd >= 0 && buf && (k = pread(fd, buf, bs, (off_t)off)) > 0)
-            off += (uint64_t)k;
-        double mbps = (double)off / (double)(sl_now_ns() - t0) * 1000.0;
-        ssize_t w = write(p[1], &mbps, sizeof mbps);
-        _exit(w == sizeof mbps ? 0 : 1);
-    }
-    close(p[1]);
     double v = 0;
-    if (read(p[0], &v, sizeof v) != sizeof v)
-        v = 0;
-    close(p[0]);
-    waitpid(pid, NULL, 0);
+    if (res.exit_code == 0 && res.out_len == sizeof v)
+        memcpy(&v, res.out, sizeof v);
+    tools_child_result_fini(&res);
     return v;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Transcoded variant of `model` next to it (reused while newer than it). */
@@ -372,8 +337,12 @@ int bench_coldstart(int argc, char **argv)
             fprintf(stderr, "run %u %-24s %s\n", run + 1, contenders[k].name, ok ? "" : "FAILED");
         }
     }
-    qsort(raws, nraw, sizeof(double), cmp_double);
-    double raw = nraw ? raws[nraw / 2] : 0;
+    struct tools_stats raw_st;
+    if (tools_stats_compute(raws, nraw, &raw_st) < 0) {
+        fprintf(stderr, "sluice bench coldstart: out of memory\n");
+        return 1;
+    }
+    double raw = raw_st.median;
     /* the bound counts what the first token needs: the full pipeline's bytes */
     double bytes_full = nok[0] ? samples[0][0].bytes : 0;
     double ops = prefill_ops(&cfg, tokens);
@@ -409,11 +378,20 @@ int bench_coldstart(int argc, char **argv)
                "RSS MiB", "x mem");
     for (size_t k = 0; k < NC; k++) {
         uint32_t n = nok[k];
-        double t[32];
-        for (uint32_t i = 0; i < n; i++)
+        double t[32], bn[32], bc[32];
+        for (uint32_t i = 0; i < n; i++) {
             t[i] = samples[k][i].ttft;
-        qsort(t, n, sizeof(double), cmp_double);
-        double mn = n ? t[0] : 0, md = n ? t[n / 2] : 0;
+            bn[i] = samples[k][i].bubble_npu;
+            bc[i] = samples[k][i].bubble_cpu;
+        }
+        struct tools_stats ts, bns, bcs;
+        if (tools_stats_compute(t, n, &ts) < 0 || tools_stats_compute(bn, n, &bns) < 0 ||
+            tools_stats_compute(bc, n, &bcs) < 0) {
+            fprintf(stderr, "sluice bench coldstart: out of memory\n");
+            cJSON_Delete(o);
+            return 1;
+        }
+        double mn = ts.min, md = ts.median;
         /* the breakdown of the median run */
         struct sample m = {0};
         for (uint32_t i = 0; i < n; i++)
@@ -424,16 +402,9 @@ int bench_coldstart(int argc, char **argv)
             rss = samples[k][i].rss > rss ? samples[k][i].rss : rss;
         /* bubble rates: the median of each over the runs (one run's can swing
          * with the page-fault noise of its unpacking) */
-        double bn[32], bc[32];
-        for (uint32_t i = 0; i < n; i++) {
-            bn[i] = samples[k][i].bubble_npu;
-            bc[i] = samples[k][i].bubble_cpu;
-        }
-        qsort(bn, n, sizeof(double), cmp_double);
-        qsort(bc, n, sizeof(double), cmp_double);
         if (n) {
-            m.bubble_npu = bn[n / 2];
-            m.bubble_cpu = bc[n / 2];
+            m.bubble_npu = bns.median;
+            m.bubble_cpu = bcs.median;
         }
         double idle = md > m.npu ? md - m.npu : 0;
         cJSON *e = cJSON_CreateObject();

@@ -10,20 +10,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "format.h"
 #include "loader.h"
 #include "sluice.h"
+#include "tools_child.h"
 #include "tools_cold.h"
+#include "tools_stats.h"
 #include "tools_util.h"
 
 #define MAX_RUNS 64
@@ -190,29 +189,20 @@ static void run_method(const struct ctx *c, enum method m, struct outcome *o)
 
 /* ---- the mount --------------------------------------------------------------------- */
 
+/* Runs `sluice ARGS` (args[0] is "sluice") to its end, in the cgroup if
+ * given; quiet: its output to /dev/null. 0 when it ran and exited 0. */
 static int run_sluice(const char *const *args, const struct tools_cgroup *cg, int quiet)
 {
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        struct sl_err err;
-        if (cg && tools_cgroup_join(cg, getpid(), &err) < 0)
-            _exit(3);
-        if (quiet) {
-            int devnull = open("/dev/null", O_WRONLY);
-            if (devnull >= 0) {
-                dup2(devnull, 1);
-                dup2(devnull, 2);
-            }
-        }
-        execv("/proc/self/exe", (char *const *)args);
-        _exit(127);
-    }
-    int st;
-    if (waitpid(pid, &st, 0) < 0)
-        return -1;
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+    struct tools_child_opts o = {.path = "/proc/self/exe", .argv = args, .cg = cg,
+                                 .null_stdout = quiet, .null_stderr = quiet};
+    struct tools_child_result res;
+    struct sl_err err;
+    int ret = tools_child_run(&o, &res, &err);
+    if (ret < 0)
+        return ret;
+    ret = res.exit_code == 0 ? 0 : -ECHILD;
+    tools_child_result_fini(&res);
+    return ret;
 }
 
 /* Mounts the model at dir; the daemon forks from a child already in the cgroup. */
@@ -226,7 +216,9 @@ static int mount_model(const char *model, const char *dir, const char *opts,
 static void umount_model(const char *dir)
 {
     const char *args[] = {"sluice", "umount", dir, NULL};
-    run_sluice(args, NULL, 1);
+    /* a mount left behind makes the next `sluice mount` on dir fail, and
+     * that failure is reported where it happens */
+    (void)run_sluice(args, NULL, 1);
 }
 
 /* The FUSE daemon's pid from DIR/stats.json, 0 if unknown. */
@@ -250,51 +242,46 @@ static pid_t mount_daemon(const char *dir)
 
 /* ---- measuring ------------------------------------------------------------------------ */
 
-/* Runs one contender in a child (in the cgroup if given); 0 and *o, *rss. */
+struct measure_arg {
+    const struct ctx *c;
+    enum method m;
+};
+
+/* The child of measure: runs the contender, its struct outcome written to
+ * standard output. */
+static int measure_child(void *arg)
+{
+    const struct measure_arg *a = arg;
+    struct outcome r;
+    run_method(a->c, a->m, &r);
+    return write(STDOUT_FILENO, &r, sizeof r) == (ssize_t)sizeof r ? 0 : 4;
+}
+
+/* Runs one contender in a child (in the cgroup if given); 0 and *o, *rss,
+ * else -1 with a sentence in o->msg where one is known. */
 static int measure(const struct ctx *c, enum method m, const struct tools_cgroup *cg, int cold,
                    struct outcome *o, double *rss)
 {
     struct sl_err err;
     memset(o, 0, sizeof *o);
-    if (cold && tools_drop_caches(&err) < 0) {
+    struct measure_arg a = {c, m};
+    struct tools_child_opts co = {.fn = measure_child, .arg = &a, .cg = cg,
+                                  .drop_caches = cold, .capture = 1};
+    struct tools_child_result res;
+    if (tools_child_run(&co, &res, &err) < 0) {
         snprintf(o->msg, sizeof o->msg, "%s", err.msg);
         return -1;
     }
-    int p[2];
-    if (pipe(p) < 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(p[0]);
-        close(p[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        close(p[0]);
-        struct outcome r;
-        memset(&r, 0, sizeof r);
-        if (cg && tools_cgroup_join(cg, getpid(), &err) < 0) {
-            r.err = 1;
-            snprintf(r.msg, sizeof r.msg, "%s", err.msg);
-        } else {
-            run_method(c, m, &r);
-        }
-        ssize_t w = write(p[1], &r, sizeof r);
-        _exit(w == (ssize_t)sizeof r ? 0 : 4);
-    }
-    close(p[1]);
-    ssize_t got = read(p[0], o, sizeof *o);
-    close(p[0]);
-    int st = 0;
-    struct rusage ru;
-    memset(&ru, 0, sizeof ru);
-    wait4(pid, &st, 0, &ru);
-    *rss = tools_child_peak_rss_mb(&ru);
-    if (got != (ssize_t)sizeof *o) {
-        snprintf(o->msg, sizeof o->msg, "the child died (status %d)", st);
-        return -1;
-    }
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 && !o->err && o->ns ? 0 : -1;
+    *rss = res.peak_rss_mb;
+    int got = res.out_len == sizeof *o;
+    if (got)
+        memcpy(o, res.out, sizeof *o);
+    int ok = res.exit_code == 0 && got && !o->err && o->ns;
+    if (!got)
+        snprintf(o->msg, sizeof o->msg, "the child died (exit %d, signal %d)", res.exit_code,
+                 res.term_signal);
+    tools_child_result_fini(&res);
+    return ok ? 0 : -1;
 }
 
 struct series {
@@ -304,12 +291,6 @@ struct series {
     int direct, fixed;
     char note[200];
 };
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void series_add(struct series *sr, const struct outcome *o, double rss)
 {
@@ -323,19 +304,6 @@ static void series_add(struct series *sr, const struct outcome *o, double rss)
     sr->fixed = o->fixed;
     if (o->msg[0])
         snprintf(sr->note, sizeof sr->note, "%s", o->msg);
-}
-
-/* min and median (upper median for even counts) */
-static void series_stats(struct series *sr, double *mn, double *med)
-{
-    *mn = *med = 0;
-    if (!sr->n)
-        return;
-    double v[MAX_RUNS];
-    memcpy(v, sr->mb, sizeof v[0] * sr->n);
-    qsort(v, sr->n, sizeof v[0], cmp_double);
-    *mn = v[0];
-    *med = v[sr->n / 2];
 }
 
 static int parse_methods(const char *list, int *want)
@@ -529,10 +497,19 @@ int bench_load(int argc, char **argv)
     if (warm_mounted)
         umount_model(c.mount);
 
+    /* min and upper median of each series (0 for one without a run) */
     double cmin[M_COUNT], cmed[M_COUNT], wmin[M_COUNT], wmed[M_COUNT];
     for (int m = 0; m < M_COUNT; m++) {
-        series_stats(&coldr[m], &cmin[m], &cmed[m]);
-        series_stats(&warmr[m], &wmin[m], &wmed[m]);
+        struct tools_stats cs, ws;
+        if (tools_stats_compute(coldr[m].mb, coldr[m].n, &cs) < 0 ||
+            tools_stats_compute(warmr[m].mb, warmr[m].n, &ws) < 0) {
+            fprintf(stderr, "sluice bench load: out of memory\n");
+            goto out;
+        }
+        cmin[m] = cs.min;
+        cmed[m] = cs.median;
+        wmin[m] = ws.min;
+        wmed[m] = ws.median;
     }
     uint64_t size = format_reader_file_size(c.r);
     cJSON *o = cJSON_CreateObject();

@@ -16,6 +16,7 @@
 
 #include "quantizer.h"
 #include "sluice.h"
+#include "tools_stats.h"
 #include "tools_util.h"
 #include "unpack.h"
 
@@ -142,12 +143,6 @@ static double ticks_per_ns(void)
     return (double)(ticks() - c0) / (double)(sl_now_ns() - t0);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static uint64_t rng_next(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -267,24 +262,33 @@ static void time_one(struct run *R, const struct unpack_tensor *u, struct conten
     c->warm[rep] = gbps_of(n, 0, warm_ns);
 }
 
-static void add_result(cJSON *arr, const struct contender *c, uint32_t avg, double bpw,
-                       uint32_t reps, double ghz, int perf, int json)
+/* Adds a contender's row; its stream, hot and warm medians into med3[0..2]
+ * for the adaptive-versus-bitplane line. 0 or -ENOMEM. */
+static int add_result(cJSON *arr, const struct contender *c, uint32_t avg, double bpw,
+                      uint32_t reps, double ghz, int perf, int json, double med3[3])
 {
-    qsort(c->gbps, reps, sizeof(double), cmp_double);
-    qsort(c->tpw, reps, sizeof(double), cmp_double);
-    qsort(c->hot, reps, sizeof(double), cmp_double);
-    qsort(c->cached, reps, sizeof(double), cmp_double);
-    qsort(c->warm, reps, sizeof(double), cmp_double);
-    double med = c->gbps[reps / 2], best = c->gbps[reps - 1], cached = c->cached[reps / 2];
+    struct tools_stats g, t, h, ca, w, cy;
+    int ret;
+    if ((ret = tools_stats_compute(c->gbps, reps, &g)) < 0 ||
+        (ret = tools_stats_compute(c->tpw, reps, &t)) < 0 ||
+        (ret = tools_stats_compute(c->hot, reps, &h)) < 0 ||
+        (ret = tools_stats_compute(c->cached, reps, &ca)) < 0 ||
+        (ret = tools_stats_compute(c->warm, reps, &w)) < 0)
+        return ret;
+    double med = g.median, best = g.max, cached = ca.median;
     /* core cycles per weight: the counter, else ns per weight (1 / GB/s) x core GHz */
     double cpw = ghz / med, cpw_min = ghz / best;
     if (perf) {
-        qsort(c->cpw, reps, sizeof(double), cmp_double);
-        cpw = c->cpw[reps / 2];
-        cpw_min = c->cpw[0];
+        if ((ret = tools_stats_compute(c->cpw, reps, &cy)) < 0)
+            return ret;
+        cpw = cy.median;
+        cpw_min = cy.min;
     }
-    double hot = c->hot[reps / 2], hot_best = c->hot[reps - 1];
-    double warm = c->warm[reps / 2], warm_best = c->warm[reps - 1];
+    double hot = h.median, hot_best = h.max;
+    double warm = w.median, warm_best = w.max;
+    med3[0] = med;
+    med3[1] = hot;
+    med3[2] = warm;
     const char *enc = format_encoding_traits(encs[c->enc])->name;
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "kernel", unpack_kernel_name(c->kernel));
@@ -295,7 +299,7 @@ static void add_result(cJSON *arr, const struct contender *c, uint32_t avg, doub
     cJSON_AddNumberToObject(e, "gbps_best", best);
     cJSON_AddNumberToObject(e, "cycles_per_weight", cpw);
     cJSON_AddNumberToObject(e, "cycles_per_weight_min", cpw_min);
-    cJSON_AddNumberToObject(e, "ticks_per_weight", c->tpw[reps / 2]);
+    cJSON_AddNumberToObject(e, "ticks_per_weight", t.median);
     cJSON_AddNumberToObject(e, "gbps_cached_stores", cached);
     cJSON_AddNumberToObject(e, "gbps_hot", hot);
     cJSON_AddNumberToObject(e, "gbps_hot_best", hot_best);
@@ -307,6 +311,7 @@ static void add_result(cJSON *arr, const struct contender *c, uint32_t avg, doub
         printf("%-9s %-7s %6.3f %8.2f %8.2f %8.3f %8.3f %8.2f %8.2f %8.2f %8.2f %8.2f\n", enc,
                unpack_kernel_name(c->kernel), bpw, med, best, cpw, cpw_min, cached, hot,
                hot_best, warm, warm_best);
+    return 0;
 }
 
 /* One bit mix: widths, codes, the three encodings, all contenders. */
@@ -416,11 +421,10 @@ static int bench_mix(struct run *R, uint32_t avg, uint64_t *seed, cJSON *arr, in
     }
     double med[3][UNPACK_KERNEL_COUNT][3];
     for (int i = 0; i < nc; i++) {
-        add_result(arr, &cs[i], avg, (double)ut[cs[i].enc].layout.data_len / (double)n, reps,
-                   R->ghz, R->perf_fd >= 0, json);
-        med[cs[i].enc][cs[i].kernel][0] = cs[i].gbps[reps / 2];
-        med[cs[i].enc][cs[i].kernel][1] = cs[i].hot[reps / 2];
-        med[cs[i].enc][cs[i].kernel][2] = cs[i].warm[reps / 2];
+        ret = add_result(arr, &cs[i], avg, (double)ut[cs[i].enc].layout.data_len / (double)n,
+                         reps, R->ghz, R->perf_fd >= 0, json, med[cs[i].enc][cs[i].kernel]);
+        if (ret < 0)
+            goto fail;
     }
     if (!json) {
         printf("adaptive vs bitplane (same bytes), median:");

@@ -6,6 +6,13 @@
 #ifndef SLUICE_TOOLS_H
 #define SLUICE_TOOLS_H
 
+#include <stdint.h>
+
+/* The process's start on sl_now_ns()'s clock (CLOCK_MONOTONIC), taken by
+ * main() before it does anything else: time to first token is measured from
+ * it. Any thread may call it once main() has started. */
+uint64_t sluice_start_ns(void);
+
 int cmd_import(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_synth(int argc, char **argv);

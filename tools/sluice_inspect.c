@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "format.h"
+#include "fs.h"
 #include "sluice.h"
 
 static void usage(FILE *f)
@@ -28,26 +29,6 @@ static double bits_per_weight(const struct format_tensor_info *t)
 {
     uint64_t n = format_tensor_numel(t);
     return n ? (double)t->length * 8.0 / (double)n : 0;
-}
-
-static cJSON *config_json(const struct format_config *c)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "arch", "llama");
-    cJSON_AddNumberToObject(o, "dim", c->dim);
-    cJSON_AddNumberToObject(o, "hidden_dim", c->hidden_dim);
-    cJSON_AddNumberToObject(o, "n_layers", c->n_layers);
-    cJSON_AddNumberToObject(o, "n_heads", c->n_heads);
-    cJSON_AddNumberToObject(o, "n_kv_heads", c->n_kv_heads);
-    cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
-    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(o, "seq_len", c->seq_len);
-    cJSON_AddBoolToObject(o, "tied_embedding", c->tied_embedding);
-    cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
-    cJSON_AddNumberToObject(o, "norm_eps", c->norm_eps);
-    cJSON_AddNumberToObject(o, "bos_id", c->bos_id);
-    cJSON_AddNumberToObject(o, "eos_id", c->eos_id);
-    return o;
 }
 
 /* Metadata values are bytes; print them when they are short printable text. */
@@ -130,7 +111,14 @@ int cmd_inspect(int argc, char **argv)
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "path", path);
         cJSON_AddNumberToObject(o, "file_size", (double)format_reader_file_size(r));
-        cJSON_AddItemToObject(o, "config", config_json(c));
+        /* the mount's config.json, the same writer and keys */
+        cJSON *co = cJSON_AddObjectToObject(o, "config");
+        if (!co || fs_config_json(c, co) < 0) {
+            fprintf(stderr, "sluice inspect: out of memory\n");
+            cJSON_Delete(o);
+            format_reader_close(r);
+            return 1;
+        }
         cJSON_AddBoolToObject(o, "checksums_ok", verify && status == 0);
         cJSON *meta = cJSON_AddObjectToObject(o, "metadata");
         for (uint32_t i = 0; i < format_reader_meta_count(r); i++) {

@@ -73,14 +73,6 @@ static void usage(FILE *f)
             "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p\n");
 }
 
-static uint64_t g_start_ns;
-
-/* As close to process start as the program gets. */
-__attribute__((constructor)) static void record_start(void)
-{
-    g_start_ns = sl_now_ns();
-}
-
 struct run_opts {
     const char *model;
     const char *prompt;
@@ -378,7 +370,7 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     uint64_t t_end = sl_now_ns();
     uint64_t t_first = g.taken ? g.t_first : first.sampled ? first.t : 0;
     if (t_first) {
-        st->ttft_s = (double)(t_first - g_start_ns) / 1e9;
+        st->ttft_s = (double)(t_first - sluice_start_ns()) / 1e9;
         st->decode_s = (double)(t_end - t_first) / 1e9;
     }
     infer_session_stats(sess, &st->session);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools_stats.h"
+
 int tools_tokenize_file(const struct infer_tokenizer *tk, const char *path, int **ids, uint32_t *n,
                         struct sl_err *err)
 {
@@ -260,12 +262,6 @@ int tools_kl_add(struct tools_kl *a, const float *lm, const float *lr, int next)
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 void tools_kl_finish(struct tools_kl *a, struct tools_kl_result *r)
 {
     memset(r, 0, sizeof *r);
@@ -283,15 +279,8 @@ void tools_kl_finish(struct tools_kl *a, struct tools_kl_result *r)
     r->ppl = exp(a->nll / (double)n);
     r->ppl_ref = exp(a->nll_ref / (double)n);
     r->top1 = (double)a->agree / (double)n;
-    double *sorted = malloc(sizeof(double) * n);
-    if (sorted) {
-        memcpy(sorted, a->kls, sizeof(double) * n);
-        qsort(sorted, n, sizeof(double), cmp_double);
-        r->kl_p99 = sorted[(size_t)((double)(n - 1) * 0.99)];
-        free(sorted);
-    } else {
-        r->kl_p99 = NAN;
-    }
+    if (tools_stats_percentile(a->kls, n, 0.99, &r->kl_p99) < 0)
+        r->kl_p99 = NAN; /* out of memory: reported as unknown, not as 0 */
 }
 
 void tools_kl_free(struct tools_kl *a)

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -165,10 +164,4 @@ void tools_cgroup_destroy(struct tools_cgroup *cg)
     if (cg->created)
         rmdir(cg->dir); /* fails while processes remain; they are gone by now */
     cg->created = 0;
-}
-
-double tools_child_peak_rss_mb(const void *rusage)
-{
-    const struct rusage *ru = rusage;
-    return (double)ru->ru_maxrss / 1024.0;
 }

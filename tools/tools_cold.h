@@ -34,7 +34,4 @@ int tools_cgroup_join(const struct tools_cgroup *cg, pid_t pid, struct sl_err *e
 int tools_cgroup_leave(const struct tools_cgroup *cg, pid_t pid, struct sl_err *err);
 void tools_cgroup_destroy(struct tools_cgroup *cg);
 
-/* Peak RSS of a child from its rusage (MiB). */
-double tools_child_peak_rss_mb(const void *rusage);
-
 #endif

@@ -106,6 +106,18 @@ int fs_mount_run(const struct fs_options *o, struct sl_err *err);
  * killed: ENOTCONN) is cleaned up. */
 int fs_unmount(const char *mountpoint, int lazy, struct sl_err *err);
 
+/* The model config as JSON, the object served as the mount's config.json and
+ * printed by `sluice inspect --json`: adds architecture ("llama"), dim,
+ * hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, seq_len,
+ * tied_embedding, rope_layout ("interleaved"), rope_theta, norm_eps, bos_id
+ * and eos_id to `obj`, a cJSON object the caller owns (declared here without
+ * cJSON's header). One writer, so the two cannot drift apart. Returns 0,
+ * -EINVAL for an architecture or RoPE layout it has no name for, -ENOMEM
+ * (obj may then hold some of the fields). */
+struct cJSON;
+struct format_config;
+int fs_config_json(const struct format_config *c, struct cJSON *obj);
+
 #ifdef __cplusplus
 }
 #endif
