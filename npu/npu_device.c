@@ -11,11 +11,15 @@
  * job's done callback runs with no lock held. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
 #include "npu_internal.h"
+
+/* How long the worker and a ticket's waiter poll before sleeping. */
+#define NPU_SPIN_NS 50000u
 
 /* A submitted job: the device's copy, queued, then waited for. */
 struct npu_ticket {
@@ -23,7 +27,7 @@ struct npu_ticket {
     struct npu_job job;
     pthread_mutex_t mu;      /* guards done and status */
     pthread_cond_t cv;
-    int done;
+    atomic_int done;         /* also read without mu by a spinning waiter */
     int status;
 };
 
@@ -36,6 +40,7 @@ struct npu_device {
     pthread_cond_t cv_work;  /* worker: a job arrived, a source attached, or stop */
     pthread_cond_t cv_idle;  /* join: the pull mode ended */
     struct npu_ticket *head, *tail;
+    atomic_uint queued;      /* submitted jobs not yet taken (read while spinning) */
     int computing;           /* the worker is inside a computation (busy since run_start) */
     int stop;
     int pulling;             /* a job source is attached (npu_device_start) */
@@ -71,7 +76,7 @@ static void ticket_complete(struct npu_ticket *t, int status)
 {
     pthread_mutex_lock(&t->mu);
     t->status = status;
-    t->done = 1;
+    atomic_store_explicit(&t->done, 1, memory_order_release);
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
 }
@@ -101,12 +106,24 @@ static void *worker_main(void *arg)
     struct npu_device *d = arg;
     pthread_mutex_lock(&d->mu);
     for (;;) {
+        if (!d->head && !d->stop && !d->pulling) {
+            /* A session's decode submits the next matmul within microseconds
+             * of the last one: spin briefly before sleeping, since a
+             * condition-variable wake-up costs about as much as a small job. */
+            pthread_mutex_unlock(&d->mu);
+            uint64_t t0 = sl_now_ns();
+            while (!atomic_load_explicit(&d->queued, memory_order_acquire) &&
+                   sl_now_ns() - t0 < NPU_SPIN_NS)
+                ;
+            pthread_mutex_lock(&d->mu);
+        }
         while (!d->head && !d->stop && !d->pulling)
             pthread_cond_wait(&d->cv_work, &d->mu);
         if (d->stop)
             break; /* what is still queued is cancelled by destroy */
         if (d->head) { /* submitted jobs first */
             struct npu_ticket *t = d->head;
+            atomic_fetch_sub_explicit(&d->queued, 1, memory_order_relaxed);
             d->head = t->next;
             if (!d->head)
                 d->tail = NULL;
@@ -209,6 +226,7 @@ void npu_device_destroy(struct npu_device *d)
     d->stop = 1;
     struct npu_ticket *pending = d->head;
     d->head = d->tail = NULL;
+    atomic_store_explicit(&d->queued, 0, memory_order_relaxed);
     for (struct npu_ticket *t = pending; t; t = t->next)
         d->jobs_cancelled++;
     pthread_cond_broadcast(&d->cv_work);
@@ -339,6 +357,7 @@ int npu_device_submit(struct npu_device *d, const struct npu_job *job,
     else
         d->head = t;
     d->tail = t;
+    atomic_fetch_add_explicit(&d->queued, 1, memory_order_release);
     pthread_cond_signal(&d->cv_work);
     pthread_mutex_unlock(&d->mu);
     *ticket = t;
@@ -347,8 +366,12 @@ int npu_device_submit(struct npu_device *d, const struct npu_job *job,
 
 int npu_ticket_wait(struct npu_ticket *t)
 {
+    /* the job usually ends within microseconds of the caller's own share */
+    uint64_t t0 = sl_now_ns();
+    while (!atomic_load_explicit(&t->done, memory_order_acquire) && sl_now_ns() - t0 < NPU_SPIN_NS)
+        ;
     pthread_mutex_lock(&t->mu);
-    while (!t->done)
+    while (!atomic_load_explicit(&t->done, memory_order_relaxed))
         pthread_cond_wait(&t->cv, &t->mu);
     int status = t->status;
     pthread_mutex_unlock(&t->mu);
