@@ -1,0 +1,518 @@
+/* pipeline_graph.c: the prefill as a task graph, and its cost model. Every
+ * (layer, chunk) of the prompt contributes the operators of Appendix B
+ * (pipeline.h, enum pl_op); each slice a VERIFY task and the unpacking of its
+ * tensors, in the pieces of their matmuls where the policy splits them.
+ * Edges are collected as pairs and turned into CSR successor lists; each
+ * task gets a priority key (position-guided, EdgeFlow 4.3) and an estimated
+ * time (llm.npu 3.4's heuristic and the stealing rules). Calls only
+ * pipeline_weights.c (the storage of split weights is prepared here). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline.h"
+
+static const char *const op_names[PL_OP_COUNT] = {"verify", "unpack",   "norm",   "matmul",
+                                                  "attention", "ffn_norm", "swiglu", "head"};
+static const char *const policy_names[INFER_POLICY_COUNT] = {
+    "full", "sequential", "layer_overlap", "llmnpu", "sequential_granular"};
+
+const char *infer_policy_name(enum infer_policy p)
+{
+    return (unsigned)p < INFER_POLICY_COUNT ? policy_names[p] : "unknown";
+}
+
+const char *pl_op_name(uint32_t op)
+{
+    return op < PL_OP_COUNT ? op_names[op] : "unknown";
+}
+
+int infer_policy_parse(const char *s, enum infer_policy *out)
+{
+    for (int i = 0; i < INFER_POLICY_COUNT; i++)
+        if (!strcmp(s, policy_names[i])) {
+            *out = (enum infer_policy)i;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+/* A growable array one element fuller: items reallocated to twice *cap
+ * elements of `size` bytes (`first` when empty); NULL when out of memory
+ * (items untouched). */
+void *pl_grown(void *items, uint32_t *cap, size_t size, uint32_t first)
+{
+    uint32_t c = *cap ? 2 * *cap : first;
+    void *a = realloc(items, size * c);
+    if (a)
+        *cap = c;
+    return a;
+}
+
+static int add_task(struct pl *p, uint8_t op, uint8_t dev, int layer, uint32_t chunk)
+{
+    if (p->n_tasks == p->cap_tasks) {
+        struct task *t = pl_grown(p->tasks, &p->cap_tasks, sizeof *t, 1024);
+        if (!t)
+            return -1;
+        p->tasks = t;
+    }
+    struct task *t = &p->tasks[p->n_tasks];
+    memset(t, 0, sizeof *t);
+    t->op = op;
+    t->dev = dev;
+    t->layer = (int16_t)layer;
+    t->chunk = chunk;
+    t->tensor = -1;
+    t->executor = -1;
+    return (int)p->n_tasks++;
+}
+
+static int add_edge(struct pl *p, int from, int to)
+{
+    if (from < 0 || to < 0)
+        return -1;
+    if (p->n_edges == p->cap_edges) {
+        uint32_t cap = p->cap_edges ? 2 * p->cap_edges : 4096;
+        uint32_t *a = realloc(p->edge_from, sizeof *a * cap), *b;
+        if (!a)
+            return -1;
+        p->edge_from = a;
+        b = realloc(p->edge_to, sizeof *b * cap);
+        if (!b)
+            return -1;
+        p->edge_to = b;
+        p->cap_edges = cap;
+    }
+    p->edge_from[p->n_edges] = (uint32_t)from;
+    p->edge_to[p->n_edges] = (uint32_t)to;
+    p->n_edges++;
+    p->tasks[to].deps++;
+    return 0;
+}
+
+static int finish_edges(struct pl *p)
+{
+    p->edges = malloc(sizeof(uint32_t) * (p->n_edges ? p->n_edges : 1));
+    uint32_t *cnt = calloc(p->n_tasks + 1, sizeof(uint32_t));
+    if (!p->edges || !cnt) {
+        free(cnt);
+        return -1;
+    }
+    for (uint32_t e = 0; e < p->n_edges; e++)
+        cnt[p->edge_from[e]]++;
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < p->n_tasks; i++) {
+        p->tasks[i].succ_off = off;
+        off += cnt[i];
+        cnt[i] = p->tasks[i].succ_off;
+    }
+    for (uint32_t e = 0; e < p->n_edges; e++)
+        p->edges[cnt[p->edge_from[e]]++] = p->edge_to[e];
+    for (uint32_t i = 0; i < p->n_tasks; i++)
+        p->tasks[i].n_succ = cnt[i] - p->tasks[i].succ_off;
+    free(cnt);
+    return 0;
+}
+
+struct infer_linear *pl_graph_linear(const struct pl *p, int layer, uint32_t role)
+{
+    if (layer < 0)
+        return &p->m->cls;
+    struct infer_layer *l = &p->m->layers[layer];
+    switch (role) {
+    case FORMAT_ROLE_WQ:
+        return &l->wq;
+    case FORMAT_ROLE_WK:
+        return &l->wk;
+    case FORMAT_ROLE_WV:
+        return &l->wv;
+    case FORMAT_ROLE_WO:
+        return &l->wo;
+    case FORMAT_ROLE_W_GATE:
+        return &l->w_gate;
+    case FORMAT_ROLE_W_UP:
+        return &l->w_up;
+    default:
+        return &l->w_down;
+    }
+}
+
+static uint32_t op_order(uint32_t op, uint32_t role)
+{
+    /* topological order inside a layer, for tie-breaking */
+    switch (op) {
+    case PL_NORM:
+        return 0;
+    case PL_ATTN:
+        return 2;
+    case PL_FFN_NORM:
+        return 4;
+    case PL_SWIGLU:
+        return 6;
+    case PL_HEAD:
+        return 8;
+    case PL_MM:
+        return role <= FORMAT_ROLE_WV ? 1 : role == FORMAT_ROLE_WO ? 3
+               : role == FORMAT_ROLE_W_DOWN ? 7 : role == FORMAT_ROLE_CLASSIFIER ? 9 : 5;
+    default:
+        return 0;
+    }
+}
+
+/* Output channels per piece of a linear with `rows` outputs: full and
+ * sequential_granular split each matmul, and the unpacking of its quantized weights,
+ * into pieces of about `split` channels on 16-channel boundaries (the NPU's
+ * weight blocks); the coarse policies keep one piece. */
+static uint32_t piece_rows(const struct pl *p, uint32_t rows)
+{
+    uint32_t split = pl_granular(p->o->policy) ? p->o->split : 0;
+    if (!split || split >= rows)
+        return rows;
+    uint32_t parts = (rows + split - 1) / split;
+    uint32_t step = ((rows + parts - 1) / parts + 15) & ~15u;
+    return step < rows ? step : rows;
+}
+
+/* Matmul tasks of one linear for a chunk, one per piece. Returns the first
+ * index, *count set. */
+static int add_mm(struct pl *p, int layer, uint32_t chunk, uint32_t role, uint32_t rows,
+                  int *first, int *count)
+{
+    uint32_t step = piece_rows(p, rows);
+    *first = (int)p->n_tasks;
+    *count = 0;
+    for (uint32_t r0 = 0; r0 < rows; r0 += step) {
+        int t = add_task(p, PL_MM, PL_DEV_NPU, layer, chunk);
+        if (t < 0)
+            return -1;
+        p->tasks[t].role = (uint8_t)role;
+        p->tasks[t].r0 = r0;
+        p->tasks[t].r1 = rows - r0 < step ? rows : r0 + step;
+        (*count)++;
+    }
+    return 0;
+}
+
+/* Edges from a linear's unpacking tasks to its matmul pieces: each piece
+ * waits for the unpacking of its own channels (all of it for a whole-tensor
+ * unpacking task, whose r0 = r1 = 0). */
+static void add_weight_edges(struct pl *p, int u_first, int u_n, int mm_first, int mm_n)
+{
+    for (int j = 0; j < mm_n; j++)
+        for (int k = 0; k < u_n; k++) {
+            const struct task *u = &p->tasks[u_first + k], *m = &p->tasks[mm_first + j];
+            if (u->r1 == u->r0 || (u->r0 < m->r1 && u->r1 > m->r0))
+                add_edge(p, u_first + k, mm_first + j);
+        }
+}
+
+static uint32_t rows_of_role(const struct format_config *c, uint32_t role)
+{
+    uint32_t nd;
+    uint64_t sh[2];
+    format_role_shape(c, role == FORMAT_ROLE_CLASSIFIER && c->tied_embedding ? FORMAT_ROLE_TOK_EMBD
+                                                                             : role,
+                      &nd, sh);
+    return (uint32_t)sh[0];
+}
+
+/* Builds the whole prefill graph. Slice order of the stream: layers 0..L-1,
+ * the head, and (untied models) the embedding last: it is not needed for the
+ * first token (its rows were read ahead). */
+struct weight_tasks {
+    int first, n; /* a linear's unpacking tasks */
+};
+
+/* Registers the storage of prepared weights for faulting in ahead (full). */
+static int add_prefault(struct pl *p, struct npu_weights *w, int layer)
+{
+    const size_t step = (size_t)2 << 20;
+    if (p->o->policy != INFER_POLICY_FULL || p->o->no_prefault || !w)
+        return 0;
+    for (size_t off = 0; off < npu_weights_storage(w); off += step) {
+        if (p->n_pf == p->cap_pf) {
+            struct prefault *a = pl_grown(p->pf, &p->cap_pf, sizeof *a, 256);
+            if (!a)
+                return -1;
+            p->pf = a;
+        }
+        p->pf[p->n_pf++] = (struct prefault){.w = w, .off = off, .len = step, .layer = layer};
+    }
+    return 0;
+}
+
+/* Edges to task `to` from those of the n tasks at `first` (pieces of a
+ * matmul) whose output channels overlap [a, b). */
+static void add_overlap_edges(struct pl *p, int first, int n, uint32_t a, uint32_t b, int to)
+{
+    for (int j = 0; j < n; j++) {
+        const struct task *t = &p->tasks[first + j];
+        if (t->r0 < b && t->r1 > a)
+            add_edge(p, first + j, to);
+    }
+}
+
+/* Whether the producer of a linear's input may quantize it in column
+ * ranges: not with a dynamic scale (the maximum of the whole input). */
+static int input_splits(const struct pl *p, int layer, uint32_t role)
+{
+    return !(p->lin_info[layer + 1][role].int8 && p->lin_info[layer + 1][role].act <= 0);
+}
+
+static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_COUNT])
+{
+    const struct format_config *c = p->c;
+    const struct format_reader *r = p->r;
+    uint32_t ns = format_reader_n_slices(r), L = c->n_layers;
+    int all_loaded = -1;
+    if (pl_load_first(p->o->policy)) {
+        all_loaded = add_task(p, PL_VERIFY, PL_DEV_CPU, -2, 0); /* a barrier: no work of its own */
+        p->tasks[all_loaded].slice = UINT32_MAX;
+    }
+    int verify_of_layer[4097];
+    for (uint32_t i = 0; i < ns; i++) {
+        const struct format_slice_info *s = format_reader_slice(r, i);
+        if (s->kind == FORMAT_SLICE_EMBED)
+            continue; /* read after the first token */
+        int li = s->kind == FORMAT_SLICE_LAYER ? s->layer : (int)L;
+        int v = add_task(p, PL_VERIFY, PL_DEV_CPU, s->kind == FORMAT_SLICE_LAYER ? s->layer : -1, 0);
+        if (v < 0)
+            return -1;
+        p->tasks[v].slice = i;
+        p->tasks[v].deps = 1; /* the slice's arrival */
+        p->verify_task[i] = (uint32_t)v;
+        p->slice_needed[i] = 1;
+        verify_of_layer[li] = v;
+        if (all_loaded >= 0 && add_edge(p, all_loaded, v) < 0)
+            return -1;
+        for (uint32_t t = s->first_tensor; t < s->first_tensor + s->n_tensors; t++) {
+            const struct format_tensor_info *ti = format_reader_tensor(r, t);
+            uint32_t role = ti->role;
+            if (ti->n_dims != 2)
+                continue; /* norms: decoded by VERIFY */
+            if (role == FORMAT_ROLE_TOK_EMBD)
+                role = FORMAT_ROLE_CLASSIFIER; /* tied */
+            /* quantized weights are unpacked in the pieces of their matmuls
+             * (into storage prepared now), so the NPU can start on the first
+             * piece while the CPU unpacks the next */
+            uint32_t rows = (uint32_t)ti->shape[0];
+            uint32_t step = format_encoding_traits(ti->encoding)->quantized ? piece_rows(p, rows)
+                                                                            : rows;
+            int layer = s->kind == FORMAT_SLICE_LAYER ? s->layer : -1;
+            if (step < rows) {
+                struct infer_linear *lin = pl_graph_linear(p, layer, role);
+                if (pl_weights_prepare(lin, ti, p->m->force_dynamic_act, 0, 1, &p->err) < 0)
+                    return -1;
+                if (ti->role == FORMAT_ROLE_TOK_EMBD) /* lookups read the NPU's copy */
+                    p->m->embed = *lin; /* shared storage; released once */
+                if (add_prefault(p, lin->npu, li) < 0)
+                    return -1;
+            }
+            uw[li][role].first = (int)p->n_tasks;
+            uw[li][role].n = 0;
+            for (uint32_t r0 = 0; r0 < rows; r0 += step) {
+                int u = add_task(p, PL_UNPACK, PL_DEV_CPU, layer, 0);
+                if (u < 0 || add_edge(p, v, u) < 0)
+                    return -1;
+                p->tasks[u].slice = i;
+                p->tasks[u].tensor = (int32_t)t;
+                p->tasks[u].role = (uint8_t)role;
+                if (step < rows) { /* a piece; 0, 0: the whole tensor */
+                    p->tasks[u].r0 = r0;
+                    p->tasks[u].r1 = rows - r0 < step ? rows : r0 + step;
+                }
+                uw[li][role].n++;
+                p->slice_left[i]++;
+            }
+        }
+    }
+    /* per chunk, per layer: Appendix B */
+    uint32_t D = c->dim, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
+    uint32_t F = c->hidden_dim;
+    int prev_attn[4096];
+    for (uint32_t l = 0; l < L; l++)
+        prev_attn[l] = -1;
+    const uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads;
+    for (uint32_t ch = 0; ch < p->n_chunks; ch++) {
+        int prev_down_first = -1, prev_down_n = 0;
+        for (uint32_t l = 0; l < L; l++) {
+            int norm = add_task(p, PL_NORM, PL_DEV_CPU, (int)l, ch);
+            if (norm < 0 || add_edge(p, verify_of_layer[l], norm) < 0)
+                return -1;
+            for (int k = 0; k < prev_down_n; k++)
+                add_edge(p, prev_down_first + k, norm);
+            int qkv_first[3], qkv_n[3];
+            uint32_t qkv_roles[3] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
+            uint32_t qkv_rows[3] = {Q, KV, KV};
+            for (int k = 0; k < 3; k++) {
+                if (add_mm(p, (int)l, ch, qkv_roles[k], qkv_rows[k], &qkv_first[k], &qkv_n[k]) < 0)
+                    return -1;
+                for (int j = 0; j < qkv_n[k]; j++)
+                    add_edge(p, norm, qkv_first[k] + j);
+                add_weight_edges(p, uw[l][qkv_roles[k]].first, uw[l][qkv_roles[k]].n,
+                                 qkv_first[k], qkv_n[k]);
+            }
+            /* attention in groups of kv heads, one Q piece's worth each where
+             * Q is split: a group starts once its own Q/K/V channels are
+             * computed, while the NPU computes the next ones */
+            uint32_t gk = c->n_kv_heads;
+            if (qkv_n[0] > 1 && input_splits(p, (int)l, FORMAT_ROLE_WO)) {
+                gk = piece_rows(p, Q) / (mul * hd);
+                gk = gk < 1 ? 1 : gk > c->n_kv_heads ? c->n_kv_heads : gk;
+            }
+            int attn_first = (int)p->n_tasks, attn_n = 0;
+            for (uint32_t kv0 = 0; kv0 < c->n_kv_heads; kv0 += gk, attn_n++) {
+                uint32_t kv1 = c->n_kv_heads - kv0 < gk ? c->n_kv_heads : kv0 + gk;
+                int attn = add_task(p, PL_ATTN, PL_DEV_CPU, (int)l, ch);
+                if (attn < 0)
+                    return -1;
+                if (gk < c->n_kv_heads) { /* a group; 0, 0: every head */
+                    p->tasks[attn].r0 = kv0;
+                    p->tasks[attn].r1 = kv1;
+                }
+                add_overlap_edges(p, qkv_first[0], qkv_n[0], kv0 * mul * hd, kv1 * mul * hd, attn);
+                add_overlap_edges(p, qkv_first[1], qkv_n[1], kv0 * hd, kv1 * hd, attn);
+                add_overlap_edges(p, qkv_first[2], qkv_n[2], kv0 * hd, kv1 * hd, attn);
+                if (prev_attn[l] >= 0) /* the group's keys/values of earlier chunks first */
+                    add_edge(p, prev_attn[l] + attn_n, attn);
+            }
+            prev_attn[l] = attn_first;
+            int o_first, o_n;
+            if (add_mm(p, (int)l, ch, FORMAT_ROLE_WO, D, &o_first, &o_n) < 0)
+                return -1;
+            for (int j = 0; j < o_n; j++)
+                for (int a = 0; a < attn_n; a++)
+                    add_edge(p, attn_first + a, o_first + j);
+            add_weight_edges(p, uw[l][FORMAT_ROLE_WO].first, uw[l][FORMAT_ROLE_WO].n, o_first, o_n);
+            int fn = add_task(p, PL_FFN_NORM, PL_DEV_CPU, (int)l, ch);
+            if (fn < 0)
+                return -1;
+            for (int j = 0; j < o_n; j++)
+                add_edge(p, o_first + j, fn);
+            int g_first, g_n, u_first, u_n;
+            if (add_mm(p, (int)l, ch, FORMAT_ROLE_W_GATE, F, &g_first, &g_n) < 0 ||
+                add_mm(p, (int)l, ch, FORMAT_ROLE_W_UP, F, &u_first, &u_n) < 0)
+                return -1;
+            for (int j = 0; j < g_n; j++)
+                add_edge(p, fn, g_first + j);
+            for (int j = 0; j < u_n; j++)
+                add_edge(p, fn, u_first + j);
+            /* SwiGLU piece by piece of gate/up where they are split */
+            int sw_split = g_n > 1 && g_n == u_n && input_splits(p, (int)l, FORMAT_ROLE_W_DOWN);
+            int sw_first = (int)p->n_tasks, sw_n = sw_split ? g_n : 1;
+            for (int j = 0; j < sw_n; j++) {
+                int sw = add_task(p, PL_SWIGLU, PL_DEV_CPU, (int)l, ch);
+                if (sw < 0)
+                    return -1;
+                if (sw_split) {
+                    p->tasks[sw].r0 = p->tasks[g_first + j].r0;
+                    p->tasks[sw].r1 = p->tasks[g_first + j].r1;
+                }
+                uint32_t a = sw_split ? p->tasks[sw].r0 : 0, b = sw_split ? p->tasks[sw].r1 : F;
+                add_overlap_edges(p, g_first, g_n, a, b, sw);
+                add_overlap_edges(p, u_first, u_n, a, b, sw);
+            }
+            add_weight_edges(p, uw[l][FORMAT_ROLE_W_GATE].first, uw[l][FORMAT_ROLE_W_GATE].n,
+                             g_first, g_n);
+            add_weight_edges(p, uw[l][FORMAT_ROLE_W_UP].first, uw[l][FORMAT_ROLE_W_UP].n, u_first,
+                             u_n);
+            int d_first, d_n;
+            if (add_mm(p, (int)l, ch, FORMAT_ROLE_W_DOWN, D, &d_first, &d_n) < 0)
+                return -1;
+            for (int j = 0; j < d_n; j++)
+                for (int k = 0; k < sw_n; k++)
+                    add_edge(p, sw_first + k, d_first + j);
+            add_weight_edges(p, uw[l][FORMAT_ROLE_W_DOWN].first, uw[l][FORMAT_ROLE_W_DOWN].n,
+                             d_first, d_n);
+            prev_down_first = d_first;
+            prev_down_n = d_n;
+        }
+        if (ch == p->n_chunks - 1) {
+            int head = add_task(p, PL_HEAD, PL_DEV_CPU, -1, ch);
+            if (head < 0 || add_edge(p, verify_of_layer[L], head) < 0)
+                return -1;
+            for (int k = 0; k < prev_down_n; k++)
+                add_edge(p, prev_down_first + k, head);
+            int c_first, c_n;
+            if (add_mm(p, -1, ch, FORMAT_ROLE_CLASSIFIER, c->vocab_size, &c_first, &c_n) < 0)
+                return -1;
+            for (int j = 0; j < c_n; j++)
+                add_edge(p, head, c_first + j);
+            add_weight_edges(p, uw[L][FORMAT_ROLE_CLASSIFIER].first,
+                             uw[L][FORMAT_ROLE_CLASSIFIER].n, c_first, c_n);
+        }
+    }
+    /* priorities and cost estimates */
+    for (uint32_t i = 0; i < p->n_tasks; i++) {
+        struct task *t = &p->tasks[i];
+        uint64_t layer = t->layer < 0 ? L + 1 : (uint64_t)t->layer;
+        if (t->op == PL_VERIFY || t->op == PL_UNPACK) {
+            /* weights just before their first use, by the first chunk: a
+             * layer's verification after every task of the layer before, each
+             * tensor's unpacking after the operators that precede its matmul
+             * (so the NPU's next input is computed before weights it needs
+             * later are unpacked, and Q/K/V are unpacked before O and the FFN) */
+            uint64_t use = (layer + 1) << 44;
+            t->key = t->op == PL_VERIFY
+                         ? use - 128
+                         : use + ((uint64_t)op_order(PL_MM, t->role) << 24) + t->r0 - 64 + t->role;
+        } else
+            /* layer first, then the chunk's position in the prompt, then the
+             * operator's place in the layer (EdgeFlow's position-guided
+             * priority inside a layer: an earlier chunk's FFN before a later
+             * chunk's Q/K/V; across layers the chunks stay in step, so the
+             * last layers still have two chunks' work to overlap) */
+            t->key = ((layer + 1) << 44) | ((uint64_t)t->chunk << 28) |
+                     ((uint64_t)op_order(t->op, t->role) << 24) | t->r0;
+        double rows = p->cb[t->chunk].n;
+        if (t->op == PL_MM) {
+            const uint32_t cols = t->role == FORMAT_ROLE_WO ? Q
+                                  : t->role == FORMAT_ROLE_W_DOWN ? F : D;
+            t->est = 2.0 * (t->role == FORMAT_ROLE_CLASSIFIER ? 1 : rows) * cols * (t->r1 - t->r0) /
+                     3e11;
+        } else if (t->op == PL_ATTN) {
+            double ctx = p->cb[t->chunk].pos0 + rows;
+            double share = t->r1 > t->r0 ? (double)(t->r1 - t->r0) / c->n_kv_heads : 1.0;
+            t->est = 4.0 * rows * ctx * Q * share / 5e10;
+        } else if (t->op == PL_UNPACK) {
+            t->est = (double)(t->r1 > t->r0 ? t->r1 - t->r0 : rows_of_role(c, t->role)) * D / 1e10;
+        } else {
+            t->est = rows * (D + F) * 10 / 1e10;
+        }
+    }
+    return finish_edges(p);
+}
+
+int pl_graph_build(struct pl *p)
+{
+    struct weight_tasks(*uw)[FORMAT_ROLE_COUNT] = calloc(p->c->n_layers + 1, sizeof *uw);
+    int ret = uw ? build_graph_with(p, uw) : -1;
+    free(uw);
+    return ret;
+}
+
+/* Cuts matmul `ti` (lock held): its last `tail_rows` output channels become
+ * a new task with the same predecessors (all done) and successors (each now
+ * waits for one more task). Returns the new task's index, or UINT32_MAX
+ * where the reserve of task slots (sized at build time, so tasks never move
+ * while running) is spent. */
+uint32_t pl_graph_cut(struct pl *p, uint32_t ti, uint32_t tail_rows)
+{
+    if (p->n_tasks == p->cap_tasks)
+        return UINT32_MAX;
+    struct task *t = &p->tasks[ti];
+    uint32_t rows = t->r1 - t->r0, mid = t->r1 - tail_rows;
+    uint32_t ci = p->n_tasks++;
+    struct task *c = &p->tasks[ci];
+    *c = *t;
+    c->r0 = mid;
+    c->key = t->key + (mid - t->r0);
+    c->est = t->est * tail_rows / rows;
+    t->est -= c->est;
+    t->r1 = mid;
+    for (uint32_t e = 0; e < t->n_succ; e++)
+        p->tasks[p->edges[t->succ_off + e]].deps++;
+    p->remaining++;
+    return ci;
+}

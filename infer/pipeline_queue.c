@@ -1,0 +1,254 @@
+/* pipeline_queue.c: the ready queues and what moves tasks through them. A
+ * task whose last dependency finishes joins its device's queue; executors
+ * take the best under the policy (full: position-guided keys; sequential and
+ * layer_overlap: first come first served; llmnpu: llm.npu 3.4's
+ * contribution). The stealing rules decide what an idle CPU worker takes
+ * from the NPU's queue (EdgeFlow 4.3, with our steal-ahead, split and tail
+ * rules: see pipeline.c). Everything here runs with p->lock held. Calls
+ * pipeline_graph.c (a matmul's linear, cutting a task) and the loader
+ * (releasing a slice). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "pipeline.h"
+
+static int qpush(struct queue *q, uint32_t t)
+{
+    if (q->n == q->cap) {
+        uint32_t *it = pl_grown(q->items, &q->cap, sizeof *it, 256);
+        if (!it)
+            return -1;
+        q->items = it;
+    }
+    q->items[q->n++] = t;
+    return 0;
+}
+
+/* llm.npu 3.4: the contribution of running a ready task: the estimated time
+ * of the NPU tasks its completion makes ready; positive for CPU tasks (more
+ * NPU work unlocked is better), negative for NPU tasks. */
+static double contribution(const struct pl *p, uint32_t ti)
+{
+    const struct task *t = &p->tasks[ti];
+    double s = 0;
+    for (uint32_t e = 0; e < t->n_succ; e++) {
+        const struct task *u = &p->tasks[p->edges[t->succ_off + e]];
+        if (u->deps == 1 && u->dev == PL_DEV_NPU)
+            s += u->est;
+    }
+    return t->dev == PL_DEV_CPU ? s : -s;
+}
+
+/* Index of the task to run next in q under the policy (lock held). */
+static uint32_t qbest(const struct pl *p, const struct queue *q)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < q->n; i++) {
+        const struct task *a = &p->tasks[q->items[i]], *b = &p->tasks[q->items[best]];
+        int better;
+        switch (p->o->policy) {
+        case INFER_POLICY_LAYER_OVERLAP:
+        case INFER_POLICY_SEQUENTIAL:
+            better = a->ready_seq < b->ready_seq;
+            break;
+        case INFER_POLICY_LLMNPU: {
+            double ca = contribution(p, q->items[i]), cb = contribution(p, q->items[best]);
+            better = ca > cb || (ca == cb && a->ready_seq < b->ready_seq);
+            break;
+        }
+        default:
+            better = a->key < b->key;
+        }
+        if (better)
+            best = i;
+    }
+    return best;
+}
+
+/* Index of the task the policy would run last (full: the largest key). */
+static uint32_t qlast(const struct pl *p, const struct queue *q)
+{
+    uint32_t last = 0;
+    for (uint32_t i = 1; i < q->n; i++)
+        if (p->tasks[q->items[i]].key > p->tasks[q->items[last]].key)
+            last = i;
+    return last;
+}
+
+static uint32_t qtake(struct queue *q, uint32_t i)
+{
+    uint32_t t = q->items[i];
+    q->items[i] = q->items[--q->n];
+    return t;
+}
+
+uint32_t pl_queue_pop(const struct pl *p, struct queue *q)
+{
+    return qtake(q, qbest(p, q));
+}
+
+/* Keeps the stall clock (lock held): the pipeline is stalled while no task
+ * runs and none is ready, which in a cold start means every unit waits for
+ * the disk. Bubbles are idle time outside such stalls: a unit waiting for the
+ * other one (or for a dependency) while there was work in the pipeline. */
+void pl_stall_update(struct pl *p)
+{
+    int stalled = !p->running && !p->npu_q.n && !p->cpu_q.n && !p->done;
+    if (stalled && !p->stall_t0) {
+        p->stall_t0 = sl_now_ns();
+    } else if (!stalled && p->stall_t0) {
+        p->stall_ns += sl_now_ns() - p->stall_t0;
+        p->stall_t0 = 0;
+    }
+}
+
+void pl_make_ready(struct pl *p, uint32_t ti)
+{
+    struct task *t = &p->tasks[ti];
+    t->ready_seq = p->ready_counter++;
+    t->t_ready = sl_now_ns();
+    const struct infer_linear *lin = t->op == PL_MM ? pl_graph_linear(p, t->layer, t->role) : NULL;
+    /* float weights cannot go to the NPU (int8 graphs only): CPU */
+    if (t->op == PL_MM && lin && !lin->npu)
+        t->dev = PL_DEV_CPU;
+    if (t->op == PL_VERIFY && t->slice == UINT32_MAX) { /* the sequential barrier */
+        t->dev = PL_DEV_CPU;
+    }
+    qpush(t->dev == PL_DEV_NPU ? &p->npu_q : &p->cpu_q, ti);
+    pl_stall_update(p);
+    pthread_cond_broadcast(&p->cv);
+}
+
+void pl_fail(struct pl *p, int e, const char *msg)
+{
+    if (!p->error) {
+        p->error = e;
+        snprintf(p->err.msg, sizeof p->err.msg, "%s", msg);
+    }
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->pf_cv);
+}
+
+/* The loader's ring space of a slice whose unpacking is all done. */
+static void release_slice(struct pl *p, uint32_t s)
+{
+    if (p->ls && p->slice_sl[s].data)
+        loader_stream_release(p->ls, &p->slice_sl[s]);
+}
+
+
+/* Task ti finished (lock held): successors, slice release, completion. */
+void pl_complete(struct pl *p, uint32_t ti)
+{
+    struct task *t = &p->tasks[ti];
+    for (uint32_t e = 0; e < t->n_succ; e++) {
+        uint32_t u = p->edges[t->succ_off + e];
+        if (--p->tasks[u].deps == 0)
+            pl_make_ready(p, u);
+    }
+    if (t->op == PL_UNPACK && --p->slice_left[t->slice] == 0)
+        release_slice(p, t->slice);
+    if (--p->remaining == 0) {
+        p->done = 1;
+        p->t_logits = sl_now_ns();
+        pthread_cond_broadcast(&p->cv);
+        pthread_cond_broadcast(&p->pf_cv);
+    }
+}
+
+/* The steal-ahead rule (lock held): the NPU's work ahead of its queued task
+ * at queue index `last` (the rest of its running task plus every other
+ * queued one) in *ahead, that task's own time in *own, both the tasks'
+ * estimates scaled by the NPU's pace so far. A CPU worker that takes the
+ * task when *ahead >= steal_ahead * *own finishes it before the NPU would
+ * have started it. */
+static void npu_ahead(const struct pl *p, uint32_t last, double *ahead, double *own)
+{
+    double pace = p->npu_est_s > 0 ? p->npu_actual_s / p->npu_est_s : 1.0;
+    double a = 0;
+    for (uint32_t i = 0; i < p->npu_q.n; i++)
+        if (i != last)
+            a += p->tasks[p->npu_q.items[i]].est;
+    a *= pace;
+    if (p->npu_running != UINT32_MAX) {
+        const struct task *r = &p->tasks[p->npu_running];
+        double left = r->est * pace - (double)(sl_now_ns() - r->t0) / 1e9;
+        a += left > 0 ? left : 0;
+    }
+    *ahead = a;
+    *own = p->tasks[p->npu_q.items[last]].est * pace;
+}
+
+/* Split stealing (lock held): the NPU's last queued matmul outlasts the rest
+ * of the NPU's work, so taking it whole would leave the NPU waiting for the
+ * CPU, and leaving it whole leaves the CPU idle while the NPU works through
+ * it. Cut its output channels instead (on 16-channel blocks, both parts at
+ * least 32): the NPU keeps the first part in its queue, and the CPU gets the
+ * rest, sized so both finish together ((ahead + own) / 2 of work each, at
+ * the NPU's pace), by pl_graph_cut. Returns the CPU part's index; the whole
+ * task's where the NPU's part would be under 32 channels; or UINT32_MAX
+ * where the CPU's would be, or no task slot is left. */
+static uint32_t steal_split(struct pl *p, uint32_t last, double ahead, double own)
+{
+    uint32_t ti = p->npu_q.items[last];
+    struct task *t = &p->tasks[ti];
+    uint32_t rows = t->r1 - t->r0;
+    if (t->op != PL_MM || own <= 0)
+        return UINT32_MAX;
+    double share = (ahead + own) / (2 * own); /* of the task, for the CPU */
+    uint32_t cpu_rows = (uint32_t)(share * rows) & ~15u;
+    if (cpu_rows < 32)
+        return UINT32_MAX;
+    /* the NPU's part would be under 32 channels: the NPU's other work is
+     * nearly as long as the task, so take it whole (the NPU then waits at
+     * most those few channels' time) rather than leave the CPU idle */
+    if (rows - cpu_rows < 32)
+        return qtake(&p->npu_q, last);
+    uint32_t ci = pl_graph_cut(p, ti, cpu_rows);
+    p->splits += ci != UINT32_MAX;
+    return ci;
+}
+
+/* Keeping a stealable tail (lock held, the NPU dispatching matmul `ti`):
+ * when it is the NPU's last queued task and the CPU has nothing queued, the
+ * CPU goes idle while the NPU works through the whole piece, and a running
+ * job cannot be cut. Its second half goes back into the NPU's queue instead:
+ * a CPU worker that turns idle meanwhile steals it (whole, or cut again so
+ * both finish together); otherwise the NPU runs it next, at the cost of one
+ * more dispatch (and of staging its activations once more). */
+void pl_keep_tail(struct pl *p, uint32_t ti)
+{
+    struct task *t = &p->tasks[ti];
+    uint32_t rows = t->r1 - t->r0;
+    if (p->npu_q.n || p->cpu_q.n || t->op != PL_MM || rows < 64 || p->o->no_steal_split ||
+        !(p->o->steal_ahead > 0))
+        return;
+    uint32_t ci = pl_graph_cut(p, ti, (rows / 2) & ~15u);
+    if (ci != UINT32_MAX) {
+        qpush(&p->npu_q, ci); /* cannot fail: `ti` was just taken from it */
+        p->tails++;
+        pthread_cond_broadcast(&p->cv);
+    }
+}
+
+/* The NPU task an idle CPU worker takes (lock held), or UINT32_MAX: with
+ * more than steal_threshold queued, the last in priority order (the top with
+ * steal_top); otherwise under steal_ahead the last when the NPU's other work
+ * outlasts it, or a cut of it (steal_split) when it does not. */
+uint32_t pl_steal(struct pl *p)
+{
+    if (!p->npu_q.n)
+        return UINT32_MAX;
+    if (p->npu_q.n > p->o->steal_threshold)
+        return p->o->steal_top ? pl_queue_pop(p, &p->npu_q) : qtake(&p->npu_q, qlast(p, &p->npu_q));
+    if (!(p->o->steal_ahead > 0))
+        return UINT32_MAX;
+    uint32_t last = qlast(p, &p->npu_q);
+    double ahead, own;
+    npu_ahead(p, last, &ahead, &own);
+    if (ahead >= own * p->o->steal_ahead)
+        return qtake(&p->npu_q, last);
+    return p->o->no_steal_split ? UINT32_MAX : steal_split(p, last, ahead, own);
+}
