@@ -54,15 +54,15 @@
 
 #include "pipeline.h"
 
-/* A slice arrived (lock held): its VERIFY task loses its last dependency. */
-static void arrived(struct pl *p, uint32_t s)
+/* A slice arrived (lock held): its VERIFY task loses its last dependency.
+ * 0, or a negative errno after pl_fail. */
+static int arrived(struct pl *p, uint32_t s)
 {
     p->load_events[s < PL_MAX_SLICES ? s : PL_MAX_SLICES - 1] = sl_now_ns();
     if (!p->slice_needed[s])
-        return;
+        return 0;
     struct task *v = &p->tasks[p->verify_task[s]];
-    if (--v->deps == 0)
-        pl_make_ready(p, p->verify_task[s]);
+    return --v->deps == 0 ? pl_make_ready(p, p->verify_task[s]) : 0;
 }
 
 static int alloc_chunks(struct pl *p, uint32_t n)
@@ -175,7 +175,7 @@ static int feed(struct pl *p, void **whole, size_t *whole_len, struct sl_err *er
             p->slice_sl[s] = sl;
             p->slice_data[s] = sl.data;
             p->bytes_read += sl.length;
-            arrived(p, s);
+            arrived(p, s); /* a failure sets p->stop */
             int stop = p->stop;
             pthread_mutex_unlock(&p->lock);
             if (stop)
@@ -216,7 +216,8 @@ static int feed(struct pl *p, void **whole, size_t *whole_len, struct sl_err *er
     pthread_mutex_lock(&p->lock);
     for (uint32_t i = 0; i < ns; i++) {
         p->slice_data[i] = base + format_reader_slice(r, i)->offset;
-        arrived(p, i);
+        if (arrived(p, i) < 0)
+            break; /* the run is stopping */
     }
     pthread_mutex_unlock(&p->lock);
     return 0;
@@ -228,6 +229,9 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
                            struct infer_state **state, float *logits,
                            struct infer_pipeline_stats *stats, struct sl_err *err)
 {
+    struct sl_err no_err;
+    if (!err) /* the threads' failures pass through it */
+        err = &no_err;
     struct infer_pipeline_opts o = opts ? *opts : (struct infer_pipeline_opts){0};
     if (!o.chunk)
         o.chunk = 256;
@@ -326,23 +330,26 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         p->lin_info[t->layer + 1][role].int8 = format_encoding_traits(t->encoding)->quantized;
         p->lin_info[t->layer + 1][role].act = p->m->force_dynamic_act ? 0.0f : t->act_scale;
     }
-    if (pl_graph_build(p) < 0) {
-        ret = -ENOMEM;
-        sl_err_set(err, "out of memory building the task graph");
+    ret = pl_graph_build(p);
+    if (ret < 0) {
+        if (p->err.msg[0])
+            *err = p->err;
+        else if (ret == -ENOMEM)
+            sl_err_set(err, "out of memory building the task graph");
+        else
+            sl_err_set(err, "%s: a layer without its slice", path);
         goto out;
     }
     /* slots for split stealing's tasks, reserved now: running tasks are
-     * used through pointers, so the array must not move later */
+     * used through pointers, so the array must not move later; the ready
+     * queues sized to match, so that no push can fail while running */
     uint32_t reserve = pl_granular(o.policy) && !o.no_steal_split ? p->n_tasks / 4 + 64 : 0;
-    if (p->cap_tasks < p->n_tasks + reserve) {
-        struct task *t = realloc(p->tasks, sizeof *t * (p->n_tasks + reserve));
-        if (!t) {
-            ret = -ENOMEM;
-            sl_err_set(err, "out of memory building the task graph");
-            goto out;
-        }
-        p->tasks = t;
-        p->cap_tasks = p->n_tasks + reserve;
+    ret = pl_graph_reserve(p, reserve);
+    if (ret == 0)
+        ret = pl_queue_init(p);
+    if (ret < 0) {
+        sl_err_set(err, "out of memory building the task graph");
+        goto out;
     }
     p->remaining = p->n_tasks;
     /* the prompt's embedding rows, ahead of the stream */
@@ -425,13 +432,15 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     if (p->n_pf && pthread_create(&p->pf_thread, NULL, pl_prefault_worker, p) == 0)
         p->pf_started = 1;
     pthread_mutex_lock(&p->lock);
-    /* tasks without dependencies (the sequential barrier waits for the load) */
-    for (uint32_t i = 0; i < p->n_tasks; i++)
+    /* tasks without dependencies (the sequential barrier waits for the load);
+     * a failure sets p->stop, and the threads wind down */
+    for (uint32_t i = 0; i < p->n_tasks && !p->stop; i++)
         if (p->tasks[i].deps == 0 && !(p->tasks[i].op == PL_VERIFY &&
                                        p->tasks[i].slice == UINT32_MAX))
             pl_make_ready(p, i);
+    int stopped = p->stop;
     pthread_mutex_unlock(&p->lock);
-    ret = feed(p, &whole, &whole_len, err);
+    ret = stopped ? 0 : feed(p, &whole, &whole_len, err);
     pthread_mutex_lock(&p->lock);
     if (ret < 0)
         pl_fail(p, ret, err->msg);
@@ -508,8 +517,7 @@ out:
     free(p->slice_needed);
     free(p->lin_info);
     free(p->positions);
-    free(p->npu_q.items);
-    free(p->cpu_q.items);
+    pl_queue_fini(p);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cv);
     pthread_cond_destroy(&p->pf_cv);

@@ -79,7 +79,8 @@ struct chunkbuf {
     float act[FORMAT_ROLE_COUNT];  /* its activation scale */
 };
 
-/* A ready queue: task indices in no order (the policy picks by scanning). */
+/* A ready queue: task indices in no order (the policy picks by scanning).
+ * Sized before the run to the task capacity, so a push never allocates. */
 struct queue {
     uint32_t *items;
     uint32_t n, cap;
@@ -221,9 +222,13 @@ int pl_weights_decode_norm(const struct format_tensor_info *t, const uint8_t *da
 /* Builds the whole prefill graph (tasks, CSR successors, priorities,
  * estimates) and prepares the storage of split weights (into p->m). Needs
  * p->o, m, c, r, cb, n_chunks, lin_info, verify_task, slice_needed,
- * slice_left. Returns 0 or -1 (p->err filled where a weight could not be
- * prepared). */
+ * slice_left. Returns 0, -ENOMEM, or -EINVAL for a container the pipeline
+ * cannot order (p->err filled where a weight could not be prepared). */
 int pl_graph_build(struct pl *p);
+
+/* Makes room for `extra` more tasks (split stealing's, cut while running:
+ * the array must not move then). 0 or -ENOMEM. */
+int pl_graph_reserve(struct pl *p, uint32_t extra);
 
 /* The linear of (layer, role); layer -1: the classifier. */
 struct infer_linear *pl_graph_linear(const struct pl *p, int layer, uint32_t role);
@@ -236,22 +241,24 @@ uint32_t pl_graph_cut(struct pl *p, uint32_t ti, uint32_t tail_rows);
 
 const char *pl_op_name(uint32_t op);
 
-/* A growable array one element fuller: items reallocated to twice *cap
- * elements of `size` bytes (`first` when empty); NULL when out of memory
- * (items untouched). */
-void *pl_grown(void *items, uint32_t *cap, size_t size, uint32_t first);
-
 /* ---- pipeline_queue.c: ready queues, completion, stealing (lock held) ------------------ */
+
+/* Sizes both queues to the task capacity (after pl_graph_reserve), so that
+ * no push allocates while the graph runs. 0 or -ENOMEM. */
+int pl_queue_init(struct pl *p);
+void pl_queue_fini(struct pl *p);
 
 /* Takes the task to run next from q (not empty) under the policy. */
 uint32_t pl_queue_pop(const struct pl *p, struct queue *q);
 
 /* Task ti lost its last dependency: into its device's queue, executors
- * woken. */
-void pl_make_ready(struct pl *p, uint32_t ti);
+ * woken. 0, or a negative errno after pl_fail (the run is stopping, every
+ * thread woken: the caller need do nothing more). */
+int pl_make_ready(struct pl *p, uint32_t ti);
 
-/* Task ti finished: its successors, its slice's release, the run's end. */
-void pl_complete(struct pl *p, uint32_t ti);
+/* Task ti finished: its successors, its slice's release, the run's end.
+ * 0, or a negative errno after pl_fail, as pl_make_ready. */
+int pl_complete(struct pl *p, uint32_t ti);
 
 /* Stops the run with error e (the first error wins) and wakes every thread. */
 void pl_fail(struct pl *p, int e, const char *msg);
@@ -263,8 +270,9 @@ void pl_stall_update(struct pl *p);
 uint32_t pl_steal(struct pl *p);
 
 /* The NPU dispatching matmul ti: leaves its second half queued as a
- * stealable tail where the CPU would otherwise idle. */
-void pl_keep_tail(struct pl *p, uint32_t ti);
+ * stealable tail where the CPU would otherwise idle. 0, or a negative errno
+ * after pl_fail. */
+int pl_keep_tail(struct pl *p, uint32_t ti);
 
 /* ---- pipeline_ops.c: what a task computes --------------------------------------------- */
 

@@ -20,14 +20,15 @@ struct npu_job *pl_npu_next(void *ctx)
     if (p->npu_q.n && !p->stop) {
         uint32_t ti = pl_queue_pop(p, &p->npu_q);
         struct task *t = &p->tasks[ti];
-        if (pl_granular(p->o->policy))
-            pl_keep_tail(p, ti);
-        pl_prepare_job(p, t);
-        t->executor = 0;
-        t->t0 = sl_now_ns();
-        p->running++;
-        p->npu_running = ti;
-        j = &t->job;
+        /* where keeping a tail fails, the run is stopping: dispatch nothing */
+        if (!pl_granular(p->o->policy) || pl_keep_tail(p, ti) == 0) {
+            pl_prepare_job(p, t);
+            t->executor = 0;
+            t->t0 = sl_now_ns();
+            p->running++;
+            p->npu_running = ti;
+            j = &t->job;
+        }
     }
     pthread_mutex_unlock(&p->lock);
     return j;
@@ -51,9 +52,10 @@ void pl_npu_done(void *ctx, struct npu_job *j)
         sl_err_prefix(&e, "%s of layer %d, chunk %u", format_role_name(t->role), t->layer,
                       t->chunk);
         pl_fail(p, j->status, e.msg);
-    }
-    else
+    } else {
+        /* on failure pl_fail has stopped the run: pl_npu_next returns NULL */
         pl_complete(p, (uint32_t)(t - p->tasks));
+    }
     pl_stall_update(p);
     pthread_mutex_unlock(&p->lock);
 }
@@ -140,6 +142,8 @@ void *pl_cpu_worker(void *arg)
         t->t1 = sl_now_ns();
         p->busy[id] += t->t1 - t->t0;
         p->running--;
+        /* a failed task or completion has stopped the run (pl_fail): the
+         * loop ends */
         if (ret == 0)
             pl_complete(p, ti);
         pl_stall_update(p);

@@ -10,19 +10,51 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "pipeline.h"
 
+int pl_queue_init(struct pl *p)
+{
+    /* a task is in at most one queue at a time, and the task array does not
+     * grow after pl_graph_reserve: a push never needs more */
+    p->npu_q.items = malloc(sizeof(uint32_t) * (p->cap_tasks ? p->cap_tasks : 1));
+    p->cpu_q.items = malloc(sizeof(uint32_t) * (p->cap_tasks ? p->cap_tasks : 1));
+    if (!p->npu_q.items || !p->cpu_q.items) {
+        pl_queue_fini(p);
+        return -ENOMEM;
+    }
+    p->npu_q.cap = p->cpu_q.cap = p->cap_tasks;
+    return 0;
+}
+
+void pl_queue_fini(struct pl *p)
+{
+    free(p->npu_q.items);
+    free(p->cpu_q.items);
+    memset(&p->npu_q, 0, sizeof p->npu_q);
+    memset(&p->cpu_q, 0, sizeof p->cpu_q);
+}
+
+/* -ENOSPC only where the sizing of pl_queue_init was wrong. */
 static int qpush(struct queue *q, uint32_t t)
 {
-    if (q->n == q->cap) {
-        uint32_t *it = pl_grown(q->items, &q->cap, sizeof *it, 256);
-        if (!it)
-            return -1;
-        q->items = it;
-    }
+    if (q->n == q->cap)
+        return -ENOSPC;
     q->items[q->n++] = t;
     return 0;
+}
+
+/* qpush, failing the run where it cannot. */
+static int push(struct pl *p, struct queue *q, uint32_t ti)
+{
+    int ret = qpush(q, ti);
+    if (ret < 0) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "a ready queue is full (%u of %u tasks)", q->n, q->cap);
+        pl_fail(p, ret, msg);
+    }
+    return ret;
 }
 
 /* llm.npu 3.4: the contribution of running a ready task: the estimated time
@@ -103,7 +135,7 @@ void pl_stall_update(struct pl *p)
     }
 }
 
-void pl_make_ready(struct pl *p, uint32_t ti)
+int pl_make_ready(struct pl *p, uint32_t ti)
 {
     struct task *t = &p->tasks[ti];
     t->ready_seq = p->ready_counter++;
@@ -115,9 +147,12 @@ void pl_make_ready(struct pl *p, uint32_t ti)
     if (t->op == PL_VERIFY && t->slice == UINT32_MAX) { /* the sequential barrier */
         t->dev = PL_DEV_CPU;
     }
-    qpush(t->dev == PL_DEV_NPU ? &p->npu_q : &p->cpu_q, ti);
+    int ret = push(p, t->dev == PL_DEV_NPU ? &p->npu_q : &p->cpu_q, ti);
+    if (ret < 0)
+        return ret;
     pl_stall_update(p);
     pthread_cond_broadcast(&p->cv);
+    return 0;
 }
 
 void pl_fail(struct pl *p, int e, const char *msg)
@@ -138,15 +173,15 @@ static void release_slice(struct pl *p, uint32_t s)
         loader_stream_release(p->ls, &p->slice_sl[s]);
 }
 
-
 /* Task ti finished (lock held): successors, slice release, completion. */
-void pl_complete(struct pl *p, uint32_t ti)
+int pl_complete(struct pl *p, uint32_t ti)
 {
     struct task *t = &p->tasks[ti];
     for (uint32_t e = 0; e < t->n_succ; e++) {
         uint32_t u = p->edges[t->succ_off + e];
-        if (--p->tasks[u].deps == 0)
-            pl_make_ready(p, u);
+        int ret = --p->tasks[u].deps == 0 ? pl_make_ready(p, u) : 0;
+        if (ret < 0)
+            return ret;
     }
     if (t->op == PL_UNPACK && --p->slice_left[t->slice] == 0)
         release_slice(p, t->slice);
@@ -156,6 +191,7 @@ void pl_complete(struct pl *p, uint32_t ti)
         pthread_cond_broadcast(&p->cv);
         pthread_cond_broadcast(&p->pf_cv);
     }
+    return 0;
 }
 
 /* The steal-ahead rule (lock held): the NPU's work ahead of its queued task
@@ -218,19 +254,22 @@ static uint32_t steal_split(struct pl *p, uint32_t last, double ahead, double ow
  * a CPU worker that turns idle meanwhile steals it (whole, or cut again so
  * both finish together); otherwise the NPU runs it next, at the cost of one
  * more dispatch (and of staging its activations once more). */
-void pl_keep_tail(struct pl *p, uint32_t ti)
+int pl_keep_tail(struct pl *p, uint32_t ti)
 {
     struct task *t = &p->tasks[ti];
     uint32_t rows = t->r1 - t->r0;
     if (p->npu_q.n || p->cpu_q.n || t->op != PL_MM || rows < 64 || p->o->no_steal_split ||
         !(p->o->steal_ahead > 0))
-        return;
+        return 0;
     uint32_t ci = pl_graph_cut(p, ti, (rows / 2) & ~15u);
-    if (ci != UINT32_MAX) {
-        qpush(&p->npu_q, ci); /* cannot fail: `ti` was just taken from it */
-        p->tails++;
-        pthread_cond_broadcast(&p->cv);
-    }
+    if (ci == UINT32_MAX)
+        return 0;
+    int ret = push(p, &p->npu_q, ci);
+    if (ret < 0)
+        return ret;
+    p->tails++;
+    pthread_cond_broadcast(&p->cv);
+    return 0;
 }
 
 /* The NPU task an idle CPU worker takes (lock held), or UINT32_MAX: with
