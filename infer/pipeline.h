@@ -266,12 +266,38 @@ void pl_fail(struct pl *p, int e, const char *msg);
 /* Keeps the stall clock (see p->stall_t0). */
 void pl_stall_update(struct pl *p);
 
-/* The NPU task an idle CPU worker takes, or UINT32_MAX. */
-uint32_t pl_steal(struct pl *p);
+/* The stealing rules (EdgeFlow 4.3 and ours), as pure functions of the
+ * queue state and the time now_ns (injected: tests drive them on a
+ * synthetic queue): what an idle CPU worker does about the NPU's queue. */
+enum pl_steal_how {
+    PL_STEAL_NONE = 0,
+    PL_STEAL_WHOLE, /* take the task at npu_q.items[at] */
+    PL_STEAL_CUT,   /* cut its last `rows` channels into a new task, take that */
+};
+struct pl_steal {
+    enum pl_steal_how how;
+    uint32_t at;   /* index in p->npu_q */
+    uint32_t rows; /* PL_STEAL_CUT */
+};
+struct pl_steal pl_steal_decide(const struct pl *p, uint64_t now_ns);
 
-/* The NPU dispatching matmul ti: leaves its second half queued as a
- * stealable tail where the CPU would otherwise idle. 0, or a negative errno
- * after pl_fail. */
+/* The steal-ahead estimate: the NPU's work ahead of its queued task at
+ * queue index `last` (the rest of its running task at now_ns plus every
+ * other queued one) in *ahead, that task's own time in *own, both the
+ * tasks' estimates scaled by the NPU's pace so far (actual seconds per
+ * estimated second of the matmuls it finished). */
+void pl_npu_ahead(const struct pl *p, uint32_t last, uint64_t now_ns, double *ahead,
+                  double *own);
+
+/* Applies pl_steal_decide (a cut through pl_graph_cut): the index of the
+ * task the worker takes, or UINT32_MAX. */
+uint32_t pl_steal(struct pl *p, uint64_t now_ns);
+
+/* The tail rule: the channels of matmul ti (the NPU dispatching it, already
+ * out of the queue) to leave queued as a stealable tail, or 0. Pure. */
+uint32_t pl_tail_rows(const struct pl *p, uint32_t ti);
+
+/* Applies pl_tail_rows. 0, or a negative errno after pl_fail. */
 int pl_keep_tail(struct pl *p, uint32_t ti);
 
 /* ---- pipeline_ops.c: what a task computes --------------------------------------------- */

@@ -113,7 +113,7 @@ void *pl_cpu_worker(void *arg)
             }
             /* EdgeFlow 4.3: an idle CPU takes an NPU task when the NPU's
              * queue is longer than the threshold (and under steal_ahead) */
-            if (steal_on && (ti = pl_steal(p)) != UINT32_MAX) {
+            if (steal_on && (ti = pl_steal(p, sl_now_ns())) != UINT32_MAX) {
                 pl_prepare_job(p, &p->tasks[ti]);
                 p->stolen++;
                 break;

@@ -194,13 +194,10 @@ int pl_complete(struct pl *p, uint32_t ti)
     return 0;
 }
 
-/* The steal-ahead rule (lock held): the NPU's work ahead of its queued task
- * at queue index `last` (the rest of its running task plus every other
- * queued one) in *ahead, that task's own time in *own, both the tasks'
- * estimates scaled by the NPU's pace so far. A CPU worker that takes the
- * task when *ahead >= steal_ahead * *own finishes it before the NPU would
- * have started it. */
-static void npu_ahead(const struct pl *p, uint32_t last, double *ahead, double *own)
+/* ---- stealing: the rules are pure functions of the queue state and the
+ * time, so that a test can drive them on a synthetic queue ---------------- */
+
+void pl_npu_ahead(const struct pl *p, uint32_t last, uint64_t now_ns, double *ahead, double *own)
 {
     double pace = p->npu_est_s > 0 ? p->npu_actual_s / p->npu_est_s : 1.0;
     double a = 0;
@@ -210,58 +207,99 @@ static void npu_ahead(const struct pl *p, uint32_t last, double *ahead, double *
     a *= pace;
     if (p->npu_running != UINT32_MAX) {
         const struct task *r = &p->tasks[p->npu_running];
-        double left = r->est * pace - (double)(sl_now_ns() - r->t0) / 1e9;
+        double left = r->est * pace - (double)(now_ns - r->t0) / 1e9;
         a += left > 0 ? left : 0;
     }
     *ahead = a;
     *own = p->tasks[p->npu_q.items[last]].est * pace;
 }
 
-/* Split stealing (lock held): the NPU's last queued matmul outlasts the rest
- * of the NPU's work, so taking it whole would leave the NPU waiting for the
- * CPU, and leaving it whole leaves the CPU idle while the NPU works through
- * it. Cut its output channels instead (on 16-channel blocks, both parts at
- * least 32): the NPU keeps the first part in its queue, and the CPU gets the
- * rest, sized so both finish together ((ahead + own) / 2 of work each, at
- * the NPU's pace), by pl_graph_cut. Returns the CPU part's index; the whole
- * task's where the NPU's part would be under 32 channels; or UINT32_MAX
- * where the CPU's would be, or no task slot is left. */
-static uint32_t steal_split(struct pl *p, uint32_t last, double ahead, double own)
+/* Split stealing: the NPU's last queued matmul (at queue index `last`)
+ * outlasts the rest of the NPU's work, so taking it whole would leave the
+ * NPU waiting for the CPU, and leaving it whole leaves the CPU idle while
+ * the NPU works through it. Cut its output channels instead (on 16-channel
+ * blocks, both parts at least 32): the NPU keeps the first part in its
+ * queue, and the CPU gets the rest, sized so both finish together ((ahead +
+ * own) / 2 of work each, at the NPU's pace). The whole task where the NPU's
+ * part would be under 32 channels; nothing where the CPU's would be. */
+static struct pl_steal steal_split(const struct pl *p, uint32_t last, double ahead, double own)
 {
-    uint32_t ti = p->npu_q.items[last];
-    struct task *t = &p->tasks[ti];
+    const struct task *t = &p->tasks[p->npu_q.items[last]];
     uint32_t rows = t->r1 - t->r0;
     if (t->op != PL_MM || own <= 0)
-        return UINT32_MAX;
+        return (struct pl_steal){PL_STEAL_NONE, 0, 0};
     double share = (ahead + own) / (2 * own); /* of the task, for the CPU */
     uint32_t cpu_rows = (uint32_t)(share * rows) & ~15u;
     if (cpu_rows < 32)
-        return UINT32_MAX;
+        return (struct pl_steal){PL_STEAL_NONE, 0, 0};
     /* the NPU's part would be under 32 channels: the NPU's other work is
      * nearly as long as the task, so take it whole (the NPU then waits at
      * most those few channels' time) rather than leave the CPU idle */
     if (rows - cpu_rows < 32)
-        return qtake(&p->npu_q, last);
-    uint32_t ci = pl_graph_cut(p, ti, cpu_rows);
-    p->splits += ci != UINT32_MAX;
-    return ci;
+        return (struct pl_steal){PL_STEAL_WHOLE, last, 0};
+    return (struct pl_steal){PL_STEAL_CUT, last, cpu_rows};
 }
 
-/* Keeping a stealable tail (lock held, the NPU dispatching matmul `ti`):
- * when it is the NPU's last queued task and the CPU has nothing queued, the
- * CPU goes idle while the NPU works through the whole piece, and a running
- * job cannot be cut. Its second half goes back into the NPU's queue instead:
- * a CPU worker that turns idle meanwhile steals it (whole, or cut again so
- * both finish together); otherwise the NPU runs it next, at the cost of one
- * more dispatch (and of staging its activations once more). */
-int pl_keep_tail(struct pl *p, uint32_t ti)
+/* With more than steal_threshold queued, the last in priority order (the
+ * top with steal_top); otherwise under steal_ahead the last when the NPU's
+ * other work outlasts it (the CPU finishes it before the NPU would have
+ * started it), or a cut of it (steal_split) when it does not. */
+struct pl_steal pl_steal_decide(const struct pl *p, uint64_t now_ns)
 {
-    struct task *t = &p->tasks[ti];
+    const struct pl_steal none = {PL_STEAL_NONE, 0, 0};
+    if (!p->npu_q.n)
+        return none;
+    if (p->npu_q.n > p->o->steal_threshold)
+        return (struct pl_steal){PL_STEAL_WHOLE,
+                                 p->o->steal_top ? qbest(p, &p->npu_q) : qlast(p, &p->npu_q), 0};
+    if (!(p->o->steal_ahead > 0))
+        return none;
+    uint32_t last = qlast(p, &p->npu_q);
+    double ahead, own;
+    pl_npu_ahead(p, last, now_ns, &ahead, &own);
+    if (ahead >= own * p->o->steal_ahead)
+        return (struct pl_steal){PL_STEAL_WHOLE, last, 0};
+    return p->o->no_steal_split ? none : steal_split(p, last, ahead, own);
+}
+
+uint32_t pl_steal(struct pl *p, uint64_t now_ns)
+{
+    struct pl_steal s = pl_steal_decide(p, now_ns);
+    uint32_t ci;
+    switch (s.how) {
+    case PL_STEAL_WHOLE:
+        return qtake(&p->npu_q, s.at);
+    case PL_STEAL_CUT: /* the NPU's part stays queued, the new task is the CPU's */
+        ci = pl_graph_cut(p, p->npu_q.items[s.at], s.rows);
+        p->splits += ci != UINT32_MAX;
+        return ci;
+    default:
+        return UINT32_MAX;
+    }
+}
+
+/* Keeping a stealable tail (the NPU dispatching matmul `ti`): when it is
+ * the NPU's last queued task and the CPU has nothing queued, the CPU goes
+ * idle while the NPU works through the whole piece, and a running job cannot
+ * be cut. Its second half goes back into the NPU's queue instead: a CPU
+ * worker that turns idle meanwhile steals it (whole, or cut again so both
+ * finish together); otherwise the NPU runs it next, at the cost of one more
+ * dispatch (and of staging its activations once more). Only with cutting on
+ * and pieces of 64 channels or more. */
+uint32_t pl_tail_rows(const struct pl *p, uint32_t ti)
+{
+    const struct task *t = &p->tasks[ti];
     uint32_t rows = t->r1 - t->r0;
     if (p->npu_q.n || p->cpu_q.n || t->op != PL_MM || rows < 64 || p->o->no_steal_split ||
         !(p->o->steal_ahead > 0))
         return 0;
-    uint32_t ci = pl_graph_cut(p, ti, (rows / 2) & ~15u);
+    return (rows / 2) & ~15u;
+}
+
+int pl_keep_tail(struct pl *p, uint32_t ti)
+{
+    uint32_t tail = pl_tail_rows(p, ti);
+    uint32_t ci = tail ? pl_graph_cut(p, ti, tail) : UINT32_MAX;
     if (ci == UINT32_MAX)
         return 0;
     int ret = push(p, &p->npu_q, ci);
@@ -270,24 +308,4 @@ int pl_keep_tail(struct pl *p, uint32_t ti)
     p->tails++;
     pthread_cond_broadcast(&p->cv);
     return 0;
-}
-
-/* The NPU task an idle CPU worker takes (lock held), or UINT32_MAX: with
- * more than steal_threshold queued, the last in priority order (the top with
- * steal_top); otherwise under steal_ahead the last when the NPU's other work
- * outlasts it, or a cut of it (steal_split) when it does not. */
-uint32_t pl_steal(struct pl *p)
-{
-    if (!p->npu_q.n)
-        return UINT32_MAX;
-    if (p->npu_q.n > p->o->steal_threshold)
-        return p->o->steal_top ? pl_queue_pop(p, &p->npu_q) : qtake(&p->npu_q, qlast(p, &p->npu_q));
-    if (!(p->o->steal_ahead > 0))
-        return UINT32_MAX;
-    uint32_t last = qlast(p, &p->npu_q);
-    double ahead, own;
-    npu_ahead(p, last, &ahead, &own);
-    if (ahead >= own * p->o->steal_ahead)
-        return qtake(&p->npu_q, last);
-    return p->o->no_steal_split ? UINT32_MAX : steal_split(p, last, ahead, own);
 }
