@@ -229,7 +229,10 @@ static struct pl_steal steal_split(const struct pl *p, uint32_t last, double ahe
     if (t->op != PL_MM || own <= 0)
         return (struct pl_steal){PL_STEAL_NONE, 0, 0};
     double share = (ahead + own) / (2 * own); /* of the task, for the CPU */
-    uint32_t cpu_rows = (uint32_t)(share * rows) & ~15u;
+    /* over 1 where steal_ahead > 1 asked for more margin than the NPU's
+     * other work gives, though it outlasts the task: all of it (the cut
+     * would be larger than the task) */
+    uint32_t cpu_rows = share >= 1 ? rows : (uint32_t)(share * rows) & ~15u;
     if (cpu_rows < 32)
         return (struct pl_steal){PL_STEAL_NONE, 0, 0};
     /* the NPU's part would be under 32 channels: the NPU's other work is

@@ -104,6 +104,14 @@ static void test_ahead(void **state)
     expect(p, 0, PL_STEAL_CUT, b, 192);
     f->o.steal_ahead = 0.5; /* less margin asked for: in time */
     expect(p, 0, PL_STEAL_WHOLE, b, 0);
+    /* more margin asked for than the NPU's other work gives, but more work
+     * ahead than the task's own (share over 1): the balanced cut would be
+     * the whole task and more, so the whole task */
+    f->o.steal_ahead = 2.0;
+    p->tasks[0].est = 1.5;
+    p->tasks[b].r1 = 100;
+    expect(p, 0, PL_STEAL_WHOLE, b, 0);
+    p->tasks[b].r1 = 256;
     f->o.steal_ahead = 0;
     expect(p, 0, PL_STEAL_NONE, 0, 0); /* no steal-ahead, under the threshold */
 }
