@@ -70,7 +70,7 @@ static int alloc_chunks(struct pl *p, uint32_t n)
     const struct format_config *c = p->c;
     uint32_t chunk = p->o->chunk;
     p->n_chunks = (n + chunk - 1) / chunk;
-    p->cb = calloc(p->n_chunks, sizeof *p->cb);
+    p->cb = sl_calloc(p->n_chunks, sizeof *p->cb);
     if (!p->cb)
         return -ENOMEM;
     size_t D = c->dim, Q = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
@@ -80,16 +80,16 @@ static int alloc_chunks(struct pl *p, uint32_t n)
         b->pos0 = ch * chunk;
         b->n = n - b->pos0 < chunk ? n - b->pos0 : chunk;
         size_t r = b->n;
-        b->x = malloc(sizeof(float) * r * D);
-        b->xb = malloc(sizeof(float) * r * W);
-        b->q = malloc(sizeof(float) * r * Q);
-        b->k = malloc(sizeof(float) * r * KV);
-        b->v = malloc(sizeof(float) * r * KV);
-        b->att = malloc(sizeof(float) * r * Q);
-        b->o = malloc(sizeof(float) * r * D);
-        b->g = malloc(sizeof(float) * r * F);
-        b->u = malloc(sizeof(float) * r * F);
-        b->d = malloc(sizeof(float) * r * D);
+        b->x = sl_malloc(sizeof(float) * r * D);
+        b->xb = sl_malloc(sizeof(float) * r * W);
+        b->q = sl_malloc(sizeof(float) * r * Q);
+        b->k = sl_malloc(sizeof(float) * r * KV);
+        b->v = sl_malloc(sizeof(float) * r * KV);
+        b->att = sl_malloc(sizeof(float) * r * Q);
+        b->o = sl_malloc(sizeof(float) * r * D);
+        b->g = sl_malloc(sizeof(float) * r * F);
+        b->u = sl_malloc(sizeof(float) * r * F);
+        b->d = sl_malloc(sizeof(float) * r * D);
         if (!b->x || !b->xb || !b->q || !b->k || !b->v || !b->att || !b->o || !b->g || !b->u ||
             !b->d)
             return -ENOMEM;
@@ -133,7 +133,7 @@ static int open_stream(struct pl *p, struct sl_err *err)
     const struct format_reader *r = p->r;
     uint32_t ns = format_reader_n_slices(r);
     const char *path = format_reader_path(r);
-    struct loader_request *reqs = calloc(ns, sizeof *reqs);
+    struct loader_request *reqs = sl_calloc(ns, sizeof *reqs);
     if (!reqs)
         return -ENOMEM;
     uint32_t k = 0;
@@ -247,7 +247,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         o.cpu_workers = PL_MAX_CPU_WORKERS;
     if (!o.ring_bytes)
         o.ring_bytes = 64ull << 20;
-    struct pl *p = calloc(1, sizeof *p);
+    struct pl *p = sl_calloc(1, sizeof *p);
     if (!p) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
@@ -284,11 +284,11 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     }
     ret = -ENOMEM;
     uint32_t ns = format_reader_n_slices(p->r);
-    p->slice_data = calloc(ns, sizeof *p->slice_data);
-    p->slice_sl = calloc(ns, sizeof *p->slice_sl);
-    p->slice_left = calloc(ns, sizeof *p->slice_left);
-    p->verify_task = calloc(ns, sizeof *p->verify_task);
-    p->slice_needed = calloc(ns, sizeof *p->slice_needed);
+    p->slice_data = sl_calloc(ns, sizeof *p->slice_data);
+    p->slice_sl = sl_calloc(ns, sizeof *p->slice_sl);
+    p->slice_left = sl_calloc(ns, sizeof *p->slice_left);
+    p->verify_task = sl_calloc(ns, sizeof *p->verify_task);
+    p->slice_needed = sl_calloc(ns, sizeof *p->slice_needed);
     if (!p->slice_data || !p->slice_sl || !p->slice_left || !p->verify_task || !p->slice_needed ||
         alloc_chunks(p, n) < 0) {
         sl_err_set(err, "out of memory for the pipeline's buffers");
@@ -304,7 +304,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     if (ret < 0)
         goto out;
     /* the prompt fills the cache's first n slots, positions 0..n-1 */
-    p->positions = malloc(sizeof *p->positions * n);
+    p->positions = sl_malloc(sizeof *p->positions * n);
     if (!p->positions) {
         ret = -ENOMEM;
         sl_err_set(err, "out of memory");
@@ -317,7 +317,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         sl_err_set(err, "a prompt of %u tokens does not fit the KV cache", n);
         goto out;
     }
-    p->lin_info = calloc(c->n_layers + 1, sizeof *p->lin_info);
+    p->lin_info = sl_calloc(c->n_layers + 1, sizeof *p->lin_info);
     if (!p->lin_info) {
         ret = -ENOMEM;
         goto out;
@@ -353,7 +353,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     }
     p->remaining = p->n_tasks;
     /* the prompt's embedding rows, ahead of the stream */
-    float *x0 = malloc(sizeof(float) * (size_t)n * c->dim);
+    float *x0 = sl_malloc(sizeof(float) * (size_t)n * c->dim);
     if (!x0) {
         ret = -ENOMEM;
         goto out;
@@ -398,7 +398,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         fill_cols = c->n_heads * c->head_dim;
     p->fill_cols = fill_cols;
     for (uint32_t w = 0; w <= p->n_workers; w++) {
-        p->att_scratch[w] = malloc(sizeof(float) * INFER_ATT_ROWS * c->seq_len);
+        p->att_scratch[w] = sl_malloc(sizeof(float) * INFER_ATT_ROWS * c->seq_len);
         p->fill_scratch[w] = w ? sl_alloc_aligned((size_t)PL_FILL_ROWS * fill_cols, 64) : NULL;
         if (!p->att_scratch[w] || (w && !p->fill_scratch[w])) {
             ret = -ENOMEM;

@@ -35,7 +35,7 @@ static int unpack_one_row(uint32_t encoding, const uint8_t *row, uint64_t row_by
                           uint32_t cols, uint32_t width, float scale, int8_t *dst)
 {
     uint64_t prefix = format_packed_prefix_bytes(1);
-    uint8_t *b = calloc(1, prefix + row_bytes);
+    uint8_t *b = sl_calloc(1, prefix + row_bytes);
     if (!b)
         return -ENOMEM;
     memcpy(b, encoding == FORMAT_ENC_ADAPTIVE ? "SLAD" : encoding == FORMAT_ENC_INT4INT8 ? "SL48"
@@ -74,16 +74,16 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
     uint32_t n = 0;
     for (uint32_t ch = 0; ch < p->n_chunks; ch++)
         n += p->cb[ch].n;
-    int8_t *q = malloc(D);
-    uint8_t *raw = malloc((size_t)D * 4 + 64);
+    int8_t *q = sl_malloc(D);
+    uint8_t *raw = sl_malloc((size_t)D * 4 + 64);
     uint8_t *prefix = NULL;
     uint64_t *row_off = NULL;
     int ret = q && raw ? 0 : -ENOMEM;
     if (ret == 0 && format_encoding_traits(t->encoding)->quantized &&
         t->encoding != FORMAT_ENC_Q8_CHANNEL) {
         uint64_t plen = format_packed_prefix_bytes(rows);
-        prefix = malloc(plen);
-        row_off = malloc(sizeof(uint64_t) * rows);
+        prefix = sl_malloc(plen);
+        row_off = sl_malloc(sizeof(uint64_t) * rows);
         ret = prefix && row_off ? pl_pread_full(fd, prefix, plen, t->offset) : -ENOMEM;
         struct format_packed_layout lay;
         /* the prefix alone: parse its header and widths, not the codes */

@@ -43,7 +43,7 @@ int infer_policy_parse(const char *s, enum infer_policy *out)
 static void *grown(void *items, uint32_t *cap, size_t size, uint32_t first)
 {
     uint32_t c = *cap ? 2 * *cap : first;
-    void *a = realloc(items, size * c);
+    void *a = sl_realloc(items, size * c);
     if (a)
         *cap = c;
     return a;
@@ -77,11 +77,11 @@ static int add_edge(struct pl *p, int from, int to)
         return -EINVAL;
     if (p->n_edges == p->cap_edges) {
         uint32_t cap = p->cap_edges ? 2 * p->cap_edges : 4096;
-        uint32_t *a = realloc(p->edge_from, sizeof *a * cap), *b;
+        uint32_t *a = sl_realloc(p->edge_from, sizeof *a * cap), *b;
         if (!a)
             return -ENOMEM;
         p->edge_from = a;
-        b = realloc(p->edge_to, sizeof *b * cap);
+        b = sl_realloc(p->edge_to, sizeof *b * cap);
         if (!b)
             return -ENOMEM;
         p->edge_to = b;
@@ -119,8 +119,8 @@ static int add_edges_to(struct pl *p, int from, int first, int n)
 /* The collected edges as CSR successor lists (p->edges, succ_off, n_succ). */
 static int finish_edges(struct pl *p)
 {
-    p->edges = malloc(sizeof(uint32_t) * (p->n_edges ? p->n_edges : 1));
-    uint32_t *cnt = calloc(p->n_tasks + 1, sizeof(uint32_t));
+    p->edges = sl_malloc(sizeof(uint32_t) * (p->n_edges ? p->n_edges : 1));
+    uint32_t *cnt = sl_calloc(p->n_tasks + 1, sizeof(uint32_t));
     if (!p->edges || !cnt) {
         free(cnt);
         return -ENOMEM;
@@ -535,7 +535,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
 
 int pl_graph_build(struct pl *p)
 {
-    struct weight_tasks(*uw)[FORMAT_ROLE_COUNT] = calloc(p->c->n_layers + 1, sizeof *uw);
+    struct weight_tasks(*uw)[FORMAT_ROLE_COUNT] = sl_calloc(p->c->n_layers + 1, sizeof *uw);
     int ret = uw ? build_graph_with(p, uw) : -ENOMEM;
     free(uw);
     return ret;
@@ -545,7 +545,7 @@ int pl_graph_reserve(struct pl *p, uint32_t extra)
 {
     if (p->cap_tasks >= p->n_tasks + extra)
         return 0;
-    struct task *t = realloc(p->tasks, sizeof *t * (p->n_tasks + extra));
+    struct task *t = sl_realloc(p->tasks, sizeof *t * (p->n_tasks + extra));
     if (!t)
         return -ENOMEM;
     p->tasks = t;

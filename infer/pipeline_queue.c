@@ -18,8 +18,8 @@ int pl_queue_init(struct pl *p)
 {
     /* a task is in at most one queue at a time, and the task array does not
      * grow after pl_graph_reserve: a push never needs more */
-    p->npu_q.items = malloc(sizeof(uint32_t) * (p->cap_tasks ? p->cap_tasks : 1));
-    p->cpu_q.items = malloc(sizeof(uint32_t) * (p->cap_tasks ? p->cap_tasks : 1));
+    p->npu_q.items = sl_malloc(sizeof(uint32_t) * (p->cap_tasks ? p->cap_tasks : 1));
+    p->cpu_q.items = sl_malloc(sizeof(uint32_t) * (p->cap_tasks ? p->cap_tasks : 1));
     if (!p->npu_q.items || !p->cpu_q.items) {
         pl_queue_fini(p);
         return -ENOMEM;

@@ -27,7 +27,7 @@ int pl_weights_prepare(struct infer_linear *lin, const struct format_tensor_info
     }
     if (keep_rows) {
         lin->q = sl_alloc_aligned((size_t)rows * cols, 64);
-        lin->scale = malloc(sizeof(float) * rows);
+        lin->scale = sl_malloc(sizeof(float) * rows);
         if (!lin->q || !lin->scale) {
             sl_err_set(err, "out of memory for '%s'", t->name);
             return -ENOMEM;
@@ -124,7 +124,7 @@ int pl_weights_keep_packed(struct infer_linear *lin, const struct format_tensor_
     lin->rows = (uint32_t)t->shape[0];
     lin->cols = (uint32_t)t->shape[1];
     lin->packed = sl_alloc_aligned(t->length, 64);
-    lin->upk = calloc(1, sizeof *lin->upk);
+    lin->upk = sl_calloc(1, sizeof *lin->upk);
     if (!lin->packed || !lin->upk) {
         infer_linear_fini(lin);
         sl_err_set(err, "out of memory for '%s'", t->name);
@@ -144,7 +144,7 @@ int pl_weights_keep_packed(struct infer_linear *lin, const struct format_tensor_
 
 int pl_weights_decode_norm(const struct format_tensor_info *t, const uint8_t *data, float **out)
 {
-    *out = malloc(sizeof(float) * t->shape[0]);
+    *out = sl_malloc(sizeof(float) * t->shape[0]);
     if (!*out)
         return -ENOMEM;
     return format_decode_float(t->encoding, data, *out, t->shape[0]);
