@@ -134,8 +134,10 @@ static int open_stream(struct pl *p, struct sl_err *err)
     uint32_t ns = format_reader_n_slices(r);
     const char *path = format_reader_path(r);
     struct loader_request *reqs = sl_calloc(ns, sizeof *reqs);
-    if (!reqs)
+    if (!reqs) {
+        sl_err_set(err, "out of memory for the loader's requests");
         return -ENOMEM;
+    }
     uint32_t k = 0;
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t i = 0; i < ns; i++) {
@@ -320,6 +322,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     p->lin_info = sl_calloc(c->n_layers + 1, sizeof *p->lin_info);
     if (!p->lin_info) {
         ret = -ENOMEM;
+        sl_err_set(err, "out of memory for the pipeline's buffers");
         goto out;
     }
     for (uint32_t i = 0; i < format_reader_n_tensors(p->r); i++) {
@@ -356,6 +359,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     float *x0 = sl_malloc(sizeof(float) * (size_t)n * c->dim);
     if (!x0) {
         ret = -ENOMEM;
+        sl_err_set(err, "out of memory for the prompt's embedding rows");
         goto out;
     }
     ret = pl_embed_rows(p, x0, err);
@@ -371,7 +375,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     } else {
         ret = npu_device_create(&p->dev);
         if (ret < 0) {
-            sl_err_set(err, "cannot start the NPU device");
+            sl_err_set(err, "cannot create the NPU device (%s)", strerror(-ret));
             goto out;
         }
     }
@@ -402,6 +406,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         p->fill_scratch[w] = w ? sl_alloc_aligned((size_t)PL_FILL_ROWS * fill_cols, 64) : NULL;
         if (!p->att_scratch[w] || (w && !p->fill_scratch[w])) {
             ret = -ENOMEM;
+            sl_err_set(err, "out of memory for the executors' scratch");
             goto out;
         }
     }
