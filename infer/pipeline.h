@@ -8,8 +8,10 @@
  *   pipeline_weights.c  weight preparation: storage for a linear, its rows
  *                       unpacked into the NPU's layout, norms decoded (knows
  *                       nothing of struct pl)
- *   pipeline_graph.c    the task graph and its cost model: tasks, edges,
- *                       priorities and estimates; cutting a matmul in two
+ *   pipeline_cost.c     the cost model: each task's priority key and
+ *                       estimated time
+ *   pipeline_graph.c    the task graph: tasks, edges (CSR), the storage of
+ *                       split weights; cutting a matmul in two
  *   pipeline_queue.c    ready queues and priorities, completion (successors,
  *                       slice release, failure), the stealing rules
  *   pipeline_ops.c      the CPU operators of one task (run_task) and the
@@ -217,7 +219,13 @@ int pl_weights_keep_packed(struct infer_linear *lin, const struct format_tensor_
  * on failure when *out is set). */
 int pl_weights_decode_norm(const struct format_tensor_info *t, const uint8_t *data, float **out);
 
-/* ---- pipeline_graph.c: the task graph and its cost model ------------------------------ */
+/* ---- pipeline_cost.c: the cost model ---------------------------------------------------- */
+
+/* Sets every task's key (priority: smaller first) and est (seconds), from
+ * its operator, layer, chunk and channels. */
+void pl_cost_assign(struct pl *p);
+
+/* ---- pipeline_graph.c: the task graph --------------------------------------------------- */
 
 /* Builds the whole prefill graph (tasks, CSR successors, priorities,
  * estimates) and prepares the storage of split weights (into p->m). Needs

@@ -1,11 +1,10 @@
-/* pipeline_graph.c: the prefill as a task graph, and its cost model. Every
+/* pipeline_graph.c: the prefill as a task graph. Every
  * (layer, chunk) of the prompt contributes the operators of Appendix B
  * (pipeline.h, enum pl_op); each slice a VERIFY task and the unpacking of its
  * tensors, in the pieces of their matmuls where the policy splits them.
- * Edges are collected as pairs and turned into CSR successor lists; each
- * task gets a priority key (position-guided, EdgeFlow 4.3) and an estimated
- * time (llm.npu 3.4's heuristic and the stealing rules). Calls only
- * pipeline_weights.c (the storage of split weights is prepared here). */
+ * Edges are collected as pairs and turned into CSR successor lists; the
+ * keys and estimates come from pipeline_cost.c. Calls pipeline_weights.c
+ * (the storage of split weights is prepared here) and pipeline_cost.c. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,28 +163,6 @@ struct infer_linear *pl_graph_linear(const struct pl *p, int layer, uint32_t rol
     }
 }
 
-static uint32_t op_order(uint32_t op, uint32_t role)
-{
-    /* topological order inside a layer, for tie-breaking */
-    switch (op) {
-    case PL_NORM:
-        return 0;
-    case PL_ATTN:
-        return 2;
-    case PL_FFN_NORM:
-        return 4;
-    case PL_SWIGLU:
-        return 6;
-    case PL_HEAD:
-        return 8;
-    case PL_MM:
-        return role <= FORMAT_ROLE_WV ? 1 : role == FORMAT_ROLE_WO ? 3
-               : role == FORMAT_ROLE_W_DOWN ? 7 : role == FORMAT_ROLE_CLASSIFIER ? 9 : 5;
-    default:
-        return 0;
-    }
-}
-
 /* Output channels per piece of a linear with `rows` outputs: full and
  * sequential_granular split each matmul, and the unpacking of its quantized weights,
  * into pieces of about `split` channels on 16-channel boundaries (the NPU's
@@ -235,16 +212,6 @@ static int add_weight_edges(struct pl *p, int u_first, int u_n, int mm_first, in
                 return ret;
         }
     return 0;
-}
-
-static uint32_t rows_of_role(const struct format_config *c, uint32_t role)
-{
-    uint32_t nd;
-    uint64_t sh[2];
-    format_role_shape(c, role == FORMAT_ROLE_CLASSIFIER && c->tied_embedding ? FORMAT_ROLE_TOK_EMBD
-                                                                             : role,
-                      &nd, sh);
-    return (uint32_t)sh[0];
 }
 
 struct weight_tasks {
@@ -492,44 +459,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 return ret;
         }
     }
-    /* priorities and cost estimates */
-    for (uint32_t i = 0; i < p->n_tasks; i++) {
-        struct task *t = &p->tasks[i];
-        uint64_t layer = t->layer < 0 ? L + 1 : (uint64_t)t->layer;
-        if (t->op == PL_VERIFY || t->op == PL_UNPACK) {
-            /* weights just before their first use, by the first chunk: a
-             * layer's verification after every task of the layer before, each
-             * tensor's unpacking after the operators that precede its matmul
-             * (so the NPU's next input is computed before weights it needs
-             * later are unpacked, and Q/K/V are unpacked before O and the FFN) */
-            uint64_t use = (layer + 1) << 44;
-            t->key = t->op == PL_VERIFY
-                         ? use - 128
-                         : use + ((uint64_t)op_order(PL_MM, t->role) << 24) + t->r0 - 64 + t->role;
-        } else
-            /* layer first, then the chunk's position in the prompt, then the
-             * operator's place in the layer (EdgeFlow's position-guided
-             * priority inside a layer: an earlier chunk's FFN before a later
-             * chunk's Q/K/V; across layers the chunks stay in step, so the
-             * last layers still have two chunks' work to overlap) */
-            t->key = ((layer + 1) << 44) | ((uint64_t)t->chunk << 28) |
-                     ((uint64_t)op_order(t->op, t->role) << 24) | t->r0;
-        double rows = p->cb[t->chunk].n;
-        if (t->op == PL_MM) {
-            const uint32_t cols = t->role == FORMAT_ROLE_WO ? Q
-                                  : t->role == FORMAT_ROLE_W_DOWN ? F : D;
-            t->est = 2.0 * (t->role == FORMAT_ROLE_CLASSIFIER ? 1 : rows) * cols * (t->r1 - t->r0) /
-                     3e11;
-        } else if (t->op == PL_ATTN) {
-            double ctx = p->cb[t->chunk].pos0 + rows;
-            double share = t->r1 > t->r0 ? (double)(t->r1 - t->r0) / c->n_kv_heads : 1.0;
-            t->est = 4.0 * rows * ctx * Q * share / 5e10;
-        } else if (t->op == PL_UNPACK) {
-            t->est = (double)(t->r1 > t->r0 ? t->r1 - t->r0 : rows_of_role(c, t->role)) * D / 1e10;
-        } else {
-            t->est = rows * (D + F) * 10 / 1e10;
-        }
-    }
+    pl_cost_assign(p);
     return finish_edges(p);
 }
 
