@@ -256,10 +256,14 @@ static int input_splits(const struct pl *p, int layer, uint32_t role)
     return !(p->lin_info[layer + 1][role].int8 && p->lin_info[layer + 1][role].act <= 0);
 }
 
-/* Builds the whole prefill graph. Slice order of the stream: layers 0..L-1,
- * the head, and (untied models) the embedding last: it is not needed for the
- * first token (its rows were read ahead). 0 or a negative errno. */
-static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_COUNT])
+/* The tasks of the slices the first token needs: each slice's VERIFY
+ * (waiting for its arrival, and in the load-first policies for a barrier
+ * after every slice) and the unpacking of its linears, whole or in the
+ * pieces of their matmuls (their storage prepared now). Each layer's VERIFY
+ * in verify_of_layer[layer] (the head's at [n_layers]), each linear's
+ * unpacking tasks in uw. 0 or a negative errno. */
+static int add_slice_tasks(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_COUNT],
+                           int *verify_of_layer)
 {
     const struct format_config *c = p->c;
     const struct format_reader *r = p->r;
@@ -271,9 +275,6 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             return all_loaded;
         p->tasks[all_loaded].slice = UINT32_MAX;
     }
-    int verify_of_layer[PL_MAX_SLICES + 1];
-    for (uint32_t l = 0; l <= L; l++)
-        verify_of_layer[l] = -1; /* a layer without a slice: add_edge refuses it */
     for (uint32_t i = 0; i < ns; i++) {
         const struct format_slice_info *s = format_reader_slice(r, i);
         if (s->kind == FORMAT_SLICE_EMBED)
@@ -333,6 +334,21 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             }
         }
     }
+    return 0;
+}
+
+/* Builds the whole prefill graph. Slice order of the stream: layers 0..L-1,
+ * the head, and (untied models) the embedding last: it is not needed for the
+ * first token (its rows were read ahead). 0 or a negative errno. */
+static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_COUNT])
+{
+    const struct format_config *c = p->c;
+    uint32_t L = c->n_layers;
+    int verify_of_layer[PL_MAX_SLICES + 1], ret;
+    for (uint32_t l = 0; l <= L; l++)
+        verify_of_layer[l] = -1; /* a layer without a slice: add_edge refuses it */
+    if ((ret = add_slice_tasks(p, uw, verify_of_layer)) < 0)
+        return ret;
     /* per chunk, per layer: Appendix B */
     uint32_t D = c->dim, Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
     uint32_t F = c->hidden_dim;
