@@ -23,6 +23,12 @@
  *   pipeline_trace.c    statistics and the Chrome trace
  *   pipeline.c          the driver: infer_pipeline_prefill
  *
+ * Where the single file's functions called in a circle, the loop is cut: the
+ * weights' preparation, which graph building needs, lives below the graph;
+ * completion releases a finished slice through the loader itself, not
+ * through the driver; executors call the queue and the stealing rules,
+ * which never call back.
+ *
  * Threads: the driver (feeding slices), the NPU device thread (pl_npu_next,
  * pl_npu_done), CPU workers (pl_cpu_worker) and the prefault thread share one
  * struct pl under p->lock. Functions marked "lock held" expect it held. */
