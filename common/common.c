@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -107,9 +108,63 @@ uint16_t sl_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
+/* Fault injection: armed (1) or not; allocations counted since arming; the
+ * one that fails (0: none). */
+static atomic_int fault_armed;
+static atomic_long fault_seen;
+static atomic_long fault_at;
+
+void sl_fault_alloc_arm(long k)
+{
+    atomic_store(&fault_armed, 0);
+    atomic_store(&fault_seen, 0);
+    atomic_store(&fault_at, k > 0 ? k : 0);
+    atomic_store(&fault_armed, k != 0);
+}
+
+long sl_fault_alloc_count(void)
+{
+    return atomic_load(&fault_seen);
+}
+
+/* Whether this allocation is to fail (and it is counted when armed). */
+static int fault_now(void)
+{
+    if (!atomic_load_explicit(&fault_armed, memory_order_relaxed))
+        return 0;
+    long n = atomic_fetch_add(&fault_seen, 1) + 1;
+    return n == atomic_load(&fault_at);
+}
+
+void *sl_malloc(size_t size)
+{
+    return fault_now() ? NULL : malloc(size);
+}
+
+void *sl_calloc(size_t n, size_t size)
+{
+    return fault_now() ? NULL : calloc(n, size);
+}
+
+void *sl_realloc(void *p, size_t size)
+{
+    return fault_now() ? NULL : realloc(p, size);
+}
+
+char *sl_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = sl_malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
 void *sl_alloc_aligned(size_t size, size_t align)
 {
     void *p = NULL;
+    if (fault_now())
+        return NULL;
     if (size == 0)
         size = align;
     if (posix_memalign(&p, align, sl_align_up(size, align)) != 0)

@@ -100,9 +100,9 @@ static int parse_tokenizer_and_kv(struct format_reader *r, struct sl_err *err)
                    r->cfg.vocab_size);
         return -EINVAL;
     }
-    r->tok_scores = malloc(sizeof(float) * n);
-    r->tok_lens = malloc(sizeof(uint32_t) * n);
-    r->tok_strs = malloc(sizeof(char *) * n);
+    r->tok_scores = sl_malloc(sizeof(float) * n);
+    r->tok_lens = sl_malloc(sizeof(uint32_t) * n);
+    r->tok_strs = sl_malloc(sizeof(char *) * n);
     if (!r->tok_scores || !r->tok_lens || !r->tok_strs) {
         sl_err_set(err, "%s: out of memory reading the tokenizer", r->path);
         return -ENOMEM;
@@ -135,8 +135,8 @@ static int parse_tokenizer_and_kv(struct format_reader *r, struct sl_err *err)
         sl_err_set(err, "%s: %u metadata keys", r->path, nkv);
         return -EINVAL;
     }
-    r->kv = calloc(nkv ? nkv : 1, sizeof *r->kv);
-    r->keybuf = malloc((size_t)nkv * (FMT_MAX_KEY + 1) + 1);
+    r->kv = sl_calloc(nkv ? nkv : 1, sizeof *r->kv);
+    r->keybuf = sl_malloc((size_t)nkv * (FMT_MAX_KEY + 1) + 1);
     if (!r->kv || !r->keybuf) {
         sl_err_set(err, "%s: out of memory reading metadata", r->path);
         return -ENOMEM;
@@ -192,7 +192,7 @@ static int load_meta(struct format_reader *r, const uint8_t *hdr, struct sl_err 
         sl_err_set(err, "%s: unknown metadata compression %u", r->path, comp);
         return -EINVAL;
     }
-    uint8_t *stored = malloc(len);
+    uint8_t *stored = sl_malloc(len);
     if (!stored) {
         sl_err_set(err, "%s: out of memory reading metadata", r->path);
         return -ENOMEM;
@@ -214,7 +214,7 @@ static int load_meta(struct format_reader *r, const uint8_t *hdr, struct sl_err 
     if (comp == FMT_META_NONE) {
         r->meta = stored;
     } else {
-        r->meta = malloc(raw ? raw : 1);
+        r->meta = sl_malloc(raw ? raw : 1);
         if (!r->meta) {
             free(stored);
             sl_err_set(err, "%s: out of memory reading metadata", r->path);
@@ -251,7 +251,7 @@ static int load_index(struct format_reader *r, const uint8_t *hdr, uint64_t data
                    r->path, off, len, nt, ns, r->size);
         return -EINVAL;
     }
-    uint8_t *buf = malloc(len);
+    uint8_t *buf = sl_malloc(len);
     if (!buf) {
         sl_err_set(err, "%s: out of memory reading the index", r->path);
         return -ENOMEM;
@@ -270,8 +270,8 @@ static int load_index(struct format_reader *r, const uint8_t *hdr, uint64_t data
         free(buf);
         return -EINVAL;
     }
-    r->tensors = calloc(nt, sizeof *r->tensors);
-    r->slices = calloc(ns, sizeof *r->slices);
+    r->tensors = sl_calloc(nt, sizeof *r->tensors);
+    r->slices = sl_calloc(ns, sizeof *r->slices);
     if (!r->tensors || !r->slices) {
         free(buf);
         sl_err_set(err, "%s: out of memory reading the index", r->path);
@@ -421,13 +421,13 @@ static int check_index(struct format_reader *r, uint64_t data_off, uint64_t data
 int format_reader_open(const char *path, struct format_reader **out, struct sl_err *err)
 {
     int ret;
-    struct format_reader *r = calloc(1, sizeof *r);
+    struct format_reader *r = sl_calloc(1, sizeof *r);
     if (!r) {
         sl_err_set(err, "%s: out of memory", path);
         return -ENOMEM;
     }
     r->fd = -1;
-    r->path = strdup(path);
+    r->path = sl_strdup(path);
     if (!r->path) {
         ret = -ENOMEM;
         sl_err_set(err, "%s: out of memory", path);

@@ -45,7 +45,7 @@ int infer_linear_init(struct infer_linear *lin, const struct format_tensor_info 
         return 0;
     }
     lin->q = sl_alloc_aligned(n, 64);
-    lin->scale = malloc(sizeof(float) * lin->rows);
+    lin->scale = sl_malloc(sizeof(float) * lin->rows);
     if (!lin->q || !lin->scale) {
         infer_linear_fini(lin);
         sl_err_set(err, "out of memory for tensor '%s'", t->name);
@@ -117,13 +117,13 @@ int infer_quantize_clipped(struct infer_state *st, const float *x, uint32_t n, u
             continue; /* inside the range, or NaN (quantized to 0, nothing to add) */
         if (c->n == st->clip_cap) {
             size_t cap = st->clip_cap ? st->clip_cap * 2 : 256;
-            uint32_t *r = realloc(st->clip_row, cap * sizeof *r);
+            uint32_t *r = sl_realloc(st->clip_row, cap * sizeof *r);
             if (r)
                 st->clip_row = r;
-            uint32_t *cc = r ? realloc(st->clip_col, cap * sizeof *cc) : NULL;
+            uint32_t *cc = r ? sl_realloc(st->clip_col, cap * sizeof *cc) : NULL;
             if (cc)
                 st->clip_col = cc;
-            float *e = cc ? realloc(st->clip_excess, cap * sizeof *e) : NULL;
+            float *e = cc ? sl_realloc(st->clip_excess, cap * sizeof *e) : NULL;
             if (!e)
                 return -ENOMEM;
             st->clip_excess = e;

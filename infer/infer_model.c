@@ -31,7 +31,7 @@ static int read_tensor(struct infer_model *m, int layer, uint32_t role,
         return format_tensor_verify(m->reader, (uint32_t)i, *buf, err);
     }
     if ((*ti)->length > m->io_cap) {
-        void *nb = realloc(m->io_buf, (*ti)->length);
+        void *nb = sl_realloc(m->io_buf, (*ti)->length);
         if (!nb) {
             sl_err_set(err, "%s: out of memory reading '%s'", format_reader_path(m->reader),
                        (*ti)->name);
@@ -54,7 +54,7 @@ static int load_norm(struct infer_model *m, int layer, uint32_t role, float **ou
     int ret = read_tensor(m, layer, role, &t, &buf, &mapped, err);
     if (ret < 0)
         return ret;
-    *out = malloc(sizeof(float) * m->cfg.dim);
+    *out = sl_malloc(sizeof(float) * m->cfg.dim);
     if (!*out) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
@@ -161,7 +161,7 @@ int infer_model_load_layer(struct infer_model *m, int layer, struct sl_err *err)
 int infer_model_load(const char *path, const struct infer_load_opts *opts, struct infer_model **out,
                      struct sl_err *err)
 {
-    struct infer_model *m = calloc(1, sizeof *m);
+    struct infer_model *m = sl_calloc(1, sizeof *m);
     if (!m) {
         sl_err_set(err, "%s: out of memory", path);
         return -ENOMEM;
@@ -181,7 +181,7 @@ int infer_model_load(const char *path, const struct infer_load_opts *opts, struc
             m->map = NULL;
     }
     m->force_dynamic_act = opts && opts->force_dynamic_act;
-    m->layers = calloc(m->cfg.n_layers, sizeof *m->layers);
+    m->layers = sl_calloc(m->cfg.n_layers, sizeof *m->layers);
     if (!m->layers) {
         sl_err_set(err, "%s: out of memory", path);
         infer_model_destroy(m);
@@ -252,7 +252,7 @@ int infer_state_create(const struct infer_model *m, uint32_t max_batch, struct i
     const struct format_config *c = &m->cfg;
     if (max_batch == 0)
         max_batch = 1;
-    struct infer_state *s = calloc(1, sizeof *s);
+    struct infer_state *s = sl_calloc(1, sizeof *s);
     if (!s) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
@@ -270,17 +270,17 @@ int infer_state_create(const struct infer_model *m, uint32_t max_batch, struct i
     size_t widest = wide > c->hidden_dim ? wide : c->hidden_dim;
     size_t nb = max_batch;
     s->max_batch = max_batch;
-    s->x = malloc(nb * c->dim * sizeof(float));
-    s->xb = malloc(nb * wide * sizeof(float));
-    s->q = malloc(nb * q * sizeof(float));
-    s->k = malloc(nb * kv * sizeof(float));
-    s->v = malloc(nb * kv * sizeof(float));
-    s->att_out = malloc(nb * q * sizeof(float));
-    s->att = malloc((size_t)INFER_ATT_ROWS * c->seq_len * sizeof(float));
-    s->hb = malloc(nb * c->hidden_dim * sizeof(float));
-    s->hb2 = malloc(nb * c->hidden_dim * sizeof(float));
+    s->x = sl_malloc(nb * c->dim * sizeof(float));
+    s->xb = sl_malloc(nb * wide * sizeof(float));
+    s->q = sl_malloc(nb * q * sizeof(float));
+    s->k = sl_malloc(nb * kv * sizeof(float));
+    s->v = sl_malloc(nb * kv * sizeof(float));
+    s->att_out = sl_malloc(nb * q * sizeof(float));
+    s->att = sl_malloc((size_t)INFER_ATT_ROWS * c->seq_len * sizeof(float));
+    s->hb = sl_malloc(nb * c->hidden_dim * sizeof(float));
+    s->hb2 = sl_malloc(nb * c->hidden_dim * sizeof(float));
     s->xq = sl_alloc_aligned(nb * widest, 64);
-    s->pos = malloc(nb * sizeof *s->pos);
+    s->pos = sl_malloc(nb * sizeof *s->pos);
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->att || !s->hb ||
         !s->hb2 || !s->xq || !s->pos) {
         infer_state_destroy(s);

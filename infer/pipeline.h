@@ -1,8 +1,41 @@
 /* pipeline.h: the cold-start prefill pipeline (EdgeFlow 4.3, Appendix B;
- * llm.npu 3.2, 3.4). Internal to the infer module; the public entry points
- * are in infer.h (infer_pipeline_*). */
+ * llm.npu 3.2, 3.4), the shared types of its files. Internal to the infer
+ * module; the public entry points are in infer.h (infer_pipeline_*).
+ *
+ * The files, in call order: each calls only files above it, never one below
+ * (no cycle among them):
+ *
+ *   pipeline_weights.c  weight preparation: storage for a linear, its rows
+ *                       unpacked into the NPU's layout, norms decoded (knows
+ *                       nothing of struct pl)
+ *   pipeline_cost.c     the cost model: each task's priority key and
+ *                       estimated time
+ *   pipeline_graph.c    the task graph: tasks, edges (CSR), the storage of
+ *                       split weights; cutting a matmul in two
+ *   pipeline_queue.c    ready queues and priorities, completion (successors,
+ *                       slice release, failure), the stealing rules
+ *   pipeline_ops.c      the CPU operators of one task (run_task) and the
+ *                       NPU job of a matmul
+ *   pipeline_exec.c     executors: the NPU device's source and completion,
+ *                       CPU workers (with stealing), the prefault thread
+ *   pipeline_embed.c    the prompt's embedding rows ahead of the stream, the
+ *                       untied embedding after the first token
+ *   pipeline_trace.c    statistics and the Chrome trace
+ *   pipeline.c          the driver: infer_pipeline_prefill
+ *
+ * Where the single file's functions called in a circle, the loop is cut: the
+ * weights' preparation, which graph building needs, lives below the graph;
+ * completion releases a finished slice through the loader itself, not
+ * through the driver; executors call the queue and the stealing rules,
+ * which never call back.
+ *
+ * Threads: the driver (feeding slices), the NPU device thread (pl_npu_next,
+ * pl_npu_done), CPU workers (pl_cpu_worker) and the prefault thread share one
+ * struct pl under p->lock. Functions marked "lock held" expect it held. */
 #ifndef SLUICE_PIPELINE_H
 #define SLUICE_PIPELINE_H
+
+#include <pthread.h>
 
 #include "infer_internal.h"
 #include "loader.h"
@@ -21,5 +54,301 @@ enum pl_op {
     PL_HEAD,        /* CPU: x += down, final RMSNorm of the last row, quantize */
     PL_OP_COUNT
 };
+
+enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
+#define PL_MAX_CPU_WORKERS 8
+#define PL_PREFAULT_TID 99 /* the prefault thread's track in traces */
+#define PL_FILL_ROWS 64     /* rows unpacked at once before packing for the NPU */
+#define PL_MAX_SLICES 4096  /* slices (and layers) a container may have here */
+
+struct task {
+    uint8_t op, dev;
+    uint8_t role;           /* PL_MM, PL_UNPACK: enum format_role */
+    int16_t layer;          /* -1: head */
+    uint32_t chunk;
+    uint32_t r0, r1;        /* PL_MM: output channels; PL_UNPACK: rows (0, 0: all) */
+    uint32_t slice;         /* PL_VERIFY, PL_UNPACK */
+    int32_t tensor;         /* PL_UNPACK */
+    int32_t deps;           /* unfinished predecessors */
+    uint32_t succ_off, n_succ;
+    uint64_t key;           /* priority: smaller first */
+    uint32_t ready_seq;     /* FIFO order for layer_overlap */
+    double est;             /* estimated seconds (llmnpu, stealing ahead) */
+    int executor;           /* 0: NPU device, 1..: CPU worker; -1: not run */
+    uint64_t t_ready, t0, t1; /* ready (all inputs there), started, finished */
+    struct npu_job job;
+};
+
+/* Activations of one chunk (rows n at positions pos0..). */
+struct chunkbuf {
+    uint32_t n, pos0;
+    float *x, *xb, *q, *k, *v, *att, *o, *g, *u, *d;
+    int8_t *xq[FORMAT_ROLE_COUNT]; /* quantized input of each linear */
+    float act[FORMAT_ROLE_COUNT];  /* its activation scale */
+};
+
+/* A ready queue: task indices in no order (the policy picks by scanning).
+ * Sized before the run to the task capacity, so a push never allocates. */
+struct queue {
+    uint32_t *items;
+    uint32_t n, cap;
+};
+
+/* full: the NPU's weight storage (prepared in pl_graph_build) faulted in
+ * ahead by the prefault thread while a CPU worker has nothing else to do,
+ * 2 MiB at a time in layer order, skipping layers whose unpacking has begun */
+struct prefault {
+    struct npu_weights *w;
+    size_t off, len;
+    int layer;
+    uint64_t t0, t1;    /* the step's span on the prefault track; t1 0: not run */
+};
+
+struct pl {
+    const struct infer_pipeline_opts *o;
+    struct infer_model *m;
+    struct infer_state *st;
+    uint32_t *positions; /* [n] the prompt's positions (0, 1, ...) */
+    const struct format_config *c;
+    const struct format_reader *r;
+    struct npu_device *dev;
+    const struct npu_graph *graph[FORMAT_ROLE_COUNT];
+
+    struct task *tasks;
+    uint32_t n_tasks, cap_tasks;
+    uint32_t *edges;        /* successors, CSR */
+    uint32_t *edge_from, *edge_to;
+    uint32_t n_edges, cap_edges;
+
+    uint32_t n_chunks;
+    struct chunkbuf *cb;
+    const int *tokens;
+    float *logits;
+
+    /* slices */
+    const uint8_t **slice_data;
+    struct loader_slice *slice_sl;
+    uint32_t *slice_left;   /* unpack tasks still using the slice */
+    uint32_t *verify_task;  /* task index of each slice's VERIFY */
+    int *slice_needed;      /* needed for the first token */
+    struct loader_stream *ls;
+
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    pthread_cond_t pf_cv;   /* the prefault thread waits here for an idle CPU worker */
+    uint32_t idle_workers;  /* CPU workers waiting for work */
+    int pf_started;
+    pthread_t pf_thread;
+    struct queue npu_q, cpu_q;
+    uint32_t ready_counter;
+    uint32_t remaining;     /* tasks not yet finished */
+    int done, stop;
+    int error;
+    struct sl_err err;
+
+    pthread_t workers[PL_MAX_CPU_WORKERS];
+    uint32_t n_workers;
+    float *att_scratch[PL_MAX_CPU_WORKERS + 1];
+    int8_t *fill_scratch[PL_MAX_CPU_WORKERS + 1]; /* pl_weights_fill's, per CPU worker */
+    uint32_t fill_cols;                           /* ... for rows of up to this many */
+
+    /* per (layer + 1, role): int8 weights? and their static activation scale,
+     * from the index, so operators need not wait for the unpacking */
+    struct {
+        int int8;
+        float act;
+    } (*lin_info)[FORMAT_ROLE_COUNT];
+
+    uint64_t t_start, t_logits, t_loaded;
+    uint64_t busy[PL_MAX_CPU_WORKERS + 1]; /* per executor */
+    uint32_t running;       /* tasks executing now */
+    uint64_t stall_t0;      /* nothing running or ready since then (0: not stalled) */
+    uint64_t stall_ns;      /* total of such stalls: every unit waiting on the disk */
+    uint64_t unpack_ns;
+    struct prefault *pf;
+    uint32_t n_pf, cap_pf, next_pf;
+    int unpack_layer;       /* highest layer whose unpacking began (-1: none) */
+    uint64_t prefault_ns;
+    uint32_t stolen;
+    /* the NPU's running task (UINT32_MAX: none) and its pace: actual seconds
+     * per estimated second of the matmuls it finished (the steal-ahead rule) */
+    uint32_t npu_running;
+    double npu_actual_s, npu_est_s;
+    uint32_t splits;        /* NPU matmuls cut by split stealing */
+    uint32_t tails;         /* NPU matmuls cut at dispatch to keep a stealable tail */
+    uint64_t bytes_read;
+    uint64_t load_events[PL_MAX_SLICES]; /* arrival time of each slice */
+};
+
+/* Policies that split matmuls into pieces, steal, and rank by position. */
+static inline int pl_granular(enum infer_policy p)
+{
+    return p == INFER_POLICY_FULL || p == INFER_POLICY_SEQUENTIAL_GRANULAR;
+}
+
+/* Policies that compute nothing until every slice is in. */
+static inline int pl_load_first(enum infer_policy p)
+{
+    return p == INFER_POLICY_SEQUENTIAL || p == INFER_POLICY_SEQUENTIAL_GRANULAR;
+}
+
+/* ---- pipeline_weights.c: weight preparation ------------------------------------------
+ * Any thread; each call touches only the linear it is given. All return 0 or
+ * a negative errno with err filled; a linear left half-made is released by
+ * infer_linear_fini (the model's destroy). */
+
+/* Sets up a quantized linear before its rows are unpacked: the NPU's weight
+ * storage (want_npu) and/or plain int8 rows with their scales (keep_rows). */
+int pl_weights_prepare(struct infer_linear *lin, const struct format_tensor_info *t,
+                       int force_dynamic, int keep_rows, int want_npu, struct sl_err *err);
+
+/* Unpacks rows [r0, r1) of a prepared quantized linear from its tensor's
+ * bytes. r0 is a multiple of 16 (the NPU's channel blocks), as is r1 unless
+ * it is the last row. scratch: PL_FILL_ROWS x cols bytes, or NULL (then
+ * allocated per call). */
+int pl_weights_fill(struct infer_linear *lin, const struct format_tensor_info *t,
+                    const uint8_t *data, uint32_t r0, uint32_t r1, int8_t *scratch,
+                    struct sl_err *err);
+
+/* Prepares and fills a whole tensor from its slice bytes (a float one is
+ * decoded). */
+int pl_weights_unpack(struct infer_linear *lin, const struct format_tensor_info *t,
+                      const uint8_t *data, int force_dynamic, int keep_rows, int want_npu,
+                      int8_t *scratch, struct sl_err *err);
+
+/* The untied embedding, kept packed (rows unpacked per lookup) or, INT8, as
+ * rows; no NPU copy. */
+int pl_weights_keep_packed(struct infer_linear *lin, const struct format_tensor_info *t,
+                           const uint8_t *data, struct sl_err *err);
+
+/* A norm vector decoded into a new array at *out (the caller frees it, also
+ * on failure when *out is set). */
+int pl_weights_decode_norm(const struct format_tensor_info *t, const uint8_t *data, float **out);
+
+/* ---- pipeline_cost.c: the cost model ---------------------------------------------------- */
+
+/* Sets every task's key (priority: smaller first) and est (seconds), from
+ * its operator, layer, chunk and channels. */
+void pl_cost_assign(struct pl *p);
+
+/* ---- pipeline_graph.c: the task graph --------------------------------------------------- */
+
+/* Builds the whole prefill graph (tasks, CSR successors, priorities,
+ * estimates) and prepares the storage of split weights (into p->m). Needs
+ * p->o, m, c, r, cb, n_chunks, lin_info, verify_task, slice_needed,
+ * slice_left. Returns 0, -ENOMEM, or -EINVAL for a container the pipeline
+ * cannot order (p->err filled where a weight could not be prepared). */
+int pl_graph_build(struct pl *p);
+
+/* Makes room for `extra` more tasks (split stealing's, cut while running:
+ * the array must not move then). 0 or -ENOMEM. */
+int pl_graph_reserve(struct pl *p, uint32_t extra);
+
+/* The linear of (layer, role); layer -1: the classifier. */
+struct infer_linear *pl_graph_linear(const struct pl *p, int layer, uint32_t role);
+
+/* Cuts matmul `ti` (lock held): its last `tail_rows` output channels become
+ * a new task with the same predecessors (all done) and successors (each now
+ * waits for one more task). Returns the new task's index, or UINT32_MAX
+ * where the reserve of task slots is spent. */
+uint32_t pl_graph_cut(struct pl *p, uint32_t ti, uint32_t tail_rows);
+
+const char *pl_op_name(uint32_t op);
+
+/* ---- pipeline_queue.c: ready queues, completion, stealing (lock held) ------------------ */
+
+/* Sizes both queues to the task capacity (after pl_graph_reserve), so that
+ * no push allocates while the graph runs. 0 or -ENOMEM. */
+int pl_queue_init(struct pl *p);
+void pl_queue_fini(struct pl *p);
+
+/* Takes the task to run next from q (not empty) under the policy. */
+uint32_t pl_queue_pop(const struct pl *p, struct queue *q);
+
+/* Task ti lost its last dependency: into its device's queue, executors
+ * woken. 0, or a negative errno after pl_fail (the run is stopping, every
+ * thread woken: the caller need do nothing more). */
+int pl_make_ready(struct pl *p, uint32_t ti);
+
+/* Task ti finished: its successors, its slice's release, the run's end.
+ * 0, or a negative errno after pl_fail, as pl_make_ready. */
+int pl_complete(struct pl *p, uint32_t ti);
+
+/* Stops the run with error e (the first error wins) and wakes every thread. */
+void pl_fail(struct pl *p, int e, const char *msg);
+
+/* Keeps the stall clock (see p->stall_t0). */
+void pl_stall_update(struct pl *p);
+
+/* The stealing rules (EdgeFlow 4.3 and ours), as pure functions of the
+ * queue state and the time now_ns (injected: tests drive them on a
+ * synthetic queue): what an idle CPU worker does about the NPU's queue. */
+enum pl_steal_how {
+    PL_STEAL_NONE = 0,
+    PL_STEAL_WHOLE, /* take the task at npu_q.items[at] */
+    PL_STEAL_CUT,   /* cut its last `rows` channels into a new task, take that */
+};
+struct pl_steal {
+    enum pl_steal_how how;
+    uint32_t at;   /* index in p->npu_q */
+    uint32_t rows; /* PL_STEAL_CUT */
+};
+struct pl_steal pl_steal_decide(const struct pl *p, uint64_t now_ns);
+
+/* The steal-ahead estimate: the NPU's work ahead of its queued task at
+ * queue index `last` (the rest of its running task at now_ns plus every
+ * other queued one) in *ahead, that task's own time in *own, both the
+ * tasks' estimates scaled by the NPU's pace so far (actual seconds per
+ * estimated second of the matmuls it finished). */
+void pl_npu_ahead(const struct pl *p, uint32_t last, uint64_t now_ns, double *ahead,
+                  double *own);
+
+/* Applies pl_steal_decide (a cut through pl_graph_cut): the index of the
+ * task the worker takes, or UINT32_MAX. */
+uint32_t pl_steal(struct pl *p, uint64_t now_ns);
+
+/* The tail rule: the channels of matmul ti (the NPU dispatching it, already
+ * out of the queue) to leave queued as a stealable tail, or 0. Pure. */
+uint32_t pl_tail_rows(const struct pl *p, uint32_t ti);
+
+/* Applies pl_tail_rows. 0, or a negative errno after pl_fail. */
+int pl_keep_tail(struct pl *p, uint32_t ti);
+
+/* ---- pipeline_ops.c: what a task computes --------------------------------------------- */
+
+/* Runs task ti on worker w (0: the NPU device thread; CPU workers 1..), lock
+ * not held. 0, or a negative errno after pl_fail. */
+int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch);
+
+/* Fills an NPU task's job (lock held, when it is dispatched or stolen). */
+void pl_prepare_job(struct pl *p, struct task *t);
+
+/* ---- pipeline_exec.c: executors -------------------------------------------------------- */
+
+/* The NPU device thread's source and completion (npu_device_start). */
+struct npu_job *pl_npu_next(void *ctx);
+void pl_npu_done(void *ctx, struct npu_job *j);
+
+struct pl_worker_arg {
+    struct pl *p;
+    int id; /* 1.. */
+};
+void *pl_cpu_worker(void *arg);      /* arg: struct pl_worker_arg */
+void *pl_prefault_worker(void *arg); /* arg: struct pl */
+
+/* ---- pipeline_embed.c: the embedding ------------------------------------------------------ */
+
+int pl_pread_full(int fd, void *buf, uint64_t len, uint64_t off);
+
+/* x[n][D] = the embedding rows of the prompt, read with a few small reads. */
+int pl_embed_rows(struct pl *p, float *x, struct sl_err *err);
+
+/* The untied embedding (for decoding): read, verified, unpacked to rows. */
+int pl_embed_finish(struct pl *p, struct sl_err *err);
+
+/* ---- pipeline_trace.c: statistics and trace ------------------------------------------------ */
+
+void pl_stats_fill(struct pl *p, struct infer_pipeline_stats *st);
+int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_stats *st);
 
 #endif

@@ -44,7 +44,7 @@ static void *worker(void *arg)
 
 static int pool_init(struct loader_stream *s, struct sl_err *err)
 {
-    struct pool *p = calloc(1, sizeof *p);
+    struct pool *p = sl_calloc(1, sizeof *p);
     if (!p) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;

@@ -106,7 +106,7 @@ static int file_index(struct loader_stream *s, const struct loader_request *r, s
                         r->fd);
         return (int)s->n_files++;
     }
-    f->path = strdup(r->path);
+    f->path = sl_strdup(r->path);
     if (!f->path) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
@@ -640,7 +640,7 @@ int loader_stream_open(const struct loader_request *reqs, uint32_t n,
                        const struct loader_opts *opts, struct loader_stream **out,
                        struct sl_err *err)
 {
-    struct loader_stream *s = calloc(1, sizeof *s);
+    struct loader_stream *s = sl_calloc(1, sizeof *s);
     if (!s) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
@@ -660,10 +660,10 @@ int loader_stream_open(const struct loader_request *reqs, uint32_t n,
     pthread_cond_init(&s->cond_done, NULL);
     pthread_cond_init(&s->cond_space, NULL);
     int ret = -ENOMEM;
-    s->reqs = calloc(n ? n : 1, sizeof *s->reqs);
-    s->files = calloc(n ? n : 1, sizeof *s->files);
-    s->ios = calloc(s->opts.queue_depth, sizeof *s->ios);
-    s->vq = calloc(n ? n : 1, sizeof *s->vq);
+    s->reqs = sl_calloc(n ? n : 1, sizeof *s->reqs);
+    s->files = sl_calloc(n ? n : 1, sizeof *s->files);
+    s->ios = sl_calloc(s->opts.queue_depth, sizeof *s->ios);
+    s->vq = sl_calloc(n ? n : 1, sizeof *s->vq);
     if (!s->reqs || !s->files || !s->ios || !s->vq) {
         sl_err_set(err, "out of memory");
         goto fail;
@@ -875,7 +875,7 @@ int loader_requests_from_container(const struct format_reader *r, const char *pa
                                    struct sl_err *err)
 {
     uint32_t ns = format_reader_n_slices(r);
-    struct loader_request *q = calloc(ns ? ns : 1, sizeof *q);
+    struct loader_request *q = sl_calloc(ns ? ns : 1, sizeof *q);
     if (!q) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
@@ -896,7 +896,7 @@ int loader_requests_from_mount(const struct format_reader *r, const char *dir,
 {
     uint32_t ns = format_reader_n_slices(r);
     size_t plen = strlen(dir) + sizeof "/layer.2147483647/slice.bin";
-    struct loader_request *q = calloc(1, (ns ? ns : 1) * (sizeof *q + plen));
+    struct loader_request *q = sl_calloc(1, (ns ? ns : 1) * (sizeof *q + plen));
     if (!q) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;

@@ -28,13 +28,13 @@ static int uring_init(struct loader_stream *s, struct sl_err *err)
 {
     if (s->have_faults && s->faults.uring_setup_errno)
         return -s->faults.uring_setup_errno;
-    struct uring_state *u = calloc(1, sizeof *u);
+    struct uring_state *u = sl_calloc(1, sizeof *u);
     if (!u) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
     }
     u->n_pieces = (uint32_t)((s->ring.bytes + s->piece_bytes - 1) / s->piece_bytes);
-    u->pieces = calloc(u->n_pieces, 1);
+    u->pieces = sl_calloc(u->n_pieces, 1);
     if (!u->pieces) {
         free(u);
         sl_err_set(err, "out of memory");

@@ -134,9 +134,29 @@ static inline int sl_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
     return __builtin_mul_overflow(a, b, out) ? -75 /* EOVERFLOW */ : 0;
 }
 
-/* 64-byte aligned allocation (free with sl_free_aligned); NULL on failure. */
+/* ---- allocation ------------------------------------------------------------
+ * malloc, calloc, realloc and strdup through one seam, so that tests can make
+ * any one of them fail (STYLE.md 20). Free with free(). */
+
+void *sl_malloc(size_t size);
+void *sl_calloc(size_t n, size_t size);
+void *sl_realloc(void *p, size_t size); /* NULL: p untouched, as realloc */
+char *sl_strdup(const char *s);
+
+/* 64-byte aligned allocation (free with sl_free_aligned); NULL on failure.
+ * Counted and failed like the others. */
 void *sl_alloc_aligned(size_t size, size_t align);
 void sl_free_aligned(void *p);
+
+/* Fault injection, for tests. sl_fault_alloc_arm(k) restarts the count of
+ * allocations through the functions above at zero and, for k > 0, makes the
+ * k-th from now fail (only that one); k < 0 counts without failing; k = 0
+ * disarms (nothing counted or failed). sl_fault_alloc_count: allocations
+ * counted since the last arm. Any thread; the count is process-wide, so a
+ * test arms it around work of its own. Disarmed, an allocation costs one
+ * relaxed atomic load more. */
+void sl_fault_alloc_arm(long k);
+long sl_fault_alloc_count(void);
 
 /* ---- time and resources -------------------------------------------------- */
 

@@ -1,0 +1,153 @@
+/* pipeline_exec.c: the executors. The emulated NPU's device thread pulls
+ * its jobs from the NPU queue (pl_npu_next) and reports them done
+ * (pl_npu_done); CPU workers run the CPU queue and, idle, steal from the
+ * NPU's (EdgeFlow 4.3); the prefault thread faults in weight memory while a
+ * worker idles. Calls pipeline_queue.c and pipeline_ops.c. */
+#include <pthread.h>
+#include <sched.h>
+
+#include "pipeline.h"
+
+/* The NPU device thread's next job: the best of the NPU queue, waiting for
+ * one; NULL when the run is done or stopping. */
+struct npu_job *pl_npu_next(void *ctx)
+{
+    struct pl *p = ctx;
+    pthread_mutex_lock(&p->lock);
+    while (!p->npu_q.n && !p->done && !p->stop)
+        pthread_cond_wait(&p->cv, &p->lock);
+    struct npu_job *j = NULL;
+    if (p->npu_q.n && !p->stop) {
+        uint32_t ti = pl_queue_pop(p, &p->npu_q);
+        struct task *t = &p->tasks[ti];
+        /* where keeping a tail fails, the run is stopping: dispatch nothing */
+        if (!pl_granular(p->o->policy) || pl_keep_tail(p, ti) == 0) {
+            pl_prepare_job(p, t);
+            t->executor = 0;
+            t->t0 = sl_now_ns();
+            p->running++;
+            p->npu_running = ti;
+            j = &t->job;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return j;
+}
+
+/* A job the NPU finished: its task completes, or the run fails. */
+void pl_npu_done(void *ctx, struct npu_job *j)
+{
+    struct pl *p = ctx;
+    struct task *t = j->user;
+    pthread_mutex_lock(&p->lock);
+    t->t1 = sl_now_ns();
+    p->busy[0] += t->t1 - t->t0;
+    p->running--;
+    p->npu_running = UINT32_MAX;
+    p->npu_actual_s += (double)(t->t1 - t->t0) / 1e9;
+    p->npu_est_s += t->est;
+    if (j->status < 0) {
+        struct sl_err e = {{0}};
+        npu_job_validate(j, &e);
+        sl_err_prefix(&e, "%s of layer %d, chunk %u", format_role_name(t->role), t->layer,
+                      t->chunk);
+        pl_fail(p, j->status, e.msg);
+    } else {
+        /* on failure pl_fail has stopped the run: pl_npu_next returns NULL */
+        pl_complete(p, (uint32_t)(t - p->tasks));
+    }
+    pl_stall_update(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* The prefault thread (full): while a CPU worker is idle, faults in the
+ * weight memory of layers whose unpacking has not begun, a 2 MiB step at a
+ * time. It is a thread of its own so that a task turning ready never waits
+ * for a step: in a VM a step sometimes takes milliseconds (the host backs
+ * the guest's memory lazily), and the worker takes the task at once. At
+ * most the step under way then overlaps the work. */
+void *pl_prefault_worker(void *arg)
+{
+    struct pl *p = arg;
+    /* the lowest priority: a worker or the NPU thread that wakes takes the
+     * core from it at once (if the kernel refuses, it still only steps while
+     * a worker is idle) */
+    struct sched_param sp = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    pthread_mutex_lock(&p->lock);
+    while (!p->done && !p->stop && p->next_pf < p->n_pf) {
+        if (!p->idle_workers) {
+            pthread_cond_wait(&p->pf_cv, &p->lock);
+            continue;
+        }
+        struct prefault *f = &p->pf[p->next_pf++];
+        if (f->layer <= p->unpack_layer)
+            continue; /* its unpacking faults it in itself */
+        f->t0 = sl_now_ns();
+        pthread_mutex_unlock(&p->lock);
+        int r = npu_weights_prefault(f->w, f->off, f->len);
+        pthread_mutex_lock(&p->lock);
+        f->t1 = sl_now_ns();
+        p->prefault_ns += f->t1 - f->t0;
+        if (r < 0)
+            p->next_pf = p->n_pf; /* the kernel cannot: stop trying */
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* A CPU worker: the CPU queue first, then stolen NPU work, then idle. */
+void *pl_cpu_worker(void *arg)
+{
+    struct pl_worker_arg *wa = arg;
+    struct pl *p = wa->p;
+    int id = wa->id;
+    int steal_on = pl_granular(p->o->policy);
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        uint32_t ti = UINT32_MAX;
+        while (!p->done && !p->stop) {
+            if (p->cpu_q.n) {
+                ti = pl_queue_pop(p, &p->cpu_q);
+                break;
+            }
+            /* EdgeFlow 4.3: an idle CPU takes an NPU task when the NPU's
+             * queue is longer than the threshold (and under steal_ahead) */
+            if (steal_on && (ti = pl_steal(p, sl_now_ns())) != UINT32_MAX) {
+                pl_prepare_job(p, &p->tasks[ti]);
+                p->stolen++;
+                break;
+            }
+            /* nothing to run: the prefault thread may fault in weight
+             * memory the unpacking will fill meanwhile */
+            p->idle_workers++;
+            if (p->next_pf < p->n_pf)
+                pthread_cond_signal(&p->pf_cv);
+            pthread_cond_wait(&p->cv, &p->lock);
+            p->idle_workers--;
+        }
+        if (ti == UINT32_MAX)
+            break;
+        struct task *t = &p->tasks[ti];
+        t->executor = id;
+        t->t0 = sl_now_ns();
+        p->running++;
+        if (t->op == PL_UNPACK) {
+            int layer = t->layer < 0 ? (int)p->c->n_layers : t->layer;
+            p->unpack_layer = layer > p->unpack_layer ? layer : p->unpack_layer;
+        }
+        pthread_mutex_unlock(&p->lock);
+        int ret = pl_run_task(p, ti, id, p->att_scratch[id]);
+        pthread_mutex_lock(&p->lock);
+        t->t1 = sl_now_ns();
+        p->busy[id] += t->t1 - t->t0;
+        p->running--;
+        /* a failed task or completion has stopped the run (pl_fail): the
+         * loop ends */
+        if (ret == 0)
+            pl_complete(p, ti);
+        pl_stall_update(p);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}

@@ -1,0 +1,236 @@
+/* pipeline_ops.c: what one task computes. The arithmetic of every operator
+ * is exactly that of infer_forward with max_batch = chunk (the same
+ * infer_op_* calls on the same rows), so the logits are bit-identical to a
+ * sequential run; matmul pieces, attention head groups and SwiGLU pieces
+ * compute disjoint columns with the same bits as the whole. Calls
+ * pipeline_weights.c, pipeline_graph.c and pl_fail (pipeline_queue.c). */
+#include <pthread.h>
+#include <string.h>
+
+#include "pipeline.h"
+
+static void quantize_for(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
+                         const float *x, uint32_t rows, uint32_t cols)
+{
+    if (!p->lin_info[layer + 1][role].int8)
+        return; /* float weights take the float input */
+    size_t n = (size_t)rows * cols;
+    float act = p->lin_info[layer + 1][role].act;
+    float s = act > 0 ? act : npu_act_scale_dynamic(x, n);
+    npu_quantize_act(x, n, s, b->xq[role]);
+    b->act[role] = s;
+}
+
+/* quantize_for of columns [c0, c1) of each row of x [rows][cols] (a piece of
+ * the producer; static scales only, see input_splits): the same codes. */
+static void quantize_cols(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
+                          const float *x, uint32_t rows, uint32_t cols, uint32_t c0, uint32_t c1)
+{
+    if (c0 == 0 && c1 == cols) {
+        quantize_for(p, b, layer, role, x, rows, cols);
+        return;
+    }
+    if (!p->lin_info[layer + 1][role].int8)
+        return;
+    float s = p->lin_info[layer + 1][role].act;
+    for (uint32_t r = 0; r < rows; r++)
+        npu_quantize_act(x + (size_t)r * cols + c0, c1 - c0, s,
+                         b->xq[role] + (size_t)r * cols + c0);
+    if (c0 == 0) /* one writer; the matmuls read it after every piece */
+        b->act[role] = s;
+}
+
+static const float *mm_input(struct chunkbuf *b, uint32_t role, uint32_t *cols,
+                             const struct format_config *c)
+{
+    uint32_t D = c->dim;
+    switch (role) {
+    case FORMAT_ROLE_WO:
+        *cols = c->n_heads * c->head_dim;
+        return b->att;
+    case FORMAT_ROLE_W_DOWN:
+        *cols = c->hidden_dim;
+        return b->g;
+    case FORMAT_ROLE_CLASSIFIER:
+        *cols = D;
+        return b->xb + (size_t)(b->n - 1) * D;
+    default:
+        *cols = D;
+        return b->xb;
+    }
+}
+
+static float *mm_output(struct pl *p, struct chunkbuf *b, uint32_t role)
+{
+    switch (role) {
+    case FORMAT_ROLE_WQ:
+        return b->q;
+    case FORMAT_ROLE_WK:
+        return b->k;
+    case FORMAT_ROLE_WV:
+        return b->v;
+    case FORMAT_ROLE_WO:
+        return b->o;
+    case FORMAT_ROLE_W_GATE:
+        return b->g;
+    case FORMAT_ROLE_W_UP:
+        return b->u;
+    case FORMAT_ROLE_W_DOWN:
+        return b->d;
+    default:
+        return p->logits;
+    }
+}
+
+
+/* Runs task ti on worker `w` (0: the NPU device thread; CPU workers 1..). */
+int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
+{
+    struct task *t = &p->tasks[ti];
+    const struct format_config *c = p->c;
+    struct sl_err err = {{0}};
+    uint32_t D = c->dim, Q = c->n_heads * c->head_dim;
+    uint32_t F = c->hidden_dim;
+    struct chunkbuf *b = &p->cb[t->chunk];
+    int ret = 0;
+    switch (t->op) {
+    case PL_VERIFY: {
+        if (t->slice == UINT32_MAX)
+            return 0; /* barrier */
+        const struct format_slice_info *s = format_reader_slice(p->r, t->slice);
+        const uint8_t *data = p->slice_data[t->slice];
+        ret = format_slice_verify(p->r, t->slice, data, &err);
+        for (uint32_t k = s->first_tensor; ret == 0 && k < s->first_tensor + s->n_tensors; k++) {
+            const struct format_tensor_info *ti2 = format_reader_tensor(p->r, k);
+            if (ti2->n_dims != 1)
+                continue;
+            float **dst = ti2->role == FORMAT_ROLE_ATTN_NORM ? &p->m->layers[ti2->layer].attn_norm
+                          : ti2->role == FORMAT_ROLE_FFN_NORM ? &p->m->layers[ti2->layer].ffn_norm
+                                                              : &p->m->out_norm;
+            ret = pl_weights_decode_norm(ti2, data + (ti2->offset - s->offset), dst);
+            if (ret < 0)
+                sl_err_set(&err, "norm '%s' cannot be decoded", ti2->name);
+        }
+        break;
+    }
+    case PL_UNPACK: {
+        uint64_t t0 = sl_now_ns();
+        const struct format_slice_info *s = format_reader_slice(p->r, t->slice);
+        const struct format_tensor_info *ti2 = format_reader_tensor(p->r, (uint32_t)t->tensor);
+        struct infer_linear *lin = pl_graph_linear(p, t->layer, t->role);
+        int tied = ti2->role == FORMAT_ROLE_TOK_EMBD; /* the classifier is the embedding */
+        const uint8_t *data = p->slice_data[t->slice] + (ti2->offset - s->offset);
+        /* the worker's scratch where its rows fit (fill_linear allocates otherwise) */
+        int8_t *scratch = ti2->shape[1] <= p->fill_cols ? p->fill_scratch[w] : NULL;
+        if (t->r1 > t->r0) { /* a piece, prepared by build_graph */
+            ret = pl_weights_fill(lin, ti2, data, t->r0, t->r1, scratch, &err);
+            tied = 0;
+        } else {
+            ret = pl_weights_unpack(lin, ti2, data, p->m->force_dynamic_act, 0, 1, scratch, &err);
+        }
+        /* lookups read rows back from the NPU's copy: no second copy */
+        if (ret == 0 && tied)
+            p->m->embed = *lin; /* shared storage; released once (infer_model_destroy) */
+        pthread_mutex_lock(&p->lock);
+        p->unpack_ns += sl_now_ns() - t0;
+        pthread_mutex_unlock(&p->lock);
+        break;
+    }
+    case PL_NORM: {
+        if (t->layer > 0)
+            infer_op_add(b->x, b->d, (size_t)b->n * D);
+        infer_op_rmsnorm(b->xb, b->x, p->m->layers[t->layer].attn_norm, b->n, D, c->norm_eps);
+        quantize_for(p, b, t->layer, FORMAT_ROLE_WQ, b->xb, b->n, D);
+        quantize_for(p, b, t->layer, FORMAT_ROLE_WK, b->xb, b->n, D);
+        quantize_for(p, b, t->layer, FORMAT_ROLE_WV, b->xb, b->n, D);
+        break;
+    }
+    case PL_ATTN: {
+        /* kv heads [kv0, kv1) and their query heads (a group, or all) */
+        const uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads;
+        uint32_t kv0 = t->r1 > t->r0 ? t->r0 : 0, kv1 = t->r1 > t->r0 ? t->r1 : c->n_kv_heads;
+        struct infer_rows rows = {.n = b->n, .slot0 = b->pos0, .pos = p->positions + b->pos0,
+                                  .vis = {.n = b->n, .base = b->pos0}};
+        ret = infer_step_attention(p->m, p->st->kv, p->st->attn, t->layer, &rows, b->q, b->k,
+                                   b->v, kv0, kv1, b->att, att_scratch);
+        if (ret < 0)
+            sl_err_set(&err, "attention failed in layer %d", t->layer);
+        quantize_cols(p, b, t->layer, FORMAT_ROLE_WO, b->att, b->n, Q, kv0 * mul * hd,
+                      kv1 * mul * hd);
+        break;
+    }
+    case PL_FFN_NORM:
+        infer_op_add(b->x, b->o, (size_t)b->n * D);
+        infer_op_rmsnorm(b->xb, b->x, p->m->layers[t->layer].ffn_norm, b->n, D, c->norm_eps);
+        quantize_for(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xb, b->n, D);
+        quantize_for(p, b, t->layer, FORMAT_ROLE_W_UP, b->xb, b->n, D);
+        break;
+    case PL_SWIGLU: {
+        uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
+        for (uint32_t r = 0; r < b->n; r++) { /* elementwise: the same bits in any pieces */
+            float *g = b->g + (size_t)r * F + f0;
+            infer_op_swiglu(g, g, b->u + (size_t)r * F + f0, f1 - f0);
+        }
+        quantize_cols(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, b->n, F, f0, f1);
+        break;
+    }
+    case PL_HEAD: {
+        /* the first token needs the last row only */
+        float *xl = b->x + (size_t)(b->n - 1) * D, *dl = b->d + (size_t)(b->n - 1) * D;
+        infer_op_add(xl, dl, D);
+        float *xbl = b->xb + (size_t)(b->n - 1) * D;
+        infer_op_rmsnorm(xbl, xl, p->m->out_norm, 1, D, c->norm_eps);
+        quantize_for(p, b, -1, FORMAT_ROLE_CLASSIFIER, xbl, 1, D);
+        break;
+    }
+    case PL_MM: {
+        const struct infer_linear *lin = pl_graph_linear(p, t->layer, t->role);
+        uint32_t cols;
+        const float *x = mm_input(b, t->role, &cols, c);
+        float *y = mm_output(p, b, t->role);
+        uint32_t rows = t->role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n;
+        if (!lin->npu) {
+            infer_op_matmul(y, x, lin->w, (enum infer_wtype)lin->wtype, rows, lin->rows, lin->cols,
+                            t->r0, t->r1);
+            break;
+        }
+        /* an NPU job on a CPU worker: stolen work, run with the same code as
+         * the device (the device thread itself never comes here) */
+        ret = npu_job_execute(&t->job);
+        t->job.stolen = 1;
+        if (ret < 0)
+            sl_err_set(&err, "the NPU refused a stolen job (shape or operand mismatch)");
+        (void)x;
+        (void)y;
+        (void)rows;
+        break;
+    }
+    default:
+        break;
+    }
+    if (ret < 0) {
+        pthread_mutex_lock(&p->lock);
+        pl_fail(p, ret, err.msg[0] ? err.msg : "a pipeline task failed");
+        pthread_mutex_unlock(&p->lock);
+    }
+    return ret;
+}
+
+/* Fills an NPU task's job (lock held, when it is dispatched). */
+void pl_prepare_job(struct pl *p, struct task *t)
+{
+    const struct infer_linear *lin = pl_graph_linear(p, t->layer, t->role);
+    struct chunkbuf *b = &p->cb[t->chunk];
+    uint32_t cols;
+    mm_input(b, t->role, &cols, p->c);
+    t->job.graph = p->graph[t->role == FORMAT_ROLE_WK ? FORMAT_ROLE_WV : t->role];
+    t->job.w = lin->npu;
+    t->job.xq = b->xq[t->role];
+    t->job.rows = t->role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n;
+    t->job.act_scale = b->act[t->role];
+    t->job.y = mm_output(p, b, t->role);
+    t->job.ldy = lin->rows;
+    t->job.r0 = t->r0;
+    t->job.r1 = t->r1;
+    t->job.user = t;
+}

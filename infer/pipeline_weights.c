@@ -1,0 +1,151 @@
+/* pipeline_weights.c: weight preparation for the pipeline. A quantized
+ * tensor is unpacked straight into the NPU's weight layout, in pieces (a
+ * matmul piece's channels) or whole, without a row-major copy; the untied
+ * embedding stays packed; norms are decoded. Knows nothing of the task
+ * graph: the first file in pipeline.h's call order. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline.h"
+#include "unpack.h"
+
+/* Sets up a quantized linear before its rows are unpacked: the NPU's weight
+ * storage (want_npu) and/or plain int8 rows with their scales (keep_rows). */
+int pl_weights_prepare(struct infer_linear *lin, const struct format_tensor_info *t,
+                       int force_dynamic, int keep_rows, int want_npu, struct sl_err *err)
+{
+    uint32_t rows = (uint32_t)t->shape[0], cols = (uint32_t)t->shape[1];
+    memset(lin, 0, sizeof *lin);
+    lin->rows = rows;
+    lin->cols = cols;
+    lin->act_scale = force_dynamic ? 0.0f : t->act_scale;
+    int ret = want_npu ? npu_weights_alloc(rows, cols, &lin->npu) : 0;
+    if (ret < 0) {
+        sl_err_set(err, "out of memory for '%s'", t->name);
+        return ret;
+    }
+    if (keep_rows) {
+        lin->q = sl_alloc_aligned((size_t)rows * cols, 64);
+        lin->scale = sl_malloc(sizeof(float) * rows);
+        if (!lin->q || !lin->scale) {
+            sl_err_set(err, "out of memory for '%s'", t->name);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+/* Unpacks rows [r0, r1) of a prepared quantized linear from its tensor's
+ * bytes, 64 rows at a time, into the NPU's weight layout (the rows never
+ * exist whole in row-major form) and/or the kept rows. r0 is a multiple of
+ * 16 (the NPU's channel blocks), as is r1 unless it is the last row. */
+int pl_weights_fill(struct infer_linear *lin, const struct format_tensor_info *t,
+                    const uint8_t *data, uint32_t r0, uint32_t r1, int8_t *scratch,
+                    struct sl_err *err)
+{
+    const uint32_t rows = lin->rows, cols = lin->cols, B = PL_FILL_ROWS;
+    /* a CPU worker's scratch (PL_FILL_ROWS x the widest row): allocating
+     * per task would fault fresh pages in every task */
+    int8_t *tmp = scratch ? scratch : sl_alloc_aligned((size_t)B * cols, 64);
+    float sc[PL_FILL_ROWS];
+    int ret = 0;
+    if (!tmp) {
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    if (t->encoding == FORMAT_ENC_Q8_CHANNEL) {
+        ret = format_q8_validate_rows(data, rows, cols, r0, r1, err);
+        const int8_t *codes = (const int8_t *)data + sl_align_up((uint64_t)rows * 4, 64);
+        for (uint32_t a = r0; ret == 0 && a < r1; a += B) {
+            uint32_t n = r1 - a < B ? r1 - a : B;
+            for (uint32_t i = 0; i < n; i++)
+                sc[i] = sl_load_lef32(data + 4 * (size_t)(a + i));
+            if (lin->npu)
+                npu_weights_fill(lin->npu, a, n, codes + (size_t)a * cols, sc);
+            if (lin->q) {
+                memcpy(lin->q + (size_t)a * cols, codes + (size_t)a * cols, (size_t)n * cols);
+                memcpy(lin->scale + a, sc, sizeof(float) * n);
+            }
+        }
+    } else {
+        struct unpack_tensor u;
+        ret = unpack_tensor_init(&u, t->encoding, data, t->length, rows, cols, err);
+        enum unpack_kernel k = unpack_kernel_best();
+        for (uint32_t a = r0; ret == 0 && a < r1; a += B) {
+            uint32_t n = r1 - a < B ? r1 - a : B;
+            ret = unpack_tensor_rows(&u, k, a, a + n, tmp, NULL);
+            if (ret < 0) {
+                sl_err_set(err, "cannot unpack rows %u..%u", a, a + n);
+                break;
+            }
+            for (uint32_t i = 0; i < n; i++)
+                sc[i] = unpack_tensor_scale(&u, a + i);
+            if (lin->npu)
+                npu_weights_fill(lin->npu, a, n, tmp, sc);
+            if (lin->q) {
+                memcpy(lin->q + (size_t)a * cols, tmp, (size_t)n * cols);
+                memcpy(lin->scale + a, sc, sizeof(float) * n);
+            }
+        }
+        unpack_tensor_fini(&u);
+    }
+    if (tmp != scratch)
+        sl_free_aligned(tmp);
+    if (ret < 0)
+        sl_err_prefix(err, "tensor '%s'", t->name);
+    return ret;
+}
+
+/* Unpacks a whole tensor from its slice bytes (a float one is decoded). */
+int pl_weights_unpack(struct infer_linear *lin, const struct format_tensor_info *t,
+                      const uint8_t *data, int force_dynamic, int keep_rows, int want_npu,
+                      int8_t *scratch, struct sl_err *err)
+{
+    if (!format_encoding_traits(t->encoding)->quantized) {
+        memset(lin, 0, sizeof *lin);
+        lin->rows = (uint32_t)t->shape[0];
+        lin->cols = (uint32_t)t->shape[1];
+        return infer_linear_init(lin, t, data, 0, force_dynamic, err);
+    }
+    int ret = pl_weights_prepare(lin, t, force_dynamic, keep_rows, want_npu, err);
+    return ret < 0 ? ret : pl_weights_fill(lin, t, data, 0, lin->rows, scratch, err);
+}
+
+/* The untied embedding is only looked up (a few rows per token): a packed
+ * one stays packed in memory and infer_op_embed unpacks the rows it needs;
+ * INT8 rows are kept as they are. No NPU copy. */
+int pl_weights_keep_packed(struct infer_linear *lin, const struct format_tensor_info *t,
+                           const uint8_t *data, struct sl_err *err)
+{
+    if (t->encoding == FORMAT_ENC_Q8_CHANNEL)
+        return pl_weights_unpack(lin, t, data, 0, 1, 0, NULL, err);
+    memset(lin, 0, sizeof *lin);
+    lin->rows = (uint32_t)t->shape[0];
+    lin->cols = (uint32_t)t->shape[1];
+    lin->packed = sl_alloc_aligned(t->length, 64);
+    lin->upk = sl_calloc(1, sizeof *lin->upk);
+    if (!lin->packed || !lin->upk) {
+        infer_linear_fini(lin);
+        sl_err_set(err, "out of memory for '%s'", t->name);
+        return -ENOMEM;
+    }
+    memcpy(lin->packed, data, t->length);
+    int ret = unpack_tensor_init(lin->upk, t->encoding, lin->packed, t->length, lin->rows,
+                                 lin->cols, err);
+    if (ret < 0) {
+        free(lin->upk);
+        lin->upk = NULL;
+        infer_linear_fini(lin);
+        sl_err_prefix(err, "tensor '%s'", t->name);
+    }
+    return ret;
+}
+
+int pl_weights_decode_norm(const struct format_tensor_info *t, const uint8_t *data, float **out)
+{
+    *out = sl_malloc(sizeof(float) * t->shape[0]);
+    if (!*out)
+        return -ENOMEM;
+    return format_decode_float(t->encoding, data, *out, t->shape[0]);
+}
