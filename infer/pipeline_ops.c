@@ -137,9 +137,9 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_NORM: {
-        if (t->layer > 0)
-            infer_op_add(b->x, b->d, (size_t)b->n * D);
-        infer_op_rmsnorm(b->xb, b->x, p->m->layers[t->layer].attn_norm, b->n, D, c->norm_eps);
+        if (t->layer > 0) /* the previous layer's down projection, added here */
+            infer_step_residual(b->x, b->d, b->n, D);
+        infer_step_attn_norm(p->m, t->layer, b->xb, b->x, b->n);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WQ, b->xb, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WK, b->xb, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WV, b->xb, b->n, D);
@@ -160,26 +160,22 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_FFN_NORM:
-        infer_op_add(b->x, b->o, (size_t)b->n * D);
-        infer_op_rmsnorm(b->xb, b->x, p->m->layers[t->layer].ffn_norm, b->n, D, c->norm_eps);
+        infer_step_ffn_norm(p->m, t->layer, b->x, b->o, b->xb, b->n);
         quantize_for(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xb, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_W_UP, b->xb, b->n, D);
         break;
     case PL_SWIGLU: {
         uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
-        for (uint32_t r = 0; r < b->n; r++) { /* elementwise: the same bits in any pieces */
-            float *g = b->g + (size_t)r * F + f0;
-            infer_op_swiglu(g, g, b->u + (size_t)r * F + f0, f1 - f0);
-        }
+        infer_step_swiglu(b->g, b->u, b->n, F, f0, f1);
         quantize_cols(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, b->n, F, f0, f1);
         break;
     }
     case PL_HEAD: {
         /* the first token needs the last row only */
         float *xl = b->x + (size_t)(b->n - 1) * D, *dl = b->d + (size_t)(b->n - 1) * D;
-        infer_op_add(xl, dl, D);
+        infer_step_residual(xl, dl, 1, D);
         float *xbl = b->xb + (size_t)(b->n - 1) * D;
-        infer_op_rmsnorm(xbl, xl, p->m->out_norm, 1, D, c->norm_eps);
+        infer_step_head_norm(p->m, xbl, xl, 1);
         quantize_for(p, b, -1, FORMAT_ROLE_CLASSIFIER, xbl, 1, D);
         break;
     }
