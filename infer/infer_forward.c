@@ -106,7 +106,7 @@ int infer_head_forward(struct infer_model *m, struct infer_state *s, const float
         return -EINVAL;
     }
     infer_step_head_norm(m, s->xb, x, n);
-    return infer_linear_exec(m, s, -1, FORMAT_ROLE_CLASSIFIER, &m->cls, logits, s->xb, n, err);
+    return infer_linear_exec(m, s, -1, FORMAT_ROLE_CLASSIFIER, m->cls, logits, s->xb, n, err);
 }
 
 /* The classifier for the rows of this batch [b0, b0 + nb) that are listed;

@@ -48,7 +48,8 @@ struct infer_model {
     int globals_loaded;
     struct infer_linear embed; /* token embedding [V][D] (float or int8 rows) */
     float *out_norm;           /* [D] */
-    struct infer_linear cls;   /* classifier [V][D]; aliases embed when tied */
+    struct infer_linear cls_own; /* an untied classifier's weights */
+    struct infer_linear *cls;  /* the classifier [V][D]: &embed when tied, else &cls_own */
     struct infer_layer *layers;
     infer_observe_fn observe;
     void *observe_ctx;

@@ -84,9 +84,7 @@ static int load_linear(struct infer_model *m, int layer, uint32_t role, struct i
 void infer_model_release_layer(struct infer_model *m, int layer)
 {
     if (layer < 0) {
-        if (m->cls.w != m->embed.w || m->cls.q != m->embed.q || m->cls.npu != m->embed.npu)
-            infer_linear_fini(&m->cls);
-        memset(&m->cls, 0, sizeof m->cls);
+        infer_linear_fini(&m->cls_own); /* empty when tied */
         infer_linear_fini(&m->embed);
         free(m->out_norm);
         m->out_norm = NULL;
@@ -116,10 +114,8 @@ int infer_model_load_layer(struct infer_model *m, int layer, struct sl_err *err)
         if (!ret)
             ret = load_norm(m, -1, FORMAT_ROLE_OUT_NORM, &m->out_norm, err);
         if (!ret) {
-            if (m->cfg.tied_embedding)
-                m->cls = m->embed; /* shared storage; released once */
-            else
-                ret = load_linear(m, -1, FORMAT_ROLE_CLASSIFIER, &m->cls, err);
+            if (!m->cfg.tied_embedding) /* tied: m->cls is the embedding */
+                ret = load_linear(m, -1, FORMAT_ROLE_CLASSIFIER, &m->cls_own, err);
         }
         if (ret < 0)
             infer_model_release_layer(m, -1);
@@ -172,6 +168,7 @@ int infer_model_load(const char *path, const struct infer_load_opts *opts, struc
         return ret;
     }
     m->cfg = *format_reader_config(m->reader);
+    m->cls = m->cfg.tied_embedding ? &m->embed : &m->cls_own;
     /* Map the whole container read-only: float weights are used in place.
      * If mapping fails (a file system without mmap), tensors are read. */
     if (!(opts && opts->no_mmap)) {

@@ -143,7 +143,7 @@ static int finish_edges(struct pl *p)
 struct infer_linear *pl_graph_linear(const struct pl *p, int layer, uint32_t role)
 {
     if (layer < 0)
-        return &p->m->cls;
+        return p->m->cls; /* the embedding itself when tied */
     struct infer_layer *l = &p->m->layers[layer];
     switch (role) {
     case FORMAT_ROLE_WQ:
@@ -309,8 +309,6 @@ static int add_slice_tasks(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_C
                 ret = pl_weights_prepare(lin, ti, p->m->force_dynamic_act, 0, 1, &p->err);
                 if (ret < 0)
                     return ret;
-                if (ti->role == FORMAT_ROLE_TOK_EMBD) /* lookups read the NPU's copy */
-                    p->m->embed = *lin; /* shared storage; released once */
                 if ((ret = add_prefault(p, lin->npu, li)) < 0)
                     return ret;
             }

@@ -118,19 +118,14 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         const struct format_slice_info *s = format_reader_slice(p->r, t->slice);
         const struct format_tensor_info *ti2 = format_reader_tensor(p->r, (uint32_t)t->tensor);
         struct infer_linear *lin = pl_graph_linear(p, t->layer, t->role);
-        int tied = ti2->role == FORMAT_ROLE_TOK_EMBD; /* the classifier is the embedding */
         const uint8_t *data = p->slice_data[t->slice] + (ti2->offset - s->offset);
         /* the worker's scratch where its rows fit (fill_linear allocates otherwise) */
         int8_t *scratch = ti2->shape[1] <= p->fill_cols ? p->fill_scratch[w] : NULL;
         if (t->r1 > t->r0) { /* a piece, prepared by build_graph */
             ret = pl_weights_fill(lin, ti2, data, t->r0, t->r1, scratch, &err);
-            tied = 0;
         } else {
             ret = pl_weights_unpack(lin, ti2, data, p->m->force_dynamic_act, 0, 1, scratch, &err);
         }
-        /* lookups read rows back from the NPU's copy: no second copy */
-        if (ret == 0 && tied)
-            p->m->embed = *lin; /* shared storage; released once (infer_model_destroy) */
         pthread_mutex_lock(&p->lock);
         p->unpack_ns += sl_now_ns() - t0;
         pthread_mutex_unlock(&p->lock);
