@@ -28,41 +28,20 @@ int pl_pread_full(int fd, void *buf, uint64_t len, uint64_t off)
     return 0;
 }
 
-/* One row of a packed tensor from its code bytes: wrapped in a one-row
- * tensor (the prefix of docs/FORMAT-packed.md) and unpacked through the
- * public API, so the row is validated and decoded like any tensor. */
-static int unpack_one_row(uint32_t encoding, const uint8_t *row, uint64_t row_bytes,
-                          uint32_t cols, uint32_t width, float scale, int8_t *dst)
+/* Where token tok's row of a q8 tensor lies (FORMAT.md: rows float32
+ * scales, then the int8 rows from the next 64-byte boundary). */
+static uint64_t q8_row_offset(uint32_t rows, uint32_t cols, uint32_t tok)
 {
-    uint64_t prefix = format_packed_prefix_bytes(1);
-    uint8_t *b = sl_calloc(1, prefix + row_bytes);
-    if (!b)
-        return -ENOMEM;
-    memcpy(b, encoding == FORMAT_ENC_ADAPTIVE ? "SLAD" : encoding == FORMAT_ENC_INT4INT8 ? "SL48"
-                                                                                        : "SLBP",
-           4);
-    sl_store_le32(b + 4, 1);
-    sl_store_le32(b + 8, 1);
-    sl_store_le32(b + 12, cols);
-    sl_store_le32(b + 16, encoding == FORMAT_ENC_ADAPTIVE ? FORMAT_PACKED_GROUP : 0);
-    sl_store_le64(b + 24, row_bytes);
-    b[FORMAT_PACKED_HEADER] = (uint8_t)(width - 1);
-    sl_store_lef32(b + sl_align_up(FORMAT_PACKED_HEADER + 2, 64), scale);
-    memcpy(b + prefix, row, row_bytes);
-    struct unpack_tensor u;
-    int ret = unpack_tensor_init(&u, encoding, b, prefix + row_bytes, 1, cols, NULL);
-    if (ret == 0) {
-        ret = unpack_tensor_rows(&u, unpack_kernel_best(), 0, 1, dst, NULL);
-        unpack_tensor_fini(&u);
-    }
-    free(b);
-    return ret;
+    return sl_align_up((uint64_t)rows * 4, 64) + (uint64_t)tok * cols;
 }
 
-/* x[n][D] = the embedding rows of the prompt, read with a few small reads.
- * These bytes are covered by their slice's checksum when the slice is read
- * whole: with the head slice (tied), before the first token is returned; or
- * after it (untied embedding, read last for decoding). */
+/* x[n][D] = the embedding rows of the prompt, read in one batch (io_uring)
+ * before the stream starts: a packed table's prefix first (header, widths
+ * and scales, parsed and checked by the format module), then one range per
+ * prompt token (two for q8: its scale and its row). These bytes are covered
+ * by their slice's checksum when the slice is read whole: with the head
+ * slice (tied), before the first token is returned; or after it (untied
+ * embedding, read last for decoding). */
 int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
 {
     const struct format_config *c = p->c;
@@ -70,76 +49,91 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
     const struct format_tensor_info *t = format_reader_tensor(p->r, (uint32_t)ti);
     int fd = format_reader_fd(p->r);
     const char *path = format_reader_path(p->r);
-    uint32_t D = c->dim, rows = c->vocab_size;
-    uint32_t n = 0;
+    uint32_t D = c->dim, rows = c->vocab_size, n = 0;
     for (uint32_t ch = 0; ch < p->n_chunks; ch++)
         n += p->cb[ch].n;
+    for (uint32_t i = 0; i < n; i++)
+        if ((uint32_t)p->tokens[i] >= rows) {
+            sl_err_set(err, "token id %d outside the vocabulary of %u", p->tokens[i], rows);
+            return -EINVAL;
+        }
+    int q8 = t->encoding == FORMAT_ENC_Q8_CHANNEL;
+    int packed = format_encoding_traits(t->encoding)->quantized && !q8;
+    uint64_t esz = t->encoding == FORMAT_ENC_F32 ? 4 : 2;
+    /* each token's bytes: a float row, a q8 row, or at most an 8-bit packed row */
+    uint64_t stride = sl_align_up(packed ? format_packed_row_bytes(t->encoding, 8, D)
+                                         : q8 ? D : D * esz, 64);
+    uint32_t nreq = q8 ? 2 * n : n;
+    uint8_t *prefix = NULL, *data = sl_malloc(stride * n + (q8 ? 4ull * n : 0));
+    uint64_t *row_off = NULL, *offs = sl_malloc(sizeof *offs * nreq);
+    uint64_t *lens = sl_malloc(sizeof *lens * nreq);
+    void **bufs = sl_malloc(sizeof *bufs * nreq);
     int8_t *q = sl_malloc(D);
-    uint8_t *raw = sl_malloc((size_t)D * 4 + 64);
-    uint8_t *prefix = NULL;
-    uint64_t *row_off = NULL;
-    int ret = q && raw ? 0 : -ENOMEM;
-    if (ret == 0 && format_encoding_traits(t->encoding)->quantized &&
-        t->encoding != FORMAT_ENC_Q8_CHANNEL) {
+    struct format_packed_layout lay = {0};
+    int ret = data && offs && lens && bufs && q ? 0 : -ENOMEM;
+    if (ret == 0 && packed) {
         uint64_t plen = format_packed_prefix_bytes(rows);
         prefix = sl_malloc(plen);
-        row_off = sl_malloc(sizeof(uint64_t) * rows);
-        ret = prefix && row_off ? pl_pread_full(fd, prefix, plen, t->offset) : -ENOMEM;
-        struct format_packed_layout lay;
-        /* the prefix alone: parse its header and widths, not the codes */
-        if (ret == 0 && (memcmp(prefix, "SL", 2) != 0 || sl_load_le32(prefix + 8) != rows ||
-                         sl_load_le32(prefix + 12) != D))
-            ret = -EINVAL;
-        (void)lay;
-        uint64_t off = 0;
-        for (uint32_t r = 0; ret == 0 && r < rows; r++) {
+        row_off = sl_malloc(sizeof *row_off * rows);
+        ret = prefix && row_off ? 0 : -ENOMEM;
+        if (ret == 0)
+            ret = loader_read_batch(fd, &t->offset, &plen, (void *const *)&prefix, 1, err);
+        /* the prefix holds everything the parser reads (it checks the code
+         * bytes' total against the tensor's length without reading them) */
+        if (ret == 0)
+            ret = format_packed_parse(t->encoding, prefix, t->length, rows, D, &lay, err);
+        for (uint64_t r = 0, off = plen; ret == 0 && r < rows; r++) {
             row_off[r] = off;
-            off += format_packed_row_bytes(t->encoding,
-                                           format_packed_width(prefix + FORMAT_PACKED_HEADER, r), D);
+            off += format_packed_row_bytes(t->encoding, format_packed_width(lay.widths, (uint32_t)r), D);
         }
-        if (ret == 0 && off + plen != t->length)
-            ret = -EINVAL;
     }
     for (uint32_t i = 0; ret == 0 && i < n; i++) {
         uint32_t tok = (uint32_t)p->tokens[i];
-        if (tok >= rows) {
-            sl_err_set(err, "token id %u outside the vocabulary of %u", tok, rows);
-            ret = -EINVAL;
-            break;
-        }
-        float *xi = x + (size_t)i * D;
-        if (!format_encoding_traits(t->encoding)->quantized) {
-            uint64_t esz = t->encoding == FORMAT_ENC_F32 ? 4 : 2;
-            ret = pl_pread_full(fd, raw, D * esz, t->offset + (uint64_t)tok * D * esz);
-            if (ret == 0)
-                format_decode_float(t->encoding, raw, xi, D);
-        } else if (t->encoding == FORMAT_ENC_Q8_CHANNEL) {
-            uint8_t s4[4];
-            ret = pl_pread_full(fd, s4, 4, t->offset + 4 * (uint64_t)tok);
-            if (ret == 0)
-                ret = pl_pread_full(fd, q, D,
-                                 t->offset + sl_align_up((uint64_t)rows * 4, 64) + (uint64_t)tok * D);
-            float s = sl_load_lef32(s4);
-            for (uint32_t j = 0; ret == 0 && j < D; j++)
-                xi[j] = s * (float)q[j];
+        bufs[i] = data + stride * i;
+        if (packed) {
+            offs[i] = t->offset + row_off[tok];
+            lens[i] = format_packed_row_bytes(t->encoding, format_packed_width(lay.widths, tok), D);
+        } else if (q8) {
+            offs[i] = t->offset + q8_row_offset(rows, D, tok);
+            lens[i] = D;
+            offs[n + i] = t->offset + 4ull * tok; /* its scale */
+            lens[n + i] = 4;
+            bufs[n + i] = data + stride * n + 4ull * i;
         } else {
-            uint32_t width = format_packed_width(prefix + FORMAT_PACKED_HEADER, tok);
-            uint64_t rb = format_packed_row_bytes(t->encoding, width, D);
-            uint64_t scoff = sl_align_up(FORMAT_PACKED_HEADER + ((uint64_t)rows * 3 + 7) / 8 + 1, 64);
-            ret = pl_pread_full(fd, raw, rb,
-                             t->offset + format_packed_prefix_bytes(rows) + row_off[tok]);
-            float s = sl_load_lef32(prefix + scoff + 4 * (uint64_t)tok);
-            if (ret == 0)
-                ret = unpack_one_row(t->encoding, raw, rb, D, width, s, q);
-            for (uint32_t j = 0; ret == 0 && j < D; j++)
-                xi[j] = s * (float)q[j];
+            offs[i] = t->offset + (uint64_t)tok * D * esz;
+            lens[i] = D * esz;
         }
+    }
+    if (ret == 0)
+        ret = loader_read_batch(fd, offs, lens, (void *const *)bufs, nreq, err);
+    for (uint32_t i = 0; ret == 0 && i < n; i++) {
+        uint32_t tok = (uint32_t)p->tokens[i];
+        float *xi = x + (size_t)i * D;
+        const uint8_t *row = bufs[i];
+        float s;
+        if (!packed && !q8) {
+            format_decode_float(t->encoding, row, xi, D);
+            continue;
+        }
+        if (packed) {
+            ret = unpack_row(t->encoding, unpack_kernel_best(), row, D,
+                             format_packed_width(lay.widths, tok), q);
+            s = sl_load_lef32(lay.scales + 4ull * tok);
+        } else {
+            memcpy(q, row, D);
+            s = sl_load_lef32((const uint8_t *)bufs[n + i]);
+        }
+        for (uint32_t j = 0; ret == 0 && j < D; j++)
+            xi[j] = s * (float)q[j];
     }
     if (ret < 0 && !err->msg[0])
         sl_err_set(err, "%s: cannot read the embedding rows of the prompt (%s)", path,
                    strerror(-ret));
     free(q);
-    free(raw);
+    free(data);
+    free(offs);
+    free(lens);
+    free(bufs);
     free(prefix);
     free(row_off);
     return ret;
