@@ -83,7 +83,7 @@ static int dense_run(const struct infer_attention *a, const struct format_config
     uint32_t hs = c->head_dim, qdim = c->n_heads * hs, kv_mul = c->n_heads / c->n_kv_heads;
     size_t kv_dim = (size_t)c->n_kv_heads * hs;
     uint32_t most = rows->base + rows->n;
-    uint32_t *list = malloc(sizeof *list * (most ? most : 1));
+    uint32_t *list = sl_malloc(sizeof *list * (most ? most : 1));
     if (!list)
         return -ENOMEM;
     for (uint32_t i = 0; i < rows->n; i++) {

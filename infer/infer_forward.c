@@ -214,7 +214,7 @@ int infer_forward(struct infer_model *m, struct infer_state *s, const int *token
         b.logits_rows = &last;
         b.n_logits = 1;
     } else if (mode == INFER_LOGITS_ALL) {
-        rows = malloc(sizeof *rows * n);
+        rows = sl_malloc(sizeof *rows * n);
         if (!rows) {
             sl_err_set(err, "out of memory");
             return -ENOMEM;

@@ -17,7 +17,7 @@ int infer_kv_create(const struct format_config *c, uint32_t capacity, unsigned f
                    c->seq_len);
         return -EINVAL;
     }
-    struct infer_kv *kv = calloc(1, sizeof *kv);
+    struct infer_kv *kv = sl_calloc(1, sizeof *kv);
     if (!kv)
         goto nomem;
     kv->n_layers = c->n_layers;
@@ -27,14 +27,14 @@ int infer_kv_create(const struct format_config *c, uint32_t capacity, unsigned f
     kv->cap = capacity;
     size_t cells = (size_t)c->n_layers * capacity * kv->kv_dim;
     /* calloc: untouched slots cost no memory until written (fresh zero pages) */
-    kv->k = calloc(cells, sizeof(float));
-    kv->v = calloc(cells, sizeof(float));
-    kv->pos = calloc(capacity, sizeof *kv->pos);
+    kv->k = sl_calloc(cells, sizeof(float));
+    kv->v = sl_calloc(cells, sizeof(float));
+    kv->pos = sl_calloc(capacity, sizeof *kv->pos);
     if (!kv->k || !kv->v || !kv->pos)
         goto nomem;
     if (flags & INFER_KV_K8) {
-        kv->k8 = calloc(cells, 1);
-        kv->k8_scale = calloc((size_t)c->n_layers * capacity * c->n_kv_heads, sizeof(float));
+        kv->k8 = sl_calloc(cells, 1);
+        kv->k8_scale = sl_calloc((size_t)c->n_layers * capacity * c->n_kv_heads, sizeof(float));
         if (!kv->k8 || !kv->k8_scale)
             goto nomem;
     }

@@ -26,7 +26,7 @@ struct infer_session {
 static int session_alloc(uint32_t vocab, const struct infer_session_opts *o,
                          struct infer_session **out, struct sl_err *err)
 {
-    struct infer_session *s = calloc(1, sizeof *s);
+    struct infer_session *s = sl_calloc(1, sizeof *s);
     if (!s) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
@@ -38,7 +38,7 @@ static int session_alloc(uint32_t vocab, const struct infer_session_opts *o,
         s->o.npu_share = 0.5;
     s->vocab = vocab;
     s->next = -1;
-    s->logits = malloc(sizeof(float) * vocab);
+    s->logits = sl_malloc(sizeof(float) * vocab);
     int ret = s->logits ? infer_sampler_create(vocab, &s->o.sampler, &s->sampler) : -ENOMEM;
     if (ret < 0) {
         sl_err_set(err, "cannot set up sampling (%s)", strerror(-ret));

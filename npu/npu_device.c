@@ -190,13 +190,13 @@ int npu_device_create_config(const struct npu_device_config *cfg, struct npu_dev
     }
     if (c.max_graphs == 0)
         c.max_graphs = 64;
-    struct npu_device *d = calloc(1, sizeof *d);
+    struct npu_device *d = sl_calloc(1, sizeof *d);
     if (!d) {
         sl_err_set(err, "npu: out of memory for the device");
         return -ENOMEM;
     }
     d->cfg = c;
-    d->graphs = calloc(c.max_graphs, sizeof *d->graphs);
+    d->graphs = sl_calloc(c.max_graphs, sizeof *d->graphs);
     if (!d->graphs) {
         free(d);
         sl_err_set(err, "npu: out of memory for the device");
@@ -332,7 +332,7 @@ int npu_device_submit(struct npu_device *d, const struct npu_job *job,
         count_refused(d);
         return ret;
     }
-    struct npu_ticket *t = calloc(1, sizeof *t);
+    struct npu_ticket *t = sl_calloc(1, sizeof *t);
     if (!t) {
         sl_err_set(err, "npu: out of memory for a job");
         return -ENOMEM;

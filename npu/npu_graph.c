@@ -205,10 +205,10 @@ static int choose_and_check(struct npu_graph *g, int forced_tile, struct sl_err 
         reps = fit >= SMALL_REPS ? SMALL_REPS : fit > 1 ? (int)fit : 1;
     }
     int ret = -ENOMEM;
-    int8_t *a = malloc((size_t)d->m * d->k);
-    int8_t *bw = malloc((size_t)pn * d->k);
-    int32_t *c = malloc(sizeof(int32_t) * (size_t)d->m * pn);
-    int32_t *want = malloc(sizeof(int32_t) * 3 * pn);
+    int8_t *a = sl_malloc((size_t)d->m * d->k);
+    int8_t *bw = sl_malloc((size_t)pn * d->k);
+    int32_t *c = sl_malloc(sizeof(int32_t) * (size_t)d->m * pn);
+    int32_t *want = sl_malloc(sizeof(int32_t) * 3 * pn);
     struct npu_gemm_b *b = NULL;
     if (!a || !bw || !c || !want)
         goto fail;
@@ -277,7 +277,7 @@ int npu_graph_create(const struct npu_device *dev, const struct npu_device_confi
     int ret = npu_graph_desc_check(desc, err);
     if (ret < 0)
         return ret;
-    struct npu_graph *g = calloc(1, sizeof *g);
+    struct npu_graph *g = sl_calloc(1, sizeof *g);
     if (!g) {
         sl_err_set(err, "npu: out of memory for a graph");
         return -ENOMEM;
