@@ -111,11 +111,11 @@ int infer_session_cold_start(const char *path, const int *tokens, uint32_t n,
     ret = session_alloc(vocab, so, &s, err);
     if (ret < 0)
         return ret;
-    struct infer_pipeline_opts p = po ? *po : (struct infer_pipeline_opts){0};
-    if (!po) {
-        p.steal_threshold = 5;
-        p.steal_ahead = 1.0;
-    }
+    struct infer_pipeline_opts p;
+    if (po)
+        p = *po;
+    else
+        infer_pipeline_opts_init(&p);
     p.device = s->dev;
     p.first_logits = on_first_logits;
     p.ctx = s;

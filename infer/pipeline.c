@@ -226,6 +226,19 @@ static int feed(struct pl *p, void **whole, size_t *whole_len, struct sl_err *er
 }
 
 
+void infer_pipeline_opts_init(struct infer_pipeline_opts *o)
+{
+    *o = (struct infer_pipeline_opts){.policy = INFER_POLICY_FULL,
+                                      .load = INFER_LOAD_STREAM,
+                                      .chunk = 256,
+                                      .steal_threshold = 5,
+                                      .steal_ahead = 1.0,
+                                      .split = 512,
+                                      .cpu_workers = 1,
+                                      .ring_bytes = 64ull << 20,
+                                      .queue_depth = 16};
+}
+
 int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
                            const struct infer_pipeline_opts *opts, struct infer_model **model,
                            struct infer_state **state, float *logits,
@@ -234,13 +247,13 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     struct sl_err no_err;
     if (!err) /* the threads' failures pass through it */
         err = &no_err;
-    struct infer_pipeline_opts o = opts ? *opts : (struct infer_pipeline_opts){0};
+    struct infer_pipeline_opts o;
+    if (opts)
+        o = *opts;
+    else
+        infer_pipeline_opts_init(&o);
     if (!o.chunk)
         o.chunk = 256;
-    if (!opts) {
-        o.steal_threshold = 5;
-        o.steal_ahead = 1.0;
-    }
     if (!o.split)
         o.split = 512;
     if (!o.cpu_workers)

@@ -106,8 +106,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
     double temp = 0.0, top_p = -1;
     uint64_t seed = 42;
     *o = (struct run_opts){.prompt = "", .n_gen = 256, .npu_share = 0.5};
-    o->pipeline.steal_threshold = 5;
-    o->pipeline.steal_ahead = 1.0;
+    infer_pipeline_opts_init(&o->pipeline);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int bad = 0;

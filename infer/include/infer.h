@@ -391,6 +391,12 @@ struct infer_pipeline_stats {
                                 * queued for an idle CPU to steal (full) */
 };
 
+/* Every option at its default (what opts = NULL means): full, stream, chunk
+ * 256, steal threshold 5, steal ahead 1, split 512, one CPU worker, a 64 MiB
+ * ring, 16 reads in flight, no trace, no callback, a device of its own. A
+ * zeroed struct is not the defaults: start from this and change fields. */
+void infer_pipeline_opts_init(struct infer_pipeline_opts *o);
+
 const char *infer_policy_name(enum infer_policy p);
 int infer_policy_parse(const char *s, enum infer_policy *out);
 
