@@ -121,6 +121,18 @@ static void test_kv(void **st)
 
 /* ---- the batched forward ------------------------------------------------------------ */
 
+/* The first n slots of two states' caches hold the same bits, every layer. */
+static void same_cache(const struct format_config *c, struct infer_state *a,
+                       struct infer_state *b, uint32_t n)
+{
+    size_t w = (size_t)n * c->n_kv_heads * c->head_dim * sizeof(float);
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        assert_memory_equal(infer_kv_keys(infer_state_kv(a), l), infer_kv_keys(infer_state_kv(b), l), w);
+        assert_memory_equal(infer_kv_values(infer_state_kv(a), l),
+                            infer_kv_values(infer_state_kv(b), l), w);
+    }
+}
+
 /* One call of n rows against n calls of one row: the same logits, bit for bit. */
 static void chain_split(const char *path)
 {
@@ -151,12 +163,7 @@ static void chain_split(const char *path)
     assert_int_equal(infer_forward_batch(m, a, &bat, la, &err), 0);
     assert_memory_equal(la, lb, sizeof(float) * V);
     /* and the caches agree slot for slot */
-    for (uint32_t l = 0; l < c->n_layers; l++) {
-        size_t w = (size_t)n * c->n_kv_heads * c->head_dim * sizeof(float);
-        assert_memory_equal(infer_kv_keys(infer_state_kv(a), l), infer_kv_keys(infer_state_kv(b), l), w);
-        assert_memory_equal(infer_kv_values(infer_state_kv(a), l),
-                            infer_kv_values(infer_state_kv(b), l), w);
-    }
+    same_cache(c, a, b, n);
     /* errors: parents that are not earlier rows, logits rows out of order,
      * past the context; the cache is left as it was */
     int32_t par[2] = {0, -1};
@@ -245,13 +252,7 @@ static void tree_vs_plain(const char *path)
         assert_int_equal(infer_forward(m, plain, p, np, 0, lp, INFER_LOGITS_LAST, &err), 0);
         assert_int_equal(infer_forward(m, plain, path_tok, 4, np, lp, INFER_LOGITS_LAST, &err),
                          0);
-        for (uint32_t l = 0; l < c->n_layers; l++) {
-            size_t w = (size_t)(np + 4) * c->n_kv_heads * c->head_dim * sizeof(float);
-            assert_memory_equal(infer_kv_keys(infer_state_kv(s), l),
-                                infer_kv_keys(infer_state_kv(plain), l), w);
-            assert_memory_equal(infer_kv_values(infer_state_kv(s), l),
-                                infer_kv_values(infer_state_kv(plain), l), w);
-        }
+        same_cache(c, s, plain, np + 4);
         for (uint32_t i = 0; i < np + 4; i++)
             assert_int_equal(infer_kv_pos(infer_state_kv(s), i), i);
         /* decoding on from the committed cache: the same next logits */
