@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <xxhash.h>
@@ -23,6 +24,28 @@ static const char *const role_names[FORMAT_ROLE_COUNT] = {
 const char *format_role_name(enum format_role role)
 {
     return (unsigned)role < FORMAT_ROLE_COUNT ? role_names[role] : "unknown";
+}
+
+void format_tensor_name(int layer, enum format_role role, char *buf, size_t n)
+{
+    static const char *const names[FORMAT_ROLE_COUNT] = {
+        [FORMAT_ROLE_TOK_EMBD] = "token_embd",
+        [FORMAT_ROLE_ATTN_NORM] = "attn_norm",
+        [FORMAT_ROLE_WQ] = "attn_q",
+        [FORMAT_ROLE_WK] = "attn_k",
+        [FORMAT_ROLE_WV] = "attn_v",
+        [FORMAT_ROLE_WO] = "attn_output",
+        [FORMAT_ROLE_FFN_NORM] = "ffn_norm",
+        [FORMAT_ROLE_W_GATE] = "ffn_gate",
+        [FORMAT_ROLE_W_UP] = "ffn_up",
+        [FORMAT_ROLE_W_DOWN] = "ffn_down",
+        [FORMAT_ROLE_OUT_NORM] = "output_norm",
+        [FORMAT_ROLE_CLASSIFIER] = "output",
+    };
+    if (layer >= 0)
+        snprintf(buf, n, "blk.%d.%s.weight", layer, names[role]);
+    else
+        snprintf(buf, n, "%s.weight", names[role]);
 }
 
 int format_role_is_linear(enum format_role role)

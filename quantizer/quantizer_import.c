@@ -93,28 +93,6 @@ uint64_t qi_type_bytes(enum qi_type t, uint64_t n)
     return 0;
 }
 
-void qi_tensor_name(int layer, uint32_t role, char *buf, size_t n)
-{
-    static const char *const names[FORMAT_ROLE_COUNT] = {
-        [FORMAT_ROLE_TOK_EMBD] = "token_embd",
-        [FORMAT_ROLE_ATTN_NORM] = "attn_norm",
-        [FORMAT_ROLE_WQ] = "attn_q",
-        [FORMAT_ROLE_WK] = "attn_k",
-        [FORMAT_ROLE_WV] = "attn_v",
-        [FORMAT_ROLE_WO] = "attn_output",
-        [FORMAT_ROLE_FFN_NORM] = "ffn_norm",
-        [FORMAT_ROLE_W_GATE] = "ffn_gate",
-        [FORMAT_ROLE_W_UP] = "ffn_up",
-        [FORMAT_ROLE_W_DOWN] = "ffn_down",
-        [FORMAT_ROLE_OUT_NORM] = "output_norm",
-        [FORMAT_ROLE_CLASSIFIER] = "output",
-    };
-    if (layer >= 0)
-        snprintf(buf, n, "blk.%d.%s.weight", layer, names[role]);
-    else
-        snprintf(buf, n, "%s.weight", names[role]);
-}
-
 /* ---- detection --------------------------------------------------------------- */
 
 static int is_dir(const char *p)
@@ -336,7 +314,7 @@ static int write_source(struct qi_source *s, const struct quantizer_import_opts 
         convert(&t, enc, buf);
         release_source(t.data, t.len);
         char name[FORMAT_NAME_MAX];
-        qi_tensor_name(layer, role, name, sizeof name);
+        format_tensor_name(layer, role, name, sizeof name);
         int is_1d = role == FORMAT_ROLE_ATTN_NORM || role == FORMAT_ROLE_FFN_NORM ||
                     role == FORMAT_ROLE_OUT_NORM;
         struct format_tensor_desc d = {.name = name,

@@ -288,7 +288,7 @@ static int64_t name_slot(const char *name, uint64_t len, uint32_t n_layers)
     k++;
     for (uint32_t r = 0; r < 9; r++) {
         char want[64];
-        qi_tensor_name(-1, FORMAT_ROLE_ATTN_NORM + r, want, sizeof want);
+        format_tensor_name(-1, FORMAT_ROLE_ATTN_NORM + r, want, sizeof want);
         if (key_is(name + k, len - k, want))
             return (int64_t)layer * 9 + r;
     }
@@ -343,7 +343,7 @@ static int gguf_tensor(struct qi_source *s, int layer, uint32_t role, struct qi_
     uint32_t lookup = role;
     if (role == FORMAT_ROLE_TOK_EMBD || (role == FORMAT_ROLE_CLASSIFIER && g->dedup_classifier))
         lookup = FORMAT_ROLE_TOK_EMBD;
-    qi_tensor_name(layer, lookup, name, sizeof name);
+    format_tensor_name(layer, lookup, name, sizeof name);
     const struct gguf_tensor *gt = find_tensor(g, name);
     if (!gt) {
         sl_err_set(err, "%s: tensor '%s' is missing", s->path, name);

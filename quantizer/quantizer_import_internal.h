@@ -55,7 +55,4 @@ uint64_t qi_type_bytes(enum qi_type t, uint64_t n_elems);
 size_t qi_order_count(const struct format_config *c);
 void qi_order_at(const struct format_config *c, size_t i, int *layer, uint32_t *role);
 
-/* GGUF-style tensor name for (layer, role). */
-void qi_tensor_name(int layer, uint32_t role, char *buf, size_t n);
-
 #endif

@@ -567,7 +567,7 @@ static int emit_float(struct qctx *q, struct format_writer *w, int layer, uint32
                       const float *v, uint32_t n_dims, uint32_t rows, uint32_t cols)
 {
     char name[FORMAT_NAME_MAX];
-    qi_tensor_name(layer, role, name, sizeof name);
+    format_tensor_name(layer, role, name, sizeof name);
     uint64_t n = (uint64_t)rows * cols;
     uint8_t *buf = malloc(n * 4);
     if (!buf) {
@@ -630,7 +630,7 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
     if (ret < 0)
         goto out;
     char name[FORMAT_NAME_MAX];
-    qi_tensor_name(layer, role, name, sizeof name);
+    format_tensor_name(layer, role, name, sizeof name);
     struct format_tensor_desc d = {.name = name,
                                    .layer = layer,
                                    .role = role,

@@ -477,7 +477,7 @@ int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
         format_role_shape(c, role, &nd, shp);
         uint64_t cols = nd == 2 ? shp[1] : 1;
         char name[FORMAT_NAME_MAX];
-        qi_tensor_name(layer, role, name, sizeof name);
+        format_tensor_name(layer, role, name, sizeof name);
         ret = gen_tensor(&s, layer, role, shp[0], cols, threads, buf);
         if (ret < 0) {
             sl_err_set(err, "out of memory generating %s", name);

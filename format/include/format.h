@@ -131,6 +131,10 @@ enum format_role {
 
 /* Short names ("wq", "attn_norm", ...), for manifests and tables. */
 const char *format_role_name(enum format_role role);
+/* The tensor name a container gives (layer, role), GGUF style
+ * ("blk.3.attn_q.weight"; layer -1: "output_norm.weight"), into buf[n]
+ * (FORMAT_NAME_MAX is enough). */
+void format_tensor_name(int layer, enum format_role role, char *buf, size_t n);
 /* 1 for the linear weights the quantizer and the NPU deal with (Q, K, V, O,
  * gate, up, down, classifier), else 0. */
 int format_role_is_linear(enum format_role role);
