@@ -42,7 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quantizer_import_internal.h"
 #include "quantizer_internal.h"
 
 /* The clipping rule QUANTIZER_CLIP_DEFAULT stands for (measured:

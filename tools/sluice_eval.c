@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "import.h"
 #include "infer.h"
-#include "quantizer.h"
 #include "sluice.h"
 #include "tools_calib.h"
 #include "tools_util.h"
@@ -38,15 +38,15 @@ static void usage(FILE *f)
 static int open_model(const char *path, const char *tokenizer, char *tmp, size_t tmplen,
                       struct infer_model **m, struct sl_err *err)
 {
-    enum quantizer_source kind;
-    int ret = quantizer_source_detect(path, &kind, err);
+    enum import_source kind;
+    int ret = import_source_detect(path, &kind, err);
     if (ret < 0)
         return ret;
-    if (kind != QUANTIZER_SRC_SLUICE) {
+    if (kind != IMPORT_SRC_SLUICE) {
         const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
         snprintf(tmp, tmplen, "%s/sluice-eval-%d-%p.sluice", dir, (int)getpid(), (void *)m);
-        struct quantizer_import_opts o = {.tokenizer = tokenizer, .dtype = -1};
-        ret = quantizer_import(path, &o, tmp, err);
+        struct import_opts o = {.tokenizer = tokenizer, .dtype = -1};
+        ret = import_model(path, &o, tmp, err);
         if (ret < 0)
             return ret;
         path = tmp;

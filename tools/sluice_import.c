@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quantizer.h"
+#include "import.h"
 #include "sluice.h"
 #include "tools_util.h"
 
@@ -27,7 +27,7 @@ static void usage(FILE *f)
 int cmd_import(int argc, char **argv)
 {
     const char *src = NULL, *out = NULL;
-    struct quantizer_import_opts o = {.dtype = -1};
+    struct import_opts o = {.dtype = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -68,7 +68,7 @@ int cmd_import(int argc, char **argv)
     o.progress = tools_progress_cb;
     o.progress_ctx = &prog;
     struct sl_err err = {{0}};
-    if (quantizer_import(src, &o, out, &err) < 0) {
+    if (import_model(src, &o, out, &err) < 0) {
         tools_progress_end(&prog);
         fprintf(stderr, "sluice import: %s\n", err.msg);
         return 1;

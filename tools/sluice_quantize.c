@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "import.h"
 #include "infer.h"
 #include "quantizer.h"
 #include "sluice.h"
@@ -371,15 +372,15 @@ int cmd_quantize(int argc, char **argv)
     int status = 1;
     struct quantizer_calib *calib = NULL;
     int *ids = NULL; /* the calibration tokens, for --budget auto */
-    enum quantizer_source kind;
-    if (quantizer_source_detect(src, &kind, &err) < 0)
+    enum import_source kind;
+    if (import_source_detect(src, &kind, &err) < 0)
         goto fail;
-    if (kind != QUANTIZER_SRC_SLUICE) {
+    if (kind != IMPORT_SRC_SLUICE) {
         const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
         snprintf(tmp, sizeof tmp, "%s/sluice-quantize-%d.sluice", dir, (int)getpid());
-        struct quantizer_import_opts io = {.tokenizer = tokenizer, .dtype = -1};
+        struct import_opts io = {.tokenizer = tokenizer, .dtype = -1};
         fprintf(stderr, "sluice quantize: importing %s\n", src);
-        if (quantizer_import(src, &io, tmp, &err) < 0)
+        if (import_model(src, &io, tmp, &err) < 0)
             goto fail;
         container = tmp;
     }

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "import.h"
 #include "infer.h"
-#include "quantizer.h"
 #include "sluice.h"
 #include "tools_util.h"
 
@@ -188,22 +188,22 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 static int run_resolve_model(const struct run_opts *o, char *tmp, size_t tmp_len, const char **path,
                              struct sl_err *err)
 {
-    enum quantizer_source kind;
-    int ret = quantizer_source_detect(o->model, &kind, err);
+    enum import_source kind;
+    int ret = import_source_detect(o->model, &kind, err);
     if (ret < 0)
         return ret;
     *path = o->model;
-    if (kind == QUANTIZER_SRC_SLUICE)
+    if (kind == IMPORT_SRC_SLUICE)
         return 0;
     const char *dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
     snprintf(tmp, tmp_len, "%s/sluice-run-%d.sluice", dir, (int)getpid());
     struct tools_progress prog;
     tools_progress_init(&prog, "import");
-    struct quantizer_import_opts io = {.tokenizer = o->tokenizer,
-                                       .dtype = -1,
-                                       .progress = o->json ? NULL : tools_progress_cb,
-                                       .progress_ctx = &prog};
-    ret = quantizer_import(o->model, &io, tmp, err);
+    struct import_opts io = {.tokenizer = o->tokenizer,
+                             .dtype = -1,
+                             .progress = o->json ? NULL : tools_progress_cb,
+                             .progress_ctx = &prog};
+    ret = import_model(o->model, &io, tmp, err);
     tools_progress_end(&prog);
     if (ret < 0) {
         tmp[0] = 0; /* the importer leaves nothing behind */

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "quantizer.h"
+#include "import.h"
 #include "sluice.h"
 #include "tools_util.h"
 
@@ -30,7 +30,7 @@ int cmd_synth(int argc, char **argv)
             return 0;
         } else if (!strcmp(argv[i], "--list")) {
             size_t n;
-            const struct quantizer_synth_shape *s = quantizer_synth_shapes(&n);
+            const struct import_synth_shape *s = import_synth_shapes(&n);
             for (size_t k = 0; k < n; k++)
                 printf("%-16s %s\n", s[k].name, s[k].description);
             return 0;
@@ -55,7 +55,7 @@ int cmd_synth(int argc, char **argv)
     struct tools_progress p;
     tools_progress_init(&p, "synth");
     struct sl_err err = {{0}};
-    int ret = quantizer_synth(shape, seed, out, tools_progress_cb, &p, &err);
+    int ret = import_synth(shape, seed, out, tools_progress_cb, &p, &err);
     tools_progress_end(&p);
     if (ret < 0) {
         fprintf(stderr, "sluice synth: %s\n", err.msg);

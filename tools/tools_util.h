@@ -17,7 +17,8 @@ struct tools_progress {
 };
 
 void tools_progress_init(struct tools_progress *p, const char *what);
-/* quantizer_progress_fn-compatible callback; ctx is a struct tools_progress. */
+/* import_progress_fn- and quantizer_progress_fn-compatible callback; ctx is a
+ * struct tools_progress. */
 void tools_progress_cb(void *ctx, const char *item, uint64_t done, uint64_t total);
 void tools_progress_end(struct tools_progress *p);
 

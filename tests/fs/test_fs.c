@@ -38,7 +38,7 @@
 
 #include "format.h"
 #include "fs_testmodel.h"
-#include "quantizer.h"
+#include "import.h"
 #include "testutil.h"
 #include "unpack.h"
 
@@ -408,9 +408,9 @@ static void test_real_model(void **st)
     snprintf(src, sizeof src, "%s", m);
     snprintf(tok, sizeof tok, "%s", test_shared_path("models/kjv6L.tok1024.bin"));
     snprintf(out, sizeof out, "%s/kjv.sluice", dir);
-    struct quantizer_import_opts o = {.tokenizer = tok, .dtype = -1};
+    struct import_opts o = {.tokenizer = tok, .dtype = -1};
     struct sl_err err;
-    assert_int_equal(quantizer_import(src, &o, out, &err), 0);
+    assert_int_equal(import_model(src, &o, out, &err), 0);
     snprintf(mnt, sizeof mnt, "%s/m3", dir);
     mount_at(out, mnt, NULL);
     check_all_files(out, mnt);
@@ -842,7 +842,7 @@ int main(void)
         fail_msg("writing the test model: %s", err.msg);
     char tiny[PATH_MAX];
     snprintf(tiny, sizeof tiny, "%s/tiny.sluice", dir);
-    if (quantizer_synth("tiny", 7, tiny, NULL, NULL, &err) < 0)
+    if (import_synth("tiny", 7, tiny, NULL, NULL, &err) < 0)
         fail_msg("synth: %s", err.msg);
     if (run("'%s' quantize '%s' -o '%s' --bits 5 --calib-tokens 256 >/dev/null 2>&1", bin, tiny,
             qmodel) != 0)

@@ -20,8 +20,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "import.h"
 #include "infer.h"
-#include "quantizer.h"
 #include "testutil.h"
 
 /* output.txt is what run.c prints for `-n 128`: 128 positions */
@@ -174,9 +174,9 @@ static void import_source(const struct source *s, char *out, size_t outlen, int 
     if (s->tokenizer[0])
         path_in(tok, sizeof tok, "models", s->tokenizer);
     snprintf(out, outlen, "%s/%s.sluice", tmpdir(), s->file);
-    struct quantizer_import_opts o = {.tokenizer = s->tokenizer[0] ? tok : NULL, .dtype = -1};
+    struct import_opts o = {.tokenizer = s->tokenizer[0] ? tok : NULL, .dtype = -1};
     struct sl_err err;
-    if (quantizer_import(src, &o, out, &err) < 0)
+    if (import_model(src, &o, out, &err) < 0)
         fail_msg("import %s: %s", src, err.msg);
     struct format_reader *r;
     if (format_reader_open(out, &r, &err) < 0)
@@ -188,7 +188,7 @@ static void import_source(const struct source *s, char *out, size_t outlen, int 
         fprintf(stderr, "%s declares a context of %u; importing with %d for the golden ids\n",
                 s->file, declared, s->model->max_ids);
         o.seq_len = (uint32_t)s->model->max_ids;
-        if (quantizer_import(src, &o, out, &err) < 0)
+        if (import_model(src, &o, out, &err) < 0)
             fail_msg("import %s: %s", src, err.msg);
         *raised = 1;
     }

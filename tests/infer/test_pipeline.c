@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "import.h"
 #include "infer.h"
 #include "quantizer.h"
 #include "testutil.h"
@@ -35,7 +36,7 @@ static int setup(void **st)
     snprintf(float_model, sizeof float_model, "%s/tiny.sluice", dir);
     snprintf(dyn_model, sizeof dyn_model, "%s/tiny-dyn.sluice", dir);
     snprintf(static_model, sizeof static_model, "%s/tiny-static.sluice", dir);
-    if (quantizer_synth("tiny", 11, float_model, NULL, NULL, &err) < 0)
+    if (import_synth("tiny", 11, float_model, NULL, NULL, &err) < 0)
         return -1;
     struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
                                .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,

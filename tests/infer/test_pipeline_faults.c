@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "import.h"
 #include "infer.h"
 #include "quantizer.h"
 #include "testutil.h"
@@ -46,7 +47,7 @@ static int setup(void **st)
     struct sl_err err;
     snprintf(f_model, sizeof f_model, "%s/tiny.sluice", dir);
     snprintf(q_model, sizeof q_model, "%s/tiny-q.sluice", dir);
-    if (quantizer_synth("tiny", 5, f_model, NULL, NULL, &err) < 0)
+    if (import_synth("tiny", 5, f_model, NULL, NULL, &err) < 0)
         return -1;
     struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
                                .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,

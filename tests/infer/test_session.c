@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "import.h"
 #include "infer_internal.h"
 #include "quantizer.h"
 #include "testutil.h"
@@ -27,7 +28,7 @@ static int setup(void **st)
     struct sl_err err;
     snprintf(float_model, sizeof float_model, "%s/tiny.sluice", dir);
     snprintf(q_model, sizeof q_model, "%s/tiny-q5.sluice", dir);
-    if (quantizer_synth("tiny", 5, float_model, NULL, NULL, &err) < 0)
+    if (import_synth("tiny", 5, float_model, NULL, NULL, &err) < 0)
         return -1;
     struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
                                .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,

@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "import.h"
 #include "loader.h"
-#include "quantizer.h"
 #include "testutil.h"
 
 #define FILE_BYTES (24u << 20)
@@ -621,7 +621,7 @@ static void test_container(void **st)
     snprintf(model, sizeof model, "%s/tiny.sluice", test_tmpdir());
     snprintf(bad, sizeof bad, "%s/bad.sluice", test_tmpdir());
     struct sl_err err;
-    assert_int_equal(quantizer_synth("tiny", 3, model, NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 3, model, NULL, NULL, &err), 0);
     struct format_reader *r;
     assert_int_equal(format_reader_open(model, &r, &err), 0);
     struct loader_request *reqs;

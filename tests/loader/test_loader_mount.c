@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "import.h"
 #include "loader.h"
-#include "quantizer.h"
 #include "testutil.h"
 
 static const char *bin;
@@ -201,7 +201,7 @@ int main(void)
     snprintf(mnt, sizeof mnt, "%s/mnt", dir);
     mkdir(mnt, 0755);
     struct sl_err err;
-    if (quantizer_synth("tiny", 5, model, NULL, NULL, &err) < 0)
+    if (import_synth("tiny", 5, model, NULL, NULL, &err) < 0)
         fail_msg("synth: %s", err.msg);
     probe_fuse();
     const struct CMUnitTest tests[] = {

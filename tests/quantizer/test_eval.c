@@ -24,8 +24,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "import.h"
 #include "infer.h"
-#include "quantizer.h"
 #include "testutil.h"
 
 static const char *bin;
@@ -210,7 +210,7 @@ static void test_eval_synth(void **st)
     (void)st;
     struct sl_err err;
     const char *model = tmp("tiny.sluice"), *text = tmp("text.txt");
-    assert_int_equal(quantizer_synth("tiny", 4, model, NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 4, model, NULL, NULL, &err), 0);
     write_text(text, 2500);
     /* itself: exactly no divergence */
     struct result r = eval_json(model, model, text, "--ctx 128");
@@ -317,7 +317,7 @@ static void test_quantize_auto(void **st)
     struct sl_err err;
     const char *model = tmp("auto-f32.sluice"), *text = tmp("auto-text.txt");
     const char *qa = tmp("auto-q.sluice"), *qt = tmp("auto-qt.sluice"), *qg = tmp("auto-qg.sluice");
-    assert_int_equal(quantizer_synth("tiny", 5, model, NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 5, model, NULL, NULL, &err), 0);
     write_text(text, 2500);
     char args[8192], out[65536], e[65536];
     snprintf(args, sizeof args,

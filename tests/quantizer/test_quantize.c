@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "gen_models.h"
+#include "import.h"
 #include "infer.h"
 #include "quantizer_internal.h"
 #include "testutil.h"
@@ -85,7 +86,7 @@ static int setup(void **st)
     struct sl_err err;
     snprintf(model, sizeof model, "%s", tmp("tiny.sluice"));
     snprintf(model_untied, sizeof model_untied, "%s", tmp("small.sluice"));
-    if (quantizer_synth("tiny", 31, model, NULL, NULL, &err) < 0)
+    if (import_synth("tiny", 31, model, NULL, NULL, &err) < 0)
         return -1;
     cal = calibrate(model);
     return cal && quantizer_calib_ok(cal) ? 0 : -1;
@@ -568,8 +569,8 @@ static void test_untied_embedding(void **st)
     assert_int_equal(gen_model_create(&g, 0, 77), 0);
     assert_int_equal(gen_write_llama2c(&g, tmp("un.bin"), tmp("un.tok")), 0);
     gen_model_destroy(&g);
-    struct quantizer_import_opts io = {.tokenizer = tmp("un.tok"), .dtype = -1};
-    if (quantizer_import(tmp("un.bin"), &io, model_untied, &err) < 0)
+    struct import_opts io = {.tokenizer = tmp("un.tok"), .dtype = -1};
+    if (import_model(tmp("un.bin"), &io, model_untied, &err) < 0)
         fail_msg("%s", err.msg);
     cal_untied = calibrate(model_untied);
     assert_non_null(cal_untied);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "import.h"
 #include "infer.h"
 #include "quantizer_internal.h"
 #include "testutil.h"
@@ -301,7 +302,7 @@ static void test_model_invariance_synth(void **st)
     (void)st;
     struct sl_err err;
     const char *model = tmp("tiny.sluice");
-    assert_int_equal(quantizer_synth("tiny", 21, model, NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 21, model, NULL, NULL, &err), 0);
     enum { N = 96 };
     int ids[N];
     ids[0] = 1;
@@ -334,8 +335,8 @@ static void test_model_invariance_kjv(void **st)
     snprintf(txt_s, sizeof txt_s, "%s", test_shared_path("models/kjv6L.calib.txt"));
     struct sl_err err;
     const char *model = tmp("kjv.sluice");
-    struct quantizer_import_opts io = {.tokenizer = tok_s, .dtype = -1};
-    if (quantizer_import(bin_s, &io, model, &err) < 0)
+    struct import_opts io = {.tokenizer = tok_s, .dtype = -1};
+    if (import_model(bin_s, &io, model, &err) < 0)
         fail_msg("%s", err.msg);
     /* calibrate on the first 256 tokens of the text, compare on the next 256 */
     struct format_reader *r;

@@ -3,7 +3,7 @@
  *   0 a GGUF file, 1 a llama2.c checkpoint (valid tokenizer beside it),
  *   2 a llama2.c tokenizer (valid checkpoint), 3 model.safetensors (valid
  *   config.json), 4 config.json (valid model.safetensors);
- * quantizer_import must then either fail with a message or write a container
+ * import_model must then either fail with a message or write a container
  * that opens, never crash, hang or leak. Built with -DSLUICE_FUZZ=ON (clang);
  * replayed in ctest by fuzz_import_driver.c. Work files live in a private
  * directory (on /dev/shm when there is one: successful imports fsync). */
@@ -17,7 +17,7 @@
 
 #include "fuzz_import.h"
 #include "gen_models.h"
-#include "quantizer.h"
+#include "import.h"
 
 static char work[256];
 
@@ -119,9 +119,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     }
     const char *out = wpath("out.sluice");
-    struct quantizer_import_opts o = {.tokenizer = tok, .dtype = -1};
+    struct import_opts o = {.tokenizer = tok, .dtype = -1};
     struct sl_err err = {{0}};
-    int ret = quantizer_import(src, &o, out, &err);
+    int ret = import_model(src, &o, out, &err);
     if (ret == 0) {
         struct format_reader *r;
         if (format_reader_open(out, &r, &err) < 0) {

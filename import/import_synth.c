@@ -1,4 +1,4 @@
-/* quantizer_synth.c: deterministic synthetic models of real architectures'
+/* import_synth.c: deterministic synthetic models of real architectures'
  * shapes, stored as F16, for tests and benchmarks at sizes no real model here
  * has.
  *
@@ -28,9 +28,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "quantizer_import_internal.h"
+#include "import_internal.h"
 
-static const struct quantizer_synth_shape shapes[] = {
+static const struct import_synth_shape shapes[] = {
     {"tiny",
      "2 layers, dim 128, GQA 4/2 heads, vocab 512 (for tests, ~1 MB)",
      {.arch = FORMAT_ARCH_LLAMA,
@@ -97,7 +97,7 @@ static const struct quantizer_synth_shape shapes[] = {
       .norm_eps = 1e-5f}},
 };
 
-const struct quantizer_synth_shape *quantizer_synth_shapes(size_t *n)
+const struct import_synth_shape *import_synth_shapes(size_t *n)
 {
     *n = sizeof shapes / sizeof shapes[0];
     return shapes;
@@ -296,7 +296,7 @@ static uint64_t hash_bytes(const char *p, size_t n)
 /* <unk> <s> </s>, the 256 byte tokens, the printable ASCII characters, then
  * deterministic letter strings (half with a leading space) until vocab_size,
  * scored so that longer, earlier pieces merge first. */
-static int synth_vocab(const struct synth *s, struct quantizer_vocab *v, struct sl_err *err)
+static int synth_vocab(const struct synth *s, struct import_vocab *v, struct sl_err *err)
 {
     uint32_t n = s->cfg->vocab_size;
     memset(v, 0, sizeof *v);
@@ -309,7 +309,7 @@ static int synth_vocab(const struct synth *s, struct quantizer_vocab *v, struct 
     uint64_t *set = calloc(cap, sizeof(uint64_t));
     if (!v->strs || !v->lens || !v->scores || !set) {
         free(set);
-        quantizer_vocab_free(v);
+        import_vocab_free(v);
         sl_err_set(err, "out of memory building the vocabulary");
         return -ENOMEM;
     }
@@ -374,7 +374,7 @@ static int synth_vocab(const struct synth *s, struct quantizer_vocab *v, struct 
 #undef ADD
     free(set);
     if (k < n) {
-        quantizer_vocab_free(v);
+        import_vocab_free(v);
         sl_err_set(err, "could not build %u distinct tokens", n);
         return -EINVAL;
     }
@@ -388,15 +388,15 @@ static int synth_vocab(const struct synth *s, struct quantizer_vocab *v, struct 
     return 0;
 oom:
     free(set);
-    quantizer_vocab_free(v);
+    import_vocab_free(v);
     sl_err_set(err, "out of memory building the vocabulary");
     return -ENOMEM;
 }
 
-int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
-                    quantizer_progress_fn progress, void *progress_ctx, struct sl_err *err)
+int import_synth(const char *shape, uint64_t seed, const char *out_path,
+                 import_progress_fn progress, void *progress_ctx, struct sl_err *err)
 {
-    const struct quantizer_synth_shape *sh = NULL;
+    const struct import_synth_shape *sh = NULL;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         if (!strcmp(shapes[i].name, shape))
             sh = &shapes[i];
@@ -409,7 +409,7 @@ int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
     s.n_outliers = c->dim / 500 > 2 ? c->dim / 500 : 2;
     s.outlier_ch = malloc(sizeof(uint32_t) * s.n_outliers);
     s.outlier_gain = malloc(sizeof(float) * s.n_outliers);
-    struct quantizer_vocab vocab = {0};
+    struct import_vocab vocab = {0};
     struct format_writer *w = NULL;
     uint16_t *buf = NULL;
     int ret = -ENOMEM;
@@ -500,7 +500,7 @@ int quantizer_synth(const char *shape, uint64_t seed, const char *out_path,
 out:
     free(buf);
     format_writer_destroy(w);
-    quantizer_vocab_free(&vocab);
+    import_vocab_free(&vocab);
     free(s.outlier_ch);
     free(s.outlier_gain);
     return ret;

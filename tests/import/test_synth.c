@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "import.h"
 #include "infer.h"
-#include "quantizer.h"
 #include "testutil.h"
 
 static const char *tmp(const char *name)
@@ -52,9 +52,9 @@ static void test_determinism(void **st)
 {
     (void)st;
     struct sl_err err;
-    assert_int_equal(quantizer_synth("tiny", 5, tmp("s1.sluice"), NULL, NULL, &err), 0);
-    assert_int_equal(quantizer_synth("tiny", 5, tmp("s2.sluice"), NULL, NULL, &err), 0);
-    assert_int_equal(quantizer_synth("tiny", 6, tmp("s3.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 5, tmp("s1.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 5, tmp("s2.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 6, tmp("s3.sluice"), NULL, NULL, &err), 0);
     size_t l1, l2, l3;
     uint8_t *a = test_read_file(tmp("s1.sluice"), &l1);
     uint8_t *b = test_read_file(tmp("s2.sluice"), &l2);
@@ -68,7 +68,7 @@ static void test_determinism(void **st)
         char n[8];
         snprintf(n, sizeof n, "%d", t);
         setenv("SLUICE_SYNTH_THREADS", n, 1);
-        assert_int_equal(quantizer_synth("tiny", 5, tmp("s2.sluice"), NULL, NULL, &err), 0);
+        assert_int_equal(import_synth("tiny", 5, tmp("s2.sluice"), NULL, NULL, &err), 0);
         unsetenv("SLUICE_SYNTH_THREADS");
         free(b);
         b = test_read_file(tmp("s2.sluice"), &l2);
@@ -87,7 +87,7 @@ static void test_determinism(void **st)
     assert_int_equal(format_reader_meta_get(r, "synth.seed", &v, &n), 0);
     assert_memory_equal(v, "5", 1);
     format_reader_close(r);
-    assert_int_equal(quantizer_synth("nope", 1, tmp("x.sluice"), NULL, NULL, &err), -EINVAL);
+    assert_int_equal(import_synth("nope", 1, tmp("x.sluice"), NULL, NULL, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "nope"));
 }
 
@@ -95,7 +95,7 @@ static void test_shapes(void **st)
 {
     (void)st;
     size_t n;
-    const struct quantizer_synth_shape *s = quantizer_synth_shapes(&n);
+    const struct import_synth_shape *s = import_synth_shapes(&n);
     int seen = 0;
     for (size_t i = 0; i < n; i++) {
         struct sl_err err;
@@ -135,7 +135,7 @@ static void test_vocab(void **st)
 {
     (void)st;
     struct sl_err err;
-    assert_int_equal(quantizer_synth("tiny", 9, tmp("v.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 9, tmp("v.sluice"), NULL, NULL, &err), 0);
     struct format_reader *r;
     assert_int_equal(format_reader_open(tmp("v.sluice"), &r, &err), 0);
     const struct format_config *c = format_reader_config(r);
@@ -185,7 +185,7 @@ static void test_statistics(void **st)
 {
     (void)st;
     struct sl_err err;
-    assert_int_equal(quantizer_synth("tiny", 11, tmp("t.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 11, tmp("t.sluice"), NULL, NULL, &err), 0);
     struct format_reader *r;
     assert_int_equal(format_reader_open(tmp("t.sluice"), &r, &err), 0);
     const struct format_config *c = format_reader_config(r);
@@ -279,7 +279,7 @@ static void test_forward(void **st)
 {
     (void)st;
     struct sl_err err;
-    assert_int_equal(quantizer_synth("tiny", 13, tmp("f.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 13, tmp("f.sluice"), NULL, NULL, &err), 0);
     struct format_reader *r;
     assert_int_equal(format_reader_open(tmp("f.sluice"), &r, &err), 0);
     uint64_t n;

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "gen_models.h"
-#include "quantizer.h"
+#include "import.h"
 #include "testutil.h"
 
 static const char *dir;
@@ -42,9 +42,9 @@ static void mkdir_p(const char *p)
 
 static struct format_reader *import_ok(const char *src, const char *tok, int dtype, const char *out)
 {
-    struct quantizer_import_opts o = {.tokenizer = tok, .dtype = dtype};
+    struct import_opts o = {.tokenizer = tok, .dtype = dtype};
     struct sl_err err = {{0}};
-    if (quantizer_import(src, &o, out, &err) < 0)
+    if (import_model(src, &o, out, &err) < 0)
         fail_msg("import %s: %s", src, err.msg);
     struct format_reader *r;
     if (format_reader_open(out, &r, &err) < 0)
@@ -129,10 +129,10 @@ static void test_llama2c(void **st)
         struct gen_model m;
         assert_int_equal(gen_model_create(&m, tied, test_seed() + (uint64_t)tied), 0);
         assert_int_equal(gen_write_llama2c(&m, tmp("m.bin"), tmp("tok.bin")), 0);
-        enum quantizer_source kind;
+        enum import_source kind;
         struct sl_err err;
-        assert_int_equal(quantizer_source_detect(tmp("m.bin"), &kind, &err), 0);
-        assert_int_equal(kind, QUANTIZER_SRC_LLAMA2C);
+        assert_int_equal(import_source_detect(tmp("m.bin"), &kind, &err), 0);
+        assert_int_equal(kind, IMPORT_SRC_LLAMA2C);
         struct format_reader *r = import_ok(tmp("m.bin"), tmp("tok.bin"), -1, tmp("o.sluice"));
         const struct format_config *c = format_reader_config(r);
         struct format_config want = m.cfg;
@@ -174,10 +174,10 @@ static void test_gguf(void **st)
                                       .output_copy = tied && t % 2 == 0,
                                       .scores_first = variant % 4 == 3};
             assert_int_equal(gen_write_gguf(&m, tmp("m.gguf"), &o), 0);
-            enum quantizer_source kind;
+            enum import_source kind;
             struct sl_err err;
-            assert_int_equal(quantizer_source_detect(tmp("m.gguf"), &kind, &err), 0);
-            assert_int_equal(kind, QUANTIZER_SRC_GGUF);
+            assert_int_equal(import_source_detect(tmp("m.gguf"), &kind, &err), 0);
+            assert_int_equal(kind, IMPORT_SRC_GGUF);
             struct format_reader *r = import_ok(tmp("m.gguf"), NULL, -1, tmp("g.sluice"));
             assert_memory_equal(format_reader_config(r), &m.cfg, sizeof m.cfg);
             check_tensors(r, &m, types[t], norms, -1);
@@ -228,10 +228,10 @@ static void test_safetensors(void **st)
                 struct gen_st_opts o = {
                     .dtype = types[t], .n_shards = shards, .eos_list = variant % 2};
                 assert_int_equal(gen_write_safetensors(&m, hf, &o), 0);
-                enum quantizer_source kind;
+                enum import_source kind;
                 struct sl_err err;
-                assert_int_equal(quantizer_source_detect(hf, &kind, &err), 0);
-                assert_int_equal(kind, QUANTIZER_SRC_SAFETENSORS);
+                assert_int_equal(import_source_detect(hf, &kind, &err), 0);
+                assert_int_equal(kind, IMPORT_SRC_SAFETENSORS);
                 struct format_reader *r = import_ok(hf, tmp("tok.bin"), -1, tmp("h.sluice"));
                 assert_memory_equal(format_reader_config(r), &m.cfg, sizeof m.cfg);
                 check_tensors(r, &m, types[t], types[t], -1);
@@ -241,8 +241,8 @@ static void test_safetensors(void **st)
                 if (shards == 1) { /* the .safetensors file itself */
                     char f[4200];
                     snprintf(f, sizeof f, "%s/model.safetensors", hf);
-                    assert_int_equal(quantizer_source_detect(f, &kind, &err), 0);
-                    assert_int_equal(kind, QUANTIZER_SRC_SAFETENSORS);
+                    assert_int_equal(import_source_detect(f, &kind, &err), 0);
+                    assert_int_equal(kind, IMPORT_SRC_SAFETENSORS);
                     r = import_ok(f, tmp("tok.bin"), FORMAT_ENC_F16, tmp("h16.sluice"));
                     check_tensors(r, &m, types[t], types[t], FORMAT_ENC_F16);
                     format_reader_close(r);
@@ -268,10 +268,10 @@ static void test_safetensors(void **st)
  * the name of the offending file), leaving nothing at the output path. */
 static void reject(const char *src, const char *tok, const char *want, const char *file)
 {
-    struct quantizer_import_opts o = {.tokenizer = tok, .dtype = -1};
+    struct import_opts o = {.tokenizer = tok, .dtype = -1};
     struct sl_err err = {{0}};
     const char *out = tmp("rej.sluice");
-    int ret = quantizer_import(src, &o, out, &err);
+    int ret = import_model(src, &o, out, &err);
     if (ret >= 0)
         fail_msg("%s: imported, expected an error about '%s'", src, want ? want : "?");
     assert_true(ret < 0);
@@ -698,28 +698,28 @@ static void test_reject_safetensors(void **st)
 static void test_detect(void **st)
 {
     (void)st;
-    enum quantizer_source kind;
+    enum import_source kind;
     struct sl_err err;
-    assert_true(quantizer_source_detect(tmp("does-not-exist"), &kind, &err) < 0);
+    assert_true(import_source_detect(tmp("does-not-exist"), &kind, &err) < 0);
     assert_non_null(strstr(err.msg, "does-not-exist"));
     write_text(tmp("junk.bin"), "0123456789012345678901234567890123456789");
-    assert_true(quantizer_source_detect(tmp("junk.bin"), &kind, &err) < 0);
+    assert_true(import_source_detect(tmp("junk.bin"), &kind, &err) < 0);
     assert_non_null(strstr(err.msg, "unrecognized"));
     write_text(tmp("empty.bin"), "");
-    assert_true(quantizer_source_detect(tmp("empty.bin"), &kind, &err) < 0);
+    assert_true(import_source_detect(tmp("empty.bin"), &kind, &err) < 0);
     reject(tmp("empty.bin"), NULL, "unrecognized", "empty.bin");
     /* a container is recognized and not imported again */
     struct gen_model m;
     assert_int_equal(gen_model_create(&m, 1, 1), 0);
     assert_int_equal(gen_write_llama2c(&m, tmp("d.bin"), tmp("d.tok")), 0);
     format_reader_close(import_ok(tmp("d.bin"), tmp("d.tok"), -1, tmp("d.sluice")));
-    assert_int_equal(quantizer_source_detect(tmp("d.sluice"), &kind, &err), 0);
-    assert_int_equal(kind, QUANTIZER_SRC_SLUICE);
-    assert_string_equal(quantizer_source_name(kind), "sluice");
+    assert_int_equal(import_source_detect(tmp("d.sluice"), &kind, &err), 0);
+    assert_int_equal(kind, IMPORT_SRC_SLUICE);
+    assert_string_equal(import_source_name(kind), "sluice");
     reject(tmp("d.sluice"), NULL, "already", "d.sluice");
     /* a bad --dtype */
-    struct quantizer_import_opts o = {.tokenizer = tmp("d.tok"), .dtype = FORMAT_ENC_F16 + 100};
-    assert_int_equal(quantizer_import(tmp("d.bin"), &o, tmp("x.sluice"), &err), -EINVAL);
+    struct import_opts o = {.tokenizer = tmp("d.tok"), .dtype = FORMAT_ENC_F16 + 100};
+    assert_int_equal(import_model(tmp("d.bin"), &o, tmp("x.sluice"), &err), -EINVAL);
     gen_model_destroy(&m);
 }
 

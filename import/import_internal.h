@@ -1,9 +1,9 @@
-/* quantizer_import_internal.h: what every importer provides to the common
- * writing path in quantizer_import.c. */
-#ifndef SLUICE_QUANTIZER_IMPORT_INTERNAL_H
-#define SLUICE_QUANTIZER_IMPORT_INTERNAL_H
+/* import_internal.h: what every importer provides to the common
+ * writing path in import_model.c. */
+#ifndef SLUICE_IMPORT_INTERNAL_H
+#define SLUICE_IMPORT_INTERNAL_H
 
-#include "quantizer.h"
+#include "import.h"
 
 /* Source element types the writer path converts from. */
 enum qi_type {
@@ -27,7 +27,7 @@ struct qi_source {
     const char *path;
     const char *format; /* "llama2c", "gguf", "safetensors" */
     struct format_config cfg;
-    struct quantizer_vocab vocab;
+    struct import_vocab vocab;
     /* Finds the tensor of (layer, role); -1 layer for the global ones. The
      * view stays valid until destroy. */
     int (*tensor)(struct qi_source *s, int layer, uint32_t role, struct qi_tensor *t,
@@ -36,12 +36,12 @@ struct qi_source {
     void *priv;
 };
 
-int qi_open_llama2c(const char *path, const struct quantizer_import_opts *o, struct qi_source **out,
+int qi_open_llama2c(const char *path, const struct import_opts *o, struct qi_source **out,
                     struct sl_err *err);
-int qi_open_gguf(const char *path, const struct quantizer_import_opts *o, struct qi_source **out,
+int qi_open_gguf(const char *path, const struct import_opts *o, struct qi_source **out,
                  struct sl_err *err);
-int qi_open_safetensors(const char *path, const struct quantizer_import_opts *o,
-                        struct qi_source **out, struct sl_err *err);
+int qi_open_safetensors(const char *path, const struct import_opts *o, struct qi_source **out,
+                        struct sl_err *err);
 
 /* Maps a whole file read-only (MAP_PRIVATE); an empty file maps to NULL with
  * size 0. */

@@ -1,4 +1,4 @@
-/* quantizer_import_gguf.c: GGUF v2/v3 files of the llama architecture (the
+/* import_gguf.c: GGUF v2/v3 files of the llama architecture (the
  * layout of ggml-org/ggml docs/gguf.md): metadata key-value pairs, tensor
  * infos, aligned tensor data. Tensor types F32, F16, BF16 and Q8_0. Every
  * length and offset is checked against the mapped file before use. */
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quantizer_import_internal.h"
+#include "import_internal.h"
 
 enum {
     GGUF_U8 = 0,
@@ -362,7 +362,7 @@ static void gguf_destroy(struct qi_source *s)
 {
     struct gguf *g = s->priv;
     qi_unmap(g->data, g->size);
-    quantizer_vocab_free(&s->vocab);
+    import_vocab_free(&s->vocab);
     free(g->tensors);
     free(g);
 }
@@ -378,8 +378,8 @@ static int read_vocab_tokens(struct cur *c, struct qi_source *s, struct sl_err *
         sl_err_set(err, "%s: tokenizer.ggml.tokens is not a list of 1..16M strings", s->path);
         return -EINVAL;
     }
-    struct quantizer_vocab *v = &s->vocab;
-    quantizer_vocab_free(v);
+    struct import_vocab *v = &s->vocab;
+    import_vocab_free(v);
     v->strs = calloc(n, sizeof(char *));
     v->lens = calloc(n, sizeof(uint32_t));
     v->scores = calloc(n, sizeof(float));
@@ -444,7 +444,7 @@ static int read_vocab_scores(struct cur *c, struct qi_source *s, struct sl_err *
     return 0;
 }
 
-int qi_open_gguf(const char *path, const struct quantizer_import_opts *o, struct qi_source **out,
+int qi_open_gguf(const char *path, const struct import_opts *o, struct qi_source **out,
                  struct sl_err *err)
 {
     (void)o;

@@ -1,4 +1,4 @@
-/* quantizer_import_llama2c.c: llama2.c legacy float32 checkpoints and their
+/* import_llama2c.c: llama2.c legacy float32 checkpoints and their
  * separate tokenizer files.
  *
  * Checkpoint: 7 x int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads,
@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quantizer_import_internal.h"
+#include "import_internal.h"
 
 /* ---- tokenizer file ---------------------------------------------------------------- */
 
-void quantizer_vocab_free(struct quantizer_vocab *v)
+void import_vocab_free(struct import_vocab *v)
 {
     if (v->strs)
         for (uint32_t i = 0; i < v->tok.n_tokens; i++)
@@ -28,8 +28,8 @@ void quantizer_vocab_free(struct quantizer_vocab *v)
     memset(v, 0, sizeof *v);
 }
 
-int quantizer_vocab_load_llama2c(const char *path, uint32_t n, struct quantizer_vocab *v,
-                                 struct sl_err *err)
+int import_vocab_load_llama2c(const char *path, uint32_t n, struct import_vocab *v,
+                              struct sl_err *err)
 {
     const uint8_t *data;
     uint64_t size;
@@ -107,7 +107,7 @@ int quantizer_vocab_load_llama2c(const char *path, uint32_t n, struct quantizer_
     ret = 0;
 out:
     if (ret < 0)
-        quantizer_vocab_free(v);
+        import_vocab_free(v);
     qi_unmap(data, size);
     return ret;
 }
@@ -173,11 +173,11 @@ static void l2c_destroy(struct qi_source *s)
 {
     struct l2c *m = s->priv;
     qi_unmap(m->data, m->size);
-    quantizer_vocab_free(&s->vocab);
+    import_vocab_free(&s->vocab);
     free(m);
 }
 
-int qi_open_llama2c(const char *path, const struct quantizer_import_opts *o, struct qi_source **out,
+int qi_open_llama2c(const char *path, const struct import_opts *o, struct qi_source **out,
                     struct sl_err *err)
 {
     struct l2c *m = calloc(1, sizeof *m);
@@ -268,7 +268,7 @@ int qi_open_llama2c(const char *path, const struct quantizer_import_opts *o, str
         sl_err_set(err, "%s: a llama2.c checkpoint needs its tokenizer file (--tokenizer)", path);
         goto fail;
     }
-    ret = quantizer_vocab_load_llama2c(o->tokenizer, c->vocab_size, &s->vocab, err);
+    ret = import_vocab_load_llama2c(o->tokenizer, c->vocab_size, &s->vocab, err);
     if (ret < 0)
         goto fail;
     *out = s;

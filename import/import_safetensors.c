@@ -1,4 +1,4 @@
-/* quantizer_import_safetensors.c: Hugging Face Llama checkpoints: config.json
+/* import_safetensors.c: Hugging Face Llama checkpoints: config.json
  * plus model.safetensors, or shards listed in model.safetensors.index.json.
  * A safetensors file is a u64 header length, a JSON header mapping tensor
  * names to {dtype, shape, data_offsets}, then the data. q_proj/k_proj rows
@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "quantizer_import_internal.h"
+#include "import_internal.h"
 
 #define ST_MAX_SHARDS 256
 
@@ -261,7 +261,7 @@ static void st_destroy(struct qi_source *s)
         cJSON_Delete(m->shards[i].header);
     }
     cJSON_Delete(m->index_json);
-    quantizer_vocab_free(&s->vocab);
+    import_vocab_free(&s->vocab);
     free(m);
 }
 
@@ -287,8 +287,8 @@ static int cfg_u32(cJSON *cfg, const char *key, uint32_t *out, int required, con
     return 0;
 }
 
-int qi_open_safetensors(const char *path, const struct quantizer_import_opts *o,
-                        struct qi_source **out, struct sl_err *err)
+int qi_open_safetensors(const char *path, const struct import_opts *o, struct qi_source **out,
+                        struct sl_err *err)
 {
     struct st *m = calloc(1, sizeof *m);
     if (!m) {
@@ -447,7 +447,7 @@ int qi_open_safetensors(const char *path, const struct quantizer_import_opts *o,
         ret = -EINVAL;
         goto fail;
     }
-    ret = quantizer_vocab_load_llama2c(o->tokenizer, c->vocab_size, &s->vocab, err);
+    ret = import_vocab_load_llama2c(o->tokenizer, c->vocab_size, &s->vocab, err);
     if (ret < 0)
         goto fail;
     *out = s;

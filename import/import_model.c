@@ -1,4 +1,4 @@
-/* quantizer_import.c: source detection and the common path that writes an
+/* import_model.c: source detection and the common path that writes an
  * imported model into a float container, one tensor at a time. */
 #include <errno.h>
 #include <fcntl.h>
@@ -10,18 +10,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "quantizer_import_internal.h"
+#include "import_internal.h"
 
-const char *quantizer_source_name(enum quantizer_source s)
+const char *import_source_name(enum import_source s)
 {
     switch (s) {
-    case QUANTIZER_SRC_SLUICE:
+    case IMPORT_SRC_SLUICE:
         return "sluice";
-    case QUANTIZER_SRC_LLAMA2C:
+    case IMPORT_SRC_LLAMA2C:
         return "llama2c";
-    case QUANTIZER_SRC_GGUF:
+    case IMPORT_SRC_GGUF:
         return "gguf";
-    case QUANTIZER_SRC_SAFETENSORS:
+    case IMPORT_SRC_SAFETENSORS:
         return "safetensors";
     default:
         return "unknown";
@@ -107,14 +107,14 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-int quantizer_source_detect(const char *src, enum quantizer_source *out, struct sl_err *err)
+int import_source_detect(const char *src, enum import_source *out, struct sl_err *err)
 {
-    *out = QUANTIZER_SRC_UNKNOWN;
+    *out = IMPORT_SRC_UNKNOWN;
     if (is_dir(src)) {
         char p[4096];
         snprintf(p, sizeof p, "%s/config.json", src);
         if (access(p, R_OK) == 0) {
-            *out = QUANTIZER_SRC_SAFETENSORS;
+            *out = IMPORT_SRC_SAFETENSORS;
             return 0;
         }
         sl_err_set(err, "%s: a directory without config.json (expected a Hugging Face model)", src);
@@ -136,15 +136,15 @@ int quantizer_source_detect(const char *src, enum quantizer_source *out, struct 
         return -EIO;
     }
     if (n >= 8 && !memcmp(head, "SLUICE\x1a\n", 8)) {
-        *out = QUANTIZER_SRC_SLUICE;
+        *out = IMPORT_SRC_SLUICE;
         return 0;
     }
     if (n >= 4 && !memcmp(head, "GGUF", 4)) {
-        *out = QUANTIZER_SRC_GGUF;
+        *out = IMPORT_SRC_GGUF;
         return 0;
     }
     if (ends_with(src, ".safetensors")) {
-        *out = QUANTIZER_SRC_SAFETENSORS;
+        *out = IMPORT_SRC_SAFETENSORS;
         return 0;
     }
     if (n == 28) {
@@ -155,7 +155,7 @@ int quantizer_source_detect(const char *src, enum quantizer_source *out, struct 
         int plausible = h[0] > 0 && h[1] > 0 && h[2] > 0 && h[3] > 0 && h[4] > 0 && h[5] != 0 &&
                         h[6] > 0 && h[0] % h[3] == 0;
         if (plausible) {
-            *out = QUANTIZER_SRC_LLAMA2C;
+            *out = IMPORT_SRC_LLAMA2C;
             return 0;
         }
     }
@@ -255,8 +255,8 @@ void qi_order_at(const struct format_config *c, size_t i, int *layer, uint32_t *
         *role = c->tied_embedding ? FORMAT_ROLE_TOK_EMBD : FORMAT_ROLE_CLASSIFIER;
 }
 
-static int write_source(struct qi_source *s, const struct quantizer_import_opts *o,
-                        enum quantizer_source kind, const char *out_path, struct sl_err *err)
+static int write_source(struct qi_source *s, const struct import_opts *o, enum import_source kind,
+                        const char *out_path, struct sl_err *err)
 {
     struct format_writer *w = NULL;
     uint8_t *buf = NULL;
@@ -270,7 +270,7 @@ static int write_source(struct qi_source *s, const struct quantizer_import_opts 
     ret = format_writer_set_tokenizer(w, &s->vocab.tok, err);
     if (ret < 0)
         goto out;
-    const char *fmt = quantizer_source_name(kind);
+    const char *fmt = import_source_name(kind);
     ret = format_writer_set_meta(w, "source.format", fmt, strlen(fmt), err);
     if (ret == 0)
         ret = format_writer_set_meta(w, "source.path", s->path, strlen(s->path), err);
@@ -337,10 +337,10 @@ out:
     return ret;
 }
 
-int quantizer_import(const char *src, const struct quantizer_import_opts *opts,
-                     const char *out_path, struct sl_err *err)
+int import_model(const char *src, const struct import_opts *opts, const char *out_path,
+                 struct sl_err *err)
 {
-    struct quantizer_import_opts o = {.dtype = -1};
+    struct import_opts o = {.dtype = -1};
     if (opts)
         o = *opts;
     if (o.dtype >= 0 && o.dtype != FORMAT_ENC_F32 && o.dtype != FORMAT_ENC_F16 &&
@@ -348,22 +348,22 @@ int quantizer_import(const char *src, const struct quantizer_import_opts *opts,
         sl_err_set(err, "import: --dtype must be f32, f16 or bf16");
         return -EINVAL;
     }
-    enum quantizer_source kind;
-    int ret = quantizer_source_detect(src, &kind, err);
+    enum import_source kind;
+    int ret = import_source_detect(src, &kind, err);
     if (ret < 0)
         return ret;
     struct qi_source *s = NULL;
     switch (kind) {
-    case QUANTIZER_SRC_LLAMA2C:
+    case IMPORT_SRC_LLAMA2C:
         ret = qi_open_llama2c(src, &o, &s, err);
         break;
-    case QUANTIZER_SRC_GGUF:
+    case IMPORT_SRC_GGUF:
         ret = qi_open_gguf(src, &o, &s, err);
         break;
-    case QUANTIZER_SRC_SAFETENSORS:
+    case IMPORT_SRC_SAFETENSORS:
         ret = qi_open_safetensors(src, &o, &s, err);
         break;
-    case QUANTIZER_SRC_SLUICE:
+    case IMPORT_SRC_SLUICE:
         sl_err_set(err, "%s: already a sluice container", src);
         return -EINVAL;
     default:

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "quantizer.h"
+#include "import.h"
 #include "testutil.h"
 
 static const char *tmp(const char *name)
@@ -54,9 +54,9 @@ static int have_shared(void)
 static struct format_reader *import_open(const char *src, const char *tok, uint32_t seq,
                                          const char *out)
 {
-    struct quantizer_import_opts o = {.tokenizer = tok, .dtype = -1, .seq_len = seq};
+    struct import_opts o = {.tokenizer = tok, .dtype = -1, .seq_len = seq};
     struct sl_err err;
-    if (quantizer_import(src, &o, out, &err) < 0)
+    if (import_model(src, &o, out, &err) < 0)
         fail_msg("import %s: %s", src, err.msg);
     struct format_reader *r;
     if (format_reader_open(out, &r, &err) < 0)
@@ -190,9 +190,9 @@ static void test_cross_format_aidreams(void **st)
 
 static int try_import(const char *src, const char *tok, const char *out, struct sl_err *err)
 {
-    struct quantizer_import_opts o = {.tokenizer = tok, .dtype = -1};
+    struct import_opts o = {.tokenizer = tok, .dtype = -1};
     memset(err, 0, sizeof *err);
-    int ret = quantizer_import(src, &o, out, err);
+    int ret = import_model(src, &o, out, err);
     struct stat stt;
     assert_int_not_equal(stat(out, &stt), 0); /* nothing left behind on failure */
     return ret;
