@@ -14,7 +14,7 @@
 # read-limited cgroup (../shared/tools/flashrun; $FLASHRUN overrides it):
 #   ttft128     flashrun -m MBPS -f MODEL -- BIN run MODEL --prompt-tokens 128 -n 1 --json
 #   ttft512     ... --prompt-tokens 512 -n 1: cold TTFT, the JSON's ttft_s (process
-#               start, a constructor of `sluice run`, to the first token sampled)
+#               start, taken first thing in main(), to the first token sampled)
 #   decode128   ... --prompt-tokens 128 -n 64
 #   decode1000  ... --prompt-tokens 1000 -n 64: decode tokens/s at that context,
 #               the JSON's decode_tokens_per_s ((generated - 1) / time from the
