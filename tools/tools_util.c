@@ -2,8 +2,10 @@
 #include "tools_util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -41,6 +43,92 @@ int tools_parse_double(const char *s, double *out)
         return -1;
     *out = v;
     return 0;
+}
+
+int tools_args_value(struct tools_args *a, const char **out)
+{
+    if (a->i + 1 >= a->argc) {
+        fprintf(stderr, "%s: %s needs a value\n", a->cmd, a->argv[a->i]);
+        return -1;
+    }
+    *out = a->argv[++a->i];
+    return 0;
+}
+
+int tools_args_u64(struct tools_args *a, uint64_t min, uint64_t max, uint64_t *out)
+{
+    const char *s;
+    uint64_t v;
+    if (tools_args_value(a, &s) < 0)
+        return -1;
+    if (tools_parse_u64(s, &v) || v < min || v > max) {
+        fprintf(stderr, "%s: %s wants a whole number in %llu..%llu, not '%s'\n", a->cmd,
+                a->argv[a->i - 1], (unsigned long long)min, (unsigned long long)max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int tools_args_u32(struct tools_args *a, uint32_t min, uint32_t max, uint32_t *out)
+{
+    uint64_t v;
+    if (tools_args_u64(a, min, max, &v) < 0)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int tools_args_double(struct tools_args *a, double min, double max, int flags, double *out)
+{
+    const char *s;
+    double v;
+    if (tools_args_value(a, &s) < 0)
+        return -1;
+    int above = !(flags & TOOLS_ARGS_ABOVE_MIN), below = !(flags & TOOLS_ARGS_BELOW_MAX);
+    if (tools_parse_double(s, &v) || !isfinite(v) || v < min || v > max ||
+        (!above && v == min) || (!below && v == max)) {
+        if (isinf(max))
+            fprintf(stderr, "%s: %s wants a finite number %s %g, not '%s'\n", a->cmd,
+                    a->argv[a->i - 1], above ? ">=" : ">", min, s);
+        else
+            fprintf(stderr, "%s: %s wants a number in %c%g, %g%c, not '%s'\n", a->cmd,
+                    a->argv[a->i - 1], above ? '[' : '(', min, max, below ? ']' : ')', s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int tools_args_choice(struct tools_args *a, const char *const *names, int n, int *out)
+{
+    const char *s;
+    if (tools_args_value(a, &s) < 0)
+        return -1;
+    for (int k = 0; k < n; k++)
+        if (!strcmp(s, names[k])) {
+            *out = k;
+            return 0;
+        }
+    fprintf(stderr, "%s: %s wants one of ", a->cmd, a->argv[a->i - 1]);
+    for (int k = 0; k < n; k++)
+        fprintf(stderr, "%s%s", names[k], k + 2 < n ? ", " : k + 1 < n ? " or " : "");
+    fprintf(stderr, ", not '%s'\n", s);
+    return -1;
+}
+
+int tools_args_unexpected(const struct tools_args *a)
+{
+    const char *s = a->argv[a->i];
+    if (s[0] == '-' && s[1])
+        fprintf(stderr, "%s: unknown option '%s'\n", a->cmd, s);
+    else
+        fprintf(stderr, "%s: unexpected argument '%s'\n", a->cmd, s);
+    if (a->usage) {
+        fprintf(stderr, "\n");
+        a->usage(stderr);
+    }
+    return -1;
 }
 
 void tools_progress_init(struct tools_progress *p, const char *what)
