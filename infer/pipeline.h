@@ -56,7 +56,7 @@ enum pl_op {
 };
 
 enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
-#define PL_MAX_CPU_WORKERS 8
+#define PL_MAX_CPU_WORKERS INFER_PIPELINE_MAX_CPU_WORKERS
 #define PL_PREFAULT_TID 99 /* the prefault thread's track in traces */
 #define PL_FILL_ROWS 64     /* rows unpacked at once before packing for the NPU */
 #define PL_MAX_SLICES 4096  /* slices (and layers) a container may have here */

@@ -339,6 +339,8 @@ enum infer_load {
     INFER_LOAD_MMAP,       /* mmap it with MAP_POPULATE first (llama.cpp's way) */
 };
 
+#define INFER_PIPELINE_MAX_CPU_WORKERS 8
+
 struct infer_pipeline_opts {
     enum infer_policy policy;
     enum infer_load load;
@@ -358,7 +360,9 @@ struct infer_pipeline_opts {
     uint32_t split;            /* output channels per NPU task in full/sequential (512) */
     int no_prefault;           /* full: no prefault thread faulting the NPU's weight memory
                                 * in ahead while a CPU worker is idle (ablation) */
-    uint32_t cpu_workers;      /* CPU worker threads (default 1; the NPU has its own) */
+    uint32_t cpu_workers;      /* CPU worker threads (default 1; the NPU has its own),
+                                * at most INFER_PIPELINE_MAX_CPU_WORKERS (more are
+                                * taken as that many) */
     uint64_t ring_bytes;       /* loader buffer memory (default 64 MiB) */
     uint32_t queue_depth;      /* loader reads in flight (default 16) */
     const char *trace_path;    /* Chrome trace JSON of every task and load, or NULL */
