@@ -22,7 +22,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice run MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
-            "                  [--seed S] [--tokenizer FILE] [--json]\n\n"
+            "                  [--seed S] [--tokenizer FILE] [--json] [pipeline options]\n\n"
             "Generates text: prints the prompt and its continuation to stdout as tokens arrive,\n"
             "and statistics (time to first token from process start, prefill and decode\n"
             "tokens/s, peak RSS) to stderr; --json prints one JSON object on stdout instead.\n"
@@ -30,12 +30,14 @@ static void usage(FILE *f)
             "with --tokenizer, GGUF, a safetensors file or directory), imported to a\n"
             "temporary container first ($TMPDIR or /tmp, removed afterwards).\n"
             "  -p PROMPT        prompt text (default: empty, generation starts from BOS)\n"
-            "  -n N             tokens to generate after the prompt (default 256); generation\n"
-            "                   also stops at the context length or when the model emits BOS\n"
-            "                   or EOS (not printed)\n"
-            "  --temp T         temperature, 0 = greedy (default 0)\n"
-            "  --top-k K        sample from the K most likely tokens (default 0 = off)\n"
-            "  --top-p P        nucleus sampling (default 0.9 when --temp > 0, 0 = off)\n"
+            "  -n N             tokens to generate after the prompt (default 256; 0: the\n"
+            "                   prompt only); generation also stops at the context length\n"
+            "                   (said on stderr when -n asks for more) or when the model\n"
+            "                   emits BOS or EOS (not printed)\n"
+            "  --temp T         temperature, 0..1e6, 0 = greedy (default 0)\n"
+            "  --top-k K        sample from the K most likely tokens (default 0 = off; K at\n"
+            "                   least the vocabulary is off too)\n"
+            "  --top-p P        nucleus sampling, 0..1 (default 0.9 when --temp > 0, 0 = off)\n"
             "  --seed S         random seed (default 42); a seed gives the same text\n"
             "  --tokenizer FILE llama2.c tokenizer, for llama2.c and safetensors sources\n"
             "  --json           one JSON object: text, token counts and the statistics\n"
@@ -45,8 +47,8 @@ static void usage(FILE *f)
             "                   sequential_granular (docs/ARCHITECTURE.md)\n"
             "  --load L         stream (io_uring, default), read (read() everything first),\n"
             "                   mmap (mmap with MAP_POPULATE first)\n"
-            "  --chunk N        prefill chunk rows (default 256)\n"
-            "  --cpu-workers N  CPU worker threads beside the NPU thread (default 1)\n"
+            "  --chunk N        prefill chunk rows, 1..65536 (default 256)\n"
+            "  --cpu-workers N  CPU worker threads beside the NPU thread, 1..8 (default 1)\n"
             "  --steal-threshold N  full, sequential_granular: an idle CPU worker takes\n"
             "                   the NPU's last task in priority order when its queue holds\n"
             "                   more than N (default 5)\n"
@@ -54,9 +56,9 @@ static void usage(FILE *f)
             "                   that task when the NPU's other work (its running task's\n"
             "                   rest and every other queued task, estimated) is at least F\n"
             "                   times the task's own, so it finishes before the NPU would\n"
-            "                   have started it (default 1; 0: the threshold rule alone);\n"
-            "                   when it would not, the CPU cuts the task's channels so\n"
-            "                   both finish together and takes the second part\n"
+            "                   have started it (0..1e6, default 1; 0: the threshold rule\n"
+            "                   alone); when it would not, the CPU cuts the task's\n"
+            "                   channels so both finish together and takes the second part\n"
             "  --no-steal-split never cut a task (ablation)\n"
             "  --steal-top      steal the NPU queue's top task instead (EdgeFlow's rule)\n"
             "  --no-prefault    full: no prefault thread (it faults the weights' memory in\n"
@@ -67,17 +69,23 @@ static void usage(FILE *f)
             "                   blocks; default 512)\n"
             "  --npu-share F    decode: the share of each int8 matmul's output channels the\n"
             "                   NPU device thread computes while the calling thread does the\n"
-            "                   rest (default 0.5; 0: the calling thread alone; the text is\n"
-            "                   the same for any share)\n"
+            "                   rest (0 <= F < 1, default 0.5; 0: the calling thread\n"
+            "                   alone; the text is the same for any share)\n"
             "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
-            "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p\n");
+            "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p;\n"
+            "                   at most the context length (said on stderr when more)\n");
 }
+
+/* --chunk's limit: a chunk's scratch grows with its rows, and no model here
+ * has a context this long */
+#define RUN_MAX_CHUNK 65536
 
 struct run_opts {
     const char *model;
     const char *prompt;
     const char *tokenizer;
     uint32_t n_gen;
+    int n_set;              /* -n was given: say so when the context cuts it short */
     uint32_t prompt_tokens; /* > 0: a synthetic prompt of this many tokens */
     struct infer_sampler_params sampler;
     struct infer_pipeline_opts pipeline;
@@ -103,77 +111,79 @@ struct text_buf {
 /* 0, 1 for --help (printed), -1 on a usage error (printed). */
 static int run_parse(int argc, char **argv, struct run_opts *o)
 {
+    static const char *const loads[] = {"stream", "read", "mmap"}; /* enum infer_load */
     double temp = 0.0, top_p = -1;
     uint64_t seed = 42;
+    int load = INFER_LOAD_STREAM;
+    const char *policy;
     *o = (struct run_opts){.prompt = "", .n_gen = 256, .npu_share = 0.5};
     infer_pipeline_opts_init(&o->pipeline);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+    struct tools_args a = {"sluice run", usage, argc, argv, 0};
+    for (a.i = 1; a.i < argc; a.i++) {
+        const char *s = argv[a.i];
         int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             usage(stdout);
             return 1;
-        } else if (!strcmp(a, "-p") && i + 1 < argc) {
-            o->prompt = argv[++i];
-        } else if (!strcmp(a, "-n") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &o->n_gen);
-        } else if (!strcmp(a, "--temp") && i + 1 < argc) {
-            bad = tools_parse_double(argv[++i], &temp) || !(temp >= 0);
-        } else if (!strcmp(a, "--top-p") && i + 1 < argc) {
-            bad = tools_parse_double(argv[++i], &top_p) || !(top_p >= 0 && top_p <= 1);
-        } else if (!strcmp(a, "--top-k") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &o->sampler.top_k);
-        } else if (!strcmp(a, "--seed") && i + 1 < argc) {
-            bad = tools_parse_u64(argv[++i], &seed);
-        } else if (!strcmp(a, "--tokenizer") && i + 1 < argc) {
-            o->tokenizer = argv[++i];
-        } else if (!strcmp(a, "--json")) {
+        } else if (!strcmp(s, "-p")) {
+            bad = tools_args_value(&a, &o->prompt);
+        } else if (!strcmp(s, "-n")) {
+            bad = tools_args_u32(&a, 0, UINT32_MAX, &o->n_gen);
+            o->n_set = 1;
+        } else if (!strcmp(s, "--temp")) {
+            bad = tools_args_double(&a, 0, 1e6, 0, &temp);
+        } else if (!strcmp(s, "--top-p")) {
+            bad = tools_args_double(&a, 0, 1, 0, &top_p);
+        } else if (!strcmp(s, "--top-k")) {
+            bad = tools_args_u32(&a, 0, UINT32_MAX, &o->sampler.top_k);
+        } else if (!strcmp(s, "--seed")) {
+            bad = tools_args_u64(&a, 0, UINT64_MAX, &seed);
+        } else if (!strcmp(s, "--tokenizer")) {
+            bad = tools_args_value(&a, &o->tokenizer);
+        } else if (!strcmp(s, "--json")) {
             o->json = 1;
-        } else if (!strcmp(a, "--policy") && i + 1 < argc) {
-            bad = infer_policy_parse(argv[++i], &o->pipeline.policy) < 0;
-        } else if (!strcmp(a, "--load") && i + 1 < argc) {
-            i++;
-            o->pipeline.load = !strcmp(argv[i], "read")   ? INFER_LOAD_READ
-                               : !strcmp(argv[i], "mmap") ? INFER_LOAD_MMAP
-                                                          : INFER_LOAD_STREAM;
-            bad = strcmp(argv[i], "read") && strcmp(argv[i], "mmap") && strcmp(argv[i], "stream");
-        } else if (!strcmp(a, "--chunk") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &o->pipeline.chunk) || !o->pipeline.chunk;
-        } else if (!strcmp(a, "--cpu-workers") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &o->pipeline.cpu_workers) || !o->pipeline.cpu_workers;
-        } else if (!strcmp(a, "--steal-threshold") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &o->pipeline.steal_threshold);
-        } else if (!strcmp(a, "--steal-ahead") && i + 1 < argc) {
-            bad = tools_parse_double(argv[++i], &o->pipeline.steal_ahead) ||
-                  !(o->pipeline.steal_ahead >= 0 && o->pipeline.steal_ahead <= 1e6);
-        } else if (!strcmp(a, "--no-steal-split")) {
+        } else if (!strcmp(s, "--policy")) {
+            bad = tools_args_value(&a, &policy);
+            if (!bad && infer_policy_parse(policy, &o->pipeline.policy) < 0) {
+                fprintf(stderr, "sluice run: --policy wants full, sequential, layer_overlap, "
+                                "llmnpu or sequential_granular, not '%s'\n", policy);
+                bad = 1;
+            }
+        } else if (!strcmp(s, "--load")) {
+            bad = tools_args_choice(&a, loads, 3, &load);
+            o->pipeline.load = (enum infer_load)load;
+        } else if (!strcmp(s, "--chunk")) {
+            bad = tools_args_u32(&a, 1, RUN_MAX_CHUNK, &o->pipeline.chunk);
+        } else if (!strcmp(s, "--cpu-workers")) {
+            bad = tools_args_u32(&a, 1, INFER_PIPELINE_MAX_CPU_WORKERS, &o->pipeline.cpu_workers);
+        } else if (!strcmp(s, "--steal-threshold")) {
+            bad = tools_args_u32(&a, 0, UINT32_MAX, &o->pipeline.steal_threshold);
+        } else if (!strcmp(s, "--steal-ahead")) {
+            bad = tools_args_double(&a, 0, 1e6, 0, &o->pipeline.steal_ahead);
+        } else if (!strcmp(s, "--no-steal-split")) {
             o->pipeline.no_steal_split = 1;
-        } else if (!strcmp(a, "--no-prefault")) {
+        } else if (!strcmp(s, "--no-prefault")) {
             o->pipeline.no_prefault = 1;
-        } else if (!strcmp(a, "--steal-top")) {
+        } else if (!strcmp(s, "--steal-top")) {
             o->pipeline.steal_top = 1;
-        } else if (!strcmp(a, "--split") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &o->pipeline.split) || !o->pipeline.split;
-        } else if (!strcmp(a, "--npu-share") && i + 1 < argc) {
-            bad = tools_parse_double(argv[++i], &o->npu_share) ||
-                  !(o->npu_share >= 0 && o->npu_share < 1);
-        } else if (!strcmp(a, "--trace") && i + 1 < argc) {
-            o->pipeline.trace_path = argv[++i];
-        } else if (!strcmp(a, "--prompt-tokens") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &o->prompt_tokens) || !o->prompt_tokens;
-        } else if (a[0] == '-' || o->model) {
-            fprintf(stderr, "sluice run: unexpected argument '%s'\n", a);
-            usage(stderr);
-            return -1;
+        } else if (!strcmp(s, "--split")) {
+            bad = tools_args_u32(&a, 1, UINT32_MAX, &o->pipeline.split);
+        } else if (!strcmp(s, "--npu-share")) {
+            bad = tools_args_double(&a, 0, 1, TOOLS_ARGS_BELOW_MAX, &o->npu_share);
+        } else if (!strcmp(s, "--trace")) {
+            bad = tools_args_value(&a, &o->pipeline.trace_path);
+        } else if (!strcmp(s, "--prompt-tokens")) {
+            bad = tools_args_u32(&a, 1, UINT32_MAX, &o->prompt_tokens);
+        } else if (s[0] == '-' || o->model) {
+            bad = tools_args_unexpected(&a);
         } else {
-            o->model = a;
+            o->model = s;
         }
-        if (bad) {
-            fprintf(stderr, "sluice run: bad value for %s: '%s'\n", a, argv[i]);
+        if (bad)
             return -1;
-        }
     }
     if (!o->model) {
+        fprintf(stderr, "sluice run: no MODEL given\n\n");
         usage(stderr);
         return -1;
     }
@@ -318,6 +328,9 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     uint32_t n_prompt;
     if (o->prompt_tokens) { /* a deterministic synthetic prompt */
         n_prompt = o->prompt_tokens < c->seq_len ? o->prompt_tokens : c->seq_len;
+        if (n_prompt < o->prompt_tokens)
+            fprintf(stderr, "sluice run: --prompt-tokens %u: the context is %u tokens; using %u\n",
+                    o->prompt_tokens, c->seq_len, n_prompt);
         tokens[0] = (int)c->bos_id;
         for (uint32_t i = 1; i < n_prompt; i++)
             tokens[i] = 3 + (int)((i * 2654435761u) % (c->vocab_size > 3 ? c->vocab_size - 3 : 1));
@@ -334,6 +347,13 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
         goto fail;
     }
     st->prompt_tokens = n_prompt;
+    /* generation takes one token more than the context holds: the last is not run */
+    uint32_t room = c->seq_len - n_prompt + 1;
+    if (o->n_set && o->n_gen > room)
+        fprintf(stderr,
+                "sluice run: -n %u: the context of %u tokens leaves room for %u after the "
+                "%u-token prompt; generating at most %u\n",
+                o->n_gen, c->seq_len, room, n_prompt, room);
     /* the prompt, as run.c prints it: each token's piece after its predecessor */
     for (uint32_t i = 1; i < n_prompt; i++)
         if ((ret = emit(tk, tokens[i - 1], tokens[i], o->json, text)) < 0)
