@@ -51,14 +51,14 @@ static void usage(FILE *f)
             "                        scoring. Other methods' widths are uniform: tensor\n"
             "  --budget tensor       B per tensor, as in the paper\n"
             "  --budget global       B over all quantized weights of the model\n"
-            "  --select-tokens N     tokens --budget auto scores on (default %d; whole\n"
+            "  --select-tokens N     tokens --budget auto scores on, at least 4 (default %d; whole\n"
             "                        chunks of min(context, 512) tokens)\n"
             "  --global-objective O  with --budget global: weight (every weight's RE counts\n"
             "                        alike, default) or tensor-mean (every tensor's mean RE)\n"
             "  --uniform-widths      edgeflow/cmpq without the allocation: every channel at B\n"
             "                        bits (ablation)\n"
-            "  --alpha A             fixed smoothing exponent instead of the search\n"
-            "  --alpha-steps N       search grid {0, 1/N, ..., 1} (default 10)\n"
+            "  --alpha A             fixed smoothing exponent in [0, 1] instead of the search\n"
+            "  --alpha-steps N       search grid {0, 1/N, ..., 1}, N in 1..1000 (default 10)\n"
             "  --alpha-search S      held-out (default): the search fits its scales on half\n"
             "                        of the calibration rows and measures the error on the\n"
             "                        other half; in-sample: on the rows that set the scales\n"
@@ -68,14 +68,16 @@ static void usage(FILE *f)
             "                        max|x/s|/127 after smoothing (default)\n"
             "  --act dynamic         activation scale per matmul call (max|x|/127)\n"
             "  --clip mse|none       weight scale: the clipped max minimizing the channel's\n"
-            "                        squared error (mse, default), or max|w| (none, the\n"
-            "                        paper's); for every method alike\n"
+            "                        squared error (mse, default; also named default), or\n"
+            "                        max|w| (none, the paper's); for every method alike\n"
             "  --metric proxy|exact  RE closed form (default) or exact cosine distance\n"
             "  --encoding E          packed layout: adaptive (default), int4int8, bitplane\n"
             "  --float               write the smoothed model unquantized (F32 weights)\n"
             "  --calib TEXT          calibration text (UTF-8)\n"
-            "  --calib-tokens N      at most N calibration tokens (default %d of a text)\n"
-            "  --sample-rows N       input rows kept per layer for the search (default 256)\n"
+            "  --calib-tokens N      at most N calibration tokens, at least 2 (default %d of a\n"
+            "                        text)\n"
+            "  --sample-rows N       input rows kept per layer for the search, 0..65536\n"
+            "                        (default 256)\n"
             "  --tokenizer FILE      llama2.c tokenizer for llama2.c / safetensors sources\n\n"
             "Norm weights stay float (with the smoothing folded in); linear layers and the\n"
             "embedding are packed. Shows progress on stderr, prints a summary (file size,\n"
@@ -84,14 +86,10 @@ static void usage(FILE *f)
             RANDOM_TOKENS, SELECT_TOKENS, TEXT_TOKENS);
 }
 
-static int parse_choice(const char *s, const char *const *names, int n, int *out)
+/* After a usage error: the synopsis, not the whole page. */
+static void usage_short(FILE *f)
 {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(s, names[i])) {
-            *out = i;
-            return 0;
-        }
-    return -1;
+    fprintf(f, "usage: sluice quantize SRC -o MODEL.sluice --bits B [options] (see --help)\n");
 }
 
 /* The source must be a float model: a quantized one would be calibrated on
@@ -279,76 +277,73 @@ int cmd_quantize(int argc, char **argv)
         .method = QUANTIZER_METHOD_EDGEFLOW, .alpha = -1, .encoding = FORMAT_ENC_ADAPTIVE};
     uint32_t calib_tokens = 0, sample_rows = 256, select_tokens = SELECT_TOKENS;
     int budget = 2; /* auto */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+    static const char *const encodings[] = {"adaptive", "int4int8", "bitplane"};
+    static const enum format_encoding encoding_ids[] = {
+        FORMAT_ENC_ADAPTIVE, FORMAT_ENC_INT4INT8, FORMAT_ENC_BITPLANE};
+    const char *method;
+    struct tools_args args = {"sluice quantize", usage_short, argc, argv, 0};
+    for (args.i = 1; args.i < argc; args.i++) {
+        const char *a = argv[args.i];
         int bad = 0, v = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--float")) {
             o.float_out = 1;
-            continue;
         } else if (!strcmp(a, "--uniform-widths")) {
             o.uniform_widths = 1;
-            continue;
-        } else if (a[0] == '-' && i + 1 >= argc) {
-            fprintf(stderr, "sluice quantize: %s needs a value (see --help)\n", a);
-            return 2;
         } else if (!strcmp(a, "-o")) {
-            out = argv[++i];
+            bad = tools_args_value(&args, &out);
         } else if (!strcmp(a, "--bits")) {
-            bad = tools_parse_double(argv[++i], &o.bits) || !(o.bits >= 1 && o.bits <= 8);
+            bad = tools_args_double(&args, 1, 8, 0, &o.bits);
         } else if (!strcmp(a, "--method")) {
-            bad = quantizer_method_parse(argv[++i], &o.method) < 0;
+            bad = tools_args_value(&args, &method);
+            if (!bad && quantizer_method_parse(method, &o.method) < 0) {
+                fprintf(stderr, "sluice quantize: --method wants edgeflow, uniform, smoothquant "
+                                "or cmpq, not '%s'\n", method);
+                bad = 1;
+            }
         } else if (!strcmp(a, "--calib")) {
-            calib_path = argv[++i];
+            bad = tools_args_value(&args, &calib_path);
         } else if (!strcmp(a, "--calib-tokens")) {
-            bad = tools_parse_u32(argv[++i], &calib_tokens) || calib_tokens < 2;
+            bad = tools_args_u32(&args, 2, UINT32_MAX, &calib_tokens);
         } else if (!strcmp(a, "--sample-rows")) {
-            bad = tools_parse_u32(argv[++i], &sample_rows) || sample_rows > 65536;
+            bad = tools_args_u32(&args, 0, 65536, &sample_rows);
         } else if (!strcmp(a, "--tokenizer")) {
-            tokenizer = argv[++i];
+            bad = tools_args_value(&args, &tokenizer);
         } else if (!strcmp(a, "--budget")) {
-            bad = parse_choice(argv[++i], budgets, 3, &budget);
+            bad = tools_args_choice(&args, budgets, 3, &budget);
         } else if (!strcmp(a, "--select-tokens")) {
-            bad = tools_parse_u32(argv[++i], &select_tokens) || select_tokens < 4;
+            bad = tools_args_u32(&args, 4, UINT32_MAX, &select_tokens);
         } else if (!strcmp(a, "--global-objective")) {
-            bad = parse_choice(argv[++i], globals, 2, &v);
+            bad = tools_args_choice(&args, globals, 2, &v);
             o.global = (enum quantizer_global)v;
         } else if (!strcmp(a, "--metric")) {
-            bad = parse_choice(argv[++i], metrics, 2, &v);
+            bad = tools_args_choice(&args, metrics, 2, &v);
             o.metric = (enum quantizer_metric)v;
         } else if (!strcmp(a, "--clip")) {
-            bad = parse_choice(argv[++i], clips, 3, &v);
+            bad = tools_args_choice(&args, clips, 3, &v);
             o.clip = (enum quantizer_clip)v;
         } else if (!strcmp(a, "--alpha")) {
-            bad = tools_parse_double(argv[++i], &o.alpha) || !(o.alpha >= 0 && o.alpha <= 1);
+            bad = tools_args_double(&args, 0, 1, 0, &o.alpha);
         } else if (!strcmp(a, "--alpha-steps")) {
-            bad = tools_parse_u32(argv[++i], &o.alpha_steps) || o.alpha_steps < 1 ||
-                  o.alpha_steps > 1000;
+            bad = tools_args_u32(&args, 1, 1000, &o.alpha_steps);
         } else if (!strcmp(a, "--alpha-search")) {
-            bad = parse_choice(argv[++i], searches, 2, &o.search_in_sample);
+            bad = tools_args_choice(&args, searches, 2, &o.search_in_sample);
         } else if (!strcmp(a, "--alpha-rule")) {
-            bad = parse_choice(argv[++i], rules, 2, &o.alpha_one_se);
+            bad = tools_args_choice(&args, rules, 2, &o.alpha_one_se);
         } else if (!strcmp(a, "--act")) {
-            bad = parse_choice(argv[++i], acts, 2, &o.act_dynamic);
+            bad = tools_args_choice(&args, acts, 2, &o.act_dynamic);
         } else if (!strcmp(a, "--encoding")) {
-            i++;
-            o.encoding = !strcmp(argv[i], "adaptive")   ? FORMAT_ENC_ADAPTIVE
-                         : !strcmp(argv[i], "int4int8") ? FORMAT_ENC_INT4INT8
-                         : !strcmp(argv[i], "bitplane") ? FORMAT_ENC_BITPLANE
-                                                        : 0;
-            bad = o.encoding == 0;
+            bad = tools_args_choice(&args, encodings, 3, &v);
+            o.encoding = encoding_ids[v];
         } else if (a[0] == '-' || src) {
-            fprintf(stderr, "sluice quantize: unexpected argument '%s' (see --help)\n", a);
-            return 2;
+            bad = tools_args_unexpected(&args);
         } else {
             src = a;
         }
-        if (bad) {
-            fprintf(stderr, "sluice quantize: bad value for %s: '%s'\n", a, argv[i]);
+        if (bad)
             return 2;
-        }
     }
     if (!src || !out || o.bits == 0) {
         fprintf(stderr, "sluice quantize: needs SRC, -o MODEL.sluice and --bits B (see --help)\n");
