@@ -30,7 +30,8 @@ static void usage(FILE *f)
             "object with ppl, ppl_ref, kl_mean, kl_mean_se (standard error), kl_p99,\n"
             "top1_agreement, tokens, ctx, chunks. Models may also be importable sources\n"
             "(llama2.c .bin with --tokenizer), imported to temporary containers first.\n"
-            "--max-chunks K evaluates at most the first K chunks. --kl-out FILE writes the\n"
+            "--ctx N: at least 4, at most the context length. --max-chunks K evaluates at\n"
+            "most the first K chunks (0, the default: all). --kl-out FILE writes the\n"
             "KL divergence of every scored token, one a line in text order (for paired\n"
             "comparisons of two models on the same text).\n");
 }
@@ -59,38 +60,37 @@ int cmd_eval(int argc, char **argv)
     const char *model = NULL, *ref = NULL, *text = NULL, *tokenizer = NULL, *kl_out = NULL;
     uint32_t ctx = 0, max_chunks = 0;
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+    struct tools_args args = {"sluice eval", usage, argc, argv, 0};
+    for (args.i = 1; args.i < argc; args.i++) {
+        const char *a = argv[args.i];
         int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--ref") && i + 1 < argc) {
-            ref = argv[++i];
-        } else if (!strcmp(a, "--text") && i + 1 < argc) {
-            text = argv[++i];
-        } else if (!strcmp(a, "--tokenizer") && i + 1 < argc) {
-            tokenizer = argv[++i];
-        } else if (!strcmp(a, "--ctx") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &ctx) || ctx < 4;
-        } else if (!strcmp(a, "--max-chunks") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &max_chunks);
-        } else if (!strcmp(a, "--kl-out") && i + 1 < argc) {
-            kl_out = argv[++i];
+        } else if (!strcmp(a, "--ref")) {
+            bad = tools_args_value(&args, &ref);
+        } else if (!strcmp(a, "--text")) {
+            bad = tools_args_value(&args, &text);
+        } else if (!strcmp(a, "--tokenizer")) {
+            bad = tools_args_value(&args, &tokenizer);
+        } else if (!strcmp(a, "--ctx")) {
+            bad = tools_args_u32(&args, 4, UINT32_MAX, &ctx);
+        } else if (!strcmp(a, "--max-chunks")) {
+            bad = tools_args_u32(&args, 0, UINT32_MAX, &max_chunks);
+        } else if (!strcmp(a, "--kl-out")) {
+            bad = tools_args_value(&args, &kl_out);
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (a[0] == '-' || model) {
-            usage(stderr);
-            return 2;
+            bad = tools_args_unexpected(&args);
         } else {
             model = a;
         }
-        if (bad) {
-            fprintf(stderr, "sluice eval: bad value for %s: '%s'\n", a, argv[i]);
+        if (bad)
             return 2;
-        }
     }
     if (!model || !ref || !text) {
+        fprintf(stderr, "sluice eval: needs MODEL, --ref REF and --text FILE\n\n");
         usage(stderr);
         return 2;
     }
