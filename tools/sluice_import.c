@@ -28,38 +28,34 @@ int cmd_import(int argc, char **argv)
 {
     const char *src = NULL, *out = NULL;
     struct import_opts o = {.dtype = -1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+    static const char *const dtypes[] = {"f32", "f16", "bf16"};
+    static const int dtype_ids[] = {FORMAT_ENC_F32, FORMAT_ENC_F16, FORMAT_ENC_BF16};
+    struct tools_args args = {"sluice import", usage, argc, argv, 0};
+    for (args.i = 1; args.i < argc; args.i++) {
+        const char *a = argv[args.i];
+        int bad = 0, v = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "-o") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strcmp(a, "--tokenizer") && i + 1 < argc) {
-            o.tokenizer = argv[++i];
-        } else if (!strcmp(a, "--seq-len") && i + 1 < argc) {
-            if (tools_parse_u32(argv[++i], &o.seq_len) || o.seq_len == 0) {
-                fprintf(stderr, "sluice import: bad --seq-len '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--dtype") && i + 1 < argc) {
-            const char *d = argv[++i];
-            o.dtype = !strcmp(d, "f32")    ? FORMAT_ENC_F32
-                      : !strcmp(d, "f16")  ? FORMAT_ENC_F16
-                      : !strcmp(d, "bf16") ? FORMAT_ENC_BF16
-                                           : -2;
-            if (o.dtype == -2) {
-                fprintf(stderr, "sluice import: --dtype must be f32, f16 or bf16\n");
-                return 2;
-            }
+        } else if (!strcmp(a, "-o")) {
+            bad = tools_args_value(&args, &out);
+        } else if (!strcmp(a, "--tokenizer")) {
+            bad = tools_args_value(&args, &o.tokenizer);
+        } else if (!strcmp(a, "--seq-len")) {
+            bad = tools_args_u32(&args, 1, UINT32_MAX, &o.seq_len);
+        } else if (!strcmp(a, "--dtype")) {
+            bad = tools_args_choice(&args, dtypes, 3, &v);
+            o.dtype = dtype_ids[v];
         } else if (a[0] == '-' || src) {
-            usage(stderr);
-            return 2;
+            bad = tools_args_unexpected(&args);
         } else {
             src = a;
         }
+        if (bad)
+            return 2;
     }
     if (!src || !out) {
+        fprintf(stderr, "sluice import: needs SRC and -o MODEL.sluice\n\n");
         usage(stderr);
         return 2;
     }
