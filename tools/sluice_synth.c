@@ -24,31 +24,37 @@ int cmd_synth(int argc, char **argv)
 {
     const char *shape = NULL, *out = NULL;
     uint64_t seed = 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    int list = 0;
+    struct tools_args args = {"sluice synth", usage, argc, argv, 0};
+    for (args.i = 1; args.i < argc; args.i++) {
+        const char *a = argv[args.i];
+        int bad = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--list")) {
-            size_t n;
-            const struct import_synth_shape *s = import_synth_shapes(&n);
-            for (size_t k = 0; k < n; k++)
-                printf("%-16s %s\n", s[k].name, s[k].description);
-            return 0;
-        } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
-            shape = argv[++i];
-        } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-            if (tools_parse_u64(argv[++i], &seed)) {
-                fprintf(stderr, "sluice synth: bad --seed '%s'\n", argv[i]);
-                return 2;
-            }
+        } else if (!strcmp(a, "--list")) {
+            list = 1;
+        } else if (!strcmp(a, "--shape")) {
+            bad = tools_args_value(&args, &shape);
+        } else if (!strcmp(a, "-o")) {
+            bad = tools_args_value(&args, &out);
+        } else if (!strcmp(a, "--seed")) {
+            bad = tools_args_u64(&args, 0, UINT64_MAX, &seed);
         } else {
-            usage(stderr);
-            return 2;
+            bad = tools_args_unexpected(&args);
         }
+        if (bad)
+            return 2;
+    }
+    if (list) {
+        size_t n;
+        const struct import_synth_shape *s = import_synth_shapes(&n);
+        for (size_t k = 0; k < n; k++)
+            printf("%-16s %s\n", s[k].name, s[k].description);
+        return 0;
     }
     if (!shape || !out) {
+        fprintf(stderr, "sluice synth: needs --shape NAME and -o MODEL.sluice\n\n");
         usage(stderr);
         return 2;
     }
