@@ -10,10 +10,11 @@
 #include "format.h"
 #include "fs.h"
 #include "sluice.h"
+#include "tools_util.h"
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: sluice inspect MODEL.sluice [--json]\n\n"
+    fprintf(f, "usage: sluice inspect MODEL.sluice [--json] [--no-verify]\n\n"
                "Validates a container (header, metadata and index checksums, bounds) and prints\n"
                "its config, slices and tensors: shape, encoding, bytes, bits per weight and, for\n"
                "adaptive tensors, the histogram of per-channel bit widths. --json prints one JSON\n"
@@ -64,21 +65,25 @@ int cmd_inspect(int argc, char **argv)
 {
     const char *path = NULL;
     int json = 0, verify = 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (!strcmp(argv[i], "--no-verify"))
-            verify = 0;
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    struct tools_args args = {"sluice inspect", usage, argc, argv, 0};
+    for (args.i = 1; args.i < argc; args.i++) {
+        const char *a = argv[args.i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (argv[i][0] == '-' || path) {
-            usage(stderr);
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--no-verify")) {
+            verify = 0;
+        } else if (a[0] == '-' || path) {
+            tools_args_unexpected(&args);
             return 2;
-        } else
-            path = argv[i];
+        } else {
+            path = a;
+        }
     }
     if (!path) {
+        fprintf(stderr, "sluice inspect: no MODEL.sluice given\n\n");
         usage(stderr);
         return 2;
     }
