@@ -5,6 +5,7 @@
 
 #include "fs.h"
 #include "sluice.h"
+#include "tools_util.h"
 
 static void usage(FILE *f)
 {
@@ -59,19 +60,23 @@ int cmd_mount(int argc, char **argv)
     char *lists[16];
     int nlists = 0, ret = 2;
     struct sl_err err = {{0}};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    struct tools_args args = {"sluice mount", usage, argc, argv, 0};
+    for (args.i = 1; args.i < argc; args.i++) {
+        const char *a = argv[args.i], *value;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             ret = 0;
             goto out;
-        } else if (!strcmp(argv[i], "-f")) {
+        } else if (!strcmp(a, "-f")) {
             o.foreground = 1;
-        } else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+        } else if (!strcmp(a, "-o")) {
+            if (tools_args_value(&args, &value) < 0)
+                goto out;
             if (nlists == 16) {
                 fprintf(stderr, "sluice mount: too many -o\n");
                 goto out;
             }
-            char *list = lists[nlists++] = strdup(argv[++i]), *save = NULL;
+            char *list = lists[nlists++] = strdup(value), *save = NULL;
             if (!list) {
                 fprintf(stderr, "sluice mount: out of memory\n");
                 goto out;
@@ -91,15 +96,15 @@ int cmd_mount(int argc, char **argv)
                     snprintf(extra + l, sizeof extra - l, "%s%s", l ? "," : "", t);
                 }
             }
-        } else if (argv[i][0] == '-' || npos == 2) {
-            fprintf(stderr, "sluice mount: unexpected argument %s\n", argv[i]);
-            usage(stderr);
+        } else if (a[0] == '-' || npos == 2) {
+            tools_args_unexpected(&args);
             goto out;
         } else {
-            pos[npos++] = argv[i];
+            pos[npos++] = a;
         }
     }
     if (npos != 2) {
+        fprintf(stderr, "sluice mount: needs MODEL.sluice and DIR\n\n");
         usage(stderr);
         goto out;
     }
