@@ -4,31 +4,40 @@
 
 #include "fs.h"
 #include "sluice.h"
+#include "tools_util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: sluice umount DIR [--lazy]\n\n"
+               "Unmounts a `sluice mount` (umount2 as root, fusermount3 -u otherwise) and\n"
+               "waits (up to 10 s) for its daemon to exit. Fails while files are open in it,\n"
+               "unless --lazy. A dead mount (its daemon was killed) is cleaned up.\n"
+               "  --lazy, -z  detach the mount at once: open files stay readable and the\n"
+               "              daemon exits when the last one is closed\n");
+}
 
 int cmd_umount(int argc, char **argv)
 {
     const char *dir = NULL;
     int lazy = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: sluice umount DIR [--lazy]\n\n"
-                   "Unmounts a `sluice mount` (umount2 as root, fusermount3 -u otherwise) and\n"
-                   "waits (up to 10 s) for its daemon to exit. Fails while files are open in it,\n"
-                   "unless --lazy (-z): the mount is detached at once, open files stay readable\n"
-                   "and the daemon exits when the last one is closed. A dead mount (its daemon\n"
-                   "was killed) is cleaned up.\n");
+    struct tools_args args = {"sluice umount", usage, argc, argv, 0};
+    for (args.i = 1; args.i < argc; args.i++) {
+        const char *a = argv[args.i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--lazy") || !strcmp(argv[i], "-z")) {
+        } else if (!strcmp(a, "--lazy") || !strcmp(a, "-z")) {
             lazy = 1;
-        } else if (argv[i][0] == '-' || dir) {
-            fprintf(stderr, "usage: sluice umount DIR [--lazy]\n");
+        } else if (a[0] == '-' || dir) {
+            tools_args_unexpected(&args);
             return 2;
         } else {
-            dir = argv[i];
+            dir = a;
         }
     }
     if (!dir) {
-        fprintf(stderr, "usage: sluice umount DIR [--lazy]\n");
+        fprintf(stderr, "sluice umount: no DIR given\n\n");
+        usage(stderr);
         return 2;
     }
     struct sl_err err = {{0}};
