@@ -29,8 +29,8 @@ static void usage(FILE *f)
             "is GOPS / peak. Without AVX-512 VNNI the peak is the AVX2 kernel's inner step.\n"
             "The scalar reference runs only where m*k*n <= 2^28 (it is ~100x slower).\n"
             "Each point is the best of repeated calls within S seconds (default 0.3, split\n"
-            "among the tilings). Progress goes to stderr; --json prints one object with\n"
-            "peak_gops and results [{model, proj, m, k, n, kernel, tile, gops,\n"
+            "among the tilings; at most 600). Progress goes to stderr; --json prints one\n"
+            "object with peak_gops and results [{model, proj, m, k, n, kernel, tile, gops,\n"
             "fraction_of_peak}].\n");
 }
 
@@ -81,22 +81,26 @@ int bench_gemm(int argc, char **argv)
     int json = 0;
     uint32_t ms[16] = {1, 32, 128, 256, 512};
     int nm = 5;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+    struct tools_args args = {"sluice bench gemm", usage, argc, argv, 0};
+    for (args.i = 1; args.i < argc; args.i++) {
+        const char *a = argv[args.i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
-            if (tools_parse_double(argv[++i], &seconds) || !(seconds > 0) || seconds > 600) {
-                fprintf(stderr, "sluice bench gemm: --seconds wants a number in (0, 600]\n");
+        } else if (!strcmp(a, "--seconds")) {
+            if (tools_args_double(&args, 0, 600, TOOLS_ARGS_ABOVE_MIN, &seconds) < 0)
                 return 2;
-            }
-        } else if (!strcmp(argv[i], "--m") && i + 1 < argc) {
-            char *list = argv[++i], *tok, *save = NULL;
+        } else if (!strcmp(a, "--m")) {
+            const char *value;
+            if (tools_args_value(&args, &value) < 0)
+                return 2;
+            char list[256], *tok, *save = NULL;
+            int too_long = snprintf(list, sizeof list, "%s", value) >= (int)sizeof list;
             nm = 0;
             for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                if (nm == 16 || tools_parse_u32(tok, &ms[nm]) || ms[nm] == 0 || ms[nm] > 8192) {
+                if (too_long || nm == 16 || tools_parse_u32(tok, &ms[nm]) || ms[nm] == 0 || ms[nm] > 8192) {
                     fprintf(stderr, "sluice bench gemm: --m wants up to 16 row counts in "
-                                    "1..8192, comma-separated\n");
+                                    "1..8192, comma-separated, not '%s'\n", value);
                     return 2;
                 }
                 nm++;
@@ -105,11 +109,10 @@ int bench_gemm(int argc, char **argv)
                 fprintf(stderr, "sluice bench gemm: --m is empty\n");
                 return 2;
             }
-        } else if (!strcmp(argv[i], "--json")) {
+        } else if (!strcmp(a, "--json")) {
             json = 1;
         } else {
-            fprintf(stderr, "sluice bench gemm: unknown argument '%s'\n", argv[i]);
-            usage(stderr);
+            tools_args_unexpected(&args);
             return 2;
         }
     }

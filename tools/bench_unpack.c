@@ -25,14 +25,15 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: sluice bench unpack [--rows N] [--cols N] [--seconds S] [--reps N] [--json]\n"
             "\n"
-            "Unpacks a rows x cols weight tensor (default 4096 x 4096) to int8 with every\n"
-            "kernel this build and CPU have (scalar, avx2, avx512, neon) for every packed\n"
-            "encoding (adaptive, int4int8, bitplane), side by side in one run, on one core, at\n"
-            "per-channel bit-width mixes averaging 4, 5, 6 and 7 bits. The widths come from\n"
-            "the quantizer's greedy allocator (quantizer_allocate) run on synthetic channel\n"
-            "statistics, so they spread around the average as on a real model; adaptive and\n"
-            "bitplane then hold exactly the same number of bytes, int4int8 more. The packed\n"
-            "bytes are 64-byte aligned, as a container stores them.\n"
+            "Unpacks a rows x cols weight tensor (default 4096 x 4096; --rows 1..1048576,\n"
+            "--cols 1..131072) to int8 with every kernel this build and CPU have (scalar,\n"
+            "avx2, avx512, neon) for every packed encoding (adaptive, int4int8, bitplane),\n"
+            "side by side in one run, on one core, at per-channel bit-width mixes averaging\n"
+            "4, 5, 6 and 7 bits. The widths come from the quantizer's greedy allocator\n"
+            "(quantizer_allocate) run on synthetic channel statistics, so they spread around\n"
+            "the average as on a real model; adaptive and bitplane then hold exactly the same\n"
+            "number of bytes, int4int8 more. The packed bytes are 64-byte aligned, as a\n"
+            "container stores them.\n"
             "\n"
             "Four numbers per contender:\n"
             "  stream  the whole tensor into one rows x cols buffer (16 MiB by default, far\n"
@@ -49,7 +50,7 @@ static void usage(FILE *f)
             "          output in L1, the kernels' own speed with memory out of the way.\n"
             "Contenders are interleaved repetition by repetition; each gets at least 3\n"
             "repetitions, more while the time budget lasts (--seconds, default 20 for the\n"
-            "whole run; --reps N fixes the count). Reports the median and best int8 output\n"
+            "whole run, at most 3600; --reps N, 1..1000000, fixes the count). Reports the median and best int8 output\n"
             "GB/s (10^9 bytes/s), the median and minimum core cycles per weight, and the\n"
             "raw counter ticks (x86 rdtsc, fixed rate) per weight. Core cycles come from the\n"
             "hardware cycle counter (perf_event_open) where the kernel offers it; otherwise\n"
@@ -457,30 +458,28 @@ int bench_unpack(int argc, char **argv)
 {
     struct run R = {.rows = 4096, .cols = 4096, .seconds = 20};
     int json = 0;
-    for (int i = 1; i < argc; i++) {
+    struct tools_args args = {"sluice bench unpack", usage, argc, argv, 0};
+    for (args.i = 1; args.i < argc; args.i++) {
+        const char *a = argv[args.i];
         int bad = 0;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &R.rows) || !R.rows;
-        } else if (!strcmp(argv[i], "--cols") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &R.cols) || !R.cols || R.cols > UNPACK_CORR_MAX_COLS;
-        } else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
-            bad = tools_parse_double(argv[++i], &R.seconds) || !(R.seconds > 0);
-        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &R.reps_fixed) || !R.reps_fixed;
-        } else if (!strcmp(argv[i], "--json")) {
+        } else if (!strcmp(a, "--rows")) {
+            bad = tools_args_u32(&args, 1, 1u << 20, &R.rows);
+        } else if (!strcmp(a, "--cols")) {
+            bad = tools_args_u32(&args, 1, UNPACK_CORR_MAX_COLS, &R.cols);
+        } else if (!strcmp(a, "--seconds")) {
+            bad = tools_args_double(&args, 0, 3600, TOOLS_ARGS_ABOVE_MIN, &R.seconds);
+        } else if (!strcmp(a, "--reps")) {
+            bad = tools_args_u32(&args, 1, 1000000, &R.reps_fixed);
+        } else if (!strcmp(a, "--json")) {
             json = 1;
         } else {
-            fprintf(stderr, "sluice bench unpack: unknown argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
+            bad = tools_args_unexpected(&args);
         }
-        if (bad) {
-            fprintf(stderr, "sluice bench unpack: bad value for %s: '%s'\n", argv[i - 1], argv[i]);
+        if (bad)
             return 2;
-        }
     }
     size_t n = (size_t)R.rows * R.cols;
     R.hot_rows = 16384 / R.cols ? 16384 / R.cols : 1;
