@@ -54,6 +54,8 @@ static void usage(FILE *f)
             "size and peak use. Warm numbers (page cache kept, no limit; one priming run)\n"
             "follow separately. --verify: the loader also checks every slice's checksum (the\n"
             "mount always does). --methods: a comma-separated subset (raw is always run).\n"
+            "Limits: K 1..64, Q 1..256, C a multiple of 4 in 4..1048576, R at least 1 (Q, C\n"
+            "and R default to the loader's own).\n"
             "Needs root for the cold runs (cgroups, drop_caches); otherwise, or with\n"
             "--warm-only, only warm numbers are measured. MB = 10^6 bytes.\n");
 }
@@ -376,30 +378,34 @@ int bench_load(int argc, char **argv)
     const char *model = NULL, *mount = NULL, *methods = NULL, *mount_opts = NULL;
     uint32_t mbps = 800, runs = 3, qd = 0, chunk_kib = 0, ring_mib = 0;
     int json = 0, warm_only = 0, verify = 0;
-    for (int i = 1; i < argc; i++) {
+    struct tools_args args = {"sluice bench load", usage, argc, argv, 0};
+    for (args.i = 1; args.i < argc; args.i++) {
         int bad = 0;
-        const char *a = argv[i];
-        int has = i + 1 < argc;
+        const char *a = argv[args.i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--mount") && has) {
-            mount = argv[++i];
-        } else if (!strcmp(a, "--mount-opts") && has) {
-            mount_opts = argv[++i];
-        } else if (!strcmp(a, "--methods") && has) {
-            methods = argv[++i];
-        } else if (!strcmp(a, "--flash-mbps") && has) {
-            bad = tools_parse_u32(argv[++i], &mbps);
-        } else if (!strcmp(a, "--runs") && has) {
-            bad = tools_parse_u32(argv[++i], &runs) || runs == 0 || runs > MAX_RUNS;
-        } else if (!strcmp(a, "--queue-depth") && has) {
-            bad = tools_parse_u32(argv[++i], &qd) || qd == 0 || qd > 256;
-        } else if (!strcmp(a, "--chunk-kib") && has) {
-            bad = tools_parse_u32(argv[++i], &chunk_kib) || chunk_kib < 4 || chunk_kib % 4 ||
-                  chunk_kib > (1u << 20);
-        } else if (!strcmp(a, "--ring-mib") && has) {
-            bad = tools_parse_u32(argv[++i], &ring_mib) || ring_mib == 0;
+        } else if (!strcmp(a, "--mount")) {
+            bad = tools_args_value(&args, &mount);
+        } else if (!strcmp(a, "--mount-opts")) {
+            bad = tools_args_value(&args, &mount_opts);
+        } else if (!strcmp(a, "--methods")) {
+            bad = tools_args_value(&args, &methods);
+        } else if (!strcmp(a, "--flash-mbps")) {
+            bad = tools_args_u32(&args, 0, UINT32_MAX, &mbps);
+        } else if (!strcmp(a, "--runs")) {
+            bad = tools_args_u32(&args, 1, MAX_RUNS, &runs);
+        } else if (!strcmp(a, "--queue-depth")) {
+            bad = tools_args_u32(&args, 1, 256, &qd);
+        } else if (!strcmp(a, "--chunk-kib")) {
+            bad = tools_args_u32(&args, 4, 1u << 20, &chunk_kib);
+            if (!bad && chunk_kib % 4) {
+                fprintf(stderr, "sluice bench load: --chunk-kib wants a multiple of 4, not '%s'\n",
+                        argv[args.i]);
+                bad = 1;
+            }
+        } else if (!strcmp(a, "--ring-mib")) {
+            bad = tools_args_u32(&args, 1, UINT32_MAX, &ring_mib);
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--warm-only")) {
@@ -407,18 +413,15 @@ int bench_load(int argc, char **argv)
         } else if (!strcmp(a, "--verify")) {
             verify = 1;
         } else if (a[0] == '-' || model) {
-            fprintf(stderr, "sluice bench load: unexpected argument '%s'\n", a);
-            usage(stderr);
-            return 2;
+            bad = tools_args_unexpected(&args);
         } else {
             model = a;
         }
-        if (bad) {
-            fprintf(stderr, "sluice bench load: bad value '%s' for %s\n", argv[i], argv[i - 1]);
+        if (bad)
             return 2;
-        }
     }
     if (!model) {
+        fprintf(stderr, "sluice bench load: no MODEL.sluice given\n\n");
         usage(stderr);
         return 2;
     }
