@@ -59,6 +59,9 @@ static void usage(FILE *f)
             "idle_npu/idle_cpu: idle share of the whole TTFT, median run), and the ratio\n"
             "of the median to the bound\n"
             "max(bytes read / raw MB/s, prefill ops / int8 peak of the machine's cores).\n"
+            "--chunk C: prefill chunk rows, as `sluice run --chunk` (default 256, at most\n"
+            "65536). --runs: 1..32. --trace-dir DIR: a Chrome trace of every run, written\n"
+            "to DIR/CONTENDER.runN.json.\n"
             "The table goes to standard output (to standard error with --json).\n"
             "Needs root (page cache, cgroups).\n");
 }
@@ -228,35 +231,35 @@ int bench_coldstart(int argc, char **argv)
     const char *model = NULL, *trace_dir = NULL;
     uint32_t tokens = 128, mbps = 800, runs = 3, chunk = 256;
     int json = 0;
-    for (int i = 1; i < argc; i++) {
+    struct tools_args args = {"sluice bench coldstart", usage, argc, argv, 0};
+    for (args.i = 1; args.i < argc; args.i++) {
+        const char *a = argv[args.i];
         int bad = 0;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--prompt-tokens") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &tokens) || !tokens;
-        } else if (!strcmp(argv[i], "--flash-mbps") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &mbps);
-        } else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &runs) || !runs || runs > 32;
-        } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
-            bad = tools_parse_u32(argv[++i], &chunk) || !chunk;
-        } else if (!strcmp(argv[i], "--trace-dir") && i + 1 < argc) {
-            trace_dir = argv[++i];
-        } else if (!strcmp(argv[i], "--json")) {
+        } else if (!strcmp(a, "--prompt-tokens")) {
+            bad = tools_args_u32(&args, 1, UINT32_MAX, &tokens);
+        } else if (!strcmp(a, "--flash-mbps")) {
+            bad = tools_args_u32(&args, 0, UINT32_MAX, &mbps);
+        } else if (!strcmp(a, "--runs")) {
+            bad = tools_args_u32(&args, 1, 32, &runs);
+        } else if (!strcmp(a, "--chunk")) {
+            bad = tools_args_u32(&args, 1, 65536, &chunk);
+        } else if (!strcmp(a, "--trace-dir")) {
+            bad = tools_args_value(&args, &trace_dir);
+        } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if (argv[i][0] == '-' || model) {
-            usage(stderr);
-            return 2;
+        } else if (a[0] == '-' || model) {
+            bad = tools_args_unexpected(&args);
         } else {
-            model = argv[i];
+            model = a;
         }
-        if (bad) {
-            fprintf(stderr, "sluice bench coldstart: bad value '%s'\n", argv[i]);
+        if (bad)
             return 2;
-        }
     }
     if (!model) {
+        fprintf(stderr, "sluice bench coldstart: no MODEL.sluice given\n\n");
         usage(stderr);
         return 2;
     }
