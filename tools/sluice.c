@@ -38,7 +38,8 @@ static const struct command commands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: sluice COMMAND [ARGS...]\n\ncommands:\n");
+    fprintf(f, "usage: sluice COMMAND [ARGS...]\n"
+               "       sluice --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n'sluice COMMAND --help' describes each command.\n");
@@ -62,7 +63,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "sluice: unknown command '%s'\n\n", argv[1]);
+    fprintf(stderr, "sluice: %s '%s'\n\n", argv[1][0] == '-' ? "unknown option" : "unknown command",
+            argv[1]);
     usage(stderr);
     return 2;
 }

@@ -15,18 +15,30 @@ static const struct {
     {"coldstart", bench_coldstart, "cold time to first token, pipeline policies side by side"},
 };
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: sluice bench KIND [ARGS...]\n\nkinds:\n");
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        fprintf(f, "  %-10s %s\n", benches[i].name, benches[i].summary);
+    fprintf(f, "\n'sluice bench KIND --help' describes each.\n");
+}
+
 int cmd_bench(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        FILE *f = argc < 2 ? stderr : stdout;
-        fprintf(f, "usage: sluice bench KIND [ARGS...]\n\nkinds:\n");
-        for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
-            fprintf(f, "  %-10s %s\n", benches[i].name, benches[i].summary);
-        return argc < 2 ? 2 : 0;
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc < 2) {
+        fprintf(stderr, "sluice bench: no KIND given\n\n");
+        usage(stderr);
+        return 2;
     }
     for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
         if (!strcmp(argv[1], benches[i].name))
             return benches[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "sluice bench: unknown benchmark '%s'\n", argv[1]);
+    fprintf(stderr, "sluice bench: %s '%s'\n\n",
+            argv[1][0] == '-' ? "unknown option" : "unknown benchmark", argv[1]);
+    usage(stderr);
     return 2;
 }
