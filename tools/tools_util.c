@@ -85,15 +85,15 @@ int tools_args_double(struct tools_args *a, double min, double max, int flags, d
     double v;
     if (tools_args_value(a, &s) < 0)
         return -1;
-    int above = !(flags & TOOLS_ARGS_ABOVE_MIN), below = !(flags & TOOLS_ARGS_BELOW_MAX);
-    if (tools_parse_double(s, &v) || !isfinite(v) || v < min || v > max ||
-        (!above && v == min) || (!below && v == max)) {
+    int min_in = !(flags & TOOLS_ARGS_ABOVE_MIN), max_in = !(flags & TOOLS_ARGS_BELOW_MAX);
+    if (tools_parse_double(s, &v) || !isfinite(v) || v < min || v > max || (!min_in && v == min) ||
+        (!max_in && v == max)) {
         if (isinf(max))
             fprintf(stderr, "%s: %s wants a finite number %s %g, not '%s'\n", a->cmd,
-                    a->argv[a->i - 1], above ? ">=" : ">", min, s);
+                    a->argv[a->i - 1], min_in ? ">=" : ">", min, s);
         else
             fprintf(stderr, "%s: %s wants a number in %c%g, %g%c, not '%s'\n", a->cmd,
-                    a->argv[a->i - 1], above ? '[' : '(', min, max, below ? ']' : ')', s);
+                    a->argv[a->i - 1], min_in ? '[' : '(', min, max, max_in ? ']' : ')', s);
         return -1;
     }
     *out = v;
