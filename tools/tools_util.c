@@ -14,7 +14,8 @@ int tools_parse_u64(const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
-    if (!s || !*s || *s == '-')
+    /* strtoull skips blanks and negates a '-' after them: " -1" would be 2^64-1 */
+    if (!s || *s < '0' || *s > '9')
         return -1;
     unsigned long long v = strtoull(s, &end, 0);
     if (errno || *end)

@@ -136,6 +136,7 @@ import a.bin --seq-len 0|sluice import: --seq-len wants a whole number in 1..
 import a.bin -o|sluice import: -o needs a value
 synth --shape|sluice synth: --shape needs a value
 synth --seed x|sluice synth: --seed wants a whole number in 0..
+synth --seed +1|sluice synth: --seed wants a whole number in 0..
 inspect a b|sluice inspect: unexpected argument 'b'
 mount m.sluice -o|sluice mount: -o needs a value
 umount -x|sluice umount: unknown option '-x'
