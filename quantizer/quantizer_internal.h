@@ -36,6 +36,11 @@ struct quantizer_calib {
  * classifier), or NULL for anything else. */
 const struct quantizer_calib_slot *quantizer_calib_slot(const struct quantizer_calib *c, int layer,
                                                         uint32_t role);
+/* 0 if every recorded statistic (in_max, in_max_fit, out_max) is finite and
+ * non-negative; else -EINVAL with a message naming the layer, the role, the
+ * channel and the value (the float model's activations overflowed or went
+ * NaN on the calibration text). The observer keeps a NaN once seen. */
+int quantizer_calib_check(const struct quantizer_calib *c, struct sl_err *err);
 
 /* ---- one tensor: statistics, widths, codes (quantizer_alloc.c) -------------------------- */
 

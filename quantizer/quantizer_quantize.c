@@ -887,6 +887,10 @@ int quantizer_quantize(const char *src, const struct quantizer_calib *calib,
                    calib && !quantizer_calib_ok(calib) ? " (they failed to record)" : "");
         goto out;
     }
+    if (calib && (ret = quantizer_calib_check(calib, err)) < 0) {
+        sl_err_prefix(err, "%s", src);
+        goto out;
+    }
     size_t ng = (size_t)q->c->n_layers * G_N;
     q->s = calloc(ng, sizeof *q->s);
     q->alpha = malloc(sizeof(double) * (ng + 1));
