@@ -284,10 +284,14 @@ int format_role_shape(const struct format_config *c, uint32_t role, uint32_t *n_
     }
 }
 
+int format_act_scale_valid(float s)
+{
+    return s == 0.0f || (s > 0.0f && isfinite(s));
+}
+
 int fmt_check_tensor_meta(const struct format_config *c, const char *name, int32_t layer,
-                          uint32_t role, uint32_t encoding, uint32_t n_dims,
-                          const uint64_t *shape, uint64_t length, const char *what,
-                          struct sl_err *err)
+                          uint32_t role, uint32_t encoding, uint32_t n_dims, const uint64_t *shape,
+                          uint64_t length, float act_scale, const char *what, struct sl_err *err)
 {
     if (role >= FORMAT_ROLE_COUNT) {
         sl_err_set(err, "%s: tensor '%s' has unknown role %u", what, name, role);
@@ -340,6 +344,14 @@ int fmt_check_tensor_meta(const struct format_config *c, const char *name, int32
         }
     } else if (length == 0) {
         sl_err_set(err, "%s: tensor '%s' is empty", what, name);
+        return -EINVAL;
+    }
+    if (!format_act_scale_valid(act_scale)) {
+        /* never fall back to dynamic scaling: the value is a broken calibration */
+        sl_err_set(err,
+                   "%s: tensor '%s' has activation scale %g; it must be positive and finite, "
+                   "or 0 for dynamic scaling",
+                   what, name, (double)act_scale);
         return -EINVAL;
     }
     return 0;

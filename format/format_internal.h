@@ -85,13 +85,12 @@ void fmt_config_load(const uint8_t *p, struct format_config *c);
 uint32_t fmt_tensor_slice_kind(const struct format_config *c, int32_t layer, uint32_t role);
 int fmt_exec_rank(uint32_t role);
 
-
 /* Checks a tensor description against the config and its encoding (not the
- * bytes); `what` names the file. */
+ * bytes), and its act_scale against format_act_scale_valid(); `what` names
+ * the file. */
 int fmt_check_tensor_meta(const struct format_config *c, const char *name, int32_t layer,
-                          uint32_t role, uint32_t encoding, uint32_t n_dims,
-                          const uint64_t *shape, uint64_t length, const char *what,
-                          struct sl_err *err);
+                          uint32_t role, uint32_t encoding, uint32_t n_dims, const uint64_t *shape,
+                          uint64_t length, float act_scale, const char *what, struct sl_err *err);
 
 /* Validators of the packed encodings, for the traits table. */
 #include "format_enc_packed.h"

@@ -363,7 +363,7 @@ static int check_index(struct format_reader *r, uint64_t data_off, uint64_t data
         for (uint32_t j = s->first_tensor; j < s->first_tensor + s->n_tensors; j++) {
             const struct format_tensor_info *t = &r->tensors[j];
             int ret = fmt_check_tensor_meta(c, t->name, t->layer, t->role, t->encoding, t->n_dims,
-                                            t->shape, t->length, r->path, err);
+                                            t->shape, t->length, t->act_scale, r->path, err);
             if (ret < 0)
                 return ret;
             if (t->slice != i || fmt_tensor_slice_kind(c, t->layer, t->role) != s->kind ||

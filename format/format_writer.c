@@ -328,7 +328,7 @@ int format_writer_add_tensor(struct format_writer *w, const struct format_tensor
         }
     }
     ret = fmt_check_tensor_meta(&w->cfg, d->name, d->layer, d->role, d->encoding, d->n_dims,
-                                d->shape, len, w->path, err);
+                                d->shape, len, d->act_scale, w->path, err);
     if (ret < 0)
         return ret;
     const struct format_encoding_traits *t = format_encoding_traits(d->encoding);

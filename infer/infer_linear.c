@@ -58,8 +58,11 @@ int infer_linear_init(struct infer_linear *lin, const struct format_tensor_info 
         return ret;
     }
     lin->act_scale = force_dynamic_act ? 0.0f : t->act_scale;
-    if (!(lin->act_scale >= 0) || !isfinite(lin->act_scale)) {
-        sl_err_set(err, "tensor '%s' has activation scale %g", t->name, (double)lin->act_scale);
+    if (!format_act_scale_valid(lin->act_scale)) { /* format_reader_open refuses it first */
+        sl_err_set(err,
+                   "tensor '%s' has activation scale %g; it must be positive and finite, or 0 "
+                   "for dynamic scaling",
+                   t->name, (double)lin->act_scale);
         infer_linear_fini(lin);
         return -EINVAL;
     }

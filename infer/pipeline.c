@@ -44,6 +44,7 @@
  * The arithmetic of every operator is exactly that of infer_forward with
  * max_batch = chunk, so the logits are bit-identical to a sequential run of
  * the same quantized model (tested). */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -344,6 +345,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         if (!format_role_is_linear(role) || (t->role == FORMAT_ROLE_TOK_EMBD && !c->tied_embedding))
             continue;
         p->lin_info[t->layer + 1][role].int8 = format_encoding_traits(t->encoding)->quantized;
+        assert(format_act_scale_valid(t->act_scale)); /* format_reader_open refuses others */
         p->lin_info[t->layer + 1][role].act = p->m->force_dynamic_act ? 0.0f : t->act_scale;
     }
     ret = pl_graph_build(p);

@@ -76,6 +76,14 @@ static uint64_t next_rand(uint64_t *s)
     return *s;
 }
 
+/* max(m, |v|), keeping a NaN once seen (fmaxf would drop it) so that
+ * quantizer_calib_check reports it instead of the statistics hiding it. */
+static float stat_max(float m, float v)
+{
+    float a = fabsf(v);
+    return isnan(m) ? m : (a > m || isnan(a)) ? a : m;
+}
+
 static int slot_init(struct quantizer_calib *c, struct quantizer_calib_slot *sl, int keep_inputs,
                      uint32_t in_cols, uint32_t out_cols)
 {
@@ -117,15 +125,15 @@ void quantizer_calib_observe(void *ctx, int layer, uint32_t role, const float *x
         const float *xr = x + (size_t)r * in_cols;
         const float *yr = y + (size_t)r * out_cols;
         for (uint32_t j = 0; j < out_cols; j++)
-            sl->out_max[j] = fmaxf(sl->out_max[j], fabsf(yr[j]));
+            sl->out_max[j] = stat_max(sl->out_max[j], yr[j]);
         if (!keep_inputs)
             continue;
         for (uint32_t j = 0; j < in_cols; j++)
-            sl->in_max[j] = fmaxf(sl->in_max[j], fabsf(xr[j]));
+            sl->in_max[j] = stat_max(sl->in_max[j], xr[j]);
         uint64_t row = sl->rows_seen++;
         if (row % 2 == 0) { /* fitting half */
             for (uint32_t j = 0; j < in_cols; j++)
-                sl->in_max_fit[j] = fmaxf(sl->in_max_fit[j], fabsf(xr[j]));
+                sl->in_max_fit[j] = stat_max(sl->in_max_fit[j], xr[j]);
             continue;
         }
         /* held-out half: reservoir sampling (Algorithm R) */
@@ -137,6 +145,42 @@ void quantizer_calib_observe(void *ctx, int layer, uint32_t role, const float *x
                 sl->n_sample++;
         }
     }
+}
+
+/* -EINVAL naming the slot's layer and role if v[0..n) holds a NaN, an
+ * infinity or a negative number. */
+static int check_stats(const struct quantizer_calib *c, uint32_t slot, const char *what,
+                       const float *v, uint32_t n, struct sl_err *err)
+{
+    for (uint32_t j = 0; v && j < n; j++) {
+        if (v[j] >= 0 && isfinite(v[j]))
+            continue;
+        int layer = slot == c->n_slots - 1 ? -1 : (int)(slot / FORMAT_ROLE_COUNT);
+        uint32_t role = layer < 0 ? FORMAT_ROLE_CLASSIFIER : slot % FORMAT_ROLE_COUNT;
+        char where[64];
+        quantizer_layer_name(layer, role, where, sizeof where);
+        sl_err_set(err,
+                   "calibration statistics of %s: %s channel %u has maximum %g; the float "
+                   "model's activations are not finite on the calibration text",
+                   where, what, j, (double)v[j]);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int quantizer_calib_check(const struct quantizer_calib *c, struct sl_err *err)
+{
+    for (uint32_t i = 0; i < c->n_slots; i++) {
+        const struct quantizer_calib_slot *sl = &c->slots[i];
+        int ret = check_stats(c, i, "input", sl->in_max, sl->in_cols, err);
+        if (ret == 0)
+            ret = check_stats(c, i, "input", sl->in_max_fit, sl->in_cols, err);
+        if (ret == 0)
+            ret = check_stats(c, i, "output", sl->out_max, sl->out_cols, err);
+        if (ret < 0)
+            return ret;
+    }
+    return 0;
 }
 
 int quantizer_calib_ok(const struct quantizer_calib *c)

@@ -36,6 +36,11 @@ struct quantizer_calib {
  * classifier), or NULL for anything else. */
 const struct quantizer_calib_slot *quantizer_calib_slot(const struct quantizer_calib *c, int layer,
                                                         uint32_t role);
+/* 0 if every recorded statistic (in_max, in_max_fit, out_max) is finite and
+ * non-negative; else -EINVAL with a message naming the layer, the role, the
+ * channel and the value (the float model's activations overflowed or went
+ * NaN on the calibration text). The observer keeps a NaN once seen. */
+int quantizer_calib_check(const struct quantizer_calib *c, struct sl_err *err);
 
 /* ---- one tensor: statistics, widths, codes (quantizer_alloc.c) -------------------------- */
 
@@ -98,6 +103,17 @@ void quantizer_smooth_sq_scales(const float *in_max, uint32_t n,
                                 float *s);
 /* max_j in_max[j] / s[j]: the smoothed input's per-tensor max |x|. */
 float quantizer_smooth_act_max(const float *in_max, const float *s, uint32_t n);
+/* The static activation scale (docs/FORMAT.md act_scale) of the input of
+ * layer `layer` (-1: embedding, classifier) role `role` from its statistics:
+ * max_j in_max[j] / s[j] (s NULL: 1) / 127, or 0 (dynamic) when every channel
+ * is 0. Returns 0 with *out set, or -EINVAL, *out untouched, with a message
+ * naming the layer, the role, the channel and the value when a quotient is
+ * NaN, infinite or negative (a broken statistic or smoothing scale): such a
+ * value is never turned into a scale, nor into 0. */
+int quantizer_act_scale(int layer, uint32_t role, const float *in_max, const float *s, uint32_t n,
+                        float *out, struct sl_err *err);
+/* "layer 3 wq", or the role alone for layer -1 ("classifier"), into buf[n]. */
+void quantizer_layer_name(int layer, uint32_t role, char *buf, size_t n);
 /* The relative output error sum_members ||y_q - y||^2 / ||y||^2 of the group
  * on its calibration rows when its input is divided by s and its weights
  * multiplied by s, quantized exactly as the final model will be: weights by

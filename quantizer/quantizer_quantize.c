@@ -404,16 +404,18 @@ static void fold_classifier(const struct qctx *q, float *cls, float *out_norm)
             cls[(size_t)r * D + j] *= q->s_cls[j];
 }
 
-/* Static activation scale of a linear's input after smoothing (0: dynamic). */
-static float act_scale(const struct qctx *q, int layer, uint32_t role)
+/* Static activation scale of a linear's input after smoothing (0: dynamic)
+ * into *out; -EINVAL (q->err set) when its statistics cannot give one. */
+static int act_scale(const struct qctx *q, int layer, uint32_t role, float *out)
 {
+    *out = 0.0f;
     if (q->o->act_dynamic)
-        return 0.0f;
+        return 0;
     if (role == FORMAT_ROLE_TOK_EMBD && !q->c->tied_embedding)
-        return 0.0f; /* only looked up */
+        return 0; /* only looked up */
     const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
     if (!sl)
-        return 0.0f; /* no calibration for it: dynamic */
+        return 0; /* no calibration for it: dynamic */
     const float *s = NULL;
     if (layer >= 0) {
         int g = role <= FORMAT_ROLE_WV     ? G_QKV
@@ -424,8 +426,7 @@ static float act_scale(const struct qctx *q, int layer, uint32_t role)
     } else if (role == FORMAT_ROLE_CLASSIFIER) {
         s = q->s_cls;
     }
-    float m = quantizer_smooth_act_max(sl->in_max, s, sl->in_cols);
-    return m > 0 ? m / 127.0f : 0.0f;
+    return quantizer_act_scale(layer, role, sl->in_max, s, sl->in_cols, out, q->err);
 }
 
 /* ---- global allocation ------------------------------------------------------------------------
@@ -628,6 +629,9 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
     ret = quantizer_pack(q->encoding, codes, widths, scales, rows, cols, &bytes, &len, q->err);
     if (ret < 0)
         goto out;
+    float act;
+    if ((ret = act_scale(q, layer, role, &act)) < 0)
+        goto out;
     char name[FORMAT_NAME_MAX];
     format_tensor_name(layer, role, name, sizeof name);
     struct format_tensor_desc d = {.name = name,
@@ -636,7 +640,7 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
                                    .encoding = q->encoding,
                                    .n_dims = 2,
                                    .shape = {rows, cols},
-                                   .act_scale = act_scale(q, layer, role)};
+                                   .act_scale = act};
     for (uint32_t r = 0; r < rows; r++) {
         d.bits_hist[widths[r]]++;
         rep->hist[role][widths[r]]++;
@@ -881,6 +885,10 @@ int quantizer_quantize(const char *src, const struct quantizer_calib *calib,
     if (calib && (!quantizer_calib_ok(calib) || memcmp(&calib->cfg, q->c, sizeof *q->c) != 0)) {
         sl_err_set(err, "%s: the calibration statistics do not belong to this model%s", src,
                    calib && !quantizer_calib_ok(calib) ? " (they failed to record)" : "");
+        goto out;
+    }
+    if (calib && (ret = quantizer_calib_check(calib, err)) < 0) {
+        sl_err_prefix(err, "%s", src);
         goto out;
     }
     size_t ng = (size_t)q->c->n_layers * G_N;

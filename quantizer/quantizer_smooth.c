@@ -23,6 +23,7 @@
  * requantizes matmul outputs per tensor, which this one does not do. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +62,36 @@ float quantizer_smooth_act_max(const float *in_max, const float *s, uint32_t n)
         m = v > m ? v : m;
     }
     return m;
+}
+
+void quantizer_layer_name(int layer, uint32_t role, char *buf, size_t n)
+{
+    if (layer < 0)
+        snprintf(buf, n, "%s", format_role_name(role));
+    else
+        snprintf(buf, n, "layer %d %s", layer, format_role_name(role));
+}
+
+int quantizer_act_scale(int layer, uint32_t role, const float *in_max, const float *s, uint32_t n,
+                        float *out, struct sl_err *err)
+{
+    float m = 0;
+    for (uint32_t c = 0; c < n; c++) {
+        float d = s ? s[c] : 1.0f, v = in_max[c] / d;
+        if (!(v >= 0) || !isfinite(v)) { /* NaN fails v >= 0 */
+            char where[64];
+            quantizer_layer_name(layer, role, where, sizeof where);
+            sl_err_set(err,
+                       "%s: input channel %u has calibration maximum %g and smoothing scale %g, "
+                       "giving activation maximum %g; a static activation scale must be positive "
+                       "and finite",
+                       where, c, (double)in_max[c], (double)d, (double)v);
+            return -EINVAL;
+        }
+        m = v > m ? v : m;
+    }
+    *out = m / 127.0f; /* finite and >= 0; 0: the input was always 0, scale it dynamically */
+    return 0;
 }
 
 void quantizer_smooth_o_common(const struct format_config *c, const float *in_max, float *out)

@@ -138,6 +138,11 @@ void format_tensor_name(int layer, enum format_role role, char *buf, size_t n);
 /* 1 for the linear weights the quantizer and the NPU deal with (Q, K, V, O,
  * gate, up, down, classifier), else 0. */
 int format_role_is_linear(enum format_role role);
+/* 1 if s may be stored as a tensor's act_scale: exactly 0 (no static scale:
+ * the runtime scales each input dynamically) or positive and finite; else 0
+ * (NaN, infinities, negatives). The one rule the quantizer, the writer, the
+ * reader and the runtime apply (docs/FORMAT.md "Tensor entry"). */
+int format_act_scale_valid(float s);
 
 /* Encodings. Facts about each live in one table (format_encoding_traits). A
  * weight matrix is [rows][cols]: rows are output channels, cols the inputs. */
@@ -244,7 +249,7 @@ struct format_tensor_info {
     uint64_t offset;            /* absolute, in the container */
     uint64_t length;            /* bytes */
     uint64_t checksum;          /* XXH3-64 of those bytes */
-    float act_scale;
+    float act_scale;            /* 0 or positive and finite (checked at open) */
     uint32_t bits_hist[FORMAT_MAX_BITS + 1];
     uint32_t slice;             /* index of the slice that holds it */
 };

@@ -1,9 +1,11 @@
 /* test_format.c: container round trip and every rejection path of the reader
  * and the writer (truncation, bad magic, wrong version, corrupt header,
- * out-of-bounds offsets, checksum mismatches, bad writer input). */
+ * out-of-bounds offsets, checksum mismatches, bad activation scales, bad
+ * writer input). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,7 @@
 #define H_INDEX_SUM 104
 #define H_CHECKSUM 4088
 #define T_OFFSET 112
+#define T_ACT_SCALE 136
 #define T_SIZE 192
 
 struct model {
@@ -433,6 +436,113 @@ static void test_missing_file(void **state)
     assert_int_equal(format_reader_open(test_tmpdir(), &r, &err), -EINVAL); /* a directory */
 }
 
+/* ---- activation scales (issue 21, finding 3) ----------------------------------- */
+
+/* good_file()'s tensor 2 (blk.0.attn_q.weight, q8, act_scale 0.5) with its
+ * act_scale set to v and the index and header checksums resealed, so only the
+ * value check can catch it. */
+static void forge_act_scale(uint8_t *buf, float v)
+{
+    uint64_t index = sl_load_le64(buf + H_INDEX_OFFSET);
+    uint64_t index_len = sl_load_le64(buf + H_INDEX_OFFSET + 8);
+    assert_string_equal((const char *)buf + index + 2 * T_SIZE, "blk.0.attn_q.weight");
+    sl_store_lef32(buf + index + 2 * T_SIZE + T_ACT_SCALE, v);
+    sl_store_le64(buf + H_INDEX_SUM, format_checksum(buf + index, index_len));
+    reseal_header(buf);
+}
+
+static const struct {
+    float v;
+    const char *shown; /* as the message prints it */
+} bad_act[] = {{NAN, "nan"}, {-1.0f, "-1"}, {INFINITY, "inf"}, {-INFINITY, "-inf"}};
+
+static void test_act_scale_rejected(void **state)
+{
+    (void)state;
+    size_t len;
+    uint8_t *buf = good_file(&len);
+    struct sl_err err;
+    for (size_t i = 0; i < sizeof bad_act / sizeof bad_act[0]; i++) {
+        forge_act_scale(buf, bad_act[i].v);
+        assert_int_equal(open_bytes(buf, len, &err), -EINVAL);
+        assert_non_null(strstr(err.msg, "'blk.0.attn_q.weight'"));
+        assert_non_null(strstr(err.msg, "activation scale"));
+        if (!strstr(err.msg, bad_act[i].shown))
+            fail_msg("message does not show %s: %s", bad_act[i].shown, err.msg);
+    }
+    /* 0 (dynamic) and any positive finite value, however small or large, open */
+    const float good[] = {0.0f, 1e-30f, 0.25f, 3e38f};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        forge_act_scale(buf, good[i]);
+        if (open_bytes(buf, len, &err) != 0)
+            fail_msg("act_scale %g refused: %s", (double)good[i], err.msg);
+    }
+    free(buf);
+}
+
+static void test_act_scale_writer(void **state)
+{
+    (void)state;
+    struct model q;
+    struct sl_err err;
+    make_model(&q, 0, 1);
+    char *path = path_in_tmp("act.sluice");
+    struct format_writer *w;
+    assert_int_equal(format_writer_create(path, &w, &err), 0);
+    assert_int_equal(format_writer_set_config(w, &q.cfg, &err), 0);
+    assert_int_equal(format_writer_add_tensor(w, &q.desc[0], q.data[0], q.len[0], &err), 0);
+    assert_int_equal(format_writer_add_tensor(w, &q.desc[1], q.data[1], q.len[1], &err), 0);
+    for (size_t i = 0; i < sizeof bad_act / sizeof bad_act[0]; i++) {
+        struct format_tensor_desc d = q.desc[2];
+        d.act_scale = bad_act[i].v;
+        assert_int_equal(format_writer_add_tensor(w, &d, q.data[2], q.len[2], &err), -EINVAL);
+        assert_non_null(strstr(err.msg, "'blk.0.attn_q.weight'"));
+        if (!strstr(err.msg, bad_act[i].shown))
+            fail_msg("message does not show %s: %s", bad_act[i].shown, err.msg);
+    }
+    assert_int_equal(format_writer_add_tensor(w, &q.desc[2], q.data[2], q.len[2], &err), 0);
+    format_writer_destroy(w);
+    free_model(&q);
+}
+
+/* inspect, run and mount (the built binary) refuse the container with the
+ * reader's message; none of them falls back to dynamic scaling. */
+static void test_act_scale_cli(void **state)
+{
+    (void)state;
+    const char *bin = test_sluice_bin();
+    if (!bin)
+        skip();
+    size_t len;
+    uint8_t *buf = good_file(&len);
+    const char *dir = test_tmpdir();
+    char model[512], errf[512], mnt[512];
+    snprintf(model, sizeof model, "%s/act.sluice", dir);
+    snprintf(errf, sizeof errf, "%s/act.err", dir);
+    snprintf(mnt, sizeof mnt, "%s/mnt", dir);
+    assert_int_equal(mkdir(mnt, 0755), 0);
+    for (size_t i = 0; i < sizeof bad_act / sizeof bad_act[0]; i++) {
+        forge_act_scale(buf, bad_act[i].v);
+        FILE *f = fopen(model, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(buf, 1, len, f), len);
+        assert_int_equal(fclose(f), 0);
+        const char *cmds[] = {"inspect %s", "run %s -p hello -n 4", "mount %s %s -f"};
+        for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+            char args[1200];
+            snprintf(args, sizeof args, cmds[c], model, mnt);
+            int rc = test_system("timeout 20 %s %s >/dev/null 2>%s", bin, args, errf);
+            char *e = test_read_file(errf, NULL);
+            assert_non_null(e);
+            if (rc != 1 || !strstr(e, model) || !strstr(e, "'blk.0.attn_q.weight'") ||
+                !strstr(e, "activation scale") || !strstr(e, bad_act[i].shown))
+                fail_msg("sluice %s: exit %d, stderr: %s", args, rc, e);
+            free(e);
+        }
+    }
+    free(buf);
+}
+
 /* ---- writer rejections ---------------------------------------------------------- */
 
 static void test_writer_rejects(void **state)
@@ -511,6 +621,9 @@ int main(void)
         cmocka_unit_test(test_meta_corrupt),
         cmocka_unit_test(test_data_checksum),
         cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_act_scale_rejected),
+        cmocka_unit_test(test_act_scale_writer),
+        cmocka_unit_test(test_act_scale_cli),
         cmocka_unit_test(test_writer_rejects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,7 +13,8 @@
  * - the runtime runs the output through its int8 path, close to the float
  *   model at 8 bits;
  * - errors: bad bits, non-integer bits for uniform, bad alpha, an already
- *   quantized source, statistics of another model; nothing left behind. */
+ *   quantized source, statistics of another model, NaN or infinite
+ *   statistics; nothing left behind. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -666,6 +667,62 @@ static void test_errors(void **st)
     expect_error(tmp("nonexistent.sluice"), NULL, &o, "nonexistent");
 }
 
+/* Calibration statistics that are NaN or infinite (issue 21, finding 3): the
+ * quantizer refuses them, naming the layer, the role and the value, and writes
+ * nothing; it never turns them into a scale or into dynamic scaling. */
+static void test_bad_statistics(void **st)
+{
+    (void)st;
+    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5, .alpha = -1};
+    /* in the recorded statistics, input and output side, of each method */
+    struct quantizer_calib_slot *wo = (struct quantizer_calib_slot *)quantizer_calib_slot(
+                                    cal, 1, FORMAT_ROLE_WO),
+                                *v = (struct quantizer_calib_slot *)quantizer_calib_slot(
+                                    cal, 0, FORMAT_ROLE_WV);
+    const enum quantizer_method methods[] = {QUANTIZER_METHOD_EDGEFLOW, QUANTIZER_METHOD_UNIFORM};
+    for (size_t k = 0; k < 2; k++) {
+        o.method = methods[k];
+        float keep = wo->in_max[5];
+        wo->in_max[5] = NAN;
+        expect_error(model, cal, &o, "layer 1 wo: input channel 5 has maximum nan");
+        wo->in_max[5] = INFINITY;
+        expect_error(model, cal, &o, "layer 1 wo: input channel 5 has maximum inf");
+        wo->in_max[5] = -1.0f;
+        expect_error(model, cal, &o, "layer 1 wo: input channel 5 has maximum -1");
+        wo->in_max[5] = keep;
+        keep = v->out_max[2];
+        v->out_max[2] = NAN;
+        expect_error(model, cal, &o, "layer 0 wv: output channel 2 has maximum nan");
+        v->out_max[2] = keep;
+    }
+    o.method = QUANTIZER_METHOD_EDGEFLOW;
+    quantize(model, cal, &o, tmp("ok.sluice"), NULL); /* restored: quantizes */
+
+    /* the observer keeps a NaN it sees, whatever comes after (fmaxf would
+     * drop it and the statistics would look fine) */
+    struct quantizer_calib *c;
+    assert_int_equal(quantizer_calib_create(&cal->cfg, 4, &c), 0);
+    const struct quantizer_calib_slot *q = quantizer_calib_slot(cal, 0, FORMAT_ROLE_WQ);
+    uint32_t in = q->in_cols, out = q->out_cols;
+    float *x = calloc((size_t)3 * in, sizeof(float)), *y = calloc((size_t)3 * out, sizeof(float));
+    for (uint32_t j = 0; j < 3 * in; j++)
+        x[j] = 0.5f;
+    x[in + 7] = NAN;           /* row 1, channel 7 */
+    x[2 * in + 7] = 1000.0f;   /* a later, larger value */
+    y[2 * out + 1] = INFINITY; /* row 2, output channel 1 */
+    quantizer_calib_observe(c, 0, FORMAT_ROLE_WQ, x, 3, in, y, out);
+    assert_true(quantizer_calib_ok(c));
+    assert_true(isnan(quantizer_calib_slot(c, 0, FORMAT_ROLE_WQ)->in_max[7]));
+    assert_true(isinf(quantizer_calib_slot(c, 0, FORMAT_ROLE_WQ)->out_max[1]));
+    struct sl_err err = {{0}};
+    assert_int_equal(quantizer_calib_check(c, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "layer 0 wq: input channel 7 has maximum nan"));
+    expect_error(model, c, &o, "layer 0 wq: input channel 7 has maximum nan");
+    free(x);
+    free(y);
+    quantizer_calib_destroy(c);
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -680,6 +737,7 @@ int main(void)
         cmocka_unit_test(test_runs_int8),
         cmocka_unit_test(test_untied_embedding),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_bad_statistics),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

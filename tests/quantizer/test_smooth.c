@@ -106,6 +106,50 @@ static void test_smoothquant_scales(void **st)
     assert_true(s[2] == 1.0f); /* no activation: unchanged */
 }
 
+/* Statistics to static activation scales (issue 21, finding 3): max / 127,
+ * 0 for an input that was always 0, and an error naming the layer, the role
+ * and the value for anything NaN, infinite or negative, never a scale or 0. */
+static void test_act_scale(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    const float in_max[4] = {1.0f, 12.7f, 0.5f, 0.0f}, s[4] = {1.0f, 0.1f, 2.0f, 4.0f};
+    float out = -1;
+    assert_int_equal(quantizer_act_scale(0, FORMAT_ROLE_WQ, in_max, NULL, 4, &out, &err), 0);
+    assert_true(out == 12.7f / 127.0f);
+    assert_int_equal(quantizer_act_scale(0, FORMAT_ROLE_WQ, in_max, s, 4, &out, &err), 0);
+    assert_true(out == (12.7f / 0.1f) / 127.0f);
+    const float zero[2] = {0, 0};
+    assert_int_equal(quantizer_act_scale(1, FORMAT_ROLE_WO, zero, NULL, 2, &out, &err), 0);
+    assert_true(out == 0.0f);
+
+    static const struct {
+        float max, s; /* channel 2's statistic and smoothing scale */
+        int layer;
+        uint32_t role;
+        const char *where, *shown;
+    } bad[] = {
+        {NAN, 1.0f, 3, FORMAT_ROLE_WQ, "layer 3 wq:", "maximum nan"},
+        {INFINITY, 1.0f, 0, FORMAT_ROLE_W_DOWN, "layer 0 w_down:", "maximum inf"},
+        {-1.0f, 1.0f, 1, FORMAT_ROLE_WO, "layer 1 wo:", "maximum -1"},
+        {2.0f, 0.0f, 2, FORMAT_ROLE_W_GATE, "layer 2 w_gate:", "activation maximum inf"},
+        {2.0f, -1.0f, -1, FORMAT_ROLE_CLASSIFIER, "classifier:", "activation maximum -2"},
+        {0.0f, 0.0f, 0, FORMAT_ROLE_WQ, "layer 0 wq:", "nan; a static"}, /* 0/0: -nan */
+        {2.0f, NAN, 0, FORMAT_ROLE_WQ, "layer 0 wq:", "smoothing scale nan"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        float mx[4] = {1, 1, bad[i].max, 1}, sc[4] = {1, 1, bad[i].s, 1};
+        out = 0.25f;
+        memset(&err, 0, sizeof err);
+        assert_int_equal(quantizer_act_scale(bad[i].layer, bad[i].role, mx, sc, 4, &out, &err),
+                         -EINVAL);
+        assert_true(out == 0.25f); /* untouched */
+        if (strncmp(err.msg, bad[i].where, strlen(bad[i].where)) || !strstr(err.msg, "channel 2") ||
+            !strstr(err.msg, bad[i].shown))
+            fail_msg("case %zu: %s", i, err.msg);
+    }
+}
+
 static void test_o_common(void **st)
 {
     (void)st;
@@ -376,6 +420,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_group_invariance),
         cmocka_unit_test(test_smoothquant_scales),
+        cmocka_unit_test(test_act_scale),
         cmocka_unit_test(test_o_common),
         cmocka_unit_test(test_search),
         cmocka_unit_test(test_model_invariance_synth),
