@@ -21,6 +21,7 @@ int cmd_run(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_mount(int argc, char **argv);
 int cmd_umount(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
 /* bench subcommands (tools/bench_<name>.c), dispatched by cmd_bench */
