@@ -14,6 +14,7 @@
 
 #include "format.h"
 #include "fs.h"
+#include "gguf.h"
 
 /* ---- the node table (fs_tree.c) ------------------------------------------------ */
 
@@ -24,6 +25,7 @@ enum fs_kind {
     FS_INT8,     /* computed: a quantized tensor unpacked to int8 codes, rows x cols */
     FS_SCALES,   /* computed: its per-row float32 scales */
     FS_STATS,    /* computed on open: stats.json */
+    FS_GGUF,     /* computed on read: model.gguf (gguf.h) */
 };
 
 struct fs_node {
@@ -55,6 +57,9 @@ struct fs_state {
     uint64_t mount_ns;
     struct timespec mtime;   /* the container's, shown as every file's times */
     int log_fd;              /* -1: none */
+    struct gguf_view *gguf;  /* model.gguf */
+    struct gguf_source gguf_src; /* verified slices from the store, for the view */
+    atomic_uint gguf_logged; /* failures logged so far (at most a few) */
 };
 
 /* Builds the node table; fills err on failure. */
@@ -141,6 +146,14 @@ uint64_t fs_view_size(const struct fs_view *v);
  * memory. Its size is fixed for the mount: the JSON is padded with spaces. */
 char *fs_stats_json(struct fs_state *s, size_t *len);
 uint64_t fs_stats_size(const struct fs_state *s);
+
+/* ---- model.gguf (fs_gguf.c) ----------------------------------------------------------- */
+
+/* Creates s->gguf from the options and sets up its slice source (the store). */
+int fs_gguf_create(struct fs_state *s, struct sl_err *err);
+/* Bytes [off, off + size) of model.gguf into buf: the count, or -errno
+ * (-EIO for a corrupt slice; logged). */
+ssize_t fs_gguf_read(struct fs_state *s, char *buf, size_t size, uint64_t off);
 
 /* ---- the callback table (fs_ops.c) ------------------------------------------------- */
 

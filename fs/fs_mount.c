@@ -38,6 +38,29 @@ void fs_options_init(struct fs_options *o)
     o->splice = 1;
     o->prefetch = 1;
     o->store_direct = 1;
+    o->gguf_qtype = GGUF_GGML_Q8_0;
+    o->gguf_cache = 64ull << 20;
+}
+
+/* A byte count with an optional K, M or G suffix (powers of 1024). */
+static int parse_size(const char *word, const char *val, uint64_t *out, struct sl_err *err)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(val, &end, 10);
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30, end++;
+    if (!*val || *val < '0' || *val > '9' || *end || errno || v > (1ull << 40) >> shift) {
+        sl_err_set(err, "bad option %s: want a size in bytes up to 1T (suffix K, M or G)", word);
+        return -EINVAL;
+    }
+    *out = (uint64_t)v << shift;
+    return 1;
 }
 
 static int parse_u32(const char *word, const char *val, uint32_t lo, uint32_t hi, uint32_t *out,
@@ -97,6 +120,19 @@ int fs_options_parse(struct fs_options *o, const char *w, struct sl_err *err)
         return parse_u32(w, v, 1, 1u << 20, &o->cache_mb, err);
     if (k == 8 && !strncmp(w, "prefetch", k))
         return parse_u32(w, v, 0, 64, &o->prefetch, err);
+    if (k == 10 && !strncmp(w, "gguf_cache", k))
+        return parse_size(w, v, &o->gguf_cache, err);
+    if (k == 4 && !strncmp(w, "gguf", k)) {
+        static const char *const names[] = {"q8_0", "f16", "f32"};
+        static const uint32_t types[] = {GGUF_GGML_Q8_0, GGUF_GGML_F16, GGUF_GGML_F32};
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(v, names[i])) {
+                o->gguf_qtype = types[i];
+                return 1;
+            }
+        sl_err_set(err, "bad option %s: want gguf=q8_0, gguf=f16 or gguf=f32", w);
+        return -EINVAL;
+    }
     if (k == 6 && !strncmp(w, "cgroup", k)) {
         o->cgroup = v;
         return 1;
@@ -319,7 +355,8 @@ int fs_mount_run(const struct fs_options *o, struct sl_err *err)
     struct stat cst;
     if (stat(s->container, &cst) == 0)
         s->mtime = cst.st_mtim;
-    if ((ret = fs_tree_build(s, err)) < 0 || (ret = fs_store_create(s, &s->store, err)) < 0)
+    if ((ret = fs_gguf_create(s, err)) < 0 || (ret = fs_tree_build(s, err)) < 0 ||
+        (ret = fs_store_create(s, &s->store, err)) < 0)
         goto out;
     if (o->log_path) {
         s->log_fd = open(o->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -399,6 +436,7 @@ out:
     }
     fuse_loop_cfg_destroy(cfg);
     fs_store_destroy(s->store);
+    gguf_view_destroy(s->gguf);
     fs_tree_free(s);
     format_reader_close(s->r);
     if (s->log_fd >= 0)

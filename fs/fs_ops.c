@@ -134,6 +134,9 @@ static int fs_do_open(struct fs_state *s, fuse_ino_t ino, struct fuse_file_info 
     case FS_GEN:
         fi->keep_cache = 1;
         return 0;
+    case FS_GGUF: /* page cache on: llama.cpp maps it */
+        fi->keep_cache = s->opts.keep_cache;
+        return 0;
     default:
         break;
     }
@@ -180,7 +183,16 @@ static int fs_do_read(struct fs_state *s, fuse_ino_t ino, size_t size, off_t off
         return -EISDIR;
     if (off < 0)
         return -EINVAL;
-    if (fi->fh) { /* a computed view */
+    if (n->kind == FS_GGUF) {
+        rep->owned = malloc(size ? size : 1);
+        if (!rep->owned)
+            return -ENOMEM;
+        ssize_t k = fs_gguf_read(s, rep->owned, size, (uint64_t)off);
+        if (k < 0)
+            return (int)k;
+        rep->mem = rep->owned;
+        rep->len = (size_t)k;
+    } else if (fi->fh) { /* a computed view */
         rep->owned = malloc(size ? size : 1);
         if (!rep->owned)
             return -ENOMEM;

@@ -227,6 +227,10 @@ static const char *const store_keys[] = {"budget",        "resident",  "loads",
                                          "bytes_read",    "prefetches", "prefetch_hits",
                                          "waits",         "evictions", "verify_failures"};
 
+static const char *const gguf_keys[] = {"budget",    "resident",  "hits",
+                                        "misses",    "waits",     "evictions",
+                                        "bytes_converted", "errors"};
+
 static size_t path_of(const struct fs_state *s, const struct fs_node *n, char *buf, size_t len)
 {
     if (n->parent)
@@ -240,6 +244,9 @@ uint64_t fs_stats_size(const struct fs_state *s)
     uint64_t n = 512 + 6 * STATS_U64;
     for (size_t k = 0; k < sizeof store_keys / sizeof store_keys[0]; k++)
         n += strlen(store_keys[k]) + 8 + STATS_U64;
+    n += 64; /* "gguf": {"type": "Q8_0" ... } */
+    for (size_t k = 0; k < sizeof gguf_keys / sizeof gguf_keys[0]; k++)
+        n += strlen(gguf_keys[k]) + 8 + STATS_U64;
     for (uint32_t i = 1; i < s->n_nodes; i++) {
         char path[128];
         if (s->nodes[i].kind != FS_DIR)
@@ -288,6 +295,19 @@ char *fs_stats_json(struct fs_state *s, size_t *len)
         put(&o, "  \"store\": {\"direct\": %s", ss.direct ? "true" : "false");
         for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
             put(&o, ", \"%s\": %" PRIu64, store_keys[k], v[k]);
+        put(&o, "},\n");
+    }
+    if (s->gguf) {
+        struct gguf_view_stats g;
+        gguf_view_get_stats(s->gguf, &g);
+        const uint64_t v[] = {g.budget, g.resident,  g.hits,           g.misses,
+                              g.waits,  g.evictions, g.bytes_converted, g.errors};
+        put(&o, "  \"gguf\": {\"type\": \"%s\"",
+            s->opts.gguf_qtype == GGUF_GGML_F16   ? "F16"
+            : s->opts.gguf_qtype == GGUF_GGML_F32 ? "F32"
+                                                  : "Q8_0");
+        for (size_t k = 0; k < sizeof v / sizeof v[0]; k++)
+            put(&o, ", \"%s\": %" PRIu64, gguf_keys[k], v[k]);
         put(&o, "},\n");
     }
     put(&o, "  \"files\": {");

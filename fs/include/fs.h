@@ -20,7 +20,13 @@
  *                    shape, encoding, offset, length, checksum (hex), bits
  *                    histogram and `path` (relative to the mount) of each
  *   stats.json       bytes and reads served per file since mount, the slice
- *                    store's counters, and the daemon's pid
+ *                    store's counters, the GGUF view's cache counters, and
+ *                    the daemon's pid
+ *   model.gguf       the model as a GGUF v3 file llama.cpp loads (gguf.h),
+ *                    computed on read from the verified slices: quantized
+ *                    tensors as Q8_0 (or F16/F32 with -o gguf=), a bounded
+ *                    cache of converted 1 MiB chunks (-o gguf_cache=); a
+ *                    corrupt slice reads as EIO in every range that needs it
  *   embed/ layer.NNN/ head/
  *                    one directory per slice: slice.bin (the whole slice),
  *                    <role>.bin per tensor (byte-identical to the
@@ -81,6 +87,9 @@ struct fs_options {
     const char *cgroup;        /* directory of a cgroup to join before serving, or NULL */
     const char *log_path;      /* file to append log lines to, or NULL (stderr/syslog) */
     const char *fuse_opts;     /* extra -o options for the kernel/libfuse (comma separated) */
+    /* model.gguf (gguf.h) */
+    uint32_t gguf_qtype;       /* quantized tensors as GGUF_GGML_Q8_0 (default), _F16 or _F32 */
+    uint64_t gguf_cache;       /* bytes of converted 1 MiB chunks kept (default 64 MiB; 0: none) */
 };
 
 void fs_options_init(struct fs_options *o);
