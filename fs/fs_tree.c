@@ -235,10 +235,12 @@ int fs_tree_build(struct fs_state *s, struct sl_err *err)
     if (!st)
         goto nomem;
     uint32_t stats_idx = (uint32_t)(st->ino - 1); /* the table moves as it grows */
-    struct fs_node *gg = add(s, 0, "model.gguf", FS_GGUF);
-    if (!gg)
-        goto nomem;
-    gg->size = gguf_view_size(s->gguf);
+    if (s->gguf) {
+        struct fs_node *gg = add(s, 0, "model.gguf", FS_GGUF);
+        if (!gg)
+            goto nomem;
+        gg->size = gguf_view_size(s->gguf);
+    }
     for (uint32_t i = 0; i < format_reader_n_slices(r); i++) {
         const struct format_slice_info *si = format_reader_slice(r, i);
         char dir[32];

@@ -46,6 +46,7 @@ static struct fs_state *state_open(const char *path, const char *opts)
     free(words);
     assert_non_null(realpath(path, s->container));
     assert_int_equal(format_reader_open(s->container, &s->r, &err), 0);
+    assert_int_equal(fs_gguf_create(s, &err), 0); /* as fs_mount_run does */
     assert_int_equal(fs_tree_build(s, &err), 0);
     assert_int_equal(fs_store_create(s, &s->store, &err), 0);
     assert_int_equal(fs_store_start(s->store, &err), 0);
@@ -55,6 +56,7 @@ static struct fs_state *state_open(const char *path, const char *opts)
 static void state_close(struct fs_state *s)
 {
     fs_store_destroy(s->store);
+    gguf_view_destroy(s->gguf);
     fs_tree_free(s);
     format_reader_close(s->r);
     if (s->log_fd >= 0)
@@ -75,7 +77,7 @@ static void test_tree(void **st)
 {
     (void)st;
     struct fs_state *s = state_open(model, NULL), *s2 = state_open(model, NULL);
-    const char *top[] = {"config.json", "tokenizer.bin", "manifest.json", "stats.json",
+    const char *top[] = {"config.json", "tokenizer.bin", "manifest.json", "stats.json", "model.gguf",
                          "embed", "layer.000", "layer.001", "layer.002", "head"};
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
         assert_non_null(fs_tree_lookup(s, 0, top[i]));
