@@ -48,7 +48,7 @@ static void convert_1d(const struct gv_tensor *t, const uint8_t *p, uint64_t a, 
                        uint8_t *dst)
 {
     for (uint64_t k = a / 4; k * 4 < b; k++) {
-        float f = t->enc == FORMAT_ENC_F32  ? sl_load_lef32(p + 4 * k)
+        float f = t->enc == FORMAT_ENC_F32   ? sl_load_lef32(p + 4 * k)
                   : t->enc == FORMAT_ENC_F16 ? sl_f16_to_f32(sl_load_le16(p + 2 * k))
                                              : sl_bf16_to_f32(sl_load_le16(p + 2 * k));
         uint8_t e[4];
@@ -64,8 +64,8 @@ static int convert_row(const struct gv_tensor *t, const uint8_t *p, uint64_t r, 
 {
     float scale = sl_load_lef32(p + t->scales_off + 4 * r);
     if (!isfinite(scale) || scale < 0) {
-        sl_err_set(err, "tensor '%s' row %" PRIu64 ": scale %g is not finite and >= 0",
-                   t->pub.name, r, (double)scale);
+        sl_err_set(err, "tensor '%s' row %" PRIu64 ": scale %g is not finite and >= 0", t->pub.name,
+                   r, (double)scale);
         return -EINVAL;
     }
     const int8_t *q;
@@ -83,8 +83,8 @@ static int convert_row(const struct gv_tensor *t, const uint8_t *p, uint64_t r, 
                        .data_len = t->data_len},
             .row_off = t->row_off,
         };
-        int ret = unpack_tensor_rows(&u, unpack_kernel_best(), (uint32_t)r, (uint32_t)r + 1, s->q,
-                                     NULL);
+        int ret =
+            unpack_tensor_rows(&u, unpack_kernel_best(), (uint32_t)r, (uint32_t)r + 1, s->q, NULL);
         if (ret < 0) {
             sl_err_set(err, "tensor '%s' row %" PRIu64 ": cannot unpack", t->pub.name, r);
             return ret;
@@ -94,8 +94,10 @@ static int convert_row(const struct gv_tensor *t, const uint8_t *p, uint64_t r, 
     if (t->pub.type == GGUF_GGML_Q8_0) {
         uint16_t h = sl_f32_to_f16(scale);
         if ((h & 0x7c00) == 0x7c00) {
-            sl_err_set(err, "tensor '%s' row %" PRIu64 ": scale %g exceeds fp16 (Q8_0 cannot "
-                            "hold it; -o gguf=f16 may)", t->pub.name, r, (double)scale);
+            sl_err_set(err,
+                       "tensor '%s' row %" PRIu64 ": scale %g exceeds fp16 (Q8_0 cannot "
+                       "hold it; -o gguf=f16 may)",
+                       t->pub.name, r, (double)scale);
             return -ERANGE;
         }
         for (uint64_t k = 0; k < t->cols / 32; k++) {
@@ -112,8 +114,8 @@ static int convert_row(const struct gv_tensor *t, const uint8_t *p, uint64_t r, 
     for (uint64_t c = 0; c < t->cols; c++) {
         uint16_t h = sl_f32_to_f16(scale * (float)q[c]);
         if ((h & 0x7c00) == 0x7c00) {
-            sl_err_set(err, "tensor '%s' row %" PRIu64 ": weight %g exceeds fp16", t->pub.name,
-                       r, (double)(scale * (float)q[c]));
+            sl_err_set(err, "tensor '%s' row %" PRIu64 ": weight %g exceeds fp16", t->pub.name, r,
+                       (double)(scale * (float)q[c]));
             return -ERANGE;
         }
         sl_store_le16(out + 2 * c, h);
@@ -121,8 +123,8 @@ static int convert_row(const struct gv_tensor *t, const uint8_t *p, uint64_t r, 
     return 0;
 }
 
-int gv_convert(const struct gv_tensor *t, const uint8_t *p, uint64_t a, uint64_t b,
-               uint8_t *dst, const struct gv_scratch *s, struct sl_err *err)
+int gv_convert(const struct gv_tensor *t, const uint8_t *p, uint64_t a, uint64_t b, uint8_t *dst,
+               const struct gv_scratch *s, struct sl_err *err)
 {
     if (t->pub.n_dims == 1) {
         convert_1d(t, p, a, b, dst);

@@ -106,7 +106,7 @@ static void kv_bool(struct buf *b, const char *k, int v)
     key(b, k, T_BOOL);
     uint8_t *p = grow(b, 1);
     if (p)
-        *p = (uint8_t)!!v;
+        *p = (uint8_t) !!v;
 }
 
 /* "<0xAB>": a byte-fallback token. */
@@ -132,8 +132,8 @@ static uint32_t token_type(const struct format_config *c, uint32_t id, const cha
  * spaces as U+2581, BOS and EOS named <s> and </s> (llama2.c vocabularies
  * store "\n<s>\n"; control tokens are never printed), types by the rules of
  * llama.cpp's llama2.c converter. */
-static void put_vocab(struct buf *b, const struct format_config *c, const struct format_tokenizer *t,
-                      int64_t *unk)
+static void put_vocab(struct buf *b, const struct format_config *c,
+                      const struct format_tokenizer *t, int64_t *unk)
 {
     key(b, "tokenizer.ggml.tokens", T_ARR);
     put32(b, T_STR);
@@ -188,7 +188,9 @@ static void place(struct gguf_view *v, struct gv_tensor *t)
         int q8 = v->o.qtype == GGUF_GGML_Q8_0 && t->cols % 32 == 0;
         p->f16_fallback = v->o.qtype == GGUF_GGML_Q8_0 && !q8;
         p->type = q8 ? GGUF_GGML_Q8_0 : v->o.qtype == GGUF_GGML_F32 ? GGUF_GGML_F32 : GGUF_GGML_F16;
-        t->row_bytes = q8 ? t->cols / 32 * 34 : p->type == GGUF_GGML_F32 ? 4 * t->cols : 2 * t->cols;
+        t->row_bytes = q8                         ? t->cols / 32 * 34
+                       : p->type == GGUF_GGML_F32 ? 4 * t->cols
+                                                  : 2 * t->cols;
     } else {
         p->type = t->enc == FORMAT_ENC_F16    ? GGUF_GGML_F16
                   : t->enc == FORMAT_ENC_BF16 ? GGUF_GGML_BF16
@@ -215,8 +217,10 @@ int gv_layout(struct gguf_view *v, struct sl_err *err)
     const struct format_config *c = format_reader_config(r);
     const char *path = format_reader_path(r);
     if (c->arch != FORMAT_ARCH_LLAMA || c->rope_layout != FORMAT_ROPE_INTERLEAVED) {
-        sl_err_set(err, "%s: the GGUF view knows only the llama architecture with interleaved "
-                        "RoPE (arch %u, rope_layout %u)", path, c->arch, c->rope_layout);
+        sl_err_set(err,
+                   "%s: the GGUF view knows only the llama architecture with interleaved "
+                   "RoPE (arch %u, rope_layout %u)",
+                   path, c->arch, c->rope_layout);
         return -EINVAL;
     }
     v->n = format_reader_n_tensors(r);
@@ -228,7 +232,8 @@ int gv_layout(struct gguf_view *v, struct sl_err *err)
         const struct format_slice_info *si = format_reader_slice(r, ti->slice);
         struct gv_tensor *t = &v->t[i];
         uint32_t role = ti->role == FORMAT_ROLE_CLASSIFIER && c->tied_embedding
-                            ? FORMAT_ROLE_TOK_EMBD : ti->role;
+                            ? FORMAT_ROLE_TOK_EMBD
+                            : ti->role;
         format_tensor_name(ti->layer, role, t->pub.name, sizeof t->pub.name);
         t->pub.tensor = i;
         t->pub.n_dims = ti->n_dims;

@@ -25,8 +25,7 @@ struct fsrc {
     uint32_t pins;
 };
 
-static int read_slice(struct fsrc *f, uint32_t i, uint8_t **buf, uint64_t *cap,
-                      struct sl_err *err)
+static int read_slice(struct fsrc *f, uint32_t i, uint8_t **buf, uint64_t *cap, struct sl_err *err)
 {
     uint64_t len = format_reader_slice(f->r, i)->length;
     if (len > *cap) {

@@ -196,8 +196,8 @@ static int fill(struct gguf_view *v, const struct gguf_source *src, uint8_t *dst
         }
         struct gv_tensor *t = &v->t[i];
         uint64_t a = pos - t->pub.offset;
-        uint64_t b = (end < t->pub.offset + t->pub.size ? end : t->pub.offset + t->pub.size) -
-                     t->pub.offset;
+        uint64_t b =
+            (end < t->pub.offset + t->pub.size ? end : t->pub.offset + t->pub.size) - t->pub.offset;
         ret = convert_tensor(v, src, t, a, b, d, s, err);
         converted += b - a;
         pos = t->pub.offset + b;
@@ -236,9 +236,8 @@ static uint8_t *make_room(struct gguf_view *v)
 }
 
 /* n bytes at `from` inside chunk ci into out. */
-static int chunk_read(struct gguf_view *v, const struct gguf_source *src, uint64_t ci,
-                      uint8_t *out, uint64_t from, uint64_t n, const struct gv_scratch *s,
-                      struct sl_err *err)
+static int chunk_read(struct gguf_view *v, const struct gguf_source *src, uint64_t ci, uint8_t *out,
+                      uint64_t from, uint64_t n, const struct gv_scratch *s, struct sl_err *err)
 {
     struct gv_chunk *c = &v->chunks[ci];
     uint64_t cs = ci * GGUF_VIEW_CHUNK;
@@ -291,8 +290,8 @@ static int chunk_read(struct gguf_view *v, const struct gguf_source *src, uint64
     return 0;
 }
 
-ssize_t gguf_view_read(struct gguf_view *v, const struct gguf_source *src, void *buf,
-                       size_t len, uint64_t off, struct sl_err *err)
+ssize_t gguf_view_read(struct gguf_view *v, const struct gguf_source *src, void *buf, size_t len,
+                       uint64_t off, struct sl_err *err)
 {
     struct sl_err local = {{0}};
     if (!err)
@@ -316,8 +315,8 @@ ssize_t gguf_view_read(struct gguf_view *v, const struct gguf_source *src, void 
         while (pos < end && ret == 0) {
             uint64_t ci = pos / GGUF_VIEW_CHUNK, ce = (ci + 1) * GGUF_VIEW_CHUNK;
             uint64_t n = (end < ce ? end : ce) - pos;
-            ret = chunk_read(v, src, ci, (uint8_t *)buf + (pos - off), pos % GGUF_VIEW_CHUNK, n,
-                             &s, err);
+            ret = chunk_read(v, src, ci, (uint8_t *)buf + (pos - off), pos % GGUF_VIEW_CHUNK, n, &s,
+                             err);
             pos += n;
         }
     }

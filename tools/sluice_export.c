@@ -10,32 +10,33 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: sluice export --gguf FILE [--type q8_0|f16|f32] [--alignment N] "
-            "MODEL.sluice\n\n"
-            "Writes the container as a GGUF v3 file of the llama architecture that llama.cpp\n"
-            "loads: every hyperparameter and the SentencePiece vocabulary (tokens, scores,\n"
-            "token types, BOS/EOS) from the container, tensors named as llama.cpp expects\n"
-            "(token_embd, blk.N.attn_q, ..., output_norm, output) in container order. These\n"
-            "are the very bytes `sluice mount` serves as MOUNT/model.gguf (same code).\n"
-            "Quantized tensors become:\n"
-            "  q8_0  (default) each row's int8 codes, its float32 scale rounded to fp16 as\n"
-            "        every 32-weight block's scale; rows whose length is not a multiple of\n"
-            "        32 cannot be Q8_0 and are written as F16 (listed on stderr)\n"
-            "  f16   scale * code rounded to fp16\n"
-            "  f32   scale * code in float32 (exact; a reference for measurements)\n"
-            "Norms are F32; float matrices keep their type (F32, F16, BF16). A scale or\n"
-            "weight beyond fp16's range is an error, never a wrong number. --alignment N:\n"
-            "general.alignment, a power of two in 8..65536 (default 32). Every slice's\n"
-            "checksum is verified as it is read. The file is written to FILE.tmp.XXXXXX and\n"
-            "renamed when complete (nothing is left at FILE on failure); progress goes to\n"
-            "stderr.\n");
+    fprintf(f, "usage: sluice export --gguf FILE [--type q8_0|f16|f32] [--alignment N] "
+               "MODEL.sluice\n\n"
+               "Writes the container as a GGUF v3 file of the llama architecture that llama.cpp\n"
+               "loads: every hyperparameter and the SentencePiece vocabulary (tokens, scores,\n"
+               "token types, BOS/EOS) from the container, tensors named as llama.cpp expects\n"
+               "(token_embd, blk.N.attn_q, ..., output_norm, output) in container order. These\n"
+               "are the very bytes `sluice mount` serves as MOUNT/model.gguf (same code).\n"
+               "Quantized tensors become:\n"
+               "  q8_0  (default) each row's int8 codes, its float32 scale rounded to fp16 as\n"
+               "        every 32-weight block's scale; rows whose length is not a multiple of\n"
+               "        32 cannot be Q8_0 and are written as F16 (listed on stderr)\n"
+               "  f16   scale * code rounded to fp16\n"
+               "  f32   scale * code in float32 (exact; a reference for measurements)\n"
+               "Norms are F32; float matrices keep their type (F32, F16, BF16). A scale or\n"
+               "weight beyond fp16's range is an error, never a wrong number. --alignment N:\n"
+               "general.alignment, a power of two in 8..65536 (default 32). Every slice's\n"
+               "checksum is verified as it is read. The file is written to FILE.tmp.XXXXXX and\n"
+               "renamed when complete (nothing is left at FILE on failure); progress goes to\n"
+               "stderr.\n");
 }
 
 static const char *type_name(uint32_t t)
 {
-    return t == GGUF_GGML_Q8_0 ? "Q8_0" : t == GGUF_GGML_F16 ? "F16" : t == GGUF_GGML_BF16 ? "BF16"
-                                                                                           : "F32";
+    return t == GGUF_GGML_Q8_0   ? "Q8_0"
+           : t == GGUF_GGML_F16  ? "F16"
+           : t == GGUF_GGML_BF16 ? "BF16"
+                                 : "F32";
 }
 
 static void progress(void *ctx, uint64_t done, uint64_t total)

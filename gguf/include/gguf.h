@@ -18,10 +18,10 @@
  * Quantized tensors (q8 and the packed encodings) appear as Q8_0: each row's
  * int8 codes, with the row's float32 scale rounded to fp16 as every 32-block's
  * scale (exact up to that rounding), or as F16 (scale * code rounded to fp16)
- * with o.qtype (or F32), or, with Q8_0 asked, for rows whose length is not a multiple of 32 (Q8_0 cannot
- * hold them). 1-D tensors (norms) appear as F32; 2-D float tensors keep their
- * type (F32, F16 or BF16: exact). Tensors are in container order (embedding,
- * layers, head), so a sequential reader streams the container front to back.
+ * with o.qtype (or F32), or, with Q8_0 asked, for rows whose length is not a multiple of 32 (Q8_0
+ * cannot hold them). 1-D tensors (norms) appear as F32; 2-D float tensors keep their type (F32, F16
+ * or BF16: exact). Tensors are in container order (embedding, layers, head), so a sequential reader
+ * streams the container front to back.
  *
  * Integrity: a byte is computed only from bytes that passed their slice's
  * checksum (the source's job); a failed slice, or a scale that fp16 cannot
@@ -56,12 +56,12 @@ enum gguf_ggml_type {
 #define GGUF_VIEW_CHUNK (1u << 20) /* cache granularity: 1 MiB of the virtual file */
 
 struct gguf_view_opts {
-    uint32_t qtype;         /* quantized tensors as GGUF_GGML_Q8_0 (default), _F16 (scale *
-                               code rounded to fp16) or _F32 (scale * code, exact in float:
-                               a reference for measuring the other two) */
-    uint32_t alignment;     /* general.alignment: power of two, 8..65536 (default 32) */
-    uint64_t cache_bytes;   /* converted chunks kept in memory; 0: no cache (each read
-                               converts exactly its range) */
+    uint32_t qtype;       /* quantized tensors as GGUF_GGML_Q8_0 (default), _F16 (scale *
+                             code rounded to fp16) or _F32 (scale * code, exact in float:
+                             a reference for measuring the other two) */
+    uint32_t alignment;   /* general.alignment: power of two, 8..65536 (default 32) */
+    uint64_t cache_bytes; /* converted chunks kept in memory; 0: no cache (each read
+                             converts exactly its range) */
 };
 
 void gguf_view_opts_init(struct gguf_view_opts *o);
@@ -80,14 +80,14 @@ struct gguf_source {
 
 /* What the view says about one of its tensors. */
 struct gguf_view_tensor {
-    char name[FORMAT_NAME_MAX];  /* llama.cpp's name ("blk.0.attn_q.weight") */
-    uint32_t type;               /* enum gguf_ggml_type */
+    char name[FORMAT_NAME_MAX]; /* llama.cpp's name ("blk.0.attn_q.weight") */
+    uint32_t type;              /* enum gguf_ggml_type */
     uint32_t n_dims;
-    uint64_t ne[2];              /* ggml order: ne[0] = columns (the row length) */
-    uint64_t offset;             /* absolute, in the virtual file */
-    uint64_t size;               /* bytes */
-    uint32_t tensor;             /* the container's tensor index */
-    int f16_fallback;            /* 1: quantized, Q8_0 asked, rows not a multiple of 32 */
+    uint64_t ne[2];   /* ggml order: ne[0] = columns (the row length) */
+    uint64_t offset;  /* absolute, in the virtual file */
+    uint64_t size;    /* bytes */
+    uint32_t tensor;  /* the container's tensor index */
+    int f16_fallback; /* 1: quantized, Q8_0 asked, rows not a multiple of 32 */
 };
 
 struct gguf_view;
@@ -110,18 +110,18 @@ const struct gguf_view_tensor *gguf_view_tensor(const struct gguf_view *v, uint3
  * returns the count (0 at or past the end) or -errno: -EIO (a slice failed
  * its checksum or could not be read, a tensor is malformed, a scale or value
  * exceeds fp16), -ENOMEM. err (may be NULL) says why. */
-ssize_t gguf_view_read(struct gguf_view *v, const struct gguf_source *src, void *buf,
-                       size_t len, uint64_t off, struct sl_err *err);
+ssize_t gguf_view_read(struct gguf_view *v, const struct gguf_source *src, void *buf, size_t len,
+                       uint64_t off, struct sl_err *err);
 
 struct gguf_view_stats {
-    uint64_t budget;         /* cache_bytes */
-    uint64_t resident;       /* bytes of converted chunks held now */
-    uint64_t hits;           /* chunk lookups served from the cache */
-    uint64_t misses;         /* chunk lookups that converted */
-    uint64_t waits;          /* lookups that waited for another reader's conversion */
+    uint64_t budget;   /* cache_bytes */
+    uint64_t resident; /* bytes of converted chunks held now */
+    uint64_t hits;     /* chunk lookups served from the cache */
+    uint64_t misses;   /* chunk lookups that converted */
+    uint64_t waits;    /* lookups that waited for another reader's conversion */
     uint64_t evictions;
-    uint64_t bytes_converted;/* bytes of tensor data computed (cached or not) */
-    uint64_t errors;         /* reads that failed */
+    uint64_t bytes_converted; /* bytes of tensor data computed (cached or not) */
+    uint64_t errors;          /* reads that failed */
 };
 void gguf_view_get_stats(struct gguf_view *v, struct gguf_view_stats *out);
 
