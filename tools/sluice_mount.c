@@ -16,8 +16,11 @@ static void usage(FILE *f)
             "format), manifest.json, stats.json, and one directory per slice (embed/,\n"
             "layer.NNN/, head/) holding slice.bin and one <role>.bin per tensor, byte-identical\n"
             "to the container, plus for quantized tensors the computed views <role>.int8 (rows x\n"
-            "cols int8 codes) and <role>.scales (rows float32). Every served byte has passed its\n"
-            "slice's checksum; a corrupt slice reads as EIO and the daemon logs it.\n"
+            "cols int8 codes) and <role>.scales (rows float32). model.gguf is the model as a\n"
+            "GGUF v3 file that llama.cpp loads (the bytes `sluice export --gguf` writes),\n"
+            "computed on read from the slices. Every served byte has passed its slice's\n"
+            "checksum; a corrupt slice reads as EIO (in model.gguf, every range that needs it)\n"
+            "and the daemon logs it.\n"
             "\n"
             "Checks DIR (exists, is an empty directory, not mounted) and the container (opened\n"
             "and validated) first, then mounts and goes to the background; -f stays in the\n"
@@ -46,6 +49,10 @@ static void usage(FILE *f)
             "  noclone_fd           one /dev/fuse descriptor shared by the workers\n"
             "  cgroup=DIR           join this cgroup (its cgroup.procs) before serving\n"
             "  log=FILE             append log lines (corrupt slices, errors) to FILE\n"
+            "  gguf=T               model.gguf's quantized tensors: q8_0 (default; rows not a\n"
+            "                       multiple of 32 as f16), f16 or f32 (see sluice export)\n"
+            "  gguf_cache=SIZE      memory for converted 1 MiB chunks of model.gguf, bytes with\n"
+            "                       an optional K, M or G suffix (default 64M; 0: none)\n"
             "  anything else goes to the kernel/libfuse (e.g. allow_other)\n");
 }
 

@@ -1,0 +1,304 @@
+/* test_fs_gguf.c: MOUNT/model.gguf through a real mount (label
+ * "integration"), against `sluice export --gguf` of the same container:
+ * - read in random pieces by 16 threads at once (pread), and through mmap,
+ *   it equals the exported file byte for byte, with the default cache, a
+ *   cache of one chunk (evictions) and none; stats.json counts the cache;
+ * - -o gguf=f16 serves what `export --type f16` writes;
+ * - a corrupt slice: every range of a tensor in it reads as EIO, the others
+ *   read right, the daemon logs it; `sluice export` of that container fails
+ *   and leaves no file;
+ * - bad -o gguf= and gguf_cache= values are refused with a message. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format.h"
+#include "fs_testmodel.h"
+#include "gguf.h"
+#include "testutil.h"
+
+static const char *bin, *dir;
+static char model[PATH_MAX], errfile[PATH_MAX], mnt[PATH_MAX];
+
+static int sluice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sluice(const char *fmt, ...)
+{
+    char args[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return test_system("timeout 120 '%s' %s 2>'%s'", bin, args, errfile);
+}
+
+static void assert_said(const char *what)
+{
+    char *e = test_read_file(errfile, NULL);
+    assert_non_null(e);
+    if (!strstr(e, what))
+        fail_msg("expected \"%s\" in: %s", what, e);
+    free(e);
+}
+
+static void mount_it(const char *container, const char *opts)
+{
+    mkdir(mnt, 0755);
+    if (sluice("mount %s%s%s '%s' '%s'", opts ? "-o '" : "", opts ? opts : "", opts ? "'" : "",
+               container, mnt) != 0) {
+        char *e = test_read_file(errfile, NULL);
+        fail_msg("mount %s (-o %s) failed: %s", container, opts ? opts : "-", e ? e : "?");
+    }
+}
+
+static void umount_it(void)
+{
+    test_system("'%s' umount '%s' 2>/dev/null || '%s' umount --lazy '%s' 2>/dev/null", bin, mnt,
+                bin, mnt);
+}
+
+static int cleanup(void **st)
+{
+    (void)st;
+    umount_it();
+    return 0;
+}
+
+static uint8_t *exported(const char *container, const char *type, size_t *len)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/export-%s.gguf", dir, type);
+    if (sluice("export --gguf '%s' --type %s '%s'", p, type, container) != 0) {
+        char *e = test_read_file(errfile, NULL);
+        fail_msg("sluice export failed: %s", e ? e : "?");
+    }
+    assert_said("sluice export: wrote");
+    uint8_t *b = test_read_file(p, len);
+    assert_non_null(b);
+    return b;
+}
+
+struct reader_arg {
+    const uint8_t *want;
+    size_t len;
+    uint64_t seed;
+    int bad;
+};
+
+static void *reader(void *p)
+{
+    struct reader_arg *a = p;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/model.gguf", mnt);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        a->bad = 1;
+        return NULL;
+    }
+    struct test_rng g;
+    test_rng_init(&g, a->seed);
+    uint8_t *buf = malloc(3 << 20);
+    for (int i = 0; i < 120 && !a->bad; i++) {
+        uint64_t off = test_rng_u64(&g) % a->len;
+        size_t n = 1 + test_rng_below(&g, i % 4 == 0 ? (3u << 20) : 20000);
+        size_t expect = a->len - off < n ? a->len - off : n, got = 0;
+        while (got < expect) {
+            ssize_t k = pread(fd, buf + got, n - got, (off_t)(off + got));
+            if (k <= 0)
+                break;
+            got += (size_t)k;
+        }
+        if (got != expect || memcmp(buf, a->want + off, expect))
+            a->bad = 1;
+    }
+    free(buf);
+    close(fd);
+    return NULL;
+}
+
+static void check_concurrent(const uint8_t *want, size_t len)
+{
+    pthread_t th[16];
+    struct reader_arg a[16];
+    for (int i = 0; i < 16; i++) {
+        a[i] = (struct reader_arg){want, len, test_seed() * 31 + (uint64_t)i, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, reader, &a[i]), 0);
+    }
+    for (int i = 0; i < 16; i++) {
+        pthread_join(th[i], NULL);
+        if (a[i].bad)
+            fail_msg("reader %d: model.gguf differs from the exported file", i);
+    }
+}
+
+static void check_mmap(const uint8_t *want, size_t len)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/model.gguf", mnt);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_int_equal((size_t)st.st_size, len);
+    void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    assert_true(m != MAP_FAILED);
+    if (memcmp(m, want, len))
+        fail_msg("model.gguf through mmap differs from the exported file");
+    munmap(m, len);
+    close(fd);
+}
+
+static void test_pieces(void **st)
+{
+    (void)st;
+    size_t len;
+    uint8_t *want = exported(model, "q8_0", &len);
+    const char *opts[3] = {NULL, "gguf_cache=1M", "gguf_cache=0"};
+    for (int i = 0; i < 3; i++) {
+        mount_it(model, opts[i]);
+        check_concurrent(want, len);
+        check_mmap(want, len);
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/stats.json", mnt);
+        char *s = test_read_file(p, NULL);
+        assert_non_null(s);
+        assert_non_null(strstr(s, "\"gguf\": {\"type\": \"Q8_0\""));
+        assert_non_null(strstr(s, "\"errors\": 0}"));
+        if (i == 0)
+            assert_null(strstr(s, "\"misses\": 0,"));
+        if (i == 2)
+            assert_non_null(strstr(s, "\"hits\": 0, \"misses\": 0,"));
+        free(s);
+        umount_it();
+    }
+    free(want);
+}
+
+static void test_f16(void **st)
+{
+    (void)st;
+    size_t len;
+    uint8_t *want = exported(model, "f16", &len);
+    mount_it(model, "gguf=f16");
+    check_concurrent(want, len);
+    umount_it();
+    free(want);
+}
+
+static void test_corrupt(void **st)
+{
+    (void)st;
+    size_t len;
+    uint8_t *want = exported(model, "q8_0", &len);
+    char bad[PATH_MAX], log[PATH_MAX], opts[PATH_MAX + 64];
+    snprintf(bad, sizeof bad, "%s/bad.sluice", dir);
+    snprintf(log, sizeof log, "%s/daemon.log", dir);
+    assert_int_equal(test_system("cp '%s' '%s'", model, bad), 0);
+    struct sl_err err = {{0}};
+    struct format_reader *r;
+    struct gguf_view *v;
+    struct gguf_view_opts o;
+    gguf_view_opts_init(&o);
+    assert_int_equal(format_reader_open(model, &r, &err), 0);
+    assert_int_equal(gguf_view_create(r, &o, &v, &err), 0);
+    uint32_t bs = 2; /* layer 1 (slice 0 is the embedding) */
+    const struct format_slice_info *si = format_reader_slice(r, bs);
+    int fd = open(bad, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t b;
+    off_t at = (off_t)(si->offset + si->length / 2);
+    assert_int_equal(pread(fd, &b, 1, at), 1);
+    b ^= 0x01;
+    assert_int_equal(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+
+    snprintf(opts, sizeof opts, "gguf_cache=0,log=%s", log);
+    mount_it(bad, opts);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/model.gguf", mnt);
+    /* no readahead: a read must not pull in pages of the corrupt slice */
+    fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
+    int n_bad = 0;
+    for (uint32_t i = 0; i < gguf_view_n_tensors(v); i++) {
+        const struct gguf_view_tensor *t = gguf_view_tensor(v, i);
+        uint32_t slice = format_reader_tensor(r, t->tensor)->slice;
+        /* a page-aligned 4 KiB read inside the tensor (O_DIRECT wants alignment) */
+        uint64_t off = (t->offset + 4095) / 4096 * 4096;
+        if (off + 4096 > t->offset + t->size)
+            continue;
+        void *buf;
+        assert_int_equal(posix_memalign(&buf, 4096, 4096), 0);
+        ssize_t k = pread(fd, buf, 4096, (off_t)off);
+        if (slice == bs) {
+            if (k != -1 || errno != EIO)
+                fail_msg("tensor %s in the corrupt slice: read gave %zd, not EIO", t->name, k);
+            n_bad++;
+        } else {
+            assert_int_equal(k, 4096);
+            assert_memory_equal(buf, want + off, 4096);
+        }
+        free(buf);
+    }
+    close(fd);
+    assert_true(n_bad > 0);
+    umount_it();
+    char *lg = test_read_file(log, NULL);
+    assert_non_null(lg);
+    assert_non_null(strstr(lg, "model.gguf"));
+    free(lg);
+
+    /* export refuses it and writes nothing */
+    char out[PATH_MAX];
+    snprintf(out, sizeof out, "%s/bad.gguf", dir);
+    assert_int_equal(sluice("export --gguf '%s' '%s'", out, bad), 1);
+    assert_said("checksum");
+    assert_int_equal(test_system("ls '%s' | grep -q '^bad.gguf'", dir), 1);
+    gguf_view_destroy(v);
+    format_reader_close(r);
+    free(want);
+}
+
+static void test_bad_options(void **st)
+{
+    (void)st;
+    mkdir(mnt, 0755);
+    assert_int_equal(sluice("mount -o gguf=q4 '%s' '%s'", model, mnt), 2);
+    assert_said("gguf=q8_0, gguf=f16 or gguf=f32");
+    assert_int_equal(sluice("mount -o gguf_cache=12X '%s' '%s'", model, mnt), 2);
+    assert_said("gguf_cache");
+    assert_int_equal(sluice("export --gguf x.gguf --alignment 48 '%s'", model), 2);
+    assert_said("power of two");
+}
+
+int main(void)
+{
+    bin = test_sluice_bin();
+    if (!bin)
+        test_skip_all("the sluice binary is not available ($SLUICE_BIN)");
+    if (access("/dev/fuse", F_OK) != 0)
+        test_skip_all("/dev/fuse is not available here");
+    if (access("/dev/fuse", R_OK | W_OK) != 0 && geteuid() != 0)
+        test_skip_all("/dev/fuse is not open to this user");
+    if (test_system("command -v fusermount3 >/dev/null") != 0)
+        test_skip_all("fusermount3 is not installed");
+    dir = test_tmpdir();
+    snprintf(model, sizeof model, "%s/m.sluice", dir);
+    snprintf(errfile, sizeof errfile, "%s/stderr", dir);
+    snprintf(mnt, sizeof mnt, "%s/mnt", dir);
+    struct sl_err err = {{0}};
+    if (fs_test_model_write(model, test_seed(), 6, 224, &err) < 0)
+        fail_msg("writing the test model: %s", err.msg);
+#define T(f) cmocka_unit_test_teardown(f, cleanup)
+    const struct CMUnitTest tests[] = {T(test_pieces), T(test_f16), T(test_corrupt),
+                                       T(test_bad_options)};
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
