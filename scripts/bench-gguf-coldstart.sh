@@ -1,0 +1,53 @@
+#!/bin/sh
+# bench-gguf-coldstart.sh: cold start of llama.cpp on a GGUF file exported by
+# `sluice export --gguf` against the same model read through `sluice mount`
+# (MOUNT/model.gguf), each run on emulated flash (../shared/tools/flashrun:
+# page cache dropped, reads limited to MBPS in a cgroup). The FUSE daemon is
+# started inside the limited cgroup, so its container reads are throttled
+# like llama.cpp's own reads of the exported file. Runs are interleaved
+# (file, mount, file, mount, ...). Prints one line per run: the contender,
+# the wall time of llama-simple (load + prompt + N tokens) in seconds, and
+# llama.cpp's own "load time".
+#
+#   scripts/bench-gguf-coldstart.sh MODEL.sluice EXPORTED.gguf LLAMA_BIN_DIR \
+#       [RUNS] [MBPS] [N_PREDICT]
+# Needs root (flashrun). Defaults: 5 runs, 800 MB/s, 1 token.
+set -eu
+model=$1 gguf=$2 llama=$3 runs=${4:-5} mbps=${5:-800} n=${6:-1}
+here=$(cd "$(dirname "$0")/.." && pwd)
+sluice=${SLUICE_BIN:-$here/build/tools/sluice}
+flashrun=${FLASHRUN:-$here/../shared/tools/flashrun}
+work=$(mktemp -d)
+mnt=$work/mnt
+mkdir -p "$mnt"
+trap '"$sluice" umount --lazy "$mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
+
+now() { date +%s.%N; }
+
+run_file() {
+  "$flashrun" -m "$mbps" -f "$gguf" -- sh -c '
+    t0=$(date +%s.%N)
+    "$1/llama-simple" -m "$2" -n "$3" "In the beginning" >/dev/null 2>"$4/err" || exit 1
+    t1=$(date +%s.%N)
+    echo "$t0 $t1"' sh "$llama" "$gguf" "$n" "$work"
+}
+
+run_mount() {
+  "$flashrun" -m "$mbps" -f "$model" -- sh -c '
+    "$5" mount "$6" "$4/mnt" || exit 1
+    t0=$(date +%s.%N)
+    "$1/llama-simple" -m "$4/mnt/model.gguf" -n "$3" "In the beginning" >/dev/null 2>"$4/err" || exit 1
+    t1=$(date +%s.%N)
+    "$5" umount "$4/mnt"
+    echo "$t0 $t1"' sh "$llama" "$gguf" "$n" "$work" "$sluice" "$model"
+}
+
+i=0
+while [ "$i" -lt "$runs" ]; do
+  for what in file mount; do
+    if [ "$what" = file ]; then t=$(run_file); else t=$(run_mount); fi
+    load=$(grep -o 'load time = *[0-9.]* ms' "$work/err" | grep -o '[0-9.]* ms' || echo "?")
+    echo "$t" | awk -v w="$what" -v l="$load" '{printf "%s %.3f load %s\n", w, $2 - $1, l}'
+  done
+  i=$((i + 1))
+done
