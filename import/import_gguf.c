@@ -1,6 +1,7 @@
 /* import_gguf.c: GGUF v2/v3 files of the llama architecture (the
  * layout of ggml-org/ggml docs/gguf.md): metadata key-value pairs, tensor
- * infos, aligned tensor data. Tensor types F32, F16, BF16 and Q8_0. Every
+ * infos, aligned tensor data. Tensor types F32, F16, BF16, Q8_0 and the
+ * K-quants Q4_K, Q5_K, Q6_K (dequantized exactly: import_kquant.c). Every
  * length and offset is checked against the mapped file before use. */
 #include <errno.h>
 #include <inttypes.h>
@@ -27,7 +28,15 @@ enum {
     GGUF_NTYPES
 };
 
-enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q8_0 = 8, GGML_BF16 = 30 };
+enum {
+    GGML_F32 = 0,
+    GGML_F16 = 1,
+    GGML_Q8_0 = 8,
+    GGML_Q4_K = 12,
+    GGML_Q5_K = 13,
+    GGML_Q6_K = 14,
+    GGML_BF16 = 30
+};
 
 struct cur {
     const uint8_t *p, *end;
@@ -227,10 +236,19 @@ static int tensor_view(struct gguf *g, const struct gguf_tensor *gt, struct qi_t
     case GGML_Q8_0:
         t->type = QI_Q8_0;
         break;
+    case GGML_Q4_K:
+        t->type = QI_Q4_K;
+        break;
+    case GGML_Q5_K:
+        t->type = QI_Q5_K;
+        break;
+    case GGML_Q6_K:
+        t->type = QI_Q6_K;
+        break;
     default:
         sl_err_set(err,
                    "%s: tensor '%s' has ggml type %u; supported: F32 (0), F16 (1), Q8_0 (8), "
-                   "BF16 (30)",
+                   "Q4_K (12), Q5_K (13), Q6_K (14), BF16 (30)",
                    path, name, gt->type);
         return -EINVAL;
     }
@@ -244,11 +262,12 @@ static int tensor_view(struct gguf *g, const struct gguf_tensor *gt, struct qi_t
                    path, name, gt->ne[0], gt->n_dims > 1 ? gt->ne[1] : 1, cols, rows);
         return -EINVAL;
     }
-    /* Q8_0 blocks run along ne[0]: the row length (a 1-D tensor's length) */
+    /* blocks run along ne[0]: the row length (a 1-D tensor's length) */
     uint64_t ne0 = cols == 1 ? rows : cols;
-    if (t->type == QI_Q8_0 && ne0 % 32) {
-        sl_err_set(err, "%s: Q8_0 tensor '%s' has rows of %" PRIu64 " values, not a multiple of 32",
-                   path, name, ne0);
+    if (qi_type_is_block(t->type) && ne0 % qi_block_weights(t->type)) {
+        sl_err_set(
+            err, "%s: %s tensor '%s' has rows of %" PRIu64 " values, not a multiple of %" PRIu64,
+            path, t->type == QI_Q8_0 ? "Q8_0" : "K-quant", name, ne0, qi_block_weights(t->type));
         return -EINVAL;
     }
     uint64_t bytes = qi_type_bytes(t->type, rows * cols);
@@ -273,8 +292,7 @@ static int tensor_view(struct gguf *g, const struct gguf_tensor *gt, struct qi_t
  * so they are refused rather than dropped). */
 static int64_t name_slot(const char *name, uint64_t len, uint32_t n_layers)
 {
-    static const char *const glob[3] = {"token_embd.weight", "output_norm.weight",
-                                        "output.weight"};
+    static const char *const glob[3] = {"token_embd.weight", "output_norm.weight", "output.weight"};
     for (int i = 0; i < 3; i++)
         if (key_is(name, len, glob[i]))
             return (int64_t)n_layers * 9 + i;

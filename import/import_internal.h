@@ -11,7 +11,17 @@ enum qi_type {
     QI_F16,
     QI_BF16,
     QI_Q8_0, /* GGUF Q8_0: blocks of 32 int8 with an f16 scale (34 bytes) */
+    QI_Q4_K, /* GGUF K-quants: blocks of 256 weights (import_kquant.c) */
+    QI_Q5_K,
+    QI_Q6_K,
 };
+
+/* Block types (Q8_0, K-quants): weights and bytes per block, and the exact
+ * float values of n weights (n a multiple of the block) at src. */
+int qi_type_is_block(enum qi_type t);
+uint64_t qi_block_weights(enum qi_type t);
+uint64_t qi_block_bytes(enum qi_type t);
+void qi_dequant(enum qi_type t, const uint8_t *src, float *dst, uint64_t n);
 
 /* A view of one source tensor in the mapped file. */
 struct qi_tensor {

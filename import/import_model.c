@@ -88,7 +88,10 @@ uint64_t qi_type_bytes(enum qi_type t, uint64_t n)
     case QI_BF16:
         return n * 2;
     case QI_Q8_0:
-        return n % 32 ? 0 : n / 32 * 34;
+    case QI_Q4_K:
+    case QI_Q5_K:
+    case QI_Q6_K:
+        return n % qi_block_weights(t) ? 0 : n / qi_block_weights(t) * qi_block_bytes(t);
     }
     return 0;
 }
@@ -168,11 +171,6 @@ int import_source_detect(const char *src, enum import_source *out, struct sl_err
 
 /* ---- conversion -------------------------------------------------------------------- */
 
-static float q8_0_value(const uint8_t *blk, unsigned j)
-{
-    return sl_f16_to_f32(sl_load_le16(blk)) * (float)(int8_t)blk[2 + j];
-}
-
 /* Source element i (row-major) as float. */
 static float src_elem(const struct qi_tensor *t, uint64_t i)
 {
@@ -183,10 +181,9 @@ static float src_elem(const struct qi_tensor *t, uint64_t i)
         return sl_f16_to_f32(sl_load_le16(t->data + 2 * i));
     case QI_BF16:
         return sl_bf16_to_f32(sl_load_le16(t->data + 2 * i));
-    case QI_Q8_0:
-        return q8_0_value(t->data + (i / 32) * 34, (unsigned)(i % 32));
+    default: /* block types are decoded a row at a time (convert) */
+        return 0;
     }
-    return 0;
 }
 
 static uint32_t native_encoding(enum qi_type t)
@@ -205,11 +202,34 @@ static uint64_t src_row(const struct qi_tensor *t, uint64_t r)
     return h * hd + p * (hd / 2) + i;
 }
 
-/* Converts a source tensor to `enc` bytes in `out` (rows*cols elements). */
-static void convert(const struct qi_tensor *t, uint32_t enc, uint8_t *out)
+static void store(uint32_t enc, uint8_t *dst, const float *v, uint64_t n)
+{
+    for (uint64_t c = 0; c < n; c++) {
+        if (enc == FORMAT_ENC_F32)
+            sl_store_lef32(dst + 4 * c, v[c]);
+        else if (enc == FORMAT_ENC_F16)
+            sl_store_le16(dst + 2 * c, sl_f32_to_f16(v[c]));
+        else
+            sl_store_le16(dst + 2 * c, sl_f32_to_bf16(v[c]));
+    }
+}
+
+/* Converts a source tensor to `enc` bytes in `out` (rows*cols elements).
+ * Block types are decoded a row at a time into `row` (cols floats; a 1-D
+ * tensor, whose blocks run along its length, as one row of rows floats). */
+static void convert(const struct qi_tensor *t, uint32_t enc, uint8_t *out, float *row)
 {
     uint64_t esz = enc == FORMAT_ENC_F32 ? 4 : 2;
-    int same = native_encoding(t->type) == enc && t->type != QI_Q8_0;
+    if (qi_type_is_block(t->type)) {
+        uint64_t n = t->cols == 1 ? t->rows : t->cols, nrows = t->cols == 1 ? 1 : t->rows;
+        uint64_t rb = n / qi_block_weights(t->type) * qi_block_bytes(t->type);
+        for (uint64_t r = 0; r < nrows; r++) {
+            qi_dequant(t->type, t->data + src_row(t, r) * rb, row, n);
+            store(enc, out + r * n * esz, row, n);
+        }
+        return;
+    }
+    int same = native_encoding(t->type) == enc;
     for (uint64_t r = 0; r < t->rows; r++) {
         uint64_t sr = src_row(t, r);
         uint8_t *dst = out + r * t->cols * esz;
@@ -260,7 +280,8 @@ static int write_source(struct qi_source *s, const struct import_opts *o, enum i
 {
     struct format_writer *w = NULL;
     uint8_t *buf = NULL;
-    uint64_t buf_cap = 0;
+    uint64_t buf_cap = 0, row_cap = 0;
+    float *row = NULL;
     int ret = format_writer_create(out_path, &w, err);
     if (ret < 0)
         return ret;
@@ -311,7 +332,18 @@ static int write_source(struct qi_source *s, const struct import_opts *o, enum i
                 goto out;
             }
         }
-        convert(&t, enc, buf);
+        uint64_t row_n = t.cols == 1 ? t.rows : t.cols;
+        if (row_n > row_cap) {
+            free(row);
+            row = malloc(row_n * sizeof *row);
+            row_cap = row ? row_n : 0;
+            if (!row) {
+                sl_err_set(err, "%s: out of memory", s->path);
+                ret = -ENOMEM;
+                goto out;
+            }
+        }
+        convert(&t, enc, buf, row);
         release_source(t.data, t.len);
         char name[FORMAT_NAME_MAX];
         format_tensor_name(layer, role, name, sizeof name);
@@ -333,6 +365,7 @@ static int write_source(struct qi_source *s, const struct import_opts *o, enum i
     ret = format_writer_finish(w, err);
 out:
     free(buf);
+    free(row);
     format_writer_destroy(w);
     return ret;
 }

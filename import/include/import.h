@@ -43,7 +43,8 @@ typedef void (*import_progress_fn)(void *ctx, const char *what, uint64_t done,
 struct import_opts {
     const char *tokenizer;      /* llama2.c tokenizer file; required for llama2.c and
                                    safetensors sources, ignored for GGUF */
-    int dtype;                  /* -1: keep the source precision (Q8_0 becomes f32);
+    int dtype;                  /* -1: keep the source precision (Q8_0 and K-quants
+                                   become f32);
                                    else FORMAT_ENC_F32, _F16 or _BF16 */
     uint32_t seq_len;           /* 0: from the source; else overrides the context length */
     import_progress_fn progress;
