@@ -10,6 +10,8 @@
 # llama-simple), else ../peers/llama.cpp/build/bin beside the source tree, else
 # on $PATH; without it the test is skipped (exit 77) with a message saying so.
 # Without FUSE (no /dev/fuse, not root) only the exported files are checked.
+# With llama-quantize beside llama-simple, K-quant files it makes are imported
+# and Sluice's greedy text on them must equal llama.cpp's.
 
 BIN=${SLUICE_BIN:-}
 SRC=${SLUICE_SOURCE_DIR:-$(dirname "$0")/../..}
@@ -69,6 +71,27 @@ for type in q8_0 f16; do
              "expected it to start '$EXPECT'"
     fi
 done
+
+# K-quants the other way: llama.cpp's llama-quantize (when built) makes Q4_K_M
+# and Q6_K files from the float export; `sluice import` dequantizes them and
+# Sluice's greedy text must equal llama.cpp's on the same file (kjv6L only:
+# random weights have near ties that the two implementations may break apart).
+if [ -n "$EXPECT" ] && [ -x "$LLAMA/llama-quantize" ]; then
+    "$BIN" export --gguf "$TMP/f32.gguf" "$TMP/f.sluice" 2>"$TMP/log" || fail "export f32: $(cat "$TMP/log")"
+    for k in Q4_K_M Q6_K; do
+        "$LLAMA/llama-quantize" "$TMP/f32.gguf" "$TMP/$k.gguf" "$k" >"$TMP/log" 2>&1 ||
+            fail "llama-quantize $k: $(tail -3 "$TMP/log")"
+        "$BIN" import "$TMP/$k.gguf" -o "$TMP/$k.sluice" 2>"$TMP/log" || fail "import $k: $(cat "$TMP/log")"
+        gen "$TMP/$k.gguf" "$TMP/$k.llama.txt"
+        "$BIN" run "$TMP/$k.sluice" -p "$PROMPT" -n 24 >"$TMP/$k.sluice.txt" 2>"$TMP/log" ||
+            fail "sluice run $k: $(cat "$TMP/log")"
+        a=$(sed 's/^<s> //' "$TMP/$k.llama.txt" | tr -d '\n')
+        b=$(tr -d '\n' <"$TMP/$k.sluice.txt")
+        [ "$a" = "$b" ] || fail "$k: llama.cpp wrote '$a', sluice on the imported file '$b'"
+    done
+else
+    echo "note: llama-quantize not found (or no kjv6L): the K-quant import is not checked here" >&2
+fi
 
 if [ ! -e /dev/fuse ] || [ "$(id -u)" != 0 ] || ! command -v fusermount3 >/dev/null; then
     echo "note: no FUSE here (needs /dev/fuse, root and fusermount3): the mount is not checked" >&2
