@@ -11,7 +11,9 @@
  *   the counters add up;
  * - a corrupt slice: every range that needs it is -EIO, every other range
  *   reads right; writing the file fails and leaves nothing behind;
- * - bad options are refused. */
+ * - bad options are refused;
+ * - a scale (Q8_0) or a weight (F16) beyond fp16's range, or a negative or
+ *   NaN scale, is an error for its rows, never a clamped or infinite value. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -23,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../gguf/gguf_internal.h"
 #include "../fs/fs_testmodel.h"
 #include "format.h"
 #include "gguf.h"
@@ -487,13 +490,53 @@ static void test_bad_options(void **st)
     format_reader_close(r);
 }
 
+/* One q8 tensor of 2 rows x 64 made up here, converted by gv_convert. */
+static void test_scale_range(void **st)
+{
+    (void)st;
+    uint8_t src[128 + 64];
+    memset(src, 0, sizeof src);
+    for (int i = 0; i < 128; i++)
+        src[64 + i] = (uint8_t)(int8_t)(i % 2 ? 100 : -100);
+    int8_t q[64];
+    uint8_t row[256], out[512];
+    struct gv_scratch sc = {q, row};
+    struct gv_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.pub.name, sizeof t.pub.name, "blk.0.attn_q.weight");
+    t.pub.n_dims = 2;
+    t.enc = FORMAT_ENC_Q8_CHANNEL;
+    t.rows = 2, t.cols = 64, t.src_len = sizeof src;
+    struct sl_err err = {{0}};
+    assert_int_equal(gv_parse(&t, src, &err), 0);
+    const float scales[4][2] = {{0.5f, 1e6f}, {0.5f, 700.0f}, {0.5f, -1.0f}, {0.5f, NAN}};
+    const uint32_t types[3] = {GGUF_GGML_Q8_0, GGUF_GGML_F16, GGUF_GGML_F32};
+    for (int k = 0; k < 4; k++)
+        for (int ty = 0; ty < 3; ty++) {
+            sl_store_lef32(src, scales[k][0]);
+            sl_store_lef32(src + 4, scales[k][1]);
+            t.pub.type = types[ty];
+            t.row_bytes = ty == 0 ? 68 : ty == 1 ? 128 : 256;
+            err.msg[0] = 0;
+            /* row 0 converts whatever row 1 holds */
+            assert_int_equal(gv_convert(&t, src, 0, t.row_bytes, out, &sc, &err), 0);
+            int ret = gv_convert(&t, src, 0, 2 * t.row_bytes, out, &sc, &err);
+            /* 1e6 overflows fp16 as a scale; 700 * 100 overflows it as a weight */
+            int want = k >= 2 ? -EINVAL : ty == 0 ? (k == 0 ? -ERANGE : 0) : ty == 1 ? -ERANGE : 0;
+            if (ret != want)
+                fail_msg("scale %g as type %u: %d, want %d (%s)", (double)scales[k][1], types[ty],
+                         ret, want, err.msg);
+            if (want)
+                assert_non_null(strstr(err.msg, "row 1"));
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout_and_values),
-        cmocka_unit_test(test_concurrent_reads),
-        cmocka_unit_test(test_corrupt_slice),
-        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_layout_and_values), cmocka_unit_test(test_concurrent_reads),
+        cmocka_unit_test(test_corrupt_slice),     cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_scale_range),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
