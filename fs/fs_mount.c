@@ -394,8 +394,16 @@ int fs_mount_run(const struct fs_options *o, struct sl_err *err)
     struct stat cst;
     if (stat(s->container, &cst) == 0)
         s->mtime = cst.st_mtim;
-    if ((ret = fs_gguf_create(s, err)) < 0 || (ret = fs_tree_build(s, err)) < 0 ||
-        (ret = fs_store_create(s, &s->store, err)) < 0)
+    /* a container the GGUF view cannot express (a future architecture or RoPE
+     * layout) is still mounted, without model.gguf; the log says why */
+    struct sl_err gerr = {{0}};
+    int gret = fs_gguf_create(s, &gerr);
+    if (gret == -ENOMEM) {
+        ret = gret;
+        sl_err_set(err, "%s", gerr.msg);
+        goto out;
+    }
+    if ((ret = fs_tree_build(s, err)) < 0 || (ret = fs_store_create(s, &s->store, err)) < 0)
         goto out;
     if (o->log_path) {
         s->log_fd = open(o->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -406,6 +414,8 @@ int fs_mount_run(const struct fs_options *o, struct sl_err *err)
         }
     }
     openlog("sluice", LOG_PID, LOG_DAEMON);
+    if (gret < 0)
+        fs_log(s, "model.gguf is not served: %s", gerr.msg);
 
     escape_opt(esc, sizeof esc, s->container);
     snprintf(optbuf, sizeof optbuf, "ro,nosuid,nodev,fsname=sluice:%s,subtype=sluice,max_read=%u%s%s",

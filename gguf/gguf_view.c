@@ -3,8 +3,10 @@
  * verified slice), zero padding between them. With a cache, reads go through
  * chunks of GGUF_VIEW_CHUNK bytes: a chunk is converted once, by the first
  * reader that needs it (others wait for it), and kept until evicted least
- * recently used; when no room can be made (every chunk pinned), the reader
- * converts its own range without caching. Without a cache, a read converts
+ * recently used; when no room can be made (every chunk pinned), or the chunk
+ * cannot be converted (a corrupt slice under part of it), the reader converts
+ * just its own range without caching, so an error covers only the ranges
+ * that need the bad bytes. Without a cache, a read converts
  * exactly its range. One mutex guards the chunk table and the counters;
  * conversions run outside it. */
 #include <errno.h>
@@ -273,7 +275,10 @@ static int chunk_read(struct gguf_view *v, const struct gguf_source *src, uint64
             c->state = 0;
             pthread_cond_broadcast(&v->changed);
             pthread_mutex_unlock(&v->mu);
-            return ret;
+            /* a bad slice under another part of the chunk must not fail this
+             * range: convert just what was asked (it fails if it needs it) */
+            err->msg[0] = 0;
+            return fill(v, src, out, cs + from, n, s, err);
         }
         c->buf = buf;
         c->state = 2;
