@@ -640,6 +640,47 @@ static void slice_name(const struct format_reader *r, uint32_t i, char *buf, siz
         snprintf(buf, n, "%s", s->kind == FORMAT_SLICE_EMBED ? "embedding" : "head");
 }
 
+int format_tensor_validate(const struct format_reader *r, uint32_t i, const void *data,
+                           struct sl_err *err)
+{
+    if (i >= r->n_tensors) {
+        sl_err_set(err, "%s: no tensor %u", r->path, i);
+        return -EINVAL;
+    }
+    const struct format_tensor_info *t = &r->tensors[i];
+    const struct format_encoding_traits *tr = format_encoding_traits(t->encoding);
+    if (!tr) { /* refused at open; kept for a reader built without it */
+        sl_err_set(err, "%s: tensor '%s' has unknown encoding %u", r->path, t->name, t->encoding);
+        return -EINVAL;
+    }
+    if (!tr->validate)
+        return 0; /* float: the length, checked at open, says it all */
+    uint64_t rows = t->shape[0], cols = t->n_dims >= 2 ? t->shape[1] : 1;
+    int ret = tr->validate(data, t->length, rows, cols, err);
+    if (ret < 0)
+        sl_err_prefix(err, "%s: tensor '%s' (%s)", r->path, t->name, tr->name);
+    return ret;
+}
+
+int format_slice_validate(const struct format_reader *r, uint32_t i, const void *data,
+                          struct sl_err *err)
+{
+    if (i >= r->n_slices) {
+        sl_err_set(err, "%s: no slice %u", r->path, i);
+        return -EINVAL;
+    }
+    const struct format_slice_info *s = &r->slices[i];
+    for (uint32_t k = 0; k < s->n_tensors; k++) {
+        const struct format_tensor_info *t = &r->tensors[s->first_tensor + k];
+        /* open checked that every tensor lies inside its slice */
+        int ret = format_tensor_validate(r, s->first_tensor + k,
+                                         (const uint8_t *)data + (t->offset - s->offset), err);
+        if (ret < 0)
+            return ret;
+    }
+    return 0;
+}
+
 int format_reader_read_tensor(const struct format_reader *r, uint32_t i, void *buf, uint64_t len,
                               struct sl_err *err)
 {
@@ -648,7 +689,8 @@ int format_reader_read_tensor(const struct format_reader *r, uint32_t i, void *b
         return -EINVAL;
     }
     const struct format_tensor_info *t = &r->tensors[i];
-    return read_checked(r, t->offset, t->length, buf, len, t->checksum, "tensor", t->name, err);
+    int ret = read_checked(r, t->offset, t->length, buf, len, t->checksum, "tensor", t->name, err);
+    return ret < 0 ? ret : format_tensor_validate(r, i, buf, err);
 }
 
 int format_reader_read_slice(const struct format_reader *r, uint32_t i, void *buf, uint64_t len,
@@ -661,7 +703,8 @@ int format_reader_read_slice(const struct format_reader *r, uint32_t i, void *bu
     char name[32];
     slice_name(r, i, name, sizeof name);
     const struct format_slice_info *s = &r->slices[i];
-    return read_checked(r, s->offset, s->length, buf, len, s->checksum, "slice", name, err);
+    int ret = read_checked(r, s->offset, s->length, buf, len, s->checksum, "slice", name, err);
+    return ret < 0 ? ret : format_slice_validate(r, i, buf, err);
 }
 
 int format_slice_verify(const struct format_reader *r, uint32_t i, const void *data,
@@ -680,7 +723,7 @@ int format_slice_verify(const struct format_reader *r, uint32_t i, const void *d
                         PRIx64 "): the data is corrupt", r->path, name, s->checksum, sum);
         return -EIO;
     }
-    return 0;
+    return format_slice_validate(r, i, data, err);
 }
 
 int format_tensor_verify(const struct format_reader *r, uint32_t i, const void *data,
@@ -697,5 +740,5 @@ int format_tensor_verify(const struct format_reader *r, uint32_t i, const void *
                         PRIx64 "): the data is corrupt", r->path, t->name, t->checksum, sum);
         return -EIO;
     }
-    return 0;
+    return format_tensor_validate(r, i, data, err);
 }
