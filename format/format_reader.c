@@ -100,6 +100,10 @@ static int parse_tokenizer_and_kv(struct format_reader *r, struct sl_err *err)
                    r->cfg.vocab_size);
         return -EINVAL;
     }
+    if (n > (uint64_t)(end - p) / 8) { /* a score and a length each: 8 bytes at least */
+        sl_err_set(err, "%s: metadata is truncated: too short for %u tokens", r->path, n);
+        return -EINVAL;
+    }
     r->tok_scores = sl_malloc(sizeof(float) * n);
     r->tok_lens = sl_malloc(sizeof(uint32_t) * n);
     r->tok_strs = sl_malloc(sizeof(char *) * n);
@@ -131,12 +135,14 @@ static int parse_tokenizer_and_kv(struct format_reader *r, struct sl_err *err)
     NEED_BYTES(4, "the key-value count");
     uint32_t nkv = sl_load_le32(p);
     p += 4;
-    if (nkv > (1u << 20)) {
-        sl_err_set(err, "%s: %u metadata keys", r->path, nkv);
+    /* a key-value pair is 11 bytes at least: the counts cannot ask for more
+     * memory than the metadata's size warrants */
+    if (nkv > (1u << 20) || nkv > (uint64_t)(end - p) / 11) {
+        sl_err_set(err, "%s: %u metadata keys do not fit in the metadata", r->path, nkv);
         return -EINVAL;
     }
     r->kv = sl_calloc(nkv ? nkv : 1, sizeof *r->kv);
-    r->keybuf = sl_malloc((size_t)nkv * (FMT_MAX_KEY + 1) + 1);
+    r->keybuf = sl_malloc((size_t)(end - p) + nkv + 1); /* the keys and their NULs */
     if (!r->kv || !r->keybuf) {
         sl_err_set(err, "%s: out of memory reading metadata", r->path);
         return -ENOMEM;
@@ -184,7 +190,11 @@ static int load_meta(struct format_reader *r, const uint8_t *hdr, struct sl_err 
                         PRIu64 " bytes)", r->path, off, len, r->size);
         return -EINVAL;
     }
-    if (raw > FMT_MAX_META_RAW || (comp == FMT_META_NONE && raw != len)) {
+    /* a compressed size more than 1024 times the stored one is no tokenizer
+     * and key-value list but a decompression bomb: memory stays bounded by the
+     * file's size */
+    if (raw > FMT_MAX_META_RAW || (comp == FMT_META_NONE && raw != len) ||
+        raw / 1024 > len + 1024) {
         sl_err_set(err, "%s: implausible metadata size %" PRIu64, r->path, raw);
         return -EINVAL;
     }

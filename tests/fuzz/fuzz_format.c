@@ -15,7 +15,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char path[] = "/tmp/sluice-fuzz-XXXXXX";
+    char path[64]; /* in memory when it can be: inputs are written every run */
+    snprintf(path, sizeof path, "%s/sluice-fuzz-XXXXXX",
+             access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
     int fd = mkstemp(path);
     if (fd < 0)
         return 0;
