@@ -15,7 +15,8 @@ static int by_name(const struct dirent **a, const struct dirent **b)
     return strcmp((*a)->d_name, (*b)->d_name);
 }
 
-long fuzz_replay_path(const char *path)
+long fuzz_replay_path(const char *path, void (*keep)(void *ctx, const uint8_t *data, size_t size),
+                      void *ctx)
 {
     struct stat st;
     if (stat(path, &st) < 0)
@@ -32,7 +33,7 @@ long fuzz_replay_path(const char *path)
             char sub[4096];
             if (total >= 0 && ents[i]->d_name[0] != '.') {
                 snprintf(sub, sizeof sub, "%s/%s", path, ents[i]->d_name);
-                long k = fuzz_replay_path(sub);
+                long k = fuzz_replay_path(sub, keep, ctx);
                 total = k < 0 ? -1 : total + k;
             }
             free(ents[i]);
@@ -49,6 +50,8 @@ long fuzz_replay_path(const char *path)
         return -1;
     }
     LLVMFuzzerTestOneInput(b, len);
+    if (keep)
+        keep(ctx, b, len);
     free(b);
     return 1;
 }

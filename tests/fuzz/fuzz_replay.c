@@ -1,7 +1,7 @@
 /* fuzz_replay.c: replays a fuzz target without libFuzzer, in ctest (so that
  * the ASan+UBSan build runs it too): every file of the folders or files named
  * (the committed corpus, a libFuzzer corpus, a crash file), the target's
- * built-in seeds, and N deterministic mutations of those seeds (bit flips, random 32- and 64-bit stores, ASCII and JSON punctuation,
+ * built-in seeds, and N deterministic mutations of all of them (bit flips, random 32- and 64-bit stores, ASCII and JSON punctuation,
  * deletions, insertions, truncations, extensions).
  *   <target>_replay [--mutations N] [PATH...]     seed: $SLUICE_TEST_SEED
  *   <target>_replay --write-seeds DIR             the built-in seeds as files
@@ -126,16 +126,17 @@ int main(int argc, char **argv)
     }
     long replayed = 0;
     for (int i = first; i < argc; i++) {
-        long k = fuzz_replay_path(argv[i]);
+        long k = fuzz_replay_path(argv[i], add, &in); /* kept as mutation bases too */
         if (k < 0)
             return 1;
         replayed += k;
     }
+    size_t from_files = in.n;
     if (fuzz_target_seeds(add, &in) < 0 || in.failed) {
         fprintf(stderr, "%s: cannot make the built-in seeds\n", argv[0]);
         return 1;
     }
-    for (size_t i = 0; i < in.n; i++)
+    for (size_t i = from_files; i < in.n; i++)
         LLVMFuzzerTestOneInput(in.data[i], in.len[i]);
     struct test_rng rng;
     test_rng_init(&rng, test_seed());
@@ -154,9 +155,9 @@ int main(int argc, char **argv)
             len = mutate(&rng, m, len, cap);
         LLVMFuzzerTestOneInput(m, len);
     }
-    printf("%s: %ld corpus files, %zu built-in seeds and %ld mutations replayed without a "
-           "crash\n",
-           argv[0], replayed, in.n, in.n ? mutations : 0);
+    printf("%s: %ld corpus files, %zu built-in seeds and %ld mutations of them replayed "
+           "without a crash\n",
+           argv[0], replayed, in.n - from_files, in.n ? mutations : 0);
     free(m);
     for (size_t i = 0; i < in.n; i++)
         free(in.data[i]);
