@@ -350,10 +350,8 @@ static int st_check_shard(const struct st_shard *sh, uint32_t L, const cJSON *we
             sl_err_set(err, "%s: tensor '%s' has a malformed header entry", sh->path, name);
             goto out;
         }
-        uint64_t esize = !strcmp(dtype->valuestring, "F32")                                ? 4
-                         : !strcmp(dtype->valuestring, "F16") || !strcmp(dtype->valuestring,
-                                                                         "BF16") ? 2
-                                                                                 : 0;
+        const char *dt = dtype->valuestring;
+        uint64_t esize = !strcmp(dt, "F32") ? 4 : !strcmp(dt, "F16") || !strcmp(dt, "BF16") ? 2 : 0;
         if (!esize) {
             sl_err_set(err, "%s: tensor '%s' has dtype %s; supported: F32, F16, BF16", sh->path,
                        name, dtype->valuestring);

@@ -9,8 +9,13 @@
 #include "container_edit.h"
 #include "quantizer.h"
 
-enum { H_N_TENSORS = 68, H_INDEX_OFFSET = 80, H_INDEX_LENGTH = 88, H_INDEX_SUM = 104,
-       H_CHECKSUM = 4088 };
+enum {
+    H_N_TENSORS = 68,
+    H_INDEX_OFFSET = 80,
+    H_INDEX_LENGTH = 88,
+    H_INDEX_SUM = 104,
+    H_CHECKSUM = 4088
+};
 enum { T_SIZE = 192, T_OFFSET = 112, T_LENGTH = 120, T_CHECKSUM = 128, T_SLICE = 140 };
 enum { S_SIZE = 48, S_OFFSET = 8, S_LENGTH = 16, S_CHECKSUM = 24 };
 
@@ -69,10 +74,20 @@ static void *encode(uint32_t enc, uint32_t rows, uint32_t cols, uint64_t *len)
 int ce_write_model(const char *path, uint32_t encoding)
 {
     rng_state = 12345;
-    struct format_config c = {.arch = FORMAT_ARCH_LLAMA, .dim = 32, .hidden_dim = 32,
-                              .n_layers = 1, .n_heads = 2, .n_kv_heads = 2, .head_dim = 16,
-                              .vocab_size = 8, .seq_len = 32, .tied_embedding = 1,
-                              .bos_id = 1, .eos_id = 2, .rope_theta = 10000, .norm_eps = 1e-5f};
+    struct format_config c = {.arch = FORMAT_ARCH_LLAMA,
+                              .dim = 32,
+                              .hidden_dim = 32,
+                              .n_layers = 1,
+                              .n_heads = 2,
+                              .n_kv_heads = 2,
+                              .head_dim = 16,
+                              .vocab_size = 8,
+                              .seq_len = 32,
+                              .tied_embedding = 1,
+                              .bos_id = 1,
+                              .eos_id = 2,
+                              .rope_theta = 10000,
+                              .norm_eps = 1e-5f};
     const char *strs[8] = {"<unk>", "<s>", "</s>", " ", "a", "b", "c", " a"};
     uint32_t lens[8] = {5, 3, 4, 1, 1, 1, 1, 2};
     float scores[8] = {0, 0, 0, -1, -2, -3, -4, -1};
@@ -81,11 +96,11 @@ int ce_write_model(const char *path, uint32_t encoding)
         int layer;
         uint32_t role;
         int linear;
-    } ts[] = {{0, FORMAT_ROLE_ATTN_NORM, 0},  {0, FORMAT_ROLE_WQ, 1},
-              {0, FORMAT_ROLE_WK, 1},         {0, FORMAT_ROLE_WV, 1},
-              {0, FORMAT_ROLE_WO, 1},         {0, FORMAT_ROLE_FFN_NORM, 0},
-              {0, FORMAT_ROLE_W_GATE, 1},     {0, FORMAT_ROLE_W_UP, 1},
-              {0, FORMAT_ROLE_W_DOWN, 1},     {-1, FORMAT_ROLE_OUT_NORM, 0},
+    } ts[] = {{0, FORMAT_ROLE_ATTN_NORM, 0}, {0, FORMAT_ROLE_WQ, 1},
+              {0, FORMAT_ROLE_WK, 1},        {0, FORMAT_ROLE_WV, 1},
+              {0, FORMAT_ROLE_WO, 1},        {0, FORMAT_ROLE_FFN_NORM, 0},
+              {0, FORMAT_ROLE_W_GATE, 1},    {0, FORMAT_ROLE_W_UP, 1},
+              {0, FORMAT_ROLE_W_DOWN, 1},    {-1, FORMAT_ROLE_OUT_NORM, 0},
               {-1, FORMAT_ROLE_TOK_EMBD, 0}}; /* tied: the head slice holds it */
     struct sl_err err = {{0}};
     struct format_writer *w = NULL;
@@ -101,8 +116,11 @@ int ce_write_model(const char *path, uint32_t encoding)
         uint32_t enc = ts[i].linear ? encoding : FORMAT_ENC_F32;
         char name[FORMAT_NAME_MAX];
         format_tensor_name(ts[i].layer, ts[i].role, name, sizeof name);
-        struct format_tensor_desc d = {.name = name, .layer = ts[i].layer, .role = ts[i].role,
-                                       .encoding = enc, .n_dims = nd,
+        struct format_tensor_desc d = {.name = name,
+                                       .layer = ts[i].layer,
+                                       .role = ts[i].role,
+                                       .encoding = enc,
+                                       .n_dims = nd,
                                        .shape = {shape[0], nd == 2 ? shape[1] : 0}};
         uint64_t len;
         void *b = encode(enc, (uint32_t)shape[0], nd == 2 ? (uint32_t)shape[1] : 1, &len);
@@ -148,12 +166,11 @@ void ce_reseal(uint8_t *buf, long tensor)
     uint64_t io = sl_load_le64(buf + H_INDEX_OFFSET);
     uint32_t nt = sl_load_le32(buf + H_N_TENSORS);
     uint8_t *e = buf + io + (uint64_t)tensor * T_SIZE;
-    sl_store_le64(e + T_CHECKSUM, format_checksum(buf + sl_load_le64(e + T_OFFSET),
-                                                  sl_load_le64(e + T_LENGTH)));
+    sl_store_le64(e + T_CHECKSUM,
+                  format_checksum(buf + sl_load_le64(e + T_OFFSET), sl_load_le64(e + T_LENGTH)));
     uint8_t *s = buf + io + (uint64_t)nt * T_SIZE + (uint64_t)sl_load_le32(e + T_SLICE) * S_SIZE;
-    sl_store_le64(s + S_CHECKSUM, format_checksum(buf + sl_load_le64(s + S_OFFSET),
-                                                  sl_load_le64(s + S_LENGTH)));
-    sl_store_le64(buf + H_INDEX_SUM,
-                  format_checksum(buf + io, sl_load_le64(buf + H_INDEX_LENGTH)));
+    sl_store_le64(s + S_CHECKSUM,
+                  format_checksum(buf + sl_load_le64(s + S_OFFSET), sl_load_le64(s + S_LENGTH)));
+    sl_store_le64(buf + H_INDEX_SUM, format_checksum(buf + io, sl_load_le64(buf + H_INDEX_LENGTH)));
     sl_store_le64(buf + H_CHECKSUM, format_checksum(buf, H_CHECKSUM));
 }

@@ -32,9 +32,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
     }
-    if (o.max_background < 1 || o.max_background > 65535 || o.max_pages < 1 ||
-        o.max_pages > 256 || o.max_threads < 1 || o.max_threads > 1024 ||
-        o.max_readahead > (1u << 30) || o.cache_mb > (1u << 20) || o.prefetch > 64) {
+    if (o.max_background < 1 || o.max_background > 65535 || o.max_pages < 1 || o.max_pages > 256 ||
+        o.max_threads < 1 || o.max_threads > 1024 || o.max_readahead > (1u << 30) ||
+        o.cache_mb > (1u << 20) || o.prefetch > 64) {
         fprintf(stderr, "fuzz_mountopt: an option outside its range was taken\n");
         abort();
     }

@@ -1,8 +1,8 @@
 /* fuzz_replay.c: replays a fuzz target without libFuzzer, in ctest (so that
  * the ASan+UBSan build runs it too): every file of the folders or files named
  * (the committed corpus, a libFuzzer corpus, a crash file), the target's
- * built-in seeds, and N deterministic mutations of all of them (bit flips, random 32- and 64-bit stores, ASCII and JSON punctuation,
- * deletions, insertions, truncations, extensions).
+ * built-in seeds, and N deterministic mutations of all of them (bit flips, random 32- and 64-bit
+ * stores, ASCII and JSON punctuation, deletions, insertions, truncations, extensions).
  *   <target>_replay [--mutations N] [PATH...]     seed: $SLUICE_TEST_SEED
  *   <target>_replay --write-seeds DIR             the built-in seeds as files
  *                                                 (a starting corpus) */

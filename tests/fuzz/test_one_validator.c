@@ -102,15 +102,15 @@ static void test_resealed_invalid_refused(void **state)
     (void)state;
     static const struct {
         uint32_t enc;
-        int at;       /* byte of the tensor to change */
-        uint8_t xor;
+        int at; /* byte of the tensor to change */
+        uint8_t xor ;
         const char *want;
     } edits[] = {
         {FORMAT_ENC_ADAPTIVE, 3, 0x20, "bad magic"},
         {FORMAT_ENC_INT4INT8, 3, 0x20, "bad magic"},
         {FORMAT_ENC_BITPLANE, 3, 0x20, "bad magic"},
         {FORMAT_ENC_ADAPTIVE, 4, 0x02, "version 3"},
-        {FORMAT_ENC_ADAPTIVE, 8, 0x01, "33 x 32"},     /* rows in the header */
+        {FORMAT_ENC_ADAPTIVE, 8, 0x01, "33 x 32"}, /* rows in the header */
         {FORMAT_ENC_BITPLANE, FORMAT_PACKED_HEADER, 0x07, "row widths need"},
         {FORMAT_ENC_Q8_CHANNEL, 128 + 7, 0x80, "code -128"}, /* q 7 = 0x80 | small */
     };
@@ -128,7 +128,7 @@ static void test_resealed_invalid_refused(void **state)
         if (edits[i].enc == FORMAT_ENC_Q8_CHANNEL)
             tb[edits[i].at] = 0x80;
         else
-            tb[edits[i].at] ^= edits[i].xor;
+            tb[edits[i].at] ^= edits[i].xor ;
         ce_reseal(buf, t);
         FILE *f = fopen(p, "wb");
         assert_non_null(f);
