@@ -63,7 +63,7 @@ SHARED=${SLUICE_SHARED:-$ROOT/../shared}
 # ---- build -------------------------------------------------------------------------
 # The targets and, for the seeds, their ctest replay drivers and the sluice tool.
 TARGETS="fuzz_format fuzz_import fuzz_unpack fuzz_gguf fuzz_llama2c fuzz_tokenizer
-fuzz_safetensors fuzz_hfconfig fuzz_mountopt"
+fuzz_safetensors fuzz_hfconfig fuzz_mountopt fuzz_text"
 
 build_kit() {
   command -v clang >/dev/null &&
@@ -123,7 +123,8 @@ make_seeds() {
   "$d/fuzz/fuzz_format_replay" --write-seed "$S/fuzz_format/writer.sluice" &&
     "$d/import/fuzz_import_replay" --write-seeds "$S/fuzz_import" &&
     "$d/unpack/fuzz_unpack_replay" --write-seeds "$S/fuzz_unpack" || return 1
-  for t in fuzz_gguf fuzz_llama2c fuzz_tokenizer fuzz_safetensors fuzz_hfconfig fuzz_mountopt; do
+  for t in fuzz_gguf fuzz_llama2c fuzz_tokenizer fuzz_safetensors fuzz_hfconfig fuzz_mountopt \
+           fuzz_text; do
     "$d/fuzz/${t}_corpus" --write-seeds "$S/$t" || return 1
   done
   for t in $TARGETS; do
@@ -143,6 +144,7 @@ make_seeds() {
   cp "$M/aidreams260K.tok512.bin" "$M/kjv6L.tok1024.bin" "$S/fuzz_tokenizer/"
   cp "$M/aidreams260K.gguf" "$S/fuzz_gguf/"
   cp "$M/kjv6L-hf/config.json" "$S/fuzz_hfconfig/kjv6L-config.json"
+  cp "$M/aidreams260K.calib.txt" "$M/kjv6L.calib.txt" "$S/fuzz_text/"
   st=$M/kjv6L-hf/model.safetensors
   if [ -f "$st" ]; then # its header only (the file is large)
     hl=$(od -An -t u8 -N 8 "$st" | tr -d ' ')
