@@ -100,6 +100,10 @@ static int parse_tokenizer_and_kv(struct format_reader *r, struct sl_err *err)
                    r->cfg.vocab_size);
         return -EINVAL;
     }
+    if (n > (uint64_t)(end - p) / 8) { /* a score and a length each: 8 bytes at least */
+        sl_err_set(err, "%s: metadata is truncated: too short for %u tokens", r->path, n);
+        return -EINVAL;
+    }
     r->tok_scores = sl_malloc(sizeof(float) * n);
     r->tok_lens = sl_malloc(sizeof(uint32_t) * n);
     r->tok_strs = sl_malloc(sizeof(char *) * n);
@@ -131,12 +135,14 @@ static int parse_tokenizer_and_kv(struct format_reader *r, struct sl_err *err)
     NEED_BYTES(4, "the key-value count");
     uint32_t nkv = sl_load_le32(p);
     p += 4;
-    if (nkv > (1u << 20)) {
-        sl_err_set(err, "%s: %u metadata keys", r->path, nkv);
+    /* a key-value pair is 11 bytes at least: the counts cannot ask for more
+     * memory than the metadata's size warrants */
+    if (nkv > (1u << 20) || nkv > (uint64_t)(end - p) / 11) {
+        sl_err_set(err, "%s: %u metadata keys do not fit in the metadata", r->path, nkv);
         return -EINVAL;
     }
     r->kv = sl_calloc(nkv ? nkv : 1, sizeof *r->kv);
-    r->keybuf = sl_malloc((size_t)nkv * (FMT_MAX_KEY + 1) + 1);
+    r->keybuf = sl_malloc((size_t)(end - p) + nkv + 1); /* the keys and their NULs */
     if (!r->kv || !r->keybuf) {
         sl_err_set(err, "%s: out of memory reading metadata", r->path);
         return -ENOMEM;
@@ -184,7 +190,11 @@ static int load_meta(struct format_reader *r, const uint8_t *hdr, struct sl_err 
                         PRIu64 " bytes)", r->path, off, len, r->size);
         return -EINVAL;
     }
-    if (raw > FMT_MAX_META_RAW || (comp == FMT_META_NONE && raw != len)) {
+    /* a compressed size more than 1024 times the stored one is no tokenizer
+     * and key-value list but a decompression bomb: memory stays bounded by the
+     * file's size */
+    if (raw > FMT_MAX_META_RAW || (comp == FMT_META_NONE && raw != len) ||
+        raw / 1024 > len + 1024) {
         sl_err_set(err, "%s: implausible metadata size %" PRIu64, r->path, raw);
         return -EINVAL;
     }
@@ -640,6 +650,47 @@ static void slice_name(const struct format_reader *r, uint32_t i, char *buf, siz
         snprintf(buf, n, "%s", s->kind == FORMAT_SLICE_EMBED ? "embedding" : "head");
 }
 
+int format_tensor_validate(const struct format_reader *r, uint32_t i, const void *data,
+                           struct sl_err *err)
+{
+    if (i >= r->n_tensors) {
+        sl_err_set(err, "%s: no tensor %u", r->path, i);
+        return -EINVAL;
+    }
+    const struct format_tensor_info *t = &r->tensors[i];
+    const struct format_encoding_traits *tr = format_encoding_traits(t->encoding);
+    if (!tr) { /* refused at open; kept for a reader built without it */
+        sl_err_set(err, "%s: tensor '%s' has unknown encoding %u", r->path, t->name, t->encoding);
+        return -EINVAL;
+    }
+    if (!tr->validate)
+        return 0; /* float: the length, checked at open, says it all */
+    uint64_t rows = t->shape[0], cols = t->n_dims >= 2 ? t->shape[1] : 1;
+    int ret = tr->validate(data, t->length, rows, cols, err);
+    if (ret < 0)
+        sl_err_prefix(err, "%s: tensor '%s' (%s)", r->path, t->name, tr->name);
+    return ret;
+}
+
+int format_slice_validate(const struct format_reader *r, uint32_t i, const void *data,
+                          struct sl_err *err)
+{
+    if (i >= r->n_slices) {
+        sl_err_set(err, "%s: no slice %u", r->path, i);
+        return -EINVAL;
+    }
+    const struct format_slice_info *s = &r->slices[i];
+    for (uint32_t k = 0; k < s->n_tensors; k++) {
+        const struct format_tensor_info *t = &r->tensors[s->first_tensor + k];
+        /* open checked that every tensor lies inside its slice */
+        int ret = format_tensor_validate(r, s->first_tensor + k,
+                                         (const uint8_t *)data + (t->offset - s->offset), err);
+        if (ret < 0)
+            return ret;
+    }
+    return 0;
+}
+
 int format_reader_read_tensor(const struct format_reader *r, uint32_t i, void *buf, uint64_t len,
                               struct sl_err *err)
 {
@@ -648,7 +699,8 @@ int format_reader_read_tensor(const struct format_reader *r, uint32_t i, void *b
         return -EINVAL;
     }
     const struct format_tensor_info *t = &r->tensors[i];
-    return read_checked(r, t->offset, t->length, buf, len, t->checksum, "tensor", t->name, err);
+    int ret = read_checked(r, t->offset, t->length, buf, len, t->checksum, "tensor", t->name, err);
+    return ret < 0 ? ret : format_tensor_validate(r, i, buf, err);
 }
 
 int format_reader_read_slice(const struct format_reader *r, uint32_t i, void *buf, uint64_t len,
@@ -661,7 +713,8 @@ int format_reader_read_slice(const struct format_reader *r, uint32_t i, void *bu
     char name[32];
     slice_name(r, i, name, sizeof name);
     const struct format_slice_info *s = &r->slices[i];
-    return read_checked(r, s->offset, s->length, buf, len, s->checksum, "slice", name, err);
+    int ret = read_checked(r, s->offset, s->length, buf, len, s->checksum, "slice", name, err);
+    return ret < 0 ? ret : format_slice_validate(r, i, buf, err);
 }
 
 int format_slice_verify(const struct format_reader *r, uint32_t i, const void *data,
@@ -680,7 +733,7 @@ int format_slice_verify(const struct format_reader *r, uint32_t i, const void *d
                         PRIx64 "): the data is corrupt", r->path, name, s->checksum, sum);
         return -EIO;
     }
-    return 0;
+    return format_slice_validate(r, i, data, err);
 }
 
 int format_tensor_verify(const struct format_reader *r, uint32_t i, const void *data,
@@ -697,5 +750,5 @@ int format_tensor_verify(const struct format_reader *r, uint32_t i, const void *
                         PRIx64 "): the data is corrupt", r->path, t->name, t->checksum, sum);
         return -EIO;
     }
-    return 0;
+    return format_tensor_validate(r, i, data, err);
 }

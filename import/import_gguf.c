@@ -313,7 +313,7 @@ static int64_t name_slot(const char *name, uint64_t len, uint32_t n_layers)
     return -1;
 }
 
-/* Every tensor must be one the model uses, and appear once. */
+/* Every tensor must be one the model uses, appear once, and be there. */
 static int check_tensor_names(const struct gguf *g, struct sl_err *err)
 {
     uint32_t L = g->src.cfg.n_layers;
@@ -338,6 +338,21 @@ static int check_tensor_names(const struct gguf *g, struct sl_err *err)
             ret = -EINVAL;
         }
     }
+    /* every tensor the model needs (output.weight is optional: tied) */
+    for (uint64_t slot = 0; slot < (uint64_t)L * 9 + 2 && !ret; slot++) {
+        if (seen[slot])
+            continue;
+        char name[FORMAT_NAME_MAX];
+        if (slot < (uint64_t)L * 9)
+            format_tensor_name((int)(slot / 9), FORMAT_ROLE_ATTN_NORM + (uint32_t)(slot % 9), name,
+                               sizeof name);
+        else
+            format_tensor_name(-1, slot == (uint64_t)L * 9 ? FORMAT_ROLE_TOK_EMBD
+                                                           : FORMAT_ROLE_OUT_NORM,
+                               name, sizeof name);
+        sl_err_set(err, "%s: tensor '%s' is missing", g->src.path, name);
+        ret = -EINVAL;
+    }
     free(seen);
     return ret;
 }
@@ -351,6 +366,84 @@ static int shape_of(const struct format_config *c, uint32_t role, uint64_t *rows
     *rows = sh[0];
     *cols = nd == 2 ? sh[1] : 1;
     return 0;
+}
+
+static int by_offset(const void *x, const void *y)
+{
+    const struct gguf_tensor *const *p = x, *const *q = y;
+    return (*p)->offset < (*q)->offset ? -1 : (*p)->offset > (*q)->offset;
+}
+
+/* The tensors tile the data section exactly: each one's byte size from its
+ * type and dimensions (overflow-checked), sorted by offset the first at 0 and
+ * each next one at the previous end rounded up to the alignment, the last
+ * ending in the section's final alignment unit (no gap, no overlap, nothing
+ * past the end, nothing left over). Before any tensor is read. */
+static int check_tiling(struct gguf *g, uint64_t align, struct sl_err *err)
+{
+    const char *path = g->src.path;
+    uint32_t L = g->src.cfg.n_layers;
+    const struct gguf_tensor **order = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *order);
+    uint64_t *ends = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *ends);
+    int ret = -EINVAL;
+    if (!order || !ends) {
+        sl_err_set(err, "%s: out of memory", path);
+        ret = -ENOMEM;
+        goto out;
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        order[i] = &g->tensors[i];
+    qsort(order, g->n_tensors, sizeof *order, by_offset);
+    /* each tensor alone first: type, shape against the config, bounds */
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const struct gguf_tensor *t = order[i];
+        char name[FORMAT_NAME_MAX];
+        snprintf(name, sizeof name, "%.*s", (int)(t->name_len > 64 ? 64 : t->name_len), t->name);
+        int64_t slot = name_slot(t->name, t->name_len, L);
+        uint32_t role = slot < (int64_t)L * 9       ? FORMAT_ROLE_ATTN_NORM + (uint32_t)(slot % 9)
+                        : slot == (int64_t)L * 9 + 1 ? FORMAT_ROLE_OUT_NORM
+                                                     : FORMAT_ROLE_TOK_EMBD;
+        uint64_t rows, cols;
+        struct qi_tensor view;
+        if (slot < 0 || shape_of(&g->src.cfg, role, &rows, &cols) < 0 ||
+            tensor_view(g, t, &view, rows, cols, name, err) < 0)
+            goto out;
+        ends[i] = t->offset + view.len; /* inside the section: no overflow */
+    }
+    /* then together: each at the previous end, aligned */
+    uint64_t next = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const struct gguf_tensor *t = order[i];
+        int nl = (int)(t->name_len > 64 ? 64 : t->name_len);
+        if (t->offset != next) {
+            if (i == 0)
+                sl_err_set(err,
+                           "%s: the data section does not start with a tensor ('%.*s' is at "
+                           "%" PRIu64 ")",
+                           path, nl, t->name, t->offset);
+            else
+                sl_err_set(err,
+                           "%s: tensor '%.*s' is at %" PRIu64 " but the one before it ends at "
+                           "%" PRIu64 " (%s): the tensors must tile the data section",
+                           path, nl, t->name, t->offset, ends[i - 1],
+                           t->offset > next ? "a gap" : "an overlap");
+            goto out;
+        }
+        next = sl_align_up(ends[i], align);
+    }
+    uint64_t last = g->n_tensors ? ends[g->n_tensors - 1] : 0;
+    if (g->tensor_data_len > sl_align_up(last, align)) {
+        sl_err_set(err,
+                   "%s: %" PRIu64 " bytes after the last tensor (which ends at %" PRIu64
+                   " of the data section): the tensors must tile it",
+                   path, g->tensor_data_len - last, last);
+        goto out;
+    }
+    ret = 0;
+out:
+    free(order);
+    free(ends);
+    return ret;
 }
 
 static int gguf_tensor(struct qi_source *s, int layer, uint32_t role, struct qi_tensor *t,
@@ -394,6 +487,10 @@ static int read_vocab_tokens(struct cur *c, struct qi_source *s, struct sl_err *
         return -EINVAL;
     if (et != GGUF_STRING || n == 0 || n > (1u << 24)) {
         sl_err_set(err, "%s: tokenizer.ggml.tokens is not a list of 1..16M strings", s->path);
+        return -EINVAL;
+    }
+    if (n > (uint64_t)(c->end - c->p) / 8) { /* each string has an 8-byte length */
+        sl_err_set(err, "%s: %" PRIu64 " tokens do not fit in the rest of the file", s->path, n);
         return -EINVAL;
     }
     struct import_vocab *v = &s->vocab;
@@ -664,6 +761,13 @@ int qi_open_gguf(const char *path, const struct import_opts *o, struct qi_source
         sl_err_set(err, "%s: general.alignment %" PRIu64 " is not a power of two", path, align);
         goto fail;
     }
+    /* a tensor's info is at least 28 bytes: the header cannot make us
+     * allocate more than the file's size warrants */
+    if (n_tensors > (uint64_t)(c.end - c.p) / 28) {
+        sl_err_set(err, "%s: %" PRIu64 " tensors do not fit in the rest of the file", path,
+                   n_tensors);
+        goto fail;
+    }
     g->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors);
     if (!g->tensors) {
         sl_err_set(err, "%s: out of memory", path);
@@ -731,6 +835,8 @@ int qi_open_gguf(const char *path, const struct import_opts *o, struct qi_source
     ret = format_config_validate(cfg, path, err);
     if (ret == 0)
         ret = check_tensor_names(g, err);
+    if (ret == 0)
+        ret = check_tiling(g, align, err);
     if (ret < 0)
         goto fail;
     ret = -EINVAL;

@@ -47,6 +47,13 @@ int import_vocab_load_llama2c(const char *path, uint32_t n, struct import_vocab 
         sl_err_set(err, "%s: not a llama2.c tokenizer (max token length %d)", path, maxlen);
         goto out;
     }
+    if (n > (size - 4) / 8) { /* each token: a score and a length, 8 bytes at least */
+        sl_err_set(err,
+                   "%s: is truncated: %" PRIu64 " bytes cannot hold the %u tokens the model "
+                   "expects",
+                   path, size, n);
+        goto out;
+    }
     v->scores = malloc(sizeof(float) * n);
     v->lens = malloc(sizeof(uint32_t) * n);
     v->strs = calloc(n, sizeof(char *));

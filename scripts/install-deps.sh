@@ -4,7 +4,7 @@
 set -eu
 PKGS="build-essential cmake pkg-config libfuse3-dev fuse3 liburing-dev libzstd-dev
 libcmocka-dev libxxhash-dev libcjson-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross
-qemu-user"
+qemu-user clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

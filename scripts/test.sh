@@ -2,6 +2,7 @@
 # test.sh: builds Sluice and runs every test.
 #   1. release build (warnings are errors), all tests (unit + integration)
 #   2. ASan+UBSan build, unit tests
+#   3. every libFuzzer target for FUZZ_SECONDS (default 15) each (scripts/fuzz.sh)
 #   (the NEON kernels are cross-built for aarch64 and run under qemu-user as
 #   one of the tests)
 # Prints each test runner's summary; exits non-zero if anything failed.
@@ -50,6 +51,17 @@ else
   summary="$summary
 asan+ubsan: BUILD FAILED"
 fi
+
+# 3. every libFuzzer target for a short bounded time, from its seeds and the
+#    committed corpus (scripts/fuzz.sh; FUZZ_SECONDS per target, default 15)
+echo "== fuzzing (clang libFuzzer, ASan+UBSan), ${FUZZ_SECONDS:-15}s per target"
+mkdir -p "$ROOT/build-fuzz"
+FUZZ_JOBS=${FUZZ_JOBS:-$JOBS} "$ROOT/scripts/fuzz.sh" "${FUZZ_SECONDS:-15}" 2>&1 |
+  tee "$ROOT/build-fuzz/ci.log"
+fuzz_line=$(grep -E "^fuzz.sh: " "$ROOT/build-fuzz/ci.log" | tail -n 1)
+summary="$summary
+fuzzing: ${fuzz_line:-fuzz.sh did not finish}"
+grep -q "^fuzz.sh: no findings" "$ROOT/build-fuzz/ci.log" || status=1
 
 echo
 echo "== summary"

@@ -18,7 +18,9 @@ static void usage(FILE *f)
                "Validates a container (header, metadata and index checksums, bounds) and prints\n"
                "its config, slices and tensors: shape, encoding, bytes, bits per weight and, for\n"
                "adaptive tensors, the histogram of per-channel bit widths. --json prints one JSON\n"
-               "object instead. Tensor data checksums are verified too (--no-verify skips that).\n");
+               "object instead. Tensor data is verified too, with the checks run and mount make\n"
+               "(checksums, then each tensor's encoding: packed headers, widths, q8 codes);\n"
+               "--no-verify skips that.\n");
 }
 
 static const char *slice_kind_name(uint32_t k)
@@ -189,7 +191,8 @@ int cmd_inspect(int argc, char **argv)
     } else {
         printf("%s: sluice container v%d, %" PRIu64 " bytes%s\n", path, FORMAT_VERSION,
                format_reader_file_size(r),
-               verify ? (status == 0 ? ", all checksums verified" : ", CHECKSUM ERRORS") : "");
+               verify ? (status == 0 ? ", all checksums and tensors verified" : ", DATA ERRORS")
+                      : "");
         printf("config: llama dim=%u hidden=%u layers=%u heads=%u kv_heads=%u head_dim=%u "
                "vocab=%u seq_len=%u rope_theta=%g norm_eps=%g %s bos=%u eos=%u\n",
                c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,

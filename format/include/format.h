@@ -342,9 +342,10 @@ const char *format_reader_meta_key(const struct format_reader *r, uint32_t i);
 int format_reader_meta_get(const struct format_reader *r, const char *key, const void **value,
                            size_t *len);
 
-/* Reads a tensor (`len` >= its length) or a whole slice and verifies its
- * checksum; -EIO with a message naming the file, the tensor or slice and the
- * expected and actual checksums on mismatch, -EIO on a short read. */
+/* Reads a tensor (`len` >= its length) or a whole slice, verifies its
+ * checksum and validates it (format_tensor_validate); -EIO with a message
+ * naming the file, the tensor or slice and the expected and actual checksums
+ * on mismatch, -EIO on a short read, -EINVAL for a malformed tensor. */
 int format_reader_read_tensor(const struct format_reader *r, uint32_t i, void *buf,
                               uint64_t len, struct sl_err *err);
 int format_reader_read_slice(const struct format_reader *r, uint32_t i, void *buf,
@@ -355,11 +356,23 @@ int format_reader_read_slice(const struct format_reader *r, uint32_t i, void *bu
 uint64_t format_checksum(const void *data, size_t len);   /* XXH3-64, seed 0 */
 
 /* Verifies bytes that were read by someone else (the loader, the FUSE layer):
- * -EIO with a message naming `what` (the file) and the slice or tensor. */
+ * the checksum (-EIO with a message naming the file and the slice or tensor),
+ * then format_slice_validate / format_tensor_validate. */
 int format_slice_verify(const struct format_reader *r, uint32_t slice, const void *data,
                         struct sl_err *err);
 int format_tensor_verify(const struct format_reader *r, uint32_t tensor, const void *data,
                          struct sl_err *err);
+
+/* The one structural validator of tensor bytes (the encoding's `validate`:
+ * packed headers, widths and exact length; q8 scales and code range), with
+ * the file and tensor named in the message (-EINVAL). Everything that reads
+ * tensor data goes through it (inspect, run, mount, the loader: the read and
+ * verify functions above call it after the checksum), so they never disagree
+ * about a container. Slice: every tensor of slice `slice`, data = its bytes. */
+int format_tensor_validate(const struct format_reader *r, uint32_t tensor, const void *data,
+                           struct sl_err *err);
+int format_slice_validate(const struct format_reader *r, uint32_t slice, const void *data,
+                          struct sl_err *err);
 
 /* ---- convenience ---------------------------------------------------------------- */
 

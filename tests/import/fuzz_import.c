@@ -5,7 +5,9 @@
  *   config.json), 4 config.json (valid model.safetensors);
  * import_model must then either fail with a message or write a container
  * that opens, never crash, hang or leak. Built with -DSLUICE_FUZZ=ON (clang);
- * replayed in ctest by fuzz_import_driver.c. Work files live in a private
+ * replayed in ctest by fuzz_import_driver.c. Compiled with -DFUZZ_IMPORT_KIND=k
+ * (tests/fuzz: fuzz_gguf, fuzz_llama2c, ...) the whole input is that one file
+ * and fuzz_replay.c replays it, seeded with the reference file. Work files live in a private
  * directory (on /dev/shm when there is one: successful imports fsync). */
 #include <ftw.h>
 #include <stdint.h>
@@ -16,6 +18,9 @@
 #include <unistd.h>
 
 #include "fuzz_import.h"
+#ifdef FUZZ_IMPORT_KIND
+#include "fuzz_corpus.h"
+#endif
 #include "gen_models.h"
 #include "import.h"
 
@@ -82,10 +87,16 @@ static int put(const char *path, const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+#ifdef FUZZ_IMPORT_KIND
+    int kind = FUZZ_IMPORT_KIND;
+    if (fuzz_import_setup() < 0)
+        return 0;
+#else
     if (size < 1 || fuzz_import_setup() < 0)
         return 0;
     int kind = data[0] % FUZZ_IMPORT_KINDS;
     data++, size--;
+#endif
     const char *src, *tok = NULL;
     char cfg[512], st[512];
     snprintf(cfg, sizeof cfg, "%s/st/config.json", work);
@@ -140,3 +151,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     return 0;
 }
+
+#ifdef FUZZ_IMPORT_KIND
+/* The seed: the reference model's file of this kind. */
+int fuzz_target_seeds(void (*add)(void *ctx, const uint8_t *data, size_t size), void *ctx)
+{
+    if (fuzz_import_setup() < 0)
+        return -1;
+    FILE *f = fopen(fuzz_import_seed_path(FUZZ_IMPORT_KIND), "rb");
+    if (!f)
+        return -1;
+    static uint8_t buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    int bad = ferror(f) || !feof(f);
+    fclose(f);
+    if (bad)
+        return -1;
+    add(ctx, buf, n);
+    return 0;
+}
+#endif

@@ -464,6 +464,20 @@ static void test_reject_gguf(void **st)
     sl_store_le64(c + toff, UINT64_MAX - 63);
     assert_int_equal(gen_write_file(tmp("off.gguf"), c, len), 0);
     reject(tmp("off.gguf"), NULL, "outside", "off.gguf");
+    /* issue 21: the tensors must tile the data section: one moved on by
+     * the alignment (a gap, then an overlap), bytes left after the last */
+    {
+        uint32_t ga = sl_load_le32(b + find_bytes(b, len, "general.alignment") + 17 + 4);
+        memcpy(c, b, len);
+        sl_store_le64(c + toff, sl_load_le64(b + toff) + ga);
+        assert_int_equal(gen_write_file(tmp("gap.gguf"), c, len), 0);
+        reject(tmp("gap.gguf"), NULL, "must tile the data section", "gap.gguf");
+        uint8_t *e = calloc(1, len + 2 * ga);
+        memcpy(e, b, len);
+        assert_int_equal(gen_write_file(tmp("ext.gguf"), e, len + 2 * ga), 0);
+        reject(tmp("ext.gguf"), NULL, "bytes after the last tensor", "ext.gguf");
+        free(e);
+    }
     /* general.alignment not a power of two */
     memcpy(c, b, len);
     sl_store_le32(c + find_bytes(c, len, "general.alignment") + 17 + 4, 48);
@@ -631,7 +645,8 @@ static void test_reject_safetensors(void **st)
         {"\"shape\": [300, 64]", "\"shape\": [64, 300]", "shape", NULL},
         {"\"shape\": [300, 64]", "\"shape\": [9e99, 64]", "shape", NULL},
         {"\"shape\": [300, 64]", "\"shape\": [300, 64, 1]", "shape", NULL},
-        {"model.norm.weight", "model.norm.weigh_", "model.norm.weight", NULL},
+        /* a renamed tensor is an extra one (issue 21, finding 2) */
+        {"model.norm.weight", "model.norm.weigh_", "'model.norm.weigh_' is not part", NULL},
         {"{", "[", "JSON object", NULL},
     };
     for (size_t i = 0; i < sizeof hedits / sizeof hedits[0]; i++) {
@@ -650,6 +665,77 @@ static void test_reject_safetensors(void **st)
         assert_int_equal(gen_write_file(cp, nb, 8 + nh + (len - 8 - hlen)), 0);
         reject(cut, tok, hedits[i].want, hedits[i].file ? hedits[i].file : "model.safetensors");
         free(nb);
+    }
+    /* issue 21, finding 1: a header length one less than the truth (the
+     * header ends in padding, so the JSON still parses) shifts every tensor by
+     * a byte; one more, and the data section loses its first byte. Either way
+     * the tensors no longer tile the data section. */
+    for (int delta = -1; delta <= 1; delta += 2) {
+        uint8_t *nb1 = malloc(len + 1);
+        memcpy(nb1, b, len);
+        memcpy(h, b + 8, hlen);
+        if (delta < 0) { /* pad the header by a space, claim the old length */
+            memmove(nb1 + 8 + hlen + 1, b + 8 + hlen, len - 8 - hlen);
+            nb1[8 + hlen] = ' ';
+        }
+        sl_store_le64(nb1, delta < 0 ? hlen : hlen + 1);
+        if (delta > 0) { /* the data's first byte taken for a header space */
+            nb1[8 + hlen] = ' ';
+        }
+        unlink(cp);
+        assert_int_equal(gen_write_file(cp, nb1, delta < 0 ? len + 1 : len), 0);
+        reject(cut, tok, "the tensors end at byte", "model.safetensors");
+        free(nb1);
+    }
+    /* issue 21, finding 1: the ranges must tile the data section: the last
+     * tensor moved 4 bytes on (4 bytes appended: a gap) or back (an overlap) */
+    for (int delta = -4; delta <= 4; delta += 8) {
+        const char *key = "\"data_offsets\": [";
+        char *last = NULL;
+        unsigned long long a = 0, e = 0;
+        for (char *q = strstr(h, key); q; q = strstr(q + 1, key)) {
+            unsigned long long qa, qe;
+            if (sscanf(q + strlen(key), "%llu, %llu", &qa, &qe) == 2 && qe > e)
+                last = q, a = qa, e = qe;
+        }
+        assert_non_null(last);
+        char *end = strchr(last, ']');
+        assert_non_null(end);
+        size_t body = len - 8 - hlen, grow = delta > 0 ? (size_t)delta : 0;
+        char *nh = malloc(hlen + 64);
+        int k = snprintf(nh, hlen + 64, "%.*s%s%llu, %llu%s", (int)(last - h), h, key,
+                         a + (unsigned long long)delta, e + (unsigned long long)delta, end);
+        uint8_t *nb3 = calloc(1, 8 + (size_t)k + body + grow);
+        sl_store_le64(nb3, (uint64_t)k);
+        memcpy(nb3 + 8, nh, (size_t)k);
+        memcpy(nb3 + 8 + k, b + 8 + hlen, body);
+        unlink(cp);
+        assert_int_equal(gen_write_file(cp, nb3, 8 + (size_t)k + body + grow), 0);
+        reject(cut, tok, delta > 0 ? "leave a gap" : "overlap", "model.safetensors");
+        free(nb3);
+        free(nh);
+    }
+    /* issue 21, finding 2: an extra tensor in the header (its bytes appended
+     * so that the data section still tiles) is refused, not dropped */
+    {
+        const char *extra = ",\"model.layers.0.self_attn.q_proj.bias\":{\"dtype\":\"F32\","
+                            "\"shape\":[1],\"data_offsets\":[%zu,%zu]}}";
+        char add[256];
+        size_t body = len - 8 - hlen;
+        snprintf(add, sizeof add, extra, body, body + 4);
+        char *close = strrchr(h, '}');
+        assert_non_null(close);
+        size_t keep = (size_t)(close - h), nh = keep + strlen(add);
+        uint8_t *nb2 = calloc(1, 8 + nh + body + 4);
+        sl_store_le64(nb2, nh);
+        memcpy(nb2 + 8, h, keep);
+        memcpy(nb2 + 8 + keep, add, strlen(add));
+        memcpy(nb2 + 8 + nh, b + 8 + hlen, body);
+        unlink(cp);
+        assert_int_equal(gen_write_file(cp, nb2, 8 + nh + body + 4), 0);
+        reject(cut, tok, "'model.layers.0.self_attn.q_proj.bias' is not part",
+               "model.safetensors");
+        free(nb2);
     }
     /* a header length beyond the file */
     uint8_t *nb = malloc(len);
