@@ -33,6 +33,7 @@ static const struct command commands[] = {
     {"eval", cmd_eval, "perplexity and KL divergence of a model against a reference"},
     {"mount", cmd_mount, "serve a container as a read-only FUSE filesystem of layer slices"},
     {"umount", cmd_umount, "unmount a sluice filesystem"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server (completions, chat, SSE)"},
     {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart"},
 };
 
