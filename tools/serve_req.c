@@ -169,7 +169,7 @@ static int parse_messages(const cJSON *o, struct serve_req *r, struct serve_erro
 static int parse_prompt(const cJSON *o, struct serve_req *r, struct serve_error *e)
 {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-    if (!p)
+    if (!p || cJSON_IsNull(p))
         return bad(e, "prompt", "'%s' is required", "prompt");
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(p->child))
         p = p->child;
@@ -282,6 +282,13 @@ int serve_req_parse(enum serve_kind kind, const char *body, size_t len,
     *r = (struct serve_req){.kind = kind, .temperature = 1.0, .top_p = 1.0, .seed = 42};
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    while (o && end && end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' ||
+                                            *end == '\r'))
+        end++;
+    if (o && end && end < body + len) { /* something after the object */
+        cJSON_Delete(o);
+        o = NULL;
+    }
     if (!o) {
         size_t at = end && end >= body ? (size_t)(end - body) : 0;
         serve_error_set(e, 400, "invalid_request_error", NULL, NULL,
@@ -293,8 +300,8 @@ int serve_req_parse(enum serve_kind kind, const char *body, size_t len,
     int ret;
     if (!cJSON_IsObject(o))
         ret = bad(e, NULL, "%s", "the request body must be a JSON object");
-    else if ((ret = parse_common(o, lim, r, e)) == 0)
-        ret = kind == SERVE_CHAT ? parse_messages(o, r, e) : parse_prompt(o, r, e);
+    else if ((ret = kind == SERVE_CHAT ? parse_messages(o, r, e) : parse_prompt(o, r, e)) == 0)
+        ret = parse_common(o, lim, r, e);
     cJSON_Delete(o);
     if (ret < 0)
         serve_req_free(r);
