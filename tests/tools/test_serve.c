@@ -271,13 +271,13 @@ static void test_greedy_equals_run(void **state)
         free(run);
     }
     /* chat: the transcript template, the same text as run on it */
-    const char *chat_prompt = "User: Who made the heaven and the earth?\nAssistant:";
+    const char *chat_prompt = "User: Tell me of the land of Egypt\nAssistant:";
     char *run = run_text(chat_prompt, GEN);
     for (int stream = 0; stream < 2; stream++) {
         char b[512];
         snprintf(b, sizeof b,
-                 "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"Who made the "
-                 "heaven and the earth?\"}],\"max_tokens\":%d,\"temperature\":0,\"stream\":%s}",
+                 "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"Tell me of the "
+                 "land of Egypt\"}],\"max_tokens\":%d,\"temperature\":0,\"stream\":%s}",
                  GEN, stream ? "true" : "false");
         struct serve_client_result r;
         assert_int_equal(post(&main_srv, "/v1/chat/completions", NULL, b, stream, &r), 0);
@@ -287,6 +287,7 @@ static void test_greedy_equals_run(void **state)
         /* the reply ends at the template's turn end "\nUser:" */
         const char *turn = strstr(run + pl, "\nUser:");
         size_t want = turn ? (size_t)(turn - run - pl) : strlen(run + pl);
+        assert_true(want > 10); /* a real reply, not an empty one */
         if (strncmp(run, chat_prompt, pl) || strlen(r.text) != want ||
             strncmp(run + pl, r.text, want))
             fail_msg("chat (stream %d): run printed '%s', serve answered '%s'", stream, run,
