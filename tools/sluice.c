@@ -34,6 +34,7 @@ static const struct command commands[] = {
     {"mount", cmd_mount, "serve a container as a read-only FUSE filesystem of layer slices"},
     {"umount", cmd_umount, "unmount a sluice filesystem"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server (completions, chat, SSE)"},
+    {"chat", cmd_chat, "an interactive chat in the terminal (streaming, Ctrl-C stops a reply)"},
     {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart"},
 };
 

@@ -23,6 +23,7 @@ int cmd_mount(int argc, char **argv);
 int cmd_umount(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 /* bench subcommands (tools/bench_<name>.c), dispatched by cmd_bench */
 int bench_unpack(int argc, char **argv);
