@@ -75,11 +75,17 @@ int serve_model_resolve(const char *model, char *path, size_t path_len, char *id
             sl_err_set(err, "%s: the path is too long", model);
         return ret;
     }
+    /* the magic only: no readahead, and its page is dropped again, so that
+     * --lazy reads nothing of the model before the first request */
     char head[8] = {0};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, head, sizeof head) : -1;
     if (fd >= 0)
+        posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    ssize_t n = fd >= 0 ? pread(fd, head, sizeof head, 0) : -1;
+    if (fd >= 0) {
+        posix_fadvise(fd, 0, 4096, POSIX_FADV_DONTNEED);
         close(fd);
+    }
     if (n != 8 || memcmp(head, "SLUICE\x1a\n", 8)) {
         sl_err_set(err, "%s: not a .sluice container (convert a model with `sluice import`)",
                    path);

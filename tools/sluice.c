@@ -35,7 +35,7 @@ static const struct command commands[] = {
     {"umount", cmd_umount, "unmount a sluice filesystem"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server (completions, chat, SSE)"},
     {"chat", cmd_chat, "an interactive chat in the terminal (streaming, Ctrl-C stops a reply)"},
-    {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart"},
+    {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart, serve"},
 };
 
 static void usage(FILE *f)
