@@ -29,7 +29,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: sluice bench serve MODEL.sluice [--llama-server PATH --gguf FILE]\n"
             "                          [--clients LIST] [--requests N] [--max-tokens N]\n"
-            "                          [--runs K] [--parallel N] [--threads N] [--npu-share F]\n"
+            "                          [--runs K] [--parallel N] [--slots N] [--threads N]\n"
+            "                          [--npu-share F]\n"
             "                          [--cold K --flashrun PATH [--flash-mbps N]] [--json]\n\n"
             "Starts `sluice serve MODEL` (and llama-server on FILE, the same model as GGUF)\n"
             "on loopback and, for each number of concurrent clients, has every client send\n"
@@ -45,8 +46,10 @@ static void usage(FILE *f)
             "  --requests N     requests per client per level, 1..10000 (default 8)\n"
             "  --max-tokens N   max_tokens of every request, 1..100000 (default 32)\n"
             "  --runs K         rounds over the levels, 1..100 (default 3)\n"
-            "  --parallel N     sessions (sluice serve --parallel) and slots (llama-server\n"
-            "                   -np, context 256 each), 1..256 (default: the largest level)\n"
+            "  --parallel N     sluice serve --parallel (sessions), 1..256 (default: the\n"
+            "                   largest level)\n"
+            "  --slots N        llama-server -np (slots, context 256 each; it batches them\n"
+            "                   into one forward pass), 1..256 (default: the largest level)\n"
             "  --threads N      llama-server's threads, 1..256 (default 1: on a loaded\n"
             "                   2-core machine, 2 threads decoded 25x slower)\n"
             "  --npu-share F    sluice serve --npu-share, 0 <= F < 1 (default 0)\n"
@@ -69,7 +72,7 @@ static const char *const prompts[N_PROMPTS] = {
 struct opts {
     const char *model, *llama, *gguf, *flashrun;
     uint32_t levels[MAX_LEVELS], n_levels;
-    uint32_t requests, max_tokens, runs, parallel, threads, cold, mbps;
+    uint32_t requests, max_tokens, runs, parallel, slots, threads, cold, mbps;
     double npu_share;
     int json;
 };
@@ -400,6 +403,8 @@ static int parse(int argc, char **argv, struct opts *o)
             bad = tools_args_u32(&a, 1, 100, &o->runs);
         } else if (!strcmp(s, "--parallel")) {
             bad = tools_args_u32(&a, 1, 256, &o->parallel);
+        } else if (!strcmp(s, "--slots")) {
+            bad = tools_args_u32(&a, 1, 256, &o->slots);
         } else if (!strcmp(s, "--threads")) {
             bad = tools_args_u32(&a, 1, 256, &o->threads);
         } else if (!strcmp(s, "--npu-share")) {
@@ -433,22 +438,27 @@ static int parse(int argc, char **argv, struct opts *o)
         fprintf(stderr, "sluice bench serve: --cold needs --flashrun PATH\n");
         return -1;
     }
+    uint32_t top = 0;
+    for (uint32_t i = 0; i < o->n_levels; i++)
+        if (o->levels[i] > top)
+            top = o->levels[i] > 256 ? 256 : o->levels[i];
     if (!o->parallel)
-        for (uint32_t i = 0; i < o->n_levels; i++)
-            if (o->levels[i] > o->parallel)
-                o->parallel = o->levels[i] > 256 ? 256 : o->levels[i];
+        o->parallel = top;
+    if (!o->slots)
+        o->slots = top;
     return 0;
 }
 
 static int start_servers(const struct opts *o, struct srv *srv, int n_srv)
 {
-    char par[16], port[2][16], ctx[16], thr[16], share[32], exe[4096];
+    char par[16], slots[16], port[2][16], ctx[16], thr[16], share[32], exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0)
         return -errno;
     exe[n] = 0;
     snprintf(par, sizeof par, "%u", o->parallel);
-    snprintf(ctx, sizeof ctx, "%u", o->parallel * 256);
+    snprintf(slots, sizeof slots, "%u", o->slots);
+    snprintf(ctx, sizeof ctx, "%u", o->slots * 256);
     snprintf(thr, sizeof thr, "%u", o->threads);
     snprintf(share, sizeof share, "%g", o->npu_share);
     for (int i = 0; i < n_srv; i++) {
@@ -461,7 +471,7 @@ static int start_servers(const struct opts *o, struct srv *srv, int n_srv)
     int ret = srv_start(sl, "sluice", &srv[0]);
     if (ret == 0 && n_srv > 1) {
         const char *ll[] = {o->llama, "-m",  o->gguf, "--host", "127.0.0.1", "--port", port[1],
-                            "-np",    par,   "-c",    ctx,      "-t",        thr,      NULL};
+                            "-np",    slots, "-c",    ctx,      "-t",        thr,      NULL};
         ret = srv_start(ll, "llama-server", &srv[1]);
     }
     /* one request each before measuring */
@@ -539,6 +549,8 @@ int bench_serve(int argc, char **argv)
     cJSON_AddNumberToObject(j, "requests_per_client", o.requests);
     cJSON_AddNumberToObject(j, "max_tokens", o.max_tokens);
     cJSON_AddNumberToObject(j, "parallel", o.parallel);
+    cJSON_AddNumberToObject(j, "slots", o.slots);
+    cJSON_AddNumberToObject(j, "llama_threads", o.threads);
     for (uint32_t l = 0; l < o.n_levels; l++) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "clients", o.levels[l]);

@@ -14,6 +14,8 @@ struct serve_slot {
     int *hist;       /* the tokens in the session's KV cache */
     uint32_t n_hist;
     int busy;
+    int cold_pending; /* the cold start still runs: first_logits are the prompt's */
+    float *first_logits;
 };
 
 enum { ENGINE_EMPTY = 0, ENGINE_LOADING, ENGINE_READY };
@@ -31,6 +33,15 @@ struct serve_engine {
     uint32_t n_slots, waiting, active;
     uint64_t bytes_streamed;
     double cold_ttft_s;
+    /* the cold start's thread: it hands over the prompt's logits the moment
+     * they exist and goes on finishing the model (serve_engine_settle) */
+    pthread_t cold_thread;
+    int cold_first, cold_done, cold_ret;
+    struct sl_err cold_err;
+    const int *cold_tokens;
+    uint32_t cold_n;
+    uint64_t cold_t0, cold_t_first;
+    struct infer_pipeline_stats cold_pst;
 };
 
 int serve_engine_create(const struct serve_engine_opts *o, struct serve_engine **out,
@@ -76,7 +87,10 @@ int serve_engine_create(const struct serve_engine_opts *o, struct serve_engine *
     double ttft;
     if ((ret = serve_engine_acquire(e, &bos, 1, NULL, NULL, &slot, &cold, &ttft, err)) < 0)
         goto fail;
+    ret = serve_engine_settle(e, slot, err);
     serve_engine_release(e, slot);
+    if (ret < 0)
+        goto fail;
     return 0;
 fail:
     serve_engine_destroy(e);
@@ -92,6 +106,7 @@ void serve_engine_destroy(struct serve_engine *e)
     for (uint32_t i = e->n_slots; i-- > 0;) {
         infer_session_destroy(e->slots[i].s);
         free(e->slots[i].hist);
+        free(e->slots[i].first_logits);
     }
     free(e->slots);
     infer_tokenizer_destroy(e->tk);
@@ -156,16 +171,6 @@ void serve_engine_counters(struct serve_engine *e, struct serve_engine_counters 
     pthread_mutex_unlock(&e->mu);
 }
 
-struct cold_ctx {
-    uint64_t t0, t_first;
-};
-
-static void on_first_logits(void *ctx, struct infer_session *s)
-{
-    (void)s;
-    ((struct cold_ctx *)ctx)->t_first = sl_now_ns();
-}
-
 static void session_opts(const struct serve_engine *e, struct infer_session_opts *so)
 {
     *so = (struct infer_session_opts){.max_batch = e->o.pipeline.chunk ? e->o.pipeline.chunk : 256,
@@ -173,53 +178,133 @@ static void session_opts(const struct serve_engine *e, struct infer_session_opts
                                       .no_npu = e->o.npu_share == 0};
 }
 
+/* On the cold start's thread, the moment the prompt's logits exist. */
+static void on_first_logits(void *ctx, struct infer_session *s)
+{
+    struct serve_engine *e = ctx;
+    memcpy(e->slots[0].first_logits, infer_session_logits(s), sizeof(float) * e->cfg.vocab_size);
+    pthread_mutex_lock(&e->mu);
+    e->cold_t_first = sl_now_ns();
+    e->cold_first = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *cold_main(void *arg)
+{
+    struct serve_engine *e = arg;
+    struct infer_session_opts so;
+    session_opts(e, &so);
+    so.first_logits = on_first_logits;
+    so.ctx = e;
+    struct infer_session *s = NULL;
+    struct sl_err err = {{0}};
+    int ret = infer_session_cold_start(e->o.path, e->cold_tokens, e->cold_n, &so, &e->o.pipeline,
+                                       &s, &e->cold_pst, &err);
+    pthread_mutex_lock(&e->mu);
+    e->slots[0].s = s;
+    e->cold_ret = ret;
+    e->cold_err = err;
+    e->cold_done = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
 /* The cold start (called without the lock, by the one thread that set
- * ENGINE_LOADING): slot 0 from the pipeline with the request's prompt, the
- * others opened on its model. */
+ * ENGINE_LOADING): slot 0 from the pipeline with the request's prompt, on a
+ * thread of its own; returns once the prompt's logits exist (the first
+ * token can go out then), with slot 0 cold_pending until
+ * serve_engine_settle. */
 static int engine_load(struct serve_engine *e, const int *tokens, uint32_t n, double *ttft_s,
                        struct sl_err *err)
 {
-    struct infer_session_opts so;
-    session_opts(e, &so);
-    struct cold_ctx cc = {.t0 = sl_now_ns()};
-    so.first_logits = on_first_logits;
-    so.ctx = &cc;
-    struct infer_pipeline_stats pst = {0};
-    struct serve_slot *slots = e->slots;
-    int ret = infer_session_cold_start(e->o.path, tokens, n, &so, &e->o.pipeline, &slots[0].s, &pst,
-                                       err);
-    if (ret < 0)
-        return ret;
-    *ttft_s = (double)((cc.t_first ? cc.t_first : sl_now_ns()) - cc.t0) / 1e9;
-    so.first_logits = NULL;
-    so.ctx = NULL;
-    uint32_t k = 0;
-    for (; k < e->o.parallel; k++) {
-        if (!(slots[k].hist = malloc(sizeof(int) * e->cfg.seq_len))) {
-            ret = -ENOMEM;
-            sl_err_set(err, "out of memory");
-            break;
-        }
-        if (k > 0 && (ret = infer_session_create(infer_session_model(slots[0].s), &so,
-                                                 &slots[k].s, err)) < 0)
-            break;
+    struct serve_slot *s0 = &e->slots[0];
+    s0->hist = malloc(sizeof(int) * e->cfg.seq_len);
+    s0->first_logits = malloc(sizeof(float) * e->cfg.vocab_size);
+    if (!s0->hist || !s0->first_logits) {
+        free(s0->hist);
+        free(s0->first_logits);
+        *s0 = (struct serve_slot){0};
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
     }
+    memcpy(s0->hist, tokens, sizeof(int) * n);
+    e->cold_tokens = s0->hist;
+    e->cold_n = n;
+    e->cold_first = e->cold_done = 0;
+    e->cold_t0 = sl_now_ns();
+    int ret = pthread_create(&e->cold_thread, NULL, cold_main, e);
+    if (ret) {
+        free(s0->hist);
+        free(s0->first_logits);
+        *s0 = (struct serve_slot){0};
+        sl_err_set(err, "cannot start the cold start's thread (%s)", strerror(ret));
+        return -ret;
+    }
+    pthread_mutex_lock(&e->mu);
+    while (!e->cold_first && !e->cold_done)
+        pthread_cond_wait(&e->cv, &e->mu);
+    int failed = !e->cold_first;
+    pthread_mutex_unlock(&e->mu);
+    s0->cold_pending = 1;
+    if (failed) { /* it ended without logits: an error */
+        ret = serve_engine_settle(e, s0, err);
+        return ret < 0 ? ret : -EIO;
+    }
+    *ttft_s = (double)(e->cold_t_first - e->cold_t0) / 1e9;
+    s0->n_hist = n;
+    return 0;
+}
+
+int serve_engine_settle(struct serve_engine *e, struct serve_slot *slot, struct sl_err *err)
+{
+    if (!slot->cold_pending)
+        return 0;
+    pthread_join(e->cold_thread, NULL);
+    slot->cold_pending = 0;
+    int ret = e->cold_ret;
+    struct serve_slot *slots = e->slots;
+    uint32_t k = 1;
+    if (ret < 0) {
+        *err = e->cold_err;
+    } else {
+        struct infer_session_opts so;
+        session_opts(e, &so);
+        for (; k < e->o.parallel; k++) {
+            if (!(slots[k].hist = malloc(sizeof(int) * e->cfg.seq_len))) {
+                ret = -ENOMEM;
+                sl_err_set(err, "out of memory");
+                break;
+            }
+            if ((ret = infer_session_create(infer_session_model(slots[0].s), &so, &slots[k].s,
+                                            err)) < 0)
+                break;
+        }
+    }
+    pthread_mutex_lock(&e->mu);
     if (ret < 0) {
         for (uint32_t i = k + 1; i-- > 0;) {
             infer_session_destroy(slots[i].s);
             free(slots[i].hist);
-            slots[i] = (struct serve_slot){0};
+            free(slots[i].first_logits);
+            slots[i] = (struct serve_slot){.busy = i == 0};
         }
-        return ret;
+        e->state = ENGINE_EMPTY; /* the next request tries again */
+    } else {
+        e->n_slots = e->o.parallel;
+        e->bytes_streamed += e->cold_pst.bytes_read;
+        e->cold_ttft_s = (double)(e->cold_t_first - e->cold_t0) / 1e9;
+        e->state = ENGINE_READY;
     }
-    memcpy(slots[0].hist, tokens, sizeof(int) * n);
-    slots[0].n_hist = n;
-    pthread_mutex_lock(&e->mu);
-    e->n_slots = e->o.parallel;
-    e->bytes_streamed += pst.bytes_read;
-    e->cold_ttft_s = *ttft_s;
+    pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    return 0;
+    return ret;
+}
+
+const float *serve_engine_logits(const struct serve_slot *slot)
+{
+    return slot->cold_pending ? slot->first_logits : infer_session_logits(slot->s);
 }
 
 /* The slot's context becomes tokens[0..n), reusing the common prefix. */
@@ -308,11 +393,12 @@ int serve_engine_acquire(struct serve_engine *e, const int *tokens, uint32_t n,
         pthread_mutex_unlock(&e->mu);
         ret = engine_load(e, tokens, n, ttft_s, err);
         pthread_mutex_lock(&e->mu);
-        e->state = ret < 0 ? ENGINE_EMPTY : ENGINE_READY;
-        if (ret < 0)
+        if (ret < 0) {
             e->active--;
-        else
-            (sl = &e->slots[0])->busy = 1;
+            e->state = ENGINE_EMPTY;
+        } else {
+            (sl = &e->slots[0])->busy = 1; /* READY once settled */
+        }
         pthread_cond_broadcast(&e->cv);
         pthread_mutex_unlock(&e->mu);
         if (ret < 0)
@@ -334,6 +420,8 @@ int serve_engine_acquire(struct serve_engine *e, const int *tokens, uint32_t n,
 
 void serve_engine_release(struct serve_engine *e, struct serve_slot *slot)
 {
+    struct sl_err err;
+    serve_engine_settle(e, slot, &err); /* a failure leaves the engine empty */
     pthread_mutex_lock(&e->mu);
     slot->busy = 0;
     e->active--;
@@ -348,7 +436,7 @@ int serve_gen_init(struct serve_gen *g, struct serve_engine *e, struct serve_slo
                    uint32_t n_stop, int prev, struct sl_err *err)
 {
     *g = (struct serve_gen){.e = e, .slot = slot, .max_tokens = max_tokens, .stop = stop,
-                            .n_stop = n_stop, .prev = prev};
+                            .n_stop = n_stop, .prev = prev, .pending = -1};
     g->logits = malloc(sizeof(float) * e->cfg.vocab_size);
     int ret = g->logits ? infer_sampler_create(e->cfg.vocab_size, p, &g->sampler) : -ENOMEM;
     if (ret < 0) {
@@ -383,7 +471,19 @@ int serve_gen_next(struct serve_gen *g, struct sl_err *err)
     if (g->finish != SERVE_MORE)
         return 0;
     struct serve_slot *sl = g->slot;
-    const float *lg = infer_session_logits(sl->s);
+    int ret;
+    if (g->pending >= 0) { /* run the previous token: its logits give this one */
+        if ((ret = serve_engine_settle(g->e, sl, err)) < 0)
+            return ret;
+        if ((ret = infer_session_step(sl->s, g->pending, err)) < 0) {
+            sl->n_hist = 0; /* unknown state: the next request starts afresh */
+            infer_session_rewind(sl->s, 0, err);
+            return ret;
+        }
+        sl->hist[sl->n_hist++] = g->pending;
+        g->pending = -1;
+    }
+    const float *lg = serve_engine_logits(sl);
     if (!lg) {
         sl_err_set(err, "no logits to sample from");
         return -EINVAL;
@@ -415,17 +515,11 @@ int serve_gen_next(struct serve_gen *g, struct sl_err *err)
         g->finish = SERVE_STOP;
         return 0;
     }
-    if (g->taken >= g->max_tokens || sl->n_hist >= g->e->cfg.seq_len) {
+    /* the last token is not run; nor one the context has no room for */
+    if (g->taken >= g->max_tokens || sl->n_hist >= g->e->cfg.seq_len)
         g->finish = SERVE_LENGTH;
-        return 0;
-    }
-    int ret = infer_session_step(sl->s, tok, err);
-    if (ret < 0) {
-        sl->n_hist = 0; /* unknown state: the next request starts afresh */
-        infer_session_rewind(sl->s, 0, err);
-        return ret;
-    }
-    sl->hist[sl->n_hist++] = tok;
+    else
+        g->pending = tok; /* run at the next call, after this one's text went out */
     return 0;
 }
 

@@ -72,6 +72,14 @@ int serve_engine_acquire(struct serve_engine *e, const int *tokens, uint32_t n,
                          double *ttft_s, struct sl_err *err);
 void serve_engine_release(struct serve_engine *e, struct serve_slot *slot);
 
+/* A cold start hands its slot over when the prompt's logits exist, before
+ * the pipeline has finished (the first token need not wait for it); this
+ * waits for the rest (a no-op otherwise) and opens the other sessions.
+ * serve_gen_next and serve_engine_release call it. 0 or -errno. */
+int serve_engine_settle(struct serve_engine *e, struct serve_slot *slot, struct sl_err *err);
+/* The logits the slot's next token is sampled from. */
+const float *serve_engine_logits(const struct serve_slot *slot);
+
 /* Generation on an acquired slot, one token per call. */
 enum serve_finish { SERVE_MORE = 0, SERVE_STOP, SERVE_LENGTH };
 
@@ -84,6 +92,7 @@ struct serve_gen {
     char *const *stop;
     uint32_t n_stop;
     int prev;                /* the token before the next one (for decoding pieces) */
+    int pending;             /* the last token taken, run at the next call (-1: none) */
     char *text;              /* the reply so far */
     size_t len, cap, sent;   /* text[0..sent) was handed out by serve_gen_take */
     enum serve_finish finish;
@@ -93,9 +102,10 @@ struct serve_gen {
 int serve_gen_init(struct serve_gen *g, struct serve_engine *e, struct serve_slot *slot,
                    const struct infer_sampler_params *p, uint32_t max_tokens, char *const *stop,
                    uint32_t n_stop, int prev, struct sl_err *err);
-/* Samples a token, appends its text, checks the stops, and runs it (unless
- * the reply ends there). Returns 0 (g->finish says whether it ended) or
- * -errno with err filled. */
+/* Runs the previous token (if any), samples the next, appends its text and
+ * checks the stops (the token is run at the next call, so its text can be
+ * sent first; the last one is never run). Returns 0 (g->finish says whether
+ * the reply ended) or -errno with err filled. */
 int serve_gen_next(struct serve_gen *g, struct sl_err *err);
 /* What may be sent now (everything once finished): text[*from..*from+*n). */
 void serve_gen_take(struct serve_gen *g, size_t *from, size_t *n);
