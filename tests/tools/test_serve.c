@@ -662,6 +662,46 @@ static void test_lazy_and_key(void **state)
     server_stop(&s);
 }
 
+/* MODEL as a `sluice mount` directory: its manifest names the container. */
+static void test_mounted_dir(void **state)
+{
+    (void)state;
+    char mnt[4200];
+    snprintf(mnt, sizeof mnt, "%s/mnt", dir);
+    if (test_system("mkdir -p '%s' && '%s' mount '%s' '%s' >/dev/null 2>&1", mnt, bin, model,
+                    mnt) != 0) {
+        fprintf(stderr, "note: sluice mount failed here (no FUSE?); a mounted MODEL is not "
+                        "tested\n");
+        skip();
+    }
+    struct server s;
+    const char *args[] = {"--parallel", "1", NULL};
+    char saved[4096];
+    snprintf(saved, sizeof saved, "%s", model);
+    snprintf(model, sizeof model, "%s", mnt);
+    int ret = server_start(&s, "mounted", args);
+    snprintf(model, sizeof model, "%s", saved);
+    if (ret == 0) {
+        struct serve_client_result r;
+        char u[128], err[256];
+        url(&s, "/v1/models", u, sizeof u);
+        assert_int_equal(serve_client_get(u, NULL, &r, err, sizeof err), 0);
+        assert_non_null(strstr(r.body, "\"id\":\"kjv-q5\""));
+        serve_client_result_free(&r);
+        char *b = completion_body(prompts[1], GEN, 0);
+        char *m = strstr(b, "\"model\":\"m\",");
+        memmove(m, m + 12, strlen(m + 12) + 1); /* no model named */
+        assert_int_equal(post(&s, "/v1/completions", NULL, b, 0, &r), 0);
+        assert_int_equal(r.status, 200);
+        assert_string_equal(r.text, expected[1]);
+        serve_client_result_free(&r);
+        free(b);
+        server_stop(&s);
+    }
+    test_system("'%s' umount '%s' >/dev/null 2>&1", bin, mnt);
+    assert_int_equal(ret, 0);
+}
+
 int main(void)
 {
     bin = test_sluice_bin();
@@ -695,6 +735,7 @@ int main(void)
         cmocka_unit_test(test_load),           cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_slow_client),    cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_queue_full),     cmocka_unit_test(test_lazy_and_key),
+        cmocka_unit_test(test_mounted_dir),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     server_stop(&main_srv);
