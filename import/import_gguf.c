@@ -639,6 +639,13 @@ int qi_open_gguf(const char *path, const struct import_opts *o, struct qi_source
             ret = -EINVAL;
             continue;
         }
+        if (key_is(k, kl, "tokenizer.chat_template") && type == GGUF_STRING) {
+            /* kept as metadata for the chat (sluice chat, sluice serve) */
+            s->chat_template = rdstr(&c, &s->chat_template_len, "the chat template");
+            if (!s->chat_template)
+                goto fail;
+            continue;
+        }
         if (key_is(k, kl, "tokenizer.ggml.scores") && type == GGUF_ARRAY) {
             scores_at = c.p; /* read once the tokens are known (keys come in any order) */
             if (skip_value(&c, type, 0))

@@ -38,6 +38,9 @@ struct qi_source {
     const char *format; /* "llama2c", "gguf", "safetensors" */
     struct format_config cfg;
     struct import_vocab vocab;
+    /* a GGUF's tokenizer.chat_template (a view into the source), or NULL */
+    const char *chat_template;
+    uint64_t chat_template_len;
     /* Finds the tensor of (layer, role); -1 layer for the global ones. The
      * view stays valid until destroy. */
     int (*tensor)(struct qi_source *s, int layer, uint32_t role, struct qi_tensor *t,

@@ -295,6 +295,9 @@ static int write_source(struct qi_source *s, const struct import_opts *o, enum i
     ret = format_writer_set_meta(w, "source.format", fmt, strlen(fmt), err);
     if (ret == 0)
         ret = format_writer_set_meta(w, "source.path", s->path, strlen(s->path), err);
+    if (ret == 0 && s->chat_template)
+        ret = format_writer_set_meta(w, "tokenizer.chat_template", s->chat_template,
+                                     s->chat_template_len, err);
     if (ret < 0)
         goto out;
 

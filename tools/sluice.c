@@ -34,7 +34,9 @@ static const struct command commands[] = {
     {"mount", cmd_mount, "serve a container as a read-only FUSE filesystem of layer slices"},
     {"umount", cmd_umount, "unmount a sluice filesystem"},
     {"export", cmd_export, "write a container as a GGUF file llama.cpp loads"},
-    {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server (completions, chat, SSE)"},
+    {"chat", cmd_chat, "an interactive chat in the terminal (streaming, Ctrl-C stops a reply)"},
+    {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart, serve"},
 };
 
 static void usage(FILE *f)

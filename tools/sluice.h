@@ -23,11 +23,14 @@ int cmd_mount(int argc, char **argv);
 int cmd_umount(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 /* bench subcommands (tools/bench_<name>.c), dispatched by cmd_bench */
 int bench_unpack(int argc, char **argv);
 int bench_load(int argc, char **argv);
 int bench_gemm(int argc, char **argv);
 int bench_coldstart(int argc, char **argv);
+int bench_serve(int argc, char **argv);
 
 #endif

@@ -209,6 +209,33 @@ static void test_gguf(void **st)
     }
 }
 
+/* A GGUF's tokenizer.chat_template is kept as metadata (sluice chat uses it). */
+static void test_gguf_chat_template(void **st)
+{
+    (void)st;
+    struct gen_model m;
+    assert_int_equal(gen_model_create(&m, 1, test_seed() + 40), 0);
+    const char *tpl = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                      "<|im_end|>\n{% endfor %}";
+    struct gen_gguf_opts o = {.weights = GEN_F32, .norms = GEN_F32,
+                              .extra_key = "tokenizer.chat_template", .extra_val = tpl};
+    assert_int_equal(gen_write_gguf(&m, tmp("t.gguf"), &o), 0);
+    struct format_reader *r = import_ok(tmp("t.gguf"), NULL, -1, tmp("t.sluice"));
+    const void *v;
+    size_t n;
+    assert_int_equal(format_reader_meta_get(r, "tokenizer.chat_template", &v, &n), 0);
+    assert_int_equal(n, strlen(tpl));
+    assert_memory_equal(v, tpl, n);
+    format_reader_close(r);
+    /* none without one */
+    o.extra_key = NULL;
+    assert_int_equal(gen_write_gguf(&m, tmp("t.gguf"), &o), 0);
+    r = import_ok(tmp("t.gguf"), NULL, -1, tmp("t.sluice"));
+    assert_int_equal(format_reader_meta_get(r, "tokenizer.chat_template", &v, &n), -ENOENT);
+    format_reader_close(r);
+    gen_model_destroy(&m);
+}
+
 static void test_safetensors(void **st)
 {
     (void)st;
@@ -819,6 +846,7 @@ int main(void)
     dir = test_tmpdir();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama2c),     cmocka_unit_test(test_gguf),
+        cmocka_unit_test(test_gguf_chat_template),
         cmocka_unit_test(test_safetensors), cmocka_unit_test(test_reject_llama2c),
         cmocka_unit_test(test_reject_gguf), cmocka_unit_test(test_reject_safetensors),
         cmocka_unit_test(test_detect),

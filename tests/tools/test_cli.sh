@@ -82,6 +82,8 @@ bench unpack:bench_unpack.c
 bench load:bench_load.c
 bench gemm:bench_gemm.c
 bench coldstart:bench_coldstart.c
+serve:sluice_serve.c
+chat:sluice_chat.c
 EOF
 
 # 3'. the dispatchers
@@ -147,6 +149,14 @@ bench gemm --m|sluice bench gemm: --m needs a value
 bench load m.sluice --runs 0|sluice bench load: --runs wants a whole number in 1..64, not '0'
 bench load m.sluice --chunk-kib 6|sluice bench load: --chunk-kib wants a multiple of 4, not '6'
 bench coldstart m.sluice --runs 33|sluice bench coldstart: --runs wants a whole number in 1..32, not '33'
+serve m.sluice --port 65536|sluice serve: --port wants a whole number in 0..65535, not '65536'
+serve m.sluice --parallel 0|sluice serve: --parallel wants a whole number in 1..256, not '0'
+serve m.sluice --max-body 0|sluice serve: --max-body wants a whole number in 1..
+serve m.sluice --api-key|sluice serve: --api-key needs a value
+serve|sluice serve: no MODEL given
+chat m.sluice --temp 3|sluice chat: --temp wants a number in [0, 2], not '3'
+chat m.sluice --template jinja|sluice chat: --template wants one of
+chat|sluice chat: no MODEL given
 EOF
 
 # 5. the stated clamps, on a real model (a 128-token context)

@@ -1,0 +1,548 @@
+/* serve_engine.c: one model, --parallel sessions over it, a bounded queue,
+ * and token-at-a-time generation with stop sequences (serve_engine.h). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve_engine.h"
+#include "serve_text.h"
+
+struct serve_slot {
+    struct infer_session *s;
+    int *hist;       /* the tokens in the session's KV cache */
+    uint32_t n_hist;
+    int busy;
+    int cold_pending; /* the cold start still runs: first_logits are the prompt's */
+    float *first_logits;
+};
+
+enum { ENGINE_EMPTY = 0, ENGINE_LOADING, ENGINE_READY };
+
+struct serve_engine {
+    struct serve_engine_opts o;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct format_reader *r;
+    struct format_config cfg;
+    struct infer_tokenizer *tk;
+    char *chat_template;
+    int opened, state;
+    struct serve_slot *slots;
+    uint32_t n_slots, waiting, active;
+    uint64_t bytes_streamed;
+    double cold_ttft_s;
+    /* the cold start's thread: it hands over the prompt's logits the moment
+     * they exist and goes on finishing the model (serve_engine_settle) */
+    pthread_t cold_thread;
+    int cold_first, cold_done, cold_ret;
+    struct sl_err cold_err;
+    const int *cold_tokens;
+    uint32_t cold_n;
+    uint64_t cold_t0, cold_t_first;
+    struct infer_pipeline_stats cold_pst;
+};
+
+int serve_engine_create(const struct serve_engine_opts *o, struct serve_engine **out,
+                        struct sl_err *err)
+{
+    struct serve_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    e->o = *o;
+    if (!e->o.parallel)
+        e->o.parallel = 1;
+    e->slots = calloc(e->o.parallel, sizeof *e->slots);
+    int ret = e->slots ? pthread_mutex_init(&e->mu, NULL) : ENOMEM;
+    if (ret) {
+        free(e->slots);
+        free(e);
+        sl_err_set(err, "out of memory");
+        return -ret;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    ret = pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (ret) {
+        pthread_mutex_destroy(&e->mu);
+        free(e->slots);
+        free(e);
+        sl_err_set(err, "cannot create a condition variable (%s)", strerror(ret));
+        return -ret;
+    }
+    *out = e;
+    if (o->lazy)
+        return 0;
+    /* eager: the model through the cold-start pipeline now, with a BOS prompt */
+    if ((ret = serve_engine_open(e, err)) < 0)
+        goto fail;
+    int bos = (int)e->cfg.bos_id;
+    struct serve_slot *slot;
+    int cold;
+    double ttft;
+    if ((ret = serve_engine_acquire(e, &bos, 1, NULL, NULL, &slot, &cold, &ttft, err)) < 0)
+        goto fail;
+    ret = serve_engine_settle(e, slot, err);
+    serve_engine_release(e, slot);
+    if (ret < 0)
+        goto fail;
+    return 0;
+fail:
+    serve_engine_destroy(e);
+    *out = NULL;
+    return ret;
+}
+
+void serve_engine_destroy(struct serve_engine *e)
+{
+    if (!e)
+        return;
+    /* slot 0 owns the model (the cold start): the others go first */
+    for (uint32_t i = e->n_slots; i-- > 0;) {
+        infer_session_destroy(e->slots[i].s);
+        free(e->slots[i].hist);
+        free(e->slots[i].first_logits);
+    }
+    free(e->slots);
+    infer_tokenizer_destroy(e->tk);
+    format_reader_close(e->r);
+    free(e->chat_template);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+int serve_engine_open(struct serve_engine *e, struct sl_err *err)
+{
+    pthread_mutex_lock(&e->mu);
+    int ret = 0;
+    if (e->opened)
+        goto out;
+    if ((ret = format_reader_open(e->o.path, &e->r, err)) < 0)
+        goto out;
+    e->cfg = *format_reader_config(e->r);
+    if ((ret = infer_tokenizer_create(format_reader_tokenizer(e->r), &e->cfg, &e->tk, err)) < 0) {
+        format_reader_close(e->r);
+        e->r = NULL;
+        goto out;
+    }
+    const void *v;
+    size_t len;
+    if (format_reader_meta_get(e->r, "tokenizer.chat_template", &v, &len) == 0 &&
+        (e->chat_template = malloc(len + 1))) {
+        memcpy(e->chat_template, v, len);
+        e->chat_template[len] = 0;
+    }
+    e->opened = 1;
+out:
+    pthread_mutex_unlock(&e->mu);
+    return ret;
+}
+
+const struct format_config *serve_engine_config(const struct serve_engine *e)
+{
+    return &e->cfg;
+}
+
+const struct infer_tokenizer *serve_engine_tokenizer(const struct serve_engine *e)
+{
+    return e->tk;
+}
+
+const char *serve_engine_chat_template(const struct serve_engine *e)
+{
+    return e->chat_template;
+}
+
+void serve_engine_counters(struct serve_engine *e, struct serve_engine_counters *c)
+{
+    pthread_mutex_lock(&e->mu);
+    *c = (struct serve_engine_counters){.active = e->active,
+                                        .sessions = e->n_slots,
+                                        .waiting = e->waiting,
+                                        .bytes_streamed = e->bytes_streamed,
+                                        .cold_ttft_s = e->cold_ttft_s,
+                                        .loaded = e->state == ENGINE_READY};
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void session_opts(const struct serve_engine *e, struct infer_session_opts *so)
+{
+    *so = (struct infer_session_opts){.max_batch = e->o.pipeline.chunk ? e->o.pipeline.chunk : 256,
+                                      .npu_share = e->o.npu_share,
+                                      .no_npu = e->o.npu_share == 0};
+}
+
+/* On the cold start's thread, the moment the prompt's logits exist. */
+static void on_first_logits(void *ctx, struct infer_session *s)
+{
+    struct serve_engine *e = ctx;
+    memcpy(e->slots[0].first_logits, infer_session_logits(s), sizeof(float) * e->cfg.vocab_size);
+    pthread_mutex_lock(&e->mu);
+    e->cold_t_first = sl_now_ns();
+    e->cold_first = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *cold_main(void *arg)
+{
+    struct serve_engine *e = arg;
+    struct infer_session_opts so;
+    session_opts(e, &so);
+    so.first_logits = on_first_logits;
+    so.ctx = e;
+    struct infer_session *s = NULL;
+    struct sl_err err = {{0}};
+    int ret = infer_session_cold_start(e->o.path, e->cold_tokens, e->cold_n, &so, &e->o.pipeline,
+                                       &s, &e->cold_pst, &err);
+    pthread_mutex_lock(&e->mu);
+    e->slots[0].s = s;
+    e->cold_ret = ret;
+    e->cold_err = err;
+    e->cold_done = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* The cold start (called without the lock, by the one thread that set
+ * ENGINE_LOADING): slot 0 from the pipeline with the request's prompt, on a
+ * thread of its own; returns once the prompt's logits exist (the first
+ * token can go out then), with slot 0 cold_pending until
+ * serve_engine_settle. */
+static int engine_load(struct serve_engine *e, const int *tokens, uint32_t n, double *ttft_s,
+                       struct sl_err *err)
+{
+    struct serve_slot *s0 = &e->slots[0];
+    s0->hist = malloc(sizeof(int) * e->cfg.seq_len);
+    s0->first_logits = malloc(sizeof(float) * e->cfg.vocab_size);
+    if (!s0->hist || !s0->first_logits) {
+        free(s0->hist);
+        free(s0->first_logits);
+        *s0 = (struct serve_slot){0};
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    memcpy(s0->hist, tokens, sizeof(int) * n);
+    e->cold_tokens = s0->hist;
+    e->cold_n = n;
+    e->cold_first = e->cold_done = 0;
+    e->cold_t0 = sl_now_ns();
+    int ret = pthread_create(&e->cold_thread, NULL, cold_main, e);
+    if (ret) {
+        free(s0->hist);
+        free(s0->first_logits);
+        *s0 = (struct serve_slot){0};
+        sl_err_set(err, "cannot start the cold start's thread (%s)", strerror(ret));
+        return -ret;
+    }
+    pthread_mutex_lock(&e->mu);
+    while (!e->cold_first && !e->cold_done)
+        pthread_cond_wait(&e->cv, &e->mu);
+    int failed = !e->cold_first;
+    pthread_mutex_unlock(&e->mu);
+    s0->cold_pending = 1;
+    if (failed) { /* it ended without logits: an error */
+        ret = serve_engine_settle(e, s0, err);
+        return ret < 0 ? ret : -EIO;
+    }
+    *ttft_s = (double)(e->cold_t_first - e->cold_t0) / 1e9;
+    s0->n_hist = n;
+    return 0;
+}
+
+int serve_engine_settle(struct serve_engine *e, struct serve_slot *slot, struct sl_err *err)
+{
+    if (!slot->cold_pending)
+        return 0;
+    pthread_join(e->cold_thread, NULL);
+    slot->cold_pending = 0;
+    int ret = e->cold_ret;
+    struct serve_slot *slots = e->slots;
+    uint32_t k = 1;
+    if (ret < 0) {
+        *err = e->cold_err;
+    } else {
+        struct infer_session_opts so;
+        session_opts(e, &so);
+        for (; k < e->o.parallel; k++) {
+            if (!(slots[k].hist = malloc(sizeof(int) * e->cfg.seq_len))) {
+                ret = -ENOMEM;
+                sl_err_set(err, "out of memory");
+                break;
+            }
+            if ((ret = infer_session_create(infer_session_model(slots[0].s), &so, &slots[k].s,
+                                            err)) < 0)
+                break;
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    if (ret < 0) {
+        for (uint32_t i = k + 1; i-- > 0;) {
+            infer_session_destroy(slots[i].s);
+            free(slots[i].hist);
+            free(slots[i].first_logits);
+            slots[i] = (struct serve_slot){.busy = i == 0};
+        }
+        e->state = ENGINE_EMPTY; /* the next request tries again */
+    } else {
+        e->n_slots = e->o.parallel;
+        e->bytes_streamed += e->cold_pst.bytes_read;
+        e->cold_ttft_s = (double)(e->cold_t_first - e->cold_t0) / 1e9;
+        e->state = ENGINE_READY;
+    }
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return ret;
+}
+
+const float *serve_engine_logits(const struct serve_slot *slot)
+{
+    return slot->cold_pending ? slot->first_logits : infer_session_logits(slot->s);
+}
+
+/* The slot's context becomes tokens[0..n), reusing the common prefix. */
+static int slot_prepare(struct serve_slot *sl, const int *tokens, uint32_t n, struct sl_err *err)
+{
+    uint32_t l = 0;
+    while (l < n && l < sl->n_hist && sl->hist[l] == tokens[l])
+        l++;
+    if (l == n && sl->n_hist == n && infer_session_logits(sl->s))
+        return 0; /* the logits of this very context are there */
+    if (l == n)
+        l = n - 1; /* run the last token again for its logits */
+    int ret = infer_session_rewind(sl->s, l, err);
+    sl->n_hist = l;
+    if (ret == 0)
+        ret = infer_session_prefill(sl->s, tokens + l, n - l, err);
+    if (ret < 0) {
+        sl->n_hist = 0;
+        infer_session_rewind(sl->s, 0, err);
+        return ret;
+    }
+    memcpy(sl->hist + l, tokens + l, sizeof(int) * (n - l));
+    sl->n_hist = n;
+    return 0;
+}
+
+static void deadline_in(struct timespec *ts, long ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_nsec += ms * 1000000L;
+    ts->tv_sec += ts->tv_nsec / 1000000000L;
+    ts->tv_nsec %= 1000000000L;
+}
+
+static struct serve_slot *free_slot(struct serve_engine *e)
+{
+    for (uint32_t i = 0; i < e->n_slots; i++)
+        if (!e->slots[i].busy)
+            return &e->slots[i];
+    return NULL;
+}
+
+int serve_engine_acquire(struct serve_engine *e, const int *tokens, uint32_t n,
+                         serve_cancel_fn cancel, void *cctx, struct serve_slot **slot, int *cold,
+                         double *ttft_s, struct sl_err *err)
+{
+    *cold = 0;
+    *ttft_s = 0;
+    if (n == 0 || n > e->cfg.seq_len) {
+        sl_err_set(err, "the prompt is %u tokens; the context holds %u", n, e->cfg.seq_len);
+        return -EINVAL;
+    }
+    pthread_mutex_lock(&e->mu);
+    struct serve_slot *sl = NULL;
+    int queued = 0, ret = 0;
+    for (;;) {
+        if (e->state == ENGINE_READY && (sl = free_slot(e)))
+            break;
+        if (e->state == ENGINE_EMPTY)
+            break; /* this thread loads the model */
+        if (!queued) {
+            if (e->waiting >= e->o.queue) {
+                pthread_mutex_unlock(&e->mu);
+                return -EBUSY;
+            }
+            e->waiting++;
+            queued = 1;
+        }
+        struct timespec ts;
+        deadline_in(&ts, 100);
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        if (cancel && cancel(cctx)) {
+            ret = -ECANCELED;
+            break;
+        }
+    }
+    if (queued)
+        e->waiting--;
+    if (ret < 0) {
+        pthread_mutex_unlock(&e->mu);
+        return ret;
+    }
+    if (!sl) { /* the cold start */
+        e->state = ENGINE_LOADING;
+        e->active++;
+        pthread_mutex_unlock(&e->mu);
+        ret = engine_load(e, tokens, n, ttft_s, err);
+        pthread_mutex_lock(&e->mu);
+        if (ret < 0) {
+            e->active--;
+            e->state = ENGINE_EMPTY;
+        } else {
+            (sl = &e->slots[0])->busy = 1; /* READY once settled */
+        }
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        if (ret < 0)
+            return ret;
+        *cold = 1;
+        *slot = sl;
+        return 0;
+    }
+    sl->busy = 1;
+    e->active++;
+    pthread_mutex_unlock(&e->mu);
+    if ((ret = slot_prepare(sl, tokens, n, err)) < 0) {
+        serve_engine_release(e, sl);
+        return ret;
+    }
+    *slot = sl;
+    return 0;
+}
+
+void serve_engine_release(struct serve_engine *e, struct serve_slot *slot)
+{
+    struct sl_err err;
+    serve_engine_settle(e, slot, &err); /* a failure leaves the engine empty */
+    pthread_mutex_lock(&e->mu);
+    slot->busy = 0;
+    e->active--;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- generation ------------------------------------------------------------------ */
+
+int serve_gen_init(struct serve_gen *g, struct serve_engine *e, struct serve_slot *slot,
+                   const struct infer_sampler_params *p, uint32_t max_tokens, char *const *stop,
+                   uint32_t n_stop, int prev, struct sl_err *err)
+{
+    *g = (struct serve_gen){.e = e, .slot = slot, .max_tokens = max_tokens, .stop = stop,
+                            .n_stop = n_stop, .prev = prev, .pending = -1};
+    g->logits = malloc(sizeof(float) * e->cfg.vocab_size);
+    int ret = g->logits ? infer_sampler_create(e->cfg.vocab_size, p, &g->sampler) : -ENOMEM;
+    if (ret < 0) {
+        free(g->logits);
+        g->logits = NULL;
+        sl_err_set(err, "cannot set up sampling (%s)", strerror(-ret));
+        return ret;
+    }
+    if (max_tokens == 0)
+        g->finish = SERVE_LENGTH;
+    return 0;
+}
+
+static int text_append(struct serve_gen *g, const char *s, size_t n)
+{
+    if (g->len + n + 1 > g->cap) {
+        size_t cap = (g->len + n + 1) * 2 + 64;
+        char *p = realloc(g->text, cap);
+        if (!p)
+            return -ENOMEM;
+        g->text = p;
+        g->cap = cap;
+    }
+    memcpy(g->text + g->len, s, n);
+    g->len += n;
+    g->text[g->len] = 0;
+    return 0;
+}
+
+int serve_gen_next(struct serve_gen *g, struct sl_err *err)
+{
+    if (g->finish != SERVE_MORE)
+        return 0;
+    struct serve_slot *sl = g->slot;
+    int ret;
+    if (g->pending >= 0) { /* run the previous token: its logits give this one */
+        if ((ret = serve_engine_settle(g->e, sl, err)) < 0)
+            return ret;
+        if ((ret = infer_session_step(sl->s, g->pending, err)) < 0) {
+            sl->n_hist = 0; /* unknown state: the next request starts afresh */
+            infer_session_rewind(sl->s, 0, err);
+            return ret;
+        }
+        sl->hist[sl->n_hist++] = g->pending;
+        g->pending = -1;
+    }
+    const float *lg = serve_engine_logits(sl);
+    if (!lg) {
+        sl_err_set(err, "no logits to sample from");
+        return -EINVAL;
+    }
+    memcpy(g->logits, lg, sizeof(float) * g->e->cfg.vocab_size);
+    int tok = infer_sampler_sample(g->sampler, g->logits);
+    if (tok < 0) {
+        sl_err_set(err, "sampling failed (%s)", strerror(-tok));
+        return tok;
+    }
+    g->taken++;
+    /* as sluice run: BOS or EOS ends the reply (not printed) */
+    if (tok == (int)g->e->cfg.bos_id || tok == (int)g->e->cfg.eos_id) {
+        g->finish = SERVE_STOP;
+        return 0;
+    }
+    size_t plen;
+    const char *piece = infer_tokenizer_decode(g->e->tk, g->prev, tok, &plen);
+    g->prev = tok;
+    if (infer_piece_printable(piece, plen) && text_append(g, piece, plen) < 0) {
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    size_t cut, safe;
+    if (serve_stop_scan(g->stop, g->n_stop, g->text ? g->text : "", g->len, g->sent, &cut,
+                        &safe)) {
+        g->len = cut;
+        g->text[cut] = 0;
+        g->finish = SERVE_STOP;
+        return 0;
+    }
+    /* the last token is not run; nor one the context has no room for */
+    if (g->taken >= g->max_tokens || sl->n_hist >= g->e->cfg.seq_len)
+        g->finish = SERVE_LENGTH;
+    else
+        g->pending = tok; /* run at the next call, after this one's text went out */
+    return 0;
+}
+
+void serve_gen_take(struct serve_gen *g, size_t *from, size_t *n)
+{
+    size_t end = g->len;
+    if (g->finish == SERVE_MORE) {
+        size_t cut;
+        if (serve_stop_scan(g->stop, g->n_stop, g->text ? g->text : "", g->len, g->sent, &cut,
+                            &end))
+            end = cut; /* not reached: serve_gen_next ends the reply there */
+    }
+    if (end < g->sent)
+        end = g->sent;
+    *from = g->sent;
+    *n = end - g->sent;
+    g->sent = end;
+}
+
+void serve_gen_free(struct serve_gen *g)
+{
+    infer_sampler_destroy(g->sampler);
+    free(g->logits);
+    free(g->text);
+    *g = (struct serve_gen){0};
+}

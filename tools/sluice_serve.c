@@ -1,0 +1,185 @@
+/* sluice_serve.c: `sluice serve MODEL [options]`: an OpenAI-compatible HTTP
+ * server (serve_http.c over libmicrohttpd, serve_api.c, serve_engine.c). */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "serve_http.h"
+#include "serve_model.h"
+#include "sluice.h"
+#include "tools_util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: sluice serve MODEL [--host ADDR] [--port N] [--parallel N] [--queue N]\n"
+            "                    [--lazy] [--api-key KEY] [options]\n\n"
+            "An OpenAI-compatible HTTP server: POST /v1/completions and /v1/chat/completions\n"
+            "(JSON, or server-sent events ending in `data: [DONE]` with \"stream\": true;\n"
+            "temperature, top_p, max_tokens, stop, seed; usage in every answer), GET\n"
+            "/v1/models, /health and /metrics (Prometheus text). Errors come in OpenAI's\n"
+            "shape. MODEL is a .sluice container or a directory where `sluice mount` serves\n"
+            "one (its container is read). The model is loaded through the cold-start pipeline\n"
+            "before listening starts, or with --lazy by the first request. Stops on SIGINT or\n"
+            "SIGTERM.\n"
+            "  --host ADDR      address to listen on (default 127.0.0.1: this machine only)\n"
+            "  --port N         TCP port, 0..65535 (default 8080; 0: any free port); the\n"
+            "                   address is printed on stderr once the server listens\n"
+            "  --parallel N     sessions generating at once over the one loaded model, each\n"
+            "                   with its own KV cache, 1..256 (default 4)\n"
+            "  --queue N        requests that may wait for a session, 0..65536 (default 64);\n"
+            "                   more get 429\n"
+            "  --lazy           read nothing until the first request, which cold-starts the\n"
+            "                   model with its own prompt (its answer says so, with its time\n"
+            "                   to first token); later requests find it loaded\n"
+            "  --api-key KEY    require `Authorization: Bearer KEY` (401 otherwise; /health\n"
+            "                   is open); default: none\n"
+            "  --model-id NAME  the model's id in /v1/models and requests (default: MODEL's\n"
+            "                   file name without .sluice); a request naming another gets 404\n"
+            "  --max-body N     request body limit in bytes, 1..1073741824 (default 1048576;\n"
+            "                   more gets 413)\n"
+            "  --timeout S      seconds a request's body may take to arrive (408 after it)\n"
+            "                   and an idle connection may stay open, 1..3600 (default 10)\n"
+            "  --max-conns N    connections at once, each with its own thread, 1..65536\n"
+            "                   (default 256)\n"
+            "  --npu-share F    decode: the NPU device thread's share of each int8 matmul,\n"
+            "                   0 <= F < 1 (default 0: the session's thread alone; the text\n"
+            "                   is the same for any share)\n"
+            "  --chunk N        prefill chunk rows, 1..65536 (default 256)\n"
+            "  --cpu-workers N  the cold start's CPU worker threads, 1..8 (default 1)\n"
+            "  --policy P       the cold start's scheduling policy (sluice run --help)\n");
+}
+
+struct serve_opts {
+    const char *model;
+    struct serve_http_opts http;
+    struct serve_engine_opts engine;
+};
+
+/* 0, 1 for --help (printed), -1 on a usage error (printed). */
+static int serve_parse(int argc, char **argv, struct serve_opts *o)
+{
+    uint32_t port = 8080, max_body = 1u << 20, timeout = 10, conns = 256;
+    const char *policy;
+    *o = (struct serve_opts){.http = {.host = "127.0.0.1"},
+                             .engine = {.parallel = 4, .queue = 64}};
+    infer_pipeline_opts_init(&o->engine.pipeline);
+    struct tools_args a = {"sluice serve", usage, argc, argv, 0};
+    for (a.i = 1; a.i < argc; a.i++) {
+        const char *s = argv[a.i];
+        int bad = 0;
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            usage(stdout);
+            return 1;
+        } else if (!strcmp(s, "--host")) {
+            bad = tools_args_value(&a, &o->http.host);
+        } else if (!strcmp(s, "--port")) {
+            bad = tools_args_u32(&a, 0, 65535, &port);
+        } else if (!strcmp(s, "--parallel")) {
+            bad = tools_args_u32(&a, 1, 256, &o->engine.parallel);
+        } else if (!strcmp(s, "--queue")) {
+            bad = tools_args_u32(&a, 0, 65536, &o->engine.queue);
+        } else if (!strcmp(s, "--lazy")) {
+            o->engine.lazy = 1;
+        } else if (!strcmp(s, "--api-key")) {
+            bad = tools_args_value(&a, &o->http.api_key);
+        } else if (!strcmp(s, "--model-id")) {
+            bad = tools_args_value(&a, &o->http.model_id);
+        } else if (!strcmp(s, "--max-body")) {
+            bad = tools_args_u32(&a, 1, 1u << 30, &max_body);
+        } else if (!strcmp(s, "--timeout")) {
+            bad = tools_args_u32(&a, 1, 3600, &timeout);
+        } else if (!strcmp(s, "--max-conns")) {
+            bad = tools_args_u32(&a, 1, 65536, &conns);
+        } else if (!strcmp(s, "--npu-share")) {
+            bad = tools_args_double(&a, 0, 1, TOOLS_ARGS_BELOW_MAX, &o->engine.npu_share);
+        } else if (!strcmp(s, "--chunk")) {
+            bad = tools_args_u32(&a, 1, 65536, &o->engine.pipeline.chunk);
+        } else if (!strcmp(s, "--cpu-workers")) {
+            bad = tools_args_u32(&a, 1, INFER_PIPELINE_MAX_CPU_WORKERS,
+                                 &o->engine.pipeline.cpu_workers);
+        } else if (!strcmp(s, "--policy")) {
+            bad = tools_args_value(&a, &policy);
+            if (!bad && infer_policy_parse(policy, &o->engine.pipeline.policy) < 0) {
+                fprintf(stderr, "sluice serve: --policy wants full, sequential, layer_overlap, "
+                                "llmnpu or sequential_granular, not '%s'\n", policy);
+                bad = 1;
+            }
+        } else if (s[0] == '-' || o->model) {
+            bad = tools_args_unexpected(&a);
+        } else {
+            o->model = s;
+        }
+        if (bad)
+            return -1;
+    }
+    if (!o->model) {
+        fprintf(stderr, "sluice serve: no MODEL given\n\n");
+        usage(stderr);
+        return -1;
+    }
+    if (o->http.model_id && strpbrk(o->http.model_id, "\"\\")) {
+        fprintf(stderr, "sluice serve: --model-id may not contain '\"' or '\\'\n");
+        return -1;
+    }
+    o->http.port = (uint16_t)port;
+    o->http.max_body = max_body;
+    o->http.timeout_s = timeout;
+    o->http.max_conns = conns;
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    struct serve_opts o;
+    int ret = serve_parse(argc, argv, &o);
+    if (ret)
+        return ret > 0 ? 0 : 2;
+    struct sl_err err = {{0}};
+    char path[4096], id[256];
+    if (serve_model_resolve(o.model, path, sizeof path, id, sizeof id, &err) < 0) {
+        fprintf(stderr, "sluice serve: %s\n", err.msg);
+        return 1;
+    }
+    if (!o.http.model_id)
+        o.http.model_id = id;
+    o.engine.path = path;
+    /* signals: taken by sigwait below; every thread inherits the mask */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    struct serve_metrics metrics;
+    struct serve_engine *engine = NULL;
+    struct serve_http *http = NULL;
+    if ((ret = serve_metrics_init(&metrics)) < 0) {
+        fprintf(stderr, "sluice serve: cannot set up metrics (%s)\n", strerror(-ret));
+        return 1;
+    }
+    ret = serve_engine_create(&o.engine, &engine, &err);
+    if (ret == 0)
+        ret = serve_http_start(&o.http, engine, &metrics, &http, &err);
+    if (ret < 0) {
+        fprintf(stderr, "sluice serve: %s\n", err.msg[0] ? err.msg : strerror(-ret));
+        serve_engine_destroy(engine);
+        serve_metrics_destroy(&metrics);
+        return 1;
+    }
+    fprintf(stderr, "sluice serve: %s (%s), %u sessions, listening on http://%s:%u%s\n",
+            o.http.model_id, path, o.engine.parallel, o.http.host, serve_http_port(http),
+            o.engine.lazy ? " (lazy: the first request loads the model)" : "");
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "sluice serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    serve_http_stop(http);
+    serve_engine_destroy(engine);
+    serve_metrics_destroy(&metrics);
+    return 0;
+}
