@@ -48,6 +48,10 @@ struct spec_tree {
     uint32_t pos[SPEC_MAX_ROWS];
     uint8_t depth[SPEC_MAX_ROWS];
     uint8_t src[SPEC_MAX_ROWS]; /* enum spec_src of the candidate that added the row */
+    uint8_t order[SPEC_MAX_ROWS]; /* the n-gram order of its match (0: not a match) */
+    uint8_t later[SPEC_MAX_ROWS]; /* 1: not its candidate's first token */
+    float p[SPEC_MAX_ROWS];     /* estimated probability that the row is accepted */
+    float sum_p;                /* over rows 1.. */
 };
 
 enum spec_src { SPEC_SRC_CONTEXT = 0, SPEC_SRC_HISTORY, SPEC_SRC_CALIB, SPEC_SRC_REUSE,
@@ -58,6 +62,16 @@ enum spec_src { SPEC_SRC_CONTEXT = 0, SPEC_SRC_HISTORY, SPEC_SRC_CALIB, SPEC_SRC
  * (max_rows). Returns the number of new rows. */
 uint32_t spec_tree_add(struct spec_tree *t, const int *c, uint32_t n, uint32_t max_rows,
                        enum spec_src src);
+/* The same with a cost model: a new row's acceptance probability is its
+ * parent's times a_first (its candidate's first token) or a_next (a later
+ * one: acceptance given the previous token's) times what its
+ * parent's earlier children leave; the row is added only while it raises
+ * the expected tokens per unit of forward time, (1 + sum p) / (1 + alpha
+ * (rows - 1)), alpha being the cost of one more row relative to a one-row
+ * step: p > alpha x that rate. */
+uint32_t spec_tree_add_p(struct spec_tree *t, const int *c, uint32_t n, uint32_t max_rows,
+                         enum spec_src src, uint32_t order, float a_first, float a_next,
+                         float alpha);
 /* Row 0 = token at position pos0, nothing else. */
 void spec_tree_reset(struct spec_tree *t, int root, uint32_t pos0);
 

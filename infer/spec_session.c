@@ -26,7 +26,15 @@ struct infer_spec {
     float *probs;  /* [vocab] */
     struct spec_tree tree;
     struct infer_spec_stats stats;
+    /* the cost model: per source, match order and first/later token, the
+     * estimated acceptance (moving averages of what verification found);
+     * alpha = the cost of one more row relative to a one-row step (measured:
+     * one-row steps' and verifications' times) */
+    float acc[SPEC_SRC_COUNT][SPEC_MAX_ORDER + 1][2];
+    float alpha, t1;
 };
+
+#define ACC_RATE 0.1f  /* moving-average weight of one observation */
 
 int infer_spec_exact(const struct infer_model *m)
 {
@@ -78,6 +86,14 @@ int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
         sp->o.calib_depth = 4;
     if (!(sp->o.calib_min_p > 0))
         sp->o.calib_min_p = 0.2f;
+    sp->alpha = sp->o.row_cost > 0 ? sp->o.row_cost : 0.25f;
+    for (int src = 0; src < SPEC_SRC_COUNT; src++)
+        for (int g = 0; g <= SPEC_MAX_ORDER; g++) {
+            /* priors: longer matches are likelier; a token after an accepted
+             * one likelier still (the text is being quoted) */
+            sp->acc[src][g][0] = 0.15f + 0.12f * (float)g;
+            sp->acc[src][g][1] = 0.5f + 0.08f * (float)g;
+        }
     if ((sp->o.max_rows != 4 && sp->o.max_rows != 8 && sp->o.max_rows != 16) ||
         sp->o.min_match > SPEC_MAX_ORDER) {
         sl_err_set(err, "speculative decoding wants 4, 8 or 16 rows (not %u) and a minimum "
@@ -110,7 +126,7 @@ int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
 struct collect {
     struct infer_spec *sp;
     const int *stop;
-    uint32_t n_stop, depth, max_rows;
+    uint32_t n_stop, depth, max_rows, order;
     enum spec_src src;
 };
 
@@ -136,8 +152,10 @@ static int on_match(void *ctx, const struct spec_index *ix, uint32_t end)
             break;
         cand[k++] = tok;
     }
-    if (k)
-        spec_tree_add(t, cand, k, c->max_rows, c->src);
+    if (k) {
+        const float *a = c->sp->acc[c->src][c->order];
+        spec_tree_add_p(t, cand, k, c->max_rows, c->src, c->order, a[0], a[1], c->sp->alpha);
+    }
     return t->n >= c->max_rows;
 }
 
@@ -162,11 +180,14 @@ static void draft(struct infer_spec *sp, int root, uint32_t pos, uint32_t depth,
         if (g == 1 && !sp->o.no_reuse) {
             const int *seg;
             uint32_t ns = spec_reuse_offer(&sp->reuse, root, sp->o.reuse_threshold, &seg);
+            const float *a = sp->acc[SPEC_SRC_REUSE][0];
             if (ns)
-                spec_tree_add(t, seg, ns < c.depth ? ns : c.depth, max_rows, SPEC_SRC_REUSE);
+                spec_tree_add_p(t, seg, ns < c.depth ? ns : c.depth, max_rows, SPEC_SRC_REUSE, 0,
+                                a[0], a[1], sp->alpha);
         }
         for (size_t k = 0; k < sizeof order / sizeof order[0] && t->n < max_rows; k++) {
             c.src = order[k];
+            c.order = g;
             if (g < sp->o.min_match && c.src != SPEC_SRC_CALIB)
                 continue;
             spec_index_match(&sp->src[c.src], cx->tok, cx->n, g, MATCHES_PER_ORDER, on_match,
@@ -227,6 +248,28 @@ static void reuse_after(struct infer_spec *sp, uint32_t at, int next)
     spec_reuse_update(&sp->reuse, x, y, nx, 0);
 }
 
+/* What the round says about the cost model: every row whose parent was
+ * accepted was a test of its source's acceptance; the time of n rows
+ * against a one-row step, of alpha. */
+static void learn(struct infer_spec *sp, const uint32_t *path, uint32_t np, double dt)
+{
+    const struct spec_tree *t = &sp->tree;
+    uint8_t on[SPEC_MAX_ROWS] = {0};
+    for (uint32_t i = 0; i < np; i++)
+        on[path[i]] = 1;
+    for (uint32_t r = 1; r < t->n; r++) {
+        if (!on[t->parent[r]])
+            continue;
+        float *a = &sp->acc[t->src[r]][t->order[r]][t->later[r]];
+        *a += ACC_RATE * ((on[r] ? 1.0f : 0.0f) - *a);
+    }
+    if (sp->o.row_cost > 0 || sp->t1 <= 0 || t->n < 2)
+        return;
+    float obs = (float)(dt / sp->t1 - 1.0) / (float)(t->n - 1);
+    obs = obs < 0.01f ? 0.01f : obs > 2.0f ? 2.0f : obs;
+    sp->alpha += ACC_RATE * (obs - sp->alpha);
+}
+
 /* One verification of the tree (root = the pending token, already in the
  * context index): commits the accepted path; *acc: its draft tokens,
  * *next the token after them. */
@@ -279,6 +322,7 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
             sp->stats.calib_accepted++;
     }
     *n_acc = np - 1;
+    learn(sp, path, np, dt);
     if (!sp->o.no_reuse)
         reuse_after(sp, last, *next);
     return 0;
@@ -334,8 +378,10 @@ int infer_spec_generate(struct infer_spec *sp, uint32_t max_tokens, const int *s
             t0 = sl_now_ns();
             if ((ret = infer_session_step(sp->s, tok, err)) < 0)
                 break;
+            double dt = (double)(sl_now_ns() - t0) / 1e9;
             sp->stats.plain_steps++;
-            sp->stats.plain_s += (double)(sl_now_ns() - t0) / 1e9;
+            sp->stats.plain_s += dt;
+            sp->t1 = sp->t1 > 0 ? sp->t1 + ACC_RATE * ((float)dt - sp->t1) : (float)dt;
             continue;
         }
         uint32_t n_acc;

@@ -14,10 +14,20 @@ void spec_tree_reset(struct spec_tree *t, int root, uint32_t pos0)
     t->pos[0] = pos0;
     t->depth[0] = 0;
     t->src[0] = SPEC_SRC_CONTEXT;
+    t->order[0] = 0;
+    t->p[0] = 1.0f;
+    t->sum_p = 0.0f;
 }
 
 uint32_t spec_tree_add(struct spec_tree *t, const int *c, uint32_t n, uint32_t max_rows,
                        enum spec_src src)
+{
+    return spec_tree_add_p(t, c, n, max_rows, src, 0, 1.0f, 1.0f, 0.0f);
+}
+
+uint32_t spec_tree_add_p(struct spec_tree *t, const int *c, uint32_t n, uint32_t max_rows,
+                         enum spec_src src, uint32_t order, float a_first, float a_next,
+                         float alpha)
 {
     if (max_rows > SPEC_MAX_ROWS)
         max_rows = SPEC_MAX_ROWS;
@@ -34,7 +44,19 @@ uint32_t spec_tree_add(struct spec_tree *t, const int *c, uint32_t n, uint32_t m
         if (!child) {
             if (t->n >= max_rows)
                 break;
+            float left = t->p[at];
+            for (uint32_t r = at + 1; r < t->n; r++)
+                if (t->parent[r] == (int32_t)at)
+                    left -= t->p[r];
+            float p = (left > 0 ? left : 0) * (k == 0 ? a_first : a_next);
+            float rate = (1.0f + t->sum_p) / (1.0f + alpha * (float)(t->n - 1));
+            if (alpha > 0 && p <= alpha * rate)
+                break; /* costs more than it is expected to bring */
             child = t->n++;
+            t->p[child] = p;
+            t->sum_p += p;
+            t->order[child] = (uint8_t)order;
+            t->later[child] = k > 0;
             t->tok[child] = c[k];
             t->parent[child] = (int32_t)at;
             t->pos[child] = t->pos[at] + 1;

@@ -33,7 +33,7 @@ static const struct command commands[] = {
     {"eval", cmd_eval, "perplexity and KL divergence of a model against a reference"},
     {"mount", cmd_mount, "serve a container as a read-only FUSE filesystem of layer slices"},
     {"umount", cmd_umount, "unmount a sluice filesystem"},
-    {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart"},
+    {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart, spec"},
 };
 
 static void usage(FILE *f)

@@ -16,6 +16,7 @@
 #include "import.h"
 #include "infer.h"
 #include "sluice.h"
+#include "tools_spec.h"
 #include "tools_util.h"
 
 static void usage(FILE *f)
@@ -74,6 +75,7 @@ static void usage(FILE *f)
             "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
             "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p;\n"
             "                   at most the context length (said on stderr when more)\n");
+    tools_spec_usage(f);
 }
 
 /* --chunk's limit: a chunk's scratch grows with its rows, and no model here
@@ -91,6 +93,7 @@ struct run_opts {
     struct infer_pipeline_opts pipeline;
     double npu_share; /* decode: the NPU thread's share of each int8 matmul */
     int json;
+    struct tools_spec spec;
 };
 
 struct run_stats {
@@ -100,6 +103,7 @@ struct run_stats {
     double decode_s;  /* first generated token -> last */
     struct infer_pipeline_stats pipeline;
     struct infer_session_stats session;
+    struct tools_spec_result spec;
 };
 
 /* The printed text, kept for --json. */
@@ -121,8 +125,10 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
     struct tools_args a = {"sluice run", usage, argc, argv, 0};
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
-        int bad = 0;
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+        int bad = 0, sp;
+        if ((sp = tools_spec_arg(&a, s, &o->spec)) != 0) {
+            bad = sp < 0;
+        } else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             usage(stdout);
             return 1;
         } else if (!strcmp(s, "-p")) {
@@ -381,7 +387,8 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     /* run.c stops at BOS; EOS ends a sequence too */
     const int stop[2] = {(int)c->bos_id, (int)c->eos_id};
     struct gen_out g = {.first = &first, .prev = tokens[n_prompt - 1]};
-    ret = infer_session_generate(sess, o->n_gen, stop, 2, on_token, &g, &st->generated, err);
+    ret = tools_spec_generate(&o->spec, sess, tokens, n_prompt, o->n_gen, stop, 2, on_token, &g,
+                              &st->generated, &st->spec, err);
     if (ret == 0 && g.ret < 0)
         ret = g.ret;
     if (ret < 0)
@@ -419,6 +426,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
                 "tokens at %.1f tok/s, peak RSS %.1f MiB\n",
                 st->ttft_s, st->prompt_tokens, prefill_tps, st->generated, decode_tps,
                 sl_peak_rss_mb());
+        tools_spec_print(stderr, &st->spec);
         return 0;
     }
     cJSON *j = cJSON_CreateObject();
@@ -433,6 +441,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(j, "decode_tokens_per_s", decode_tps);
     cJSON_AddNumberToObject(j, "peak_rss_mb", sl_peak_rss_mb());
     cJSON_AddNumberToObject(j, "decode_npu_jobs", (double)st->session.npu_jobs);
+    tools_spec_json(j, &st->spec);
     const struct infer_pipeline_stats *ps = &st->pipeline;
     cJSON *pj = cJSON_AddObjectToObject(j, "pipeline");
     cJSON_AddStringToObject(pj, "policy", infer_policy_name(o->pipeline.policy));

@@ -534,6 +534,9 @@ struct infer_spec_opts {
     int calibrate;       /* 1: in-context calibration (paper 3.3) after the first token */
     uint32_t calib_breadth, calib_depth; /* 0: 2 and 4 */
     float calib_min_p;   /* 0: 0.2 */
+    float row_cost;      /* the time of one more verification row relative to a
+                            one-row step, for the cost model that sizes the tree
+                            (0: measured as it runs, starting at 0.25) */
     const int *history;  /* earlier generations (-1 separates them), or NULL */
     uint32_t n_history;
 };
