@@ -10,6 +10,7 @@
 
 #include "import.h"
 #include "infer.h"
+#include "npu.h"
 #include "sluice.h"
 #include "tools_stats.h"
 #include "tools_util.h"
@@ -184,6 +185,66 @@ static double decode_once(struct infer_model *m, const int *ids, uint32_t np, ui
     return tps;
 }
 
+/* Progressive graph switching (sd.npu 3.2): what "loading" the decode and
+ * verification graphs costs here. The weights' NPU layout is made once per
+ * tensor and shared by every graph (chunk-sharing), so a graph is only its
+ * build (the kernel's tiling timed on a probe), keyed by (m, k, n): every
+ * layer of a shape shares it. Builds, on a fresh device, the graphs of the
+ * model's linear shapes for m = 1, 4, 8, 16, against the prefill time of
+ * one layer over a chunk of `chunk` rows (the compute that eq. 1 would
+ * hide them behind). */
+static void graph_cost(struct infer_model *m, uint32_t chunk, cJSON *j, int json)
+{
+    const struct format_config *c = infer_model_config(m);
+    uint32_t Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
+    const uint32_t shapes[6][2] = {{c->dim, Q}, {c->dim, KV}, {Q, c->dim},
+                                   {c->dim, c->hidden_dim}, {c->hidden_dim, c->dim},
+                                   {c->dim, c->vocab_size}};
+    static const uint32_t ms[4] = {1, 4, 8, 16};
+    struct npu_device *dev;
+    struct sl_err err = {{0}};
+    if (npu_device_create(&dev) < 0)
+        return;
+    double build_ms = 0;
+    uint32_t built = 0;
+    for (int sh = 0; sh < 6; sh++)
+        for (int k = 0; k < 4; k++) {
+            if (npu_graph_find(dev, ms[k], shapes[sh][0], shapes[sh][1]))
+                continue;
+            const struct npu_graph *g;
+            uint64_t t0 = sl_now_ns();
+            if (npu_device_graph(dev, ms[k], shapes[sh][0], shapes[sh][1], &g, &err) == 0) {
+                build_ms += (double)(sl_now_ns() - t0) / 1e6;
+                built++;
+            }
+        }
+    npu_device_destroy(dev);
+    /* one layer's prefill compute over a chunk */
+    struct infer_session *s;
+    struct infer_session_opts so = {.max_batch = chunk};
+    double layer_ms = 0;
+    if (chunk <= c->seq_len && infer_session_create(m, &so, &s, &err) == 0) {
+        int *ids = malloc(sizeof(int) * chunk);
+        for (uint32_t i = 0; ids && i < chunk; i++)
+            ids[i] = i == 0 ? (int)c->bos_id : 3 + (int)((i * 2654435761u) % (c->vocab_size - 3));
+        uint64_t t0 = sl_now_ns();
+        if (ids && infer_session_prefill(s, ids, chunk, &err) == 0)
+            layer_ms = (double)(sl_now_ns() - t0) / 1e6 / c->n_layers;
+        free(ids);
+        infer_session_destroy(s);
+    }
+    if (!json)
+        printf("graph switching: %u decode/verification graphs (m = 1, 4, 8, 16 of the model's "
+               "%s) build in %.2f ms in all, once per device; one layer's prefill of a "
+               "%u-row chunk: %.2f ms\n",
+               built, "6 linear shapes", build_ms, chunk, layer_ms);
+    cJSON *o = cJSON_AddObjectToObject(j, "graph_switch");
+    cJSON_AddNumberToObject(o, "graphs", built);
+    cJSON_AddNumberToObject(o, "build_ms_total", build_ms);
+    cJSON_AddNumberToObject(o, "layer_prefill_ms", layer_ms);
+    cJSON_AddNumberToObject(o, "chunk", chunk);
+}
+
 /* --verify-cost: the time of one forward of 1, 4, 8 and 16 rows (a draft
  * tree: a root and a chain below it, then dropped) after a context of ctx
  * tokens, interleaved, `runs` times each; medians and minima in ms. */
@@ -229,6 +290,7 @@ static int verify_cost(struct infer_model *m, uint32_t ctx, uint32_t runs, int j
     } else {
         cJSON *j = cJSON_CreateObject();
         double one = stat_of(t, runs, 1);
+        graph_cost(infer_session_model(s), c->seq_len < 256 ? c->seq_len : 256, j, json);
         if (!json)
             printf("context %u: one forward, ms (median / min over %u runs)\n", ctx, runs);
         for (int k = 0; k < 4; k++) {
