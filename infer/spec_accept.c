@@ -39,8 +39,7 @@ static int draw(struct infer_sampler *smp, const float *p, uint32_t vocab, float
 }
 
 int spec_accept(const struct spec_tree *t, const float *logits, uint32_t vocab,
-                struct infer_sampler *smp, float *probs, uint32_t *path, uint32_t *np,
-                int *next)
+                struct infer_sampler *smp, float *probs, uint32_t *path, uint32_t *np, int *next)
 {
     int greedy = infer_sampler_is_greedy(smp);
     uint32_t at = 0;

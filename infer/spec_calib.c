@@ -24,7 +24,7 @@
 struct calib {
     const int *ctx;
     uint32_t n, breadth, depth;
-    int *succ;    /* [n][breadth] likely successors of position i (-1: none) */
+    int *succ; /* [n][breadth] likely successors of position i (-1: none) */
     float *succ_p;
     struct spec_index *out;
     uint32_t seqs;
@@ -115,11 +115,15 @@ int spec_calibrate(struct infer_model *m, const int *ctx, uint32_t n,
         return 0;
     const struct format_config *cfg = infer_model_config(m);
     uint32_t V = cfg->vocab_size;
-    struct calib c = {.ctx = ctx, .n = n, .out = out,
-                      .breadth = o->breadth < 1 ? 1 : o->breadth > CALIB_MAX_BREADTH
-                                                         ? CALIB_MAX_BREADTH : o->breadth,
-                      .depth = o->depth < 2 ? 2 : o->depth > CALIB_MAX_DEPTH ? CALIB_MAX_DEPTH
-                                                                               : o->depth};
+    struct calib c = {.ctx = ctx,
+                      .n = n,
+                      .out = out,
+                      .breadth = o->breadth < 1                   ? 1
+                                 : o->breadth > CALIB_MAX_BREADTH ? CALIB_MAX_BREADTH
+                                                                  : o->breadth,
+                      .depth = o->depth < 2                 ? 2
+                               : o->depth > CALIB_MAX_DEPTH ? CALIB_MAX_DEPTH
+                                                            : o->depth};
     struct infer_state *st = NULL;
     float *logits = malloc(sizeof(float) * V * CALIB_ROWS);
     uint32_t *rows = malloc(sizeof(uint32_t) * CALIB_ROWS);
@@ -135,8 +139,7 @@ int spec_calibrate(struct infer_model *m, const int *ctx, uint32_t n,
             rows[i] = i;
     for (uint32_t done = 0; ret == 0 && done < n; done += CALIB_ROWS) {
         uint32_t nb = n - done < CALIB_ROWS ? n - done : CALIB_ROWS;
-        struct infer_batch b = {.n = nb, .tokens = ctx + done, .logits_rows = rows,
-                                .n_logits = nb};
+        struct infer_batch b = {.n = nb, .tokens = ctx + done, .logits_rows = rows, .n_logits = nb};
         ret = infer_forward_batch(m, st, &b, logits, err);
         for (uint32_t r = 0; ret == 0 && r < nb; r++)
             top_succ(logits + (size_t)r * V, V, c.breadth, o->min_p,

@@ -47,15 +47,20 @@ struct spec_tree {
     int32_t parent[SPEC_MAX_ROWS];
     uint32_t pos[SPEC_MAX_ROWS];
     uint8_t depth[SPEC_MAX_ROWS];
-    uint8_t src[SPEC_MAX_ROWS]; /* enum spec_src of the candidate that added the row */
+    uint8_t src[SPEC_MAX_ROWS];   /* enum spec_src of the candidate that added the row */
     uint8_t order[SPEC_MAX_ROWS]; /* the n-gram order of its match (0: not a match) */
     uint8_t later[SPEC_MAX_ROWS]; /* 1: not its candidate's first token */
-    float p[SPEC_MAX_ROWS];     /* estimated probability that the row is accepted */
-    float sum_p;                /* over rows 1.. */
+    float p[SPEC_MAX_ROWS];       /* estimated probability that the row is accepted */
+    float sum_p;                  /* over rows 1.. */
 };
 
-enum spec_src { SPEC_SRC_CONTEXT = 0, SPEC_SRC_HISTORY, SPEC_SRC_CALIB, SPEC_SRC_REUSE,
-                SPEC_SRC_COUNT };
+enum spec_src {
+    SPEC_SRC_CONTEXT = 0,
+    SPEC_SRC_HISTORY,
+    SPEC_SRC_CALIB,
+    SPEC_SRC_REUSE,
+    SPEC_SRC_COUNT
+};
 
 /* Adds a candidate continuation of the root: tokens c[0..n) (c[0] a child
  * of the root), merged with the rows already there, while rows remain
@@ -87,8 +92,7 @@ void spec_tree_reset(struct spec_tree *t, int root, uint32_t pos0);
  * receives the accepted rows (path[0] = 0), *next the token after them.
  * probs: [vocab] scratch. Returns 0 or -errno. */
 int spec_accept(const struct spec_tree *t, const float *logits, uint32_t vocab,
-                struct infer_sampler *smp, float *probs, uint32_t *path, uint32_t *np,
-                int *next);
+                struct infer_sampler *smp, float *probs, uint32_t *path, uint32_t *np, int *next);
 
 /* ---- draft reuse (spec_reuse.c, paper 3.4 eq. 3) --------------------------------- */
 
@@ -96,9 +100,9 @@ int spec_accept(const struct spec_tree *t, const float *logits, uint32_t vocab,
 
 struct spec_reuse {
     int seg[SPEC_REUSE_MAX];
-    uint32_t n;        /* 0: none kept */
-    uint32_t rounds;   /* rounds it has been offered */
-    uint32_t offered;  /* draft tokens it contributed so far */
+    uint32_t n;       /* 0: none kept */
+    uint32_t rounds;  /* rounds it has been offered */
+    uint32_t offered; /* draft tokens it contributed so far */
 };
 
 /* After a verification: the draft path x[0..nx) (the deepest path through
@@ -106,8 +110,7 @@ struct spec_reuse {
  * (y[i] = the model's choice after x[0..i)), rejected at e (x[e] != y[e]):
  * keeps the longest run x[a..b] with x[i] == y[i] for every i in [a, b],
  * a > e (eq. 3), replacing a previous segment. */
-void spec_reuse_update(struct spec_reuse *r, const int *x, const int *y, uint32_t nx,
-                       uint32_t e);
+void spec_reuse_update(struct spec_reuse *r, const int *x, const int *y, uint32_t nx, uint32_t e);
 /* The candidate to offer after `last` (the root token): the segment after
  * the last occurrence of `last` in it, else the whole segment. Drops the
  * segment once it has been offered for a round and its offered tokens pass

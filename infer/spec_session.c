@@ -34,13 +34,13 @@ struct infer_spec {
     float alpha, t1;
 };
 
-#define ACC_RATE 0.1f  /* moving-average weight of one observation */
+#define ACC_RATE 0.1f /* moving-average weight of one observation */
 
 int infer_spec_exact(const struct infer_model *m)
 {
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
         const struct infer_layer *w = &m->layers[l];
-        const struct infer_linear *lin[] = {&w->wq, &w->wk, &w->wv, &w->wo,
+        const struct infer_linear *lin[] = {&w->wq,     &w->wk,   &w->wv,    &w->wo,
                                             &w->w_gate, &w->w_up, &w->w_down};
         for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++)
             if (!lin[i]->w && !(lin[i]->act_scale > 0))
@@ -61,8 +61,7 @@ void infer_spec_destroy(struct infer_spec *sp)
 }
 
 int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
-                      const struct infer_spec_opts *o, struct infer_spec **out,
-                      struct sl_err *err)
+                      const struct infer_spec_opts *o, struct infer_spec **out, struct sl_err *err)
 {
     struct infer_spec *sp = calloc(1, sizeof *sp);
     if (!sp) {
@@ -96,8 +95,9 @@ int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
         }
     if ((sp->o.max_rows != 4 && sp->o.max_rows != 8 && sp->o.max_rows != 16) ||
         sp->o.min_match > SPEC_MAX_ORDER) {
-        sl_err_set(err, "speculative decoding wants 4, 8 or 16 rows (not %u) and a minimum "
-                        "match of 1..%d tokens (not %u)",
+        sl_err_set(err,
+                   "speculative decoding wants 4, 8 or 16 rows (not %u) and a minimum "
+                   "match of 1..%d tokens (not %u)",
                    sp->o.max_rows, SPEC_MAX_ORDER, sp->o.min_match);
         infer_spec_destroy(sp);
         return -EINVAL;
@@ -161,15 +161,17 @@ static int on_match(void *ctx, const struct spec_index *ix, uint32_t end)
 
 /* The draft tree under root for the context in the context index (root is
  * its last token), drafts at most depth deep, within max_rows. */
-static void draft(struct infer_spec *sp, int root, uint32_t pos, uint32_t depth,
-                  uint32_t max_rows, const int *stop, uint32_t n_stop)
+static void draft(struct infer_spec *sp, int root, uint32_t pos, uint32_t depth, uint32_t max_rows,
+                  const int *stop, uint32_t n_stop)
 {
     struct spec_tree *t = &sp->tree;
     spec_tree_reset(t, root, pos);
     if (depth == 0 || max_rows < 2)
         return;
     const struct spec_index *cx = &sp->src[SPEC_SRC_CONTEXT];
-    struct collect c = {.sp = sp, .stop = stop, .n_stop = n_stop,
+    struct collect c = {.sp = sp,
+                        .stop = stop,
+                        .n_stop = n_stop,
                         .depth = depth < SPEC_MAX_ROWS - 1 ? depth : SPEC_MAX_ROWS - 1,
                         .max_rows = max_rows};
     /* longest match first; within an order the context, the calibrated
@@ -190,8 +192,7 @@ static void draft(struct infer_spec *sp, int root, uint32_t pos, uint32_t depth,
             c.order = g;
             if (g < sp->o.min_match && c.src != SPEC_SRC_CALIB)
                 continue;
-            spec_index_match(&sp->src[c.src], cx->tok, cx->n, g, MATCHES_PER_ORDER, on_match,
-                             &c);
+            spec_index_match(&sp->src[c.src], cx->tok, cx->n, g, MATCHES_PER_ORDER, on_match, &c);
         }
     }
 }
@@ -280,15 +281,19 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
     uint32_t base = infer_kv_len(kv), rows[SPEC_MAX_ROWS], path[SPEC_MAX_ROWS];
     for (uint32_t i = 0; i < t->n; i++)
         rows[i] = i;
-    struct infer_batch b = {.n = t->n, .tokens = t->tok, .pos = t->pos, .parent = t->parent,
-                            .logits_rows = rows, .n_logits = t->n};
+    struct infer_batch b = {.n = t->n,
+                            .tokens = t->tok,
+                            .pos = t->pos,
+                            .parent = t->parent,
+                            .logits_rows = rows,
+                            .n_logits = t->n};
     uint64_t t0 = sl_now_ns(), jobs = sp->st->npu_jobs;
     int ret = infer_forward_batch(sp->m, sp->st, &b, sp->logits, err);
     if (ret < 0)
         return ret;
     uint32_t np;
-    ret = spec_accept(t, sp->logits, sp->vocab, infer_session_sampler(sp->s), sp->probs, path,
-                      &np, next);
+    ret = spec_accept(t, sp->logits, sp->vocab, infer_session_sampler(sp->s), sp->probs, path, &np,
+                      next);
     uint32_t slots[SPEC_MAX_ROWS];
     for (uint32_t i = 0; ret == 0 && i < np; i++)
         slots[i] = base + path[i];
@@ -330,8 +335,8 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
 
 static int calibrate(struct infer_spec *sp, struct sl_err *err)
 {
-    struct spec_calib_opts co = {.breadth = sp->o.calib_breadth, .depth = sp->o.calib_depth,
-                                 .min_p = sp->o.calib_min_p};
+    struct spec_calib_opts co = {
+        .breadth = sp->o.calib_breadth, .depth = sp->o.calib_depth, .min_p = sp->o.calib_min_p};
     uint64_t t0 = sl_now_ns();
     int ret = spec_calibrate(sp->m, sp->src[SPEC_SRC_CONTEXT].tok, sp->n_prompt, &co,
                              &sp->src[SPEC_SRC_CALIB], &sp->stats.calib_seqs, err);

@@ -197,8 +197,11 @@ static void graph_cost(struct infer_model *m, uint32_t chunk, cJSON *j, int json
 {
     const struct format_config *c = infer_model_config(m);
     uint32_t Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
-    const uint32_t shapes[6][2] = {{c->dim, Q}, {c->dim, KV}, {Q, c->dim},
-                                   {c->dim, c->hidden_dim}, {c->hidden_dim, c->dim},
+    const uint32_t shapes[6][2] = {{c->dim, Q},
+                                   {c->dim, KV},
+                                   {Q, c->dim},
+                                   {c->dim, c->hidden_dim},
+                                   {c->hidden_dim, c->dim},
                                    {c->dim, c->vocab_size}};
     static const uint32_t ms[4] = {1, 4, 8, 16};
     struct npu_device *dev;
@@ -277,8 +280,12 @@ static int verify_cost(struct infer_model *m, uint32_t ctx, uint32_t runs, int j
                 pos[i] = ctx + i;
                 par[i] = (int32_t)i - 1;
             }
-            struct infer_batch b = {.n = n, .tokens = ids + ctx, .pos = pos,
-                                    .parent = par, .logits_rows = rows, .n_logits = n};
+            struct infer_batch b = {.n = n,
+                                    .tokens = ids + ctx,
+                                    .pos = pos,
+                                    .parent = par,
+                                    .logits_rows = rows,
+                                    .n_logits = n};
             uint64_t t0 = sl_now_ns();
             ret = infer_forward_batch(infer_session_model(s), st, &b, lg, &err);
             t[k * runs + r] = (double)(sl_now_ns() - t0) / 1e6;
@@ -337,8 +344,8 @@ static double lookup_once(const char *bin, const char *gguf, const char *prompt,
     fclose(pf);
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
-             "'%s' -m '%s' -f '%s' -n %u --temp 0 -t 1 -c 1024 --ignore-eos 2>&1 >/dev/null",
-             bin, gguf, path, n);
+             "'%s' -m '%s' -f '%s' -n %u --temp 0 -t 1 -c 1024 --ignore-eos 2>&1 >/dev/null", bin,
+             gguf, path, n);
     FILE *p = popen(cmd, "r");
     double tps = 0;
     char line[1024];
@@ -395,7 +402,8 @@ int bench_spec(int argc, char **argv)
         if (bad)
             return 2;
     }
-    if (!model || (!text && !cost_ctx) || (lookup && !gguf) || (rows != 4 && rows != 8 && rows != 16)) {
+    if (!model || (!text && !cost_ctx) || (lookup && !gguf) ||
+        (rows != 4 && rows != 8 && rows != 16)) {
         fprintf(stderr, "sluice bench spec: want MODEL, --text FILE, --gguf with --lookup, and "
                         "--rows 4, 8 or 16\n\n");
         usage(stderr);
@@ -436,8 +444,10 @@ int bench_spec(int argc, char **argv)
         return ret;
     }
     if (!infer_spec_exact(m))
-        fprintf(stderr, "sluice bench spec: %s has dynamic activation scales: greedy text may "
-                        "differ under speculation\n", model);
+        fprintf(stderr,
+                "sluice bench spec: %s has dynamic activation scales: greedy text may "
+                "differ under speculation\n",
+                model);
     uint32_t nl = 0;
     char **lines = read_lines(text, &nl);
     struct task tasks[3 * TASKS_PER_KIND];
@@ -478,7 +488,8 @@ int bench_spec(int argc, char **argv)
             if (kp.n != ks.n || memcmp(kp.t, ks.t, sizeof(int) * kp.n))
                 mismatch++;
         }
-        double mp = tools_median(vp, runs), ms = tools_median(vs, runs), ml = tools_median(vl, runs);
+        double mp = tools_median(vp, runs), ms = tools_median(vs, runs),
+               ml = tools_median(vl, runs);
         int k = !strcmp(tasks[ti].kind, "restart") ? 0 : !strcmp(tasks[ti].kind, "middle") ? 1 : 2;
         kind_plain[k] += mp;
         kind_spec[k] += ms;
@@ -515,8 +526,9 @@ int bench_spec(int argc, char **argv)
         double len = kind_rounds[k] ? (double)(kind_acc[k] + kind_rounds[k]) / kind_rounds[k] : 0;
         if (!json)
             printf("%-8s spec/plain %.2fx%s%s, mean acceptance length %.2f, accepted %u of %u "
-                   "drafts\n", kinds[k], sp, lookup ? ", lookup/plain " : "",
-                   "", len, kind_acc[k], kind_drafted[k]);
+                   "drafts\n",
+                   kinds[k], sp, lookup ? ", lookup/plain " : "", "", len, kind_acc[k],
+                   kind_drafted[k]);
         if (!json && lookup)
             printf("         lookup/plain %.2fx, spec/lookup %.2fx\n",
                    kind_plain[k] > 0 ? kind_look[k] / kind_plain[k] : 0,

@@ -56,8 +56,8 @@ int tools_spec_arg(struct tools_args *a, const char *s, struct tools_spec *o)
 /* The history's file belongs to a vocabulary: token ids mean the same. */
 static uint64_t vocab_tag(struct infer_session *s)
 {
-    const struct format_tokenizer *t = format_reader_tokenizer(
-        infer_model_reader(infer_session_model(s)));
+    const struct format_tokenizer *t =
+        format_reader_tokenizer(infer_model_reader(infer_session_model(s)));
     XXH3_state_t *h = XXH3_createState();
     if (!h)
         return 0;
@@ -87,8 +87,8 @@ int tools_spec_generate(const struct tools_spec *o, struct infer_session *s, con
     if (o->history_dir)
         ret = infer_spec_store_open(o->history_dir, o->kind ? o->kind : "default", vocab_tag(s),
                                     o->history_max ? o->history_max : 65536, &h, err);
-    struct infer_spec_opts so = {.max_rows = o->rows, .calibrate = o->calibrate,
-                                 .no_reuse = o->no_reuse};
+    struct infer_spec_opts so = {
+        .max_rows = o->rows, .calibrate = o->calibrate, .no_reuse = o->no_reuse};
     if (ret == 0 && h)
         so.history = infer_spec_store_tokens(h, &so.n_history);
     if (ret == 0)
@@ -124,7 +124,8 @@ void tools_spec_json(cJSON *j, const struct tools_spec_result *r)
     cJSON_AddNumberToObject(o, "plain_steps", s->plain_steps);
     cJSON_AddNumberToObject(o, "drafted", s->drafted);
     cJSON_AddNumberToObject(o, "accepted", s->accepted);
-    cJSON_AddNumberToObject(o, "acceptance_rate", s->drafted ? (double)s->accepted / s->drafted : 0);
+    cJSON_AddNumberToObject(o, "acceptance_rate",
+                            s->drafted ? (double)s->accepted / s->drafted : 0);
     /* tokens per verification: the accepted drafts plus the model's own token */
     cJSON_AddNumberToObject(o, "mean_acceptance_length",
                             s->rounds ? (double)(s->accepted + s->rounds) / s->rounds : 0);

@@ -37,7 +37,8 @@ static int setup(void **st)
     if (test_system("%s quantize %s -o %s --bits 8 --method uniform --budget tensor >/dev/null",
                     bin, float_model, q_model) != 0 ||
         test_system("%s quantize %s -o %s --bits 8 --method uniform --budget tensor --act "
-                    "dynamic >/dev/null", bin, float_model, dyn_model) != 0)
+                    "dynamic >/dev/null",
+                    bin, float_model, dyn_model) != 0)
         return -1;
     return 0;
 }
@@ -177,8 +178,12 @@ static void tree_forward(const char *path)
         uint32_t rows[SPEC_MAX_ROWS];
         for (uint32_t i = 0; i < t.n; i++)
             rows[i] = i;
-        struct infer_batch b = {.n = t.n, .tokens = t.tok, .pos = t.pos, .parent = t.parent,
-                                .logits_rows = rows, .n_logits = t.n};
+        struct infer_batch b = {.n = t.n,
+                                .tokens = t.tok,
+                                .pos = t.pos,
+                                .parent = t.parent,
+                                .logits_rows = rows,
+                                .n_logits = t.n};
         assert_int_equal(infer_forward_batch(m, s, &b, lt, &err), 0);
         for (uint32_t i = 0; i < t.n; i++) {
             uint32_t chain[SPEC_MAX_ROWS], d = 0;
@@ -187,7 +192,8 @@ static void tree_forward(const char *path)
             assert_int_equal(infer_forward(m, p, prompt, 12, 0, lp, INFER_LOGITS_LAST, &err), 0);
             for (uint32_t k = d; k-- > 0;)
                 assert_int_equal(infer_forward(m, p, &t.tok[chain[k]], 1, 12 + (d - 1 - k), lp,
-                                               INFER_LOGITS_LAST, &err), 0);
+                                               INFER_LOGITS_LAST, &err),
+                                 0);
             assert_memory_equal(lt + (size_t)i * V, lp, sizeof(float) * V);
             if (i == t.n - 1) { /* commit the last row's path: the cache equals p's */
                 uint32_t slots[SPEC_MAX_ROWS];
@@ -335,7 +341,7 @@ static void test_accept(void **st)
     spec_tree_reset(&t, 0, 0);
     spec_tree_add(&t, (int[]){1, 2}, 2, 8, SPEC_SRC_CONTEXT);
     spec_tree_add(&t, (int[]){3, 0}, 2, 8, SPEC_SRC_CONTEXT);
-    float lg[5 * 4] = {0, 0, 0, 5, /* root: 3 */ 0, 0, 0, 0, 0, 0, 0, 0,
+    float lg[5 * 4] = {0, 0, 0, 5, /* root: 3 */ 0,      0, 0, 0, 0, 0, 0, 0,
                        9, 0, 0, 0, /* row 3 (3): 0 */ 0, 0, 7, 0 /* row 4 (0): 2 */};
     float probs[4];
     uint32_t path[8], np;
@@ -527,10 +533,10 @@ static void test_dynamic_not_exact(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_index),         cmocka_unit_test(test_tree_build),
-        cmocka_unit_test(test_tree_forward),  cmocka_unit_test(test_accept),
-        cmocka_unit_test(test_reuse),         cmocka_unit_test(test_store),
-        cmocka_unit_test(test_greedy_same),   cmocka_unit_test(test_dynamic_not_exact),
+        cmocka_unit_test(test_index),        cmocka_unit_test(test_tree_build),
+        cmocka_unit_test(test_tree_forward), cmocka_unit_test(test_accept),
+        cmocka_unit_test(test_reuse),        cmocka_unit_test(test_store),
+        cmocka_unit_test(test_greedy_same),  cmocka_unit_test(test_dynamic_not_exact),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

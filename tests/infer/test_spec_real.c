@@ -85,8 +85,8 @@ static void check_prompt(struct infer_model *m, const struct infer_tokenizer *tk
     uint32_t na, nb;
     assert_int_equal(infer_session_generate(a, gen, NULL, 0, keep, &ta, &na, &err), 0);
     struct infer_spec *sp;
-    struct infer_spec_opts o = {.max_rows = rows, .calibrate = calibrate, .history = history,
-                                .n_history = n_history};
+    struct infer_spec_opts o = {
+        .max_rows = rows, .calibrate = calibrate, .history = history, .n_history = n_history};
     assert_int_equal(infer_spec_create(b, ids, n, &o, &sp, &err), 0);
     assert_int_equal(infer_spec_generate(sp, gen, NULL, 0, keep, &tb, &nb, &err), 0);
     struct infer_spec_stats st;
@@ -127,7 +127,8 @@ static void run_model(const char *bin, const char *tok, const char *name, int qu
         char q[4300];
         snprintf(q, sizeof q, "%s.q8", out);
         if (test_system("%s quantize %s -o %s --bits 8 --method uniform --budget tensor "
-                        ">/dev/null", test_sluice_bin(), out, q) != 0)
+                        ">/dev/null",
+                        test_sluice_bin(), out, q) != 0)
             fail_msg("sluice quantize %s failed", out);
         snprintf(out, sizeof out, "%s", q);
     }
@@ -136,11 +137,12 @@ static void run_model(const char *bin, const char *tok, const char *name, int qu
     assert_int_equal(infer_spec_exact(m), 1);
     struct infer_tokenizer *tk;
     assert_int_equal(infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m)),
-                                            infer_model_config(m), &tk, &err), 0);
+                                            infer_model_config(m), &tk, &err),
+                     0);
     /* the golden prompts of this model (kjv6L-1k has long1; the others greedy1-3) */
-    const char *model_name = !strcmp(name, "kjv6L-1k") ? "kjv6L-1k" : !strncmp(name, "kjv6L", 5)
-                                                                           ? "kjv6L"
-                                                                           : name;
+    const char *model_name = !strcmp(name, "kjv6L-1k")    ? "kjv6L-1k"
+                             : !strncmp(name, "kjv6L", 5) ? "kjv6L"
+                                                          : name;
     static const char *const cases[] = {"greedy1", "greedy2", "greedy3", "long1"};
     uint32_t rows_cycle[3] = {4, 8, 16}, k = 0;
     int history[64];
@@ -166,8 +168,8 @@ static void run_model(const char *bin, const char *tok, const char *name, int qu
                                                        : "models/aidreams260K.calib.txt"));
     for (int a = 0; a < 2; a++) {
         uint32_t seq = infer_model_config(m)->seq_len;
-        char *pr = context_prompt(calib, 10 + 20 * a, seq >= 1024 ? 6 : 2,
-                                  seq >= 256 ? 100000 : 150);
+        char *pr =
+            context_prompt(calib, 10 + 20 * a, seq >= 1024 ? 6 : 2, seq >= 256 ? 100000 : 150);
         assert_non_null(pr);
         check_prompt(m, tk, pr, rows_cycle[(k + a) % 3], a == 0, NULL, 0);
         free(pr);
@@ -215,8 +217,8 @@ int main(void)
     if (!test_sluice_bin())
         test_skip_all("the sluice binary is unknown ($SLUICE_BIN)");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kjv6L),      cmocka_unit_test(test_kjv6L_1k),
-        cmocka_unit_test(test_aidreams),   cmocka_unit_test(test_kjv6L_int8),
+        cmocka_unit_test(test_kjv6L),       cmocka_unit_test(test_kjv6L_1k),
+        cmocka_unit_test(test_aidreams),    cmocka_unit_test(test_kjv6L_int8),
         cmocka_unit_test(test_drafts_used),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
