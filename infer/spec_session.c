@@ -328,6 +328,8 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
     }
     *n_acc = np - 1;
     learn(sp, path, np, dt);
+    if (sp->o.on_round)
+        sp->o.on_round(sp->o.round_ctx, t0, sl_now_ns(), t->n, np - 1);
     if (!sp->o.no_reuse)
         reuse_after(sp, last, *next);
     return 0;

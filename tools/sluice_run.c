@@ -387,7 +387,9 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     /* run.c stops at BOS; EOS ends a sequence too */
     const int stop[2] = {(int)c->bos_id, (int)c->eos_id};
     struct gen_out g = {.first = &first, .prev = tokens[n_prompt - 1]};
-    ret = tools_spec_generate(&o->spec, sess, tokens, n_prompt, o->n_gen, stop, 2, on_token, &g,
+    struct tools_spec spec = o->spec;
+    spec.trace = o->pipeline.trace_path != NULL;
+    ret = tools_spec_generate(&spec, sess, tokens, n_prompt, o->n_gen, stop, 2, on_token, &g,
                               &st->generated, &st->spec, err);
     if (ret == 0 && g.ret < 0)
         ret = g.ret;
@@ -400,7 +402,10 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
         st->decode_s = (double)(t_end - t_first) / 1e9;
     }
     infer_session_stats(sess, &st->session);
-    ret = 0;
+    if (o->pipeline.trace_path && st->spec.on)
+        ret = tools_spec_trace(o->pipeline.trace_path, t0, &st->spec, err);
+    else
+        ret = 0;
 fail:
     if (ret == -ENOMEM && !err->msg[0])
         sl_err_set(err, "out of memory");
@@ -492,6 +497,7 @@ int cmd_run(int argc, char **argv)
     else if (!o.json && text.len)
         printf("\n"); /* end the partial line */
     free(text.s);
+    tools_spec_result_free(&st.spec);
     if (ret < 0) {
         fprintf(stderr, "sluice run: %s\n", err.msg[0] ? err.msg : strerror(-ret));
         return 1;

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "tools_spec.h"
@@ -71,6 +72,27 @@ static uint64_t vocab_tag(struct infer_session *s)
     return v;
 }
 
+static void on_round(void *ctx, uint64_t t0, uint64_t t1, uint32_t rows, uint32_t accepted)
+{
+    struct tools_spec_result *r = ctx;
+    if (r->n_rounds == r->cap_rounds) {
+        uint32_t cap = r->cap_rounds ? r->cap_rounds * 2 : 256;
+        struct tools_spec_round *n = realloc(r->rounds, sizeof *n * cap);
+        if (!n)
+            return; /* the trace loses rounds; the statistics stay whole */
+        r->rounds = n;
+        r->cap_rounds = cap;
+    }
+    r->rounds[r->n_rounds++] = (struct tools_spec_round){t0, t1, rows, accepted};
+}
+
+void tools_spec_result_free(struct tools_spec_result *r)
+{
+    free(r->rounds);
+    r->rounds = NULL;
+    r->n_rounds = r->cap_rounds = 0;
+}
+
 int tools_spec_generate(const struct tools_spec *o, struct infer_session *s, const int *prompt,
                         uint32_t n, uint32_t max_tokens, const int *stop, uint32_t n_stop,
                         infer_token_fn on_token, void *ctx, uint32_t *n_out,
@@ -87,8 +109,11 @@ int tools_spec_generate(const struct tools_spec *o, struct infer_session *s, con
     if (o->history_dir)
         ret = infer_spec_store_open(o->history_dir, o->kind ? o->kind : "default", vocab_tag(s),
                                     o->history_max ? o->history_max : 65536, &h, err);
-    struct infer_spec_opts so = {
-        .max_rows = o->rows, .calibrate = o->calibrate, .no_reuse = o->no_reuse};
+    struct infer_spec_opts so = {.max_rows = o->rows,
+                                 .calibrate = o->calibrate,
+                                 .no_reuse = o->no_reuse,
+                                 .on_round = o->trace ? on_round : NULL,
+                                 .round_ctx = r};
     if (ret == 0 && h)
         so.history = infer_spec_store_tokens(h, &so.n_history);
     if (ret == 0)
@@ -165,4 +190,112 @@ void tools_spec_print(FILE *f, const struct tools_spec_result *r)
             s->drafted ? 100.0 * s->accepted / s->drafted : 0.0,
             s->rounds ? (double)(s->accepted + s->rounds) / s->rounds : 0.0,
             s->rounds + s->plain_steps ? (double)s->tokens / (s->rounds + s->plain_steps) : 0.0);
+}
+
+static cJSON *event(const char *ph, double ts, uint32_t rows, uint32_t accepted)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", "verify");
+    cJSON_AddStringToObject(e, "cat", "spec");
+    cJSON_AddStringToObject(e, "ph", ph);
+    cJSON_AddNumberToObject(e, "pid", 1);
+    cJSON_AddNumberToObject(e, "tid", 200);
+    cJSON_AddNumberToObject(e, "ts", ts);
+    if (ph[0] == 'B') {
+        cJSON *a = cJSON_AddObjectToObject(e, "args");
+        cJSON_AddNumberToObject(a, "rows", rows);
+        cJSON_AddNumberToObject(a, "accepted", accepted);
+    }
+    return e;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1))) {
+            size_t len = fread(text, 1, (size_t)n, f);
+            text[len] = 0;
+        }
+    }
+    fclose(f);
+    return text;
+}
+
+static int write_atomic(const char *path, const char *out, struct sl_err *err)
+{
+    size_t tl = strlen(path) + 8;
+    char *tmp = malloc(tl);
+    if (!tmp) {
+        sl_err_set(err, "out of memory for the trace");
+        return -ENOMEM;
+    }
+    snprintf(tmp, tl, "%s.tmp", path);
+    int ret = 0;
+    FILE *f = fopen(tmp, "wb");
+    size_t n = strlen(out);
+    if (!f || fwrite(out, 1, n, f) != n || fputc('\n', f) == EOF)
+        ret = -(errno ? errno : EIO);
+    if (f && fclose(f) != 0 && ret == 0)
+        ret = -(errno ? errno : EIO);
+    if (ret == 0 && rename(tmp, path) != 0)
+        ret = -errno;
+    if (ret < 0) {
+        sl_err_set(err, "%s: cannot write the trace (%s)", path, strerror(-ret));
+        unlink(tmp);
+    }
+    free(tmp);
+    return ret;
+}
+
+int tools_spec_trace(const char *path, uint64_t t0_ns, const struct tools_spec_result *r,
+                     struct sl_err *err)
+{
+    char *text = slurp(path);
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    cJSON *ev = j ? cJSON_GetObjectItem(j, "traceEvents") : NULL;
+    if (!cJSON_IsArray(ev)) {
+        cJSON_Delete(j);
+        sl_err_set(err, "%s: not a trace this run wrote", path);
+        return -EINVAL;
+    }
+    cJSON *other = cJSON_GetObjectItem(j, "otherData");
+    if (!other)
+        other = cJSON_AddObjectToObject(j, "otherData");
+    cJSON *tmp = cJSON_CreateObject();
+    if (other && tmp) {
+        tools_spec_json(tmp, r);
+        cJSON *sp = cJSON_DetachItemFromObject(tmp, "spec");
+        if (sp)
+            cJSON_AddItemToObject(other, "spec", sp);
+    }
+    cJSON_Delete(tmp);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "name", "thread_name");
+    cJSON_AddStringToObject(m, "ph", "M");
+    cJSON_AddNumberToObject(m, "pid", 1);
+    cJSON_AddNumberToObject(m, "tid", 200);
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(m, "args"), "name", "speculative decoding");
+    cJSON_AddItemToArray(ev, m);
+    for (uint32_t i = 0; i < r->n_rounds; i++) {
+        const struct tools_spec_round *q = &r->rounds[i];
+        if (q->t0 < t0_ns)
+            continue;
+        cJSON_AddItemToArray(ev, event("B", (double)(q->t0 - t0_ns) / 1e3, q->rows, q->accepted));
+        cJSON_AddItemToArray(ev, event("E", (double)(q->t1 - t0_ns) / 1e3, 0, 0));
+    }
+    char *out = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!out) {
+        sl_err_set(err, "out of memory for the trace");
+        return -ENOMEM;
+    }
+    int ret = write_atomic(path, out, err);
+    free(out);
+    return ret;
 }

@@ -18,12 +18,20 @@ struct tools_spec {
     const char *history_dir; /* --spec-history DIR, or NULL */
     const char *kind;        /* --spec-kind NAME (default "default") */
     uint32_t history_max;    /* --spec-history-max N tokens (default 65536) */
+    int trace;               /* record the verifications for tools_spec_trace */
+};
+
+struct tools_spec_round {
+    uint64_t t0, t1;
+    uint32_t rows, accepted;
 };
 
 struct tools_spec_result {
     int on;              /* speculation ran */
     const char *off_why; /* why auto fell back to plain decoding, or NULL */
     struct infer_spec_stats st;
+    struct tools_spec_round *rounds; /* for the trace (malloc'ed; tools_spec_result_free) */
+    uint32_t n_rounds, cap_rounds;
 };
 
 /* The usage lines of the options above. */
@@ -41,5 +49,11 @@ int tools_spec_generate(const struct tools_spec *o, struct infer_session *s, con
 /* "spec": {...} into j; a line on f. */
 void tools_spec_json(cJSON *j, const struct tools_spec_result *r);
 void tools_spec_print(FILE *f, const struct tools_spec_result *r);
+/* Adds the verifications (spans on their own track, ts from t0_ns, the
+ * trace's start) and the statistics (otherData.spec) to the Chrome trace
+ * at path, rewritten atomically. 0 or -errno with err. */
+int tools_spec_trace(const char *path, uint64_t t0_ns, const struct tools_spec_result *r,
+                     struct sl_err *err);
+void tools_spec_result_free(struct tools_spec_result *r);
 
 #endif

@@ -539,6 +539,11 @@ struct infer_spec_opts {
                             (0: measured as it runs, starting at 0.25) */
     const int *history;  /* earlier generations (-1 separates them), or NULL */
     uint32_t n_history;
+    /* called after every verification (for a trace): its start and end
+     * (sl_now_ns), rows and accepted drafts; NULL: none */
+    void (*on_round)(void *ctx, uint64_t t0_ns, uint64_t t1_ns, uint32_t rows,
+                     uint32_t accepted);
+    void *round_ctx;
 };
 
 struct infer_spec_stats {
