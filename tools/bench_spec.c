@@ -50,7 +50,8 @@ static void usage(FILE *f)
             "  --calibrate   in-context calibration (its pass over the prompt is timed)\n"
             "  --lookup BIN  llama.cpp's llama-lookup, run on --gguf (the same model) with\n"
             "                the same prompt text, -n N, greedy, one thread, EOS ignored;\n"
-            "                its own 'decoded ... t/s' line is taken\n"
+            "                its own 'decoded ... t/s' line is taken; also with --draft-max 0\n"
+            "                (llama.cpp's plain decoding, column llama)\n"
             "  --verify-cost C  instead: the time of one forward of 1, 4, 8 and 16 rows (a\n"
             "                draft tree) after a context of C tokens, --runs times each,\n"
             "                interleaved (the verification shapes against a decode step)\n"
@@ -328,7 +329,8 @@ static int verify_cost(struct infer_model *m, uint32_t ctx, uint32_t runs, int j
 }
 
 /* llama-lookup's decode speed on the prompt, or 0. */
-static double lookup_once(const char *bin, const char *gguf, const char *prompt, uint32_t n)
+static double lookup_once(const char *bin, const char *gguf, const char *prompt, uint32_t n,
+                          int plain)
 {
     char path[] = "/tmp/sluice-spec-XXXXXX";
     int fd = mkstemp(path);
@@ -344,8 +346,8 @@ static double lookup_once(const char *bin, const char *gguf, const char *prompt,
     fclose(pf);
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
-             "'%s' -m '%s' -f '%s' -n %u --temp 0 -t 1 -c 1024 --ignore-eos 2>&1 >/dev/null", bin,
-             gguf, path, n);
+             "'%s' -m '%s' -f '%s' -n %u --temp 0 -t 1 -c 1024 --ignore-eos%s 2>&1 >/dev/null", bin,
+             gguf, path, n, plain ? " --draft-max 0" : "");
     FILE *p = popen(cmd, "r");
     double tps = 0;
     char line[1024];
@@ -463,45 +465,48 @@ int bench_spec(int argc, char **argv)
     int *ids = malloc(sizeof(int) * seq);
     struct keep kp = {.t = malloc(sizeof(int) * n), .cap = n};
     struct keep ks = {.t = malloc(sizeof(int) * n), .cap = n};
-    double *v = malloc(sizeof(double) * runs * 3);
+    double *v = malloc(sizeof(double) * runs * 4);
     cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "tasks");
     struct infer_spec_opts so = {.max_rows = rows, .calibrate = calibrate};
     int mismatch = 0;
     /* per kind: sums of medians for the summary */
-    double kind_plain[3] = {0}, kind_spec[3] = {0}, kind_look[3] = {0};
+    double kind_plain[3] = {0}, kind_spec[3] = {0}, kind_look[3] = {0}, kind_lplain[3] = {0};
     uint32_t kind_acc[3] = {0}, kind_rounds[3] = {0}, kind_drafted[3] = {0};
     if (!json)
-        printf("%-8s %6s %10s %10s %10s %8s %8s %8s\n", "task", "prompt", "plain t/s", "spec t/s",
-               "lookup t/s", "spec/pl", "accept", "len");
+        printf("%-8s %6s %9s %9s %9s %9s %8s %8s %7s %6s\n", "task", "prompt", "plain", "spec",
+               "llama", "lookup", "spec/pl", "look/lla", "accept", "len");
     for (uint32_t ti = 0; ti < nt && ids && kp.t && ks.t && v; ti++) {
         uint32_t np;
         if (infer_tokenizer_encode(tk, tasks[ti].prompt, 1, ids, seq - n - 1, &np) < 0) {
             fprintf(stderr, "sluice bench spec: task %u's prompt is too long\n", ti);
             continue;
         }
-        double *vp = v, *vs = v + runs, *vl = v + 2 * runs;
+        double *vp = v, *vs = v + runs, *vl = v + 2 * runs, *vlp = v + 3 * runs;
         struct infer_spec_stats sst = {0};
         for (uint32_t r = 0; r < runs; r++) {
             vp[r] = decode_once(m, ids, np, n, NULL, &kp, NULL, &err);
             vs[r] = decode_once(m, ids, np, n, &so, &ks, &sst, &err);
-            vl[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n) : 0;
+            vlp[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 1) : 0;
+            vl[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 0) : 0;
             if (kp.n != ks.n || memcmp(kp.t, ks.t, sizeof(int) * kp.n))
                 mismatch++;
         }
         double mp = tools_median(vp, runs), ms = tools_median(vs, runs),
-               ml = tools_median(vl, runs);
+               ml = tools_median(vl, runs), mlp = tools_median(vlp, runs);
         int k = !strcmp(tasks[ti].kind, "restart") ? 0 : !strcmp(tasks[ti].kind, "middle") ? 1 : 2;
         kind_plain[k] += mp;
         kind_spec[k] += ms;
         kind_look[k] += ml;
+        kind_lplain[k] += mlp;
         kind_acc[k] += sst.accepted;
         kind_rounds[k] += sst.rounds;
         kind_drafted[k] += sst.drafted;
         double len = sst.rounds ? (double)(sst.accepted + sst.rounds) / sst.rounds : 0;
         double rate = sst.drafted ? (double)sst.accepted / sst.drafted : 0;
         if (!json)
-            printf("%-8s %6u %10.1f %10.1f %10.1f %8.2f %7.0f%% %8.2f\n", tasks[ti].kind, np, mp,
-                   ms, ml, mp > 0 ? ms / mp : 0, 100 * rate, len);
+            printf("%-8s %6u %9.1f %9.1f %9.1f %9.1f %8.2f %8.2f %6.0f%% %6.2f\n", tasks[ti].kind,
+                   np, mp, ms, mlp, ml, mp > 0 ? ms / mp : 0, mlp > 0 ? ml / mlp : 0, 100 * rate,
+                   len);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "kind", tasks[ti].kind);
         cJSON_AddNumberToObject(o, "prompt_tokens", np);
@@ -512,6 +517,8 @@ int bench_spec(int argc, char **argv)
         if (lookup) {
             cJSON_AddNumberToObject(o, "lookup_tps_median", ml);
             cJSON_AddNumberToObject(o, "lookup_tps_min", tools_min(vl, runs));
+            cJSON_AddNumberToObject(o, "llama_plain_tps_median", mlp);
+            cJSON_AddNumberToObject(o, "llama_plain_tps_min", tools_min(vlp, runs));
         }
         cJSON_AddNumberToObject(o, "speedup", mp > 0 ? ms / mp : 0);
         cJSON_AddNumberToObject(o, "drafted", sst.drafted);
@@ -525,19 +532,21 @@ int bench_spec(int argc, char **argv)
         double sp = kind_plain[k] > 0 ? kind_spec[k] / kind_plain[k] : 0;
         double len = kind_rounds[k] ? (double)(kind_acc[k] + kind_rounds[k]) / kind_rounds[k] : 0;
         if (!json)
-            printf("%-8s spec/plain %.2fx%s%s, mean acceptance length %.2f, accepted %u of %u "
+            printf("%-8s spec/plain %.2fx, mean acceptance length %.2f, accepted %u of %u "
                    "drafts\n",
-                   kinds[k], sp, lookup ? ", lookup/plain " : "", "", len, kind_acc[k],
-                   kind_drafted[k]);
+                   kinds[k], sp, len, kind_acc[k], kind_drafted[k]);
         if (!json && lookup)
-            printf("         lookup/plain %.2fx, spec/lookup %.2fx\n",
-                   kind_plain[k] > 0 ? kind_look[k] / kind_plain[k] : 0,
+            printf("         llama-lookup/llama plain %.2fx; tokens/s spec/lookup %.2fx\n",
+                   kind_lplain[k] > 0 ? kind_look[k] / kind_lplain[k] : 0,
                    kind_look[k] > 0 ? kind_spec[k] / kind_look[k] : 0);
         cJSON *o = cJSON_AddObjectToObject(sum, kinds[k]);
         cJSON_AddNumberToObject(o, "spec_over_plain", sp);
-        if (lookup)
-            cJSON_AddNumberToObject(o, "lookup_over_plain",
-                                    kind_plain[k] > 0 ? kind_look[k] / kind_plain[k] : 0);
+        if (lookup) {
+            cJSON_AddNumberToObject(o, "lookup_over_llama_plain",
+                                    kind_lplain[k] > 0 ? kind_look[k] / kind_lplain[k] : 0);
+            cJSON_AddNumberToObject(o, "spec_over_lookup_tps",
+                                    kind_look[k] > 0 ? kind_spec[k] / kind_look[k] : 0);
+        }
         cJSON_AddNumberToObject(o, "mean_acceptance_length", len);
     }
     cJSON_AddNumberToObject(root, "tokens", n);
