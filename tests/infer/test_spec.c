@@ -520,6 +520,100 @@ static void test_greedy_same(void **st)
     greedy_same(q_model, 1);
 }
 
+/* Sampling end to end: the distribution of the first three generated
+ * tokens with speculation equals plain sampling's (two-sample chi-square on
+ * the third token and on the pair of the first two), over many seeds. */
+static void test_sampling_same_distribution(void **st)
+{
+    (void)st;
+    enum { RUNS = 1500, GEN = 3 };
+    struct sl_err err;
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(float_model, NULL, &m, &err), 0);
+    uint32_t V = infer_model_config(m)->vocab_size;
+    int prompt[40];
+    for (int i = 0; i < 40; i++)
+        prompt[i] = i == 0 ? 1 : 3 + (i % 5) * 11 % (int)(V - 3);
+    uint32_t *ca = calloc(V, sizeof(uint32_t)), *cb = calloc(V, sizeof(uint32_t));
+    assert_non_null(ca);
+    assert_non_null(cb);
+    /* the greedy continuation as the history: sampled tokens often follow it,
+     * so drafts are made and accepted with probability p(draft) */
+    int hist[24];
+    {
+        struct infer_session_opts go = {.max_batch = 32, .no_npu = 1};
+        struct infer_session *g;
+        assert_int_equal(infer_session_create(m, &go, &g, &err), 0);
+        assert_int_equal(infer_session_prefill(g, prompt, 40, &err), 0);
+        struct collect_toks c = {.n = 0};
+        uint32_t n;
+        hist[0] = prompt[39];
+        assert_int_equal(infer_session_generate(g, 23, NULL, 0, keep_token, &c, &n, &err), 0);
+        memcpy(hist + 1, c.t, sizeof(int) * 23);
+        infer_session_destroy(g);
+    }
+    uint32_t accepted = 0;
+    uint64_t seed0 = test_seed();
+    for (int run = 0; run < RUNS; run++) {
+        for (int spec = 0; spec < 2; spec++) {
+            struct infer_session_opts so = {.max_batch = 32, .no_npu = 1};
+            so.sampler = (struct infer_sampler_params){.temperature = 0.6f,
+                                                       .top_k = 6,
+                                                       .seed = seed0 * 2 + (uint64_t)run * 2 +
+                                                               (uint64_t)spec + 1};
+            struct infer_session *s;
+            assert_int_equal(infer_session_create(m, &so, &s, &err), 0);
+            assert_int_equal(infer_session_prefill(s, prompt, 40, &err), 0);
+            struct collect_toks c = {.n = 0};
+            uint32_t n;
+            if (spec) {
+                struct infer_spec *sp;
+                struct infer_spec_opts o = {
+                    .min_match = 1, .row_cost = 0.01f, .history = hist, .n_history = 24};
+                assert_int_equal(infer_spec_create(s, prompt, 40, &o, &sp, &err), 0);
+                assert_int_equal(infer_spec_generate(sp, GEN, NULL, 0, keep_token, &c, &n, &err),
+                                 0);
+                struct infer_spec_stats ss;
+                infer_spec_stats(sp, &ss);
+                accepted += ss.accepted;
+                infer_spec_destroy(sp);
+            } else {
+                assert_int_equal(infer_session_generate(s, GEN, NULL, 0, keep_token, &c, &n, &err),
+                                 0);
+            }
+            assert_int_equal(c.n, GEN);
+            (spec ? cb : ca)[c.t[2]]++;
+            infer_session_destroy(s);
+        }
+    }
+    assert_true(accepted > 0); /* drafts were taken: the rule was exercised */
+    /* two-sample chi-square over tokens seen at least 10 times in all */
+    double x2 = 0;
+    uint32_t df = 0, pool_a = 0, pool_b = 0;
+    for (uint32_t t = 0; t < V; t++) {
+        if (ca[t] + cb[t] < 10) {
+            pool_a += ca[t];
+            pool_b += cb[t];
+            continue;
+        }
+        double d = (double)ca[t] - cb[t];
+        x2 += d * d / (ca[t] + cb[t]);
+        df++;
+    }
+    if (pool_a + pool_b >= 10) {
+        double d = (double)pool_a - pool_b;
+        x2 += d * d / (pool_a + pool_b);
+        df++;
+    }
+    double k = df > 1 ? df - 1 : 1, z = 4.75;
+    double bound = k * pow(1 - 2 / (9 * k) + z * sqrt(2 / (9 * k)), 3);
+    if (x2 > bound)
+        fail_msg("third token: chi-square %.1f over %.1f (df %u)", x2, bound, df);
+    free(ca);
+    free(cb);
+    infer_model_destroy(m);
+}
+
 static void test_dynamic_not_exact(void **st)
 {
     (void)st;
@@ -533,10 +627,15 @@ static void test_dynamic_not_exact(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_index),        cmocka_unit_test(test_tree_build),
-        cmocka_unit_test(test_tree_forward), cmocka_unit_test(test_accept),
-        cmocka_unit_test(test_reuse),        cmocka_unit_test(test_store),
-        cmocka_unit_test(test_greedy_same),  cmocka_unit_test(test_dynamic_not_exact),
+        cmocka_unit_test(test_index),
+        cmocka_unit_test(test_tree_build),
+        cmocka_unit_test(test_tree_forward),
+        cmocka_unit_test(test_accept),
+        cmocka_unit_test(test_reuse),
+        cmocka_unit_test(test_store),
+        cmocka_unit_test(test_greedy_same),
+        cmocka_unit_test(test_dynamic_not_exact),
+        cmocka_unit_test(test_sampling_same_distribution),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
