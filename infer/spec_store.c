@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "infer.h"
@@ -84,6 +85,12 @@ int infer_spec_store_open(const char *dir, const char *kind, uint64_t model_tag,
         return -ENOMEM;
     }
     snprintf(h->path, len, "%s/%s-%016llx.hist", dir, kind, (unsigned long long)model_tag);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) { /* one level: DIR itself */
+        int e = errno;
+        sl_err_set(err, "%s: cannot create the history directory (%s)", dir, strerror(e));
+        infer_spec_store_close(h);
+        return -e;
+    }
     h->max = max_tokens;
     int ret = load(h, err);
     if (ret < 0) {
