@@ -614,6 +614,58 @@ static void test_sampling_same_distribution(void **st)
     infer_model_destroy(m);
 }
 
+static int stop_at_6(void *ctx, int tok)
+{
+    struct collect_toks *c = ctx;
+    keep_token(ctx, tok);
+    return c->n >= 6; /* nonzero: generation stops, this token not run */
+}
+
+/* Generation that runs into the end of the context, and a callback that
+ * stops it after a few tokens: the same tokens, counts and cache as plain. */
+static void test_context_end_and_stop(void **st)
+{
+    (void)st;
+    struct sl_err err;
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(float_model, NULL, &m, &err), 0);
+    const struct format_config *c = infer_model_config(m);
+    uint32_t V = c->vocab_size, np = c->seq_len - 30;
+    int *prompt = malloc(sizeof(int) * np);
+    assert_non_null(prompt);
+    for (uint32_t i = 0; i < np; i++)
+        prompt[i] = i == 0 ? 1 : 3 + (int)((i % 7) * 13 % (V - 3));
+    for (int limit = 0; limit < 2; limit++) {
+        struct infer_session_opts so = {.max_batch = 32};
+        struct infer_session *a, *b;
+        assert_int_equal(infer_session_create(m, &so, &a, &err), 0);
+        assert_int_equal(infer_session_create(m, &so, &b, &err), 0);
+        assert_int_equal(infer_session_prefill(a, prompt, np, &err), 0);
+        assert_int_equal(infer_session_prefill(b, prompt, np, &err), 0);
+        struct collect_toks ca = {.n = 0}, cb = {.n = 0};
+        uint32_t na, nb, max = 100;
+        infer_token_fn fn = limit ? stop_at_6 : keep_token;
+        struct infer_spec *sp;
+        struct infer_spec_opts o = {.max_rows = 16, .min_match = 1, .row_cost = 0.01f};
+        assert_int_equal(infer_session_generate(a, max, NULL, 0, fn, &ca, &na, &err), 0);
+        assert_int_equal(infer_spec_create(b, prompt, np, &o, &sp, &err), 0);
+        assert_int_equal(infer_spec_generate(sp, max, NULL, 0, fn, &cb, &nb, &err), 0);
+        assert_int_equal(na, nb);
+        assert_int_equal(ca.n, cb.n);
+        assert_memory_equal(ca.t, cb.t, sizeof(int) * ca.n);
+        assert_int_equal(infer_session_len(a), infer_session_len(b));
+        if (!limit)
+            assert_int_equal(infer_session_len(a), c->seq_len); /* it ran into the end */
+        else
+            assert_int_equal(ca.n, 6);
+        infer_spec_destroy(sp);
+        infer_session_destroy(a);
+        infer_session_destroy(b);
+    }
+    free(prompt);
+    infer_model_destroy(m);
+}
+
 static void test_dynamic_not_exact(void **st)
 {
     (void)st;
@@ -636,6 +688,7 @@ int main(void)
         cmocka_unit_test(test_greedy_same),
         cmocka_unit_test(test_dynamic_not_exact),
         cmocka_unit_test(test_sampling_same_distribution),
+        cmocka_unit_test(test_context_end_and_stop),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
