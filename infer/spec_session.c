@@ -25,6 +25,7 @@ struct infer_spec {
     float *logits; /* [SPEC_MAX_ROWS][vocab] */
     float *probs;  /* [vocab] */
     struct spec_tree tree;
+    uint32_t path[SPEC_MAX_ROWS], np; /* the last verification's accepted rows */
     struct infer_spec_stats stats;
     /* the cost model: per source, match order and first/later token, the
      * estimated acceptance (moving averages of what verification found);
@@ -294,6 +295,8 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
     uint32_t np;
     ret = spec_accept(t, sp->logits, sp->vocab, infer_session_sampler(sp->s), sp->probs, path, &np,
                       next);
+    memcpy(sp->path, path, sizeof path);
+    sp->np = ret == 0 ? np : 0;
     uint32_t slots[SPEC_MAX_ROWS];
     for (uint32_t i = 0; ret == 0 && i < np; i++)
         slots[i] = base + path[i];
@@ -400,8 +403,11 @@ int infer_spec_generate(struct infer_spec *sp, uint32_t max_tokens, const int *s
             taken++;
             if ((on_token && on_token(ctx, acc[i]))) {
                 /* plain decoding would not have run this one: drop it and
-                 * what follows; the logits are its parent's */
+                 * what follows; the logits are its parent's, and it is the
+                 * token kept for a next call, as plain decoding leaves it */
                 infer_kv_truncate(kv, len + 1 + i);
+                infer_session_after_verify(sp->s, sp->logits + (size_t)sp->path[i] * sp->vocab,
+                                           acc[i], 0, 0, 0);
                 stopped = 1;
                 break;
             }
