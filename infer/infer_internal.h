@@ -230,4 +230,16 @@ int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int la
 int infer_quantize_clipped(struct infer_state *st, const float *x, uint32_t n, uint32_t cols,
                            float s, int8_t *xq, struct infer_clipped *c);
 
+/* ---- the session's hooks for speculative decoding (spec_session.c) ---- */
+
+struct infer_sampler *infer_session_sampler(struct infer_session *s);
+/* The token infer_session_sample kept, else a new sample. */
+int infer_session_take_next(struct infer_session *s, int *token);
+/* After a verified round: logits [vocab] of the last committed row become
+ * the session's; next >= 0 is kept as the next token (drawn by the
+ * acceptance rule), -1 leaves the logits to be sampled; steps tokens were
+ * run in secs. */
+void infer_session_after_verify(struct infer_session *s, const float *logits, int next,
+                                uint32_t steps, double secs, uint64_t npu_jobs);
+
 #endif

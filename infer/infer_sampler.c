@@ -151,3 +151,63 @@ int infer_sampler_sample(struct infer_sampler *s, float *logits)
     }
     return s->buf[keep - 1].index;
 }
+
+int infer_sampler_probs(struct infer_sampler *s, const float *logits, float *probs)
+{
+    uint32_t n = s->vocab;
+    if (s->p.temperature == 0.0f) {
+        memset(probs, 0, sizeof(float) * n);
+        probs[argmax(logits, n)] = 1.0f;
+        return 0;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        probs[i] = logits[i] / s->p.temperature;
+    softmax(probs, n);
+    int use_topp = s->p.top_p > 0 && s->p.top_p < 1;
+    int use_topk = s->p.top_k > 0 && s->p.top_k < n;
+    if (!use_topp && !use_topk)
+        return 0;
+    /* the candidates infer_sampler_sample keeps, renormalized; the rest 0 */
+    uint32_t m = 0;
+    float cutoff = use_topp ? (1.0f - s->p.top_p) / (float)(n - 1) : 0.0f;
+    for (uint32_t i = 0; i < n; i++)
+        if (probs[i] >= cutoff)
+            s->buf[m++] = (struct prob_index){probs[i], (int)i};
+    if (m == 0) {
+        int best = argmax(probs, n);
+        memset(probs, 0, sizeof(float) * n);
+        probs[best] = 1.0f;
+        return 0;
+    }
+    qsort(s->buf, m, sizeof *s->buf, cmp_desc);
+    uint32_t keep = m;
+    if (use_topk && keep > s->p.top_k)
+        keep = s->p.top_k;
+    if (use_topp) {
+        float mass = 0.0f;
+        for (uint32_t i = 0; i < keep; i++) {
+            mass += s->buf[i].prob;
+            if (mass > s->p.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    float mass = 0.0f;
+    for (uint32_t i = 0; i < keep; i++)
+        mass += s->buf[i].prob;
+    memset(probs, 0, sizeof(float) * n);
+    for (uint32_t i = 0; i < keep; i++)
+        probs[s->buf[i].index] = s->buf[i].prob / mass;
+    return 0;
+}
+
+float infer_sampler_uniform(struct infer_sampler *s)
+{
+    return random_f32(&s->rng);
+}
+
+int infer_sampler_is_greedy(const struct infer_sampler *s)
+{
+    return s->p.temperature == 0.0f;
+}

@@ -251,3 +251,27 @@ void infer_session_stats(const struct infer_session *s, struct infer_session_sta
 {
     *st = s->stats;
 }
+
+/* ---- for speculative decoding (spec_session.c) ---- */
+
+struct infer_sampler *infer_session_sampler(struct infer_session *s) { return s->sampler; }
+
+int infer_session_take_next(struct infer_session *s, int *token)
+{
+    if (s->next >= 0) {
+        *token = s->next;
+        return 0;
+    }
+    return infer_session_sample(s, token);
+}
+
+void infer_session_after_verify(struct infer_session *s, const float *logits, int next,
+                                uint32_t steps, double secs, uint64_t npu_jobs)
+{
+    memcpy(s->logits, logits, sizeof(float) * s->vocab);
+    s->has_logits = 1;
+    s->next = next;
+    s->stats.decoded += steps;
+    s->stats.decode_s += secs;
+    s->stats.npu_jobs += npu_jobs;
+}

@@ -32,5 +32,6 @@ int bench_load(int argc, char **argv);
 int bench_gemm(int argc, char **argv);
 int bench_coldstart(int argc, char **argv);
 int bench_serve(int argc, char **argv);
+int bench_spec(int argc, char **argv);
 
 #endif

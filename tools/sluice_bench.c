@@ -14,6 +14,7 @@ static const struct {
     {"gemm", bench_gemm, "int8 GEMM throughput on prefill shapes against measured peak"},
     {"coldstart", bench_coldstart, "cold time to first token, pipeline policies side by side"},
     {"serve", bench_serve, "sluice serve vs llama-server: TTFT p50/p99, tokens/s at 1/4/16 clients"},
+    {"spec", bench_spec, "speculative decoding against plain decoding and llama-lookup"},
 };
 
 static void usage(FILE *f)

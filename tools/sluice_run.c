@@ -16,6 +16,7 @@
 #include "import.h"
 #include "infer.h"
 #include "sluice.h"
+#include "tools_spec.h"
 #include "tools_util.h"
 
 static void usage(FILE *f)
@@ -74,6 +75,7 @@ static void usage(FILE *f)
             "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
             "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p;\n"
             "                   at most the context length (said on stderr when more)\n");
+    tools_spec_usage(f);
 }
 
 /* --chunk's limit: a chunk's scratch grows with its rows, and no model here
@@ -91,6 +93,7 @@ struct run_opts {
     struct infer_pipeline_opts pipeline;
     double npu_share; /* decode: the NPU thread's share of each int8 matmul */
     int json;
+    struct tools_spec spec;
 };
 
 struct run_stats {
@@ -100,6 +103,7 @@ struct run_stats {
     double decode_s;  /* first generated token -> last */
     struct infer_pipeline_stats pipeline;
     struct infer_session_stats session;
+    struct tools_spec_result spec;
 };
 
 /* The printed text, kept for --json. */
@@ -121,8 +125,10 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
     struct tools_args a = {"sluice run", usage, argc, argv, 0};
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
-        int bad = 0;
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+        int bad = 0, sp;
+        if ((sp = tools_spec_arg(&a, s, &o->spec)) != 0) {
+            bad = sp < 0;
+        } else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             usage(stdout);
             return 1;
         } else if (!strcmp(s, "-p")) {
@@ -381,7 +387,10 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     /* run.c stops at BOS; EOS ends a sequence too */
     const int stop[2] = {(int)c->bos_id, (int)c->eos_id};
     struct gen_out g = {.first = &first, .prev = tokens[n_prompt - 1]};
-    ret = infer_session_generate(sess, o->n_gen, stop, 2, on_token, &g, &st->generated, err);
+    struct tools_spec spec = o->spec;
+    spec.trace = o->pipeline.trace_path != NULL;
+    ret = tools_spec_generate(&spec, sess, tokens, n_prompt, o->n_gen, stop, 2, on_token, &g,
+                              &st->generated, &st->spec, err);
     if (ret == 0 && g.ret < 0)
         ret = g.ret;
     if (ret < 0)
@@ -393,7 +402,10 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
         st->decode_s = (double)(t_end - t_first) / 1e9;
     }
     infer_session_stats(sess, &st->session);
-    ret = 0;
+    if (o->pipeline.trace_path && st->spec.on)
+        ret = tools_spec_trace(o->pipeline.trace_path, t0, &st->spec, err);
+    else
+        ret = 0;
 fail:
     if (ret == -ENOMEM && !err->msg[0])
         sl_err_set(err, "out of memory");
@@ -419,6 +431,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
                 "tokens at %.1f tok/s, peak RSS %.1f MiB\n",
                 st->ttft_s, st->prompt_tokens, prefill_tps, st->generated, decode_tps,
                 sl_peak_rss_mb());
+        tools_spec_print(stderr, &st->spec);
         return 0;
     }
     cJSON *j = cJSON_CreateObject();
@@ -433,6 +446,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(j, "decode_tokens_per_s", decode_tps);
     cJSON_AddNumberToObject(j, "peak_rss_mb", sl_peak_rss_mb());
     cJSON_AddNumberToObject(j, "decode_npu_jobs", (double)st->session.npu_jobs);
+    tools_spec_json(j, &st->spec);
     const struct infer_pipeline_stats *ps = &st->pipeline;
     cJSON *pj = cJSON_AddObjectToObject(j, "pipeline");
     cJSON_AddStringToObject(pj, "policy", infer_policy_name(o->pipeline.policy));
@@ -483,6 +497,7 @@ int cmd_run(int argc, char **argv)
     else if (!o.json && text.len)
         printf("\n"); /* end the partial line */
     free(text.s);
+    tools_spec_result_free(&st.spec);
     if (ret < 0) {
         fprintf(stderr, "sluice run: %s\n", err.msg[0] ? err.msg : strerror(-ret));
         return 1;

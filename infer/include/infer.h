@@ -305,6 +305,13 @@ void infer_sampler_destroy(struct infer_sampler *s);
 /* Picks the next token from logits[vocab] (modified in place). Deterministic
  * for a seed. */
 int infer_sampler_sample(struct infer_sampler *s, float *logits);
+/* The distribution infer_sampler_sample draws from, into probs[vocab]:
+ * temperature, softmax, the top-k/top-p candidates renormalized (0 for the
+ * rest); greedy: 1 at the argmax. For speculative acceptance. */
+int infer_sampler_probs(struct infer_sampler *s, const float *logits, float *probs);
+/* A uniform draw in [0, 1) from the sampler's generator. */
+float infer_sampler_uniform(struct infer_sampler *s);
+int infer_sampler_is_greedy(const struct infer_sampler *s);
 
 /* ---- the cold-start pipeline (pipeline.c) ------------------------------------------
  *
@@ -495,6 +502,91 @@ int infer_session_generate(struct infer_session *s, uint32_t max_tokens, const i
                            uint32_t n_stop, infer_token_fn on_token, void *ctx, uint32_t *n_out,
                            struct sl_err *err);
 void infer_session_stats(const struct infer_session *s, struct infer_session_stats *st);
+
+/* ---- speculative decoding (spec_*.c; sd.npu 3.2-3.4) ---------------------------------
+ *
+ * Retrieval drafts verified in one batched forward: after each token the
+ * last 1..4 tokens of the context are looked up in an n-gram index over the
+ * prompt and everything generated, earlier generations (history) and
+ * calibrated sequences; what followed them becomes a draft tree (longest
+ * match first, shared prefixes merged) of at most max_rows rows with the
+ * pending token as its root (the NPU's 4/8/16-row graph shapes). One
+ * infer_forward_batch runs the tree with its mask; the longest path the
+ * model agrees with is kept (infer_kv_commit) and the rest dropped. Greedy
+ * text is identical to infer_session_generate's, token for token (tree rows
+ * equal plain decoding bit for bit: float weights or static activation
+ * scales); with sampling the recursive rejection rule keeps the output
+ * distribution the sampler's.
+ *
+ *   infer_spec_create(sess, prompt, n_prompt, &so, &sp, &err);
+ *   infer_spec_generate(sp, max, stop, n_stop, on_token, ctx, &n, &err);
+ *   infer_spec_stats(sp, &sst); infer_spec_destroy(sp); */
+
+struct infer_spec;
+
+struct infer_spec_opts {
+    uint32_t max_rows;   /* verification rows, root included: 4, 8 or 16 (0: 8) */
+    uint32_t min_match;  /* shortest n-gram that retrieves from context and history,
+                            1..4 (0: 2) */
+    int no_reuse;        /* 1: no draft reuse (paper 3.4) */
+    uint32_t reuse_threshold; /* a reused segment is dropped once it has drafted more
+                                 than this many tokens (0: 16) */
+    int calibrate;       /* 1: in-context calibration (paper 3.3) after the first token */
+    uint32_t calib_breadth, calib_depth; /* 0: 2 and 4 */
+    float calib_min_p;   /* 0: 0.2 */
+    float row_cost;      /* the time of one more verification row relative to a
+                            one-row step, for the cost model that sizes the tree
+                            (0: measured as it runs, starting at 0.25) */
+    const int *history;  /* earlier generations (-1 separates them), or NULL */
+    uint32_t n_history;
+    /* called after every verification (for a trace): its start and end
+     * (sl_now_ns), rows and accepted drafts; NULL: none */
+    void (*on_round)(void *ctx, uint64_t t0_ns, uint64_t t1_ns, uint32_t rows,
+                     uint32_t accepted);
+    void *round_ctx;
+};
+
+struct infer_spec_stats {
+    uint32_t rounds;       /* verification forwards */
+    uint32_t plain_steps;  /* one-row steps (no draft found) */
+    uint32_t drafted;      /* draft rows verified */
+    uint32_t accepted;     /* draft tokens accepted */
+    uint32_t reuse_drafted, reuse_accepted; /* of those, from reused segments */
+    uint32_t calib_drafted, calib_accepted; /* from calibrated sequences */
+    uint32_t calib_seqs;   /* calibrated sequences added */
+    uint32_t shapes[3];    /* rounds with 4, 8 and 16-row graphs */
+    uint32_t tokens;       /* tokens produced (emitted) */
+    double draft_s, verify_s, plain_s, calib_s;
+};
+
+int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
+                      const struct infer_spec_opts *o, struct infer_spec **out,
+                      struct sl_err *err);
+void infer_spec_destroy(struct infer_spec *sp);
+/* infer_session_generate's contract, speculatively. */
+int infer_spec_generate(struct infer_spec *sp, uint32_t max_tokens, const int *stop,
+                        uint32_t n_stop, infer_token_fn on_token, void *ctx, uint32_t *n_out,
+                        struct sl_err *err);
+void infer_spec_stats(const struct infer_spec *sp, struct infer_spec_stats *st);
+/* The tokens generated so far (for the history store). */
+const int *infer_spec_generated(const struct infer_spec *sp, uint32_t *n);
+/* 1 when greedy verification is exact for the model: every linear float or
+ * with a static activation scale (dynamic scales make rows affect each
+ * other). */
+int infer_spec_exact(const struct infer_model *m);
+
+/* A bounded on-disk history of earlier generations, one file per task kind
+ * and model (DIR/KIND-TAG.hist; KIND of [A-Za-z0-9_-], 1..64 characters):
+ * at most max_tokens tokens, the oldest generations dropped first, rewritten
+ * atomically (temporary file + rename). */
+struct infer_spec_store;
+int infer_spec_store_open(const char *dir, const char *kind, uint64_t model_tag,
+                          uint32_t max_tokens, struct infer_spec_store **out, struct sl_err *err);
+void infer_spec_store_close(struct infer_spec_store *h);
+/* Its tokens, generations separated by -1. */
+const int *infer_spec_store_tokens(const struct infer_spec_store *h, uint32_t *n);
+int infer_spec_store_add(struct infer_spec_store *h, const int *tokens, uint32_t n,
+                         struct sl_err *err);
 
 #ifdef __cplusplus
 }

@@ -47,7 +47,8 @@ while IFS=: read -r cmd file; do
         sed '/^$/q' "$TMP/help" | grep -oE "(^|[[ (|])$OPT" | sed -E 's/^[[ (|]//'
         grep -oE "^ +$OPT(, $OPT)*" "$TMP/help" | tr ',' '\n' | tr -d ' '
     } | grep -vxE -- '-h|--help' | sort -u >"$TMP/listed"
-    grep -oE "strcmp\([^,]+, \"-[^\"]+\"\)" "$SRC/tools/$file" |
+    # shellcheck disable=SC2086 # $file lists the parser's files
+    (cd "$SRC/tools" && grep -hoE "strcmp\([^,]+, \"-[^\"]+\"\)" $file) |
         sed -E 's/.*"(-[^"]+)".*/\1/' | grep -vxE -- '-h|--help' | sort -u >"$TMP/parsed"
     if ! diff "$TMP/parsed" "$TMP/listed" >"$TMP/diff"; then
         fail "sluice $cmd: --help and the parser differ (< parser only, > help only):"
@@ -74,7 +75,7 @@ import:sluice_import.c
 inspect:sluice_inspect.c
 synth:sluice_synth.c
 quantize:sluice_quantize.c
-run:sluice_run.c
+run:sluice_run.c tools_spec.c
 eval:sluice_eval.c
 mount:sluice_mount.c
 umount:sluice_umount.c
@@ -84,6 +85,7 @@ bench gemm:bench_gemm.c
 bench coldstart:bench_coldstart.c
 serve:sluice_serve.c
 chat:sluice_chat.c
+bench spec:bench_spec.c
 EOF
 
 # 3'. the dispatchers

@@ -1,0 +1,137 @@
+/* spec_internal.h: the pieces of retrieval-based speculative decoding
+ * (sd.npu 3.2-3.4) behind infer_spec_* (infer.h): an n-gram index over
+ * token sources, the draft tree, acceptance, calibration and draft reuse.
+ * Token value -1 in a source separates segments (no n-gram crosses it). */
+#ifndef SLUICE_SPEC_INTERNAL_H
+#define SLUICE_SPEC_INTERNAL_H
+
+#include <stdint.h>
+
+#include "infer.h"
+
+/* ---- n-gram index (spec_index.c) --------------------------------------------------- */
+
+#define SPEC_MAX_ORDER 4 /* longest n-gram indexed */
+
+/* An append-only token array with, for every order g in 1..SPEC_MAX_ORDER,
+ * hash chains of the positions where each g-gram ends (newest first). */
+struct spec_index {
+    int *tok;
+    uint32_t n, cap;
+    uint32_t *next[SPEC_MAX_ORDER]; /* [cap]: previous end of the same hash, +1 (0: none) */
+    uint32_t *head[SPEC_MAX_ORDER]; /* [nbuckets] */
+    uint32_t mask;                  /* nbuckets - 1 */
+};
+
+int spec_index_init(struct spec_index *ix, uint32_t cap_hint);
+void spec_index_free(struct spec_index *ix);
+/* Appends tokens (-1 separates segments); -ENOMEM. */
+int spec_index_append(struct spec_index *ix, const int *t, uint32_t n);
+
+/* Calls fn(ctx, end) for each position `end` where the last g tokens of
+ * q[0..nq) occur as tok[end-g+1..end] (newest first) until fn returns
+ * nonzero; at most `limit` calls. */
+typedef int (*spec_match_fn)(void *ctx, const struct spec_index *ix, uint32_t end);
+void spec_index_match(const struct spec_index *ix, const int *q, uint32_t nq, uint32_t g,
+                      uint32_t limit, spec_match_fn fn, void *ctx);
+
+/* ---- draft tree (spec_tree.c) ----------------------------------------------------- */
+
+#define SPEC_MAX_ROWS 16 /* the largest verification shape */
+
+/* Row 0 is the token to run next (the root, not a draft); rows 1.. are
+ * drafts, each after parent[i] < i. */
+struct spec_tree {
+    uint32_t n;
+    int tok[SPEC_MAX_ROWS];
+    int32_t parent[SPEC_MAX_ROWS];
+    uint32_t pos[SPEC_MAX_ROWS];
+    uint8_t depth[SPEC_MAX_ROWS];
+    uint8_t src[SPEC_MAX_ROWS];   /* enum spec_src of the candidate that added the row */
+    uint8_t order[SPEC_MAX_ROWS]; /* the n-gram order of its match (0: not a match) */
+    uint8_t later[SPEC_MAX_ROWS]; /* 1: not its candidate's first token */
+    float p[SPEC_MAX_ROWS];       /* estimated probability that the row is accepted */
+    float sum_p;                  /* over rows 1.. */
+};
+
+enum spec_src {
+    SPEC_SRC_CONTEXT = 0,
+    SPEC_SRC_HISTORY,
+    SPEC_SRC_CALIB,
+    SPEC_SRC_REUSE,
+    SPEC_SRC_COUNT
+};
+
+/* Adds a candidate continuation of the root: tokens c[0..n) (c[0] a child
+ * of the root), merged with the rows already there, while rows remain
+ * (max_rows). Returns the number of new rows. */
+uint32_t spec_tree_add(struct spec_tree *t, const int *c, uint32_t n, uint32_t max_rows,
+                       enum spec_src src);
+/* The same with a cost model: a new row's acceptance probability is its
+ * parent's times a_first (its candidate's first token) or a_next (a later
+ * one: acceptance given the previous token's) times what its
+ * parent's earlier children leave; the row is added only while it raises
+ * the expected tokens per unit of forward time, (1 + sum p) / (1 + alpha
+ * (rows - 1)), alpha being the cost of one more row relative to a one-row
+ * step: p > alpha x that rate. */
+uint32_t spec_tree_add_p(struct spec_tree *t, const int *c, uint32_t n, uint32_t max_rows,
+                         enum spec_src src, uint32_t order, float a_first, float a_next,
+                         float alpha);
+/* Row 0 = token at position pos0, nothing else. */
+void spec_tree_reset(struct spec_tree *t, int root, uint32_t pos0);
+
+/* ---- acceptance (spec_accept.c) --------------------------------------------------- */
+
+/* Walks the tree from the root with its rows' logits [n][vocab]. Greedy
+ * (temperature 0): a child is taken when its token is the argmax. Sampling:
+ * at every row, the children are tried in row order, each accepted with
+ * probability p(token) under the sampler's distribution (a draft is a point
+ * mass, so min(1, p/q) = p), p losing that token (renormalized) after a
+ * rejection; when none is accepted the next token is drawn from what is left
+ * (the recursive rejection rule: the output distribution is p's). path[0..*np)
+ * receives the accepted rows (path[0] = 0), *next the token after them.
+ * probs: [vocab] scratch. Returns 0 or -errno. */
+int spec_accept(const struct spec_tree *t, const float *logits, uint32_t vocab,
+                struct infer_sampler *smp, float *probs, uint32_t *path, uint32_t *np, int *next);
+
+/* ---- draft reuse (spec_reuse.c, paper 3.4 eq. 3) --------------------------------- */
+
+#define SPEC_REUSE_MAX 16 /* tokens of a kept segment */
+
+struct spec_reuse {
+    int seg[SPEC_REUSE_MAX];
+    uint32_t n;       /* 0: none kept */
+    uint32_t rounds;  /* rounds it has been offered */
+    uint32_t offered; /* draft tokens it contributed so far */
+};
+
+/* After a verification: the draft path x[0..nx) (the deepest path through
+ * the first rejected row) against the model's tokens y[0..nx) at its rows
+ * (y[i] = the model's choice after x[0..i)), rejected at e (x[e] != y[e]):
+ * keeps the longest run x[a..b] with x[i] == y[i] for every i in [a, b],
+ * a > e (eq. 3), replacing a previous segment. */
+void spec_reuse_update(struct spec_reuse *r, const int *x, const int *y, uint32_t nx, uint32_t e);
+/* The candidate to offer after `last` (the root token): the segment after
+ * the last occurrence of `last` in it, else the whole segment. Drops the
+ * segment once it has been offered for a round and its offered tokens pass
+ * `threshold`. Returns its length (0: none). */
+uint32_t spec_reuse_offer(struct spec_reuse *r, int last, uint32_t threshold, const int **c);
+
+/* ---- calibration (spec_calib.c, paper 3.3) --------------------------------------- */
+
+/* Runs the context through a scratch state with every position's logits,
+ * and appends to out the calibrated sequences: for every context token
+ * whose likely successors (top `breadth`, p >= min_p) differ from the
+ * context's own next token, a depth-first walk: the token, a successor,
+ * then the successors of that token's latest occurrence in the context
+ * (before the position searched from, else anywhere), to `depth` tokens,
+ * each sequence followed by -1. Returns 0 or -errno with err. */
+struct spec_calib_opts {
+    uint32_t breadth, depth;
+    float min_p;
+};
+int spec_calibrate(struct infer_model *m, const int *ctx, uint32_t n,
+                   const struct spec_calib_opts *o, struct spec_index *out, uint32_t *n_seqs,
+                   struct sl_err *err);
+
+#endif /* SLUICE_SPEC_INTERNAL_H */

@@ -1,0 +1,454 @@
+/* bench_spec.c: `sluice bench spec`: decode tokens/s of plain decoding,
+ * speculative decoding (infer_spec_*) and, optionally, llama.cpp's
+ * llama-lookup on the same prompts, interleaved run by run; medians. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_spec.h"
+#include "import.h"
+#include "infer.h"
+#include "sluice.h"
+#include "tools_stats.h"
+#include "tools_util.h"
+
+#define TASKS_PER_KIND 3
+
+#define PASSAGE_VERSES 8
+
+double bench_spec_stat(const double *v, uint32_t n, int which)
+{
+    struct tools_stats st;
+    if (tools_stats_compute(v, n, &st) < 0)
+        return 0;
+    return which == 2 ? st.max : which ? st.median : st.min;
+}
+#define tools_median(v, n) bench_spec_stat(v, n, 1)
+#define tools_min(v, n) bench_spec_stat(v, n, 0)
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: sluice bench spec MODEL --text FILE [--tokenizer FILE] [-n N] [--runs R]\n"
+            "       sluice bench spec MODEL --verify-cost C [--runs R] [--json]\n"
+            "                         [--rows 4|8|16] [--calibrate] [--lookup BIN --gguf FILE]\n"
+            "                         [--json]\n\n"
+            "Decode tokens/s of plain greedy decoding against speculative decoding (--spec\n"
+            "auto) on the same model and prompts, run for run (plain, spec, lookup, then\n"
+            "again), medians and minima over the runs; checks that the greedy tokens are\n"
+            "identical. Tasks are made from FILE (one verse a line, e.g. kjv6L.calib.txt):\n"
+            "  restart   a passage of %d verses, then its first verse's opening words\n"
+            "  middle    the passage, then the opening words of its fifth verse\n"
+            "  free      the opening words of a verse not in any prompt (no context)\n"
+            "%d tasks of each kind. Generation is N tokens (no stop token), after the prompt's\n"
+            "prefill (not timed).\n"
+            "  -n N          tokens to generate (default 128)\n"
+            "  --runs R      runs of every contender on every task (default 3)\n"
+            "  --rows N      verification rows (default 8)\n"
+            "  --calibrate   in-context calibration (its pass over the prompt is timed)\n"
+            "  --lookup BIN  llama.cpp's llama-lookup, run on --gguf (the same model) with\n"
+            "                the same prompt text, -n N, greedy, one thread, EOS ignored;\n"
+            "                its own 'decoded ... t/s' line is taken; also with --draft-max 0\n"
+            "                (llama.cpp's plain decoding, column llama)\n"
+            "  --verify-cost C  instead: the time of one forward of 1, 4, 8 and 16 rows (a\n"
+            "                draft tree) after a context of C tokens, --runs times each,\n"
+            "                interleaved (the verification shapes against a decode step)\n"
+            "  --tokenizer F llama2.c tokenizer when MODEL is a llama2.c .bin\n"
+            "  --json        one JSON object\n",
+            PASSAGE_VERSES, TASKS_PER_KIND);
+}
+
+struct task {
+    const char *kind;
+    char *prompt;
+};
+
+static char **read_lines(const char *path, uint32_t *n)
+{
+    size_t len;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char **v = NULL, *line = NULL;
+    size_t cap = 0;
+    *n = 0;
+    ssize_t r;
+    while ((r = getline(&line, &cap, f)) > 0) {
+        len = (size_t)r;
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = 0;
+        if (!len)
+            continue;
+        char **nv = realloc(v, sizeof *v * (*n + 1));
+        if (!nv)
+            break;
+        v = nv;
+        v[(*n)++] = strdup(line);
+    }
+    free(line);
+    fclose(f);
+    return v;
+}
+
+/* The first `words` words of s. */
+static void opening(char *out, size_t cap, const char *s, int words)
+{
+    size_t i = 0;
+    int w = 0;
+    while (s[i] && i + 1 < cap) {
+        if (s[i] == ' ' && ++w == words)
+            break;
+        i++;
+    }
+    memcpy(out, s, i);
+    out[i] = 0;
+}
+
+static int make_tasks(char **lines, uint32_t n, struct task *t, uint32_t *nt)
+{
+    *nt = 0;
+    if (n < (TASKS_PER_KIND + 1) * (PASSAGE_VERSES + 2))
+        return -EINVAL;
+    for (int k = 0; k < TASKS_PER_KIND; k++) {
+        uint32_t a = (uint32_t)k * (n / (TASKS_PER_KIND + 1));
+        size_t cap = 16;
+        for (uint32_t i = 0; i < PASSAGE_VERSES; i++)
+            cap += strlen(lines[a + i]) + 1;
+        for (int kind = 0; kind < 3; kind++) {
+            char *p = malloc(cap + 256);
+            if (!p)
+                return -ENOMEM;
+            p[0] = 0;
+            char open[256];
+            if (kind < 2) {
+                for (uint32_t i = 0; i < PASSAGE_VERSES; i++) {
+                    strcat(p, lines[a + i]);
+                    strcat(p, " ");
+                }
+                opening(open, sizeof open, lines[a + (kind == 0 ? 0 : 4)], 6);
+            } else {
+                opening(open, sizeof open, lines[a + PASSAGE_VERSES + 1], 6);
+            }
+            strcat(p, open);
+            t[*nt] = (struct task){kind == 0 ? "restart" : kind == 1 ? "middle" : "free", p};
+            (*nt)++;
+        }
+    }
+    return 0;
+}
+
+struct keep {
+    int *t;
+    uint32_t n, cap;
+};
+
+static int keep_tok(void *ctx, int tok)
+{
+    struct keep *k = ctx;
+    if (k->n < k->cap)
+        k->t[k->n++] = tok;
+    return 0;
+}
+
+/* One decode of n tokens after the prompt: tokens/s (0 on error). */
+static double decode_once(struct infer_model *m, const int *ids, uint32_t np, uint32_t n,
+                          const struct infer_spec_opts *so, struct keep *out,
+                          struct infer_spec_stats *sst, struct sl_err *err)
+{
+    struct infer_session *s;
+    struct infer_session_opts o = {.max_batch = 256};
+    if (infer_session_create(m, &o, &s, err) < 0)
+        return 0;
+    double tps = 0;
+    out->n = 0;
+    if (infer_session_prefill(s, ids, np, err) == 0) {
+        uint64_t t0 = sl_now_ns();
+        int ret;
+        uint32_t got;
+        struct infer_spec *sp = NULL;
+        if (so) {
+            ret = infer_spec_create(s, ids, np, so, &sp, err);
+            if (ret == 0)
+                ret = infer_spec_generate(sp, n, NULL, 0, keep_tok, out, &got, err);
+            if (sp)
+                infer_spec_stats(sp, sst);
+            infer_spec_destroy(sp);
+        } else {
+            ret = infer_session_generate(s, n, NULL, 0, keep_tok, out, &got, err);
+        }
+        double dt = (double)(sl_now_ns() - t0) / 1e9;
+        if (ret == 0 && dt > 0)
+            tps = got / dt;
+    }
+    infer_session_destroy(s);
+    return tps;
+}
+
+/* llama-lookup's decode speed on the prompt, or 0. */
+static double lookup_once(const char *bin, const char *gguf, const char *prompt, uint32_t n,
+                          int plain)
+{
+    char path[] = "/tmp/sluice-spec-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return 0;
+    FILE *pf = fdopen(fd, "w");
+    if (!pf) {
+        close(fd);
+        unlink(path);
+        return 0;
+    }
+    fputs(prompt, pf);
+    fclose(pf);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "'%s' -m '%s' -f '%s' -n %u --temp 0 -t 1 -c 1024 --ignore-eos%s 2>&1 >/dev/null", bin,
+             gguf, path, n, plain ? " --draft-max 0" : "");
+    FILE *p = popen(cmd, "r");
+    double tps = 0;
+    char line[1024];
+    while (p && fgets(line, sizeof line, p)) {
+        const char *d = strstr(line, "decoded");
+        const char *sp = d ? strstr(d, "speed:") : NULL;
+        if (sp)
+            tps = atof(sp + 6);
+    }
+    if (p)
+        pclose(p);
+    unlink(path);
+    return tps;
+}
+
+int bench_spec(int argc, char **argv)
+{
+    const char *model = NULL, *text = NULL, *tokenizer = NULL, *lookup = NULL, *gguf = NULL;
+    uint32_t n = 128, runs = 3, rows = 8;
+    int json = 0, calibrate = 0;
+    uint32_t cost_ctx = 0;
+    struct tools_args a = {"sluice bench spec", usage, argc, argv, 0};
+    for (a.i = 1; a.i < argc; a.i++) {
+        const char *s = argv[a.i];
+        int bad = 0;
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(s, "--text")) {
+            bad = tools_args_value(&a, &text);
+        } else if (!strcmp(s, "--tokenizer")) {
+            bad = tools_args_value(&a, &tokenizer);
+        } else if (!strcmp(s, "--lookup")) {
+            bad = tools_args_value(&a, &lookup);
+        } else if (!strcmp(s, "--gguf")) {
+            bad = tools_args_value(&a, &gguf);
+        } else if (!strcmp(s, "-n")) {
+            bad = tools_args_u32(&a, 1, 100000, &n);
+        } else if (!strcmp(s, "--runs")) {
+            bad = tools_args_u32(&a, 1, 1000, &runs);
+        } else if (!strcmp(s, "--rows")) {
+            bad = tools_args_u32(&a, 4, 16, &rows);
+        } else if (!strcmp(s, "--verify-cost")) {
+            bad = tools_args_u32(&a, 1, UINT32_MAX, &cost_ctx);
+        } else if (!strcmp(s, "--calibrate")) {
+            calibrate = 1;
+        } else if (!strcmp(s, "--json")) {
+            json = 1;
+        } else if (s[0] == '-' || model) {
+            bad = tools_args_unexpected(&a);
+        } else {
+            model = s;
+        }
+        if (bad)
+            return 2;
+    }
+    if (!model || (!text && !cost_ctx) || (lookup && !gguf) ||
+        (rows != 4 && rows != 8 && rows != 16)) {
+        fprintf(stderr, "sluice bench spec: want MODEL, --text FILE, --gguf with --lookup, and "
+                        "--rows 4, 8 or 16\n\n");
+        usage(stderr);
+        return 2;
+    }
+    struct sl_err err = {{0}};
+    char tmp[4096] = "";
+    const char *path = model;
+    enum import_source kind;
+    int ret = import_source_detect(model, &kind, &err);
+    if (ret == 0 && kind != IMPORT_SRC_SLUICE) {
+        const char *dir = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";
+        snprintf(tmp, sizeof tmp, "%s/sluice-bench-spec-%d.sluice", dir, (int)getpid());
+        struct import_opts io = {.tokenizer = tokenizer, .dtype = -1};
+        ret = import_model(model, &io, tmp, &err);
+        if (ret < 0)
+            tmp[0] = 0;
+        path = tmp;
+    }
+    struct infer_model *m = NULL;
+    struct infer_tokenizer *tk = NULL;
+    if (ret == 0)
+        ret = infer_model_load(path, NULL, &m, &err);
+    if (tmp[0])
+        unlink(tmp);
+    if (ret == 0)
+        ret = infer_tokenizer_create(format_reader_tokenizer(infer_model_reader(m)),
+                                     infer_model_config(m), &tk, &err);
+    if (ret < 0) {
+        fprintf(stderr, "sluice bench spec: %s\n", err.msg);
+        infer_model_destroy(m);
+        return 1;
+    }
+    if (cost_ctx) {
+        ret = bench_spec_cost(m, cost_ctx, runs, json);
+        infer_tokenizer_destroy(tk);
+        infer_model_destroy(m);
+        return ret;
+    }
+    if (!infer_spec_exact(m))
+        fprintf(stderr,
+                "sluice bench spec: %s has dynamic activation scales: greedy text may "
+                "differ under speculation\n",
+                model);
+    uint32_t nl = 0;
+    char **lines = read_lines(text, &nl);
+    struct task tasks[3 * TASKS_PER_KIND];
+    uint32_t nt = 0;
+    if (!lines || make_tasks(lines, nl, tasks, &nt) < 0) {
+        fprintf(stderr, "sluice bench spec: %s: want at least %d lines of text\n", text,
+                (TASKS_PER_KIND + 1) * (PASSAGE_VERSES + 2));
+        infer_tokenizer_destroy(tk);
+        infer_model_destroy(m);
+        return 1;
+    }
+    uint32_t seq = infer_model_config(m)->seq_len;
+    int *ids = malloc(sizeof(int) * seq);
+    struct keep kp = {.t = malloc(sizeof(int) * n), .cap = n};
+    struct keep ks = {.t = malloc(sizeof(int) * n), .cap = n};
+    double *v = malloc(sizeof(double) * runs * 4);
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "tasks");
+    struct infer_spec_opts so = {.max_rows = rows, .calibrate = calibrate};
+    int mismatch = 0;
+    /* per kind: sums of medians (and of best runs) for the summary */
+    double kind_plain[3] = {0}, kind_spec[3] = {0}, kind_look[3] = {0}, kind_lplain[3] = {0};
+    double kbest_plain[3] = {0}, kbest_spec[3] = {0}, kbest_look[3] = {0}, kbest_lplain[3] = {0};
+    uint32_t kind_acc[3] = {0}, kind_rounds[3] = {0}, kind_drafted[3] = {0};
+    if (!json)
+        printf("%-8s %6s %9s %9s %9s %9s %8s %8s %7s %6s\n", "task", "prompt", "plain", "spec",
+               "llama", "lookup", "spec/pl", "look/lla", "accept", "len");
+    for (uint32_t ti = 0; ti < nt && ids && kp.t && ks.t && v; ti++) {
+        uint32_t np;
+        if (infer_tokenizer_encode(tk, tasks[ti].prompt, 1, ids, seq - n - 1, &np) < 0) {
+            fprintf(stderr, "sluice bench spec: task %u's prompt is too long\n", ti);
+            continue;
+        }
+        double *vp = v, *vs = v + runs, *vl = v + 2 * runs, *vlp = v + 3 * runs;
+        struct infer_spec_stats sst = {0};
+        for (uint32_t r = 0; r < runs; r++) {
+            vp[r] = decode_once(m, ids, np, n, NULL, &kp, NULL, &err);
+            vs[r] = decode_once(m, ids, np, n, &so, &ks, &sst, &err);
+            vlp[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 1) : 0;
+            vl[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 0) : 0;
+            if (kp.n != ks.n || memcmp(kp.t, ks.t, sizeof(int) * kp.n))
+                mismatch++;
+        }
+        double mp = tools_median(vp, runs), ms = tools_median(vs, runs),
+               ml = tools_median(vl, runs), mlp = tools_median(vlp, runs);
+        int k = !strcmp(tasks[ti].kind, "restart") ? 0 : !strcmp(tasks[ti].kind, "middle") ? 1 : 2;
+        kind_plain[k] += mp;
+        kind_spec[k] += ms;
+        kind_look[k] += ml;
+        kind_lplain[k] += mlp;
+        /* the best run of each (highest tokens/s): the least disturbed by other load */
+        kbest_plain[k] += bench_spec_stat(vp, runs, 2);
+        kbest_spec[k] += bench_spec_stat(vs, runs, 2);
+        kbest_look[k] += bench_spec_stat(vl, runs, 2);
+        kbest_lplain[k] += bench_spec_stat(vlp, runs, 2);
+        kind_acc[k] += sst.accepted;
+        kind_rounds[k] += sst.rounds;
+        kind_drafted[k] += sst.drafted;
+        double len = sst.rounds ? (double)(sst.accepted + sst.rounds) / sst.rounds : 0;
+        double rate = sst.drafted ? (double)sst.accepted / sst.drafted : 0;
+        if (!json)
+            printf("%-8s %6u %9.1f %9.1f %9.1f %9.1f %8.2f %8.2f %6.0f%% %6.2f\n", tasks[ti].kind,
+                   np, mp, ms, mlp, ml, mp > 0 ? ms / mp : 0, mlp > 0 ? ml / mlp : 0, 100 * rate,
+                   len);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "kind", tasks[ti].kind);
+        cJSON_AddNumberToObject(o, "prompt_tokens", np);
+        cJSON_AddNumberToObject(o, "plain_tps_median", mp);
+        cJSON_AddNumberToObject(o, "plain_tps_min", tools_min(vp, runs));
+        cJSON_AddNumberToObject(o, "spec_tps_median", ms);
+        cJSON_AddNumberToObject(o, "spec_tps_min", tools_min(vs, runs));
+        if (lookup) {
+            cJSON_AddNumberToObject(o, "lookup_tps_median", ml);
+            cJSON_AddNumberToObject(o, "lookup_tps_min", tools_min(vl, runs));
+            cJSON_AddNumberToObject(o, "llama_plain_tps_median", mlp);
+            cJSON_AddNumberToObject(o, "llama_plain_tps_min", tools_min(vlp, runs));
+        }
+        cJSON_AddNumberToObject(o, "speedup", mp > 0 ? ms / mp : 0);
+        cJSON_AddNumberToObject(o, "drafted", sst.drafted);
+        cJSON_AddNumberToObject(o, "accepted", sst.accepted);
+        cJSON_AddNumberToObject(o, "mean_acceptance_length", len);
+        cJSON_AddItemToArray(arr, o);
+    }
+    static const char *const kinds[] = {"restart", "middle", "free"};
+    cJSON *sum = cJSON_AddObjectToObject(root, "by_kind");
+    for (int k = 0; k < 3; k++) {
+        double sp = kind_plain[k] > 0 ? kind_spec[k] / kind_plain[k] : 0;
+        double len = kind_rounds[k] ? (double)(kind_acc[k] + kind_rounds[k]) / kind_rounds[k] : 0;
+        if (!json)
+            printf("%-8s spec/plain %.2fx, mean acceptance length %.2f, accepted %u of %u "
+                   "drafts\n",
+                   kinds[k], sp, len, kind_acc[k], kind_drafted[k]);
+        if (!json && lookup)
+            printf("         llama-lookup/llama plain %.2fx; tokens/s spec/lookup %.2fx\n",
+                   kind_lplain[k] > 0 ? kind_look[k] / kind_lplain[k] : 0,
+                   kind_look[k] > 0 ? kind_spec[k] / kind_look[k] : 0);
+        if (!json)
+            printf("         best runs: spec/plain %.2fx%s",
+                   kbest_plain[k] > 0 ? kbest_spec[k] / kbest_plain[k] : 0, lookup ? "" : "\n");
+        if (!json && lookup)
+            printf(", llama-lookup/llama plain %.2fx, spec/lookup %.2fx\n",
+                   kbest_lplain[k] > 0 ? kbest_look[k] / kbest_lplain[k] : 0,
+                   kbest_look[k] > 0 ? kbest_spec[k] / kbest_look[k] : 0);
+        cJSON *o = cJSON_AddObjectToObject(sum, kinds[k]);
+        cJSON_AddNumberToObject(o, "spec_over_plain", sp);
+        cJSON_AddNumberToObject(o, "spec_over_plain_best_runs",
+                                kbest_plain[k] > 0 ? kbest_spec[k] / kbest_plain[k] : 0);
+        if (lookup) {
+            cJSON_AddNumberToObject(o, "lookup_over_llama_plain_best_runs",
+                                    kbest_lplain[k] > 0 ? kbest_look[k] / kbest_lplain[k] : 0);
+            cJSON_AddNumberToObject(o, "lookup_over_llama_plain",
+                                    kind_lplain[k] > 0 ? kind_look[k] / kind_lplain[k] : 0);
+            cJSON_AddNumberToObject(o, "spec_over_lookup_tps",
+                                    kind_look[k] > 0 ? kind_spec[k] / kind_look[k] : 0);
+        }
+        cJSON_AddNumberToObject(o, "mean_acceptance_length", len);
+    }
+    cJSON_AddNumberToObject(root, "tokens", n);
+    cJSON_AddNumberToObject(root, "runs", runs);
+    cJSON_AddNumberToObject(root, "rows", rows);
+    cJSON_AddBoolToObject(root, "calibrate", calibrate);
+    cJSON_AddBoolToObject(root, "greedy_identical", mismatch == 0);
+    if (json) {
+        char *s = cJSON_PrintUnformatted(root);
+        if (s)
+            printf("%s\n", s);
+        free(s);
+    } else {
+        printf("greedy tokens %s\n", mismatch ? "DIFFER" : "identical in every run");
+    }
+    cJSON_Delete(root);
+    for (uint32_t i = 0; i < nt; i++)
+        free(tasks[i].prompt);
+    for (uint32_t i = 0; i < nl; i++)
+        free(lines[i]);
+    free(lines);
+    free(ids);
+    free(kp.t);
+    free(ks.t);
+    free(v);
+    infer_tokenizer_destroy(tk);
+    infer_model_destroy(m);
+    return mismatch ? 1 : 0;
+}
