@@ -197,6 +197,11 @@ static inline int pl_load_first(enum infer_policy p)
  * a negative errno with err filled; a linear left half-made is released by
  * infer_linear_fini (the model's destroy). */
 
+/* Keeps a copy of a quantized linear's packed bytes (lin->packed, lin->upk)
+ * for decoding from packed weights; q8 and float tensors: nothing. Touches
+ * no other field of lin. */
+int pl_weights_keep_bytes(struct infer_linear *lin, const struct format_tensor_info *t,
+                          const uint8_t *data, struct sl_err *err);
 /* Sets up a quantized linear before its rows are unpacked: the NPU's weight
  * storage (want_npu) and/or plain int8 rows with their scales (keep_rows). */
 int pl_weights_prepare(struct infer_linear *lin, const struct format_tensor_info *t,

@@ -18,6 +18,11 @@
 #include "sluice.h"
 #include "tools_util.h"
 
+/* --resident's default: the faster decode on this project's machine
+ * (docs/BENCHMARKS.md, issue 22) */
+#define RUN_RESIDENT_DEFAULT "int8"
+#define RUN_RESIDENT_WHY "measured faster here"
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -71,6 +76,11 @@ static void usage(FILE *f)
             "                   NPU device thread computes while the calling thread does the\n"
             "                   rest (0 <= F < 1, default 0.5; 0: the calling thread\n"
             "                   alone; the text is the same for any share)\n"
+            "  --resident R     decode weights: int8 (the NPU layout the prefill used) or\n"
+            "                   packed (the container's packed codes, unpacked in registers\n"
+            "                   per step; the int8 copies are freed after the first token,\n"
+            "                   so weights take their packed size); the text is the same\n"
+            "                   (default " RUN_RESIDENT_DEFAULT ": " RUN_RESIDENT_WHY ")\n"
             "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
             "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p;\n"
             "                   at most the context length (said on stderr when more)\n");
@@ -118,6 +128,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
     const char *policy;
     *o = (struct run_opts){.prompt = "", .n_gen = 256, .npu_share = 0.5};
     infer_pipeline_opts_init(&o->pipeline);
+    infer_resident_parse(RUN_RESIDENT_DEFAULT, &o->pipeline.resident);
     struct tools_args a = {"sluice run", usage, argc, argv, 0};
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
@@ -170,6 +181,11 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             bad = tools_args_u32(&a, 1, UINT32_MAX, &o->pipeline.split);
         } else if (!strcmp(s, "--npu-share")) {
             bad = tools_args_double(&a, 0, 1, TOOLS_ARGS_BELOW_MAX, &o->npu_share);
+        } else if (!strcmp(s, "--resident")) {
+            static const char *const res[] = {"int8", "packed"}; /* enum infer_resident */
+            int r = 0;
+            bad = tools_args_choice(&a, res, 2, &r);
+            o->pipeline.resident = (enum infer_resident)r;
         } else if (!strcmp(s, "--trace")) {
             bad = tools_args_value(&a, &o->pipeline.trace_path);
         } else if (!strcmp(s, "--prompt-tokens")) {

@@ -341,6 +341,21 @@ enum infer_load {
 
 #define INFER_PIPELINE_MAX_CPU_WORKERS 8
 
+/* What a cold-started model keeps resident for decoding (`--resident`). The
+ * prefill always computes from int8 weights in the NPU's layout; with
+ * PACKED the pipeline also keeps each quantized linear's packed bytes
+ * (adaptive, bitplane, int4int8; q8 tensors stay int8), and the session
+ * frees the int8 copies before its first decode step: decode reads the
+ * packed codes and unpacks them in registers (unpack_tensor_dot, the same
+ * int32 sums and scales, so bit-identical logits), and the weights take
+ * their packed size in memory. */
+enum infer_resident {
+    INFER_RESIDENT_INT8 = 0,
+    INFER_RESIDENT_PACKED,
+};
+const char *infer_resident_name(enum infer_resident r);
+int infer_resident_parse(const char *s, enum infer_resident *out); /* 0 or -EINVAL */
+
 struct infer_pipeline_opts {
     enum infer_policy policy;
     enum infer_load load;
@@ -368,6 +383,7 @@ struct infer_pipeline_opts {
     const char *trace_path;    /* Chrome trace JSON of every task and load, or NULL */
     struct npu_device *device; /* the emulated NPU to run on (npu.h; left running, its
                                 * graphs kept), or NULL: one of the pipeline's own */
+    enum infer_resident resident; /* PACKED: keep the packed bytes too (above) */
     void (*first_logits)(void *ctx, const float *logits); /* as soon as they exist */
     void *ctx;
 };
@@ -495,6 +511,16 @@ int infer_session_generate(struct infer_session *s, uint32_t max_tokens, const i
                            uint32_t n_stop, infer_token_fn on_token, void *ctx, uint32_t *n_out,
                            struct sl_err *err);
 void infer_session_stats(const struct infer_session *s, struct infer_session_stats *st);
+
+/* Frees the int8 (NPU layout) copy of every linear of m that also holds
+ * its packed bytes (a cold start with INFER_RESIDENT_PACKED): from then on
+ * its matmuls read the packed codes. A session that cold-started with
+ * PACKED calls it itself before its first step or prefill; returns the
+ * bytes freed. Not while m is in use by another thread. */
+size_t infer_model_drop_int8(struct infer_model *m);
+/* Bytes of weight memory m holds now: int8 (NPU layout) and packed. */
+void infer_model_weight_bytes(const struct infer_model *m, size_t *int8_bytes,
+                              size_t *packed_bytes);
 
 #ifdef __cplusplus
 }
