@@ -28,5 +28,6 @@ int bench_unpack(int argc, char **argv);
 int bench_load(int argc, char **argv);
 int bench_gemm(int argc, char **argv);
 int bench_coldstart(int argc, char **argv);
+int bench_decode(int argc, char **argv);
 
 #endif

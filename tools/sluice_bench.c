@@ -13,6 +13,7 @@ static const struct {
     {"load", bench_load, "cold streaming throughput: io_uring, mount, read, mmap, pread pool"},
     {"gemm", bench_gemm, "int8 GEMM throughput on prefill shapes against measured peak"},
     {"coldstart", bench_coldstart, "cold time to first token, pipeline policies side by side"},
+    {"decode", bench_decode, "decode tokens/s, int8 vs packed resident (and llama-bench)"},
 };
 
 static void usage(FILE *f)
