@@ -191,8 +191,9 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
         return 0;
     }
     unpack_dot_fn *fn = dot_fn(k);
-    int32_t xsum[16];
     const uint32_t nfull = cols / FORMAT_PACKED_GROUP * FORMAT_PACKED_GROUP;
+    int8_t xtail[16][FORMAT_PACKED_GROUP + 64];
+    struct unpack_dot_args args[16];
     for (uint32_t i0 = 0; i0 < m; i0 += 16) {
         uint32_t mi = m - i0 < 16 ? m - i0 : 16;
         for (uint32_t i = 0; i < mi; i++) {
@@ -200,15 +201,26 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
             int32_t sx = 0;
             for (uint32_t c = 0; c < nfull; c++)
                 sx += xi[c];
-            xsum[i] = sx;
+            args[i].xsum_full = sx;
+            for (uint32_t c = nfull; c < cols; c++)
+                sx += xi[c];
+            args[i].xsum_all = sx;
+            memset(xtail[i], 0, sizeof xtail[i]);
+            memcpy(xtail[i], xi + nfull, cols - nfull);
+            args[i].xtail = xtail[i];
         }
         /* row by row: a row's bytes stay in L1 for the next activation rows */
         for (uint32_t r = r0; r < r1; r++) {
             const uint8_t *src = u->layout.data + u->row_off[r];
             uint32_t b = format_packed_width(u->layout.widths, r);
-            for (uint32_t i = 0; i < mi; i++)
+            /* kernels may read up to 64 bytes past a row that is not the tensor's last */
+            int over = u->layout.data_len - u->row_off[r] >=
+                       format_packed_row_bytes(FORMAT_ENC_ADAPTIVE, b, cols) + 64;
+            for (uint32_t i = 0; i < mi; i++) {
+                args[i].overread = over;
                 acc[(size_t)(i0 + i) * ldacc + (r - r0)] =
-                    fn(src, cols, b, x + (size_t)(i0 + i) * cols, xsum[i]);
+                    fn(src, cols, b, x + (size_t)(i0 + i) * cols, &args[i]);
+            }
         }
     }
     return 0;

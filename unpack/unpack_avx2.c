@@ -142,8 +142,13 @@ AI int32_t hsum8(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
-AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x, int32_t xsum_full,
-                          const uint32_t b)
+/* Lane masks: 32 bytes at tail_mask + 32 - n keep the first n lanes. */
+static const int8_t tail_mask[64] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                     -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                     -1, -1, -1, -1, -1, -1};
+
+AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x,
+                          const struct unpack_dot_args *a, const uint32_t b)
 {
     const uint32_t full = cols / 512;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -170,10 +175,30 @@ AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x, in
             }
         }
     }
+    uint32_t t = cols - full * 512;
+    int32_t xsum = a->xsum_full;
+    if (t && b != 8 && a->overread) {
+        /* The tail group (S < 64 bytes per block) straight from the row: a
+         * 32-byte load may run past the stripe (at most 32 bytes past the
+         * row, which the caller allows); those lanes are masked off through
+         * x, and x's tail comes zero-padded, so the padding weights add 0. */
+        const uint32_t S = (t + 7) / 8;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+            for (uint32_t c = 0; c < S; c += 32) {
+                uint32_t n = S - c < 32 ? S - c : 32;
+                __m256i m = _mm256_loadu_si256((const __m256i *)(tail_mask + 32 - n));
+                __m256i xv = _mm256_and_si256(
+                    _mm256_loadu_si256((const __m256i *)(a->xtail + k * S + c)), m);
+                __m256i p = _mm256_maddubs_epi16(code(src + c, S, k, b), xv);
+                acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(p, ones));
+            }
+        xsum = a->xsum_all;
+        t = 0;
+    }
     uint32_t s = (uint32_t)hsum8(_mm256_add_epi32(acc0, acc1));
     if (b != 8)
-        s -= (uint32_t)UNPACK_DOT_OFF(b) * (uint32_t)xsum_full;
-    uint32_t t = cols - full * 512;
+        s -= (uint32_t)UNPACK_DOT_OFF(b) * (uint32_t)xsum;
     if (t) {
         int8_t q[FORMAT_PACKED_GROUP];
         adaptive_row_b(src, t, q, b, 0);
@@ -184,9 +209,9 @@ AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x, in
 
 #define DEFINE_DOT(B)                                                                         \
     static int32_t adaptive_dot_##B(const uint8_t *src, uint32_t cols, const int8_t *x,       \
-                                    int32_t xs)                                               \
+                                    const struct unpack_dot_args *a)                          \
     {                                                                                         \
-        return adaptive_dot_b(src, cols, x, xs, (B));                                         \
+        return adaptive_dot_b(src, cols, x, a, (B));                                          \
     }
 DEFINE_DOT(1)
 DEFINE_DOT(2)
@@ -197,15 +222,18 @@ DEFINE_DOT(6)
 DEFINE_DOT(7)
 DEFINE_DOT(8)
 
-static int32_t (*const adaptive_dots[9])(const uint8_t *, uint32_t, const int8_t *, int32_t) = {
+typedef int32_t dot_b_fn(const uint8_t *, uint32_t, const int8_t *,
+                         const struct unpack_dot_args *);
+
+static dot_b_fn *const adaptive_dots[9] = {
     NULL,           adaptive_dot_1, adaptive_dot_2, adaptive_dot_3, adaptive_dot_4,
     adaptive_dot_5, adaptive_dot_6, adaptive_dot_7, adaptive_dot_8,
 };
 
 static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
-                            int32_t xsum_full)
+                            const struct unpack_dot_args *a)
 {
-    return adaptive_dots[b](src, cols, x, xsum_full);
+    return adaptive_dots[b](src, cols, x, a);
 }
 
 /* ---- int4int8 (padded baseline) ------------------------------------------------------ */

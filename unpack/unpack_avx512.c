@@ -144,13 +144,13 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
 /* ---- dot products straight from the packed row (decode) -------------------------------
  * Per 64 weights: the unsigned codes (code()) times x with vpdpbusd (u8 x
  * s8, four products added into each int32 lane, wrapping, no saturation:
- * exact modulo 2^32), the offset removed once per row with xsum_full; the
- * tail group is unpacked and multiplied as bytes. Compiled for VNNI, which
+ * exact modulo 2^32), the offset removed once per row with xsum_all; the
+ * tail group the same way with byte-masked loads. Compiled for VNNI, which
  * the dispatch (unpack.c) checks. */
 #pragma GCC push_options
 #pragma GCC target("avx512vnni")
-AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x, int32_t xsum_full,
-                          const uint32_t b)
+AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x,
+                          const struct unpack_dot_args *a, const uint32_t b)
 {
     const uint32_t full = cols / 512;
     __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
@@ -164,22 +164,26 @@ AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x, in
                                        _mm512_loadu_si512(x + k * 64 + 64));
         }
     }
-    uint32_t s = (uint32_t)_mm512_reduce_add_epi32(_mm512_add_epi32(acc0, acc1));
-    s -= (uint32_t)UNPACK_DOT_OFF(b) * (uint32_t)xsum_full;
     uint32_t t = cols - full * 512;
-    if (t) {
-        int8_t q[FORMAT_PACKED_GROUP];
-        adaptive_row_b(src, t, q, b, 0);
-        s += (uint32_t)unpack_dot_i8(q, x, t);
+    if (t) { /* the tail group: byte-masked loads of the row and of x's valid weights */
+        const uint32_t S = (t + 7) / 8;
+        const __mmask64 lm = first_bytes(S);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            uint32_t n = t > k * S ? t - k * S : 0;
+            __m512i xv = _mm512_maskz_loadu_epi8(first_bytes(n < S ? n : S), x + k * S);
+            acc0 = _mm512_dpbusd_epi32(acc0, code(src, S, k, b, 1, lm), xv);
+        }
     }
-    return (int32_t)s;
+    uint32_t s = (uint32_t)_mm512_reduce_add_epi32(_mm512_add_epi32(acc0, acc1));
+    return (int32_t)(s - (uint32_t)UNPACK_DOT_OFF(b) * (uint32_t)a->xsum_all);
 }
 
 #define DEFINE_DOT(B)                                                                         \
     static int32_t adaptive_dot_##B(const uint8_t *src, uint32_t cols, const int8_t *x,       \
-                                    int32_t xs)                                               \
+                                    const struct unpack_dot_args *a)                          \
     {                                                                                         \
-        return adaptive_dot_b(src, cols, x, xs, (B));                                         \
+        return adaptive_dot_b(src, cols, x, a, (B));                                          \
     }
 DEFINE_DOT(1)
 DEFINE_DOT(2)
@@ -190,15 +194,18 @@ DEFINE_DOT(6)
 DEFINE_DOT(7)
 DEFINE_DOT(8)
 
-static int32_t (*const adaptive_dots[9])(const uint8_t *, uint32_t, const int8_t *, int32_t) = {
+typedef int32_t dot_b_fn(const uint8_t *, uint32_t, const int8_t *,
+                         const struct unpack_dot_args *);
+
+static dot_b_fn *const adaptive_dots[9] = {
     NULL,           adaptive_dot_1, adaptive_dot_2, adaptive_dot_3, adaptive_dot_4,
     adaptive_dot_5, adaptive_dot_6, adaptive_dot_7, adaptive_dot_8,
 };
 
 static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
-                            int32_t xsum_full)
+                            const struct unpack_dot_args *a)
 {
-    return adaptive_dots[b](src, cols, x, xsum_full);
+    return adaptive_dots[b](src, cols, x, a);
 }
 #pragma GCC pop_options
 

@@ -27,15 +27,25 @@ typedef int32_t unpack_sum_fn(const int8_t *q, uint32_t n);
  * kernels build (b = 1 puts the bit at bit 1, so u is 0 or 2). */
 #define UNPACK_DOT_OFF(b) ((b) == 1 ? 1 : (1 << ((b) - 1)) - 1)
 
+/* What a dot kernel gets besides the row and its activations (the same for
+ * every row of one activation row): sums of x for removing the offset of
+ * unsigned codes, x's tail group copied into zero padding, and whether the
+ * row's bytes may be over-read. */
+struct unpack_dot_args {
+    int32_t xsum_full;  /* sum_c x[c] over the full groups (c < cols / 512 * 512) */
+    int32_t xsum_all;   /* sum_c x[c] over all cols */
+    const int8_t *xtail; /* x[cols / 512 * 512 .. cols) followed by zeros, 512 + 64 bytes */
+    int overread;       /* 1: at least 64 readable bytes follow the row's bytes */
+};
+
 /* sum_c q[c] * x[c] over one adaptive row of width b (1..8), q the codes
  * the row kernel gives, x int8 [cols]: the exact integer, which fits an
- * int32 for cols <= UNPACK_CORR_MAX_COLS (|q| <= 127, |x| <= 128). xsum_full
- * is sum_c x[c] over the row's full groups (c < cols / 512 * 512): kernels
- * that multiply the unsigned codes u = q + off (vpdpbusd, pmaddubsw) remove
- * the offset with it. The codes are unpacked in registers (decode straight
- * from packed weights, unpack_tensor_dot). */
+ * int32 for cols <= UNPACK_CORR_MAX_COLS (|q| <= 127, |x| <= 128). The codes
+ * are unpacked in registers (decode straight from packed weights,
+ * unpack_tensor_dot); kernels that multiply the unsigned codes u = q + off
+ * (vpdpbusd, pmaddubsw) remove the offset with a's sums. */
 typedef int32_t unpack_dot_fn(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
-                              int32_t xsum_full);
+                              const struct unpack_dot_args *a);
 
 struct unpack_kernels {
     unpack_row_fn *adaptive;

@@ -150,7 +150,7 @@ static int32_t (*const adaptive_dots[9])(const uint8_t *, uint32_t, const int8_t
 };
 
 static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
-                            int32_t xsum_full)
+                            const struct unpack_dot_args *a)
 {
     return adaptive_dots[b](src, cols, x);
 }

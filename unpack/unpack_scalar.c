@@ -112,9 +112,9 @@ static int32_t sum(const int8_t *q, uint32_t n)
 /* The dot product of an adaptive row with int8 activations, the
  * specification of every dot kernel: the row's codes (as adaptive_row gives
  * them) times x, summed exactly (64-bit; the result fits an int32 for the
- * rows unpack_tensor_dot accepts). xsum_full is not needed here. */
+ * rows unpack_tensor_dot accepts). a is not needed here. */
 static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
-                            int32_t xsum_full)
+                            const struct unpack_dot_args *a)
 {
     const uint32_t R = FORMAT_PACKED_GROUP;
     int8_t q[FORMAT_PACKED_GROUP];
