@@ -489,7 +489,7 @@ join:
     if (o.first_logits)
         o.first_logits(o.ctx, logits);
     /* decoding needs the (untied) embedding: read after the first token */
-    ret = pl_embed_finish(p, err);
+    ret = o.no_decode ? 0 : pl_embed_finish(p, err);
     if (ret < 0)
         goto out;
     p->m->globals_loaded = 1;

@@ -38,7 +38,8 @@ static void usage(FILE *f)
             "  -n N             tokens to generate after the prompt (default 256; 0: the\n"
             "                   prompt only); generation also stops at the context length\n"
             "                   (said on stderr when -n asks for more) or when the model\n"
-            "                   emits BOS or EOS (not printed)\n"
+            "                   emits BOS or EOS (not printed); with -n 0 or 1 nothing that\n"
+            "                   only decoding needs is read, so the process ends at once\n"
             "  --temp T         temperature, 0..1e6, 0 = greedy (default 0)\n"
             "  --top-k K        sample from the K most likely tokens (default 0 = off; K at\n"
             "                   least the vocabulary is off too)\n"
@@ -203,6 +204,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
         usage(stderr);
         return -1;
     }
+    o->pipeline.no_decode = o->n_gen <= 1; /* the first token comes from the prefill */
     o->sampler.temperature = (float)temp;
     o->sampler.top_p = (float)(top_p < 0 ? (temp > 0 ? 0.9 : 0.0) : top_p);
     o->sampler.seed = seed;

@@ -384,6 +384,10 @@ struct infer_pipeline_opts {
     struct npu_device *device; /* the emulated NPU to run on (npu.h; left running, its
                                 * graphs kept), or NULL: one of the pipeline's own */
     enum infer_resident resident; /* PACKED: keep the packed bytes too (above) */
+    int no_decode;             /* 1: the caller decodes nothing after the first token (sluice
+                                * run -n 0 or 1): what only decoding needs (an untied
+                                * embedding, read after the first token) is not read, so
+                                * the process can end at once; a decode step then fails */
     void (*first_logits)(void *ctx, const float *logits); /* as soon as they exist */
     void *ctx;
 };

@@ -7,6 +7,7 @@
  * - after the first step the model holds no int8 copy of an adaptive linear
  *   and its packed bytes instead; int8 residency keeps int8 only;
  * - the baseline encodings (bitplane) decode from packed bytes too;
+ * - no_decode: the same first logits without the untied embedding's read;
  * - npu_device_call runs host work on the device thread in FIFO order and
  *   hands back its status. */
 #include <errno.h>
@@ -134,6 +135,32 @@ static void test_bitplane(void **st)
     compare(bp_model, INFER_POLICY_FULL, 1);
 }
 
+/* no_decode (sluice run -n 0/1): the same first logits; what only decoding
+ * needs (the untied embedding) is not read, so a step fails with a sentence */
+static void test_no_decode(void **st)
+{
+    (void)st;
+    const uint32_t V = 512;
+    float *a = malloc(sizeof(float) * 12 * V);
+    size_t i8, pk;
+    run(q_model, INFER_RESIDENT_INT8, INFER_POLICY_FULL, 0, 10, a, &i8, &pk);
+    struct sl_err err = {{0}};
+    struct infer_session_opts so = {.max_batch = 32};
+    struct infer_pipeline_opts po;
+    infer_pipeline_opts_init(&po);
+    po.chunk = 32;
+    po.no_decode = 1;
+    struct infer_session *s;
+    int *p = ids(40, 512, 3);
+    assert_int_equal(infer_session_cold_start(q_model, p, 40, &so, &po, &s, NULL, &err), 0);
+    assert_memory_equal(infer_session_logits(s), a, sizeof(float) * V);
+    assert_true(infer_session_step(s, 60, &err) < 0);
+    assert_true(err.msg[0] != 0);
+    infer_session_destroy(s);
+    free(p);
+    free(a);
+}
+
 static int call_fn(void *ctx)
 {
     int *v = ctx;
@@ -168,6 +195,7 @@ int main(void)
         cmocka_unit_test(test_device_call),
         cmocka_unit_test(test_same_logits),
         cmocka_unit_test(test_bitplane),
+        cmocka_unit_test(test_no_decode),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
