@@ -105,6 +105,9 @@ struct infer_state {
     uint32_t *clip_row, *clip_col;
     float *clip_excess;
     size_t clip_cap;
+    /* int32 sums of packed matmuls (infer_resident.c), grown as needed */
+    int32_t *acc;
+    size_t acc_cap;
 };
 
 /* The rows of one forward call: n rows at KV slots slot0.., positions
@@ -224,6 +227,14 @@ void infer_step_head_norm(const struct infer_model *m, float *xb, const float *x
 int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int layer,
                       uint32_t role, const struct infer_linear *lin, float *y, const float *x,
                       uint32_t n, struct sl_err *err);
+
+/* y [n][rows] of an int8 linear kept packed (lin->npu NULL, lin->upk set):
+ * the int32 sums straight from the packed codes (unpack_tensor_dot), the
+ * state's device taking the first npu_share of the output channels as for
+ * int8 (infer_resident.c), dequantized as npu_linear_s8 does: bit-identical
+ * to the int8 path. 0, -ENOMEM or a refused device call. */
+int infer_linear_packed(struct infer_state *s, const struct infer_linear *lin, const int8_t *xq,
+                        uint32_t n, float act, float *y, struct sl_err *err);
 
 /* xq = quantize(x, s) like npu_quantize_act, and every element whose x / s
  * the clip cut off recorded in c (grown as needed): -ENOMEM. */

@@ -206,7 +206,8 @@ int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int la
         else
             npu_quantize_act(x, len, act, s->xq);
         if (ret == 0)
-            ret = linear_s8(s, lin, s->xq, n, act, y, err);
+            ret = !lin->npu && lin->upk ? infer_linear_packed(s, lin, s->xq, n, act, y, err)
+                                        : linear_s8(s, lin, s->xq, n, act, y, err);
         if (ret == 0 && m->term)
             ret = m->term(m->term_ctx, layer, role, &clip, y, n, lin->rows);
         if (ret < 0) {

@@ -307,6 +307,7 @@ void infer_state_destroy(struct infer_state *s)
     free(s->clip_row);
     free(s->clip_col);
     free(s->clip_excess);
+    free(s->acc);
     free(s);
 }
 

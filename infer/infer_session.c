@@ -19,6 +19,7 @@ struct infer_session {
     float *logits;       /* [vocab] of the last position run */
     int has_logits;
     int next;            /* the token infer_session_sample kept, or -1 */
+    int drop_int8;       /* packed residency: free the int8 copies before running on */
     struct infer_session_stats stats;
 };
 
@@ -127,6 +128,7 @@ int infer_session_cold_start(const char *path, const int *tokens, uint32_t n,
     }
     s->own_model = 1;
     s->has_logits = 1;
+    s->drop_int8 = p.resident == INFER_RESIDENT_PACKED;
     attach_state(s);
     s->stats.prompt_tokens = n;
     s->stats.prefill_s = (double)(sl_now_ns() - t0) / 1e9;
@@ -159,6 +161,10 @@ const float *infer_session_logits(const struct infer_session *s)
 static int run_chain(struct infer_session *s, const int *tokens, uint32_t n, struct sl_err *err)
 {
     uint32_t last = n - 1;
+    if (s->drop_int8) { /* after the first token, not before it (its TTFT) */
+        infer_model_drop_int8(s->m);
+        s->drop_int8 = 0;
+    }
     struct infer_batch b = {.n = n, .tokens = tokens, .logits_rows = &last, .n_logits = 1};
     s->has_logits = 0;
     s->next = -1;

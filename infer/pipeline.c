@@ -240,6 +240,19 @@ void infer_pipeline_opts_init(struct infer_pipeline_opts *o)
                                       .queue_depth = 16};
 }
 
+/* Ends the reclaim thread once its queue is empty (packed residency). */
+static void reclaim_join(struct pl *p)
+{
+    if (!p->drop_started)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->drop_end = 1;
+    pthread_cond_signal(&p->drop_cv);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->drop_thread, NULL);
+    p->drop_started = 0;
+}
+
 int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
                            const struct infer_pipeline_opts *opts, struct infer_model **model,
                            struct infer_state **state, float *logits,
@@ -278,6 +291,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cv, NULL);
     pthread_cond_init(&p->pf_cv, NULL);
+    pthread_cond_init(&p->drop_cv, NULL);
     void *whole = NULL;
     size_t whole_len = 0;
     struct pl_worker_arg wargs[PL_MAX_CPU_WORKERS + 1];
@@ -370,6 +384,19 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         goto out;
     }
     p->remaining = p->n_tasks;
+    if (o.resident == INFER_RESIDENT_PACKED) {
+        p->mm_left = sl_calloc(c->n_layers + 1, sizeof *p->mm_left);
+        p->cap_drop = 8 * (c->n_layers + 1);
+        p->drop = sl_calloc(p->cap_drop, sizeof *p->drop);
+        if (!p->mm_left || !p->drop) {
+            ret = -ENOMEM;
+            sl_err_set(err, "out of memory building the task graph");
+            goto out;
+        }
+        for (uint32_t i = 0; i < p->n_tasks; i++)
+            if (p->tasks[i].op == PL_MM)
+                p->mm_left[p->tasks[i].layer + 1]++;
+    }
     /* the prompt's embedding rows, ahead of the stream */
     float *x0 = sl_malloc(sizeof(float) * (size_t)n * c->dim);
     if (!x0) {
@@ -448,6 +475,9 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         pthread_mutex_unlock(&p->lock);
         goto join;
     }
+    /* without it the int8 copies are freed by the session before decoding */
+    if (p->mm_left && pthread_create(&p->drop_thread, NULL, pl_reclaim_worker, p) == 0)
+        p->drop_started = 1;
     /* without it the work is the same: the unpacking faults its memory */
     if (p->n_pf && pthread_create(&p->pf_thread, NULL, pl_prefault_worker, p) == 0)
         p->pf_started = 1;
@@ -488,8 +518,9 @@ join:
         pl_stats_fill(p, stats);
     if (o.first_logits)
         o.first_logits(o.ctx, logits);
+    reclaim_join(p); /* after the first token: what is left to free is not in its way */
     /* decoding needs the (untied) embedding: read after the first token */
-    ret = pl_embed_finish(p, err);
+    ret = o.no_decode ? 0 : pl_embed_finish(p, err);
     if (ret < 0)
         goto out;
     p->m->globals_loaded = 1;
@@ -509,6 +540,7 @@ join:
     p->m = NULL;
     p->st = NULL;
 out:
+    reclaim_join(p);
     loader_stream_close(p->ls);
     if (whole) {
         if (o.load == INFER_LOAD_MMAP)
@@ -537,6 +569,11 @@ out:
     free(p->slice_needed);
     free(p->lin_info);
     free(p->positions);
+    for (uint32_t i = 0; i < p->n_drop; i++) /* left by a failed start of the thread */
+        npu_weights_destroy(p->drop[i]);
+    free(p->drop);
+    free(p->mm_left);
+    pthread_cond_destroy(&p->drop_cv);
     pl_queue_fini(p);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cv);

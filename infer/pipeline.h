@@ -178,6 +178,18 @@ struct pl {
     uint32_t tails;         /* NPU matmuls cut at dispatch to keep a stealable tail */
     uint64_t bytes_read;
     uint64_t load_events[PL_MAX_SLICES]; /* arrival time of each slice */
+
+    /* packed residency: a layer's int8 copies are freed once its last
+     * matmul is done (its packed bytes serve decoding), by a reclaim thread
+     * at idle priority, so that the int8 weights of all layers never exist
+     * at once */
+    uint32_t *mm_left;      /* [n_layers + 1] unfinished matmuls (layer + 1; 0: head) */
+    struct npu_weights **drop; /* taken off their linears, to be freed */
+    uint32_t n_drop, cap_drop;
+    int drop_end;           /* the reclaim thread ends when the queue is empty */
+    int drop_started;
+    pthread_t drop_thread;
+    pthread_cond_t drop_cv;
 };
 
 /* Policies that split matmuls into pieces, steal, and rank by position. */
@@ -197,6 +209,11 @@ static inline int pl_load_first(enum infer_policy p)
  * a negative errno with err filled; a linear left half-made is released by
  * infer_linear_fini (the model's destroy). */
 
+/* Keeps a copy of a quantized linear's packed bytes (lin->packed, lin->upk)
+ * for decoding from packed weights; q8 and float tensors: nothing. Touches
+ * no other field of lin. */
+int pl_weights_keep_bytes(struct infer_linear *lin, const struct format_tensor_info *t,
+                          const uint8_t *data, struct sl_err *err);
 /* Sets up a quantized linear before its rows are unpacked: the NPU's weight
  * storage (want_npu) and/or plain int8 rows with their scales (keep_rows). */
 int pl_weights_prepare(struct infer_linear *lin, const struct format_tensor_info *t,
@@ -335,6 +352,7 @@ struct pl_worker_arg {
 };
 void *pl_cpu_worker(void *arg);      /* arg: struct pl_worker_arg */
 void *pl_prefault_worker(void *arg); /* arg: struct pl */
+void *pl_reclaim_worker(void *arg);  /* arg: struct pl; packed residency */
 
 /* ---- pipeline_embed.c: the embedding ------------------------------------------------------ */
 

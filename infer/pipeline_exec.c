@@ -66,6 +66,29 @@ void pl_npu_done(void *ctx, struct npu_job *j)
  * for a step: in a VM a step sometimes takes milliseconds (the host backs
  * the guest's memory lazily), and the worker takes the task at once. At
  * most the step under way then overlaps the work. */
+/* The reclaim thread (packed residency): frees the int8 copies of layers
+ * whose matmuls are all done, at idle priority, off the workers' and the
+ * NPU's way; it ends when told and nothing is left. */
+void *pl_reclaim_worker(void *arg)
+{
+    struct pl *p = arg;
+    struct sched_param sp = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (!p->n_drop && !p->drop_end)
+            pthread_cond_wait(&p->drop_cv, &p->lock);
+        if (!p->n_drop)
+            break;
+        struct npu_weights *w = p->drop[--p->n_drop];
+        pthread_mutex_unlock(&p->lock);
+        npu_weights_destroy(w);
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
 void *pl_prefault_worker(void *arg)
 {
     struct pl *p = arg;

@@ -519,5 +519,7 @@ uint32_t pl_graph_cut(struct pl *p, uint32_t ti, uint32_t tail_rows)
     for (uint32_t e = 0; e < t->n_succ; e++)
         p->tasks[p->edges[t->succ_off + e]].deps++;
     p->remaining++;
+    if (p->mm_left)
+        p->mm_left[t->layer + 1]++;
     return ci;
 }

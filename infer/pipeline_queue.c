@@ -173,6 +173,25 @@ static void release_slice(struct pl *p, uint32_t s)
         loader_stream_release(p->ls, &p->slice_sl[s]);
 }
 
+/* Packed residency (lock held): the last matmul of `layer` is done, so its
+ * linears' int8 copies go to the reclaim thread (their packed bytes stay
+ * for decoding). A linear without packed bytes (q8, float) keeps its own. */
+static void drop_layer(struct pl *p, int layer)
+{
+    static const uint8_t roles[] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV,
+                                    FORMAT_ROLE_WO, FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP,
+                                    FORMAT_ROLE_W_DOWN};
+    for (size_t i = 0; i < (layer < 0 ? 1 : sizeof roles); i++) {
+        struct infer_linear *lin =
+            pl_graph_linear(p, layer, layer < 0 ? FORMAT_ROLE_CLASSIFIER : roles[i]);
+        if (lin && lin->upk && lin->npu && p->n_drop < p->cap_drop) {
+            p->drop[p->n_drop++] = lin->npu;
+            lin->npu = NULL;
+        }
+    }
+    pthread_cond_signal(&p->drop_cv);
+}
+
 /* Task ti finished (lock held): successors, slice release, completion. */
 int pl_complete(struct pl *p, uint32_t ti)
 {
@@ -185,6 +204,8 @@ int pl_complete(struct pl *p, uint32_t ti)
     }
     if (t->op == PL_UNPACK && --p->slice_left[t->slice] == 0)
         release_slice(p, t->slice);
+    if (t->op == PL_MM && p->mm_left && --p->mm_left[t->layer + 1] == 0)
+        drop_layer(p, t->layer);
     if (--p->remaining == 0) {
         p->done = 1;
         p->t_logits = sl_now_ns();

@@ -142,6 +142,37 @@ int pl_weights_keep_packed(struct infer_linear *lin, const struct format_tensor_
     return ret;
 }
 
+/* Keeps a copy of a quantized linear's packed bytes beside its NPU weights
+ * (INFER_RESIDENT_PACKED: decode reads them once the int8 copy is dropped).
+ * Touches only lin->packed and lin->upk, so it may run beside the fills of
+ * the linear's other pieces. q8 tensors have no packed form: nothing kept. */
+int pl_weights_keep_bytes(struct infer_linear *lin, const struct format_tensor_info *t,
+                          const uint8_t *data, struct sl_err *err)
+{
+    if (t->encoding == FORMAT_ENC_Q8_CHANNEL ||
+        !format_encoding_traits(t->encoding)->quantized || lin->upk)
+        return 0;
+    uint8_t *bytes = sl_alloc_aligned(t->length, 64);
+    struct unpack_tensor *u = sl_calloc(1, sizeof *u);
+    if (!bytes || !u) {
+        sl_free_aligned(bytes);
+        free(u);
+        sl_err_set(err, "out of memory keeping '%s' packed", t->name);
+        return -ENOMEM;
+    }
+    memcpy(bytes, data, t->length);
+    int ret = unpack_tensor_init(u, t->encoding, bytes, t->length, t->shape[0], t->shape[1], err);
+    if (ret < 0) {
+        sl_free_aligned(bytes);
+        free(u);
+        sl_err_prefix(err, "tensor '%s'", t->name);
+        return ret;
+    }
+    lin->packed = bytes;
+    lin->upk = u;
+    return 0;
+}
+
 int pl_weights_decode_norm(const struct format_tensor_info *t, const uint8_t *data, float **out)
 {
     *out = sl_malloc(sizeof(float) * t->shape[0]);

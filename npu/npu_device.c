@@ -25,6 +25,8 @@
 struct npu_ticket {
     struct npu_ticket *next; /* in the queue (dev->mu) */
     struct npu_job job;
+    npu_call_fn fn;          /* npu_device_call: host work instead of the job, or NULL */
+    void *fn_ctx;
     pthread_mutex_t mu;      /* guards done and status */
     pthread_cond_t cv;
     atomic_int done;         /* also read without mu by a spinning waiter */
@@ -101,6 +103,23 @@ static void worker_exec(struct npu_device *d, struct npu_job *job)
     pthread_mutex_unlock(&d->mu);
 }
 
+/* Runs a host call on the worker (lock not held), counted as busy time. */
+static int worker_call(struct npu_device *d, struct npu_ticket *t)
+{
+    pthread_mutex_lock(&d->mu);
+    d->computing = 1;
+    d->run_start = sl_now_ns();
+    pthread_mutex_unlock(&d->mu);
+    int status = t->fn(t->fn_ctx);
+    uint64_t t1 = sl_now_ns();
+    pthread_mutex_lock(&d->mu);
+    d->busy_ns += t1 - d->run_start;
+    d->computing = 0;
+    d->jobs_done++;
+    pthread_mutex_unlock(&d->mu);
+    return status;
+}
+
 static void *worker_main(void *arg)
 {
     struct npu_device *d = arg;
@@ -128,8 +147,12 @@ static void *worker_main(void *arg)
             if (!d->head)
                 d->tail = NULL;
             pthread_mutex_unlock(&d->mu);
-            worker_exec(d, &t->job);
-            ticket_complete(t, 0);
+            if (t->fn) {
+                ticket_complete(t, worker_call(d, t));
+            } else {
+                worker_exec(d, &t->job);
+                ticket_complete(t, 0);
+            }
         } else { /* pull mode */
             npu_source_fn next = d->next;
             npu_done_fn done = d->pull_done;
@@ -306,6 +329,9 @@ const struct npu_graph *npu_graph_find(struct npu_device *d, uint32_t m, uint32_
     return g;
 }
 
+static int enqueue(struct npu_device *d, struct npu_ticket *t, struct npu_ticket **ticket,
+                   struct sl_err *err);
+
 static void count_refused(struct npu_device *d)
 {
     pthread_mutex_lock(&d->mu);
@@ -337,11 +363,38 @@ int npu_device_submit(struct npu_device *d, const struct npu_job *job,
         sl_err_set(err, "npu: out of memory for a job");
         return -ENOMEM;
     }
-    pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->cv, NULL);
     t->job = *job;
     t->job.status = 0;
     t->job.stolen = 0;
+    return enqueue(d, t, ticket, err);
+}
+
+int npu_device_call(struct npu_device *d, npu_call_fn fn, void *ctx, struct npu_ticket **ticket,
+                    struct sl_err *err)
+{
+    if (!ticket || !fn) {
+        sl_err_set(err, "npu: a call needs a function and a ticket to wait on");
+        count_refused(d);
+        return -EINVAL;
+    }
+    *ticket = NULL;
+    struct npu_ticket *t = sl_calloc(1, sizeof *t);
+    if (!t) {
+        sl_err_set(err, "npu: out of memory for a call");
+        return -ENOMEM;
+    }
+    t->fn = fn;
+    t->fn_ctx = ctx;
+    return enqueue(d, t, ticket, err);
+}
+
+/* Queues a ticket (freshly allocated, zeroed but for its work) behind the
+ * submitted ones: 0, or -ESHUTDOWN (t freed). */
+static int enqueue(struct npu_device *d, struct npu_ticket *t, struct npu_ticket **ticket,
+                   struct sl_err *err)
+{
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
     pthread_mutex_lock(&d->mu);
     if (d->stop) {
         d->jobs_refused++;

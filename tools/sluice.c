@@ -36,7 +36,7 @@ static const struct command commands[] = {
     {"export", cmd_export, "write a container as a GGUF file llama.cpp loads"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server (completions, chat, SSE)"},
     {"chat", cmd_chat, "an interactive chat in the terminal (streaming, Ctrl-C stops a reply)"},
-    {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart, serve, spec"},
+    {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart, serve, spec, decode"},
 };
 
 static void usage(FILE *f)

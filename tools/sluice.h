@@ -33,5 +33,6 @@ int bench_gemm(int argc, char **argv);
 int bench_coldstart(int argc, char **argv);
 int bench_serve(int argc, char **argv);
 int bench_spec(int argc, char **argv);
+int bench_decode(int argc, char **argv);
 
 #endif

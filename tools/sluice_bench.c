@@ -15,6 +15,7 @@ static const struct {
     {"coldstart", bench_coldstart, "cold time to first token, pipeline policies side by side"},
     {"serve", bench_serve, "sluice serve vs llama-server: TTFT p50/p99, tokens/s at 1/4/16 clients"},
     {"spec", bench_spec, "speculative decoding against plain decoding and llama-lookup"},
+    {"decode", bench_decode, "decode tokens/s, int8 vs packed resident (and llama-bench)"},
 };
 
 static void usage(FILE *f)

@@ -19,6 +19,11 @@
 #include "tools_spec.h"
 #include "tools_util.h"
 
+/* --resident's default: the faster decode on this project's machine
+ * (docs/BENCHMARKS.md, issue 22) */
+#define RUN_RESIDENT_DEFAULT "int8"
+#define RUN_RESIDENT_WHY "measured faster here"
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -34,7 +39,8 @@ static void usage(FILE *f)
             "  -n N             tokens to generate after the prompt (default 256; 0: the\n"
             "                   prompt only); generation also stops at the context length\n"
             "                   (said on stderr when -n asks for more) or when the model\n"
-            "                   emits BOS or EOS (not printed)\n"
+            "                   emits BOS or EOS (not printed); with -n 0 or 1 nothing that\n"
+            "                   only decoding needs is read, so the process ends at once\n"
             "  --temp T         temperature, 0..1e6, 0 = greedy (default 0)\n"
             "  --top-k K        sample from the K most likely tokens (default 0 = off; K at\n"
             "                   least the vocabulary is off too)\n"
@@ -72,6 +78,11 @@ static void usage(FILE *f)
             "                   NPU device thread computes while the calling thread does the\n"
             "                   rest (0 <= F < 1, default 0.5; 0: the calling thread\n"
             "                   alone; the text is the same for any share)\n"
+            "  --resident R     decode weights: int8 (the NPU layout the prefill used) or\n"
+            "                   packed (the container's packed codes, unpacked in registers\n"
+            "                   per step; the int8 copies are freed after the first token,\n"
+            "                   so weights take their packed size); the text is the same\n"
+            "                   (default " RUN_RESIDENT_DEFAULT ": " RUN_RESIDENT_WHY ")\n"
             "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
             "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p;\n"
             "                   at most the context length (said on stderr when more)\n");
@@ -122,6 +133,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
     const char *policy;
     *o = (struct run_opts){.prompt = "", .n_gen = 256, .npu_share = 0.5};
     infer_pipeline_opts_init(&o->pipeline);
+    infer_resident_parse(RUN_RESIDENT_DEFAULT, &o->pipeline.resident);
     struct tools_args a = {"sluice run", usage, argc, argv, 0};
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
@@ -176,6 +188,11 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             bad = tools_args_u32(&a, 1, UINT32_MAX, &o->pipeline.split);
         } else if (!strcmp(s, "--npu-share")) {
             bad = tools_args_double(&a, 0, 1, TOOLS_ARGS_BELOW_MAX, &o->npu_share);
+        } else if (!strcmp(s, "--resident")) {
+            static const char *const res[] = {"int8", "packed"}; /* enum infer_resident */
+            int r = 0;
+            bad = tools_args_choice(&a, res, 2, &r);
+            o->pipeline.resident = (enum infer_resident)r;
         } else if (!strcmp(s, "--trace")) {
             bad = tools_args_value(&a, &o->pipeline.trace_path);
         } else if (!strcmp(s, "--prompt-tokens")) {
@@ -193,6 +210,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
         usage(stderr);
         return -1;
     }
+    o->pipeline.no_decode = o->n_gen <= 1; /* the first token comes from the prefill */
     o->sampler.temperature = (float)temp;
     o->sampler.top_p = (float)(top_p < 0 ? (temp > 0 ? 0.9 : 0.0) : top_p);
     o->sampler.seed = seed;

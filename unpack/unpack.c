@@ -155,6 +155,77 @@ int unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint
     return unpack_tensor_rows_store(u, k, r0, r1, q, corr, UNPACK_STORE_AUTO);
 }
 
+/* The adaptive dot kernel of level k: the AVX-512 one needs VNNI, else the
+ * AVX2 one (bit-exact with it) serves that level. */
+static unpack_dot_fn *dot_fn(enum unpack_kernel k)
+{
+#if SLUICE_KERNELS_X86
+    if (k == UNPACK_KERNEL_AVX512 && !sl_cpu_features()->avx512vnni)
+        return unpack_kernels_avx2.adaptive_dot;
+#endif
+    return kernel_tables[k]->adaptive_dot;
+}
+
+int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                      uint32_t r1, const int8_t *x, uint32_t m, int32_t *acc, size_t ldacc)
+{
+    if (!unpack_kernel_available(k) || r0 > r1 || r1 > u->layout.rows || m == 0 ||
+        (m > 1 && ldacc < (size_t)(r1 - r0)))
+        return -EINVAL;
+    const uint32_t cols = u->layout.cols;
+    if (cols > UNPACK_CORR_MAX_COLS)
+        return -EOVERFLOW;
+    if (u->layout.encoding != FORMAT_ENC_ADAPTIVE) {
+        /* the baselines: each row unpacked to a buffer, then multiplied */
+        int8_t *q = malloc(cols);
+        if (!q)
+            return -ENOMEM;
+        unpack_row_fn *fn = row_fn(kernel_tables[k], u->layout.encoding);
+        for (uint32_t r = r0; r < r1; r++) {
+            fn(u->layout.data + u->row_off[r], cols, format_packed_width(u->layout.widths, r),
+               q, 0);
+            for (uint32_t i = 0; i < m; i++)
+                acc[i * ldacc + (r - r0)] = unpack_dot_i8(q, x + (size_t)i * cols, cols);
+        }
+        free(q);
+        return 0;
+    }
+    unpack_dot_fn *fn = dot_fn(k);
+    const uint32_t nfull = cols / FORMAT_PACKED_GROUP * FORMAT_PACKED_GROUP;
+    int8_t xtail[16][FORMAT_PACKED_GROUP + 64];
+    struct unpack_dot_args args[16];
+    for (uint32_t i0 = 0; i0 < m; i0 += 16) {
+        uint32_t mi = m - i0 < 16 ? m - i0 : 16;
+        for (uint32_t i = 0; i < mi; i++) {
+            const int8_t *xi = x + (size_t)(i0 + i) * cols;
+            int32_t sx = 0;
+            for (uint32_t c = 0; c < nfull; c++)
+                sx += xi[c];
+            args[i].xsum_full = sx;
+            for (uint32_t c = nfull; c < cols; c++)
+                sx += xi[c];
+            args[i].xsum_all = sx;
+            memset(xtail[i], 0, sizeof xtail[i]);
+            memcpy(xtail[i], xi + nfull, cols - nfull);
+            args[i].xtail = xtail[i];
+        }
+        /* row by row: a row's bytes stay in L1 for the next activation rows */
+        for (uint32_t r = r0; r < r1; r++) {
+            const uint8_t *src = u->layout.data + u->row_off[r];
+            uint32_t b = format_packed_width(u->layout.widths, r);
+            /* kernels may read up to 64 bytes past a row that is not the tensor's last */
+            int over = u->layout.data_len - u->row_off[r] >=
+                       format_packed_row_bytes(FORMAT_ENC_ADAPTIVE, b, cols) + 64;
+            for (uint32_t i = 0; i < mi; i++) {
+                args[i].overread = over;
+                acc[(size_t)(i0 + i) * ldacc + (r - r0)] =
+                    fn(src, cols, b, x + (size_t)(i0 + i) * cols, &args[i]);
+            }
+        }
+    }
+    return 0;
+}
+
 /* q8: float32 scale[rows], zero padding to 64 bytes, int8 q[rows][cols]
  * (format.h); validated by the format module's traits. */
 static void unpack_q8(const struct format_tensor_info *t, const uint8_t *p, int8_t *q,

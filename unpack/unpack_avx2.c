@@ -23,8 +23,10 @@ AI __m256i field(__m256i v, const int sh, const int pos, const int w)
     return _mm256_and_si256(x, _mm256_set1_epi8((char)(((1 << w) - 1) << pos)));
 }
 
-/* 32 int8 weights of stripe k of a group whose blocks start S bytes apart. */
-AI __m256i stripe(const uint8_t *src, const size_t S, const int k, const uint32_t b)
+/* The unsigned codes of 32 weights of stripe k of a group whose blocks
+ * start S bytes apart: u = q + UNPACK_DOT_OFF(b), in [0, 2^b - 2] (b = 1:
+ * the bit at bit 1, so 0 or 2, and q = u - 1). */
+AI __m256i code(const uint8_t *src, const size_t S, const int k, const uint32_t b)
 {
     __m256i u = _mm256_setzero_si256();
     int pos = (int)b + (b == 1);
@@ -41,9 +43,14 @@ AI __m256i stripe(const uint8_t *src, const size_t S, const int k, const uint32_
         blk += (size_t)w * S;
     }
     if (b == 1)
-        return _mm256_sub_epi8(u, _mm256_set1_epi8(1));
-    u = _mm256_min_epu8(u, _mm256_set1_epi8((char)((1u << b) - 2)));
-    return _mm256_sub_epi8(u, _mm256_set1_epi8((char)((1 << (b - 1)) - 1)));
+        return u;
+    return _mm256_min_epu8(u, _mm256_set1_epi8((char)((1u << b) - 2)));
+}
+
+/* 32 int8 weights of stripe k of a group whose blocks start S bytes apart. */
+AI __m256i stripe(const uint8_t *src, const size_t S, const int k, const uint32_t b)
+{
+    return _mm256_sub_epi8(code(src, S, k, b), _mm256_set1_epi8((char)UNPACK_DOT_OFF(b)));
 }
 
 /* A full-vector store; non-temporal (dst 32-byte aligned) when streaming. */
@@ -118,6 +125,115 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
     adaptive_rows[stream != 0][b](src, cols, dst);
     if (stream)
         _mm_sfence();
+}
+
+/* ---- dot products straight from the packed row (decode) -------------------------------
+ * Per 32 weights: the unsigned codes (code()) times x with pmaddubsw (u8 x
+ * s8, pairs added into int16: at most 2 * 126 * 128 < 2^15 for b <= 7, so no
+ * saturation), pmaddwd with ones into int32 lanes; the offset comes off
+ * once per row with xsum_full. b = 8 codes reach 254 and would saturate:
+ * those rows multiply the signed codes widened to int16 (pmaddwd). int32
+ * lanes wrap; the result is exact modulo 2^32 and fits an int32. */
+AI int32_t hsum8(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Lane masks: 32 bytes at tail_mask + 32 - n keep the first n lanes. */
+static const int8_t tail_mask[64] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                     -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                     -1, -1, -1, -1, -1, -1};
+
+AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x,
+                          const struct unpack_dot_args *a, const uint32_t b)
+{
+    const uint32_t full = cols / 512;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+    for (uint32_t g = 0; g < full; g++, src += b * 64, x += 512) {
+        unpack_adaptive_prefetch(src, b);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(x + k * 64));
+            __m256i x1 = _mm256_loadu_si256((const __m256i *)(x + k * 64 + 32));
+            if (b == 8) {
+                __m256i q0 = stripe(src, 64, k, b), q1 = stripe(src + 32, 64, k, b);
+#define WIDE(q, xv, h)                                                                        \
+    _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, h)),                   \
+                      _mm256_cvtepi8_epi16(_mm256_extracti128_si256(xv, h)))
+                acc0 = _mm256_add_epi32(acc0, _mm256_add_epi32(WIDE(q0, x0, 0), WIDE(q0, x0, 1)));
+                acc1 = _mm256_add_epi32(acc1, _mm256_add_epi32(WIDE(q1, x1, 0), WIDE(q1, x1, 1)));
+#undef WIDE
+            } else {
+                __m256i p0 = _mm256_maddubs_epi16(code(src, 64, k, b), x0);
+                __m256i p1 = _mm256_maddubs_epi16(code(src + 32, 64, k, b), x1);
+                acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(p0, ones));
+                acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(p1, ones));
+            }
+        }
+    }
+    uint32_t t = cols - full * 512;
+    int32_t xsum = a->xsum_full;
+    if (t && b != 8 && a->overread) {
+        /* The tail group (S < 64 bytes per block) straight from the row: a
+         * 32-byte load may run past the stripe (at most 32 bytes past the
+         * row, which the caller allows); those lanes are masked off through
+         * x, and x's tail comes zero-padded, so the padding weights add 0. */
+        const uint32_t S = (t + 7) / 8;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+            for (uint32_t c = 0; c < S; c += 32) {
+                uint32_t n = S - c < 32 ? S - c : 32;
+                __m256i m = _mm256_loadu_si256((const __m256i *)(tail_mask + 32 - n));
+                __m256i xv = _mm256_and_si256(
+                    _mm256_loadu_si256((const __m256i *)(a->xtail + k * S + c)), m);
+                __m256i p = _mm256_maddubs_epi16(code(src + c, S, k, b), xv);
+                acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(p, ones));
+            }
+        xsum = a->xsum_all;
+        t = 0;
+    }
+    uint32_t s = (uint32_t)hsum8(_mm256_add_epi32(acc0, acc1));
+    if (b != 8)
+        s -= (uint32_t)UNPACK_DOT_OFF(b) * (uint32_t)xsum;
+    if (t) {
+        int8_t q[FORMAT_PACKED_GROUP];
+        adaptive_row_b(src, t, q, b, 0);
+        s += (uint32_t)unpack_dot_i8(q, x, t);
+    }
+    return (int32_t)s;
+}
+
+#define DEFINE_DOT(B)                                                                         \
+    static int32_t adaptive_dot_##B(const uint8_t *src, uint32_t cols, const int8_t *x,       \
+                                    const struct unpack_dot_args *a)                          \
+    {                                                                                         \
+        return adaptive_dot_b(src, cols, x, a, (B));                                          \
+    }
+DEFINE_DOT(1)
+DEFINE_DOT(2)
+DEFINE_DOT(3)
+DEFINE_DOT(4)
+DEFINE_DOT(5)
+DEFINE_DOT(6)
+DEFINE_DOT(7)
+DEFINE_DOT(8)
+
+typedef int32_t dot_b_fn(const uint8_t *, uint32_t, const int8_t *,
+                         const struct unpack_dot_args *);
+
+static dot_b_fn *const adaptive_dots[9] = {
+    NULL,           adaptive_dot_1, adaptive_dot_2, adaptive_dot_3, adaptive_dot_4,
+    adaptive_dot_5, adaptive_dot_6, adaptive_dot_7, adaptive_dot_8,
+};
+
+static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
+                            const struct unpack_dot_args *a)
+{
+    return adaptive_dots[b](src, cols, x, a);
 }
 
 /* ---- int4int8 (padded baseline) ------------------------------------------------------ */
@@ -290,4 +406,5 @@ static int32_t sum(const int8_t *q, uint32_t n)
     return (int32_t)s;
 }
 
-const struct unpack_kernels unpack_kernels_avx2 = {adaptive_row, int4int8_row, bitplane_row, sum};
+const struct unpack_kernels unpack_kernels_avx2 = {adaptive_row, int4int8_row, bitplane_row, sum,
+                                                   adaptive_dot};

@@ -34,12 +34,13 @@ AI __m512i field(__m512i v, const int sh, const int pos, const int w)
     return _mm512_and_si512(x, _mm512_set1_epi8((char)(((1 << w) - 1) << pos)));
 }
 
-/* The int8 weights of stripe k of an adaptive group whose blocks start S
- * bytes apart at src: 64 weights (or the S < 64 of a tail group, lm masking
- * the loads). b = 1 puts the sign bit at bit 1 so that 2u - 1 is one
- * subtraction; b >= 2 clamps the code to 2^b - 2 and removes the offset. */
-AI __m512i stripe(const uint8_t *src, const size_t S, const int k, const uint32_t b,
-                  const int masked, const __mmask64 lm)
+/* The unsigned codes u = q + UNPACK_DOT_OFF(b) of stripe k of an adaptive
+ * group whose blocks start S bytes apart at src: 64 weights (or the S < 64
+ * of a tail group, lm masking the loads). b = 1 puts the sign bit at bit 1
+ * (u = 0 or 2) so that 2u - 1 is one subtraction; b >= 2 clamps the code to
+ * 2^b - 2. */
+AI __m512i code(const uint8_t *src, const size_t S, const int k, const uint32_t b,
+                const int masked, const __mmask64 lm)
 {
     __m512i u = _mm512_setzero_si512();
     int pos = (int)b + (b == 1);
@@ -57,9 +58,16 @@ AI __m512i stripe(const uint8_t *src, const size_t S, const int k, const uint32_
         blk += (size_t)w * S;
     }
     if (b == 1)
-        return _mm512_sub_epi8(u, _mm512_set1_epi8(1));
-    u = _mm512_min_epu8(u, _mm512_set1_epi8((char)((1u << b) - 2)));
-    return _mm512_sub_epi8(u, _mm512_set1_epi8((char)((1 << (b - 1)) - 1)));
+        return u;
+    return _mm512_min_epu8(u, _mm512_set1_epi8((char)((1u << b) - 2)));
+}
+
+/* The int8 weights of stripe k (the codes less their offset). */
+AI __m512i stripe(const uint8_t *src, const size_t S, const int k, const uint32_t b,
+                  const int masked, const __mmask64 lm)
+{
+    return _mm512_sub_epi8(code(src, S, k, b, masked, lm),
+                           _mm512_set1_epi8((char)UNPACK_DOT_OFF(b)));
 }
 
 /* A full-vector store; non-temporal (dst 64-byte aligned) when streaming. */
@@ -132,6 +140,74 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
     if (stream)
         _mm_sfence();
 }
+
+/* ---- dot products straight from the packed row (decode) -------------------------------
+ * Per 64 weights: the unsigned codes (code()) times x with vpdpbusd (u8 x
+ * s8, four products added into each int32 lane, wrapping, no saturation:
+ * exact modulo 2^32), the offset removed once per row with xsum_all; the
+ * tail group the same way with byte-masked loads. Compiled for VNNI, which
+ * the dispatch (unpack.c) checks. */
+#pragma GCC push_options
+#pragma GCC target("avx512vnni")
+AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x,
+                          const struct unpack_dot_args *a, const uint32_t b)
+{
+    const uint32_t full = cols / 512;
+    __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+    for (uint32_t g = 0; g < full; g++, src += b * 64, x += 512) {
+        unpack_adaptive_prefetch(src, b);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k += 2) {
+            acc0 = _mm512_dpbusd_epi32(acc0, code(src, 64, k, b, 0, 0),
+                                       _mm512_loadu_si512(x + k * 64));
+            acc1 = _mm512_dpbusd_epi32(acc1, code(src, 64, k + 1, b, 0, 0),
+                                       _mm512_loadu_si512(x + k * 64 + 64));
+        }
+    }
+    uint32_t t = cols - full * 512;
+    if (t) { /* the tail group: byte-masked loads of the row and of x's valid weights */
+        const uint32_t S = (t + 7) / 8;
+        const __mmask64 lm = first_bytes(S);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            uint32_t n = t > k * S ? t - k * S : 0;
+            __m512i xv = _mm512_maskz_loadu_epi8(first_bytes(n < S ? n : S), x + k * S);
+            acc0 = _mm512_dpbusd_epi32(acc0, code(src, S, k, b, 1, lm), xv);
+        }
+    }
+    uint32_t s = (uint32_t)_mm512_reduce_add_epi32(_mm512_add_epi32(acc0, acc1));
+    return (int32_t)(s - (uint32_t)UNPACK_DOT_OFF(b) * (uint32_t)a->xsum_all);
+}
+
+#define DEFINE_DOT(B)                                                                         \
+    static int32_t adaptive_dot_##B(const uint8_t *src, uint32_t cols, const int8_t *x,       \
+                                    const struct unpack_dot_args *a)                          \
+    {                                                                                         \
+        return adaptive_dot_b(src, cols, x, a, (B));                                          \
+    }
+DEFINE_DOT(1)
+DEFINE_DOT(2)
+DEFINE_DOT(3)
+DEFINE_DOT(4)
+DEFINE_DOT(5)
+DEFINE_DOT(6)
+DEFINE_DOT(7)
+DEFINE_DOT(8)
+
+typedef int32_t dot_b_fn(const uint8_t *, uint32_t, const int8_t *,
+                         const struct unpack_dot_args *);
+
+static dot_b_fn *const adaptive_dots[9] = {
+    NULL,           adaptive_dot_1, adaptive_dot_2, adaptive_dot_3, adaptive_dot_4,
+    adaptive_dot_5, adaptive_dot_6, adaptive_dot_7, adaptive_dot_8,
+};
+
+static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
+                            const struct unpack_dot_args *a)
+{
+    return adaptive_dots[b](src, cols, x, a);
+}
+#pragma GCC pop_options
 
 /* ---- int4int8 (padded baseline) ------------------------------------------------------ */
 
@@ -302,5 +378,6 @@ static int32_t sum(const int8_t *q, uint32_t n)
     return (int32_t)s;
 }
 
+/* adaptive_dot needs VNNI: unpack.c hands it out only where the CPU has it */
 const struct unpack_kernels unpack_kernels_avx512 = {adaptive_row, int4int8_row, bitplane_row,
-                                                     sum};
+                                                     sum, adaptive_dot};

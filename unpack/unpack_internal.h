@@ -23,12 +23,39 @@ typedef void unpack_row_fn(const uint8_t *src, uint32_t cols, uint32_t b, int8_t
 /* Sum of n int8 values (n < 2^24, so the sum fits an int32). */
 typedef int32_t unpack_sum_fn(const int8_t *q, uint32_t n);
 
+/* The offset of a b-bit code: q = u - off for the unsigned u the SIMD
+ * kernels build (b = 1 puts the bit at bit 1, so u is 0 or 2). */
+#define UNPACK_DOT_OFF(b) ((b) == 1 ? 1 : (1 << ((b) - 1)) - 1)
+
+/* What a dot kernel gets besides the row and its activations (the same for
+ * every row of one activation row): sums of x for removing the offset of
+ * unsigned codes, x's tail group copied into zero padding, and whether the
+ * row's bytes may be over-read. */
+struct unpack_dot_args {
+    int32_t xsum_full;  /* sum_c x[c] over the full groups (c < cols / 512 * 512) */
+    int32_t xsum_all;   /* sum_c x[c] over all cols */
+    const int8_t *xtail; /* x[cols / 512 * 512 .. cols) followed by zeros, 512 + 64 bytes */
+    int overread;       /* 1: at least 64 readable bytes follow the row's bytes */
+};
+
+/* sum_c q[c] * x[c] over one adaptive row of width b (1..8), q the codes
+ * the row kernel gives, x int8 [cols]: the exact integer, which fits an
+ * int32 for cols <= UNPACK_CORR_MAX_COLS (|q| <= 127, |x| <= 128). The codes
+ * are unpacked in registers (decode straight from packed weights,
+ * unpack_tensor_dot); kernels that multiply the unsigned codes u = q + off
+ * (vpdpbusd, pmaddubsw) remove the offset with a's sums. */
+typedef int32_t unpack_dot_fn(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
+                              const struct unpack_dot_args *a);
+
 struct unpack_kernels {
     unpack_row_fn *adaptive;
     unpack_row_fn *int4int8;
     unpack_row_fn *bitplane;
     unpack_sum_fn *sum;
+    unpack_dot_fn *adaptive_dot;
 };
+/* (The AVX-512 table's adaptive_dot needs VNNI besides F+BW; without it
+ * unpack.c uses the AVX2 one at that level.) */
 
 extern const struct unpack_kernels unpack_kernels_scalar;
 extern const struct unpack_kernels unpack_kernels_avx2;
@@ -106,6 +133,16 @@ static inline int8_t unpack_code_value(uint32_t u, uint32_t b)
         return (int8_t)(2 * (int)u - 1);
     uint32_t top = (1u << b) - 2;
     return (int8_t)((int)(u < top ? u : top) - ((1 << (b - 1)) - 1));
+}
+
+/* sum_j q[j] * x[j] of n < 2^17 int8 pairs (a row's tail group, unpacked
+ * first by the row kernel). */
+static inline int32_t unpack_dot_i8(const int8_t *q, const int8_t *x, uint32_t n)
+{
+    int32_t s = 0;
+    for (uint32_t j = 0; j < n; j++)
+        s += (int32_t)q[j] * x[j];
+    return s;
 }
 
 #endif

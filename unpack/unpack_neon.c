@@ -98,6 +98,63 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
     adaptive_rows[b](src, cols, dst);
 }
 
+/* ---- dot products straight from the packed row (decode) -------------------------------
+ * Per 16 weights: the int8 weights of a quarter stripe (stripe()) times x,
+ * widening multiplies into int16 pairs (at most 2 * 127 * 128 < 2^15) and
+ * pairwise widening adds into int32 lanes; the tail group is unpacked and
+ * multiplied as bytes. */
+AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x, const uint32_t b)
+{
+    const uint32_t full = cols / 512;
+    int32x4_t acc0 = vdupq_n_s32(0), acc1 = vdupq_n_s32(0);
+    for (uint32_t g = 0; g < full; g++, src += b * 64, x += 512) {
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+#pragma GCC unroll 4
+            for (int c = 0; c < 64; c += 32) {
+                int8x16_t q0 = stripe(src + c, 64, k, b), q1 = stripe(src + c + 16, 64, k, b);
+                int8x16_t x0 = vld1q_s8(x + k * 64 + c), x1 = vld1q_s8(x + k * 64 + c + 16);
+                int16x8_t p0 = vmlal_high_s8(vmull_s8(vget_low_s8(q0), vget_low_s8(x0)), q0, x0);
+                int16x8_t p1 = vmlal_high_s8(vmull_s8(vget_low_s8(q1), vget_low_s8(x1)), q1, x1);
+                acc0 = vpadalq_s16(acc0, p0);
+                acc1 = vpadalq_s16(acc1, p1);
+            }
+    }
+    int32_t s = vaddvq_s32(vaddq_s32(acc0, acc1));
+    uint32_t t = cols - full * 512;
+    if (t) {
+        int8_t q[FORMAT_PACKED_GROUP];
+        adaptive_row_b(src, t, q, b);
+        s += unpack_dot_i8(q, x, t);
+    }
+    return s;
+}
+
+#define DEFINE_DOT(B)                                                                         \
+    static int32_t adaptive_dot_##B(const uint8_t *src, uint32_t cols, const int8_t *x)       \
+    {                                                                                         \
+        return adaptive_dot_b(src, cols, x, (B));                                             \
+    }
+DEFINE_DOT(1)
+DEFINE_DOT(2)
+DEFINE_DOT(3)
+DEFINE_DOT(4)
+DEFINE_DOT(5)
+DEFINE_DOT(6)
+DEFINE_DOT(7)
+DEFINE_DOT(8)
+
+static int32_t (*const adaptive_dots[9])(const uint8_t *, uint32_t, const int8_t *) = {
+    NULL,           adaptive_dot_1, adaptive_dot_2, adaptive_dot_3, adaptive_dot_4,
+    adaptive_dot_5, adaptive_dot_6, adaptive_dot_7, adaptive_dot_8,
+};
+
+static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
+                            const struct unpack_dot_args *a)
+{
+    return adaptive_dots[b](src, cols, x);
+}
+
 /* ---- int4int8 (padded baseline) ------------------------------------------------------ */
 
 static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
@@ -214,4 +271,5 @@ static int32_t sum(const int8_t *q, uint32_t n)
     return s;
 }
 
-const struct unpack_kernels unpack_kernels_neon = {adaptive_row, int4int8_row, bitplane_row, sum};
+const struct unpack_kernels unpack_kernels_neon = {adaptive_row, int4int8_row, bitplane_row, sum,
+                                                   adaptive_dot};

@@ -109,5 +109,26 @@ static int32_t sum(const int8_t *q, uint32_t n)
     return s;
 }
 
+/* The dot product of an adaptive row with int8 activations, the
+ * specification of every dot kernel: the row's codes (as adaptive_row gives
+ * them) times x, summed exactly (64-bit; the result fits an int32 for the
+ * rows unpack_tensor_dot accepts). a is not needed here. */
+static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
+                            const struct unpack_dot_args *a)
+{
+    const uint32_t R = FORMAT_PACKED_GROUP;
+    int8_t q[FORMAT_PACKED_GROUP];
+    int64_t acc = 0;
+    for (uint32_t g0 = 0; g0 < cols; g0 += R) {
+        uint32_t valid = cols - g0 >= R ? R : cols - g0;
+        uint32_t S = (uint32_t)sl_align_up(valid, 8) / 8;
+        adaptive_group(src, S, valid, b, q);
+        for (uint32_t j = 0; j < valid; j++)
+            acc += (int64_t)q[j] * x[g0 + j];
+        src += (size_t)b * S;
+    }
+    return (int32_t)acc;
+}
+
 const struct unpack_kernels unpack_kernels_scalar = {adaptive_row, int4int8_row, bitplane_row,
-                                                     sum};
+                                                     sum, adaptive_dot};

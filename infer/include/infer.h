@@ -348,6 +348,21 @@ enum infer_load {
 
 #define INFER_PIPELINE_MAX_CPU_WORKERS 8
 
+/* What a cold-started model keeps resident for decoding (`--resident`). The
+ * prefill always computes from int8 weights in the NPU's layout; with
+ * PACKED the pipeline also keeps each quantized linear's packed bytes
+ * (adaptive, bitplane, int4int8; q8 tensors stay int8), and the session
+ * frees the int8 copies before its first decode step: decode reads the
+ * packed codes and unpacks them in registers (unpack_tensor_dot, the same
+ * int32 sums and scales, so bit-identical logits), and the weights take
+ * their packed size in memory. */
+enum infer_resident {
+    INFER_RESIDENT_INT8 = 0,
+    INFER_RESIDENT_PACKED,
+};
+const char *infer_resident_name(enum infer_resident r);
+int infer_resident_parse(const char *s, enum infer_resident *out); /* 0 or -EINVAL */
+
 struct infer_pipeline_opts {
     enum infer_policy policy;
     enum infer_load load;
@@ -375,6 +390,11 @@ struct infer_pipeline_opts {
     const char *trace_path;    /* Chrome trace JSON of every task and load, or NULL */
     struct npu_device *device; /* the emulated NPU to run on (npu.h; left running, its
                                 * graphs kept), or NULL: one of the pipeline's own */
+    enum infer_resident resident; /* PACKED: keep the packed bytes too (above) */
+    int no_decode;             /* 1: the caller decodes nothing after the first token (sluice
+                                * run -n 0 or 1): what only decoding needs (an untied
+                                * embedding, read after the first token) is not read, so
+                                * the process can end at once; a decode step then fails */
     void (*first_logits)(void *ctx, const float *logits); /* as soon as they exist */
     void *ctx;
 };
@@ -587,6 +607,15 @@ void infer_spec_store_close(struct infer_spec_store *h);
 const int *infer_spec_store_tokens(const struct infer_spec_store *h, uint32_t *n);
 int infer_spec_store_add(struct infer_spec_store *h, const int *tokens, uint32_t n,
                          struct sl_err *err);
+/* Frees the int8 (NPU layout) copy of every linear of m that also holds
+ * its packed bytes (a cold start with INFER_RESIDENT_PACKED): from then on
+ * its matmuls read the packed codes. A session that cold-started with
+ * PACKED calls it itself before its first step or prefill; returns the
+ * bytes freed. Not while m is in use by another thread. */
+size_t infer_model_drop_int8(struct infer_model *m);
+/* Bytes of weight memory m holds now: int8 (NPU layout) and packed. */
+void infer_model_weight_bytes(const struct infer_model *m, size_t *int8_bytes,
+                              size_t *packed_bytes);
 
 #ifdef __cplusplus
 }

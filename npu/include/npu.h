@@ -323,6 +323,18 @@ int npu_job_validate(const struct npu_job *job, struct sl_err *err);
 int npu_device_submit(struct npu_device *dev, const struct npu_job *job,
                       struct npu_ticket **ticket, struct sl_err *err);
 
+/* Host work on the device's thread: queues fn(ctx) behind the jobs
+ * submitted so far (same FIFO, same ticket), for the work the device's
+ * thread does beside its static graphs that an int8 graph cannot express:
+ * decoding straight from packed weights (infer/), whose codes are unpacked
+ * in registers. Counted as busy time and as a job in the statistics.
+ * npu_ticket_wait returns fn's return value (or -ECANCELED when the device
+ * stopped first). Returns 0, -EINVAL (fn or ticket NULL), -ESHUTDOWN,
+ * -ENOMEM. */
+typedef int (*npu_call_fn)(void *ctx);
+int npu_device_call(struct npu_device *dev, npu_call_fn fn, void *ctx,
+                    struct npu_ticket **ticket, struct sl_err *err);
+
 /* Waits until the submitted job has run (status 0) or was cancelled by
  * npu_device_destroy (-ECANCELED), frees the ticket and returns the status.
  * Any thread may wait, once. */

@@ -134,6 +134,22 @@ enum unpack_store {
 int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                              uint32_t r1, int8_t *q, int32_t *corr, enum unpack_store store);
 
+/* Dot products straight from the packed rows, for decoding from packed
+ * weights: acc[i * ldacc + (r - r0)] = sum_c q[r][c] * x[i * cols + c] for
+ * activation rows i < m and output channels r in [r0, r1), with q[r] the
+ * codes unpack_tensor_rows gives, exact in int32 (the same integers an int8
+ * GEMM of the unpacked rows computes). Adaptive rows are unpacked in
+ * registers (AVX-512 VNNI vpdpbusd, AVX2 pmaddubsw, NEON widening
+ * multiplies; every kernel bit-exact with the scalar one): a row's packed
+ * bytes are read once for all m rows and never stored as int8. int4int8 and
+ * bitplane rows go through a row buffer. x is int8 [m][cols] (any values).
+ * ldacc is ignored when m = 1. Returns 0; -EINVAL if k is not available, m
+ * is 0, the range is not within the tensor or ldacc < r1 - r0; -EOVERFLOW
+ * if cols > UNPACK_CORR_MAX_COLS; -ENOMEM (baselines' row buffer).
+ * Concurrent calls on disjoint ranges of one view are fine. */
+int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                      uint32_t r1, const int8_t *x, uint32_t m, int32_t *acc, size_t ldacc);
+
 /* Unpacks one row (output channel) given only its code bytes, as stored in
  * a packed tensor of `encoding` (adaptive, int4int8 or bitplane) with width
  * 1..8: src holds format_packed_row_bytes(encoding, width, cols) bytes (the

@@ -1,0 +1,252 @@
+/* test_resident.c: decoding straight from packed weights (--resident packed).
+ * - a cold start with packed residency gives the same first logits and the
+ *   same logits at every decode step, bit for bit, as int8 residency, with
+ *   the NPU device thread taking half of each matmul and the calling thread
+ *   alone; also for later prompts of several rows (prefill, m > 1) and for
+ *   the scheduling policies that unpack whole tensors (sequential);
+ * - after the first step the model holds no int8 copy of an adaptive linear
+ *   and its packed bytes instead; int8 residency keeps int8 only;
+ * - the baseline encodings (bitplane) decode from packed bytes too;
+ * - no_decode: the same first logits without the untied embedding's read;
+ * - npu_device_call runs host work on the device thread in FIFO order and
+ *   hands back its status. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "import.h"
+#include "infer_internal.h"
+#include "npu.h"
+#include "quantizer.h"
+#include "testutil.h"
+
+static char q_model[4096], bp_model[4096];
+
+static int setup(void **st)
+{
+    (void)st;
+    const char *dir = test_tmpdir();
+    char float_model[4096];
+    struct sl_err err;
+    snprintf(float_model, sizeof float_model, "%s/tiny.sluice", dir);
+    snprintf(q_model, sizeof q_model, "%s/tiny-q5.sluice", dir);
+    snprintf(bp_model, sizeof bp_model, "%s/tiny-bp4.sluice", dir);
+    if (import_synth("tiny", 7, float_model, NULL, NULL, &err) < 0)
+        return -1;
+    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
+                               .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
+                               .encoding = FORMAT_ENC_ADAPTIVE};
+    if (quantizer_quantize(float_model, NULL, &o, q_model, NULL, &err) < 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    o.bits = 4;
+    o.encoding = FORMAT_ENC_BITPLANE;
+    if (quantizer_quantize(float_model, NULL, &o, bp_model, NULL, &err) < 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int *ids(uint32_t n, uint32_t vocab, uint32_t salt)
+{
+    int *t = malloc(sizeof(int) * n);
+    assert_non_null(t);
+    for (uint32_t i = 0; i < n; i++)
+        t[i] = i == 0 ? 1 : 3 + (int)((i * 2654435761u + salt) % (vocab - 3));
+    return t;
+}
+
+/* A cold start of `model` with the given residency, then steps and a
+ * 5-token prompt; every logits vector appended to out [(2 + steps) * V]. */
+static void run(const char *model, enum infer_resident res, enum infer_policy pol, int no_npu,
+                uint32_t steps, float *out, size_t *int8_b, size_t *packed_b)
+{
+    struct sl_err err = {{0}};
+    struct infer_session_opts so = {.max_batch = 32, .npu_min_weights = 1, .no_npu = no_npu};
+    struct infer_pipeline_opts po;
+    infer_pipeline_opts_init(&po);
+    po.chunk = 32;
+    po.policy = pol;
+    po.resident = res;
+    struct infer_session *s;
+    int *p = ids(40, 512, 3);
+    if (infer_session_cold_start(model, p, 40, &so, &po, &s, NULL, &err) < 0)
+        fail_msg("cold start: %s", err.msg);
+    uint32_t V = infer_model_config(infer_session_model(s))->vocab_size;
+    memcpy(out, infer_session_logits(s), sizeof(float) * V);
+    for (uint32_t i = 0; i < steps; i++) {
+        if (infer_session_step(s, 60 + (int)i, &err) < 0)
+            fail_msg("step: %s", err.msg);
+        memcpy(out + (size_t)(1 + i) * V, infer_session_logits(s), sizeof(float) * V);
+    }
+    int more[5] = {7, 8, 9, 10, 11};
+    if (infer_session_prefill(s, more, 5, &err) < 0)
+        fail_msg("prefill: %s", err.msg);
+    memcpy(out + (size_t)(1 + steps) * V, infer_session_logits(s), sizeof(float) * V);
+    infer_model_weight_bytes(infer_session_model(s), int8_b, packed_b);
+    infer_session_destroy(s);
+    free(p);
+}
+
+static void compare(const char *model, enum infer_policy pol, int adaptive)
+{
+    const uint32_t steps = 10, V = 512;
+    size_t n = (size_t)(2 + steps) * V;
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    float *c = malloc(sizeof(float) * n);
+    size_t i8a, pka, i8b, pkb, i8c, pkc;
+    run(model, INFER_RESIDENT_INT8, pol, 0, steps, a, &i8a, &pka);
+    run(model, INFER_RESIDENT_PACKED, pol, 0, steps, b, &i8b, &pkb);
+    run(model, INFER_RESIDENT_PACKED, pol, 1, steps, c, &i8c, &pkc);
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&a[i], &b[i], sizeof(float)))
+            fail_msg("%s: packed logits differ at step %zu token %zu: %.9g vs int8 %.9g",
+                     infer_policy_name(pol), i / V, i % V, (double)b[i], (double)a[i]);
+        if (memcmp(&a[i], &c[i], sizeof(float)))
+            fail_msg("%s: packed (calling thread alone) logits differ at %zu", infer_policy_name(pol),
+                     i);
+    }
+    assert_true(i8a > 0);
+    assert_true(pkb > pka); /* int8 residency keeps only an untied embedding packed */
+    if (adaptive) /* every linear of an adaptive model is packed: no int8 left */
+        assert_int_equal(i8b, 0);
+    assert_true(pkb < i8a);
+    fprintf(stderr, "%s %s: int8 resident %zu bytes, packed resident %zu (+%zu int8)\n", model,
+            infer_policy_name(pol), i8a, pkb, i8b);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_same_logits(void **st)
+{
+    (void)st;
+    compare(q_model, INFER_POLICY_FULL, 1);
+    compare(q_model, INFER_POLICY_SEQUENTIAL, 1);
+    compare(q_model, INFER_POLICY_LAYER_OVERLAP, 1);
+}
+
+static void test_bitplane(void **st)
+{
+    (void)st;
+    compare(bp_model, INFER_POLICY_FULL, 1);
+}
+
+/* no_decode (sluice run -n 0/1): the same first logits; what only decoding
+ * needs (the untied embedding) is not read, so a step fails with a sentence */
+static void test_no_decode(void **st)
+{
+    (void)st;
+    const uint32_t V = 512;
+    float *a = malloc(sizeof(float) * 12 * V);
+    size_t i8, pk;
+    run(q_model, INFER_RESIDENT_INT8, INFER_POLICY_FULL, 0, 10, a, &i8, &pk);
+    struct sl_err err = {{0}};
+    struct infer_session_opts so = {.max_batch = 32};
+    struct infer_pipeline_opts po;
+    infer_pipeline_opts_init(&po);
+    po.chunk = 32;
+    po.no_decode = 1;
+    struct infer_session *s;
+    int *p = ids(40, 512, 3);
+    assert_int_equal(infer_session_cold_start(q_model, p, 40, &so, &po, &s, NULL, &err), 0);
+    assert_memory_equal(infer_session_logits(s), a, sizeof(float) * V);
+    assert_true(infer_session_step(s, 60, &err) < 0);
+    assert_true(err.msg[0] != 0);
+    infer_session_destroy(s);
+    free(p);
+    free(a);
+}
+
+/* Every allocation of a packed cold start and its first steps fails once in
+ * turn: an error with a sentence, or (absorbed) the very same logits;
+ * nothing leaks (LeakSanitizer in the ASan build). */
+static int packed_run(float *out, struct sl_err *err)
+{
+    struct infer_session_opts so = {.max_batch = 32, .npu_min_weights = 1};
+    struct infer_pipeline_opts po;
+    infer_pipeline_opts_init(&po);
+    po.chunk = 32;
+    po.resident = INFER_RESIDENT_PACKED;
+    struct infer_session *s = NULL;
+    int p[20];
+    for (int i = 0; i < 20; i++)
+        p[i] = i == 0 ? 1 : 3 + i * 7;
+    int ret = infer_session_cold_start(q_model, p, 20, &so, &po, &s, NULL, err);
+    for (int i = 0; ret == 0 && i < 3; i++)
+        ret = infer_session_step(s, 40 + i, err);
+    if (ret == 0)
+        memcpy(out, infer_session_logits(s), sizeof(float) * 512);
+    infer_session_destroy(s);
+    return ret;
+}
+
+static void test_packed_faults(void **st)
+{
+    (void)st;
+    float want[512], got[512];
+    struct sl_err err = {{0}};
+    sl_fault_alloc_arm(-1);
+    assert_int_equal(packed_run(want, &err), 0);
+    long n = sl_fault_alloc_count();
+    sl_fault_alloc_arm(0);
+    uint32_t failed = 0;
+    for (long k = 1; k <= n + 2; k++) {
+        memset(&err, 0, sizeof err);
+        sl_fault_alloc_arm(k);
+        int ret = packed_run(got, &err);
+        sl_fault_alloc_arm(0);
+        if (ret < 0) {
+            failed++;
+            if (!err.msg[0])
+                fail_msg("allocation %ld failed without a sentence (%d)", k, ret);
+        } else {
+            assert_memory_equal(got, want, sizeof want);
+        }
+    }
+    fprintf(stderr, "packed cold start: %ld allocations, %u failures reported\n", n, failed);
+    assert_true(failed > 0);
+}
+
+static int call_fn(void *ctx)
+{
+    int *v = ctx;
+    (*v)++;
+    return *v == 1 ? 7 : -EIO;
+}
+
+static void test_device_call(void **st)
+{
+    (void)st;
+    struct npu_device *d;
+    struct sl_err err = {{0}};
+    assert_int_equal(npu_device_create(&d), 0);
+    int v = 0;
+    struct npu_ticket *t;
+    assert_int_equal(npu_device_call(d, call_fn, &v, &t, &err), 0);
+    assert_int_equal(npu_ticket_wait(t), 7);
+    assert_int_equal(npu_device_call(d, call_fn, &v, &t, &err), 0);
+    assert_int_equal(npu_ticket_wait(t), -EIO);
+    assert_int_equal(v, 2);
+    assert_int_equal(npu_device_call(d, NULL, &v, &t, &err), -EINVAL);
+    assert_true(err.msg[0] != 0);
+    struct npu_device_stats ds;
+    npu_device_stats(d, &ds);
+    assert_int_equal(ds.jobs, 2);
+    npu_device_destroy(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_call),
+        cmocka_unit_test(test_same_logits),
+        cmocka_unit_test(test_bitplane),
+        cmocka_unit_test(test_no_decode),
+        cmocka_unit_test(test_packed_faults),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
