@@ -31,6 +31,7 @@ static const struct command commands[] = {
     {"quantize", cmd_quantize, "quantize a model (EdgeFlow adaptive or a baseline method)"},
     {"run", cmd_run, "generate text from a model"},
     {"eval", cmd_eval, "perplexity and KL divergence of a model against a reference"},
+    {"profile-attn", cmd_profile_attn, "profile a model for sparse attention (attn.* keys)"},
     {"mount", cmd_mount, "serve a container as a read-only FUSE filesystem of layer slices"},
     {"umount", cmd_umount, "unmount a sluice filesystem"},
     {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart"},

@@ -19,6 +19,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_profile_attn(int argc, char **argv);
 int cmd_mount(int argc, char **argv);
 int cmd_umount(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
@@ -28,5 +29,6 @@ int bench_unpack(int argc, char **argv);
 int bench_load(int argc, char **argv);
 int bench_gemm(int argc, char **argv);
 int bench_coldstart(int argc, char **argv);
+int bench_attn(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@ static const struct {
     {"load", bench_load, "cold streaming throughput: io_uring, mount, read, mmap, pread pool"},
     {"gemm", bench_gemm, "int8 GEMM throughput on prefill shapes against measured peak"},
     {"coldstart", bench_coldstart, "cold time to first token, pipeline policies side by side"},
+    {"attn", bench_attn, "attention alone: dense float against sparse with NPU estimation"},
 };
 
 static void usage(FILE *f)

@@ -76,12 +76,14 @@ synth:sluice_synth.c
 quantize:sluice_quantize.c
 run:sluice_run.c
 eval:sluice_eval.c
+profile-attn:sluice_profile_attn.c
 mount:sluice_mount.c
 umount:sluice_umount.c
 bench unpack:bench_unpack.c
 bench load:bench_load.c
 bench gemm:bench_gemm.c
 bench coldstart:bench_coldstart.c
+bench attn:bench_attn.c
 EOF
 
 # 3'. the dispatchers
@@ -147,6 +149,14 @@ bench gemm --m|sluice bench gemm: --m needs a value
 bench load m.sluice --runs 0|sluice bench load: --runs wants a whole number in 1..64, not '0'
 bench load m.sluice --chunk-kib 6|sluice bench load: --chunk-kib wants a multiple of 4, not '6'
 bench coldstart m.sluice --runs 33|sluice bench coldstart: --runs wants a whole number in 1..32, not '33'
+run m.sluice --attn fast|sluice run: --attn wants one of dense or sparse, not 'fast'
+run m.sluice --keep 0|sluice run: --keep wants a number in (0, 1], not '0'
+eval m.sluice --keep 1.5|sluice eval: --keep wants a number in (0, 1], not '1.5'
+eval m.sluice --keep-floor 2|sluice eval: --keep-floor wants a number in [0, 1], not '2'
+profile-attn m.sluice --buckets 0|sluice profile-attn: --buckets wants a whole number in 1..64, not '0'
+profile-attn m.sluice --step 1|sluice profile-attn: --step wants a number in (0, 1), not '1'
+bench attn --ctx 8|sluice bench attn: --ctx: '8' is not a length in 16..65536
+bench attn --shape gpt|sluice bench attn: unknown shape 'gpt'
 EOF
 
 # 5. the stated clamps, on a real model (a 128-token context)
