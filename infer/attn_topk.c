@@ -95,15 +95,9 @@ static int cmp_desc(const void *a, const void *b)
  * minimum and maximum (monotone: a larger score never falls in a lower
  * bin), the bin holding the k-th largest sorted exactly. */
 #define BINS 256
-void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work)
+static void topk_binned(const float *score, uint32_t n, uint32_t k, uint32_t *idx,
+                        uint32_t *work)
 {
-    if (k == 0)
-        return;
-    if (k >= n) {
-        for (uint32_t i = 0; i < n; i++)
-            idx[i] = i;
-        return;
-    }
     float lo = score[0], hi = score[0];
     for (uint32_t i = 1; i < n; i++) {
         lo = score[i] < lo ? score[i] : lo;
@@ -149,6 +143,69 @@ void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32
     for (uint32_t i = 0; i < n; i++)
         if (score[i] > tau || (score[i] == tau && eq && eq--))
             idx[o++] = i;
+}
+
+/* Top-k through a threshold sampled from the scores: every score above it
+ * is a candidate (one compare pass, indices in order), and the exact top-k
+ * of the candidates is the top-k of all when there are at least k of them
+ * (else the binned path on everything). work: 2 * n uint32_t. */
+void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work)
+{
+    if (k == 0)
+        return;
+    if (k >= n) {
+        for (uint32_t i = 0; i < n; i++)
+            idx[i] = i;
+        return;
+    }
+    enum { SAMPLE = 64 };
+    if (n < 8 * SAMPLE || k > n / 2) {
+        topk_binned(score, n, k, idx, work);
+        return;
+    }
+    /* the threshold: a sample's order statistic a little below the k-th
+     * largest's expected rank (so about 1.3 k candidates) */
+    float smp[SAMPLE];
+    uint32_t stride = n / SAMPLE;
+    for (uint32_t j = 0; j < SAMPLE; j++)
+        smp[j] = score[(size_t)j * stride + stride / 2];
+    uint32_t want = (uint32_t)((double)k * 1.3 * SAMPLE / n) + 2; /* sample ranks above */
+    if (want >= SAMPLE) {
+        topk_binned(score, n, k, idx, work);
+        return;
+    }
+    /* the want-th largest of the sample by partial selection sort */
+    for (uint32_t a = 0; a < want; a++)
+        for (uint32_t b = a + 1; b < SAMPLE; b++)
+            if (smp[b] > smp[a]) {
+                float t = smp[a];
+                smp[a] = smp[b];
+                smp[b] = t;
+            }
+    float th = smp[want - 1];
+    if (!isfinite(th)) {
+        topk_binned(score, n, k, idx, work);
+        return;
+    }
+    /* candidates >= th, in index order: cidx, and their scores */
+    uint32_t *cidx = work, m = 0;
+    float *cval = (float *)(work + n);
+    for (uint32_t i = 0; i < n; i++) {
+        cidx[m] = i;
+        m += score[i] >= th;
+    }
+    if (m < k || 3 * (size_t)m > n) { /* too few, or no room for the rest: all of them */
+        topk_binned(score, n, k, idx, work);
+        return;
+    }
+    for (uint32_t j = 0; j < m; j++)
+        cval[j] = score[cidx[j]];
+    /* the top-k of the candidates (ascending positions among them), mapped
+     * back: positions ascend with indices; work past cval for the binned path */
+    uint32_t *pos = idx, *w2 = (uint32_t *)(cval + m); /* 2 m of the n - m left */
+    topk_binned(cval, m, k, pos, w2);
+    for (uint32_t j = 0; j < k; j++)
+        idx[j] = cidx[pos[j]];
 }
 
 uint32_t attn_keep_count(double r, uint32_t visible)

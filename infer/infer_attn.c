@@ -23,6 +23,17 @@
 
 /* One query row of one head over the slots list[0..len) (ascending), into
  * out[hs]. a: len floats of scratch. */
+/* a key's row (a library memcpy per 256-byte row costs more than the copy) */
+static inline void copy_row(float *restrict dst, const float *restrict src, uint32_t n)
+{
+    uint32_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (uint32_t j = 0; j < 8; j++)
+            dst[c + j] = src[c + j];
+    for (; c < n; c++)
+        dst[c] = src[c];
+}
+
 void infer_attn_list(float *out, const float *qh, const float *kh, const float *vh, size_t kv_dim,
                      uint32_t hs, const uint32_t *list, uint32_t len, float *a, float *gather)
 {
@@ -38,8 +49,7 @@ void infer_attn_list(float *out, const float *qh, const float *kh, const float *
         infer_matmul_nt(k, a, run, qh, hs, kh, INFER_W_F32, kv_dim, 1, hs, 0, run);
     if (len > run) {
         for (uint32_t j = run; j < len; j++)
-            memcpy(gather + (size_t)(j - run) * hs, kh + (size_t)list[j] * kv_dim,
-                   sizeof(float) * hs);
+            copy_row(gather + (size_t)(j - run) * hs, kh + (size_t)list[j] * kv_dim, hs);
         infer_matmul_nt(k, a + run, len - run, qh, hs, gather, INFER_W_F32, hs, 1, hs, 0,
                         len - run);
     }
@@ -51,7 +61,7 @@ void infer_attn_list(float *out, const float *qh, const float *kh, const float *
         return;
     }
     for (uint32_t j = 0; j < len; j++)
-        memcpy(gather + (size_t)j * hs, vh + (size_t)list[j] * kv_dim, sizeof(float) * hs);
+        copy_row(gather + (size_t)j * hs, vh + (size_t)list[j] * kv_dim, hs);
     infer_matmul_nn(k, out, hs, a, len, gather, hs, 1, len, hs);
 }
 

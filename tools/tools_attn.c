@@ -48,7 +48,7 @@ int tools_attn_create(const struct tools_attn *t, const struct format_reader *r,
                                   .uniform = t->uniform, .floor_share = t->floor,
                                   .measure = measure};
     int ret = infer_sparse_create(format_reader_config(r), p, &o, out, err);
-    *profiled = p != NULL && !t->uniform;
+    *profiled = p != NULL && !t->uniform && t->floor < 1;
     infer_attn_profile_destroy(p);
     return ret;
 }
