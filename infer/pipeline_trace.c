@@ -54,7 +54,8 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
                      t->chunk, t->r0, t->r1, t->op == PL_ATTN ? " kv heads " : "",
                      t->op == PL_ATTN ? p->st->attn->name : "");
         else
-            snprintf(name, sizeof name, "%s L%d C%u", pl_op_name(t->op), t->layer, t->chunk);
+            snprintf(name, sizeof name, "%s L%d C%u%s%s", pl_op_name(t->op), t->layer, t->chunk,
+                     t->op == PL_ATTN ? " " : "", t->op == PL_ATTN ? p->st->attn->name : "");
         /* args: how long the task waited ready for an executor */
         double w = t->t_ready && t->t0 > t->t_ready ? (double)(t->t0 - t->t_ready) / 1e3 : 0;
         fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"B\", \"pid\": 1, \"tid\": %d, "

@@ -231,8 +231,10 @@ void infer_state_set_attention(struct infer_state *s, const struct infer_attenti
  * An attention implementation (the interface above) that estimates Q.K in
  * int8 on the emulated NPU (a static graph per key-length bucket; Q
  * quantized per head and call with the scale of its bucket, a multiplicative
- * grid around the profiled mean scale; K from the cache's int8 rule, one
- * scale per slot and head, the graphs' per-channel scales), keeps per head
+ * grid around the geometric mean of its kv head's heads' profiled mean
+ * scales, so heads in one bucket share the scale; K from the cache's int8
+ * rule, one scale per slot and kv head, the graphs' per-channel scales:
+ * buckets vary Q only), keeps per head
  * and query row the first `sinks` slots, the last `window` and the top of
  * the rest by the estimate (ceil(ratio * visible) keys in all, ratio from
  * eq. 3 of the offline importances), and runs the dense kernel's exact
