@@ -33,7 +33,8 @@ static void usage(FILE *f)
             "  --mode M    prefill (the last 256-row chunk of the context), decode (one row\n"
             "              at the end), or both (default)\n"
             "  --keep R    sparse: share of keys kept, in (0, 1] (default 0.2; uniform)\n"
-            "  --reps N    timed runs of each, 1..1000 (default 3)\n"
+            "  --reps N    timed runs of each, 1..1000 (default 3; decode runs 10 times as many:\n"
+            "              a step is short)\n"
             "  --json      one JSON object per line: shape, context, mode, rows, dense and\n"
             "              sparse ms (min, median), speedup (of the medians), recall, mass\n");
 }
@@ -70,22 +71,51 @@ struct dense_arg {
     int ret;
 };
 
-static void *dense_thread(void *p)
+/* dense over two threads, kv heads split in half: a persistent second
+ * thread (as a pool would have), handed each call through a condition */
+struct pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct dense_arg *arg;
+    int go, done, quit;
+};
+
+static void *pool_main(void *p)
 {
-    struct dense_arg *a = p;
-    a->ret = infer_attention_dense.run(&infer_attention_dense, a->c, a->kv, 0, a->rows, a->q, a->h0,
-                                       a->h1, a->out, a->scratch);
+    struct pool *pl = p;
+    pthread_mutex_lock(&pl->mu);
+    for (;;) {
+        while (!pl->go && !pl->quit)
+            pthread_cond_wait(&pl->cv, &pl->mu);
+        if (pl->quit)
+            break;
+        pl->go = 0;
+        struct dense_arg *a = pl->arg;
+        pthread_mutex_unlock(&pl->mu);
+        a->ret = infer_attention_dense.run(&infer_attention_dense, a->c, a->kv, 0, a->rows, a->q,
+                                           a->h0, a->h1, a->out, a->scratch);
+        pthread_mutex_lock(&pl->mu);
+        pl->done = 1;
+        pthread_cond_broadcast(&pl->cv);
+    }
+    pthread_mutex_unlock(&pl->mu);
     return NULL;
 }
 
-/* dense over two threads: kv heads split in half */
-static int dense2(struct dense_arg a[2])
+static int dense2(struct pool *pl, struct dense_arg a[2])
 {
-    pthread_t t;
-    if (pthread_create(&t, NULL, dense_thread, &a[1]) != 0)
-        return -EAGAIN;
-    dense_thread(&a[0]);
-    pthread_join(t, NULL);
+    pthread_mutex_lock(&pl->mu);
+    pl->arg = &a[1];
+    pl->done = 0;
+    pl->go = 1;
+    pthread_cond_broadcast(&pl->cv);
+    pthread_mutex_unlock(&pl->mu);
+    a[0].ret = infer_attention_dense.run(&infer_attention_dense, a[0].c, a[0].kv, 0, a[0].rows,
+                                         a[0].q, a[0].h0, a[0].h1, a[0].out, a[0].scratch);
+    pthread_mutex_lock(&pl->mu);
+    while (!pl->done)
+        pthread_cond_wait(&pl->cv, &pl->mu);
+    pthread_mutex_unlock(&pl->mu);
     return a[0].ret < 0 ? a[0].ret : a[1].ret;
 }
 
@@ -93,6 +123,30 @@ static int cmp_d(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
     return a < b ? -1 : a > b;
+}
+
+/* warm-up (graphs built, int8 keys prepared, memory touched), then reps
+ * interleaved runs of each */
+static int time_both(struct pool *pl, struct dense_arg da[2], const struct infer_attention *sa,
+                     const struct format_config *c, const struct infer_kv *kv,
+                     const struct infer_attn_rows *rows, const float *q, uint32_t H, float *os,
+                     float *scr, uint32_t reps, double *td, double *ts)
+{
+    int ret;
+    if ((ret = dense2(pl, da)) < 0 || (ret = sa->run(sa, c, kv, 0, rows, q, 0, H, os, scr)) < 0)
+        return ret;
+    for (uint32_t r = 0; r < reps; r++) {
+        uint64_t t0 = sl_now_ns();
+        if ((ret = dense2(pl, da)) < 0)
+            return ret;
+        uint64_t t1 = sl_now_ns();
+        if ((ret = sa->run(sa, c, kv, 0, rows, q, 0, H, os, scr)) < 0)
+            return ret;
+        uint64_t t2 = sl_now_ns();
+        td[r] = (double)(t1 - t0) / 1e6;
+        ts[r] = (double)(t2 - t1) / 1e6;
+    }
+    return 0;
 }
 
 static int one_case(const struct shape *sh, uint32_t T, int decode, double keep, uint32_t reps,
@@ -103,6 +157,8 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, double keep,
                               .head_dim = sh->head_dim, .vocab_size = 32, .seq_len = T,
                               .rope_theta = 10000, .norm_eps = 1e-5f};
     uint32_t n = decode ? 1 : (T < 256 ? T : 256), base = T - n;
+    if (decode)
+        reps *= 10;
     uint32_t H = sh->heads, KV = sh->kv_heads, hd = sh->head_dim;
     size_t kv_dim = (size_t)KV * hd, qdim = (size_t)H * hd;
     struct infer_kv *kv = NULL;
@@ -165,21 +221,21 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, double keep,
         {&c, kv, &rows, q, 0, half, od, scr, 0},
         {&c, kv, &rows, q, half, H, od, scr + 64 * (size_t)T, 0}};
     const struct infer_attention *sa = infer_sparse_attention(sp);
-    /* warm-up: graphs built, int8 keys prepared, memory touched */
-    if ((ret = dense2(da)) < 0 ||
-        (ret = sa->run(sa, &c, kv, 0, &rows, q, 0, H, os, scr + 128 * (size_t)T)) < 0)
+    struct pool pl = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    pthread_t worker;
+    if (pthread_create(&worker, NULL, pool_main, &pl) != 0) {
+        sl_err_set(err, "cannot start a thread");
+        ret = -EAGAIN;
         goto out;
-    for (uint32_t r = 0; r < reps; r++) {
-        uint64_t t0 = sl_now_ns();
-        if ((ret = dense2(da)) < 0)
-            goto out;
-        uint64_t t1 = sl_now_ns();
-        if ((ret = sa->run(sa, &c, kv, 0, &rows, q, 0, H, os, scr + 128 * (size_t)T)) < 0)
-            goto out;
-        uint64_t t2 = sl_now_ns();
-        td[r] = (double)(t1 - t0) / 1e6;
-        ts[r] = (double)(t2 - t1) / 1e6;
     }
+    ret = time_both(&pl, da, sa, &c, kv, &rows, q, H, os, scr + 128 * (size_t)T, reps, td, ts);
+    pthread_mutex_lock(&pl.mu);
+    pl.quit = 1;
+    pthread_cond_broadcast(&pl.cv);
+    pthread_mutex_unlock(&pl.mu);
+    pthread_join(worker, NULL);
+    if (ret < 0)
+        goto out;
     /* recall and mass, untimed */
     const struct infer_attention *ma = infer_sparse_attention(spm);
     if ((ret = ma->run(ma, &c, kv, 0, &rows, q, 0, H, os, scr + 128 * (size_t)T)) < 0)
@@ -299,8 +355,8 @@ int bench_attn(int argc, char **argv)
     }
     if (!json)
         printf("attention alone, one layer, keep %.2f (uniform), dense on 2 threads vs sparse "
-               "(NPU thread + calling thread); medians of %u\n",
-               keep, reps);
+               "(NPU thread + calling thread); medians of %u runs (decode: %u)\n",
+               keep, reps, 10 * reps);
     struct sl_err err = {{0}};
     for (int si = 0; si < 2; si++) {
         if (pick >= 0 && pick != si)
