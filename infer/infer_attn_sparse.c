@@ -478,7 +478,7 @@ int infer_sparse_create(const struct format_config *c, const struct infer_attn_p
                         const struct infer_sparse_opts *o, struct infer_sparse **out,
                         struct sl_err *err)
 {
-    struct infer_sparse_opts d = {.keep = 0.2, .sinks = 4, .window = 64};
+    struct infer_sparse_opts d = {.keep = 0.2, .sinks = 4, .window = 16};
     if (o) {
         d = *o;
         if (d.keep == 0)

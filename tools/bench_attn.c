@@ -208,7 +208,7 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, double keep,
         sl_err_set(err, "cannot fill the KV cache");
         goto out;
     }
-    struct infer_sparse_opts so = {.keep = keep, .sinks = 4, .window = 64, .uniform = 1};
+    struct infer_sparse_opts so = {.keep = keep, .sinks = 4, .window = 16, .uniform = 1};
     if ((ret = infer_sparse_create(&c, NULL, &so, &sp, err)) < 0)
         goto out;
     so.measure = 1;

@@ -14,10 +14,10 @@ struct tools_attn {
     int uniform;     /* --keep-uniform */
     double floor;    /* --keep-floor */
     uint32_t sinks;  /* --sinks (default 4) */
-    uint32_t window; /* --window (default 64) */
+    uint32_t window; /* --window (default 16) */
 };
 
-#define TOOLS_ATTN_DEFAULTS {.sparse = 0, .keep = 0.2, .floor = 1.0, .sinks = 4, .window = 64}
+#define TOOLS_ATTN_DEFAULTS {.sparse = 0, .keep = 0.2, .floor = 1.0, .sinks = 4, .window = 16}
 
 /* The options' lines of a --help. */
 #define TOOLS_ATTN_HELP                                                                      \
@@ -32,7 +32,7 @@ struct tools_attn {
     "                   goes by the profile's eq. 3 (0..1; default 1: uniform,\n"    \
     "                   measured best on kjv6L-1k; 0: eq. 3 alone)\n"  \
     "  --sinks N        sparse: first slots always kept (default 4)\n"                         \
-    "  --window N       sparse: most recent slots always kept (default 64)\n"
+    "  --window N       sparse: most recent slots always kept (default 16)\n"
 
 /* If argv[a->i] is one of the options, takes it (and its value): returns 1,
  * or -1 on a bad value (printed); 0 when it is not one of them. */

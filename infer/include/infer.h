@@ -295,8 +295,8 @@ void infer_attn_profile_destroy(struct infer_attn_profile *p);
 
 struct infer_sparse_opts {
     double keep;       /* global keep ratio in (0, 1] (0: 0.2) */
-    uint32_t sinks;    /* first slots always kept (default 4; UINT32_MAX: none) */
-    uint32_t window;   /* most recent slots always kept (default 64; UINT32_MAX: none) */
+    uint32_t sinks;    /* first slots always kept (0: none; 4 with opts NULL) */
+    uint32_t window;   /* most recent slots always kept (0: none; 16 with opts NULL) */
     uint32_t min_keys; /* calls whose rows see fewer keys run dense (default 0) */
     int uniform;       /* 1: every head keeps `keep` (no importances) */
     double floor_share; /* 0..1: every head keeps at least this share of `keep`, the rest
