@@ -8,8 +8,9 @@
  * that kernel: every score is its own dot product (infer_matmul_nt gives the
  * same bits for a key whatever its block), the softmax runs over the list
  * as over a contiguous row, and probabilities times values are summed in
- * list order, continuing the kernel's accumulation (FMA in the SIMD kernels,
- * multiply then add in the scalar one) past its leading contiguous run. So
+ * list order with the kernel's accumulation (FMA in the SIMD kernels,
+ * multiply then add in the scalar one), the keys past the leading
+ * contiguous run gathered into consecutive rows first. So
  * a tree row whose ancestors are a chain gets exactly the bits plain
  * decoding gives at its position. */
 #include <errno.h>
@@ -22,36 +23,46 @@
 
 /* One query row of one head over the slots list[0..len) (ascending), into
  * out[hs]. a: len floats of scratch. */
-static void attend_list(float *out, const float *qh, const float *kh, const float *vh,
-                        size_t kv_dim, uint32_t hs, const uint32_t *list, uint32_t len, float *a)
+/* a key's row (a library memcpy per 256-byte row costs more than the copy) */
+static inline void copy_row(float *restrict dst, const float *restrict src, uint32_t n)
+{
+    uint32_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (uint32_t j = 0; j < 8; j++)
+            dst[c + j] = src[c + j];
+    for (; c < n; c++)
+        dst[c] = src[c];
+}
+
+void infer_attn_list(float *out, const float *qh, const float *kh, const float *vh, size_t kv_dim,
+                     uint32_t hs, const uint32_t *list, uint32_t len, float *a, float *gather)
 {
     enum infer_matmul_kernel k = infer_matmul_kernel_used();
     float sq = sqrtf((float)hs);
-    /* the leading run 0, 1, ..., run-1 goes through the kernels in one call */
+    /* the leading run 0, 1, ..., run-1 is read in place, the rest gathered
+     * into rows of hs: every score is its own dot product, and the sum
+     * over values runs in list order either way */
     uint32_t run = 0;
     while (run < len && list[run] == run)
         run++;
     if (run)
         infer_matmul_nt(k, a, run, qh, hs, kh, INFER_W_F32, kv_dim, 1, hs, 0, run);
-    for (uint32_t j = run; j < len; j++)
-        infer_matmul_nt(k, a + j, 1, qh, hs, kh + (size_t)list[j] * kv_dim, INFER_W_F32, kv_dim,
-                        1, hs, 0, 1);
+    if (len > run) {
+        for (uint32_t j = run; j < len; j++)
+            copy_row(gather + (size_t)(j - run) * hs, kh + (size_t)list[j] * kv_dim, hs);
+        infer_matmul_nt(k, a + run, len - run, qh, hs, gather, INFER_W_F32, hs, 1, hs, 0,
+                        len - run);
+    }
     float maxv = infer_div_max(k, a, len, sq);
     float sum = infer_exp_sum(k, a, len, maxv);
     (void)infer_div_max(k, a, len, sum);
-    if (run)
+    if (len == run) {
         infer_matmul_nn(k, out, hs, a, len, vh, kv_dim, 1, run, hs);
-    else
-        memset(out, 0, sizeof(float) * hs);
-    for (uint32_t j = run; j < len; j++) {
-        const float *vt = vh + (size_t)list[j] * kv_dim;
-        if (k == INFER_MATMUL_SCALAR)
-            for (uint32_t c = 0; c < hs; c++)
-                out[c] += a[j] * vt[c];
-        else
-            for (uint32_t c = 0; c < hs; c++)
-                out[c] = fmaf(a[j], vt[c], out[c]);
+        return;
     }
+    for (uint32_t j = 0; j < len; j++)
+        copy_row(gather + (size_t)j * hs, vh + (size_t)list[j] * kv_dim, hs);
+    infer_matmul_nn(k, out, hs, a, len, gather, hs, 1, len, hs);
 }
 
 /* The slots row i of a tree sees: [0, base), its ancestors, itself. */
@@ -84,8 +95,12 @@ static int dense_run(const struct infer_attention *a, const struct format_config
     size_t kv_dim = (size_t)c->n_kv_heads * hs;
     uint32_t most = rows->base + rows->n;
     uint32_t *list = sl_malloc(sizeof *list * (most ? most : 1));
-    if (!list)
+    float *gather = sl_malloc(sizeof(float) * hs * (most ? most : 1));
+    if (!list || !gather) {
+        free(list);
+        free(gather);
         return -ENOMEM;
+    }
     for (uint32_t i = 0; i < rows->n; i++) {
         uint32_t len = 0;
         if (!rows->sel) {
@@ -107,11 +122,13 @@ static int dense_run(const struct infer_attention *a, const struct format_config
                 continue;
             }
             const float *kh = kc + (size_t)(h / kv_mul) * hs, *vh = vc + (size_t)(h / kv_mul) * hs;
-            attend_list(out + (size_t)i * qdim + (size_t)h * hs, q + (size_t)i * qdim + (size_t)h * hs,
-                        kh, vh, kv_dim, hs, l, len, scratch);
+            infer_attn_list(out + (size_t)i * qdim + (size_t)h * hs,
+                            q + (size_t)i * qdim + (size_t)h * hs, kh, vh, kv_dim, hs, l, len,
+                            scratch, gather);
         }
     }
     free(list);
+    free(gather);
     return 0;
 }
 

@@ -153,6 +153,14 @@ void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, ui
  * INFER_ATT_ROWS: scores Q K^T and probabilities times V go through the
  * matmul kernels; a row's result does not depend on n or on the blocking. */
 #define INFER_ATT_ROWS 16
+
+/* One query row qh of one head over the key slots list[0..len) (ascending)
+ * of kh, vh (row stride kv_dim), into out[hs]: the dense attention's
+ * key-selection path (infer_attn.c), whose bits a chain row's blocked
+ * kernel gives when the list is every visible slot. a: len floats;
+ * gather: len * hs floats. */
+void infer_attn_list(float *out, const float *qh, const float *kh, const float *vh, size_t kv_dim,
+                     uint32_t hs, const uint32_t *list, uint32_t len, float *a, float *gather);
 void infer_op_attention(float *out, const float *q, const float *key_cache,
                         const float *value_cache, uint32_t n, uint32_t pos0,
                         const struct format_config *c, uint32_t h0, uint32_t h1, float *att);

@@ -133,6 +133,17 @@ void infer_kv_write(struct infer_kv *kv, uint32_t layer, uint32_t slot0, uint32_
     }
 }
 
+int infer_kv_append(struct infer_kv *kv, const float *k, const float *v, uint32_t n)
+{
+    uint32_t slot0 = kv->len, pos0 = slot0 ? kv->pos[slot0 - 1] + 1 : 0;
+    int ret = infer_kv_reserve(kv, n, NULL, pos0);
+    if (ret < 0)
+        return ret;
+    for (uint32_t l = 0; l < kv->n_layers; l++)
+        infer_kv_write(kv, l, slot0, n, k, v, 0, kv->n_kv_heads);
+    return 0;
+}
+
 int infer_kv_truncate(struct infer_kv *kv, uint32_t n)
 {
     if (n > kv->len)

@@ -333,6 +333,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     ret = infer_state_create(p->m, o.chunk, &p->st, err);
     if (ret < 0)
         goto out;
+    infer_state_set_attention(p->st, o.attn);
     /* the prompt fills the cache's first n slots, positions 0..n-1 */
     p->positions = sl_malloc(sizeof *p->positions * n);
     if (!p->positions) {

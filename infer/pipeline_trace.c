@@ -18,10 +18,11 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
         return -errno;
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"policy\": \"%s\", "
                "\"ttft_s\": %.6f, \"stall_s\": %.6f, \"bubble_npu\": %.4f, "
-               "\"bubble_cpu\": %.4f, \"idle_npu\": %.4f, \"idle_cpu\": %.4f, \"stolen\": %u},\n"
+               "\"bubble_cpu\": %.4f, \"idle_npu\": %.4f, \"idle_cpu\": %.4f, \"stolen\": %u, "
+               "\"attention\": \"%s\"},\n"
                "\"traceEvents\": [\n",
             infer_policy_name(p->o->policy), st->ttft_s, st->stall_s, st->bubble_npu,
-            st->bubble_cpu, st->idle_npu, st->idle_cpu, st->stolen);
+            st->bubble_cpu, st->idle_npu, st->idle_cpu, st->stolen, p->st->attn->name);
     fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, "
                "\"args\": {\"name\": \"NPU\"}},\n");
     for (uint32_t w = 1; w <= p->n_workers; w++)
@@ -49,10 +50,12 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
             snprintf(name, sizeof name, "%s %s L%d", pl_op_name(t->op),
                      t->op == PL_UNPACK ? format_role_name(t->role) : "", t->layer);
         else if ((t->op == PL_ATTN || t->op == PL_SWIGLU) && t->r1 > t->r0)
-            snprintf(name, sizeof name, "%s L%d C%u [%u,%u)%s", pl_op_name(t->op), t->layer,
-                     t->chunk, t->r0, t->r1, t->op == PL_ATTN ? " kv heads" : "");
+            snprintf(name, sizeof name, "%s L%d C%u [%u,%u)%s%s", pl_op_name(t->op), t->layer,
+                     t->chunk, t->r0, t->r1, t->op == PL_ATTN ? " kv heads " : "",
+                     t->op == PL_ATTN ? p->st->attn->name : "");
         else
-            snprintf(name, sizeof name, "%s L%d C%u", pl_op_name(t->op), t->layer, t->chunk);
+            snprintf(name, sizeof name, "%s L%d C%u%s%s", pl_op_name(t->op), t->layer, t->chunk,
+                     t->op == PL_ATTN ? " " : "", t->op == PL_ATTN ? p->st->attn->name : "");
         /* args: how long the task waited ready for an executor */
         double w = t->t_ready && t->t0 > t->t_ready ? (double)(t->t0 - t->t_ready) / 1e3 : 0;
         fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"B\", \"pid\": 1, \"tid\": %d, "

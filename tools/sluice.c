@@ -31,12 +31,13 @@ static const struct command commands[] = {
     {"quantize", cmd_quantize, "quantize a model (EdgeFlow adaptive or a baseline method)"},
     {"run", cmd_run, "generate text from a model"},
     {"eval", cmd_eval, "perplexity and KL divergence of a model against a reference"},
+    {"profile-attn", cmd_profile_attn, "profile a model for sparse attention (attn.* keys)"},
     {"mount", cmd_mount, "serve a container as a read-only FUSE filesystem of layer slices"},
     {"umount", cmd_umount, "unmount a sluice filesystem"},
     {"export", cmd_export, "write a container as a GGUF file llama.cpp loads"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server (completions, chat, SSE)"},
     {"chat", cmd_chat, "an interactive chat in the terminal (streaming, Ctrl-C stops a reply)"},
-    {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart, serve, spec, decode"},
+    {"bench", cmd_bench, "benchmarks: unpack, load, gemm, coldstart, serve, spec, decode, attn"},
 };
 
 static void usage(FILE *f)

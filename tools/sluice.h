@@ -19,6 +19,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_profile_attn(int argc, char **argv);
 int cmd_mount(int argc, char **argv);
 int cmd_umount(int argc, char **argv);
 int cmd_export(int argc, char **argv);
@@ -34,5 +35,6 @@ int bench_coldstart(int argc, char **argv);
 int bench_serve(int argc, char **argv);
 int bench_spec(int argc, char **argv);
 int bench_decode(int argc, char **argv);
+int bench_attn(int argc, char **argv);
 
 #endif

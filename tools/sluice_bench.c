@@ -16,6 +16,7 @@ static const struct {
     {"serve", bench_serve, "sluice serve vs llama-server: TTFT p50/p99, tokens/s at 1/4/16 clients"},
     {"spec", bench_spec, "speculative decoding against plain decoding and llama-lookup"},
     {"decode", bench_decode, "decode tokens/s, int8 vs packed resident (and llama-bench)"},
+    {"attn", bench_attn, "attention alone: dense float against sparse with NPU estimation"},
 };
 
 static void usage(FILE *f)

@@ -12,6 +12,7 @@
 #include "import.h"
 #include "infer.h"
 #include "sluice.h"
+#include "tools_attn.h"
 #include "tools_calib.h"
 #include "tools_util.h"
 
@@ -19,7 +20,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice eval MODEL --ref REF --text FILE [--ctx N] [--max-chunks K] [--json]\n"
-            "                   [--kl-out FILE] [--tokenizer FILE]\n\n"
+            "                   [--kl-out FILE] [--tokenizer FILE] [attention options]\n\n"
             "Accuracy of MODEL (typically quantized) against REF (typically its float source)\n"
             "on a text, as llama.cpp's llama-perplexity --kl-divergence measures it: the text\n"
             "is tokenized as one stream, cut into chunks of N tokens (default min(context,\n"
@@ -33,7 +34,9 @@ static void usage(FILE *f)
             "--ctx N: at least 4, at most the context length. --max-chunks K evaluates at\n"
             "most the first K chunks (0, the default: all). --kl-out FILE writes the\n"
             "KL divergence of every scored token, one a line in text order (for paired\n"
-            "comparisons of two models on the same text).\n");
+            "comparisons of two models on the same text).\n"
+            "Attention of MODEL (REF stays dense; MODEL and REF may be the same file):\n"
+            TOOLS_ATTN_HELP);
 }
 
 static int open_model(const char *path, const char *tokenizer, char *tmp, size_t tmplen,
@@ -60,6 +63,8 @@ int cmd_eval(int argc, char **argv)
     const char *model = NULL, *ref = NULL, *text = NULL, *tokenizer = NULL, *kl_out = NULL;
     uint32_t ctx = 0, max_chunks = 0;
     int json = 0;
+    struct tools_attn at = TOOLS_ATTN_DEFAULTS;
+    struct infer_sparse *sparse = NULL;
     struct tools_args args = {"sluice eval", usage, argc, argv, 0};
     for (args.i = 1; args.i < argc; args.i++) {
         const char *a = argv[args.i];
@@ -81,6 +86,9 @@ int cmd_eval(int argc, char **argv)
             bad = tools_args_value(&args, &kl_out);
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--attn") || !strcmp(a, "--keep") || !strcmp(a, "--keep-uniform") ||
+                   !strcmp(a, "--keep-floor") || !strcmp(a, "--sinks") || !strcmp(a, "--window")) {
+            bad = tools_attn_arg(&args, &at) < 0;
         } else if (a[0] == '-' || model) {
             bad = tools_args_unexpected(&args);
         } else {
@@ -131,12 +139,21 @@ int cmd_eval(int argc, char **argv)
     uint32_t V = c->vocab_size, first = ctx / 2;
     lm = malloc(sizeof(float) * (size_t)ctx * V);
     lr = malloc(sizeof(float) * (size_t)ctx * V);
-    if (!lm || !lr || tools_kl_init(&acc, V) < 0 || infer_state_create(mm, ctx, &sm, &err) < 0 ||
+    int profiled;
+    if (tools_attn_create(&at, infer_model_reader(mm), 1, &sparse, &profiled, &err) < 0)
+        goto fail;
+    if (sparse && !profiled && !json)
+        fprintf(stderr, "sluice eval: %s has no attention profile: every head keeps %g\n", model,
+                at.keep);
+    if (!lm || !lr || tools_kl_init(&acc, V) < 0 ||
+        infer_state_create(mm, sparse && ctx > 256 ? 256 : ctx, &sm, &err) < 0 ||
         infer_state_create(mr, ctx, &sr, &err) < 0) {
         if (!err.msg[0])
             sl_err_set(&err, "out of memory");
         goto fail;
     }
+    if (sparse)
+        infer_state_set_attention(sm, infer_sparse_attention(sparse));
     struct tools_progress prog;
     tools_progress_init(&prog, "eval");
     for (uint32_t k = 0; k < n_chunks; k++) {
@@ -183,6 +200,17 @@ int cmd_eval(int argc, char **argv)
         cJSON_AddNumberToObject(o, "tokens", (double)scored);
         cJSON_AddNumberToObject(o, "ctx", ctx);
         cJSON_AddNumberToObject(o, "chunks", n_chunks);
+        cJSON_AddStringToObject(o, "attn", at.sparse ? "sparse" : "dense");
+        if (sparse) {
+            struct infer_sparse_stats ss;
+            infer_sparse_stats(sparse, &ss);
+            cJSON_AddNumberToObject(o, "keep", at.keep);
+            cJSON_AddBoolToObject(o, "profiled", profiled);
+            cJSON_AddNumberToObject(o, "kept_share",
+                                    ss.keys_visible ? (double)ss.keys_kept / ss.keys_visible : 0);
+            cJSON_AddNumberToObject(o, "recall", ss.recall);
+            cJSON_AddNumberToObject(o, "mass", ss.mass);
+        }
         char *s = cJSON_PrintUnformatted(o);
         printf("%s\n", s);
         free(s);
@@ -193,6 +221,15 @@ int cmd_eval(int argc, char **argv)
         printf("perplexity %.4f (ref %.4f)\nKL divergence mean %.6f +- %.6f, p99 %.6f\n"
                "top-1 agreement %.2f%%\n",
                ppl, ppl_ref, kl_mean, kl_se, kl_p99, 100 * top1);
+        if (sparse) {
+            struct infer_sparse_stats ss;
+            infer_sparse_stats(sparse, &ss);
+            printf("sparse attention (keep %g, %s): %.2f%% of visible keys kept, top-k recall of "
+                   "the int8 estimate %.4f, float attention mass kept %.4f\n",
+                   at.keep, profiled ? "profiled ratios" : "uniform",
+                   ss.keys_visible ? 100.0 * (double)ss.keys_kept / ss.keys_visible : 0,
+                   ss.recall, ss.mass);
+        }
     }
     status = 0;
 fail:
@@ -203,6 +240,7 @@ fail:
     free(lr);
     tools_kl_free(&acc);
     infer_state_destroy(sm);
+    infer_sparse_destroy(sparse);
     infer_state_destroy(sr);
     infer_tokenizer_destroy(tk);
     infer_model_destroy(mm);

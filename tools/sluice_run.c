@@ -17,6 +17,7 @@
 #include "infer.h"
 #include "sluice.h"
 #include "tools_spec.h"
+#include "tools_attn.h"
 #include "tools_util.h"
 
 /* --resident's default: the faster decode on this project's machine
@@ -85,7 +86,8 @@ static void usage(FILE *f)
             "                   (default " RUN_RESIDENT_DEFAULT ": " RUN_RESIDENT_WHY ")\n"
             "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
             "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p;\n"
-            "                   at most the context length (said on stderr when more)\n");
+            "                   at most the context length (said on stderr when more)\n"
+            "Attention (prefill and decode; the trace names it):\n" TOOLS_ATTN_HELP);
     tools_spec_usage(f);
 }
 
@@ -105,6 +107,7 @@ struct run_opts {
     double npu_share; /* decode: the NPU thread's share of each int8 matmul */
     int json;
     struct tools_spec spec;
+    struct tools_attn attn;
 };
 
 struct run_stats {
@@ -131,7 +134,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
     uint64_t seed = 42;
     int load = INFER_LOAD_STREAM;
     const char *policy;
-    *o = (struct run_opts){.prompt = "", .n_gen = 256, .npu_share = 0.5};
+    *o = (struct run_opts){.prompt = "", .n_gen = 256, .npu_share = 0.5, .attn = TOOLS_ATTN_DEFAULTS};
     infer_pipeline_opts_init(&o->pipeline);
     infer_resident_parse(RUN_RESIDENT_DEFAULT, &o->pipeline.resident);
     struct tools_args a = {"sluice run", usage, argc, argv, 0};
@@ -197,6 +200,9 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             bad = tools_args_value(&a, &o->pipeline.trace_path);
         } else if (!strcmp(s, "--prompt-tokens")) {
             bad = tools_args_u32(&a, 1, UINT32_MAX, &o->prompt_tokens);
+        } else if (!strcmp(s, "--attn") || !strcmp(s, "--keep") || !strcmp(s, "--keep-uniform") ||
+                   !strcmp(s, "--keep-floor") || !strcmp(s, "--sinks") || !strcmp(s, "--window")) {
+            bad = tools_attn_arg(&a, &o->attn) < 0;
         } else if (s[0] == '-' || o->model) {
             bad = tools_args_unexpected(&a);
         } else {
@@ -336,9 +342,13 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     struct infer_tokenizer *tk = NULL;
     int *tokens = NULL;
     struct format_reader *r = NULL;
+    struct infer_sparse *sparse = NULL;
+    int profiled;
     int ret = format_reader_open(path, &r, err); /* for the tokenizer; the pipeline loads */
-    if (ret < 0)
+    if (ret < 0 || (ret = tools_attn_create(&o->attn, r, 0, &sparse, &profiled, err)) < 0)
         goto fail;
+    struct infer_pipeline_opts po = o->pipeline;
+    po.attn = sparse ? infer_sparse_attention(sparse) : NULL;
     struct format_config cfg = *format_reader_config(r);
     const struct format_config *c = &cfg;
     ret = infer_tokenizer_create(format_reader_tokenizer(r), c, &tk, err);
@@ -395,7 +405,7 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
         so.first_logits = on_first_logits;
         so.ctx = &first;
     }
-    ret = infer_session_cold_start(path, tokens, n_prompt, &so, &o->pipeline, &sess,
+    ret = infer_session_cold_start(path, tokens, n_prompt, &so, &po, &sess,
                                    &st->pipeline, err);
     if (ret == 0 && first.ret < 0)
         ret = first.ret;
@@ -430,6 +440,7 @@ fail:
     free(tokens);
     infer_tokenizer_destroy(tk);
     infer_session_destroy(sess);
+    infer_sparse_destroy(sparse);
     format_reader_close(r);
     return ret;
 }
@@ -465,6 +476,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(j, "peak_rss_mb", sl_peak_rss_mb());
     cJSON_AddNumberToObject(j, "decode_npu_jobs", (double)st->session.npu_jobs);
     tools_spec_json(j, &st->spec);
+    cJSON_AddStringToObject(j, "attn", o->attn.sparse ? "sparse" : "dense");
     const struct infer_pipeline_stats *ps = &st->pipeline;
     cJSON *pj = cJSON_AddObjectToObject(j, "pipeline");
     cJSON_AddStringToObject(pj, "policy", infer_policy_name(o->pipeline.policy));

@@ -154,6 +154,10 @@ const float *infer_kv_keys(const struct infer_kv *kv, uint32_t layer);
 const float *infer_kv_values(const struct infer_kv *kv, uint32_t layer);
 const int8_t *infer_kv_keys_i8(const struct infer_kv *kv, uint32_t layer);
 const float *infer_kv_keys_i8_scale(const struct infer_kv *kv, uint32_t layer);
+/* Appends n slots (positions len, len + 1, ...) holding keys and values k, v
+ * [n][kv_dim] in every layer (and their int8 mirror): attention benchmarks
+ * and tests. -ENOSPC when they do not fit. */
+int infer_kv_append(struct infer_kv *kv, const float *k, const float *v, uint32_t n);
 
 /* The KV cache of a state (every state owns one, of capacity seq_len). */
 struct infer_kv *infer_state_kv(struct infer_state *s);
@@ -221,6 +225,114 @@ struct infer_attention {
 extern const struct infer_attention infer_attention_dense;
 /* Sets the state's attention (NULL: dense). The struct must outlive s. */
 void infer_state_set_attention(struct infer_state *s, const struct infer_attention *a);
+
+/* ---- sparse attention (shadowAttn 3.2-3.4) ---------------------------------------------
+ *
+ * An attention implementation (the interface above) that estimates Q.K in
+ * int8 on the emulated NPU (a static graph per key-length bucket; Q
+ * quantized per head and call with the scale of its bucket, a multiplicative
+ * grid around the geometric mean of its kv head's heads' profiled mean
+ * scales, so heads in one bucket share the scale; K from the cache's int8
+ * rule, one scale per slot and kv head, the graphs' per-channel scales:
+ * buckets vary Q only), keeps per head
+ * and query row the first `sinks` slots, the last `window` and the top of
+ * the rest by the estimate (ceil(ratio * visible) keys in all, ratio from
+ * eq. 3 of the offline importances), and runs the dense kernel's exact
+ * softmax.V over them (its key-selection path). Heads sharing a kv head and
+ * a bucket go in one NPU launch; launches run on the device while the
+ * calling thread selects and attends the heads of the launches already
+ * done, in the order of the paper's greedy plan (Algorithm 1). Draft trees
+ * and calls with fewer than min_keys visible keys run dense.
+ *
+ * The offline profile lives in the container's metadata (attn.* keys,
+ * docs/FORMAT.md), written by `sluice profile-attn`. */
+struct infer_attn_profile {
+    uint32_t n_layers, n_heads, n_kv_heads;
+    float *head_imp;     /* [n_layers * n_heads] loss increase (nats/token), head zeroed */
+    float *layer_imp;    /* [n_layers] loss increase, the layer's attention zeroed */
+    float *q_scale;      /* [n_layers * n_heads] mean per-call Q scale (max|q| / 127) */
+    float *k_scale;      /* [n_layers * n_kv_heads] mean per-call K scale */
+    float keep;          /* the global ratio keep_ratio was made for */
+    float *keep_ratio;   /* [n_layers * n_heads] eq. 3 at keep */
+    uint32_t buckets;    /* Q scale buckets (default 9) */
+    float step;          /* their multiplicative step sigma (default 0.5) */
+    uint32_t calib_tokens;
+    double loss;         /* calibration loss of the unchanged model */
+    /* per-op costs on the profiling machine (the plan's inputs, ns): NPU
+     * estimate per int8 multiply-add, top-k per key, softmax.V per kept key
+     * and head dimension */
+    float cost_est, cost_topk, cost_qkv;
+};
+
+struct infer_attn_profile_opts {
+    uint32_t chunk_tokens; /* tokens per calibration chunk (0: min(seq_len, 1024)) */
+    uint32_t max_tokens;  /* calibration tokens used (0: 4096) */
+    uint32_t batch;       /* rows per forward call, as prefill runs (0: 256) */
+    double keep;          /* global ratio for the stored per-head ratios (0: 0.2) */
+    uint32_t buckets;     /* 0: 9 */
+    float step;           /* 0: 0.5 */
+    /* progress: called after each forward pass (done of total) */
+    void (*progress)(void *ctx, uint32_t done, uint32_t total);
+    void *ctx;
+};
+
+/* Profiles m on tokens[0..n) (calibration text, one stream): the loss with
+ * each head's attention output zeroed, then each layer's, the unchanged
+ * loss, the mean Q and K scales, and the per-op costs. */
+int infer_attn_profile_run(struct infer_model *m, const int *tokens, uint32_t n,
+                           const struct infer_attn_profile_opts *o,
+                           struct infer_attn_profile **out, struct sl_err *err);
+/* Reads the attn.* keys of a container: -ENOENT when it has none, -EINVAL
+ * (a key of the wrong size or value, named) or -ENOMEM. */
+int infer_attn_profile_read(const struct format_reader *r, struct infer_attn_profile **out,
+                            struct sl_err *err);
+/* Calls set(ctx, key, value, len) for every attn.* key (the writer's
+ * format_writer_set_meta). Stops at the first error. */
+int infer_attn_profile_write(const struct infer_attn_profile *p,
+                             int (*set)(void *ctx, const char *key, const void *v, size_t len),
+                             void *ctx);
+void infer_attn_profile_destroy(struct infer_attn_profile *p);
+
+struct infer_sparse_opts {
+    double keep;       /* global keep ratio in (0, 1] (0: 0.2) */
+    uint32_t sinks;    /* first slots always kept (0: none; 4 with opts NULL) */
+    uint32_t window;   /* most recent slots always kept (0: none; 16 with opts NULL) */
+    uint32_t min_keys; /* calls whose rows see fewer keys run dense (default 0) */
+    int uniform;       /* 1: every head keeps `keep` (no importances) */
+    double floor_share; /* 0..1: every head keeps at least this share of `keep`, the rest
+                           goes by eq. 3 (0: eq. 3 alone, the paper) */
+    int measure;       /* 1: recall and kept attention mass against float scores (slow) */
+    int inline_npu;    /* 1: estimates on the calling thread (bit-identical results) */
+    int no_plan;       /* 1: launches in head order instead of Algorithm 1's */
+    struct npu_device *device; /* NULL: one of its own */
+};
+
+struct infer_sparse;
+
+/* Sparse attention for models of config c. p: the profile (NULL: uniform
+ * ratios, and each head's Q bucket grid centred on its first call's
+ * scale). Returns 0, -EINVAL (a bad option or a profile of another shape)
+ * or -ENOMEM, with a sentence. Thread-safe for concurrent calls on disjoint
+ * heads of a layer (the pipeline's attention tasks). */
+int infer_sparse_create(const struct format_config *c, const struct infer_attn_profile *p,
+                        const struct infer_sparse_opts *o, struct infer_sparse **out,
+                        struct sl_err *err);
+void infer_sparse_destroy(struct infer_sparse *sp);
+const struct infer_attention *infer_sparse_attention(struct infer_sparse *sp);
+
+struct infer_sparse_stats {
+    uint64_t calls, dense_calls;  /* dense: trees and short contexts */
+    uint64_t row_heads;           /* (row, head) pairs attended sparsely */
+    uint64_t keys_visible, keys_kept;
+    uint64_t launches;            /* NPU jobs */
+    double recall;                /* measure: mean share of the float Q.K top-k found by the
+                                     int8 estimate's top-k (same k, no sinks or window) */
+    double mass;                  /* measure: mean float attention mass the kept keys hold */
+    uint64_t total_ns, wait_ns, topk_ns, qkv_ns; /* calls, waiting on the NPU, selecting,
+                                                    softmax.V (measure excluded) */
+};
+void infer_sparse_stats(struct infer_sparse *sp, struct infer_sparse_stats *st);
+void infer_sparse_stats_reset(struct infer_sparse *sp);
 
 /* ---- the linear path's seam ------------------------------------------------------------
  *
@@ -395,6 +507,9 @@ struct infer_pipeline_opts {
                                 * run -n 0 or 1): what only decoding needs (an untied
                                 * embedding, read after the first token) is not read, so
                                 * the process can end at once; a decode step then fails */
+    const struct infer_attention *attn; /* the state's attention (NULL: dense); a sparse
+                                * one must not use `device` (its jobs would wait behind
+                                * the pipeline's) */
     void (*first_logits)(void *ctx, const float *logits); /* as soon as they exist */
     void *ctx;
 };

@@ -77,6 +77,7 @@ synth:sluice_synth.c
 quantize:sluice_quantize.c
 run:sluice_run.c tools_spec.c
 eval:sluice_eval.c
+profile-attn:sluice_profile_attn.c
 mount:sluice_mount.c
 umount:sluice_umount.c
 bench unpack:bench_unpack.c
@@ -86,6 +87,7 @@ bench coldstart:bench_coldstart.c
 serve:sluice_serve.c
 chat:sluice_chat.c
 bench spec:bench_spec.c
+bench attn:bench_attn.c
 EOF
 
 # 3'. the dispatchers
@@ -159,6 +161,14 @@ serve|sluice serve: no MODEL given
 chat m.sluice --temp 3|sluice chat: --temp wants a number in [0, 2], not '3'
 chat m.sluice --template jinja|sluice chat: --template wants one of
 chat|sluice chat: no MODEL given
+run m.sluice --attn fast|sluice run: --attn wants one of dense or sparse, not 'fast'
+run m.sluice --keep 0|sluice run: --keep wants a number in (0, 1], not '0'
+eval m.sluice --keep 1.5|sluice eval: --keep wants a number in (0, 1], not '1.5'
+eval m.sluice --keep-floor 2|sluice eval: --keep-floor wants a number in [0, 1], not '2'
+profile-attn m.sluice --buckets 0|sluice profile-attn: --buckets wants a whole number in 1..64, not '0'
+profile-attn m.sluice --step 1|sluice profile-attn: --step wants a number in (0, 1), not '1'
+bench attn --ctx 8|sluice bench attn: --ctx: '8' is not a length in 16..65536
+bench attn --shape gpt|sluice bench attn: unknown shape 'gpt'
 EOF
 
 # 5. the stated clamps, on a real model (a 128-token context)

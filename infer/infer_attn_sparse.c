@@ -1,0 +1,622 @@
+/* infer_attn_sparse.c: sparse attention with NPU-estimated scores
+ * (shadowAttn 3.2-3.4) behind the attention interface (infer.h).
+ *
+ * Per call (query rows of one layer, heads [h0, h1)):
+ * 1. Q scale per head (max|q| / 127 over the call's rows) picks a bucket of
+ *    the head's grid around its profiled mean; Q is quantized with the
+ *    bucket's scale (static, as a compiled NPU graph's constant).
+ * 2. K: the int8 keys of every slot (the KV cache's int8 rule, one scale
+ *    per slot and kv head) prepared as the NPU's weights of a key-length
+ *    bucket (slots rounded up to KEY_BUCKET, padding codes 0), refilled
+ *    from the first slot that changed. K's scale is fixed per slot and head
+ *    rather than bucketed: the graphs dequantize per output channel (=
+ *    slot) natively, and requantizing the cache per bucket would cost
+ *    O(T * head_dim) per head and call, as much as a decode step's whole
+ *    estimate. So the buckets vary Q only.
+ * 3. Launches: the heads of one kv head that share a bucket are stacked
+ *    into one int8 job on the graph (kv_mul * rows, head_dim, L); launches
+ *    are ordered by Algorithm 1 on the per-op costs and run on the device
+ *    two ahead of the CPU, which picks each head's keys (sinks, recent
+ *    window, top of the rest by the estimate, causal) and runs the dense
+ *    kernel's exact float softmax.V over them (infer_attn_list). */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_sparse.h"
+#include "infer_internal.h"
+#include "npu.h"
+
+#define KEY_BUCKET 256u
+#define AHEAD 2 /* launches in flight on the device */
+
+struct kslot {
+    struct npu_weights *w; /* [L][head_dim] int8 keys of one layer and kv head */
+    uint32_t L, filled;
+};
+
+struct infer_sparse {
+    struct infer_attention attn;
+    char name[64]; /* "sparse keep 0.20" (traces) */
+    struct format_config cfg;
+    struct infer_sparse_opts o;
+    float *ratio;  /* [L * H] */
+    float *qmean;  /* [L * H]; 0 until known */
+    uint32_t buckets;
+    float step;
+    double c_est, c_topk, c_qkv;
+    struct kslot *ks; /* [L * KV] */
+    struct npu_device *dev;
+    int own_dev;
+    pthread_mutex_t lock;
+    struct infer_sparse_stats st;
+    double recall_sum, mass_sum;
+    uint64_t recall_n, mass_n;
+};
+
+struct launch {
+    uint32_t g;        /* kv head */
+    uint32_t bucket;
+    uint32_t cnt;      /* heads */
+    uint32_t head[ATTN_PLAN_MAX];
+    float scale;
+    int8_t *xq;        /* [cnt * n][hd] */
+    float *y;          /* [cnt * n][L] */
+    struct npu_job job;
+    struct npu_ticket *ticket;
+};
+
+static uint32_t pow2ceil(uint32_t v)
+{
+    uint32_t p = 1;
+    while (p < v)
+        p <<= 1;
+    return p;
+}
+
+/* K weights of (layer, g) covering slots [0, T), from the cache. */
+static int prepare_keys(struct infer_sparse *sp, const struct infer_kv *kv, uint32_t layer,
+                        uint32_t g, uint32_t base, uint32_t T, struct sl_err *err)
+{
+    const struct format_config *c = &sp->cfg;
+    uint32_t hd = c->head_dim, KV = c->n_kv_heads;
+    size_t kv_dim = (size_t)KV * hd;
+    struct kslot *ks = &sp->ks[(size_t)layer * KV + g];
+    if (!ks->w || ks->L < T) {
+        uint32_t L = (T + KEY_BUCKET - 1) / KEY_BUCKET * KEY_BUCKET;
+        struct npu_weights *w;
+        if (npu_weights_alloc(L, hd, &w) < 0) {
+            sl_err_set(err, "sparse attention: out of memory for %u int8 keys", L);
+            return -ENOMEM;
+        }
+        npu_weights_destroy(ks->w);
+        ks->w = w;
+        ks->L = L;
+        ks->filled = 0;
+        /* padding slots: codes 0 (computed and discarded, as a static graph would) */
+        int8_t *z = sl_calloc((size_t)16 * hd, 1);
+        float zs[16] = {0};
+        if (!z) {
+            sl_err_set(err, "sparse attention: out of memory");
+            return -ENOMEM;
+        }
+        for (uint32_t r = 0; r < L; r += 16)
+            npu_weights_fill(w, r, L - r < 16 ? L - r : 16, z, zs);
+        free(z);
+    }
+    uint32_t from = ks->filled < base ? ks->filled : base;
+    from &= ~15u;
+    uint32_t to = (T + 15) & ~15u;
+    if (to > ks->L)
+        to = ks->L;
+    if (from >= to)
+        return 0;
+    int8_t *codes = sl_calloc((size_t)(to - from) * hd, 1);
+    float *sc = sl_calloc(to - from, sizeof(float));
+    if (!codes || !sc) {
+        free(codes);
+        free(sc);
+        sl_err_set(err, "sparse attention: out of memory");
+        return -ENOMEM;
+    }
+    const int8_t *k8 = infer_kv_keys_i8(kv, layer);
+    const float *k8s = infer_kv_keys_i8_scale(kv, layer);
+    const float *kf = infer_kv_keys(kv, layer);
+    for (uint32_t t = from; t < T; t++) {
+        int8_t *dst = codes + (size_t)(t - from) * hd;
+        if (k8) {
+            memcpy(dst, k8 + t * kv_dim + (size_t)g * hd, hd);
+            sc[t - from] = k8s[(size_t)t * KV + g];
+        } else {
+            sc[t - from] = attn_quantize_key(kf + t * kv_dim + (size_t)g * hd, hd, dst);
+        }
+    }
+    int ret = npu_weights_fill(ks->w, from, to - from, codes, sc);
+    free(codes);
+    free(sc);
+    if (ret < 0) {
+        sl_err_set(err, "sparse attention: cannot prepare the int8 keys of layer %u", layer);
+        return ret;
+    }
+    ks->filled = T;
+    return 0;
+}
+
+static int start_launch(struct infer_sparse *sp, struct launch *la, const struct npu_graph *gr,
+                        const struct npu_weights *w, uint32_t n, struct sl_err *err)
+{
+    memset(&la->job, 0, sizeof la->job);
+    la->job.graph = gr;
+    la->job.w = w;
+    la->job.a_type = NPU_DTYPE_INT8;
+    la->job.xq = la->xq;
+    la->job.rows = la->cnt * n;
+    la->job.act_scale = la->scale;
+    la->job.y = la->y;
+    la->ticket = NULL;
+    if (sp->o.inline_npu)
+        return 0;
+    return npu_device_submit(sp->dev, &la->job, &la->ticket, err);
+}
+
+static int finish_launch(struct launch *la, struct sl_err *err)
+{
+    int ret = la->ticket ? npu_ticket_wait(la->ticket) : npu_graph_run(la->job.graph, &la->job,
+                                                                         NULL, err);
+    la->ticket = NULL;
+    if (ret < 0 && !err->msg[0])
+        sl_err_set(err, "sparse attention: the NPU estimate failed (%d)", ret);
+    return ret;
+}
+
+/* measure: float scores of the visible keys; recall of the estimate's
+ * top-k and the float mass of the kept keys */
+static void measure_row(const float *qh, const float *kh, size_t kv_dim, uint32_t hd,
+                        const float *est, uint32_t visible, uint32_t k, const uint32_t *sel,
+                        uint32_t nsel, float *fs, uint32_t *i1, uint32_t *i2, uint32_t *work,
+                        double *recall, double *mass)
+{
+    for (uint32_t t = 0; t < visible; t++) {
+        float d = 0;
+        for (uint32_t j = 0; j < hd; j++)
+            d += qh[j] * kh[t * kv_dim + j];
+        fs[t] = d / sqrtf((float)hd);
+    }
+    attn_topk(fs, visible, k, i1, work);
+    attn_topk(est, visible, k, i2, work);
+    uint32_t hit = 0;
+    for (uint32_t a = 0, b = 0; a < k && b < k;) {
+        if (i1[a] == i2[b]) {
+            hit++;
+            a++;
+            b++;
+        } else if (i1[a] < i2[b]) {
+            a++;
+        } else {
+            b++;
+        }
+    }
+    *recall = k ? (double)hit / k : 1.0;
+    float mx = -INFINITY;
+    for (uint32_t t = 0; t < visible; t++)
+        mx = fs[t] > mx ? fs[t] : mx;
+    double tot = 0, kept = 0;
+    for (uint32_t t = 0; t < visible; t++)
+        tot += exp((double)fs[t] - mx);
+    for (uint32_t j = 0; j < nsel; j++)
+        kept += exp((double)fs[sel[j]] - mx);
+    *mass = kept / tot;
+}
+
+struct call_stats {
+    uint64_t row_heads, visible, kept, launches, total_ns, wait_ns, topk_ns, qkv_ns;
+    double recall, mass;
+    uint64_t recall_n;
+};
+
+/* Top-k and softmax.V for every row of one head of a finished launch. */
+static int attend_head(struct infer_sparse *sp, const struct infer_kv *kv, uint32_t layer,
+                       const struct infer_attn_rows *rows, const float *q, uint32_t h,
+                       const float *est, size_t ld, float *out, uint32_t *sel, uint32_t *work,
+                       float *a, float *gather, float *fs, uint32_t *i1, uint32_t *i2,
+                       struct call_stats *cs)
+{
+    const struct format_config *c = &sp->cfg;
+    uint32_t hd = c->head_dim, H = c->n_heads, kv_mul = H / c->n_kv_heads;
+    size_t kv_dim = (size_t)c->n_kv_heads * hd, qdim = (size_t)H * hd;
+    const float *kh = infer_kv_keys(kv, layer) + (size_t)(h / kv_mul) * hd;
+    const float *vh = infer_kv_values(kv, layer) + (size_t)(h / kv_mul) * hd;
+    double r = sp->ratio[(size_t)layer * H + h];
+    uint32_t sinks = sp->o.sinks == UINT32_MAX ? 0 : sp->o.sinks;
+    uint32_t window = sp->o.window == UINT32_MAX ? 0 : sp->o.window;
+    for (uint32_t i = 0; i < rows->n; i++) {
+        uint64_t t0 = sl_now_ns();
+        uint32_t visible = rows->base + i + 1;
+        uint32_t k = attn_keep_count(r, visible);
+        const float *e = est + (size_t)i * ld;
+        uint32_t ns = attn_select_row(e, visible, k, sinks, window, sel, work);
+        uint64_t t1 = sl_now_ns();
+        const float *qh = q + (size_t)i * qdim + (size_t)h * hd;
+        infer_attn_list(out + (size_t)i * qdim + (size_t)h * hd, qh, kh, vh, kv_dim, hd, sel, ns,
+                        a, gather);
+        cs->topk_ns += t1 - t0;
+        cs->qkv_ns += sl_now_ns() - t1;
+        cs->row_heads++;
+        cs->visible += visible;
+        cs->kept += ns;
+        if (sp->o.measure) {
+            double rc, ms;
+            measure_row(qh, kh, kv_dim, hd, e, visible, k, sel, ns, fs, i1, i2, work, &rc, &ms);
+            cs->recall += rc;
+            cs->mass += ms;
+            cs->recall_n++;
+        }
+    }
+    return 0;
+}
+
+/* Q scale of head h over the call's rows: max|q| / 127 (1 when all zero) */
+static float head_scale(const float *q, uint32_t n, size_t qdim, uint32_t hd, uint32_t h)
+{
+    float mx = 0.0f;
+    for (uint32_t i = 0; i < n; i++) {
+        const float *qh = q + (size_t)i * qdim + (size_t)h * hd;
+        for (uint32_t j = 0; j < hd; j++)
+            mx = isfinite(qh[j]) && fabsf(qh[j]) > mx ? fabsf(qh[j]) : mx;
+    }
+    return mx > 0.0f ? mx / 127.0f : 1.0f;
+}
+
+/* The centre of kv head g's bucket grid: the geometric mean of its heads'
+ * profiled mean Q scales (without a profile, of their first call's), so
+ * that heads in one bucket share its scale and can share a launch. */
+static float group_center(struct infer_sparse *sp, uint32_t layer, uint32_t g, const float *q,
+                          uint32_t n)
+{
+    const struct format_config *c = &sp->cfg;
+    uint32_t H = c->n_heads, kv_mul = H / c->n_kv_heads, hd = c->head_dim;
+    double lg = 0;
+    pthread_mutex_lock(&sp->lock);
+    for (uint32_t h = g * kv_mul; h < (g + 1) * kv_mul; h++) {
+        float *mean = &sp->qmean[(size_t)layer * H + h];
+        if (!(*mean > 0.0f))
+            *mean = head_scale(q, n, (size_t)H * hd, hd, h);
+        lg += log((double)*mean);
+    }
+    pthread_mutex_unlock(&sp->lock);
+    return (float)exp(lg / kv_mul);
+}
+
+static int sparse_run(const struct infer_attention *at, const struct format_config *c,
+                      const struct infer_kv *kv, uint32_t layer, const struct infer_attn_rows *rows,
+                      const float *q, uint32_t h0, uint32_t h1, float *out, float *scratch)
+{
+    struct infer_sparse *sp = at->ctx;
+    uint32_t n = rows->n, T = rows->base + n;
+    uint32_t H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, kv_mul = H / KV;
+    size_t qdim = (size_t)H * hd;
+    if (rows->parent || rows->sel || T < sp->o.min_keys || n == 0 || kv_mul * n > NPU_GRAPH_MAX_M) {
+        pthread_mutex_lock(&sp->lock);
+        sp->st.calls++;
+        sp->st.dense_calls++;
+        pthread_mutex_unlock(&sp->lock);
+        return infer_attention_dense.run(&infer_attention_dense, c, kv, layer, rows, q, h0, h1, out,
+                                         scratch);
+    }
+    struct sl_err err = {{0}};
+    int ret = 0;
+    uint64_t t_start = sl_now_ns();
+    struct call_stats cs = {0};
+    /* launches: per kv head, its heads in [h0, h1) grouped by bucket */
+    uint32_t nh = h1 - h0;
+    struct launch *la = sl_calloc(nh, sizeof *la);
+    uint32_t *bucket = sl_calloc(nh, sizeof *bucket);
+    float *qs = sl_calloc(nh, sizeof *qs);
+    if (!la || !bucket || !qs) {
+        ret = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t h = h0; h < h1; h++) {
+        float s = head_scale(q, n, qdim, hd, h);
+        float mu = group_center(sp, layer, h / kv_mul, q, n);
+        bucket[h - h0] = attn_bucket_pick(mu, sp->step, sp->buckets, s);
+        qs[h - h0] = attn_bucket_scale(mu, sp->step, sp->buckets, bucket[h - h0]);
+    }
+    uint32_t nl = 0;
+    for (uint32_t g = h0 / kv_mul; g * kv_mul < h1; g++) {
+        uint32_t a0 = g * kv_mul > h0 ? g * kv_mul : h0, a1 = (g + 1) * kv_mul < h1 ? (g + 1) * kv_mul : h1;
+        uint32_t first = nl;
+        for (uint32_t h = a0; h < a1; h++) {
+            uint32_t j = first;
+            while (j < nl && la[j].bucket != bucket[h - h0])
+                j++;
+            if (j == nl) {
+                la[nl].g = g;
+                la[nl].bucket = bucket[h - h0];
+                la[nl].scale = qs[h - h0];
+                nl++;
+            }
+            la[j].head[la[j].cnt++] = h;
+        }
+        if ((ret = prepare_keys(sp, kv, layer, g, rows->base, T, &err)) < 0)
+            goto out;
+    }
+    /* the plan (Algorithm 1) over the per-op costs */
+    uint32_t order[ATTN_PLAN_MAX * 8];
+    for (uint32_t i = 0; i < nl; i++)
+        order[i] = i;
+    if (!sp->o.no_plan && nl > 1 && nl <= ATTN_PLAN_MAX * 8 && nh <= 4096) {
+        double *tn = sl_calloc(nl, sizeof *tn), *tk = sl_calloc(nh, sizeof *tk);
+        double *tq = sl_calloc(nh, sizeof *tq);
+        uint32_t *cnt = sl_calloc(nl, sizeof *cnt);
+        uint32_t(*hl)[ATTN_PLAN_MAX] = sl_calloc(nl, sizeof *hl);
+        if (tn && tk && tq && cnt && hl) {
+            double vis = (double)n * rows->base + (double)n * (n + 1) / 2;
+            for (uint32_t i = 0; i < nl; i++) {
+                uint32_t L = sp->ks[(size_t)layer * KV + la[i].g].L;
+                tn[i] = sp->c_est * la[i].cnt * n * (double)hd * L;
+                cnt[i] = la[i].cnt;
+                for (uint32_t j = 0; j < la[i].cnt; j++)
+                    hl[i][j] = la[i].head[j] - h0;
+            }
+            for (uint32_t h = h0; h < h1; h++) {
+                tk[h - h0] = sp->c_topk * vis;
+                tq[h - h0] = sp->c_qkv * vis * sp->ratio[(size_t)layer * H + h] * hd;
+            }
+            attn_plan(nl, tn, cnt, hl, tk, tq, order);
+            for (uint32_t i = 0; i < nl; i++)
+                for (uint32_t j = 0; j < la[i].cnt; j++)
+                    la[i].head[j] = hl[i][j] + h0;
+        }
+        free(tn);
+        free(tk);
+        free(tq);
+        free(cnt);
+        free(hl);
+    }
+    /* graph and buffers per launch */
+    uint32_t m = kv_mul * pow2ceil(n);
+    if (m > NPU_GRAPH_MAX_M)
+        m = NPU_GRAPH_MAX_M;
+    uint32_t maxL = 0;
+    for (uint32_t i = 0; i < nl; i++) {
+        uint32_t L = sp->ks[(size_t)layer * KV + la[i].g].L;
+        maxL = L > maxL ? L : maxL;
+    }
+    float *ybuf[AHEAD];
+    int8_t *xbuf[AHEAD];
+    memset(ybuf, 0, sizeof ybuf);
+    memset(xbuf, 0, sizeof xbuf);
+    for (int b = 0; b < AHEAD; b++) {
+        ybuf[b] = sl_malloc(sizeof(float) * (size_t)kv_mul * n * maxL);
+        xbuf[b] = sl_malloc((size_t)kv_mul * n * hd);
+    }
+    uint32_t *sel = sl_malloc(sizeof(uint32_t) * T * 5);
+    float *a = sl_malloc(sizeof(float) * T * 2);
+    float *gather = sl_malloc(sizeof(float) * T * hd);
+    int ok = sel && a && gather;
+    for (int b = 0; b < AHEAD; b++)
+        ok = ok && ybuf[b] && xbuf[b];
+    if (!ok) {
+        ret = -ENOMEM;
+        goto free_bufs;
+    }
+    uint32_t *work = sel + T, *i1 = sel + 3 * (size_t)T, *i2 = sel + 4 * (size_t)T;
+    float *fs = a + T;
+    uint32_t started = 0;
+    for (uint32_t done = 0; done < nl && ret == 0; done++) {
+        /* keep AHEAD launches in flight */
+        while (started < nl && started < done + AHEAD) {
+            struct launch *l = &la[order[started]];
+            l->xq = xbuf[started % AHEAD];
+            l->y = ybuf[started % AHEAD];
+            for (uint32_t j = 0; j < l->cnt; j++)
+                for (uint32_t i = 0; i < n; i++)
+                    npu_quantize_act(q + (size_t)i * qdim + (size_t)l->head[j] * hd, hd, l->scale,
+                                     l->xq + ((size_t)j * n + i) * hd);
+            struct kslot *ks = &sp->ks[(size_t)layer * KV + l->g];
+            const struct npu_graph *gr;
+            ret = npu_device_graph(sp->dev, m, hd, ks->L, &gr, &err);
+            if (ret == 0)
+                ret = start_launch(sp, l, gr, ks->w, n, &err);
+            if (ret < 0)
+                break;
+            started++;
+            cs.launches++;
+        }
+        if (ret < 0)
+            break;
+        struct launch *l = &la[order[done]];
+        uint64_t t0 = sl_now_ns();
+        if ((ret = finish_launch(l, &err)) < 0)
+            break;
+        cs.wait_ns += sl_now_ns() - t0;
+        uint32_t L = sp->ks[(size_t)layer * KV + l->g].L;
+        for (uint32_t j = 0; j < l->cnt; j++)
+            attend_head(sp, kv, layer, rows, q, l->head[j], l->y + (size_t)j * n * L, L, out, sel,
+                        work, a, gather, fs, i1, i2, &cs);
+    }
+    /* on an error, let every submitted launch finish before freeing its buffers */
+    for (uint32_t i = 0; i < nl; i++)
+        if (la[i].ticket)
+            (void)npu_ticket_wait(la[i].ticket);
+free_bufs:
+    for (int b = 0; b < AHEAD; b++) {
+        free(ybuf[b]);
+        free(xbuf[b]);
+    }
+    free(sel);
+    free(a);
+    free(gather);
+out:
+    cs.total_ns = sl_now_ns() - t_start;
+    pthread_mutex_lock(&sp->lock);
+    sp->st.calls++;
+    sp->st.row_heads += cs.row_heads;
+    sp->st.keys_visible += cs.visible;
+    sp->st.keys_kept += cs.kept;
+    sp->st.launches += cs.launches;
+    sp->st.total_ns += cs.total_ns;
+    sp->st.wait_ns += cs.wait_ns;
+    sp->st.topk_ns += cs.topk_ns;
+    sp->st.qkv_ns += cs.qkv_ns;
+    sp->recall_sum += cs.recall;
+    sp->mass_sum += cs.mass;
+    sp->recall_n += cs.recall_n;
+    sp->mass_n += cs.recall_n;
+    pthread_mutex_unlock(&sp->lock);
+    free(la);
+    free(bucket);
+    free(qs);
+    return ret;
+}
+
+int infer_sparse_create(const struct format_config *c, const struct infer_attn_profile *p,
+                        const struct infer_sparse_opts *o, struct infer_sparse **out,
+                        struct sl_err *err)
+{
+    struct infer_sparse_opts d = {.keep = 0.2, .sinks = 4, .window = 16};
+    if (o) {
+        d = *o;
+        if (d.keep == 0)
+            d.keep = 0.2;
+    }
+    if (!(d.floor_share >= 0 && d.floor_share <= 1)) {
+        sl_err_set(err, "sparse attention: the floor share %g is not in [0, 1]", d.floor_share);
+        return -EINVAL;
+    }
+    if (!(d.keep > 0 && d.keep <= 1)) {
+        sl_err_set(err, "sparse attention: the keep ratio %g is not in (0, 1]", d.keep);
+        return -EINVAL;
+    }
+    if (c->n_kv_heads == 0 || c->n_heads % c->n_kv_heads || c->n_heads / c->n_kv_heads > ATTN_PLAN_MAX) {
+        sl_err_set(err, "sparse attention: %u heads over %u kv heads is not supported",
+                   c->n_heads, c->n_kv_heads);
+        return -EINVAL;
+    }
+    if (p && (p->n_layers != c->n_layers || p->n_heads != c->n_heads ||
+              p->n_kv_heads != c->n_kv_heads)) {
+        sl_err_set(err,
+                   "sparse attention: the profile is of %u layers x %u heads (%u kv), the model "
+                   "has %u x %u (%u)",
+                   p->n_layers, p->n_heads, p->n_kv_heads, c->n_layers, c->n_heads, c->n_kv_heads);
+        return -EINVAL;
+    }
+    struct infer_sparse *sp = sl_calloc(1, sizeof *sp);
+    size_t N = (size_t)c->n_layers * c->n_heads;
+    if (!sp || !(sp->ratio = sl_calloc(N, sizeof(float))) ||
+        !(sp->qmean = sl_calloc(N, sizeof(float))) ||
+        !(sp->ks = sl_calloc((size_t)c->n_layers * c->n_kv_heads, sizeof *sp->ks))) {
+        infer_sparse_destroy(sp);
+        sl_err_set(err, "sparse attention: out of memory");
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&sp->lock, NULL);
+    sp->cfg = *c;
+    sp->o = d;
+    snprintf(sp->name, sizeof sp->name, "sparse keep %.2f%s", d.keep, d.uniform ? " uniform" : "");
+    sp->attn = (struct infer_attention){.name = sp->name, .run = sparse_run, .ctx = sp};
+    sp->buckets = p && p->buckets ? p->buckets : 9;
+    sp->step = p && p->step > 0 ? p->step : 0.5f;
+    attn_ratios(p && !d.uniform ? p->head_imp : NULL, p && !d.uniform ? p->layer_imp : NULL,
+                c->n_layers, c->n_heads, d.keep, d.floor_share, sp->ratio);
+    if (p)
+        memcpy(sp->qmean, p->q_scale, N * sizeof(float));
+    /* per-op costs (ns): the profile's, else typical of an AVX2 core */
+    sp->c_est = p && p->cost_est > 0 ? p->cost_est : 0.05;
+    sp->c_topk = p && p->cost_topk > 0 ? p->cost_topk : 2.0;
+    sp->c_qkv = p && p->cost_qkv > 0 ? p->cost_qkv : 0.5;
+    if (d.device) {
+        sp->dev = d.device;
+    } else {
+        struct npu_device_config dc;
+        npu_device_config_init(&dc);
+        dc.max_graphs = 1024;
+        int ret = npu_device_create_config(&dc, &sp->dev, err);
+        if (ret < 0) {
+            infer_sparse_destroy(sp);
+            return ret;
+        }
+        sp->own_dev = 1;
+    }
+    *out = sp;
+    return 0;
+}
+
+void infer_sparse_destroy(struct infer_sparse *sp)
+{
+    if (!sp)
+        return;
+    if (sp->own_dev)
+        npu_device_destroy(sp->dev);
+    if (sp->ks)
+        for (size_t i = 0; i < (size_t)sp->cfg.n_layers * sp->cfg.n_kv_heads; i++)
+            npu_weights_destroy(sp->ks[i].w);
+    if (sp->ratio) /* the mutex was initialized */
+        pthread_mutex_destroy(&sp->lock);
+    free(sp->ks);
+    free(sp->ratio);
+    free(sp->qmean);
+    free(sp);
+}
+
+const struct infer_attention *infer_sparse_attention(struct infer_sparse *sp)
+{
+    return &sp->attn;
+}
+
+void infer_sparse_stats(struct infer_sparse *sp, struct infer_sparse_stats *st)
+{
+    pthread_mutex_lock(&sp->lock);
+    *st = sp->st;
+    st->recall = sp->recall_n ? sp->recall_sum / (double)sp->recall_n : 0;
+    st->mass = sp->mass_n ? sp->mass_sum / (double)sp->mass_n : 0;
+    pthread_mutex_unlock(&sp->lock);
+}
+
+void infer_sparse_stats_reset(struct infer_sparse *sp)
+{
+    pthread_mutex_lock(&sp->lock);
+    memset(&sp->st, 0, sizeof sp->st);
+    sp->recall_sum = sp->mass_sum = 0;
+    sp->recall_n = sp->mass_n = 0;
+    pthread_mutex_unlock(&sp->lock);
+}
+
+int attn_sparse_estimate(struct infer_sparse *sp, const struct infer_kv *kv, uint32_t layer,
+                         const float *q, uint32_t n, uint32_t base, uint32_t h, float *est,
+                         uint32_t *L, float *qscale, struct sl_err *err)
+{
+    const struct format_config *c = &sp->cfg;
+    uint32_t hd = c->head_dim, H = c->n_heads, kv_mul = H / c->n_kv_heads, g = h / kv_mul;
+    size_t qdim = (size_t)H * hd;
+    float s = head_scale(q, n, qdim, hd, h);
+    float mu = group_center(sp, layer, g, q, n);
+    struct launch la = {.g = g, .cnt = 1};
+    la.scale = attn_bucket_scale(mu, sp->step, sp->buckets,
+                                 attn_bucket_pick(mu, sp->step, sp->buckets, s));
+    int ret = prepare_keys(sp, kv, layer, g, base, base + n, err);
+    if (ret < 0)
+        return ret;
+    struct kslot *ks = &sp->ks[(size_t)layer * c->n_kv_heads + g];
+    la.xq = sl_malloc((size_t)n * hd);
+    if (!la.xq)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        npu_quantize_act(q + i * qdim + (size_t)h * hd, hd, la.scale, la.xq + (size_t)i * hd);
+    la.y = est;
+    const struct npu_graph *gr;
+    uint32_t m = kv_mul * pow2ceil(n);
+    ret = npu_device_graph(sp->dev, m > NPU_GRAPH_MAX_M ? NPU_GRAPH_MAX_M : m, hd, ks->L, &gr, err);
+    if (ret == 0)
+        ret = start_launch(sp, &la, gr, ks->w, n, err);
+    if (ret == 0)
+        ret = finish_launch(&la, err);
+    free(la.xq);
+    *L = ks->L;
+    *qscale = la.scale;
+    return ret;
+}

@@ -1,0 +1,494 @@
+/* test_attn_sparse.c: sparse attention (shadowAttn 3.2-3.4), piece by piece
+ * and whole:
+ * - top-k selection against a full sort (random sizes, ties, both paths);
+ * - the keys a row keeps (sinks, window, top of the rest: count and set);
+ * - eq. 3's ratios (mean, cap, order) and the Q scale buckets;
+ * - the NPU estimate bit-exact with the scalar specification, its K codes
+ *   those of the KV cache's int8 mirror;
+ * - sparse attention at keep 1 bit-identical to dense (prefill chunk and
+ *   decode row), and at keep < 1 equal to the dense kernel's selection path
+ *   over the keys a scalar reference picks;
+ * - the greedy plan (Algorithm 1) against every order on small cases;
+ * - the cold-start pipeline and the batched forward give identical logits
+ *   with sparse attention (a synthetic model). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_sparse.h"
+#include "import.h"
+#include "infer_internal.h"
+#include "npu.h"
+#include "testutil.h"
+
+static struct test_rng rng;
+
+struct pair {
+    float v;
+    uint32_t i;
+};
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const struct pair *x = a, *y = b;
+    if (x->v != y->v)
+        return x->v > y->v ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* the k largest (ties: lower index) by sorting, indices ascending */
+static void topk_sort(const float *s, uint32_t n, uint32_t k, uint32_t *out)
+{
+    struct pair *p = malloc(sizeof *p * (n ? n : 1));
+    assert_non_null(p);
+    for (uint32_t i = 0; i < n; i++)
+        p[i] = (struct pair){s[i], i};
+    qsort(p, n, sizeof *p, cmp_pair);
+    for (uint32_t j = 0; j < k; j++)
+        out[j] = p[j].i;
+    qsort(out, k, sizeof *out, cmp_u32);
+    free(p);
+}
+
+static void test_topk(void **state)
+{
+    (void)state;
+    for (int it = 0; it < 400; it++) {
+        uint32_t n = 1 + test_rng_below(&rng, it < 200 ? 100 : 5000);
+        uint32_t k = test_rng_below(&rng, n + 1);
+        float *s = malloc(sizeof(float) * n);
+        uint32_t *a = malloc(sizeof(uint32_t) * (n + 1)), *b = malloc(sizeof(uint32_t) * (n + 1));
+        uint32_t *work = malloc(sizeof(uint32_t) * 2 * n);
+        assert_true(s && a && b && work);
+        int kind = it % 5;
+        for (uint32_t i = 0; i < n; i++) {
+            if (kind == 0) /* many ties */
+                s[i] = (float)test_rng_below(&rng, 7) - 3.0f;
+            else if (kind == 1) /* all equal */
+                s[i] = 1.5f;
+            else if (kind == 2) /* wide range, negative and positive */
+                s[i] = test_rng_normal(&rng) * powf(10.0f, (float)test_rng_below(&rng, 8) - 4);
+            else if (kind == 3 && i % 17 == 0) /* an infinity: the general path */
+                s[i] = i % 34 ? INFINITY : -INFINITY;
+            else
+                s[i] = test_rng_normal(&rng);
+        }
+        attn_topk(s, n, k, a, work);
+        topk_sort(s, n, k, b);
+        for (uint32_t j = 0; j < k; j++)
+            if (a[j] != b[j])
+                fail_msg("n %u k %u kind %d: index %u is %u, the sort says %u", n, k, kind, j,
+                         a[j], b[j]);
+        free(s);
+        free(a);
+        free(b);
+        free(work);
+    }
+}
+
+static void test_select_row(void **state)
+{
+    (void)state;
+    for (int it = 0; it < 300; it++) {
+        uint32_t visible = 1 + test_rng_below(&rng, 600);
+        double r = test_rng_float(&rng);
+        uint32_t k = attn_keep_count(r, visible);
+        assert_true(k >= 1 && k <= visible);
+        assert_true(k >= (uint32_t)floor(r * visible) && k <= (uint32_t)ceil(r * visible) + 1);
+        uint32_t sinks = test_rng_below(&rng, 8), window = test_rng_below(&rng, 80);
+        float *e = malloc(sizeof(float) * visible);
+        uint32_t *sel = malloc(sizeof(uint32_t) * visible), *work = malloc(8 * visible + 8);
+        uint32_t *ref = malloc(sizeof(uint32_t) * visible);
+        for (uint32_t t = 0; t < visible; t++)
+            e[t] = test_rng_normal(&rng);
+        uint32_t ns = attn_select_row(e, visible, k, sinks, window, sel, work);
+        assert_int_equal(ns, k);
+        for (uint32_t j = 1; j < ns; j++)
+            assert_true(sel[j] > sel[j - 1]);
+        /* reference: sinks, window, then the top of the middle by a sort */
+        uint32_t s = sinks < k ? sinks : k, w = window < k - s ? window : k - s;
+        if (k == visible) {
+            s = k;
+            w = 0;
+        }
+        uint32_t mid = visible - s - w, rest = k - s - w, o = 0;
+        for (uint32_t t = 0; t < s; t++)
+            ref[o++] = t;
+        topk_sort(e + s, mid, rest, ref + o);
+        for (uint32_t j = 0; j < rest; j++)
+            ref[o + j] += s;
+        o += rest;
+        for (uint32_t t = visible - w; t < visible; t++)
+            ref[o++] = t;
+        qsort(ref, o, sizeof *ref, cmp_u32);
+        assert_int_equal(o, k);
+        assert_memory_equal(sel, ref, sizeof(uint32_t) * k);
+        free(e);
+        free(sel);
+        free(work);
+        free(ref);
+    }
+}
+
+static void test_ratios(void **state)
+{
+    (void)state;
+    enum { L = 3, H = 4 };
+    float head[L * H] = {0.5f, -0.1f, 0.02f, 3.0f, 0.1f, 0.1f, 0.1f, 0.1f, 0.0f, 0.2f, 0.4f, 0.8f};
+    float layer[L] = {1.0f, -0.5f, 2.0f};
+    float r[L * H];
+    for (int f = 0; f <= 2; f++) {
+        double floor_share = f * 0.5, keep = 0.3;
+        attn_ratios(head, layer, L, H, keep, floor_share, r);
+        double sum = 0;
+        for (int i = 0; i < L * H; i++) {
+            assert_true(r[i] > 0 && r[i] <= 1.0f);
+            assert_true(r[i] >= floor_share * keep - 1e-6);
+            sum += r[i];
+        }
+        assert_true(fabs(sum / (L * H) - keep) < 1e-4); /* the budget is spent */
+    }
+    attn_ratios(head, layer, L, H, 0.3, 0.0, r);
+    assert_true(r[3] == 1.0f); /* the most important head capped at 1 */
+    assert_true(r[11] > r[10] && r[10] > r[9]); /* order of importance kept */
+    assert_true(r[1] < r[0]); /* a negative loss gets the floor weight */
+    attn_ratios(NULL, NULL, L, H, 0.3, 0.0, r);
+    for (int i = 0; i < L * H; i++)
+        assert_true(r[i] == 0.3f);
+    /* buckets: a grid mean * 0.5^(b - 4), the nearest in squared error */
+    assert_true(attn_bucket_scale(2.0f, 0.5f, 9, 4) == 2.0f);
+    assert_true(attn_bucket_scale(2.0f, 0.5f, 9, 5) == 1.0f);
+    assert_true(attn_bucket_scale(2.0f, 0.5f, 9, 3) == 4.0f);
+    assert_int_equal(attn_bucket_pick(2.0f, 0.5f, 9, 2.1f), 4);
+    assert_int_equal(attn_bucket_pick(2.0f, 0.5f, 9, 3.5f), 3);
+    assert_int_equal(attn_bucket_pick(2.0f, 0.5f, 9, 1000.0f), 0);
+    assert_int_equal(attn_bucket_pick(2.0f, 0.5f, 9, 1e-6f), 8);
+}
+
+static struct format_config shape(uint32_t H, uint32_t KV, uint32_t hd, uint32_t seq)
+{
+    return (struct format_config){.dim = H * hd, .hidden_dim = 64, .n_layers = 2, .n_heads = H,
+                                  .n_kv_heads = KV, .head_dim = hd, .vocab_size = 32,
+                                  .seq_len = seq, .rope_theta = 10000, .norm_eps = 1e-5f};
+}
+
+static struct infer_kv *random_cache(const struct format_config *c, uint32_t T)
+{
+    size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
+    assert_true(k && v);
+    for (size_t i = 0; i < T * kv_dim; i++) {
+        k[i] = test_rng_normal(&rng) * (i % 7 == 0 ? 3.0f : 1.0f);
+        v[i] = test_rng_normal(&rng);
+    }
+    struct infer_kv *kv;
+    struct sl_err err;
+    assert_int_equal(infer_kv_create(c, 0, INFER_KV_K8, &kv, &err), 0);
+    assert_int_equal(infer_kv_append(kv, k, v, T), 0);
+    free(k);
+    free(v);
+    return kv;
+}
+
+static float *random_q(const struct format_config *c, uint32_t n)
+{
+    size_t qdim = (size_t)c->n_heads * c->head_dim;
+    float *q = malloc(sizeof(float) * n * qdim);
+    assert_non_null(q);
+    for (size_t i = 0; i < n * qdim; i++)
+        q[i] = test_rng_normal(&rng) * 0.4f;
+    return q;
+}
+
+static void test_estimate(void **state)
+{
+    (void)state;
+    struct format_config c = shape(8, 2, 64, 1024);
+    uint32_t T = 700, n = 20, base = T - n, hd = c.head_dim;
+    size_t kv_dim = (size_t)c.n_kv_heads * hd;
+    struct infer_kv *kv = random_cache(&c, T);
+    float *q = random_q(&c, n);
+    struct infer_sparse *sp;
+    struct sl_err err;
+    assert_int_equal(infer_sparse_create(&c, NULL, NULL, &sp, &err), 0);
+    float *est = malloc(sizeof(float) * n * 1024), *ref = malloc(sizeof(float) * n * 1024);
+    int8_t *q8 = malloc((size_t)n * hd), *kq = malloc(hd);
+    assert_true(est && ref && q8 && kq);
+    for (uint32_t layer = 0; layer < 2; layer++)
+        for (uint32_t h = 0; h < c.n_heads; h++) {
+            uint32_t L;
+            float qs;
+            if (attn_sparse_estimate(sp, kv, layer, q, n, base, h, est, &L, &qs, &err) < 0)
+                fail_msg("estimate: %s", err.msg);
+            assert_true(L >= T && L % 256 == 0);
+            for (uint32_t i = 0; i < n; i++)
+                npu_quantize_act(q + (size_t)i * c.n_heads * hd + (size_t)h * hd, hd, qs,
+                                 q8 + (size_t)i * hd);
+            uint32_t g = h / (c.n_heads / c.n_kv_heads);
+            const int8_t *k8 = infer_kv_keys_i8(kv, layer) + (size_t)g * hd;
+            const float *k8s = infer_kv_keys_i8_scale(kv, layer);
+            float *ks = malloc(sizeof(float) * T);
+            for (uint32_t t = 0; t < T; t++) {
+                ks[t] = k8s[(size_t)t * c.n_kv_heads + g];
+                /* the cache's mirror is the sparse attention's quantizer */
+                float s = attn_quantize_key(infer_kv_keys(kv, layer) + t * kv_dim + (size_t)g * hd,
+                                            hd, kq);
+                assert_true(s == ks[t]);
+                assert_memory_equal(kq, k8 + t * kv_dim, hd);
+            }
+            attn_estimate_ref(q8, n, hd, qs, k8, kv_dim, ks, T, ref, L);
+            for (uint32_t i = 0; i < n; i++)
+                assert_memory_equal(est + (size_t)i * L, ref + (size_t)i * L, sizeof(float) * T);
+            free(ks);
+        }
+    infer_sparse_destroy(sp);
+    infer_kv_destroy(kv);
+    free(est);
+    free(ref);
+    free(q8);
+    free(kq);
+    free(q);
+}
+
+static void run_attn(const struct infer_attention *a, const struct format_config *c,
+                     const struct infer_kv *kv, uint32_t layer, uint32_t n, uint32_t base,
+                     const float *q, float *out)
+{
+    struct infer_attn_rows rows = {.n = n, .base = base};
+    float *scratch = malloc(sizeof(float) * 16 * (base + n));
+    assert_non_null(scratch);
+    assert_int_equal(a->run(a, c, kv, layer, &rows, q, 0, c->n_heads, out, scratch), 0);
+    free(scratch);
+}
+
+static void test_keep_all_is_dense(void **state)
+{
+    (void)state;
+    struct format_config c = shape(8, 2, 32, 1024);
+    uint32_t T = 600;
+    struct infer_kv *kv = random_cache(&c, T);
+    size_t qdim = (size_t)c.n_heads * c.head_dim;
+    for (int inl = 0; inl < 2; inl++) {
+        struct infer_sparse_opts o = {.keep = 1.0, .sinks = 4, .window = 16, .inline_npu = inl};
+        struct infer_sparse *sp;
+        struct sl_err err;
+        assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
+        uint32_t ns[2] = {37, 1};
+        for (int j = 0; j < 2; j++) {
+            uint32_t n = ns[j], base = T - n;
+            float *q = random_q(&c, n), *od = malloc(sizeof(float) * n * qdim),
+                  *os = malloc(sizeof(float) * n * qdim);
+            run_attn(&infer_attention_dense, &c, kv, 1, n, base, q, od);
+            run_attn(infer_sparse_attention(sp), &c, kv, 1, n, base, q, os);
+            assert_memory_equal(od, os, sizeof(float) * n * qdim);
+            free(q);
+            free(od);
+            free(os);
+        }
+        struct infer_sparse_stats st;
+        infer_sparse_stats(sp, &st);
+        assert_int_equal(st.dense_calls, 0); /* the sparse path ran */
+        assert_true(st.launches > 0 && st.keys_kept == st.keys_visible);
+        infer_sparse_destroy(sp);
+    }
+    infer_kv_destroy(kv);
+}
+
+/* keep < 1: the output is the dense kernel's selection path over the keys
+ * the scalar estimate and a sort pick */
+static void test_sparse_reference(void **state)
+{
+    (void)state;
+    struct format_config c = shape(8, 2, 32, 1024);
+    uint32_t T = 530, n = 30, base = T - n, hd = c.head_dim, H = c.n_heads;
+    size_t qdim = (size_t)H * hd;
+    struct infer_kv *kv = random_cache(&c, T);
+    float *q = random_q(&c, n), *os = malloc(sizeof(float) * n * qdim);
+    struct infer_sparse_opts o = {.keep = 0.15, .sinks = 3, .window = 10};
+    struct infer_sparse *sp, *sp2;
+    struct sl_err err;
+    assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
+    assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp2, &err), 0);
+    run_attn(infer_sparse_attention(sp), &c, kv, 0, n, base, q, os);
+    float *est = malloc(sizeof(float) * n * 1024), *a = malloc(sizeof(float) * T),
+          *gather = malloc(sizeof(float) * T * hd), out[64];
+    uint32_t *sel = malloc(sizeof(uint32_t) * T), *work = malloc(sizeof(uint32_t) * 2 * T);
+    size_t kv_dim = (size_t)c.n_kv_heads * hd;
+    for (uint32_t h = 0; h < H; h++) {
+        uint32_t L;
+        float qs;
+        /* sp2 saw no call before: its bucket grid is centred the same way */
+        assert_int_equal(attn_sparse_estimate(sp2, kv, 0, q, n, base, h, est, &L, &qs, &err), 0);
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t vis = base + i + 1, k = attn_keep_count((double)0.15f, vis); /* ratios are floats */
+            uint32_t m = attn_select_row(est + (size_t)i * L, vis, k, 3, 10, sel, work);
+            uint32_t g = h / (H / c.n_kv_heads);
+            infer_attn_list(out, q + i * qdim + (size_t)h * hd,
+                            infer_kv_keys(kv, 0) + (size_t)g * hd,
+                            infer_kv_values(kv, 0) + (size_t)g * hd, kv_dim, hd, sel, m, a,
+                            gather);
+            if (memcmp(out, os + i * qdim + (size_t)h * hd, sizeof(float) * hd))
+                fail_msg("head %u row %u: k %u m %u out %g vs %g", h, i, k, m, out[0], os[i * qdim + (size_t)h * hd]);
+        }
+    }
+    struct infer_sparse_stats st;
+    infer_sparse_stats(sp, &st);
+    assert_true(st.keys_kept < st.keys_visible / 5);
+    infer_sparse_destroy(sp);
+    infer_sparse_destroy(sp2);
+    infer_kv_destroy(kv);
+    free(q);
+    free(os);
+    free(est);
+    free(a);
+    free(gather);
+    free(sel);
+    free(work);
+}
+
+/* the greedy plan against every order of up to 4 launches (1 head each)
+ * and every pipeline: it is a heuristic, so only sanity: never worse than
+ * the worst order, and exact for the one-launch case */
+static double simulate(uint32_t n, const uint32_t *ord, const double *tn, const double *tk,
+                       const double *tq)
+{
+    double a = 0, b = 0, c = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        a += tn[ord[i]];
+        b = fmax(a, b) + tk[ord[i]];
+        c = fmax(c, b) + tq[ord[i]];
+    }
+    return c;
+}
+
+static void test_plan(void **state)
+{
+    (void)state;
+    for (int it = 0; it < 200; it++) {
+        uint32_t n = 1 + test_rng_below(&rng, 4), cnt[4], order[4];
+        uint32_t head[4][ATTN_PLAN_MAX];
+        double tn[4], tk[4], tq[4];
+        for (uint32_t i = 0; i < n; i++) {
+            cnt[i] = 1;
+            head[i][0] = i;
+            tn[i] = 1 + test_rng_below(&rng, 10);
+            tk[i] = 1 + test_rng_below(&rng, 10);
+            tq[i] = 1 + test_rng_below(&rng, 10);
+        }
+        double planned = attn_plan(n, tn, cnt, head, tk, tq, order);
+        assert_true(fabs(simulate(n, order, tn, tk, tq) - planned) < 1e-9);
+        double worst = 0;
+        uint32_t perm[4] = {0, 1, 2, 3};
+        /* every permutation (Heap's algorithm is overkill for n <= 4) */
+        for (uint32_t p = 0; p < 24; p++) {
+            uint32_t x[4], used = 0, q = p, ok = 1;
+            for (uint32_t i = 0; i < n; i++) {
+                uint32_t r = q % (n - i);
+                q /= (n - i);
+                uint32_t j = 0;
+                for (;; j++)
+                    if (!(used & (1u << j)) && r-- == 0)
+                        break;
+                used |= 1u << j;
+                x[i] = perm[j];
+            }
+            if (ok)
+                worst = fmax(worst, simulate(n, x, tn, tk, tq));
+        }
+        assert_true(planned <= worst + 1e-9);
+    }
+}
+
+/* the cold-start pipeline against the batched forward, sparse attention on
+ * both (a fresh instance each: the same calls see the same buckets) */
+static void test_pipeline_identical(void **state)
+{
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tiny.sluice", test_tmpdir());
+    struct sl_err err;
+    if (import_synth("tiny", 7, path, NULL, NULL, &err) < 0)
+        fail_msg("synth: %s", err.msg);
+    struct format_reader *r;
+    assert_int_equal(format_reader_open(path, &r, &err), 0);
+    struct format_config c = *format_reader_config(r);
+    format_reader_close(r);
+    uint32_t n = c.seq_len < 300 ? c.seq_len : 300, chunk = 64;
+    int *ids = malloc(sizeof(int) * n);
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = i == 0 ? 1 : 3 + (int)((i * 2654435761u) % (c.vocab_size - 3));
+    size_t V = c.vocab_size;
+    float *l1 = malloc(sizeof(float) * V), *l2 = malloc(sizeof(float) * V);
+    struct infer_sparse_opts o = {.keep = 0.3, .sinks = 2, .window = 8};
+    struct infer_sparse *s1, *s2;
+    assert_int_equal(infer_sparse_create(&c, NULL, &o, &s1, &err), 0);
+    assert_int_equal(infer_sparse_create(&c, NULL, &o, &s2, &err), 0);
+    struct infer_pipeline_opts po;
+    infer_pipeline_opts_init(&po);
+    po.chunk = chunk;
+    po.attn = infer_sparse_attention(s1);
+    struct infer_model *m;
+    struct infer_state *st;
+    if (infer_pipeline_prefill(path, ids, n, &po, &m, &st, l1, NULL, &err) < 0)
+        fail_msg("pipeline: %s", err.msg);
+    infer_state_destroy(st);
+    struct infer_state *st2;
+    assert_int_equal(infer_state_create(m, chunk, &st2, &err), 0);
+    infer_state_set_attention(st2, infer_sparse_attention(s2));
+    assert_int_equal(infer_forward(m, st2, ids, n, 0, l2, INFER_LOGITS_LAST, &err), 0);
+    assert_memory_equal(l1, l2, sizeof(float) * V);
+    struct infer_sparse_stats a, b;
+    infer_sparse_stats(s1, &a);
+    infer_sparse_stats(s2, &b);
+    assert_true(a.keys_kept < a.keys_visible && a.keys_kept == b.keys_kept);
+    /* and the dense logits differ (sparse attention really ran) */
+    infer_state_set_attention(st2, NULL);
+    assert_int_equal(infer_forward(m, st2, ids, n, 0, l2, INFER_LOGITS_LAST, &err), 0);
+    assert_true(memcmp(l1, l2, sizeof(float) * V) != 0);
+    infer_state_destroy(st2);
+    infer_model_destroy(m);
+    infer_sparse_destroy(s1);
+    infer_sparse_destroy(s2);
+    free(ids);
+    free(l1);
+    free(l2);
+}
+
+static void test_bad_options(void **state)
+{
+    (void)state;
+    struct format_config c = shape(8, 2, 32, 128);
+    struct infer_sparse *sp = NULL;
+    struct sl_err err;
+    struct infer_sparse_opts o = {.keep = 1.5};
+    assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "keep ratio"));
+    o = (struct infer_sparse_opts){.keep = 0.5, .floor_share = 2};
+    assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), -EINVAL);
+    assert_null(sp);
+}
+
+int main(void)
+{
+    test_rng_init(&rng, test_seed());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_topk),
+        cmocka_unit_test(test_select_row),
+        cmocka_unit_test(test_ratios),
+        cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_keep_all_is_dense),
+        cmocka_unit_test(test_sparse_reference),
+        cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_pipeline_identical),
+        cmocka_unit_test(test_bad_options),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

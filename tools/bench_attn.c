@@ -1,0 +1,376 @@
+/* bench_attn.c: `sluice bench attn`: attention alone, dense float against
+ * sparse with NPU estimation (shadowAttn), on real models' head shapes, at
+ * equal cores: dense splits its heads over two threads; sparse has the
+ * emulated NPU's device thread and the calling thread. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer.h"
+#include "sluice.h"
+#include "tools_util.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: sluice bench attn [--shape S] [--ctx N[,N...]] [--mode M] [--keep R]\n"
+            "                         [--reps N] [--json]\n\n"
+            "Times one layer's attention over a KV cache of N slots: dense float attention\n"
+            "(the runtime's blocked kernel, its heads split over two threads) against sparse\n"
+            "attention (int8 Q.K estimated on the emulated NPU's thread, top-k and exact\n"
+            "softmax.V on the calling thread: two threads too), interleaved, each timed\n"
+            "--reps times (min and median reported). Keys and queries are synthetic, with\n"
+            "the structure attention has in trained models: a few keys per query align with\n"
+            "it (and a recall pass, untimed, measures how many of the float Q.K top-k keys\n"
+            "the int8 estimate finds, and the float attention mass the kept keys hold).\n"
+            "  --shape S   tinyllama (32 heads, 4 kv heads, head_dim 64), llama3-8b (32, 8,\n"
+            "              128), or all (default)\n"
+            "  --ctx LIST  cache lengths, comma-separated (default 1024,2048,4096,8192)\n"
+            "  --mode M    prefill (the last 256-row chunk of the context), decode (one row\n"
+            "              at the end), or both (default)\n"
+            "  --keep R    sparse: share of keys kept, in (0, 1] (default 0.2; uniform)\n"
+            "  --reps N    timed runs of each, 1..1000 (default 3; decode runs 10 times as many:\n"
+            "              a step is short)\n"
+            "  --json      one JSON object per line: shape, context, mode, rows, dense and\n"
+            "              sparse ms (min, median), speedup (of the medians), recall, mass\n");
+}
+
+struct shape {
+    const char *name;
+    uint32_t heads, kv_heads, head_dim;
+};
+
+static const struct shape shapes[] = {{"tinyllama", 32, 4, 64}, {"llama3-8b", 32, 8, 128}};
+
+static uint64_t rng(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static float gauss(uint64_t *s)
+{
+    double u = ((double)(rng(s) >> 11) + 0.5) / 9007199254740992.0;
+    double v = ((double)(rng(s) >> 11) + 0.5) / 9007199254740992.0;
+    return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
+}
+
+struct dense_arg {
+    const struct format_config *c;
+    const struct infer_kv *kv;
+    const struct infer_attn_rows *rows;
+    const float *q;
+    uint32_t h0, h1;
+    float *out, *scratch;
+    int ret;
+};
+
+/* dense over two threads, kv heads split in half: a persistent second
+ * thread (as a pool would have), handed each call through a condition */
+struct pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct dense_arg *arg;
+    int go, done, quit;
+};
+
+static void *pool_main(void *p)
+{
+    struct pool *pl = p;
+    pthread_mutex_lock(&pl->mu);
+    for (;;) {
+        while (!pl->go && !pl->quit)
+            pthread_cond_wait(&pl->cv, &pl->mu);
+        if (pl->quit)
+            break;
+        pl->go = 0;
+        struct dense_arg *a = pl->arg;
+        pthread_mutex_unlock(&pl->mu);
+        a->ret = infer_attention_dense.run(&infer_attention_dense, a->c, a->kv, 0, a->rows, a->q,
+                                           a->h0, a->h1, a->out, a->scratch);
+        pthread_mutex_lock(&pl->mu);
+        pl->done = 1;
+        pthread_cond_broadcast(&pl->cv);
+    }
+    pthread_mutex_unlock(&pl->mu);
+    return NULL;
+}
+
+static int dense2(struct pool *pl, struct dense_arg a[2])
+{
+    pthread_mutex_lock(&pl->mu);
+    pl->arg = &a[1];
+    pl->done = 0;
+    pl->go = 1;
+    pthread_cond_broadcast(&pl->cv);
+    pthread_mutex_unlock(&pl->mu);
+    a[0].ret = infer_attention_dense.run(&infer_attention_dense, a[0].c, a[0].kv, 0, a[0].rows,
+                                         a[0].q, a[0].h0, a[0].h1, a[0].out, a[0].scratch);
+    pthread_mutex_lock(&pl->mu);
+    while (!pl->done)
+        pthread_cond_wait(&pl->cv, &pl->mu);
+    pthread_mutex_unlock(&pl->mu);
+    return a[0].ret < 0 ? a[0].ret : a[1].ret;
+}
+
+static int cmp_d(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* warm-up (graphs built, int8 keys prepared, memory touched), then reps
+ * interleaved runs of each */
+static int time_both(struct pool *pl, struct dense_arg da[2], const struct infer_attention *sa,
+                     const struct format_config *c, const struct infer_kv *kv,
+                     const struct infer_attn_rows *rows, const float *q, uint32_t H, float *os,
+                     float *scr, uint32_t reps, double *td, double *ts)
+{
+    int ret;
+    if ((ret = dense2(pl, da)) < 0 || (ret = sa->run(sa, c, kv, 0, rows, q, 0, H, os, scr)) < 0)
+        return ret;
+    for (uint32_t r = 0; r < reps; r++) {
+        uint64_t t0 = sl_now_ns();
+        if ((ret = dense2(pl, da)) < 0)
+            return ret;
+        uint64_t t1 = sl_now_ns();
+        if ((ret = sa->run(sa, c, kv, 0, rows, q, 0, H, os, scr)) < 0)
+            return ret;
+        uint64_t t2 = sl_now_ns();
+        td[r] = (double)(t1 - t0) / 1e6;
+        ts[r] = (double)(t2 - t1) / 1e6;
+    }
+    return 0;
+}
+
+static int one_case(const struct shape *sh, uint32_t T, int decode, double keep, uint32_t reps,
+                    int json, struct sl_err *err)
+{
+    struct format_config c = {.dim = sh->heads * sh->head_dim, .hidden_dim = 4 * sh->heads,
+                              .n_layers = 1, .n_heads = sh->heads, .n_kv_heads = sh->kv_heads,
+                              .head_dim = sh->head_dim, .vocab_size = 32, .seq_len = T,
+                              .rope_theta = 10000, .norm_eps = 1e-5f};
+    uint32_t n = decode ? 1 : (T < 256 ? T : 256), base = T - n;
+    if (decode)
+        reps *= 10;
+    uint32_t H = sh->heads, KV = sh->kv_heads, hd = sh->head_dim;
+    size_t kv_dim = (size_t)KV * hd, qdim = (size_t)H * hd;
+    struct infer_kv *kv = NULL;
+    struct infer_sparse *sp = NULL, *spm = NULL;
+    float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
+    float *q = malloc(sizeof(float) * n * qdim), *od = malloc(sizeof(float) * n * qdim);
+    float *os = malloc(sizeof(float) * n * qdim);
+    float *scr = malloc(sizeof(float) * 64 * (size_t)T * 3);
+    double *td = malloc(sizeof(double) * reps), *ts = malloc(sizeof(double) * reps);
+    int ret = -ENOMEM;
+    if (!k || !v || !q || !od || !os || !scr || !td || !ts) {
+        sl_err_set(err, "out of memory");
+        goto out;
+    }
+    /* keys: noise plus, per kv head, one of 16 topic directions; a query
+     * leans on its topic, so about 1/16 of the keys stand out, and some
+     * keys are strong (attention's heavy hitters) */
+    uint64_t s = 0x9e3779b97f4a7c15ull ^ T ^ ((uint64_t)hd << 32);
+    enum { TOPICS = 16 };
+    float *dir = malloc(sizeof(float) * TOPICS * kv_dim);
+    if (!dir)
+        goto out;
+    for (size_t i = 0; i < TOPICS * kv_dim; i++)
+        dir[i] = gauss(&s);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t g = 0; g < KV; g++) {
+            uint32_t topic = (uint32_t)(rng(&s) % TOPICS);
+            float w = (rng(&s) % 8 == 0) ? 2.0f : 0.7f;
+            for (uint32_t j = 0; j < hd; j++) {
+                size_t at = (size_t)t * kv_dim + (size_t)g * hd + j;
+                k[at] = 0.6f * gauss(&s) + w * dir[(size_t)topic * kv_dim + (size_t)g * hd + j];
+                v[at] = gauss(&s);
+            }
+        }
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t h = 0; h < H; h++) {
+            uint32_t g = h / (H / KV), topic = (uint32_t)(rng(&s) % TOPICS);
+            for (uint32_t j = 0; j < hd; j++)
+                q[(size_t)i * qdim + (size_t)h * hd + j] =
+                    (0.5f * gauss(&s) + dir[(size_t)topic * kv_dim + (size_t)g * hd + j]) /
+                    sqrtf((float)hd) * 2.5f;
+        }
+    free(dir);
+    if ((ret = infer_kv_create(&c, T, INFER_KV_K8, &kv, err)) < 0)
+        goto out;
+    if ((ret = infer_kv_append(kv, k, v, T)) < 0) {
+        sl_err_set(err, "cannot fill the KV cache");
+        goto out;
+    }
+    struct infer_sparse_opts so = {.keep = keep, .sinks = 4, .window = 16, .uniform = 1};
+    if ((ret = infer_sparse_create(&c, NULL, &so, &sp, err)) < 0)
+        goto out;
+    so.measure = 1;
+    so.inline_npu = 1;
+    if ((ret = infer_sparse_create(&c, NULL, &so, &spm, err)) < 0)
+        goto out;
+    struct infer_attn_rows rows = {.n = n, .base = base};
+    uint32_t half = KV / 2 * (H / KV);
+    struct dense_arg da[2] = {
+        {&c, kv, &rows, q, 0, half, od, scr, 0},
+        {&c, kv, &rows, q, half, H, od, scr + 64 * (size_t)T, 0}};
+    const struct infer_attention *sa = infer_sparse_attention(sp);
+    struct pool pl = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    pthread_t worker;
+    if (pthread_create(&worker, NULL, pool_main, &pl) != 0) {
+        sl_err_set(err, "cannot start a thread");
+        ret = -EAGAIN;
+        goto out;
+    }
+    ret = time_both(&pl, da, sa, &c, kv, &rows, q, H, os, scr + 128 * (size_t)T, reps, td, ts);
+    pthread_mutex_lock(&pl.mu);
+    pl.quit = 1;
+    pthread_cond_broadcast(&pl.cv);
+    pthread_mutex_unlock(&pl.mu);
+    pthread_join(worker, NULL);
+    if (ret < 0)
+        goto out;
+    /* recall and mass, untimed */
+    const struct infer_attention *ma = infer_sparse_attention(spm);
+    if ((ret = ma->run(ma, &c, kv, 0, &rows, q, 0, H, os, scr + 128 * (size_t)T)) < 0)
+        goto out;
+    struct infer_sparse_stats st, sst;
+    infer_sparse_stats(spm, &st);
+    infer_sparse_stats(sp, &sst);
+    double calls = (double)(reps + 1), per = 1e6 * calls;
+    double w_ms = (double)sst.wait_ns / per, k_ms = (double)sst.topk_ns / per,
+           v_ms = (double)sst.qkv_ns / per;
+    qsort(td, reps, sizeof *td, cmp_d);
+    qsort(ts, reps, sizeof *ts, cmp_d);
+    double dmed = td[reps / 2], smed = ts[reps / 2];
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "shape", sh->name);
+        cJSON_AddNumberToObject(o, "context", T);
+        cJSON_AddStringToObject(o, "mode", decode ? "decode" : "prefill");
+        cJSON_AddNumberToObject(o, "rows", n);
+        cJSON_AddNumberToObject(o, "keep", keep);
+        cJSON_AddNumberToObject(o, "dense_ms", dmed);
+        cJSON_AddNumberToObject(o, "dense_ms_min", td[0]);
+        cJSON_AddNumberToObject(o, "sparse_ms", smed);
+        cJSON_AddNumberToObject(o, "sparse_ms_min", ts[0]);
+        cJSON_AddNumberToObject(o, "speedup", dmed / smed);
+        cJSON_AddNumberToObject(o, "recall", st.recall);
+        cJSON_AddNumberToObject(o, "mass", st.mass);
+        cJSON_AddNumberToObject(o, "reps", reps);
+        cJSON_AddNumberToObject(o, "sparse_wait_ms", w_ms);
+        cJSON_AddNumberToObject(o, "sparse_topk_ms", k_ms);
+        cJSON_AddNumberToObject(o, "sparse_qkv_ms", v_ms);
+        char *js = cJSON_PrintUnformatted(o);
+        printf("%s\n", js ? js : "{}");
+        fflush(stdout);
+        free(js);
+        cJSON_Delete(o);
+    } else {
+        printf("%-10s %6u %-8s %4u rows  dense %9.3f ms (min %9.3f)  sparse %9.3f ms (min "
+               "%9.3f)  x%.2f  recall %.4f  mass %.4f  (sparse: NPU wait %.2f, top-k %.2f, "
+               "softmax.V %.2f ms)\n",
+               sh->name, T, decode ? "decode" : "prefill", n, dmed, td[0], smed, ts[0],
+               dmed / smed, st.recall, st.mass, w_ms, k_ms, v_ms);
+        fflush(stdout);
+    }
+    ret = 0;
+out:
+    infer_sparse_destroy(sp);
+    infer_sparse_destroy(spm);
+    infer_kv_destroy(kv);
+    free(k);
+    free(v);
+    free(q);
+    free(od);
+    free(os);
+    free(scr);
+    free(td);
+    free(ts);
+    return ret;
+}
+
+int bench_attn(int argc, char **argv)
+{
+    const char *shape = "all", *ctxs = "1024,2048,4096,8192", *mode = "both";
+    double keep = 0.2;
+    uint32_t reps = 3;
+    int json = 0;
+    struct tools_args a = {"sluice bench attn", usage, argc, argv, 0};
+    for (a.i = 1; a.i < argc; a.i++) {
+        const char *s = argv[a.i];
+        int bad = 0;
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(s, "--shape")) {
+            bad = tools_args_value(&a, &shape);
+        } else if (!strcmp(s, "--ctx")) {
+            bad = tools_args_value(&a, &ctxs);
+        } else if (!strcmp(s, "--mode")) {
+            bad = tools_args_value(&a, &mode);
+        } else if (!strcmp(s, "--keep")) {
+            bad = tools_args_double(&a, 0, 1, TOOLS_ARGS_ABOVE_MIN, &keep);
+        } else if (!strcmp(s, "--reps")) {
+            bad = tools_args_u32(&a, 1, 1000, &reps);
+        } else if (!strcmp(s, "--json")) {
+            json = 1;
+        } else {
+            bad = tools_args_unexpected(&a);
+        }
+        if (bad)
+            return 2;
+    }
+    int pick = !strcmp(shape, "all") ? -1 : !strcmp(shape, "tinyllama") ? 0
+               : !strcmp(shape, "llama3-8b")                            ? 1
+                                                                        : -2;
+    int modes = !strcmp(mode, "both") ? 3 : !strcmp(mode, "prefill") ? 1 : !strcmp(mode, "decode") ? 2 : 0;
+    if (pick == -2 || !modes) {
+        fprintf(stderr, "sluice bench attn: unknown %s '%s' (see --help)\n",
+                pick == -2 ? "shape" : "mode", pick == -2 ? shape : mode);
+        return 2;
+    }
+    uint32_t list[32], nl = 0;
+    for (const char *p = ctxs; *p && nl < 32;) {
+        char buf[32];
+        size_t l = strcspn(p, ",");
+        if (l == 0 || l >= sizeof buf) {
+            fprintf(stderr, "sluice bench attn: --ctx wants numbers separated by commas\n");
+            return 2;
+        }
+        memcpy(buf, p, l);
+        buf[l] = 0;
+        if (tools_parse_u32(buf, &list[nl]) < 0 || list[nl] < 16 || list[nl] > 65536) {
+            fprintf(stderr, "sluice bench attn: --ctx: '%s' is not a length in 16..65536\n", buf);
+            return 2;
+        }
+        nl++;
+        p += l + (p[l] == ',');
+    }
+    if (!json)
+        printf("attention alone, one layer, keep %.2f (uniform), dense on 2 threads vs sparse "
+               "(NPU thread + calling thread); medians of %u runs (decode: %u)\n",
+               keep, reps, 10 * reps);
+    struct sl_err err = {{0}};
+    for (int si = 0; si < 2; si++) {
+        if (pick >= 0 && pick != si)
+            continue;
+        for (uint32_t i = 0; i < nl; i++)
+            for (int m = 0; m < 2; m++) {
+                if (!(modes & (1 << m)))
+                    continue;
+                int ret = one_case(&shapes[si], list[i], m == 1, keep, reps, json, &err);
+                if (ret < 0) {
+                    fprintf(stderr, "sluice bench attn: %s\n", err.msg[0] ? err.msg : strerror(-ret));
+                    return 1;
+                }
+            }
+    }
+    return 0;
+}

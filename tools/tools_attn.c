@@ -1,0 +1,54 @@
+/* tools_attn.c: see tools_attn.h. */
+#include "tools_attn.h"
+
+#include <errno.h>
+#include <string.h>
+
+int tools_attn_arg(struct tools_args *a, struct tools_attn *t)
+{
+    const char *s = a->argv[a->i];
+    if (!strcmp(s, "--attn")) {
+        static const char *const names[] = {"dense", "sparse"};
+        int v;
+        if (tools_args_choice(a, names, 2, &v) < 0)
+            return -1;
+        t->sparse = v;
+        return 1;
+    }
+    if (!strcmp(s, "--keep"))
+        return tools_args_double(a, 0, 1, TOOLS_ARGS_ABOVE_MIN, &t->keep) < 0 ? -1 : 1;
+    if (!strcmp(s, "--keep-uniform")) {
+        t->uniform = 1;
+        return 1;
+    }
+    if (!strcmp(s, "--keep-floor"))
+        return tools_args_double(a, 0, 1, 0, &t->floor) < 0 ? -1 : 1;
+    if (!strcmp(s, "--sinks"))
+        return tools_args_u32(a, 0, UINT32_MAX - 1, &t->sinks) < 0 ? -1 : 1;
+    if (!strcmp(s, "--window"))
+        return tools_args_u32(a, 0, UINT32_MAX - 1, &t->window) < 0 ? -1 : 1;
+    return 0;
+}
+
+int tools_attn_create(const struct tools_attn *t, const struct format_reader *r, int measure,
+                      struct infer_sparse **out, int *profiled, struct sl_err *err)
+{
+    *out = NULL;
+    *profiled = 0;
+    if (!t->sparse)
+        return 0;
+    struct infer_attn_profile *p = NULL;
+    if (r) {
+        int ret = infer_attn_profile_read(r, &p, err);
+        if (ret < 0 && ret != -ENOENT)
+            return ret;
+        err->msg[0] = 0;
+    }
+    struct infer_sparse_opts o = {.keep = t->keep, .sinks = t->sinks, .window = t->window,
+                                  .uniform = t->uniform, .floor_share = t->floor,
+                                  .measure = measure};
+    int ret = infer_sparse_create(format_reader_config(r), p, &o, out, err);
+    *profiled = p != NULL && !t->uniform && t->floor < 1;
+    infer_attn_profile_destroy(p);
+    return ret;
+}

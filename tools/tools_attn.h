@@ -1,0 +1,46 @@
+/* tools_attn.h: the attention options run, eval and bench share
+ * (--attn dense|sparse, --keep R, --keep-uniform, --sinks N, --window N)
+ * and the sparse attention they make from a container's profile. */
+#ifndef SLUICE_TOOLS_ATTN_H
+#define SLUICE_TOOLS_ATTN_H
+
+#include "format.h"
+#include "infer.h"
+#include "tools_util.h"
+
+struct tools_attn {
+    int sparse;      /* --attn sparse */
+    double keep;     /* --keep (0: 0.2) */
+    int uniform;     /* --keep-uniform */
+    double floor;    /* --keep-floor */
+    uint32_t sinks;  /* --sinks (default 4) */
+    uint32_t window; /* --window (default 16) */
+};
+
+#define TOOLS_ATTN_DEFAULTS {.sparse = 0, .keep = 0.2, .floor = 1.0, .sinks = 4, .window = 16}
+
+/* The options' lines of a --help. */
+#define TOOLS_ATTN_HELP                                                                      \
+    "  --attn A         attention: dense (default) or sparse (shadowAttn: int8 Q.K\n"          \
+    "                   estimated on the emulated NPU, top-k keys per head and row on\n"       \
+    "                   the CPU, exact softmax.V over them; docs/ARCHITECTURE.md)\n"           \
+    "  --keep R         sparse: the global share of keys kept, in (0, 1] (default 0.2);\n"    \
+    "                   per head by the container's profile (`sluice profile-attn`),\n"        \
+    "                   uniform without one\n"                                                 \
+    "  --keep-uniform   sparse: every head keeps R (ignore the profile's importances)\n"       \
+    "  --keep-floor F   sparse: every head keeps at least F x R, the rest of the budget\n"    \
+    "                   goes by the profile's eq. 3 (0..1; default 1: uniform,\n"    \
+    "                   measured best on kjv6L-1k; 0: eq. 3 alone)\n"  \
+    "  --sinks N        sparse: first slots always kept (default 4)\n"                         \
+    "  --window N       sparse: most recent slots always kept (default 16)\n"
+
+/* If argv[a->i] is one of the options, takes it (and its value): returns 1,
+ * or -1 on a bad value (printed); 0 when it is not one of them. */
+int tools_attn_arg(struct tools_args *a, struct tools_attn *t);
+
+/* The sparse attention t asks for, with r's profile when it has one (else
+ * uniform ratios; *profiled says which). NULL *out when t is dense. */
+int tools_attn_create(const struct tools_attn *t, const struct format_reader *r, int measure,
+                      struct infer_sparse **out, int *profiled, struct sl_err *err);
+
+#endif
