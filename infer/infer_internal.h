@@ -55,6 +55,8 @@ struct infer_model {
     void *observe_ctx;
     infer_linear_term_fn term; /* the linear path's added CPU term, or NULL */
     void *term_ctx;
+    infer_linear_term_wants_fn term_wants; /* NULL: every int8 linear */
+    struct infer_shadow *shadow; /* owned (infer_model_shadow_enable), or NULL */
     void *map; /* the container mapped read-only, or NULL */
     size_t map_len;
     void *io_buf; /* tensor read buffer when not mapped */
@@ -229,5 +231,22 @@ int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int la
  * the clip cut off recorded in c (grown as needed): -ENOMEM. */
 int infer_quantize_clipped(struct infer_state *st, const float *x, uint32_t n, uint32_t cols,
                            float s, int8_t *xq, struct infer_clipped *c);
+
+/* Growable storage of clipped elements. */
+struct infer_clipbuf {
+    uint32_t *row, *col;
+    float *excess;
+    size_t cap;
+};
+/* Every element of x [n][cols] whose x / s the int8 quantizer clips, in
+ * row-major order, recorded in c (pointing into b, grown as needed), exactly
+ * as infer_quantize_clipped finds them: -ENOMEM. */
+int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint32_t cols,
+                       float s, struct infer_clipped *c);
+void infer_clipbuf_free(struct infer_clipbuf *b);
+/* Whether the model's term wants (layer, role). */
+int infer_term_wants(const struct infer_model *m, int layer, uint32_t role);
+/* The linear of (layer, role); layer -1: the classifier. NULL for others. */
+struct infer_linear *infer_model_linear(struct infer_model *m, int layer, uint32_t role);
 
 #endif

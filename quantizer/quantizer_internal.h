@@ -145,4 +145,23 @@ double quantizer_smooth_search(const struct quantizer_smooth_group *g,
  * scaling can be folded into the rows of W_v. out: [n_heads * head_dim]. */
 void quantizer_smooth_o_common(const struct format_config *c, const float *in_max, float *out);
 
+/* ---- shadow outlier execution (quantizer_shadow.c) ------------------------------------ */
+
+struct quantizer_shadow_in {
+    const struct quantizer_opts *opts; /* shadow_quantile, shadow_cover, shadow_min_importance */
+    int layer;
+    uint32_t role, rows, cols;
+    const float *x;      /* [n_sample][cols] calibration input rows (before smoothing) */
+    uint32_t n_sample;
+    const float *s;      /* [cols] smoothing scales (x / s is the input), or NULL */
+    float act_max;       /* the maximum-based activation scale */
+    const int8_t *codes; /* [rows][cols] the weight codes as unpacked */
+};
+/* Fills e (its hot and w malloc'ed, or NULL) and the activation scale to
+ * store in *act_out: the bulk scale when shadowed (e->flags
+ * FORMAT_SHADOW_ON), else act_max (pruned, or nothing beyond the bulk).
+ * 0 or -ENOMEM. */
+int quantizer_shadow_calibrate(const struct quantizer_shadow_in *in, struct format_shadow_linear *e,
+                               float *act_out);
+
 #endif
