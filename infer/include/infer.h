@@ -447,6 +447,7 @@ struct infer_pipeline_stats {
     uint32_t splits;           /* NPU matmuls cut in two by split stealing (in stolen) */
     uint32_t tails;            /* NPU matmuls cut in two at dispatch, the second half left
                                 * queued for an idle CPU to steal (full) */
+    double shadow_s;           /* CPU time of the shadow outlier tasks (in cpu_busy_s) */
 };
 
 /* Every option at its default (what opts = NULL means): full, stream, chunk
