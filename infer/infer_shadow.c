@@ -136,7 +136,7 @@ void infer_shadow_get_stats(const struct infer_shadow *sh, struct infer_shadow_s
 
 int infer_shadow_wants(void *ctx, int layer, uint32_t role)
 {
-    const struct shadow_lin *l = layer >= 0 ? lin_of(ctx, layer, role) : NULL;
+    const struct shadow_lin *l = lin_of(ctx, layer, role);
     return l && l->slot;
 }
 
@@ -151,7 +151,7 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
                       float *y, uint32_t n, uint32_t rows)
 {
     struct infer_shadow *sh = ctx;
-    const struct shadow_lin *l = layer >= 0 ? lin_of(sh, layer, role) : NULL;
+    const struct shadow_lin *l = lin_of(sh, layer, role);
     if (!l || !l->slot)
         return 0;
     const struct format_shadow_linear *e = l->e;

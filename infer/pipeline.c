@@ -103,9 +103,11 @@ static int alloc_chunks(struct pl *p, uint32_t n)
             if (!b->xq[roles[k]])
                 return -ENOMEM;
         }
-        for (int k = 0; p->m->term && k < 7; k++) {
-            b->delta[roles[k]] = sl_malloc(sizeof(float) * r * out[k]);
-            b->touched[roles[k]] = sl_calloc(r, 1);
+        for (int k = 0; p->m->term && k < 8; k++) {
+            /* the classifier: its last row only */
+            size_t rk = k < 7 ? r : 1, ok = k < 7 ? out[k] : c->vocab_size;
+            b->delta[roles[k]] = sl_malloc(sizeof(float) * rk * ok);
+            b->touched[roles[k]] = sl_calloc(rk, 1);
             if (!b->delta[roles[k]] || !b->touched[roles[k]])
                 return -ENOMEM;
         }
@@ -363,11 +365,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         p->lin_info[t->layer + 1][role].term =
             p->lin_info[t->layer + 1][role].int8 && infer_term_wants(p->m, t->layer, role);
     }
-    if (p->lin_info[0][FORMAT_ROLE_CLASSIFIER].term) {
-        ret = -ENOTSUP;
-        sl_err_set(err, "the pipeline runs no linear term on the classifier");
-        goto out;
-    }
+
     ret = pl_graph_build(p);
     if (ret < 0) {
         if (p->err.msg[0])

@@ -519,6 +519,13 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 (ret = add_weight_edges(p, uw[L][FORMAT_ROLE_CLASSIFIER].first,
                                         uw[L][FORMAT_ROLE_CLASSIFIER].n, c_first, c_n)) < 0)
                 return ret;
+            /* the classifier's term: after its matmul (nothing consumes the
+             * logits in the graph: the task adds its output itself) */
+            int c_sh;
+            if ((ret = add_shadow(p, -1, ch, FORMAT_ROLE_CLASSIFIER, head, 1,
+                                  &uw[L][FORMAT_ROLE_CLASSIFIER], &c_sh)) < 0 ||
+                (c_sh >= 0 && (ret = add_edges_from(p, c_first, c_n, c_sh)) < 0))
+                return ret;
         }
     }
     pl_cost_assign(p);

@@ -112,21 +112,25 @@ static int run_shadow(struct pl *p, struct chunkbuf *b, int layer, uint32_t role
     const struct infer_linear *lin = pl_graph_linear(p, layer, role);
     uint32_t cols;
     const float *x = mm_input(b, role, &cols, p->c);
+    uint32_t n = role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n; /* the head: the last row */
     float act = p->lin_info[layer + 1][role].act;
-    float s = act > 0 ? act : npu_act_scale_dynamic(x, (size_t)b->n * cols);
+    float s = act > 0 ? act : npu_act_scale_dynamic(x, (size_t)n * cols);
     struct infer_clipbuf cb = {0};
     struct infer_clipped clip;
-    int ret = infer_find_clipped(&cb, x, b->n, cols, s, &clip);
+    int ret = infer_find_clipped(&cb, x, n, cols, s, &clip);
     if (ret == 0) {
-        memset(b->touched[role], 0, b->n);
+        memset(b->touched[role], 0, n);
         for (uint32_t i = 0; i < clip.n; i++)
             b->touched[role][clip.row[i]] = 1;
-        for (uint32_t r = 0; r < b->n; r++)
+        for (uint32_t r = 0; r < n; r++)
             if (b->touched[role][r])
                 for (uint32_t c = 0; c < lin->rows; c++)
                     b->delta[role][(size_t)r * lin->rows + c] = -0.0f;
-        ret = p->m->term(p->m->term_ctx, layer, role, &clip, b->delta[role], b->n, lin->rows);
+        ret = p->m->term(p->m->term_ctx, layer, role, &clip, b->delta[role], n, lin->rows);
     }
+    if (ret == 0 && role == FORMAT_ROLE_CLASSIFIER && b->touched[role][0])
+        for (uint32_t c = 0; c < lin->rows; c++) /* after the matmul (its edges) */
+            p->logits[c] += b->delta[role][c];
     if (ret < 0)
         sl_err_set(err, "the linear term of layer %d %s failed (%d)", layer,
                    format_role_name(role), ret);

@@ -442,8 +442,10 @@ static int shadow_linear(struct qctx *q, int layer, uint32_t role, const int8_t 
                          uint32_t rows, uint32_t cols, float *act)
 {
     const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
-    if (!q->o->shadow || layer < 0 || !(*act > 0) || !sl)
+    if (!q->o->shadow || !(*act > 0) || !sl)
         return 0;
+    if (layer < 0) /* the classifier (a tied embedding serving as one) */
+        role = FORMAT_ROLE_CLASSIFIER;
     if (q->n_sh == q->cap_sh) {
         uint32_t cap = q->cap_sh ? 2 * q->cap_sh : 64;
         struct format_shadow_linear *a = realloc(q->sh, sizeof *a * cap);
@@ -871,6 +873,8 @@ static int write_shadow(const struct qctx *q, struct format_writer *w, struct sl
     if (!ret)
         ret = meta(w, "shadow.min_importance", err, "%g", q->o->shadow_min_importance);
     if (!ret)
+        ret = meta(w, "shadow.hot_max", err, "%g", q->o->shadow_hot_max);
+    if (!ret)
         ret = meta(w, "shadow.linears_on", err, "%u of %u", on, q->n_sh);
     return ret;
 }
@@ -908,12 +912,14 @@ static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
     }
     if (o->shadow && (o->act_dynamic || o->float_out || !(o->shadow_quantile > 0) ||
                       !(o->shadow_quantile < 1) || !(o->shadow_cover > 0) ||
-                      !(o->shadow_cover <= 1) || !(o->shadow_min_importance >= 0))) {
+                      !(o->shadow_cover <= 1) || !(o->shadow_min_importance >= 0) ||
+                      !(o->shadow_hot_max >= 0 && o->shadow_hot_max <= 1))) {
         sl_err_set(err,
                    "shadow execution needs static activation scales, quantized weights, a "
-                   "quantile in (0, 1), a cover in (0, 1] and an importance >= 0 (got %g, %g, "
-                   "%g)",
-                   o->shadow_quantile, o->shadow_cover, o->shadow_min_importance);
+                   "quantile in (0, 1), a cover in (0, 1], an importance >= 0 and a hot share "
+                   "in [0, 1] (got %g, %g, %g, %g)",
+                   o->shadow_quantile, o->shadow_cover, o->shadow_min_importance,
+                   o->shadow_hot_max);
         return -EINVAL;
     }
     if ((unsigned)o->budget > QUANTIZER_BUDGET_GLOBAL ||

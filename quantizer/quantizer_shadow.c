@@ -3,7 +3,8 @@
  * input (divided by the smoothing scales), the activation scale that covers
  * the bulk (the shadow_quantile-th quantile of |x|, / 127), the outliers it
  * leaves (|x| / s > 127) per input channel, the hot channels (the fewest,
- * most frequent first, that hold shadow_cover of the outliers), and the
+ * most frequent first, that hold shadow_cover of the outliers, at most
+ * shadow_hot_max of the channels: their columns are stored), and the
  * layer's importance (the largest activation over the bulk scale, the
  * paper's measure). A linear below shadow_min_importance is pruned: it keeps
  * its maximum-based scale and no shadow work. */
@@ -99,7 +100,8 @@ int quantizer_shadow_calibrate(const struct quantizer_shadow_in *in, struct form
     qsort(cnt, cols, sizeof *cnt, cmp_count_desc);
     uint32_t nh = 0;
     uint64_t covered = 0;
-    while (nh < cols && cnt[nh].n > 0 && (double)covered < o->shadow_cover * (double)total)
+    uint32_t cap = o->shadow_hot_max > 0 ? (uint32_t)ceil(o->shadow_hot_max * cols) : cols;
+    while (nh < cap && cnt[nh].n > 0 && (double)covered < o->shadow_cover * (double)total)
         covered += cnt[nh++].n;
     e->hot = malloc(sizeof(uint32_t) * (nh ? nh : 1));
     e->w = malloc((size_t)rows * nh + 1);

@@ -172,6 +172,8 @@ struct quantizer_opts {
     double shadow_quantile;       /* in (0, 1), e.g. 0.999 */
     double shadow_cover;          /* in (0, 1], e.g. 0.8 */
     double shadow_min_importance; /* >= 0; 0 prunes nothing */
+    double shadow_hot_max;        /* hot channels at most this share of a linear's inputs,
+                                     in [0, 1] (0: no limit) */
     quantizer_progress_fn progress;
     void *progress_ctx;
 };

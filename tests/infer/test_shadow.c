@@ -54,9 +54,10 @@ static int setup(void **st)
     infer_model_set_observer(m, quantizer_calib_observe, calib);
     int ret = infer_state_create(m, 256, &s, &err);
     int *ids = prompt(200, c->vocab_size, 99);
-    float *lg = malloc(sizeof(float) * c->vocab_size);
+    /* every row's logits: the classifier's inputs are calibrated too */
+    float *lg = malloc(sizeof(float) * c->vocab_size * 200);
     if (ret == 0)
-        ret = infer_forward(m, s, ids, 200, 0, lg, INFER_LOGITS_LAST, &err);
+        ret = infer_forward(m, s, ids, 200, 0, lg, INFER_LOGITS_ALL, &err);
     free(lg);
     free(ids);
     infer_state_destroy(s);
@@ -92,14 +93,17 @@ static void test_container(void **st)
     struct format_shadow_linear *e;
     uint32_t n;
     assert_int_equal(format_shadow_parse(infer_model_config(m), v, len, &e, &n, &err), 0);
-    assert_int_equal(n, infer_model_config(m)->n_layers * 7);
+    assert_int_equal(n, infer_model_config(m)->n_layers * 7 + 1); /* and the classifier */
     uint32_t on = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct infer_linear *lin = infer_model_linear(m, e[i].layer, e[i].role);
         assert_non_null(lin);
         assert_non_null(lin->npu);
+        uint32_t role = e[i].layer < 0 && infer_model_config(m)->tied_embedding
+                            ? FORMAT_ROLE_TOK_EMBD
+                            : e[i].role;
         const struct format_tensor_info *t =
-            format_reader_tensor(r, (uint32_t)format_reader_find(r, e[i].layer, e[i].role));
+            format_reader_tensor(r, (uint32_t)format_reader_find(r, e[i].layer, role));
         if (!(e[i].flags & FORMAT_SHADOW_ON)) {
             assert_true(t->act_scale == e[i].act_max);
             continue;
@@ -176,8 +180,8 @@ static void test_float_reference(void **st)
     assert_int_equal(infer_model_shadow_enable(m, &err), 0);
     assert_int_equal(infer_state_create(m, 16, &s, &err), 0);
     uint32_t checked = 0;
-    for (int l = 0; l < (int)infer_model_config(m)->n_layers; l++)
-        for (uint32_t role = FORMAT_ROLE_WQ; role <= FORMAT_ROLE_W_DOWN; role++) {
+    for (int l = -1; l < (int)infer_model_config(m)->n_layers; l++)
+        for (uint32_t role = FORMAT_ROLE_WQ; role <= FORMAT_ROLE_CLASSIFIER; role++) {
             if (!infer_shadow_wants((void *)infer_model_shadow(m), l, role))
                 continue;
             uint64_t clipped;
@@ -192,7 +196,8 @@ static void test_float_reference(void **st)
                 fail_msg("layer %d %s: error %g without the term", l, format_role_name(role), e0);
             checked++;
         }
-    assert_true(checked >= 7);
+    assert_true(checked >= 8);
+    assert_true(infer_shadow_wants((void *)infer_model_shadow(m), -1, FORMAT_ROLE_CLASSIFIER));
     struct infer_shadow_stats ss;
     infer_shadow_get_stats(infer_model_shadow(m), &ss);
     assert_true(ss.clipped > 0 && ss.cols_hot > 0 && ss.cols_cold > 0);
@@ -274,7 +279,7 @@ static void test_pruned(void **st)
     assert_int_equal(infer_model_load(shadow5_model, NULL, &m, &err), 0);
     assert_int_equal(infer_model_shadow_enable(m, &err), 0);
     uint32_t on, all = infer_shadow_linears(infer_model_shadow(m), &on);
-    assert_int_equal(all, infer_model_config(m)->n_layers * 7);
+    assert_int_equal(all, infer_model_config(m)->n_layers * 7 + 1);
     assert_true(on > 0 && on < all); /* importance 2.5 pruned some, not all */
     infer_model_destroy(m);
     /* a model without shadow metadata */
