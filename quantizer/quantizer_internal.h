@@ -164,4 +164,16 @@ struct quantizer_shadow_in {
 int quantizer_shadow_calibrate(const struct quantizer_shadow_in *in, struct format_shadow_linear *e,
                                float *act_out);
 
+/* ---- error compensation (quantizer_gptq.c) ---------------------------------------------- */
+
+/* Re-rounds the codes q [rows][cols] of W (the weights as quantized, the
+ * smoothing folded in) on each row's grid (widths, scales fixed; rows of
+ * width 1 untouched) with GPTQ's error compensation, the Hessian from the
+ * n_sample calibration input rows x [n_sample][cols] divided by s (the
+ * smoothing; NULL: none), the input W sees. 0 (also when H is singular: q
+ * unchanged) or -ENOMEM. */
+int quantizer_gptq(const float *w, uint32_t rows, uint32_t cols, const float *x,
+                   uint32_t n_sample, const float *s, const uint8_t *widths, const float *scales,
+                   int8_t *q);
+
 #endif

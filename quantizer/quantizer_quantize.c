@@ -665,6 +665,17 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
         }
     }
     quantizer_tensor_quantize(wf, rows, cols, NULL, widths, q->clip, codes, scales, tmp);
+    if (q->o->gptq && layer >= 0) {
+        const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
+        /* the weights are folded (W diag(s)): the inputs they see are x / s */
+        if (sl && (ret = quantizer_gptq(wf, rows, cols, sl->sample, sl->n_sample,
+                                        smoothing_of(q, layer, role), widths, scales,
+                                        codes)) < 0) {
+            sl_err_set(q->err, "out of memory compensating layer %d %s", layer,
+                       format_role_name(role));
+            goto out;
+        }
+    }
     ret = quantizer_pack(q->encoding, codes, widths, scales, rows, cols, &bytes, &len, q->err);
     if (ret < 0)
         goto out;

@@ -79,6 +79,9 @@ static void usage(FILE *f)
             "                        text)\n"
             "  --sample-rows N       input rows kept per layer for the search, 0..65536\n"
             "                        (default 256)\n"
+            "  --gptq                round the decoder linears' weights with GPTQ's error\n"
+            "                        compensation (Hessian of the kept calibration rows; same\n"
+            "                        grids and scales; O(cols^3) per tensor: small models)\n"
             "  --shadow              shadow outlier execution (llm.npu 3.3; static activations):\n"
             "                        each decoder linear's activation scale covers the bulk\n"
             "                        of its calibration input (--shadow-quantile of |x|\n"
@@ -339,6 +342,8 @@ int cmd_quantize(int argc, char **argv)
         } else if (!strcmp(a, "--clip")) {
             bad = tools_args_choice(&args, clips, 3, &v);
             o.clip = (enum quantizer_clip)v;
+        } else if (!strcmp(a, "--gptq")) {
+            o.gptq = 1;
         } else if (!strcmp(a, "--shadow")) {
             o.shadow = 1;
         } else if (!strcmp(a, "--shadow-quantile")) {

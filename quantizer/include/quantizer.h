@@ -174,6 +174,8 @@ struct quantizer_opts {
     double shadow_min_importance; /* >= 0; 0 prunes nothing */
     double shadow_hot_max;        /* hot channels at most this share of a linear's inputs,
                                      in [0, 1] (0: no limit) */
+    int gptq;                     /* 1: decoder linears' codes rounded with GPTQ's error
+                                     compensation on the calibration rows (same grids) */
     quantizer_progress_fn progress;
     void *progress_ctx;
 };
