@@ -249,4 +249,13 @@ int infer_term_wants(const struct infer_model *m, int layer, uint32_t role);
 /* The linear of (layer, role); layer -1: the classifier. NULL for others. */
 struct infer_linear *infer_model_linear(struct infer_model *m, int layer, uint32_t role);
 
+/* The shadow term's inner loop (infer_shadow.c): acc[i] += e * (float)w[i]
+ * for i < n, a multiply then an add per element. The SIMD kernels equal the
+ * scalar one bit for bit (test_shadow); infer_shadow_axpy_s8 picks the best
+ * (infer_matmul_kernel_used). */
+void infer_shadow_axpy_s8_scalar(float *acc, float e, const int8_t *w, uint32_t n);
+void infer_shadow_axpy_s8_avx2(float *acc, float e, const int8_t *w, uint32_t n);
+void infer_shadow_axpy_s8_avx512(float *acc, float e, const int8_t *w, uint32_t n);
+void infer_shadow_axpy_s8(float *acc, float e, const int8_t *w, uint32_t n);
+
 #endif

@@ -13,7 +13,14 @@
 #include <string.h>
 
 #include "infer_internal.h"
+#include "infer_matmul.h"
 #include "npu.h"
+
+#ifndef SLUICE_KERNELS_X86
+#define SLUICE_KERNELS_X86 0
+#endif
+
+#define SHADOW_CACHE 64 /* cold columns a term call keeps */
 
 struct shadow_lin {
     const struct format_shadow_linear *e; /* NULL: not described */
@@ -140,11 +147,27 @@ int infer_shadow_wants(void *ctx, int layer, uint32_t role)
     return l && l->slot;
 }
 
-/* acc[r] += e * w[r], r < rows (vectorized by the compiler) */
-static void axpy_s8(float *restrict acc, float e, const int8_t *restrict w, uint32_t rows)
+void infer_shadow_axpy_s8_scalar(float *acc, float e, const int8_t *w, uint32_t n)
 {
-    for (uint32_t r = 0; r < rows; r++)
-        acc[r] += e * (float)w[r];
+    for (uint32_t i = 0; i < n; i++)
+        acc[i] += e * (float)w[i];
+}
+
+void infer_shadow_axpy_s8(float *acc, float e, const int8_t *w, uint32_t n)
+{
+#if SLUICE_KERNELS_X86
+    switch (infer_matmul_kernel_used()) {
+    case INFER_MATMUL_AVX512:
+        infer_shadow_axpy_s8_avx512(acc, e, w, n);
+        return;
+    case INFER_MATMUL_AVX2:
+        infer_shadow_axpy_s8_avx2(acc, e, w, n);
+        return;
+    default:
+        break;
+    }
+#endif
+    infer_shadow_axpy_s8_scalar(acc, e, w, n);
 }
 
 int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_clipped *clip,
@@ -160,15 +183,18 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
         return -EINVAL;
     uint64_t hot = 0, cold = 0, trows = 0;
     float *acc = NULL;
-    int8_t *col = NULL;
+    int8_t *col = NULL; /* SHADOW_CACHE gathered cold columns, direct-mapped by channel */
+    int32_t tag[SHADOW_CACHE];
     if (clip->n) {
         acc = sl_malloc(sizeof(float) * rows);
-        col = sl_malloc(rows);
+        col = sl_malloc((size_t)SHADOW_CACHE * rows);
         if (!acc || !col) {
             free(acc);
             free(col);
             return -ENOMEM;
         }
+        for (int k = 0; k < SHADOW_CACHE; k++)
+            tag[k] = -1;
     }
     const float *scale = npu_weights_scales(lin->npu);
     for (uint32_t i = 0; i < clip->n;) {
@@ -181,12 +207,16 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
             if (k >= 0) {
                 w = e->w + (size_t)k * rows;
                 hot++;
-            } else {
-                npu_weights_col(lin->npu, c, col);
-                w = col;
-                cold++;
+            } else { /* gathered from the NPU's copy, kept for the call's next rows */
+                uint32_t slot = c % SHADOW_CACHE;
+                w = col + (size_t)slot * rows;
+                if (tag[slot] != (int32_t)c) {
+                    npu_weights_col(lin->npu, c, col + (size_t)slot * rows);
+                    tag[slot] = (int32_t)c;
+                    cold++;
+                }
             }
-            axpy_s8(acc, clip->excess[i], w, rows);
+            infer_shadow_axpy_s8(acc, clip->excess[i], w, rows);
         }
         float *yr = y + (size_t)r * rows;
         float s = clip->act_scale;

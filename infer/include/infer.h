@@ -268,8 +268,10 @@ struct infer_shadow_stats {
     uint64_t elements;   /* activations those linears quantized */
     uint64_t clipped;    /* ... beyond the bulk scale's range: outliers */
     uint64_t token_rows; /* input rows with at least one outlier */
-    uint64_t cols_hot;   /* weight columns (input channels) read, per input row: resident */
-    uint64_t cols_cold;  /* ... gathered from the NPU's copy */
+    uint64_t cols_hot;   /* weight rows touched (input channels' columns read), one per
+                            outlier: resident, contiguous */
+    uint64_t cols_cold;  /* ... gathered from the NPU's copy (a call keeps the last 64,
+                            so a channel recurring in the batch is gathered once) */
 };
 /* Reads the model's shadow.linears: -ENOENT (err says so) when the
  * container has none; -EINVAL for a malformed one; -ENOMEM. The model must
