@@ -24,6 +24,7 @@ struct format_reader {
     char *path;
     int fd;
     uint64_t size;
+    uint32_t version;
     struct format_config cfg;
 
     uint8_t *meta;          /* decompressed metadata block */
@@ -484,11 +485,12 @@ int format_reader_open(const char *path, struct format_reader **out, struct sl_e
         goto fail;
     }
     uint32_t version = sl_load_le32(hdr + FMT_H_VERSION);
-    if (version != FORMAT_VERSION) {
-        sl_err_set(err, "%s: container version %u, this build reads version %u", path, version,
-                   FORMAT_VERSION);
+    if (version < FORMAT_VERSION_MIN || version > FORMAT_VERSION) {
+        sl_err_set(err, "%s: container version %u, this build reads versions %u to %u", path,
+                   version, FORMAT_VERSION_MIN, FORMAT_VERSION);
         goto fail;
     }
+    r->version = version;
     uint64_t hsum = format_checksum(hdr, FMT_H_CHECKSUM);
     if (FMT_ENFORCE_META_SUMS && hsum != sl_load_le64(hdr + FMT_H_CHECKSUM)) {
         sl_err_set(err, "%s: header checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64
@@ -560,6 +562,7 @@ void format_reader_close(struct format_reader *r)
 const char *format_reader_path(const struct format_reader *r) { return r->path; }
 int format_reader_fd(const struct format_reader *r) { return r->fd; }
 uint64_t format_reader_file_size(const struct format_reader *r) { return r->size; }
+uint32_t format_reader_version(const struct format_reader *r) { return r->version; }
 const struct format_config *format_reader_config(const struct format_reader *r) { return &r->cfg; }
 const struct format_tokenizer *format_reader_tokenizer(const struct format_reader *r)
 {

@@ -55,6 +55,8 @@ struct infer_model {
     void *observe_ctx;
     infer_linear_term_fn term; /* the linear path's added CPU term, or NULL */
     void *term_ctx;
+    infer_linear_term_wants_fn term_wants; /* NULL: every int8 linear */
+    struct infer_shadow *shadow; /* owned (infer_model_shadow_enable), or NULL */
     void *map; /* the container mapped read-only, or NULL */
     size_t map_len;
     void *io_buf; /* tensor read buffer when not mapped */
@@ -260,5 +262,30 @@ int infer_session_take_next(struct infer_session *s, int *token);
  * run in secs. */
 void infer_session_after_verify(struct infer_session *s, const float *logits, int next,
                                 uint32_t steps, double secs, uint64_t npu_jobs);
+/* Growable storage of clipped elements. */
+struct infer_clipbuf {
+    uint32_t *row, *col;
+    float *excess;
+    size_t cap;
+};
+/* Every element of x [n][cols] whose x / s the int8 quantizer clips, in
+ * row-major order, recorded in c (pointing into b, grown as needed), exactly
+ * as infer_quantize_clipped finds them: -ENOMEM. */
+int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint32_t cols,
+                       float s, struct infer_clipped *c);
+void infer_clipbuf_free(struct infer_clipbuf *b);
+/* Whether the model's term wants (layer, role). */
+int infer_term_wants(const struct infer_model *m, int layer, uint32_t role);
+/* The linear of (layer, role); layer -1: the classifier. NULL for others. */
+struct infer_linear *infer_model_linear(struct infer_model *m, int layer, uint32_t role);
+
+/* The shadow term's inner loop (infer_shadow.c): acc[i] += e * (float)w[i]
+ * for i < n, a multiply then an add per element. The SIMD kernels equal the
+ * scalar one bit for bit (test_shadow); infer_shadow_axpy_s8 picks the best
+ * (infer_matmul_kernel_used). */
+void infer_shadow_axpy_s8_scalar(float *acc, float e, const int8_t *w, uint32_t n);
+void infer_shadow_axpy_s8_avx2(float *acc, float e, const int8_t *w, uint32_t n);
+void infer_shadow_axpy_s8_avx512(float *acc, float e, const int8_t *w, uint32_t n);
+void infer_shadow_axpy_s8(float *acc, float e, const int8_t *w, uint32_t n);
 
 #endif

@@ -106,11 +106,10 @@ void infer_op_linear_int8(float *y, const float *x, const struct infer_linear *l
 }
 
 
-int infer_quantize_clipped(struct infer_state *st, const float *x, uint32_t n, uint32_t cols,
-                           float s, int8_t *xq, struct infer_clipped *c)
+int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint32_t cols,
+                       float s, struct infer_clipped *c)
 {
     size_t len = (size_t)n * cols;
-    npu_quantize_act(x, len, s, xq);
     float inv = 1.0f / s;
     c->n = 0;
     c->act_scale = s;
@@ -118,29 +117,55 @@ int infer_quantize_clipped(struct infer_state *st, const float *x, uint32_t n, u
         float v = x[i] * inv; /* the quantizer's x / s (npu_quantize_act) */
         if (!(v > 127.0f || v < -127.0f))
             continue; /* inside the range, or NaN (quantized to 0, nothing to add) */
-        if (c->n == st->clip_cap) {
-            size_t cap = st->clip_cap ? st->clip_cap * 2 : 256;
-            uint32_t *r = sl_realloc(st->clip_row, cap * sizeof *r);
+        if (c->n == b->cap) {
+            size_t cap = b->cap ? b->cap * 2 : 256;
+            uint32_t *r = sl_realloc(b->row, cap * sizeof *r);
             if (r)
-                st->clip_row = r;
-            uint32_t *cc = r ? sl_realloc(st->clip_col, cap * sizeof *cc) : NULL;
+                b->row = r;
+            uint32_t *cc = r ? sl_realloc(b->col, cap * sizeof *cc) : NULL;
             if (cc)
-                st->clip_col = cc;
-            float *e = cc ? sl_realloc(st->clip_excess, cap * sizeof *e) : NULL;
+                b->col = cc;
+            float *e = cc ? sl_realloc(b->excess, cap * sizeof *e) : NULL;
             if (!e)
                 return -ENOMEM;
-            st->clip_excess = e;
-            st->clip_cap = cap;
+            b->excess = e;
+            b->cap = cap;
         }
-        st->clip_row[c->n] = (uint32_t)(i / cols);
-        st->clip_col[c->n] = (uint32_t)(i % cols);
-        st->clip_excess[c->n] = v > 0 ? v - 127.0f : v + 127.0f;
+        b->row[c->n] = (uint32_t)(i / cols);
+        b->col[c->n] = (uint32_t)(i % cols);
+        b->excess[c->n] = v > 0 ? v - 127.0f : v + 127.0f;
         c->n++;
     }
-    c->row = st->clip_row;
-    c->col = st->clip_col;
-    c->excess = st->clip_excess;
+    c->row = b->row;
+    c->col = b->col;
+    c->excess = b->excess;
     return 0;
+}
+
+void infer_clipbuf_free(struct infer_clipbuf *b)
+{
+    free(b->row);
+    free(b->col);
+    free(b->excess);
+    memset(b, 0, sizeof *b);
+}
+
+int infer_quantize_clipped(struct infer_state *st, const float *x, uint32_t n, uint32_t cols,
+                           float s, int8_t *xq, struct infer_clipped *c)
+{
+    npu_quantize_act(x, (size_t)n * cols, s, xq);
+    struct infer_clipbuf b = {st->clip_row, st->clip_col, st->clip_excess, st->clip_cap};
+    int ret = infer_find_clipped(&b, x, n, cols, s, c);
+    st->clip_row = b.row;
+    st->clip_col = b.col;
+    st->clip_excess = b.excess;
+    st->clip_cap = b.cap;
+    return ret;
+}
+
+int infer_term_wants(const struct infer_model *m, int layer, uint32_t role)
+{
+    return m->term && (!m->term_wants || m->term_wants(m->term_ctx, layer, role));
 }
 
 /* The NPU graph rows for a batch of n: decode and verification shapes, or
@@ -201,14 +226,15 @@ int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int la
         size_t len = (size_t)n * lin->cols;
         float act = lin->act_scale > 0 ? lin->act_scale : npu_act_scale_dynamic(x, len);
         struct infer_clipped clip = {0};
-        if (m->term)
+        int term = infer_term_wants(m, layer, role);
+        if (term)
             ret = infer_quantize_clipped(s, x, n, lin->cols, act, s->xq, &clip);
         else
             npu_quantize_act(x, len, act, s->xq);
         if (ret == 0)
             ret = !lin->npu && lin->upk ? infer_linear_packed(s, lin, s->xq, n, act, y, err)
                                         : linear_s8(s, lin, s->xq, n, act, y, err);
-        if (ret == 0 && m->term)
+        if (ret == 0 && term)
             ret = m->term(m->term_ctx, layer, role, &clip, y, n, lin->rows);
         if (ret < 0) {
             if (!err || !err->msg[0])
@@ -225,4 +251,36 @@ void infer_model_set_linear_term(struct infer_model *m, infer_linear_term_fn fn,
 {
     m->term = fn;
     m->term_ctx = ctx;
+}
+
+void infer_model_set_linear_term_filter(struct infer_model *m, infer_linear_term_wants_fn fn)
+{
+    m->term_wants = fn;
+}
+
+struct infer_linear *infer_model_linear(struct infer_model *m, int layer, uint32_t role)
+{
+    if (layer < 0)
+        return role == FORMAT_ROLE_CLASSIFIER ? m->cls : NULL;
+    if ((uint32_t)layer >= m->cfg.n_layers)
+        return NULL;
+    struct infer_layer *l = &m->layers[layer];
+    switch (role) {
+    case FORMAT_ROLE_WQ:
+        return &l->wq;
+    case FORMAT_ROLE_WK:
+        return &l->wk;
+    case FORMAT_ROLE_WV:
+        return &l->wv;
+    case FORMAT_ROLE_WO:
+        return &l->wo;
+    case FORMAT_ROLE_W_GATE:
+        return &l->w_gate;
+    case FORMAT_ROLE_W_UP:
+        return &l->w_up;
+    case FORMAT_ROLE_W_DOWN:
+        return &l->w_down;
+    default:
+        return NULL;
+    }
 }

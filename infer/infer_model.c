@@ -204,6 +204,7 @@ void infer_model_destroy(struct infer_model *m)
 {
     if (!m)
         return;
+    infer_shadow_destroy(m->shadow);
     if (m->layers)
         for (uint32_t l = 0; l < m->cfg.n_layers; l++)
             infer_model_release_layer(m, (int)l);

@@ -97,10 +97,18 @@ static int alloc_chunks(struct pl *p, uint32_t n)
         uint32_t roles[8] = {FORMAT_ROLE_WQ,     FORMAT_ROLE_WK,   FORMAT_ROLE_WV,
                              FORMAT_ROLE_WO,     FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP,
                              FORMAT_ROLE_W_DOWN, FORMAT_ROLE_CLASSIFIER};
-        size_t width[8] = {D, D, D, Q, D, D, F, D};
+        size_t width[8] = {D, D, D, Q, D, D, F, D}, out[7] = {Q, KV, KV, D, F, F, D};
         for (int k = 0; k < 8; k++) {
             b->xq[roles[k]] = sl_alloc_aligned(r * width[k], 64);
             if (!b->xq[roles[k]])
+                return -ENOMEM;
+        }
+        for (int k = 0; p->m->term && k < 8; k++) {
+            /* the classifier: its last row only */
+            size_t rk = k < 7 ? r : 1, ok = k < 7 ? out[k] : c->vocab_size;
+            b->delta[roles[k]] = sl_malloc(sizeof(float) * rk * ok);
+            b->touched[roles[k]] = sl_calloc(rk, 1);
+            if (!b->delta[roles[k]] || !b->touched[roles[k]])
                 return -ENOMEM;
         }
     }
@@ -121,8 +129,11 @@ static void free_chunks(struct pl *p)
         free(b->g);
         free(b->u);
         free(b->d);
-        for (int k = 0; k < FORMAT_ROLE_COUNT; k++)
+        for (int k = 0; k < FORMAT_ROLE_COUNT; k++) {
             sl_free_aligned(b->xq[k]);
+            free(b->delta[k]);
+            free(b->touched[k]);
+        }
     }
     free(p->cb);
 }
@@ -300,6 +311,10 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     int ret = infer_model_load(path, &lo, &p->m, err);
     if (ret < 0)
         goto out;
+    /* shadow outlier execution where the container calibrated it */
+    if (!o.no_shadow && (ret = infer_model_shadow_enable(p->m, err)) < 0 && ret != -ENOENT)
+        goto out;
+    memset(err, 0, sizeof *err);
     p->c = infer_model_config(p->m);
     p->r = infer_model_reader(p->m);
     const struct format_config *c = p->c;
@@ -362,7 +377,10 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         p->lin_info[t->layer + 1][role].int8 = format_encoding_traits(t->encoding)->quantized;
         assert(format_act_scale_valid(t->act_scale)); /* format_reader_open refuses others */
         p->lin_info[t->layer + 1][role].act = p->m->force_dynamic_act ? 0.0f : t->act_scale;
+        p->lin_info[t->layer + 1][role].term =
+            p->lin_info[t->layer + 1][role].int8 && infer_term_wants(p->m, t->layer, role);
     }
+
     ret = pl_graph_build(p);
     if (ret < 0) {
         if (p->err.msg[0])

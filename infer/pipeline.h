@@ -52,6 +52,9 @@ enum pl_op {
     PL_FFN_NORM,    /* CPU: x += o, RMSNorm, quantize for gate/up */
     PL_SWIGLU,      /* CPU: silu(gate) * up, quantize for down */
     PL_HEAD,        /* CPU: x += down, final RMSNorm of the last row, quantize */
+    PL_SHADOW,      /* CPU: the linear term of one linear (shadow outliers) into its
+                       chunk's delta buffer, beside the NPU's matmul; the matmul's
+                       consumers add the buffer */
     PL_OP_COUNT
 };
 
@@ -84,6 +87,10 @@ struct chunkbuf {
     uint32_t n, pos0;
     float *x, *xb, *q, *k, *v, *att, *o, *g, *u, *d;
     int8_t *xq[FORMAT_ROLE_COUNT]; /* quantized input of each linear */
+    /* the linear term's output for each role (only with a term), rows of the
+     * matmul's output; touched[r]: row r has clipped inputs (else untouched) */
+    float *delta[FORMAT_ROLE_COUNT];
+    uint8_t *touched[FORMAT_ROLE_COUNT];
     float act[FORMAT_ROLE_COUNT];  /* its activation scale */
 };
 
@@ -157,6 +164,7 @@ struct pl {
     struct {
         int int8;
         float act;
+        int term; /* the model's linear term wants it: a PL_SHADOW task per chunk */
     } (*lin_info)[FORMAT_ROLE_COUNT];
 
     uint64_t t_start, t_logits, t_loaded;

@@ -23,6 +23,7 @@ static uint32_t op_order(uint32_t op, uint32_t role)
     case PL_HEAD:
         return 8;
     case PL_MM:
+    case PL_SHADOW: /* beside its matmul */
         return role <= FORMAT_ROLE_WV ? 1 : role == FORMAT_ROLE_WO ? 3
                : role == FORMAT_ROLE_W_DOWN ? 7 : role == FORMAT_ROLE_CLASSIFIER ? 9 : 5;
     default:
@@ -76,6 +77,8 @@ void pl_cost_assign(struct pl *p)
             double ctx = p->cb[t->chunk].pos0 + rows;
             double share = t->r1 > t->r0 ? (double)(t->r1 - t->r0) / c->n_kv_heads : 1.0;
             t->est = 4.0 * rows * ctx * Q * share / 5e10;
+        } else if (t->op == PL_SHADOW) {
+            t->est = rows * rows_of_role(c, t->role) * 0.01 / 1e10; /* a few outliers a row */
         } else if (t->op == PL_UNPACK) {
             t->est = (double)(t->r1 > t->r0 ? t->r1 - t->r0 : rows_of_role(c, t->role)) * D / 1e10;
         } else {

@@ -11,8 +11,9 @@
 
 #include "pipeline.h"
 
-static const char *const op_names[PL_OP_COUNT] = {"verify", "unpack",   "norm",   "matmul",
-                                                  "attention", "ffn_norm", "swiglu", "head"};
+static const char *const op_names[PL_OP_COUNT] = {"verify",    "unpack",   "norm",
+                                                  "matmul",    "attention", "ffn_norm",
+                                                  "swiglu",    "head",      "shadow"};
 static const char *const policy_names[INFER_POLICY_COUNT] = {
     "full", "sequential", "layer_overlap", "llmnpu", "sequential_granular"};
 
@@ -236,6 +237,34 @@ static int add_prefault(struct pl *p, struct npu_weights *w, int layer)
     return 0;
 }
 
+/* The linear term's task of (layer, role) for a chunk where the model's
+ * term wants it (lin_info term): after the n producers at `prod` (the
+ * tasks that wrote the matmul's input) and the linear's unpacking; its
+ * index in *out, or -1 without a term. Its consumers get their edges from
+ * add_shadow_edges. 0 or a negative errno. */
+static int add_shadow(struct pl *p, int layer, uint32_t chunk, uint32_t role, int prod, int n_prod,
+                      const struct weight_tasks *uw, int *out)
+{
+    *out = -1;
+    if (!p->lin_info[layer + 1][role].term)
+        return 0;
+    int t = add_task(p, PL_SHADOW, PL_DEV_CPU, layer, chunk);
+    if (t < 0)
+        return t;
+    p->tasks[t].role = (uint8_t)role;
+    int ret = add_edges_from(p, prod, n_prod, t);
+    if (ret == 0)
+        ret = add_edges_from(p, uw->first, uw->n, t);
+    *out = t;
+    return ret;
+}
+
+/* Edges from a shadow task (-1: none) to the n tasks at `first`. */
+static int add_shadow_edges(struct pl *p, int shadow, int first, int n)
+{
+    return shadow < 0 ? 0 : add_edges_to(p, shadow, first, n);
+}
+
 /* Edges to task `to` from those of the n tasks at `first` (pieces of a
  * matmul) whose output channels overlap [a, b). */
 static int add_overlap_edges(struct pl *p, int first, int n, uint32_t a, uint32_t b, int to)
@@ -356,21 +385,25 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
     const uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads;
     for (uint32_t ch = 0; ch < p->n_chunks; ch++) {
         int prev_down_first = -1, prev_down_n = 0;
+        int d_sh = -1; /* the previous layer's down projection's shadow task */
         for (uint32_t l = 0; l < L; l++) {
             int norm = add_task(p, PL_NORM, PL_DEV_CPU, (int)l, ch);
             if (norm < 0)
                 return norm;
             if ((ret = add_edge(p, verify_of_layer[l], norm)) < 0 ||
-                (ret = add_edges_from(p, prev_down_first, prev_down_n, norm)) < 0)
+                (ret = add_edges_from(p, prev_down_first, prev_down_n, norm)) < 0 ||
+                (ret = add_shadow_edges(p, d_sh, norm, 1)) < 0)
                 return ret;
-            int qkv_first[3], qkv_n[3];
+            int qkv_first[3], qkv_n[3], qkv_sh[3];
             uint32_t qkv_roles[3] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
             uint32_t qkv_rows[3] = {Q, KV, KV};
             for (int k = 0; k < 3; k++) {
                 ret = add_mm(p, (int)l, ch, qkv_roles[k], qkv_rows[k], &qkv_first[k], &qkv_n[k]);
                 if (ret < 0 || (ret = add_edges_to(p, norm, qkv_first[k], qkv_n[k])) < 0 ||
                     (ret = add_weight_edges(p, uw[l][qkv_roles[k]].first, uw[l][qkv_roles[k]].n,
-                                            qkv_first[k], qkv_n[k])) < 0)
+                                            qkv_first[k], qkv_n[k])) < 0 ||
+                    (ret = add_shadow(p, (int)l, ch, qkv_roles[k], norm, 1, &uw[l][qkv_roles[k]],
+                                      &qkv_sh[k])) < 0)
                     return ret;
             }
             /* attention in groups of kv heads, one Q piece's worth each where
@@ -403,8 +436,13 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                     return ret;
             }
             prev_attn[l] = attn_first;
-            int o_first, o_n;
-            if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_WO, D, &o_first, &o_n)) < 0)
+            for (int k = 0; k < 3; k++)
+                if ((ret = add_shadow_edges(p, qkv_sh[k], attn_first, attn_n)) < 0)
+                    return ret;
+            int o_first, o_n, o_sh;
+            if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_WO, D, &o_first, &o_n)) < 0 ||
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_WO, attn_first, attn_n,
+                                  &uw[l][FORMAT_ROLE_WO], &o_sh)) < 0)
                 return ret;
             for (int j = 0; j < o_n; j++)
                 if ((ret = add_edges_from(p, attn_first, attn_n, o_first + j)) < 0)
@@ -416,13 +454,18 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             int fn = add_task(p, PL_FFN_NORM, PL_DEV_CPU, (int)l, ch);
             if (fn < 0)
                 return fn;
-            if ((ret = add_edges_from(p, o_first, o_n, fn)) < 0)
+            if ((ret = add_edges_from(p, o_first, o_n, fn)) < 0 ||
+                (ret = add_shadow_edges(p, o_sh, fn, 1)) < 0)
                 return ret;
-            int g_first, g_n, u_first, u_n;
+            int g_first, g_n, u_first, u_n, g_sh, u_sh;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_GATE, F, &g_first, &g_n)) < 0 ||
                 (ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_UP, F, &u_first, &u_n)) < 0 ||
                 (ret = add_edges_to(p, fn, g_first, g_n)) < 0 ||
-                (ret = add_edges_to(p, fn, u_first, u_n)) < 0)
+                (ret = add_edges_to(p, fn, u_first, u_n)) < 0 ||
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_GATE, fn, 1,
+                                  &uw[l][FORMAT_ROLE_W_GATE], &g_sh)) < 0 ||
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_UP, fn, 1, &uw[l][FORMAT_ROLE_W_UP],
+                                  &u_sh)) < 0)
                 return ret;
             /* SwiGLU piece by piece of gate/up where they are split */
             int sw_split = g_n > 1 && g_n == u_n && input_splits(p, (int)l, FORMAT_ROLE_W_DOWN);
@@ -440,13 +483,17 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                     (ret = add_overlap_edges(p, u_first, u_n, a, b, sw)) < 0)
                     return ret;
             }
-            if ((ret = add_weight_edges(p, uw[l][FORMAT_ROLE_W_GATE].first,
+            if ((ret = add_shadow_edges(p, g_sh, sw_first, sw_n)) < 0 ||
+                (ret = add_shadow_edges(p, u_sh, sw_first, sw_n)) < 0 ||
+                (ret = add_weight_edges(p, uw[l][FORMAT_ROLE_W_GATE].first,
                                         uw[l][FORMAT_ROLE_W_GATE].n, g_first, g_n)) < 0 ||
                 (ret = add_weight_edges(p, uw[l][FORMAT_ROLE_W_UP].first,
                                         uw[l][FORMAT_ROLE_W_UP].n, u_first, u_n)) < 0)
                 return ret;
             int d_first, d_n;
-            if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_DOWN, D, &d_first, &d_n)) < 0)
+            if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_DOWN, D, &d_first, &d_n)) < 0 ||
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_DOWN, sw_first, sw_n,
+                                  &uw[l][FORMAT_ROLE_W_DOWN], &d_sh)) < 0)
                 return ret;
             for (int j = 0; j < d_n; j++)
                 if ((ret = add_edges_from(p, sw_first, sw_n, d_first + j)) < 0)
@@ -465,11 +512,19 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             int c_first, c_n;
             if ((ret = add_edge(p, verify_of_layer[L], head)) < 0 ||
                 (ret = add_edges_from(p, prev_down_first, prev_down_n, head)) < 0 ||
+                (ret = add_shadow_edges(p, d_sh, head, 1)) < 0 ||
                 (ret = add_mm(p, -1, ch, FORMAT_ROLE_CLASSIFIER, c->vocab_size, &c_first,
                               &c_n)) < 0 ||
                 (ret = add_edges_to(p, head, c_first, c_n)) < 0 ||
                 (ret = add_weight_edges(p, uw[L][FORMAT_ROLE_CLASSIFIER].first,
                                         uw[L][FORMAT_ROLE_CLASSIFIER].n, c_first, c_n)) < 0)
+                return ret;
+            /* the classifier's term: after its matmul (nothing consumes the
+             * logits in the graph: the task adds its output itself) */
+            int c_sh;
+            if ((ret = add_shadow(p, -1, ch, FORMAT_ROLE_CLASSIFIER, head, 1,
+                                  &uw[L][FORMAT_ROLE_CLASSIFIER], &c_sh)) < 0 ||
+                (c_sh >= 0 && (ret = add_edges_from(p, c_first, c_n, c_sh)) < 0))
                 return ret;
         }
     }

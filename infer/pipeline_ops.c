@@ -83,6 +83,61 @@ static float *mm_output(struct pl *p, struct chunkbuf *b, uint32_t role)
 }
 
 
+/* y += delta for the touched rows of a chunk, columns [c0, c1), where the
+ * linear (layer, role) has a term (PL_SHADOW): the term's output added to
+ * the NPU's, as infer_linear_exec adds it (the same float sum). */
+static void add_delta(struct pl *p, struct chunkbuf *b, int layer, uint32_t role, uint32_t c0,
+                      uint32_t c1)
+{
+    if (layer < 0 || !p->lin_info[layer + 1][role].term)
+        return;
+    const struct infer_linear *lin = pl_graph_linear(p, layer, role);
+    float *y = mm_output(p, b, role);
+    const float *d = b->delta[role];
+    for (uint32_t r = 0; r < b->n; r++) {
+        if (!b->touched[role][r])
+            continue;
+        size_t off = (size_t)r * lin->rows;
+        for (uint32_t c = c0; c < c1; c++)
+            y[off + c] += d[off + c];
+    }
+}
+
+/* PL_SHADOW: the model's linear term on what the quantizer clips of the
+ * matmul's input (found exactly as infer_linear_exec finds it), into the
+ * chunk's delta rows (-0.0f first, so that an added value keeps its bits). */
+static int run_shadow(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
+                      struct sl_err *err)
+{
+    const struct infer_linear *lin = pl_graph_linear(p, layer, role);
+    uint32_t cols;
+    const float *x = mm_input(b, role, &cols, p->c);
+    uint32_t n = role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n; /* the head: the last row */
+    float act = p->lin_info[layer + 1][role].act;
+    float s = act > 0 ? act : npu_act_scale_dynamic(x, (size_t)n * cols);
+    struct infer_clipbuf cb = {0};
+    struct infer_clipped clip;
+    int ret = infer_find_clipped(&cb, x, n, cols, s, &clip);
+    if (ret == 0) {
+        memset(b->touched[role], 0, n);
+        for (uint32_t i = 0; i < clip.n; i++)
+            b->touched[role][clip.row[i]] = 1;
+        for (uint32_t r = 0; r < n; r++)
+            if (b->touched[role][r])
+                for (uint32_t c = 0; c < lin->rows; c++)
+                    b->delta[role][(size_t)r * lin->rows + c] = -0.0f;
+        ret = p->m->term(p->m->term_ctx, layer, role, &clip, b->delta[role], n, lin->rows);
+    }
+    if (ret == 0 && role == FORMAT_ROLE_CLASSIFIER && b->touched[role][0])
+        for (uint32_t c = 0; c < lin->rows; c++) /* after the matmul (its edges) */
+            p->logits[c] += b->delta[role][c];
+    if (ret < 0)
+        sl_err_set(err, "the linear term of layer %d %s failed (%d)", layer,
+                   format_role_name(role), ret);
+    infer_clipbuf_free(&cb);
+    return ret;
+}
+
 /* Runs task ti on worker `w` (0: the NPU device thread; CPU workers 1..). */
 int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
 {
@@ -135,8 +190,10 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_NORM: {
-        if (t->layer > 0) /* the previous layer's down projection, added here */
+        if (t->layer > 0) { /* the previous layer's down projection, added here */
+            add_delta(p, b, t->layer - 1, FORMAT_ROLE_W_DOWN, 0, D);
             infer_step_residual(b->x, b->d, b->n, D);
+        }
         infer_step_attn_norm(p->m, t->layer, b->xb, b->x, b->n);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WQ, b->xb, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WK, b->xb, b->n, D);
@@ -149,6 +206,9 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         uint32_t kv0 = t->r1 > t->r0 ? t->r0 : 0, kv1 = t->r1 > t->r0 ? t->r1 : c->n_kv_heads;
         struct infer_rows rows = {.n = b->n, .slot0 = b->pos0, .pos = p->positions + b->pos0,
                                   .vis = {.n = b->n, .base = b->pos0}};
+        add_delta(p, b, t->layer, FORMAT_ROLE_WQ, kv0 * mul * hd, kv1 * mul * hd);
+        add_delta(p, b, t->layer, FORMAT_ROLE_WK, kv0 * hd, kv1 * hd);
+        add_delta(p, b, t->layer, FORMAT_ROLE_WV, kv0 * hd, kv1 * hd);
         ret = infer_step_attention(p->m, p->st->kv, p->st->attn, t->layer, &rows, b->q, b->k,
                                    b->v, kv0, kv1, b->att, att_scratch);
         if (ret < 0)
@@ -158,18 +218,22 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_FFN_NORM:
+        add_delta(p, b, t->layer, FORMAT_ROLE_WO, 0, D);
         infer_step_ffn_norm(p->m, t->layer, b->x, b->o, b->xb, b->n);
         quantize_for(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xb, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_W_UP, b->xb, b->n, D);
         break;
     case PL_SWIGLU: {
         uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
+        add_delta(p, b, t->layer, FORMAT_ROLE_W_GATE, f0, f1);
+        add_delta(p, b, t->layer, FORMAT_ROLE_W_UP, f0, f1);
         infer_step_swiglu(b->g, b->u, b->n, F, f0, f1);
         quantize_cols(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, b->n, F, f0, f1);
         break;
     }
     case PL_HEAD: {
         /* the first token needs the last row only */
+        add_delta(p, b, (int)c->n_layers - 1, FORMAT_ROLE_W_DOWN, 0, D);
         float *xl = b->x + (size_t)(b->n - 1) * D, *dl = b->d + (size_t)(b->n - 1) * D;
         infer_step_residual(xl, dl, 1, D);
         float *xbl = b->xb + (size_t)(b->n - 1) * D;
@@ -177,6 +241,9 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         quantize_for(p, b, -1, FORMAT_ROLE_CLASSIFIER, xbl, 1, D);
         break;
     }
+    case PL_SHADOW:
+        ret = run_shadow(p, b, t->layer, t->role, &err);
+        break;
     case PL_MM: {
         const struct infer_linear *lin = pl_graph_linear(p, t->layer, t->role);
         uint32_t cols;

@@ -46,6 +46,9 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
         else if (t->op == PL_UNPACK && t->r1 > t->r0)
             snprintf(name, sizeof name, "unpack %s L%d [%u,%u)", format_role_name(t->role),
                      t->layer, t->r0, t->r1);
+        else if (t->op == PL_SHADOW)
+            snprintf(name, sizeof name, "shadow %s L%d C%u", format_role_name(t->role), t->layer,
+                     t->chunk);
         else if (t->op == PL_VERIFY || t->op == PL_UNPACK)
             snprintf(name, sizeof name, "%s %s L%d", pl_op_name(t->op),
                      t->op == PL_UNPACK ? format_role_name(t->role) : "", t->layer);
@@ -129,6 +132,11 @@ void pl_stats_fill(struct pl *p, struct infer_pipeline_stats *st)
         if (*clampv[i] < 0)
             *clampv[i] = 0;
     st->bytes_read = p->bytes_read;
+    uint64_t sh = 0;
+    for (uint32_t i = 0; i < p->n_tasks; i++)
+        if (p->tasks[i].op == PL_SHADOW && p->tasks[i].executor >= 0 && p->tasks[i].t1)
+            sh += p->tasks[i].t1 - p->tasks[i].t0;
+    st->shadow_s = (double)sh / 1e9;
     st->tasks = p->n_tasks;
     st->stolen = p->stolen;
     st->splits = p->splits;

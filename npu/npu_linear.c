@@ -58,6 +58,19 @@ void npu_weights_row(const struct npu_weights *w, uint32_t r, int8_t *out)
 
 float npu_weights_scale(const struct npu_weights *w, uint32_t r) { return w->scale[r]; }
 
+void npu_weights_col(const struct npu_weights *w, uint32_t c, int8_t *out)
+{
+    const int8_t *src = w->b->packed + (size_t)(c / 4) * 64 + c % 4;
+    size_t block = (size_t)(w->b->k4 / 4) * 64; /* one block of 16 rows */
+    for (uint32_t r = 0; r < w->rows; r += 16, src += block) {
+        uint32_t m = w->rows - r < 16 ? w->rows - r : 16;
+        for (uint32_t i = 0; i < m; i++)
+            out[r + i] = src[i * 4];
+    }
+}
+
+const float *npu_weights_scales(const struct npu_weights *w) { return w->scale; }
+
 int npu_weights_create(const int8_t *q, const float *scale, uint32_t rows, uint32_t cols,
                        struct npu_weights **out)
 {

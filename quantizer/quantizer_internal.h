@@ -145,4 +145,35 @@ double quantizer_smooth_search(const struct quantizer_smooth_group *g,
  * scaling can be folded into the rows of W_v. out: [n_heads * head_dim]. */
 void quantizer_smooth_o_common(const struct format_config *c, const float *in_max, float *out);
 
+/* ---- shadow outlier execution (quantizer_shadow.c) ------------------------------------ */
+
+struct quantizer_shadow_in {
+    const struct quantizer_opts *opts; /* shadow_quantile, shadow_cover, shadow_min_importance */
+    int layer;
+    uint32_t role, rows, cols;
+    const float *x;      /* [n_sample][cols] calibration input rows (before smoothing) */
+    uint32_t n_sample;
+    const float *s;      /* [cols] smoothing scales (x / s is the input), or NULL */
+    float act_max;       /* the maximum-based activation scale */
+    const int8_t *codes; /* [rows][cols] the weight codes as unpacked */
+};
+/* Fills e (its hot and w malloc'ed, or NULL) and the activation scale to
+ * store in *act_out: the bulk scale when shadowed (e->flags
+ * FORMAT_SHADOW_ON), else act_max (pruned, or nothing beyond the bulk).
+ * 0 or -ENOMEM. */
+int quantizer_shadow_calibrate(const struct quantizer_shadow_in *in, struct format_shadow_linear *e,
+                               float *act_out);
+
+/* ---- error compensation (quantizer_gptq.c) ---------------------------------------------- */
+
+/* Re-rounds the codes q [rows][cols] of W (the weights as quantized, the
+ * smoothing folded in) on each row's grid (widths, scales fixed; rows of
+ * width 1 untouched) with GPTQ's error compensation, the Hessian from the
+ * n_sample calibration input rows x [n_sample][cols] divided by s (the
+ * smoothing; NULL: none), the input W sees. 0 (also when H is singular: q
+ * unchanged) or -ENOMEM. */
+int quantizer_gptq(const float *w, uint32_t rows, uint32_t cols, const float *x,
+                   uint32_t n_sample, const float *s, const uint8_t *widths, const float *scales,
+                   int8_t *q);
+
 #endif

@@ -89,6 +89,9 @@ struct qctx {
     uint64_t n_channels, next_channel;
     struct quantizer_report *rep;
     struct sl_err *err;
+    /* shadow outlier execution: one entry per calibrated linear */
+    struct format_shadow_linear *sh;
+    uint32_t n_sh, cap_sh;
 };
 
 static void progress(struct qctx *q, const char *what, uint64_t done, uint64_t total)
@@ -404,6 +407,19 @@ static void fold_classifier(const struct qctx *q, float *cls, float *out_norm)
             cls[(size_t)r * D + j] *= q->s_cls[j];
 }
 
+/* The smoothing scales dividing a linear's input, or NULL. */
+static const float *smoothing_of(const struct qctx *q, int layer, uint32_t role)
+{
+    if (layer >= 0) {
+        int g = role <= FORMAT_ROLE_WV     ? G_QKV
+                : role == FORMAT_ROLE_WO   ? G_O
+                : role <= FORMAT_ROLE_W_UP ? G_GU
+                                           : G_DOWN;
+        return q->s[(size_t)layer * G_N + g];
+    }
+    return role == FORMAT_ROLE_CLASSIFIER ? q->s_cls : NULL;
+}
+
 /* Static activation scale of a linear's input after smoothing (0: dynamic)
  * into *out; -EINVAL (q->err set) when its statistics cannot give one. */
 static int act_scale(const struct qctx *q, int layer, uint32_t role, float *out)
@@ -416,17 +432,40 @@ static int act_scale(const struct qctx *q, int layer, uint32_t role, float *out)
     const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
     if (!sl)
         return 0; /* no calibration for it: dynamic */
-    const float *s = NULL;
-    if (layer >= 0) {
-        int g = role <= FORMAT_ROLE_WV     ? G_QKV
-                : role == FORMAT_ROLE_WO   ? G_O
-                : role <= FORMAT_ROLE_W_UP ? G_GU
-                                           : G_DOWN;
-        s = q->s[(size_t)layer * G_N + g];
-    } else if (role == FORMAT_ROLE_CLASSIFIER) {
-        s = q->s_cls;
+    return quantizer_act_scale(layer, role, sl->in_max, smoothing_of(q, layer, role), sl->in_cols,
+                               out, q->err);
+}
+
+/* Shadow outlier calibration of a decoder linear (static scale act > 0):
+ * records its entry and replaces *act by the bulk scale where shadowed. */
+static int shadow_linear(struct qctx *q, int layer, uint32_t role, const int8_t *codes,
+                         uint32_t rows, uint32_t cols, float *act)
+{
+    const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
+    if (!q->o->shadow || !(*act > 0) || !sl)
+        return 0;
+    if (layer < 0) /* the classifier (a tied embedding serving as one) */
+        role = FORMAT_ROLE_CLASSIFIER;
+    if (q->n_sh == q->cap_sh) {
+        uint32_t cap = q->cap_sh ? 2 * q->cap_sh : 64;
+        struct format_shadow_linear *a = realloc(q->sh, sizeof *a * cap);
+        if (!a)
+            goto oom;
+        q->sh = a;
+        q->cap_sh = cap;
     }
-    return quantizer_act_scale(layer, role, sl->in_max, s, sl->in_cols, out, q->err);
+    struct quantizer_shadow_in in = {.opts = q->o, .layer = layer, .role = role, .rows = rows,
+                                     .cols = cols, .x = sl->sample, .n_sample = sl->n_sample,
+                                     .s = smoothing_of(q, layer, role), .act_max = *act,
+                                     .codes = codes};
+    if (quantizer_shadow_calibrate(&in, &q->sh[q->n_sh], act) < 0)
+        goto oom;
+    q->n_sh++;
+    return 0;
+oom:
+    sl_err_set(q->err, "out of memory calibrating shadow execution of layer %d %s", layer,
+               format_role_name(role));
+    return -ENOMEM;
 }
 
 /* ---- global allocation ------------------------------------------------------------------------
@@ -626,11 +665,23 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
         }
     }
     quantizer_tensor_quantize(wf, rows, cols, NULL, widths, q->clip, codes, scales, tmp);
+    if (q->o->gptq && layer >= 0) {
+        const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
+        /* the weights are folded (W diag(s)): the inputs they see are x / s */
+        if (sl && (ret = quantizer_gptq(wf, rows, cols, sl->sample, sl->n_sample,
+                                        smoothing_of(q, layer, role), widths, scales,
+                                        codes)) < 0) {
+            sl_err_set(q->err, "out of memory compensating layer %d %s", layer,
+                       format_role_name(role));
+            goto out;
+        }
+    }
     ret = quantizer_pack(q->encoding, codes, widths, scales, rows, cols, &bytes, &len, q->err);
     if (ret < 0)
         goto out;
     float act;
-    if ((ret = act_scale(q, layer, role, &act)) < 0)
+    if ((ret = act_scale(q, layer, role, &act)) < 0 ||
+        (ret = shadow_linear(q, layer, role, codes, rows, cols, &act)) < 0)
         goto out;
     char name[FORMAT_NAME_MAX];
     format_tensor_name(layer, role, name, sizeof name);
@@ -714,7 +765,7 @@ static int copy_meta(struct format_reader *src, struct format_writer *w, struct 
         const void *v;
         size_t len;
         /* a re-quantized source's own results do not describe the output */
-        if (!strncmp(k, "quant.", 6) || !strncmp(k, "calib.", 6))
+        if (!strncmp(k, "quant.", 6) || !strncmp(k, "calib.", 6) || !strncmp(k, "shadow.", 7))
             continue;
         if (format_reader_meta_get(src, k, &v, &len) < 0)
             continue;
@@ -812,6 +863,33 @@ static int write_meta(const struct qctx *q, struct format_writer *w, struct sl_e
     return ret;
 }
 
+/* The shadow calibration (shadow.linears) and its parameters. */
+static int write_shadow(const struct qctx *q, struct format_writer *w, struct sl_err *err)
+{
+    void *buf;
+    size_t len;
+    if (format_shadow_encode(q->sh, q->n_sh, &buf, &len) < 0) {
+        sl_err_set(err, "out of memory writing the shadow metadata");
+        return -ENOMEM;
+    }
+    int ret = format_writer_set_meta(w, FORMAT_SHADOW_META_KEY, buf, len, err);
+    free(buf);
+    uint32_t on = 0;
+    for (uint32_t i = 0; i < q->n_sh; i++)
+        on += (q->sh[i].flags & FORMAT_SHADOW_ON) != 0;
+    if (!ret)
+        ret = meta(w, "shadow.quantile", err, "%g", q->o->shadow_quantile);
+    if (!ret)
+        ret = meta(w, "shadow.cover", err, "%g", q->o->shadow_cover);
+    if (!ret)
+        ret = meta(w, "shadow.min_importance", err, "%g", q->o->shadow_min_importance);
+    if (!ret)
+        ret = meta(w, "shadow.hot_max", err, "%g", q->o->shadow_hot_max);
+    if (!ret)
+        ret = meta(w, "shadow.linears_on", err, "%u of %u", on, q->n_sh);
+    return ret;
+}
+
 /* ---- entry
  * ------------------------------------------------------------------------------------------ */
 
@@ -841,6 +919,18 @@ static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
         o->encoding != FORMAT_ENC_INT4INT8 && o->encoding != FORMAT_ENC_BITPLANE) {
         sl_err_set(err, "unsupported output encoding %u (adaptive, int4int8 or bitplane)",
                    o->encoding);
+        return -EINVAL;
+    }
+    if (o->shadow && (o->act_dynamic || o->float_out || !(o->shadow_quantile > 0) ||
+                      !(o->shadow_quantile < 1) || !(o->shadow_cover > 0) ||
+                      !(o->shadow_cover <= 1) || !(o->shadow_min_importance >= 0) ||
+                      !(o->shadow_hot_max >= 0 && o->shadow_hot_max <= 1))) {
+        sl_err_set(err,
+                   "shadow execution needs static activation scales, quantized weights, a "
+                   "quantile in (0, 1), a cover in (0, 1], an importance >= 0 and a hot share "
+                   "in [0, 1] (got %g, %g, %g, %g)",
+                   o->shadow_quantile, o->shadow_cover, o->shadow_min_importance,
+                   o->shadow_hot_max);
         return -EINVAL;
     }
     if ((unsigned)o->budget > QUANTIZER_BUDGET_GLOBAL ||
@@ -914,6 +1004,8 @@ int quantizer_quantize(const char *src, const struct quantizer_calib *calib,
         ret = write_meta(q, w, err);
     if (!ret)
         ret = pass2(q, w);
+    if (!ret && opts->shadow)
+        ret = write_shadow(q, w, err);
     if (!ret)
         ret = format_writer_finish(w, err);
     if (!ret) {
@@ -935,6 +1027,7 @@ out:
     free(q->weight);
     free(q->cost);
     free(q->widths);
+    format_shadow_free(q->sh, q->n_sh);
     format_reader_close(q->src);
     free(q);
     return ret;

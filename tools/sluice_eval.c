@@ -14,13 +14,15 @@
 #include "sluice.h"
 #include "tools_attn.h"
 #include "tools_calib.h"
+#include "tools_shadow.h"
 #include "tools_util.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice eval MODEL --ref REF --text FILE [--ctx N] [--max-chunks K] [--json]\n"
-            "                   [--kl-out FILE] [--tokenizer FILE] [attention options]\n\n"
+            "                   [--kl-out FILE] [--tokenizer FILE] [--shadow auto|on|off]\n"
+            "                   [attention options]\n\n"
             "Accuracy of MODEL (typically quantized) against REF (typically its float source)\n"
             "on a text, as llama.cpp's llama-perplexity --kl-divergence measures it: the text\n"
             "is tokenized as one stream, cut into chunks of N tokens (default min(context,\n"
@@ -35,6 +37,10 @@ static void usage(FILE *f)
             "most the first K chunks (0, the default: all). --kl-out FILE writes the\n"
             "KL divergence of every scored token, one a line in text order (for paired\n"
             "comparisons of two models on the same text).\n"
+            "--shadow: MODEL's shadow outlier execution (sluice quantize --shadow): auto\n"
+            "(default) where the container has it, on (an error without), off (its bulk\n"
+            "activation scales then clip); the report adds its statistics (outlier rate,\n"
+            "input rows and weight rows touched; JSON: shadow_*).\n"
             "Attention of MODEL (REF stays dense; MODEL and REF may be the same file):\n"
             TOOLS_ATTN_HELP);
 }
@@ -62,7 +68,7 @@ int cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *ref = NULL, *text = NULL, *tokenizer = NULL, *kl_out = NULL;
     uint32_t ctx = 0, max_chunks = 0;
-    int json = 0;
+    int json = 0, shadow = -1;
     struct tools_attn at = TOOLS_ATTN_DEFAULTS;
     struct infer_sparse *sparse = NULL;
     struct tools_args args = {"sluice eval", usage, argc, argv, 0};
@@ -84,6 +90,11 @@ int cmd_eval(int argc, char **argv)
             bad = tools_args_u32(&args, 0, UINT32_MAX, &max_chunks);
         } else if (!strcmp(a, "--kl-out")) {
             bad = tools_args_value(&args, &kl_out);
+        } else if (!strcmp(a, "--shadow")) {
+            const char *v;
+            bad = tools_args_value(&args, &v);
+            if (!bad && (bad = tools_shadow_parse(v, &shadow) < 0))
+                fprintf(stderr, "sluice eval: --shadow wants auto, on or off, not '%s'\n", v);
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--attn") || !strcmp(a, "--keep") || !strcmp(a, "--keep-uniform") ||
@@ -112,7 +123,8 @@ int cmd_eval(int argc, char **argv)
     struct tools_kl acc = {0};
     int status = 1;
     if (open_model(model, tokenizer, tmp_m, sizeof tmp_m, &mm, &err) < 0 ||
-        open_model(ref, tokenizer, tmp_r, sizeof tmp_r, &mr, &err) < 0)
+        open_model(ref, tokenizer, tmp_r, sizeof tmp_r, &mr, &err) < 0 ||
+        tools_shadow_setup(mm, shadow, &err) < 0)
         goto fail;
     const struct format_config *c = infer_model_config(mm), *cr = infer_model_config(mr);
     if (c->vocab_size != cr->vocab_size || c->bos_id != cr->bos_id) {
@@ -211,6 +223,7 @@ int cmd_eval(int argc, char **argv)
             cJSON_AddNumberToObject(o, "recall", ss.recall);
             cJSON_AddNumberToObject(o, "mass", ss.mass);
         }
+        tools_shadow_json(mm, o);
         char *s = cJSON_PrintUnformatted(o);
         printf("%s\n", s);
         free(s);
@@ -230,6 +243,7 @@ int cmd_eval(int argc, char **argv)
                    ss.keys_visible ? 100.0 * (double)ss.keys_kept / ss.keys_visible : 0,
                    ss.recall, ss.mass);
         }
+        tools_shadow_print(mm, stdout);
     }
     status = 0;
 fail:

@@ -189,7 +189,7 @@ int cmd_inspect(int argc, char **argv)
         free(s);
         cJSON_Delete(o);
     } else {
-        printf("%s: sluice container v%d, %" PRIu64 " bytes%s\n", path, FORMAT_VERSION,
+        printf("%s: sluice container v%u, %" PRIu64 " bytes%s\n", path, format_reader_version(r),
                format_reader_file_size(r),
                verify ? (status == 0 ? ", all checksums and tensors verified" : ", DATA ERRORS")
                       : "");

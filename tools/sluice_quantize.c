@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,22 @@ static void usage(FILE *f)
             "                        text)\n"
             "  --sample-rows N       input rows kept per layer for the search, 0..65536\n"
             "                        (default 256)\n"
+            "  --gptq                round the decoder linears' weights with GPTQ's error\n"
+            "                        compensation (Hessian of the kept calibration rows; same\n"
+            "                        grids and scales; O(cols^3) per tensor: small models)\n"
+            "  --shadow              shadow outlier execution (llm.npu 3.3; static activations):\n"
+            "                        each decoder linear's activation scale covers the bulk\n"
+            "                        of its calibration input (--shadow-quantile of |x|\n"
+            "                        after smoothing); what it clips runs on the CPU with\n"
+            "                        the same int8 weights. Stores the hot channels' weight\n"
+            "                        columns and the calibration (a version 2 container)\n"
+            "  --shadow-quantile Q   the bulk, in (0, 1) (default 0.99)\n"
+            "  --shadow-cover C      hot channels: the fewest holding this share of the\n"
+            "                        calibration outliers, in (0, 1] (default 0.8)\n"
+            "  --shadow-importance I prune (keep the maximum-based scale, no shadow work) the\n"
+            "                        linears whose max|x| / bulk is below I (default 0: none)\n"
+            "  --shadow-hot-max H    at most this share of a linear's input channels are hot\n"
+            "                        (stored), in [0, 1], 0: no limit (default 0.02)\n"
             "  --tokenizer FILE      llama2.c tokenizer for llama2.c / safetensors sources\n\n"
             "Norm weights stay float (with the smoothing folded in); linear layers and the\n"
             "embedding are packed. Shows progress on stderr, prints a summary (file size,\n"
@@ -274,7 +291,8 @@ int cmd_quantize(int argc, char **argv)
     static const char *const rules[] = {"min", "1se"};
     const char *src = NULL, *out = NULL, *calib_path = NULL, *tokenizer = NULL;
     struct quantizer_opts o = {
-        .method = QUANTIZER_METHOD_EDGEFLOW, .alpha = -1, .encoding = FORMAT_ENC_ADAPTIVE};
+        .method = QUANTIZER_METHOD_EDGEFLOW, .alpha = -1, .encoding = FORMAT_ENC_ADAPTIVE,
+        .shadow_quantile = 0.99, .shadow_cover = 0.8, .shadow_hot_max = 0.02};
     uint32_t calib_tokens = 0, sample_rows = 256, select_tokens = SELECT_TOKENS;
     int budget = 2; /* auto */
     static const char *const encodings[] = {"adaptive", "int4int8", "bitplane"};
@@ -324,6 +342,19 @@ int cmd_quantize(int argc, char **argv)
         } else if (!strcmp(a, "--clip")) {
             bad = tools_args_choice(&args, clips, 3, &v);
             o.clip = (enum quantizer_clip)v;
+        } else if (!strcmp(a, "--gptq")) {
+            o.gptq = 1;
+        } else if (!strcmp(a, "--shadow")) {
+            o.shadow = 1;
+        } else if (!strcmp(a, "--shadow-quantile")) {
+            bad = tools_args_double(&args, 0, 1, TOOLS_ARGS_ABOVE_MIN | TOOLS_ARGS_BELOW_MAX,
+                                    &o.shadow_quantile);
+        } else if (!strcmp(a, "--shadow-cover")) {
+            bad = tools_args_double(&args, 0, 1, TOOLS_ARGS_ABOVE_MIN, &o.shadow_cover);
+        } else if (!strcmp(a, "--shadow-hot-max")) {
+            bad = tools_args_double(&args, 0, 1, 0, &o.shadow_hot_max);
+        } else if (!strcmp(a, "--shadow-importance")) {
+            bad = tools_args_double(&args, 0, INFINITY, 0, &o.shadow_min_importance);
         } else if (!strcmp(a, "--alpha")) {
             bad = tools_args_double(&args, 0, 1, 0, &o.alpha);
         } else if (!strcmp(a, "--alpha-steps")) {

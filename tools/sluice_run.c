@@ -69,6 +69,9 @@ static void usage(FILE *f)
             "                   channels so both finish together and takes the second part\n"
             "  --no-steal-split never cut a task (ablation)\n"
             "  --steal-top      steal the NPU queue's top task instead (EdgeFlow's rule)\n"
+            "  --no-shadow      no shadow outlier execution even where the container has\n"
+            "                   it (sluice quantize --shadow; ablation: its bulk activation\n"
+            "                   scales then clip)\n"
             "  --no-prefault    full: no prefault thread (it faults the weights' memory in\n"
             "                   ahead, at idle priority, while a CPU worker has nothing\n"
             "                   else to do)\n"
@@ -183,6 +186,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             bad = tools_args_double(&a, 0, 1e6, 0, &o->pipeline.steal_ahead);
         } else if (!strcmp(s, "--no-steal-split")) {
             o->pipeline.no_steal_split = 1;
+        } else if (!strcmp(s, "--no-shadow")) {
+            o->pipeline.no_shadow = 1;
         } else if (!strcmp(s, "--no-prefault")) {
             o->pipeline.no_prefault = 1;
         } else if (!strcmp(s, "--steal-top")) {
@@ -486,6 +491,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(pj, "prefault_s", ps->prefault_s);
     cJSON_AddNumberToObject(pj, "npu_busy_s", ps->npu_busy_s);
     cJSON_AddNumberToObject(pj, "cpu_busy_s", ps->cpu_busy_s);
+    cJSON_AddNumberToObject(pj, "shadow_s", ps->shadow_s);
     cJSON_AddNumberToObject(pj, "bubble_npu", ps->bubble_npu);
     cJSON_AddNumberToObject(pj, "bubble_cpu", ps->bubble_cpu);
     cJSON_AddNumberToObject(pj, "stall_s", ps->stall_s);

@@ -46,7 +46,12 @@
 extern "C" {
 #endif
 
-#define FORMAT_VERSION 1
+/* The version written. Version 2 adds the shadow outlier metadata
+ * (shadow.linears): a container with it has activation scales that cover
+ * the bulk, not the maximum, and expects the clipped excess to be computed
+ * on the CPU. A reader accepts versions FORMAT_VERSION_MIN..FORMAT_VERSION. */
+#define FORMAT_VERSION 2
+#define FORMAT_VERSION_MIN 1
 #define FORMAT_ALIGN 4096        /* slice alignment and padding */
 #define FORMAT_TENSOR_ALIGN 64   /* tensor alignment inside a slice */
 #define FORMAT_NAME_MAX 64       /* tensor names, NUL included */
@@ -341,6 +346,38 @@ uint32_t format_reader_meta_count(const struct format_reader *r);
 const char *format_reader_meta_key(const struct format_reader *r, uint32_t i);
 int format_reader_meta_get(const struct format_reader *r, const char *key, const void **value,
                            size_t *len);
+/* The container's version (FORMAT_VERSION_MIN..FORMAT_VERSION). */
+uint32_t format_reader_version(const struct format_reader *r);
+
+/* ---- shadow outlier execution: the `shadow.linears` metadata value ------------------
+ * (docs/FORMAT.md, version 2). One entry per linear layer the quantizer
+ * calibrated for it: the tensor's act_scale is then the bulk scale, act_max
+ * the maximum-based one; hot[n_hot] are the input channels holding most
+ * calibration outliers (ascending) and w[k * rows + r] the int8 code of row
+ * r, hot channel k (the unpacked tensor's, input-major). */
+#define FORMAT_SHADOW_META_KEY "shadow.linears"
+enum { FORMAT_SHADOW_ON = 1 }; /* flags: shadow executed (else pruned: act_scale = act_max) */
+struct format_shadow_linear {
+    int32_t layer;
+    uint32_t role;
+    uint32_t flags;
+    float act_max;    /* max-based activation scale (max|x| / 127 after smoothing) */
+    float importance; /* largest calibration outlier / the bulk scale (llm.npu 3.3) */
+    float calib_rate; /* share of calibration activations beyond the bulk scale's range */
+    uint32_t rows, cols, n_hot;
+    uint32_t *hot;
+    int8_t *w;
+};
+/* Serializes n entries into *out (malloc'ed, *out_len bytes). 0 or -ENOMEM. */
+int format_shadow_encode(const struct format_shadow_linear *e, uint32_t n, void **out,
+                         size_t *out_len);
+/* Parses and validates a value against cfg (every entry names a linear of
+ * the model with its shape, hot channels ascend below cols, no code -128,
+ * no duplicate, no trailing byte). *out: malloc'ed, free with
+ * format_shadow_free. 0, -EINVAL (err names the entry) or -ENOMEM. */
+int format_shadow_parse(const struct format_config *cfg, const void *data, size_t len,
+                        struct format_shadow_linear **out, uint32_t *n, struct sl_err *err);
+void format_shadow_free(struct format_shadow_linear *e, uint32_t n);
 
 /* Reads a tensor (`len` >= its length) or a whole slice, verifies its
  * checksum and validates it (format_tensor_validate); -EIO with a message

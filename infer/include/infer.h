@@ -353,6 +353,60 @@ typedef int (*infer_linear_term_fn)(void *ctx, int layer, uint32_t role,
                                     const struct infer_clipped *clip, float *y, uint32_t n,
                                     uint32_t rows);
 void infer_model_set_linear_term(struct infer_model *m, infer_linear_term_fn fn, void *ctx);
+/* Optional: which int8 linears the term wants (1) or ignores (0; their clips
+ * are then not even collected). NULL (the default): every one. The
+ * prefill pipeline (infer_pipeline_prefill) runs the term of a wanted
+ * linear as a CPU task beside the NPU's matmul: it calls it on a buffer of
+ * -0.0f while the NPU computes y, and adds the buffer to y afterwards. So
+ * that both give the same bits, a term must add to each element of y one
+ * value computed without reading y, and must be safe to call from several
+ * threads at once (for different linears). */
+typedef int (*infer_linear_term_wants_fn)(void *ctx, int layer, uint32_t role);
+void infer_model_set_linear_term_filter(struct infer_model *m, infer_linear_term_wants_fn fn);
+
+/* ---- shadow outlier execution (llm.npu 3.3) ----------------------------------------------
+ *
+ * A version 2 container's shadow.linears (format.h) gives some linears an
+ * activation scale that covers the bulk of their inputs; what the clip cuts
+ * off (x / s beyond +-127) is multiplied on the CPU by the same int8
+ * weights and scales the NPU uses, exactly: y = s scale[r] (sum_c xq[c]
+ * W[r][c] + sum_clipped excess W[r][c]). Hot input channels' weight columns
+ * are resident (input-major, one contiguous read each); any other column is
+ * gathered from the NPU's weight copy on demand. Plugs into the linear term
+ * seam (infer_shadow_attach). */
+struct infer_shadow;
+struct infer_shadow_stats {
+    uint64_t calls;      /* term calls of shadowed linears */
+    uint64_t elements;   /* activations those linears quantized */
+    uint64_t clipped;    /* ... beyond the bulk scale's range: outliers */
+    uint64_t token_rows; /* input rows with at least one outlier */
+    uint64_t cols_hot;   /* weight rows touched (input channels' columns read), one per
+                            outlier: resident, contiguous */
+    uint64_t cols_cold;  /* ... gathered from the NPU's copy (a call keeps the last 64,
+                            so a channel recurring in the batch is gathered once) */
+};
+/* Reads the model's shadow.linears: -ENOENT (err says so) when the
+ * container has none; -EINVAL for a malformed one; -ENOMEM. The model must
+ * outlive the object. */
+int infer_shadow_create(struct infer_model *m, struct infer_shadow **out, struct sl_err *err);
+void infer_shadow_destroy(struct infer_shadow *sh);
+/* Creates the model's shadow (owned by the model, destroyed with it) and
+ * attaches it: 0, -ENOENT when the container has none (err says so), or
+ * infer_shadow_create's errors. Idempotent. */
+int infer_model_shadow_enable(struct infer_model *m, struct sl_err *err);
+/* The model's own shadow, or NULL. */
+const struct infer_shadow *infer_model_shadow(const struct infer_model *m);
+/* Installs sh as the model's linear term and filter (NULL removes them). */
+void infer_shadow_attach(struct infer_model *m, struct infer_shadow *sh);
+/* Linears described, of which shadowed (not pruned); the resident bytes
+ * (hot columns and tables). */
+uint32_t infer_shadow_linears(const struct infer_shadow *sh, uint32_t *enabled);
+size_t infer_shadow_bytes(const struct infer_shadow *sh);
+void infer_shadow_get_stats(const struct infer_shadow *sh, struct infer_shadow_stats *st);
+/* The term and filter themselves (ctx: the struct infer_shadow). */
+int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_clipped *clip,
+                      float *y, uint32_t n, uint32_t rows);
+int infer_shadow_wants(void *ctx, int layer, uint32_t role);
 
 /* ---- tokenizer (llama2.c-style byte-pair encoding) ---------------------------------- */
 
@@ -492,6 +546,8 @@ struct infer_pipeline_opts {
                                 * does not outlast (its rest to the CPU), nor leave the
                                 * second half of one the NPU dispatches queued (tails) */
     uint32_t split;            /* output channels per NPU task in full/sequential (512) */
+    int no_shadow;             /* 1: no shadow outlier execution even where the container
+                                * calibrated it (infer_model_shadow_enable; ablation) */
     int no_prefault;           /* full: no prefault thread faulting the NPU's weight memory
                                 * in ahead while a CPU worker is idle (ablation) */
     uint32_t cpu_workers;      /* CPU worker threads (default 1; the NPU has its own),
@@ -535,6 +591,7 @@ struct infer_pipeline_stats {
     uint32_t splits;           /* NPU matmuls cut in two by split stealing (in stolen) */
     uint32_t tails;            /* NPU matmuls cut in two at dispatch, the second half left
                                 * queued for an idle CPU to steal (full) */
+    double shadow_s;           /* CPU time of the shadow outlier tasks (in cpu_busy_s) */
 };
 
 /* Every option at its default (what opts = NULL means): full, stream, chunk

@@ -158,6 +158,11 @@ uint32_t npu_weights_cols(const struct npu_weights *w);
 /* Row r's codes (cols bytes, read back from the packed layout) and scale. */
 void npu_weights_row(const struct npu_weights *w, uint32_t r, int8_t *out);
 float npu_weights_scale(const struct npu_weights *w, uint32_t r);
+/* Column c's codes of rows [0, rows) into out[rows] (an input channel, as
+ * the shadow outlier term reads it: 16 rows per 64-byte block), and the
+ * per-row scales array [rows]. */
+void npu_weights_col(const struct npu_weights *w, uint32_t c, int8_t *out);
+const float *npu_weights_scales(const struct npu_weights *w);
 /* Bytes of memory the prepared weights hold. */
 size_t npu_weights_bytes(const struct npu_weights *w);
 /* Bytes of the packed weight storage that npu_weights_fill writes, and

@@ -163,6 +163,19 @@ struct quantizer_opts {
     const char *calib_source;    /* recorded as calib.source; NULL: not recorded */
     const char *budget_select;   /* how the budget was chosen (sluice quantize --budget
                                     auto), recorded as quant.budget_select; NULL: not */
+    /* shadow outlier execution (llm.npu 3.3; static scales only): 1 writes a
+     * version 2 container whose decoder linears' activation scales cover the
+     * shadow_quantile of |x| (after smoothing), with hot channels covering
+     * shadow_cover of the calibration outliers, and linears whose importance
+     * (max|x| over the bulk scale) is below shadow_min_importance pruned */
+    int shadow;
+    double shadow_quantile;       /* in (0, 1), e.g. 0.999 */
+    double shadow_cover;          /* in (0, 1], e.g. 0.8 */
+    double shadow_min_importance; /* >= 0; 0 prunes nothing */
+    double shadow_hot_max;        /* hot channels at most this share of a linear's inputs,
+                                     in [0, 1] (0: no limit) */
+    int gptq;                     /* 1: decoder linears' codes rounded with GPTQ's error
+                                     compensation on the calibration rows (same grids) */
     quantizer_progress_fn progress;
     void *progress_ctx;
 };

@@ -327,10 +327,29 @@ static void test_wrong_version(void **state)
     size_t len;
     uint8_t *buf = good_file(&len);
     struct sl_err err;
-    sl_store_le32(buf + H_VERSION, 2);
+    sl_store_le32(buf + H_VERSION, FORMAT_VERSION + 1);
     reseal_header(buf);
     assert_int_equal(open_bytes(buf, len, &err), -EINVAL);
-    assert_non_null(strstr(err.msg, "version 2"));
+    assert_non_null(strstr(err.msg, "version 3"));
+    sl_store_le32(buf + H_VERSION, 0);
+    reseal_header(buf);
+    assert_int_equal(open_bytes(buf, len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "version 0"));
+    free(buf);
+}
+
+/* A version 1 container (written before the shadow metadata) still loads,
+ * and says so. */
+static void test_version1_loads(void **state)
+{
+    (void)state;
+    size_t len;
+    uint8_t *buf = good_file(&len);
+    struct sl_err err = {{0}};
+    assert_int_equal(sl_load_le32(buf + H_VERSION), FORMAT_VERSION);
+    sl_store_le32(buf + H_VERSION, 1);
+    reseal_header(buf);
+    assert_int_equal(open_bytes(buf, len, &err), 0);
     free(buf);
 }
 
@@ -616,6 +635,7 @@ int main(void)
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_bad_magic),
         cmocka_unit_test(test_wrong_version),
+        cmocka_unit_test(test_version1_loads),
         cmocka_unit_test(test_corrupt_header),
         cmocka_unit_test(test_out_of_bounds_offset),
         cmocka_unit_test(test_meta_corrupt),

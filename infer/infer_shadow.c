@@ -1,0 +1,248 @@
+/* infer_shadow.c: shadow outlier execution (llm.npu 3.3) on the linear
+ * term seam (infer.h). Per shadowed linear: its hot input channels' int8
+ * weight columns, resident and input-major (from the container's
+ * shadow.linears), and a map from input channel to hot column. The term
+ * multiplies each clipped excess by its channel's column (the hot copy, or
+ * a column gathered from the NPU's weights) into one float accumulator per
+ * input row, then adds acc[r] * (s * scale[r]) to y: the NPU's
+ * s * scale[r] * sum xq W plus this is s * scale[r] * sum (x / s) W with
+ * x / s unclipped (the float-reference identity; the products of int8 codes
+ * and float excess are exact in float up to the sums' rounding). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer_internal.h"
+#include "infer_matmul.h"
+#include "npu.h"
+
+#ifndef SLUICE_KERNELS_X86
+#define SLUICE_KERNELS_X86 0
+#endif
+
+#define SHADOW_CACHE 64 /* cold columns a term call keeps */
+
+struct shadow_lin {
+    const struct format_shadow_linear *e; /* NULL: not described */
+    int32_t *slot;                        /* [cols] hot column index, -1: cold */
+};
+
+struct infer_shadow {
+    struct infer_model *m;
+    struct format_shadow_linear *e;
+    uint32_t n, enabled;
+    struct shadow_lin *lin; /* [(n_layers + 1) * FORMAT_ROLE_COUNT], classifier last */
+    size_t bytes;
+    /* statistics, added to by concurrent terms (atomics) */
+    uint64_t calls, elements, clipped, token_rows, cols_hot, cols_cold;
+};
+
+static struct shadow_lin *lin_of(const struct infer_shadow *sh, int layer, uint32_t role)
+{
+    uint32_t L = sh->m->cfg.n_layers;
+    if (role >= FORMAT_ROLE_COUNT || layer < -1 || layer >= (int)L)
+        return NULL;
+    uint32_t li = layer < 0 ? L : (uint32_t)layer;
+    return &sh->lin[(size_t)li * FORMAT_ROLE_COUNT + role];
+}
+
+int infer_shadow_create(struct infer_model *m, struct infer_shadow **out, struct sl_err *err)
+{
+    *out = NULL;
+    const struct format_reader *r = m->reader;
+    const void *v;
+    size_t len;
+    if (format_reader_meta_get(r, FORMAT_SHADOW_META_KEY, &v, &len) < 0) {
+        sl_err_set(err, "%s has no shadow outlier metadata (%s); quantize with --shadow",
+                   format_reader_path(r), FORMAT_SHADOW_META_KEY);
+        return -ENOENT;
+    }
+    if (format_reader_version(r) < 2) {
+        sl_err_set(err, "%s: %s in a version %u container (it came with version 2)",
+                   format_reader_path(r), FORMAT_SHADOW_META_KEY, format_reader_version(r));
+        return -EINVAL;
+    }
+    struct infer_shadow *sh = sl_calloc(1, sizeof *sh);
+    if (!sh) {
+        sl_err_set(err, "out of memory for shadow execution");
+        return -ENOMEM;
+    }
+    sh->m = m;
+    int ret = format_shadow_parse(&m->cfg, v, len, &sh->e, &sh->n, err);
+    if (ret < 0) {
+        sl_err_prefix(err, "%s", format_reader_path(r));
+        infer_shadow_destroy(sh);
+        return ret;
+    }
+    sh->lin = sl_calloc((size_t)(m->cfg.n_layers + 1) * FORMAT_ROLE_COUNT, sizeof *sh->lin);
+    ret = sh->lin ? 0 : -ENOMEM;
+    for (uint32_t i = 0; ret == 0 && i < sh->n; i++) {
+        const struct format_shadow_linear *e = &sh->e[i];
+        struct shadow_lin *l = lin_of(sh, e->layer, e->role);
+        l->e = e;
+        sh->bytes += (size_t)e->rows * e->n_hot + 4 * (size_t)e->n_hot;
+        if (!(e->flags & FORMAT_SHADOW_ON))
+            continue;
+        sh->enabled++;
+        l->slot = sl_malloc(sizeof(int32_t) * e->cols);
+        if (!l->slot) {
+            ret = -ENOMEM;
+            break;
+        }
+        sh->bytes += sizeof(int32_t) * e->cols;
+        for (uint32_t c = 0; c < e->cols; c++)
+            l->slot[c] = -1;
+        for (uint32_t k = 0; k < e->n_hot; k++)
+            l->slot[e->hot[k]] = (int32_t)k;
+    }
+    if (ret < 0) {
+        sl_err_set(err, "out of memory for shadow execution");
+        infer_shadow_destroy(sh);
+        return ret;
+    }
+    *out = sh;
+    return 0;
+}
+
+void infer_shadow_destroy(struct infer_shadow *sh)
+{
+    if (!sh)
+        return;
+    if (sh->lin)
+        for (size_t i = 0; i < (size_t)(sh->m->cfg.n_layers + 1) * FORMAT_ROLE_COUNT; i++)
+            free(sh->lin[i].slot);
+    free(sh->lin);
+    format_shadow_free(sh->e, sh->n);
+    free(sh);
+}
+
+void infer_shadow_attach(struct infer_model *m, struct infer_shadow *sh)
+{
+    infer_model_set_linear_term(m, sh ? infer_shadow_term : NULL, sh);
+    infer_model_set_linear_term_filter(m, sh ? infer_shadow_wants : NULL);
+}
+
+uint32_t infer_shadow_linears(const struct infer_shadow *sh, uint32_t *enabled)
+{
+    if (enabled)
+        *enabled = sh->enabled;
+    return sh->n;
+}
+
+size_t infer_shadow_bytes(const struct infer_shadow *sh) { return sh->bytes; }
+
+void infer_shadow_get_stats(const struct infer_shadow *sh, struct infer_shadow_stats *st)
+{
+    st->calls = __atomic_load_n(&sh->calls, __ATOMIC_RELAXED);
+    st->elements = __atomic_load_n(&sh->elements, __ATOMIC_RELAXED);
+    st->clipped = __atomic_load_n(&sh->clipped, __ATOMIC_RELAXED);
+    st->token_rows = __atomic_load_n(&sh->token_rows, __ATOMIC_RELAXED);
+    st->cols_hot = __atomic_load_n(&sh->cols_hot, __ATOMIC_RELAXED);
+    st->cols_cold = __atomic_load_n(&sh->cols_cold, __ATOMIC_RELAXED);
+}
+
+int infer_shadow_wants(void *ctx, int layer, uint32_t role)
+{
+    const struct shadow_lin *l = lin_of(ctx, layer, role);
+    return l && l->slot;
+}
+
+void infer_shadow_axpy_s8_scalar(float *acc, float e, const int8_t *w, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        acc[i] += e * (float)w[i];
+}
+
+void infer_shadow_axpy_s8(float *acc, float e, const int8_t *w, uint32_t n)
+{
+#if SLUICE_KERNELS_X86
+    switch (infer_matmul_kernel_used()) {
+    case INFER_MATMUL_AVX512:
+        infer_shadow_axpy_s8_avx512(acc, e, w, n);
+        return;
+    case INFER_MATMUL_AVX2:
+        infer_shadow_axpy_s8_avx2(acc, e, w, n);
+        return;
+    default:
+        break;
+    }
+#endif
+    infer_shadow_axpy_s8_scalar(acc, e, w, n);
+}
+
+int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_clipped *clip,
+                      float *y, uint32_t n, uint32_t rows)
+{
+    struct infer_shadow *sh = ctx;
+    const struct shadow_lin *l = lin_of(sh, layer, role);
+    if (!l || !l->slot)
+        return 0;
+    const struct format_shadow_linear *e = l->e;
+    struct infer_linear *lin = infer_model_linear(sh->m, layer, role);
+    if (!lin || !lin->npu || rows != e->rows)
+        return -EINVAL;
+    uint64_t hot = 0, cold = 0, trows = 0;
+    float *acc = NULL;
+    int8_t *col = NULL; /* SHADOW_CACHE gathered cold columns, direct-mapped by channel */
+    int32_t tag[SHADOW_CACHE];
+    if (clip->n) {
+        acc = sl_malloc(sizeof(float) * rows);
+        col = sl_malloc((size_t)SHADOW_CACHE * rows);
+        if (!acc || !col) {
+            free(acc);
+            free(col);
+            return -ENOMEM;
+        }
+        for (int k = 0; k < SHADOW_CACHE; k++)
+            tag[k] = -1;
+    }
+    const float *scale = npu_weights_scales(lin->npu);
+    for (uint32_t i = 0; i < clip->n;) {
+        uint32_t r = clip->row[i];
+        memset(acc, 0, sizeof(float) * rows);
+        for (; i < clip->n && clip->row[i] == r; i++) {
+            uint32_t c = clip->col[i];
+            int32_t k = l->slot[c];
+            const int8_t *w;
+            if (k >= 0) {
+                w = e->w + (size_t)k * rows;
+                hot++;
+            } else { /* gathered from the NPU's copy, kept for the call's next rows */
+                uint32_t slot = c % SHADOW_CACHE;
+                w = col + (size_t)slot * rows;
+                if (tag[slot] != (int32_t)c) {
+                    npu_weights_col(lin->npu, c, col + (size_t)slot * rows);
+                    tag[slot] = (int32_t)c;
+                    cold++;
+                }
+            }
+            infer_shadow_axpy_s8(acc, clip->excess[i], w, rows);
+        }
+        float *yr = y + (size_t)r * rows;
+        float s = clip->act_scale;
+        for (uint32_t o = 0; o < rows; o++)
+            yr[o] += acc[o] * (s * scale[o]);
+        trows++;
+    }
+    free(acc);
+    free(col);
+    __atomic_add_fetch(&sh->calls, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->elements, (uint64_t)n * e->cols, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->clipped, clip->n, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->token_rows, trows, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->cols_hot, hot, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->cols_cold, cold, __ATOMIC_RELAXED);
+    return 0;
+}
+
+int infer_model_shadow_enable(struct infer_model *m, struct sl_err *err)
+{
+    if (m->shadow)
+        return 0;
+    int ret = infer_shadow_create(m, &m->shadow, err);
+    if (ret == 0)
+        infer_shadow_attach(m, m->shadow);
+    return ret;
+}
+
+const struct infer_shadow *infer_model_shadow(const struct infer_model *m) { return m->shadow; }

@@ -1,0 +1,401 @@
+/* test_shadow.c: shadow outlier execution (llm.npu 3.3). On a synthetic
+ * model calibrated through the observer and quantized with --shadow:
+ *  - the container is version 2 and its hot columns are exactly the NPU's
+ *    int8 weight columns;
+ *  - every shadowed linear's output (NPU part plus CPU term) equals the float
+ *    reference s * scale[r] * sum_c (x_c / s, rounded where not clipped)
+ *    W[r][c] to float rounding, and without the term it does not;
+ *  - the cold-start pipeline (which runs the term as CPU tasks beside the
+ *    NPU's matmuls) gives bit-identical logits to the plain forward with the
+ *    shadow attached, for every policy and several chunkings, and with
+ *    no_shadow to the plain forward without it;
+ *  - malformed shadow metadata is refused with a message naming the entry. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "import.h"
+#include "infer.h"
+#include "infer_internal.h"
+#include "infer_matmul.h"
+#include "npu.h"
+#include "quantizer.h"
+#include "testutil.h"
+
+static char float_model[4096], shadow_model[4096], shadow5_model[4096];
+
+static int *prompt(uint32_t n, uint32_t vocab, uint32_t salt)
+{
+    int *ids = malloc(sizeof(int) * n);
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = i == 0 ? 1 : 3 + (int)((i * 2654435761u + salt) % (vocab - 3));
+    return ids;
+}
+
+static int setup(void **st)
+{
+    (void)st;
+    const char *dir = test_tmpdir();
+    struct sl_err err = {{0}};
+    snprintf(float_model, sizeof float_model, "%s/tiny.sluice", dir);
+    snprintf(shadow_model, sizeof shadow_model, "%s/tiny-shadow8.sluice", dir);
+    snprintf(shadow5_model, sizeof shadow5_model, "%s/tiny-shadow5.sluice", dir);
+    if (import_synth("tiny", 11, float_model, NULL, NULL, &err) < 0)
+        return -1;
+    struct infer_model *m;
+    struct infer_state *s;
+    if (infer_model_load(float_model, NULL, &m, &err) < 0)
+        return -1;
+    const struct format_config *c = infer_model_config(m);
+    struct quantizer_calib *calib;
+    if (quantizer_calib_create(c, 64, &calib) < 0)
+        return -1;
+    infer_model_set_observer(m, quantizer_calib_observe, calib);
+    int ret = infer_state_create(m, 256, &s, &err);
+    int *ids = prompt(200, c->vocab_size, 99);
+    /* every row's logits: the classifier's inputs are calibrated too */
+    float *lg = malloc(sizeof(float) * c->vocab_size * 200);
+    if (ret == 0)
+        ret = infer_forward(m, s, ids, 200, 0, lg, INFER_LOGITS_ALL, &err);
+    free(lg);
+    free(ids);
+    infer_state_destroy(s);
+    infer_model_destroy(m);
+    /* a low quantile: many outliers, so every path is exercised */
+    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 8,
+                               .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
+                               .encoding = FORMAT_ENC_ADAPTIVE, .shadow = 1,
+                               .shadow_quantile = 0.99, .shadow_cover = 0.5};
+    if (ret == 0)
+        ret = quantizer_quantize(float_model, calib, &o, shadow_model, NULL, &err);
+    o.bits = 5;
+    o.shadow_min_importance = 2.5; /* prunes some linears */
+    if (ret == 0)
+        ret = quantizer_quantize(float_model, calib, &o, shadow5_model, NULL, &err);
+    quantizer_calib_destroy(calib);
+    if (ret < 0)
+        fprintf(stderr, "%s\n", err.msg);
+    return ret;
+}
+
+static void test_container(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(shadow_model, NULL, &m, &err), 0);
+    const struct format_reader *r = infer_model_reader(m);
+    assert_int_equal(format_reader_version(r), 2);
+    const void *v;
+    size_t len;
+    assert_int_equal(format_reader_meta_get(r, FORMAT_SHADOW_META_KEY, &v, &len), 0);
+    struct format_shadow_linear *e;
+    uint32_t n;
+    assert_int_equal(format_shadow_parse(infer_model_config(m), v, len, &e, &n, &err), 0);
+    assert_int_equal(n, infer_model_config(m)->n_layers * 7 + 1); /* and the classifier */
+    uint32_t on = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct infer_linear *lin = infer_model_linear(m, e[i].layer, e[i].role);
+        assert_non_null(lin);
+        assert_non_null(lin->npu);
+        uint32_t role = e[i].layer < 0 && infer_model_config(m)->tied_embedding
+                            ? FORMAT_ROLE_TOK_EMBD
+                            : e[i].role;
+        const struct format_tensor_info *t =
+            format_reader_tensor(r, (uint32_t)format_reader_find(r, e[i].layer, role));
+        if (!(e[i].flags & FORMAT_SHADOW_ON)) {
+            assert_true(t->act_scale == e[i].act_max);
+            continue;
+        }
+        on++;
+        assert_true(t->act_scale > 0 && t->act_scale < e[i].act_max); /* the bulk */
+        assert_true(e[i].n_hot > 0);
+        int8_t *col = malloc(e[i].rows);
+        for (uint32_t k = 0; k < e[i].n_hot; k++) {
+            npu_weights_col(lin->npu, e[i].hot[k], col);
+            assert_memory_equal(col, e[i].w + (size_t)k * e[i].rows, e[i].rows);
+        }
+        free(col);
+    }
+    assert_true(on > 0);
+    format_shadow_free(e, n);
+    infer_model_destroy(m);
+}
+
+/* Largest |y - ref| / (sum_c |term_c| + tiny) over a shadowed linear's
+ * outputs for random inputs with outliers; with or without the term. */
+static double linear_error(struct infer_model *m, struct infer_state *s, int layer, uint32_t role,
+                           int with_term, uint64_t *clipped)
+{
+    struct infer_linear *lin = infer_model_linear(m, layer, role);
+    struct sl_err err = {{0}};
+    uint32_t rows = lin->rows, cols = lin->cols, n = 7;
+    float act = lin->act_scale;
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + (uint64_t)layer * 16 + role);
+    float *x = malloc(sizeof(float) * n * cols), *y = malloc(sizeof(float) * n * rows);
+    for (uint32_t i = 0; i < n * cols; i++) {
+        x[i] = test_rng_normal(&g) * 40 * act;
+        if (test_rng_below(&g, 20) == 0)
+            x[i] *= 8; /* beyond 127 s */
+    }
+    if (!with_term)
+        infer_model_set_linear_term(m, NULL, NULL);
+    assert_int_equal(infer_linear_exec(m, s, layer, role, lin, y, x, n, &err), 0);
+    if (!with_term)
+        infer_shadow_attach(m, (struct infer_shadow *)infer_model_shadow(m));
+    int8_t *w = malloc(cols);
+    double worst = 0;
+    *clipped = 0;
+    for (uint32_t o = 0; o < rows; o++) {
+        npu_weights_row(lin->npu, o, w);
+        double sc = (double)act * npu_weights_scale(lin->npu, o);
+        for (uint32_t i = 0; i < n; i++) {
+            double ref = 0, mag = 0;
+            for (uint32_t c = 0; c < cols; c++) {
+                float v = x[(size_t)i * cols + c] * (1.0f / act);
+                double q = v > 127.0f || v < -127.0f ? (double)v : (double)rintf(v);
+                *clipped += o == 0 && (v > 127.0f || v < -127.0f);
+                ref += q * w[c];
+                mag += fabs(q * w[c]);
+            }
+            double d = fabs(y[(size_t)i * rows + o] - sc * ref) / (sc * mag + 1e-30);
+            worst = d > worst ? d : worst;
+        }
+    }
+    free(w);
+    free(x);
+    free(y);
+    return worst;
+}
+
+static void test_float_reference(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct infer_model *m;
+    struct infer_state *s;
+    assert_int_equal(infer_model_load(shadow_model, NULL, &m, &err), 0);
+    assert_int_equal(infer_model_shadow_enable(m, &err), 0);
+    assert_int_equal(infer_state_create(m, 16, &s, &err), 0);
+    uint32_t checked = 0;
+    for (int l = -1; l < (int)infer_model_config(m)->n_layers; l++)
+        for (uint32_t role = FORMAT_ROLE_WQ; role <= FORMAT_ROLE_CLASSIFIER; role++) {
+            if (!infer_shadow_wants((void *)infer_model_shadow(m), l, role))
+                continue;
+            uint64_t clipped;
+            double e = linear_error(m, s, l, role, 1, &clipped);
+            assert_true(clipped > 0);
+            if (e > 1e-5)
+                fail_msg("layer %d %s: relative error %g against the float reference", l,
+                         format_role_name(role), e);
+            /* without the term the clipped excess is lost: far off */
+            double e0 = linear_error(m, s, l, role, 0, &clipped);
+            if (e0 < 1e-3)
+                fail_msg("layer %d %s: error %g without the term", l, format_role_name(role), e0);
+            checked++;
+        }
+    assert_true(checked >= 8);
+    assert_true(infer_shadow_wants((void *)infer_model_shadow(m), -1, FORMAT_ROLE_CLASSIFIER));
+    struct infer_shadow_stats ss;
+    infer_shadow_get_stats(infer_model_shadow(m), &ss);
+    assert_true(ss.clipped > 0 && ss.cols_hot > 0 && ss.cols_cold > 0);
+    assert_true(ss.cols_hot + ss.cols_cold <= ss.clipped); /* cold gathers are reused */
+    infer_state_destroy(s);
+    infer_model_destroy(m);
+}
+
+/* The pipeline against infer_forward with the shadow attached (shadow 1)
+ * or without it and the pipeline's no_shadow (shadow 0). */
+static void check(const char *model, enum infer_policy pol, uint32_t chunk, uint32_t split,
+                  uint32_t n, int shadow)
+{
+    struct sl_err err = {{0}};
+    struct infer_model *m;
+    struct infer_state *s;
+    assert_int_equal(infer_model_load(model, NULL, &m, &err), 0);
+    if (shadow)
+        assert_int_equal(infer_model_shadow_enable(m, &err), 0);
+    uint32_t V = infer_model_config(m)->vocab_size;
+    int *ids = prompt(n, V, n * 3 + chunk);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    assert_int_equal(infer_state_create(m, chunk, &s, &err), 0);
+    assert_int_equal(infer_forward(m, s, ids, n, 0, a, INFER_LOGITS_LAST, &err), 0);
+    struct infer_pipeline_opts o;
+    infer_pipeline_opts_init(&o);
+    o.policy = pol;
+    o.chunk = chunk;
+    o.split = split;
+    o.cpu_workers = 2;
+    o.no_shadow = !shadow;
+    struct infer_model *pm;
+    struct infer_state *ps;
+    if (infer_pipeline_prefill(model, ids, n, &o, &pm, &ps, b, NULL, &err) < 0)
+        fail_msg("policy %s, chunk %u: %s", infer_policy_name(pol), chunk, err.msg);
+    if (memcmp(a, b, sizeof(float) * V) != 0)
+        fail_msg("%s, policy %s, chunk %u, split %u, %u tokens, shadow %d: logits differ", model,
+                 infer_policy_name(pol), chunk, split, n, shadow);
+    assert_int_equal(infer_model_shadow(pm) != NULL, shadow);
+    if (shadow) {
+        struct infer_shadow_stats sa, sb;
+        infer_shadow_get_stats(infer_model_shadow(m), &sa);
+        infer_shadow_get_stats(infer_model_shadow(pm), &sb);
+        assert_true(sa.clipped > 0);
+        assert_true(sb.clipped == sa.clipped); /* the same outliers, found by each */
+    }
+    int t = 5; /* a decoding step after both */
+    assert_int_equal(infer_forward(m, s, &t, 1, n, a, INFER_LOGITS_LAST, &err), 0);
+    assert_int_equal(infer_forward(pm, ps, &t, 1, n, b, INFER_LOGITS_LAST, &err), 0);
+    assert_memory_equal(a, b, sizeof(float) * V);
+    infer_state_destroy(ps);
+    infer_model_destroy(pm);
+    infer_state_destroy(s);
+    infer_model_destroy(m);
+    free(ids);
+    free(a);
+    free(b);
+}
+
+static void test_pipeline_identical(void **st)
+{
+    (void)st;
+    for (int p = 0; p < INFER_POLICY_COUNT; p++) {
+        check(shadow_model, (enum infer_policy)p, 64, 48, 150, 1);
+        check(shadow_model, (enum infer_policy)p, 256, 0, 40, 1);
+    }
+    check(shadow_model, INFER_POLICY_FULL, 16, 16, 33, 1);
+    check(shadow5_model, INFER_POLICY_FULL, 64, 48, 130, 1);
+    check(shadow5_model, INFER_POLICY_LLMNPU, 32, 0, 70, 1);
+    /* off: the pipeline's no_shadow against the plain forward without it */
+    check(shadow_model, INFER_POLICY_FULL, 64, 48, 150, 0);
+}
+
+static void test_pruned(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(shadow5_model, NULL, &m, &err), 0);
+    assert_int_equal(infer_model_shadow_enable(m, &err), 0);
+    uint32_t on, all = infer_shadow_linears(infer_model_shadow(m), &on);
+    assert_int_equal(all, infer_model_config(m)->n_layers * 7 + 1);
+    assert_true(on > 0 && on < all); /* importance 2.5 pruned some, not all */
+    infer_model_destroy(m);
+    /* a model without shadow metadata */
+    assert_int_equal(infer_model_load(float_model, NULL, &m, &err), 0);
+    assert_int_equal(infer_model_shadow_enable(m, &err), -ENOENT);
+    assert_non_null(strstr(err.msg, "shadow"));
+    infer_model_destroy(m);
+}
+
+static void test_malformed(void **st)
+{
+    (void)st;
+    struct format_config c = {.arch = FORMAT_ARCH_LLAMA, .dim = 8, .hidden_dim = 16, .n_layers = 2,
+                              .n_heads = 2, .n_kv_heads = 1, .head_dim = 4, .vocab_size = 8,
+                              .seq_len = 8, .bos_id = 1, .eos_id = 2, .rope_theta = 1e4f,
+                              .norm_eps = 1e-5f};
+    uint32_t hot[2] = {1, 5};
+    int8_t w[2 * 16];
+    for (int i = 0; i < 32; i++)
+        w[i] = (int8_t)(i - 16);
+    struct format_shadow_linear e = {.layer = 1, .role = FORMAT_ROLE_W_GATE,
+                                     .flags = FORMAT_SHADOW_ON, .act_max = 0.5f,
+                                     .importance = 3, .calib_rate = 0.01f, .rows = 16, .cols = 8,
+                                     .n_hot = 2, .hot = hot, .w = w};
+    void *buf;
+    size_t len;
+    assert_int_equal(format_shadow_encode(&e, 1, &buf, &len), 0);
+    struct format_shadow_linear *out;
+    uint32_t n;
+    struct sl_err err = {{0}};
+    assert_int_equal(format_shadow_parse(&c, buf, len, &out, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(out[0].n_hot, 2);
+    assert_int_equal(out[0].hot[1], 5);
+    assert_memory_equal(out[0].w, w, sizeof w);
+    format_shadow_free(out, n);
+    /* truncated, trailing, a wrong shape, descending channels, code -128 */
+    assert_int_equal(format_shadow_parse(&c, buf, len - 4, &out, &n, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "entry 0"));
+    uint8_t *b = buf;
+    uint8_t *big = malloc(len + 4);
+    memcpy(big, b, len);
+    memset(big + len, 0, 4);
+    assert_int_equal(format_shadow_parse(&c, big, len + 4, &out, &n, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "trailing"));
+    free(big);
+    e.rows = 8;
+    free(buf);
+    assert_int_equal(format_shadow_encode(&e, 1, &buf, &len), 0);
+    assert_int_equal(format_shadow_parse(&c, buf, len, &out, &n, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "names no linear"));
+    free(buf);
+    e.rows = 16;
+    hot[0] = 6;
+    assert_int_equal(format_shadow_encode(&e, 1, &buf, &len), 0);
+    assert_int_equal(format_shadow_parse(&c, buf, len, &out, &n, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "ascend"));
+    free(buf);
+    hot[0] = 1;
+    w[3] = -128;
+    assert_int_equal(format_shadow_encode(&e, 1, &buf, &len), 0);
+    assert_int_equal(format_shadow_parse(&c, buf, len, &out, &n, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "-128"));
+    free(buf);
+}
+
+/* The term's SIMD inner loops against the scalar one, bit for bit, on
+ * random lengths, offsets and values (seed printed). */
+static void test_axpy_kernels(void **st)
+{
+    (void)st;
+#if defined(__x86_64__)
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 77);
+    enum infer_matmul_kernel ks[2] = {INFER_MATMUL_AVX2, INFER_MATMUL_AVX512};
+    void (*fn[2])(float *, float, const int8_t *, uint32_t) = {infer_shadow_axpy_s8_avx2,
+                                                               infer_shadow_axpy_s8_avx512};
+    int ran = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!infer_matmul_kernel_available(ks[k]))
+            continue;
+        ran++;
+        for (int t = 0; t < 200; t++) {
+            uint32_t n = test_rng_below(&g, 300), off = test_rng_below(&g, 16);
+            int8_t *w = malloc(n + 16);
+            float *a = malloc(sizeof(float) * (n + 16)), *b = malloc(sizeof(float) * (n + 16));
+            for (uint32_t i = 0; i < n + 16; i++) {
+                w[i] = (int8_t)((int)test_rng_below(&g, 255) - 127);
+                a[i] = b[i] = test_rng_normal(&g) * 100;
+            }
+            float e = test_rng_normal(&g) * 1000;
+            infer_shadow_axpy_s8_scalar(a + off, e, w + off, n);
+            fn[k](b + off, e, w + off, n);
+            assert_memory_equal(a, b, sizeof(float) * (n + 16));
+            free(w);
+            free(a);
+            free(b);
+        }
+    }
+    if (!ran)
+        print_message("no SIMD kernel on this CPU: only the scalar one runs\n");
+#else
+    print_message("no x86 SIMD kernels in this build\n");
+#endif
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_container),
+        cmocka_unit_test(test_float_reference),
+        cmocka_unit_test(test_pipeline_identical),
+        cmocka_unit_test(test_pruned),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_axpy_kernels),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
