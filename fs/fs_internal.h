@@ -126,6 +126,11 @@ int fs_store_check_unchanged(struct fs_state *s);
 
 void fs_store_get_stats(struct fs_store *st, struct fs_store_stats *out);
 
+/* Queues slice i (and the `prefetch` after it) to be read ahead, as a
+ * prefetch, if it is neither loaded nor loading: for a reader that is about
+ * to start there (model.gguf's open). */
+void fs_store_prefetch(struct fs_store *st, uint32_t i);
+
 /* ---- computed views (fs_views.c) -------------------------------------------------- */
 
 /* Per-open state of a computed file. */

@@ -136,6 +136,11 @@ static int fs_do_open(struct fs_state *s, fuse_ino_t ino, struct fuse_file_info 
         return 0;
     case FS_GGUF: /* page cache on: llama.cpp maps it */
         fi->keep_cache = s->opts.keep_cache;
+        /* its reader starts at the header, whose first chunk needs the first
+         * slice: start reading it while the reader parses the header */
+        if (gguf_view_n_tensors(s->gguf))
+            fs_store_prefetch(
+                s->store, format_reader_tensor(s->r, gguf_view_tensor(s->gguf, 0)->tensor)->slice);
         return 0;
     default:
         break;

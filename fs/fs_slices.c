@@ -486,6 +486,19 @@ static void schedule_prefetch(struct fs_store *st, uint32_t i)
     }
 }
 
+void fs_store_prefetch(struct fs_store *st, uint32_t i)
+{
+    if (i >= st->n)
+        return;
+    pthread_mutex_lock(&st->mu);
+    struct fs_slot *sl = &st->slots[i];
+    if (sl->state == SLOT_IDLE && !sl->bad && !st->stop) {
+        enqueue(st, i, 0);
+        schedule_prefetch(st, i);
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
 int fs_slice_acquire(struct fs_state *s, uint32_t i, struct fs_pin *pin)
 {
     struct fs_store *st = s->store;

@@ -292,7 +292,8 @@ static int tensor_view(struct gguf *g, const struct gguf_tensor *gt, struct qi_t
  * so they are refused rather than dropped). */
 static int64_t name_slot(const char *name, uint64_t len, uint32_t n_layers)
 {
-    static const char *const glob[3] = {"token_embd.weight", "output_norm.weight", "output.weight"};
+    static const char *const glob[3] = {"token_embd.weight", "output_norm.weight",
+                                        "output.weight"};
     for (int i = 0; i < 3; i++)
         if (key_is(name, len, glob[i]))
             return (int64_t)n_layers * 9 + i;
