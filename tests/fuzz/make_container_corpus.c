@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <zstd.h>
+
 #include "common.h"
 #include "container_edit.h"
 #include "testutil.h"
@@ -38,6 +40,55 @@ static uint8_t *model(uint32_t enc, size_t *len)
         exit(1);
     remove(p);
     return b;
+}
+
+/* The image with its metadata replaced by `meta` (stored uncompressed, or
+ * with `raw` claimed for a zstd frame when comp), appended at the end;
+ * header resealed. *len grows. */
+static uint8_t *with_meta(const uint8_t *b, size_t *len, const uint8_t *meta, size_t mlen,
+                          int comp, uint64_t raw)
+{
+    size_t off = sl_align_up(*len, 4096), n = off + sl_align_up(mlen, 4096);
+    uint8_t *o = calloc(1, n);
+    if (!o)
+        exit(1);
+    memcpy(o, b, *len);
+    memcpy(o + off, meta, mlen);
+    sl_store_le64(o + 16, n);
+    sl_store_le64(o + 40, off);
+    sl_store_le64(o + 48, mlen);
+    sl_store_le64(o + 56, comp ? raw : mlen);
+    sl_store_le32(o + 64, comp ? 1 : 0);
+    sl_store_le64(o + 96, format_checksum(meta, mlen));
+    sl_store_le64(o + 4088, format_checksum(o, 4088));
+    *len = n;
+    return o;
+}
+
+/* Metadata edits that ask for memory: a key count of 2^20 - 1 with no keys
+ * behind it, and a zstd block claiming 1 GB. */
+static int meta_edits(const uint8_t *b, size_t len)
+{
+    uint64_t mo = sl_load_le64(b + 40), ml = sl_load_le64(b + 48), raw = sl_load_le64(b + 56);
+    uint8_t *m = malloc(raw + 4);
+    if (!m || ZSTD_decompress(m, raw, b + mo, ml) != raw)
+        return -1;
+    /* the tokenizer: n, max_len, 4 more bytes, then (score, len, bytes) */
+    uint32_t n = sl_load_le32(m);
+    size_t p = 12;
+    for (uint32_t i = 0; i < n; i++)
+        p += 8 + sl_load_le32(m + p + 4);
+    sl_store_le32(m + p, (1u << 20) - 1);
+    size_t l1 = len;
+    uint8_t *o = with_meta(b, &l1, m, p + 4, 0, 0);
+    int bad = put("bad-meta-keys-1M", o, l1);
+    free(o);
+    size_t l2 = len;
+    o = with_meta(b, &l2, b + mo, ml, 1, 1ull << 30);
+    bad |= put("bad-meta-raw-1G", o, l2);
+    free(o);
+    free(m);
+    return bad;
 }
 
 int main(int argc, char **argv)
@@ -110,6 +161,7 @@ int main(int argc, char **argv)
             memcpy(copy, b, len);
             copy[20] ^= 4;
             bad |= put("bad-header-flip", copy, len);
+            bad |= meta_edits(b, len);
         }
         free(copy);
         free(b);
