@@ -534,7 +534,7 @@ static void test_disconnect_cancels(void **state)
     assert_true(recv(fd, buf, sizeof buf, 0) > 0);
     close(fd);
     double after = before;
-    for (int i = 0; i < 100 && after == before; i++) {
+    for (int i = 0; i < 500 && after == before; i++) { /* up to 10 s on a loaded machine */
         usleep(20000);
         after = metric(&main_srv, "sluice_cancelled_total");
     }
