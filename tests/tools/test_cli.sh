@@ -84,6 +84,7 @@ bench gemm:bench_gemm.c
 bench coldstart:bench_coldstart.c
 serve:sluice_serve.c
 chat:sluice_chat.c
+bench serve:bench_serve.c
 EOF
 
 # 3'. the dispatchers
@@ -157,6 +158,9 @@ serve|sluice serve: no MODEL given
 chat m.sluice --temp 3|sluice chat: --temp wants a number in [0, 2], not '3'
 chat m.sluice --template jinja|sluice chat: --template wants one of
 chat|sluice chat: no MODEL given
+bench serve m.sluice --clients 0|sluice bench serve: --clients wants up to 8 numbers in 1..1024
+bench serve m.sluice --llama-server x|sluice bench serve: --llama-server and --gguf go together
+bench serve m.sluice --cold 3|sluice bench serve: --cold needs --flashrun PATH
 EOF
 
 # 5. the stated clamps, on a real model (a 128-token context)
