@@ -381,7 +381,15 @@ static int produce(struct serve_call *c)
             serve_engine_release(c->a->e, c->slot); /* the session is free before [DONE] */
             c->slot = NULL;
             c->phase = 2;
-            return out_event(c, o);
+            if ((ret = out_event(c, o)) < 0 || !c->req.include_usage)
+                return ret;
+            /* stream_options.include_usage: OpenAI's usage chunk, no choices */
+            cJSON *u = envelope(c, 1, "", 0, 0, NULL);
+            if (u) {
+                cJSON_DeleteItemFromArray(cJSON_GetObjectItemCaseSensitive(u, "choices"), 0);
+                add_usage(u, c);
+            }
+            return out_event(c, u);
         }
         if (n)
             return out_event(c, envelope(c, 1, c->gen.text + from, n, 0, NULL));

@@ -157,14 +157,16 @@ static int reply(struct chat *c, struct sl_err *err)
             k--;
             lead++;
         }
-        fwrite(g.text + from, 1, k, stdout);
+        if (k)
+            fwrite(g.text + from, 1, k, stdout);
         fflush(stdout);
     }
     if (ret == 0 && g.finish == SERVE_MORE) { /* Ctrl-C: what can be said is said */
         g.finish = SERVE_STOP;
         size_t from, k;
         serve_gen_take(&g, &from, &k);
-        fwrite(g.text + from, 1, k, stdout);
+        if (k)
+            fwrite(g.text + from, 1, k, stdout);
         fprintf(stderr, " [stopped]");
     }
     printf("\n");

@@ -16,10 +16,14 @@ M=$SHARED/models
 [ -f "$M/kjv6L.bin" ] || skip "$M/kjv6L.bin is absent"
 command -v node >/dev/null && command -v npm >/dev/null || skip "node or npm is not installed"
 command -v curl >/dev/null || skip "curl is not installed"
+# openai 5 and later want Node 20; Debian 12's node is 18, for which openai 4
+NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
+PKG=openai
+[ "$NODE_MAJOR" -lt 20 ] && PKG=openai@4 && NPM_DIR=$NPM_DIR-4
 if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ]; then
     mkdir -p "$NPM_DIR"
-    timeout 120 npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error openai \
-        >"$NPM_DIR/install.log" 2>&1 || skip "npm cannot install openai: $(tail -1 "$NPM_DIR/install.log")"
+    timeout 120 npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error "$PKG" \
+        >"$NPM_DIR/install.log" 2>&1 || skip "npm cannot install $PKG: $(tail -1 "$NPM_DIR/install.log")"
 fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_serve_openai.XXXXXX") || exit 1
 PID=
