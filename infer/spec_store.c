@@ -140,7 +140,8 @@ int infer_spec_store_add(struct infer_spec_store *h, const int *tokens, uint32_t
         sl_err_set(err, "out of memory");
         return -ENOMEM;
     }
-    memcpy(t, h->tok + drop, sizeof(int) * keep);
+    if (keep)
+        memcpy(t, h->tok + drop, sizeof(int) * keep);
     memcpy(t + keep, tokens, sizeof(int) * n);
     t[keep + n] = -1;
     uint32_t nt = keep + n + 1;

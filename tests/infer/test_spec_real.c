@@ -127,6 +127,7 @@ static void run_model(const char *bin, const char *tok, const char *name, int qu
         char q[4300];
         snprintf(q, sizeof q, "%s.q8", out);
         if (test_system("%s quantize %s -o %s --bits 8 --method uniform --budget tensor "
+                        "--calib-tokens 64 "
                         ">/dev/null",
                         test_sluice_bin(), out, q) != 0)
             fail_msg("sluice quantize %s failed", out);
