@@ -43,7 +43,7 @@ struct infer_sparse {
     char name[64]; /* "sparse keep 0.20" (traces) */
     struct format_config cfg;
     struct infer_sparse_opts o;
-    float *ratio;  /* [L * H] */
+    double *ratio; /* [L * H] */
     float *qmean;  /* [L * H]; 0 until known */
     uint32_t buckets;
     float step;
@@ -298,7 +298,8 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     uint32_t n = rows->n, T = rows->base + n;
     uint32_t H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, kv_mul = H / KV;
     size_t qdim = (size_t)H * hd;
-    if (rows->parent || rows->sel || T < sp->o.min_keys || n == 0 || kv_mul * n > NPU_GRAPH_MAX_M) {
+    if (rows->parent || rows->sel || T < sp->o.min_keys || n == 0 || kv_mul * n > NPU_GRAPH_MAX_M ||
+        (sp->o.max_rows && n > sp->o.max_rows)) {
         pthread_mutex_lock(&sp->lock);
         sp->st.calls++;
         sp->st.dense_calls++;
@@ -507,7 +508,7 @@ int infer_sparse_create(const struct format_config *c, const struct infer_attn_p
     }
     struct infer_sparse *sp = sl_calloc(1, sizeof *sp);
     size_t N = (size_t)c->n_layers * c->n_heads;
-    if (!sp || !(sp->ratio = sl_calloc(N, sizeof(float))) ||
+    if (!sp || !(sp->ratio = sl_calloc(N, sizeof(double))) ||
         !(sp->qmean = sl_calloc(N, sizeof(float))) ||
         !(sp->ks = sl_calloc((size_t)c->n_layers * c->n_kv_heads, sizeof *sp->ks))) {
         infer_sparse_destroy(sp);
@@ -521,8 +522,18 @@ int infer_sparse_create(const struct format_config *c, const struct infer_attn_p
     sp->attn = (struct infer_attention){.name = sp->name, .run = sparse_run, .ctx = sp};
     sp->buckets = p && p->buckets ? p->buckets : 9;
     sp->step = p && p->step > 0 ? p->step : 0.5f;
-    attn_ratios(p && !d.uniform ? p->head_imp : NULL, p && !d.uniform ? p->layer_imp : NULL,
-                c->n_layers, c->n_heads, d.keep, d.floor_share, sp->ratio);
+    float *fr = sl_malloc(N * sizeof(float));
+    if (!fr) {
+        infer_sparse_destroy(sp);
+        sl_err_set(err, "sparse attention: out of memory");
+        return -ENOMEM;
+    }
+    int by_imp = p && !d.uniform && d.floor_share < 1;
+    attn_ratios(by_imp ? p->head_imp : NULL, by_imp ? p->layer_imp : NULL, c->n_layers,
+                c->n_heads, d.keep, d.floor_share, fr);
+    for (size_t i = 0; i < N; i++) /* uniform: the ratio itself, not its float */
+        sp->ratio[i] = by_imp ? (double)fr[i] : d.keep;
+    free(fr);
     if (p)
         memcpy(sp->qmean, p->q_scale, N * sizeof(float));
     /* per-op costs (ns): the profile's, else typical of an AVX2 core */

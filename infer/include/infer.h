@@ -298,6 +298,7 @@ struct infer_sparse_opts {
     uint32_t sinks;    /* first slots always kept (0: none; 4 with opts NULL) */
     uint32_t window;   /* most recent slots always kept (0: none; 16 with opts NULL) */
     uint32_t min_keys; /* calls whose rows see fewer keys run dense (default 0) */
+    uint32_t max_rows; /* calls of more rows run dense (0: no limit; 1: decode steps only) */
     int uniform;       /* 1: every head keeps `keep` (no importances) */
     double floor_share; /* 0..1: every head keeps at least this share of `keep`, the rest
                            goes by eq. 3 (0: eq. 3 alone, the paper) */

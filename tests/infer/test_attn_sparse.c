@@ -328,7 +328,7 @@ static void test_sparse_reference(void **state)
         /* sp2 saw no call before: its bucket grid is centred the same way */
         assert_int_equal(attn_sparse_estimate(sp2, kv, 0, q, n, base, h, est, &L, &qs, &err), 0);
         for (uint32_t i = 0; i < n; i++) {
-            uint32_t vis = base + i + 1, k = attn_keep_count((double)0.15f, vis); /* ratios are floats */
+            uint32_t vis = base + i + 1, k = attn_keep_count(0.15, vis);
             uint32_t m = attn_select_row(est + (size_t)i * L, vis, k, 3, 10, sel, work);
             uint32_t g = h / (H / c.n_kv_heads);
             infer_attn_list(out, q + i * qdim + (size_t)h * hd,
@@ -462,6 +462,43 @@ static void test_pipeline_identical(void **state)
     free(l2);
 }
 
+/* min_keys and max_rows: calls outside run the dense implementation */
+static void test_dense_fallback(void **state)
+{
+    (void)state;
+    struct format_config c = shape(8, 2, 32, 1024);
+    uint32_t T = 300;
+    size_t qdim = (size_t)c.n_heads * c.head_dim;
+    struct infer_kv *kv = random_cache(&c, T);
+    struct infer_sparse_opts o = {.keep = 0.1, .window = 4, .min_keys = 200, .max_rows = 1};
+    struct infer_sparse *sp;
+    struct sl_err err;
+    assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
+    float *q = random_q(&c, 20), *od = malloc(sizeof(float) * 20 * qdim),
+          *os = malloc(sizeof(float) * 20 * qdim);
+    /* 20 rows: over max_rows; 1 row over 100 keys: under min_keys; both dense */
+    run_attn(&infer_attention_dense, &c, kv, 0, 20, T - 20, q, od);
+    run_attn(infer_sparse_attention(sp), &c, kv, 0, 20, T - 20, q, os);
+    assert_memory_equal(od, os, sizeof(float) * 20 * qdim);
+    run_attn(&infer_attention_dense, &c, kv, 0, 1, 99, q, od);
+    run_attn(infer_sparse_attention(sp), &c, kv, 0, 1, 99, q, os);
+    assert_memory_equal(od, os, sizeof(float) * qdim);
+    struct infer_sparse_stats st;
+    infer_sparse_stats(sp, &st);
+    assert_int_equal(st.dense_calls, 2);
+    /* 1 row over 300 keys: sparse, a tenth of them */
+    run_attn(infer_sparse_attention(sp), &c, kv, 0, 1, T - 1, q, os);
+    infer_sparse_stats(sp, &st);
+    assert_int_equal(st.calls, 3);
+    assert_int_equal(st.dense_calls, 2);
+    assert_int_equal(st.keys_kept, (uint64_t)c.n_heads * 30);
+    infer_sparse_destroy(sp);
+    infer_kv_destroy(kv);
+    free(q);
+    free(od);
+    free(os);
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -488,6 +525,7 @@ int main(void)
         cmocka_unit_test(test_sparse_reference),
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_pipeline_identical),
+        cmocka_unit_test(test_dense_fallback),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

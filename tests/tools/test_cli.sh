@@ -149,7 +149,7 @@ bench gemm --m|sluice bench gemm: --m needs a value
 bench load m.sluice --runs 0|sluice bench load: --runs wants a whole number in 1..64, not '0'
 bench load m.sluice --chunk-kib 6|sluice bench load: --chunk-kib wants a multiple of 4, not '6'
 bench coldstart m.sluice --runs 33|sluice bench coldstart: --runs wants a whole number in 1..32, not '33'
-run m.sluice --attn fast|sluice run: --attn wants one of dense or sparse, not 'fast'
+run m.sluice --attn fast|sluice run: --attn wants one of dense, sparse or auto, not 'fast'
 run m.sluice --keep 0|sluice run: --keep wants a number in (0, 1], not '0'
 eval m.sluice --keep 1.5|sluice eval: --keep wants a number in (0, 1], not '1.5'
 eval m.sluice --keep-floor 2|sluice eval: --keep-floor wants a number in [0, 1], not '2'
