@@ -314,7 +314,11 @@ struct infer_sparse;
  * ratios, and each head's Q bucket grid centred on its first call's
  * scale). Returns 0, -EINVAL (a bad option or a profile of another shape)
  * or -ENOMEM, with a sentence. Thread-safe for concurrent calls on disjoint
- * heads of a layer (the pipeline's attention tasks). */
+ * heads of a layer (the pipeline's attention tasks). An instance keeps the
+ * int8 keys of the cache it serves (refilled from the first slot a call
+ * rewrites, so truncation and rewinds are fine): one instance per state.
+ * The keys come from the cache's int8 mirror when it keeps one
+ * (INFER_KV_K8), else from the same rule applied to the float keys. */
 int infer_sparse_create(const struct format_config *c, const struct infer_attn_profile *p,
                         const struct infer_sparse_opts *o, struct infer_sparse **out,
                         struct sl_err *err);
