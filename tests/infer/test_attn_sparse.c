@@ -556,7 +556,7 @@ static void test_profile(void **state)
         fail_msg("synth: %s", err.msg);
     struct infer_model *m;
     assert_int_equal(infer_model_load(path, NULL, &m, &err), 0);
-    const struct format_config *c = infer_model_config(m);
+    const struct format_config cfg = *infer_model_config(m), *c = &cfg; /* outlives m */
     uint32_t n = 256;
     int *ids = malloc(sizeof(int) * n);
     for (uint32_t i = 0; i < n; i++)
