@@ -45,8 +45,9 @@ int tools_attn_create(const struct tools_attn *t, const struct format_reader *r,
 {
     *out = NULL;
     *profiled = 0;
-    if (!t->sparse ||
-        (t->sparse == 2 && format_reader_config(r)->seq_len < TOOLS_ATTN_AUTO_MIN_KEYS))
+    const struct format_config *c = format_reader_config(r);
+    if (!t->sparse || (t->sparse == 2 && (c->seq_len < TOOLS_ATTN_AUTO_MIN_KEYS ||
+                                          c->n_heads * c->head_dim < TOOLS_ATTN_AUTO_MIN_QDIM)))
         return 0;
     struct infer_attn_profile *p = NULL;
     if (r) {

@@ -19,17 +19,22 @@ struct tools_attn {
 
 #define TOOLS_ATTN_DEFAULTS {.sparse = 2, .keep = 0, .floor = 1.0, .sinks = 4, .window = 16}
 /* auto: sparse where it measured a win (docs/BENCHMARKS.md, issue 17): decode
- * steps over at least this many keys, at keep 0.5 (the smallest keep that
- * met the accuracy targets on kjv6L-1k) */
+ * steps over at least this many keys, in models with at least this many
+ * query columns (n_heads x head_dim: tinyllama's and llama3-8b's shapes won;
+ * kjv6L-1k's 8 x 32 at 5K keys lost, its attention too small to pay the NPU
+ * hand-offs), at keep 0.5 (the smallest keep that met the accuracy targets
+ * on kjv6L-1k) */
 #define TOOLS_ATTN_AUTO_MIN_KEYS 4096
+#define TOOLS_ATTN_AUTO_MIN_QDIM 2048
 
 /* The options' lines of a --help. */
 #define TOOLS_ATTN_HELP                                                                      \
     "  --attn A         attention: dense, sparse (shadowAttn: int8 Q.K estimated on the\n"    \
     "                   emulated NPU, top-k keys per head and row on the CPU, exact\n"         \
     "                   softmax.V over them; docs/ARCHITECTURE.md) or auto (default:\n"       \
-    "                   sparse for decode steps over 4096 keys or more, where it\n"           \
-    "                   measured faster, at keep 0.5 unless --keep; else dense)\n"            \
+    "                   sparse for decode steps over 4096 keys or more in models of\n"      \
+    "                   2048 query columns or more, where it measured faster, at keep\n"   \
+    "                   0.5 unless --keep; else dense)\n"                                   \
     "  --keep R         sparse: the global share of keys kept, in (0, 1] (default 0.2);\n"    \
     "                   per head by the container's profile (`sluice profile-attn`),\n"        \
     "                   uniform without one\n"                                                 \
