@@ -34,6 +34,14 @@ static inline void copy_row(float *restrict dst, const float *restrict src, uint
         dst[c] = src[c];
 }
 
+/* scattered rows miss the caches: ask for a row this many ahead */
+#define PREFETCH_AHEAD 8
+static inline void prefetch_row(const float *p, uint32_t n)
+{
+    for (uint32_t c = 0; c < n; c += 16)
+        __builtin_prefetch(p + c, 0, 1);
+}
+
 void infer_attn_list(float *out, const float *qh, const float *kh, const float *vh, size_t kv_dim,
                      uint32_t hs, const uint32_t *list, uint32_t len, float *a, float *gather)
 {
@@ -48,8 +56,11 @@ void infer_attn_list(float *out, const float *qh, const float *kh, const float *
     if (run)
         infer_matmul_nt(k, a, run, qh, hs, kh, INFER_W_F32, kv_dim, 1, hs, 0, run);
     if (len > run) {
-        for (uint32_t j = run; j < len; j++)
+        for (uint32_t j = run; j < len; j++) {
+            if (j + PREFETCH_AHEAD < len)
+                prefetch_row(kh + (size_t)list[j + PREFETCH_AHEAD] * kv_dim, hs);
             copy_row(gather + (size_t)(j - run) * hs, kh + (size_t)list[j] * kv_dim, hs);
+        }
         infer_matmul_nt(k, a + run, len - run, qh, hs, gather, INFER_W_F32, hs, 1, hs, 0,
                         len - run);
     }
@@ -60,8 +71,11 @@ void infer_attn_list(float *out, const float *qh, const float *kh, const float *
         infer_matmul_nn(k, out, hs, a, len, vh, kv_dim, 1, run, hs);
         return;
     }
-    for (uint32_t j = 0; j < len; j++)
+    for (uint32_t j = 0; j < len; j++) {
+        if (j + PREFETCH_AHEAD < len)
+            prefetch_row(vh + (size_t)list[j + PREFETCH_AHEAD] * kv_dim, hs);
         copy_row(gather + (size_t)j * hs, vh + (size_t)list[j] * kv_dim, hs);
+    }
     infer_matmul_nn(k, out, hs, a, len, gather, hs, 1, len, hs);
 }
 

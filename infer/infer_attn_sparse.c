@@ -43,7 +43,7 @@ struct infer_sparse {
     char name[64]; /* "sparse keep 0.20" (traces) */
     struct format_config cfg;
     struct infer_sparse_opts o;
-    float *ratio;  /* [L * H] */
+    double *ratio; /* [L * H] */
     float *qmean;  /* [L * H]; 0 until known */
     uint32_t buckets;
     float step;
@@ -52,6 +52,9 @@ struct infer_sparse {
     struct npu_device *dev;
     int own_dev;
     pthread_mutex_t lock;
+    pthread_mutex_t slock; /* the cached scratch block */
+    void *sbuf;
+    size_t scap;
     struct infer_sparse_stats st;
     double recall_sum, mass_sum;
     uint64_t recall_n, mass_n;
@@ -258,6 +261,41 @@ static int attend_head(struct infer_sparse *sp, const struct infer_kv *kv, uint3
     return 0;
 }
 
+/* One block for a call's big buffers: the instance's cached one when no
+ * other call holds it (a decode step then touches no fresh pages), else a
+ * block of the call's own. */
+static void *scratch_get(struct infer_sparse *sp, size_t bytes, int *cached)
+{
+    if (pthread_mutex_trylock(&sp->slock) == 0) {
+        if (sp->scap < bytes) {
+            free(sp->sbuf);
+            size_t want = bytes + bytes / 2; /* the cache grows a slot per step */
+            sp->sbuf = sl_malloc(want);
+            sp->scap = sp->sbuf ? want : 0;
+        }
+        if (sp->sbuf) {
+            *cached = 1;
+            return sp->sbuf;
+        }
+        pthread_mutex_unlock(&sp->slock);
+    }
+    *cached = 0;
+    return sl_malloc(bytes);
+}
+
+static void scratch_put(struct infer_sparse *sp, void *p, int cached)
+{
+    if (cached)
+        pthread_mutex_unlock(&sp->slock);
+    else
+        free(p);
+}
+
+static size_t up64(size_t x)
+{
+    return (x + 63) & ~(size_t)63;
+}
+
 /* Q scale of head h over the call's rows: max|q| / 127 (1 when all zero) */
 static float head_scale(const float *q, uint32_t n, size_t qdim, uint32_t hd, uint32_t h)
 {
@@ -298,7 +336,8 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     uint32_t n = rows->n, T = rows->base + n;
     uint32_t H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, kv_mul = H / KV;
     size_t qdim = (size_t)H * hd;
-    if (rows->parent || rows->sel || T < sp->o.min_keys || n == 0 || kv_mul * n > NPU_GRAPH_MAX_M) {
+    if (rows->parent || rows->sel || T < sp->o.min_keys || n == 0 || kv_mul * n > NPU_GRAPH_MAX_M ||
+        (sp->o.max_rows && n > sp->o.max_rows)) {
         pthread_mutex_lock(&sp->lock);
         sp->st.calls++;
         sp->st.dense_calls++;
@@ -388,22 +427,22 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     }
     float *ybuf[AHEAD];
     int8_t *xbuf[AHEAD];
-    memset(ybuf, 0, sizeof ybuf);
-    memset(xbuf, 0, sizeof xbuf);
-    for (int b = 0; b < AHEAD; b++) {
-        ybuf[b] = sl_malloc(sizeof(float) * (size_t)kv_mul * n * maxL);
-        xbuf[b] = sl_malloc((size_t)kv_mul * n * hd);
-    }
-    uint32_t *sel = sl_malloc(sizeof(uint32_t) * T * 5);
-    float *a = sl_malloc(sizeof(float) * T * 2);
-    float *gather = sl_malloc(sizeof(float) * T * hd);
-    int ok = sel && a && gather;
-    for (int b = 0; b < AHEAD; b++)
-        ok = ok && ybuf[b] && xbuf[b];
-    if (!ok) {
+    size_t yb = up64(sizeof(float) * (size_t)kv_mul * n * maxL), xb = up64((size_t)kv_mul * n * hd);
+    size_t sb = up64(sizeof(uint32_t) * (size_t)T * 5), ab = up64(sizeof(float) * (size_t)T * 2);
+    size_t gb = up64(sizeof(float) * (size_t)T * hd);
+    int cached;
+    uint8_t *blk = scratch_get(sp, AHEAD * (yb + xb) + sb + ab + gb, &cached);
+    if (!blk) {
         ret = -ENOMEM;
-        goto free_bufs;
+        goto out;
     }
+    for (int b = 0; b < AHEAD; b++) {
+        ybuf[b] = (float *)(blk + b * yb);
+        xbuf[b] = (int8_t *)(blk + AHEAD * yb + b * xb);
+    }
+    uint8_t *rest = blk + AHEAD * (yb + xb);
+    uint32_t *sel = (uint32_t *)rest;
+    float *a = (float *)(rest + sb), *gather = (float *)(rest + sb + ab);
     uint32_t *work = sel + T, *i1 = sel + 3 * (size_t)T, *i2 = sel + 4 * (size_t)T;
     float *fs = a + T;
     uint32_t started = 0;
@@ -443,14 +482,7 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     for (uint32_t i = 0; i < nl; i++)
         if (la[i].ticket)
             (void)npu_ticket_wait(la[i].ticket);
-free_bufs:
-    for (int b = 0; b < AHEAD; b++) {
-        free(ybuf[b]);
-        free(xbuf[b]);
-    }
-    free(sel);
-    free(a);
-    free(gather);
+    scratch_put(sp, blk, cached);
 out:
     cs.total_ns = sl_now_ns() - t_start;
     pthread_mutex_lock(&sp->lock);
@@ -507,7 +539,7 @@ int infer_sparse_create(const struct format_config *c, const struct infer_attn_p
     }
     struct infer_sparse *sp = sl_calloc(1, sizeof *sp);
     size_t N = (size_t)c->n_layers * c->n_heads;
-    if (!sp || !(sp->ratio = sl_calloc(N, sizeof(float))) ||
+    if (!sp || !(sp->ratio = sl_calloc(N, sizeof(double))) ||
         !(sp->qmean = sl_calloc(N, sizeof(float))) ||
         !(sp->ks = sl_calloc((size_t)c->n_layers * c->n_kv_heads, sizeof *sp->ks))) {
         infer_sparse_destroy(sp);
@@ -515,14 +547,25 @@ int infer_sparse_create(const struct format_config *c, const struct infer_attn_p
         return -ENOMEM;
     }
     pthread_mutex_init(&sp->lock, NULL);
+    pthread_mutex_init(&sp->slock, NULL);
     sp->cfg = *c;
     sp->o = d;
     snprintf(sp->name, sizeof sp->name, "sparse keep %.2f%s", d.keep, d.uniform ? " uniform" : "");
     sp->attn = (struct infer_attention){.name = sp->name, .run = sparse_run, .ctx = sp};
     sp->buckets = p && p->buckets ? p->buckets : 9;
     sp->step = p && p->step > 0 ? p->step : 0.5f;
-    attn_ratios(p && !d.uniform ? p->head_imp : NULL, p && !d.uniform ? p->layer_imp : NULL,
-                c->n_layers, c->n_heads, d.keep, d.floor_share, sp->ratio);
+    float *fr = sl_malloc(N * sizeof(float));
+    if (!fr) {
+        infer_sparse_destroy(sp);
+        sl_err_set(err, "sparse attention: out of memory");
+        return -ENOMEM;
+    }
+    int by_imp = p && !d.uniform && d.floor_share < 1;
+    attn_ratios(by_imp ? p->head_imp : NULL, by_imp ? p->layer_imp : NULL, c->n_layers,
+                c->n_heads, d.keep, d.floor_share, fr);
+    for (size_t i = 0; i < N; i++) /* uniform: the ratio itself, not its float */
+        sp->ratio[i] = by_imp ? (double)fr[i] : d.keep;
+    free(fr);
     if (p)
         memcpy(sp->qmean, p->q_scale, N * sizeof(float));
     /* per-op costs (ns): the profile's, else typical of an AVX2 core */
@@ -555,8 +598,11 @@ void infer_sparse_destroy(struct infer_sparse *sp)
     if (sp->ks)
         for (size_t i = 0; i < (size_t)sp->cfg.n_layers * sp->cfg.n_kv_heads; i++)
             npu_weights_destroy(sp->ks[i].w);
-    if (sp->ratio) /* the mutex was initialized */
+    if (sp->ratio) { /* the mutexes were initialized */
         pthread_mutex_destroy(&sp->lock);
+        pthread_mutex_destroy(&sp->slock);
+    }
+    free(sp->sbuf);
     free(sp->ks);
     free(sp->ratio);
     free(sp->qmean);

@@ -154,9 +154,9 @@ int cmd_eval(int argc, char **argv)
     int profiled;
     if (tools_attn_create(&at, infer_model_reader(mm), 1, &sparse, &profiled, &err) < 0)
         goto fail;
-    if (sparse && !profiled && !json)
+    if (sparse && at.sparse == 1 && !profiled && !json && at.floor < 1)
         fprintf(stderr, "sluice eval: %s has no attention profile: every head keeps %g\n", model,
-                at.keep);
+                tools_attn_keep(&at));
     if (!lm || !lr || tools_kl_init(&acc, V) < 0 ||
         infer_state_create(mm, sparse && ctx > 256 ? 256 : ctx, &sm, &err) < 0 ||
         infer_state_create(mr, ctx, &sr, &err) < 0) {
@@ -212,11 +212,11 @@ int cmd_eval(int argc, char **argv)
         cJSON_AddNumberToObject(o, "tokens", (double)scored);
         cJSON_AddNumberToObject(o, "ctx", ctx);
         cJSON_AddNumberToObject(o, "chunks", n_chunks);
-        cJSON_AddStringToObject(o, "attn", at.sparse ? "sparse" : "dense");
+        cJSON_AddStringToObject(o, "attn", sparse ? tools_attn_name(&at) : "dense");
         if (sparse) {
             struct infer_sparse_stats ss;
             infer_sparse_stats(sparse, &ss);
-            cJSON_AddNumberToObject(o, "keep", at.keep);
+            cJSON_AddNumberToObject(o, "keep", tools_attn_keep(&at));
             cJSON_AddBoolToObject(o, "profiled", profiled);
             cJSON_AddNumberToObject(o, "kept_share",
                                     ss.keys_visible ? (double)ss.keys_kept / ss.keys_visible : 0);
@@ -239,7 +239,7 @@ int cmd_eval(int argc, char **argv)
             infer_sparse_stats(sparse, &ss);
             printf("sparse attention (keep %g, %s): %.2f%% of visible keys kept, top-k recall of "
                    "the int8 estimate %.4f, float attention mass kept %.4f\n",
-                   at.keep, profiled ? "profiled ratios" : "uniform",
+                   tools_attn_keep(&at), profiled ? "profiled ratios" : "uniform",
                    ss.keys_visible ? 100.0 * (double)ss.keys_kept / ss.keys_visible : 0,
                    ss.recall, ss.mass);
         }

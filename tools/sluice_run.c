@@ -481,7 +481,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(j, "peak_rss_mb", sl_peak_rss_mb());
     cJSON_AddNumberToObject(j, "decode_npu_jobs", (double)st->session.npu_jobs);
     tools_spec_json(j, &st->spec);
-    cJSON_AddStringToObject(j, "attn", o->attn.sparse ? "sparse" : "dense");
+    cJSON_AddStringToObject(j, "attn", tools_attn_name(&o->attn));
     const struct infer_pipeline_stats *ps = &st->pipeline;
     cJSON *pj = cJSON_AddObjectToObject(j, "pipeline");
     cJSON_AddStringToObject(pj, "policy", infer_policy_name(o->pipeline.policy));

@@ -4,13 +4,23 @@
 #include <errno.h>
 #include <string.h>
 
+const char *tools_attn_name(const struct tools_attn *t)
+{
+    return t->sparse == 1 ? "sparse" : t->sparse == 2 ? "auto" : "dense";
+}
+
+double tools_attn_keep(const struct tools_attn *t)
+{
+    return t->keep > 0 ? t->keep : t->sparse == 2 ? 0.5 : 0.2;
+}
+
 int tools_attn_arg(struct tools_args *a, struct tools_attn *t)
 {
     const char *s = a->argv[a->i];
     if (!strcmp(s, "--attn")) {
-        static const char *const names[] = {"dense", "sparse"};
+        static const char *const names[] = {"dense", "sparse", "auto"};
         int v;
-        if (tools_args_choice(a, names, 2, &v) < 0)
+        if (tools_args_choice(a, names, 3, &v) < 0)
             return -1;
         t->sparse = v;
         return 1;
@@ -35,7 +45,9 @@ int tools_attn_create(const struct tools_attn *t, const struct format_reader *r,
 {
     *out = NULL;
     *profiled = 0;
-    if (!t->sparse)
+    const struct format_config *c = format_reader_config(r);
+    if (!t->sparse || (t->sparse == 2 && (c->seq_len < TOOLS_ATTN_AUTO_MIN_KEYS ||
+                                          c->n_heads * c->head_dim < TOOLS_ATTN_AUTO_MIN_QDIM)))
         return 0;
     struct infer_attn_profile *p = NULL;
     if (r) {
@@ -44,9 +56,13 @@ int tools_attn_create(const struct tools_attn *t, const struct format_reader *r,
             return ret;
         err->msg[0] = 0;
     }
-    struct infer_sparse_opts o = {.keep = t->keep, .sinks = t->sinks, .window = t->window,
+    struct infer_sparse_opts o = {.keep = tools_attn_keep(t), .sinks = t->sinks, .window = t->window,
                                   .uniform = t->uniform, .floor_share = t->floor,
                                   .measure = measure};
+    if (t->sparse == 2) {
+        o.min_keys = TOOLS_ATTN_AUTO_MIN_KEYS;
+        o.max_rows = 1;
+    }
     int ret = infer_sparse_create(format_reader_config(r), p, &o, out, err);
     *profiled = p != NULL && !t->uniform && t->floor < 1;
     infer_attn_profile_destroy(p);

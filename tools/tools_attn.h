@@ -9,21 +9,32 @@
 #include "tools_util.h"
 
 struct tools_attn {
-    int sparse;      /* --attn sparse */
-    double keep;     /* --keep (0: 0.2) */
+    int sparse;      /* --attn: 0 dense, 1 sparse, 2 auto */
+    double keep;     /* --keep (0: 0.2 with sparse, 0.5 with auto) */
     int uniform;     /* --keep-uniform */
     double floor;    /* --keep-floor */
     uint32_t sinks;  /* --sinks (default 4) */
     uint32_t window; /* --window (default 16) */
 };
 
-#define TOOLS_ATTN_DEFAULTS {.sparse = 0, .keep = 0.2, .floor = 1.0, .sinks = 4, .window = 16}
+#define TOOLS_ATTN_DEFAULTS {.sparse = 2, .keep = 0, .floor = 1.0, .sinks = 4, .window = 16}
+/* auto: sparse where it measured a win (docs/BENCHMARKS.md, issue 17): decode
+ * steps over at least this many keys, in models with at least this many
+ * query columns (n_heads x head_dim: tinyllama's and llama3-8b's shapes won;
+ * kjv6L-1k's 8 x 32 at 5K keys lost, its attention too small to pay the NPU
+ * hand-offs), at keep 0.5 (the smallest keep that met the accuracy targets
+ * on kjv6L-1k) */
+#define TOOLS_ATTN_AUTO_MIN_KEYS 4096
+#define TOOLS_ATTN_AUTO_MIN_QDIM 2048
 
 /* The options' lines of a --help. */
 #define TOOLS_ATTN_HELP                                                                      \
-    "  --attn A         attention: dense (default) or sparse (shadowAttn: int8 Q.K\n"          \
-    "                   estimated on the emulated NPU, top-k keys per head and row on\n"       \
-    "                   the CPU, exact softmax.V over them; docs/ARCHITECTURE.md)\n"           \
+    "  --attn A         attention: dense, sparse (shadowAttn: int8 Q.K estimated on the\n"    \
+    "                   emulated NPU, top-k keys per head and row on the CPU, exact\n"         \
+    "                   softmax.V over them; docs/ARCHITECTURE.md) or auto (default:\n"       \
+    "                   sparse for decode steps over 4096 keys or more in models of\n"      \
+    "                   2048 query columns or more, where it measured faster, at keep\n"   \
+    "                   0.5 unless --keep; else dense)\n"                                   \
     "  --keep R         sparse: the global share of keys kept, in (0, 1] (default 0.2);\n"    \
     "                   per head by the container's profile (`sluice profile-attn`),\n"        \
     "                   uniform without one\n"                                                 \
@@ -33,6 +44,10 @@ struct tools_attn {
     "                   measured best on kjv6L-1k; 0: eq. 3 alone)\n"  \
     "  --sinks N        sparse: first slots always kept (default 4)\n"                         \
     "  --window N       sparse: most recent slots always kept (default 16)\n"
+
+/* "dense", "sparse" or "auto", and the keep ratio sparse calls use. */
+const char *tools_attn_name(const struct tools_attn *t);
+double tools_attn_keep(const struct tools_attn *t);
 
 /* If argv[a->i] is one of the options, takes it (and its value): returns 1,
  * or -1 on a bad value (printed); 0 when it is not one of them. */

@@ -298,6 +298,7 @@ struct infer_sparse_opts {
     uint32_t sinks;    /* first slots always kept (0: none; 4 with opts NULL) */
     uint32_t window;   /* most recent slots always kept (0: none; 16 with opts NULL) */
     uint32_t min_keys; /* calls whose rows see fewer keys run dense (default 0) */
+    uint32_t max_rows; /* calls of more rows run dense (0: no limit; 1: decode steps only) */
     int uniform;       /* 1: every head keeps `keep` (no importances) */
     double floor_share; /* 0..1: every head keeps at least this share of `keep`, the rest
                            goes by eq. 3 (0: eq. 3 alone, the paper) */
@@ -313,7 +314,11 @@ struct infer_sparse;
  * ratios, and each head's Q bucket grid centred on its first call's
  * scale). Returns 0, -EINVAL (a bad option or a profile of another shape)
  * or -ENOMEM, with a sentence. Thread-safe for concurrent calls on disjoint
- * heads of a layer (the pipeline's attention tasks). */
+ * heads of a layer (the pipeline's attention tasks). An instance keeps the
+ * int8 keys of the cache it serves (refilled from the first slot a call
+ * rewrites, so truncation and rewinds are fine): one instance per state.
+ * The keys come from the cache's int8 mirror when it keeps one
+ * (INFER_KV_K8), else from the same rule applied to the float keys. */
 int infer_sparse_create(const struct format_config *c, const struct infer_attn_profile *p,
                         const struct infer_sparse_opts *o, struct infer_sparse **out,
                         struct sl_err *err);

@@ -328,7 +328,7 @@ static void test_sparse_reference(void **state)
         /* sp2 saw no call before: its bucket grid is centred the same way */
         assert_int_equal(attn_sparse_estimate(sp2, kv, 0, q, n, base, h, est, &L, &qs, &err), 0);
         for (uint32_t i = 0; i < n; i++) {
-            uint32_t vis = base + i + 1, k = attn_keep_count((double)0.15f, vis); /* ratios are floats */
+            uint32_t vis = base + i + 1, k = attn_keep_count(0.15, vis);
             uint32_t m = attn_select_row(est + (size_t)i * L, vis, k, 3, 10, sel, work);
             uint32_t g = h / (H / c.n_kv_heads);
             infer_attn_list(out, q + i * qdim + (size_t)h * hd,
@@ -462,6 +462,153 @@ static void test_pipeline_identical(void **state)
     free(l2);
 }
 
+/* min_keys and max_rows: calls outside run the dense implementation */
+static void test_dense_fallback(void **state)
+{
+    (void)state;
+    struct format_config c = shape(8, 2, 32, 1024);
+    uint32_t T = 300;
+    size_t qdim = (size_t)c.n_heads * c.head_dim;
+    struct infer_kv *kv = random_cache(&c, T);
+    struct infer_sparse_opts o = {.keep = 0.1, .window = 4, .min_keys = 200, .max_rows = 1};
+    struct infer_sparse *sp;
+    struct sl_err err;
+    assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
+    float *q = random_q(&c, 20), *od = malloc(sizeof(float) * 20 * qdim),
+          *os = malloc(sizeof(float) * 20 * qdim);
+    /* 20 rows: over max_rows; 1 row over 100 keys: under min_keys; both dense */
+    run_attn(&infer_attention_dense, &c, kv, 0, 20, T - 20, q, od);
+    run_attn(infer_sparse_attention(sp), &c, kv, 0, 20, T - 20, q, os);
+    assert_memory_equal(od, os, sizeof(float) * 20 * qdim);
+    run_attn(&infer_attention_dense, &c, kv, 0, 1, 99, q, od);
+    run_attn(infer_sparse_attention(sp), &c, kv, 0, 1, 99, q, os);
+    assert_memory_equal(od, os, sizeof(float) * qdim);
+    struct infer_sparse_stats st;
+    infer_sparse_stats(sp, &st);
+    assert_int_equal(st.dense_calls, 2);
+    /* 1 row over 300 keys: sparse, a tenth of them */
+    run_attn(infer_sparse_attention(sp), &c, kv, 0, 1, T - 1, q, os);
+    infer_sparse_stats(sp, &st);
+    assert_int_equal(st.calls, 3);
+    assert_int_equal(st.dense_calls, 2);
+    assert_int_equal(st.keys_kept, (uint64_t)c.n_heads * 30);
+    infer_sparse_destroy(sp);
+    infer_kv_destroy(kv);
+    free(q);
+    free(od);
+    free(os);
+}
+
+/* ---- the profile: run on a synthetic model, stored in a container's
+ * metadata, read back; a key of the wrong size refused by name ---- */
+
+struct meta_ctx {
+    struct format_writer *w;
+    struct sl_err *err;
+    const char *corrupt; /* this key is written one byte short */
+};
+
+static int set_meta(void *ctx, const char *key, const void *v, size_t len)
+{
+    struct meta_ctx *m = ctx;
+    if (m->corrupt && !strcmp(key, m->corrupt))
+        len--;
+    return format_writer_set_meta(m->w, key, v, len, m->err);
+}
+
+static void copy_with_profile(const char *src, const char *dst,
+                              const struct infer_attn_profile *p, const char *corrupt)
+{
+    struct sl_err err;
+    struct format_reader *r;
+    struct format_writer *w;
+    assert_int_equal(format_reader_open(src, &r, &err), 0);
+    assert_int_equal(format_writer_create(dst, &w, &err), 0);
+    assert_int_equal(format_writer_set_config(w, format_reader_config(r), &err), 0);
+    assert_int_equal(format_writer_set_tokenizer(w, format_reader_tokenizer(r), &err), 0);
+    struct meta_ctx m = {w, &err, corrupt};
+    assert_int_equal(infer_attn_profile_write(p, set_meta, &m), 0);
+    for (uint32_t i = 0; i < format_reader_n_tensors(r); i++) {
+        const struct format_tensor_info *t = format_reader_tensor(r, i);
+        void *raw = malloc(t->length);
+        assert_int_equal(format_reader_read_tensor(r, i, raw, t->length, &err), 0);
+        struct format_tensor_desc d = {.name = t->name, .layer = t->layer, .role = t->role,
+                                       .encoding = t->encoding, .n_dims = t->n_dims,
+                                       .act_scale = t->act_scale};
+        memcpy(d.shape, t->shape, sizeof d.shape);
+        memcpy(d.bits_hist, t->bits_hist, sizeof d.bits_hist);
+        assert_int_equal(format_writer_add_tensor(w, &d, raw, t->length, &err), 0);
+        free(raw);
+    }
+    assert_int_equal(format_writer_finish(w, &err), 0);
+    format_writer_destroy(w);
+    format_reader_close(r);
+}
+
+static void test_profile(void **state)
+{
+    (void)state;
+    char path[4096], out[4096];
+    snprintf(path, sizeof path, "%s/tiny-prof.sluice", test_tmpdir());
+    snprintf(out, sizeof out, "%s/tiny-prof-attn.sluice", test_tmpdir());
+    struct sl_err err;
+    if (import_synth("tiny", 3, path, NULL, NULL, &err) < 0)
+        fail_msg("synth: %s", err.msg);
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(path, NULL, &m, &err), 0);
+    const struct format_config cfg = *infer_model_config(m), *c = &cfg; /* outlives m */
+    uint32_t n = 256;
+    int *ids = malloc(sizeof(int) * n);
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = 3 + (int)((i * 2654435761u) % (c->vocab_size - 3));
+    struct infer_attn_profile_opts po = {.chunk_tokens = 128, .batch = 64, .keep = 0.25};
+    struct infer_attn_profile *p;
+    if (infer_attn_profile_run(m, ids, n, &po, &p, &err) < 0)
+        fail_msg("profile: %s", err.msg);
+    uint32_t LH = c->n_layers * c->n_heads;
+    double mean = 0;
+    for (uint32_t i = 0; i < LH; i++) {
+        assert_true(isfinite(p->head_imp[i]) && p->q_scale[i] > 0);
+        mean += p->keep_ratio[i];
+    }
+    assert_true(fabs(mean / LH - 0.25) < 1e-3);
+    assert_int_equal(p->calib_tokens, 256);
+    assert_int_equal(p->buckets, 9);
+    /* zeroing every head of a layer costs more than zeroing one (a trained
+     * model's property; random weights only make it likely, so: finite) */
+    assert_true(isfinite(p->layer_imp[0]) && isfinite(p->loss) && p->loss > 0);
+    /* too few tokens: a sentence, not a crash */
+    struct infer_attn_profile *q = NULL;
+    assert_int_equal(infer_attn_profile_run(m, ids, 100, &po, &q, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "fewer than one chunk"));
+    infer_model_destroy(m);
+
+    copy_with_profile(path, out, p, NULL);
+    struct format_reader *r;
+    assert_int_equal(format_reader_open(out, &r, &err), 0);
+    assert_int_equal(infer_attn_profile_read(r, &q, &err), 0);
+    assert_memory_equal(q->head_imp, p->head_imp, sizeof(float) * LH);
+    assert_memory_equal(q->layer_imp, p->layer_imp, sizeof(float) * c->n_layers);
+    assert_memory_equal(q->q_scale, p->q_scale, sizeof(float) * LH);
+    assert_memory_equal(q->keep_ratio, p->keep_ratio, sizeof(float) * LH);
+    assert_true(q->keep == p->keep && q->step == p->step && q->buckets == p->buckets &&
+                q->loss == p->loss && q->cost_topk == p->cost_topk);
+    infer_attn_profile_destroy(q);
+    format_reader_close(r);
+    /* the model without a profile: -ENOENT */
+    assert_int_equal(format_reader_open(path, &r, &err), 0);
+    assert_int_equal(infer_attn_profile_read(r, &q, &err), -ENOENT);
+    format_reader_close(r);
+    /* a key one byte short: -EINVAL naming it */
+    copy_with_profile(path, out, p, "attn.q_scale");
+    assert_int_equal(format_reader_open(out, &r, &err), 0);
+    assert_int_equal(infer_attn_profile_read(r, &q, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "attn.q_scale"));
+    format_reader_close(r);
+    infer_attn_profile_destroy(p);
+    free(ids);
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -488,6 +635,8 @@ int main(void)
         cmocka_unit_test(test_sparse_reference),
         cmocka_unit_test(test_plan),
         cmocka_unit_test(test_pipeline_identical),
+        cmocka_unit_test(test_dense_fallback),
+        cmocka_unit_test(test_profile),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -162,7 +162,7 @@ serve|sluice serve: no MODEL given
 chat m.sluice --temp 3|sluice chat: --temp wants a number in [0, 2], not '3'
 chat m.sluice --template jinja|sluice chat: --template wants one of
 chat|sluice chat: no MODEL given
-run m.sluice --attn fast|sluice run: --attn wants one of dense or sparse, not 'fast'
+run m.sluice --attn fast|sluice run: --attn wants one of dense, sparse or auto, not 'fast'
 run m.sluice --keep 0|sluice run: --keep wants a number in (0, 1], not '0'
 eval m.sluice --keep 1.5|sluice eval: --keep wants a number in (0, 1], not '1.5'
 eval m.sluice --keep-floor 2|sluice eval: --keep-floor wants a number in [0, 1], not '2'
