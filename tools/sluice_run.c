@@ -304,7 +304,7 @@ static void on_first_logits(void *ctx, struct infer_session *s)
 struct gen_out {
     struct first_token *first;
     int prev, ret;
-    uint32_t taken;
+    uint32_t taken, max; /* max: -n; its last token is not run (nothing reads its logits) */
     uint64_t t_first;
 };
 
@@ -315,12 +315,12 @@ static int on_token(void *ctx, int token)
         g->t_first = g->first->sampled ? g->first->t : sl_now_ns();
         if (g->first->printed) {
             g->prev = token;
-            return 0;
+            return g->taken == g->max;
         }
     }
     g->ret = emit(g->first->tk, g->prev, token, g->first->json, g->first->text);
     g->prev = token;
-    return g->ret < 0;
+    return g->ret < 0 || g->taken == g->max;
 }
 
 static int run_generate(const char *path, const struct run_opts *o, struct text_buf *text,
@@ -398,7 +398,7 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     st->prefill_s = (double)((first.sampled ? first.t : sl_now_ns()) - t0) / 1e9;
     /* run.c stops at BOS; EOS ends a sequence too */
     const int stop[2] = {(int)c->bos_id, (int)c->eos_id};
-    struct gen_out g = {.first = &first, .prev = tokens[n_prompt - 1]};
+    struct gen_out g = {.first = &first, .prev = tokens[n_prompt - 1], .max = o->n_gen};
     ret = infer_session_generate(sess, o->n_gen, stop, 2, on_token, &g, &st->generated, err);
     if (ret == 0 && g.ret < 0)
         ret = g.ret;
