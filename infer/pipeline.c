@@ -46,6 +46,7 @@
  * the same quantized model (tested). */
 #include <assert.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -251,14 +252,24 @@ void infer_pipeline_opts_init(struct infer_pipeline_opts *o)
                                       .queue_depth = 16};
 }
 
-/* Ends the reclaim thread once its queue is empty (packed residency). */
+/* Ends the reclaim thread (packed residency): this thread frees what is
+ * still queued itself, and the reclaim thread leaves idle priority, so that
+ * a loaded machine does not keep the join (and the caller) waiting for it. */
 static void reclaim_join(struct pl *p)
 {
     if (!p->drop_started)
         return;
+    struct sched_param sp = {0};
+    (void)pthread_setschedparam(p->drop_thread, SCHED_OTHER, &sp);
     pthread_mutex_lock(&p->lock);
     p->drop_end = 1;
     pthread_cond_signal(&p->drop_cv);
+    while (p->n_drop) {
+        struct npu_weights *w = p->drop[--p->n_drop];
+        pthread_mutex_unlock(&p->lock);
+        npu_weights_destroy(w);
+        pthread_mutex_lock(&p->lock);
+    }
     pthread_mutex_unlock(&p->lock);
     pthread_join(p->drop_thread, NULL);
     p->drop_started = 0;

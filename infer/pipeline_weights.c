@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "pipeline.h"
 #include "unpack.h"
@@ -152,7 +153,10 @@ int pl_weights_keep_bytes(struct infer_linear *lin, const struct format_tensor_i
     if (t->encoding == FORMAT_ENC_Q8_CHANNEL ||
         !format_encoding_traits(t->encoding)->quantized || lin->upk)
         return 0;
-    uint8_t *bytes = sl_alloc_aligned(t->length, 64);
+    /* large tensors in transparent huge pages, as the NPU's weights
+     * (npu_gemm.c): the copy faults 2 MiB at a time, and freeing is cheaper */
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uint8_t *bytes = sl_alloc_aligned(t->length, t->length >= huge ? huge : 64);
     struct unpack_tensor *u = sl_calloc(1, sizeof *u);
     if (!bytes || !u) {
         sl_free_aligned(bytes);
@@ -160,6 +164,10 @@ int pl_weights_keep_bytes(struct infer_linear *lin, const struct format_tensor_i
         sl_err_set(err, "out of memory keeping '%s' packed", t->name);
         return -ENOMEM;
     }
+    uintptr_t lo = ((uintptr_t)bytes + huge - 1) & ~(huge - 1);
+    uintptr_t hi = ((uintptr_t)bytes + t->length) & ~(huge - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* advice: failure changes nothing */
     memcpy(bytes, data, t->length);
     int ret = unpack_tensor_init(u, t->encoding, bytes, t->length, t->shape[0], t->shape[1], err);
     if (ret < 0) {

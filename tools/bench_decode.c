@@ -36,11 +36,12 @@ static void usage(FILE *f)
             "decoding, the weight bytes it holds (int8 NPU layout and packed) and the KV\n"
             "cache bytes of the context (2 x layers x tokens x kv_dim x 4).\n"
             "With --llama-bench PATH --gguf FILE, llama.cpp's own benchmark runs on each\n"
-            "GGUF file (comma-separated) in the same session: PATH -m FILE -p 0 -n N -t T\n"
-            "-r R -o json (T default 2): its tg N tokens/s (mean and stddev over R\n"
-            "repetitions, as llama-bench reports them). llama-bench generates from an\n"
-            "empty context (this build has no depth option), so its numbers are the\n"
-            "shortest-context case. --json prints one object instead of the table.\n");
+            "GGUF file (comma-separated) in every rep, after that rep's Sluice runs:\n"
+            "PATH -m FILE -p 0 -n N -t T -r 1 -o json (T default 2), its tg N tokens/s\n"
+            "(avg_ts) one sample per rep, min, median and max reported the same way.\n"
+            "llama-bench generates from an empty context (this build has no depth\n"
+            "option), so its numbers are the shortest-context case. --json prints one\n"
+            "object instead of the table.\n");
 }
 
 struct opts {
@@ -242,16 +243,14 @@ struct point {
     char hash[17];
 };
 
-/* llama-bench on one GGUF: mean and stddev of its tg tokens/s. */
-static int run_llama(const struct opts *o, const char *gguf, double *mean, double *sd,
-                     struct sl_err *err)
+/* llama-bench on one GGUF, one repetition: its tg tokens/s. */
+static int run_llama(const struct opts *o, const char *gguf, double *mean, struct sl_err *err)
 {
-    char n[16], t[16], r[16];
+    char n[16], t[16];
     snprintf(n, sizeof n, "%u", o->tokens);
     snprintf(t, sizeof t, "%u", o->threads);
-    snprintf(r, sizeof r, "%u", o->reps < 2 ? 2 : o->reps);
     const char *argv[] = {o->llama_bench, "-m", gguf, "-p", "0", "-n", n, "-t", t,
-                          "-r", r, "-o", "json", NULL};
+                          "-r", "1", "-o", "json", NULL};
     struct tools_child_opts co = {.path = o->llama_bench, .argv = argv, .capture = 1,
                                   .null_stderr = 1};
     struct tools_child_result res;
@@ -260,11 +259,10 @@ static int run_llama(const struct opts *o, const char *gguf, double *mean, doubl
         return ret;
     cJSON *j = res.exit_code == 0 ? cJSON_Parse(res.out) : NULL;
     cJSON *e = cJSON_IsArray(j) ? cJSON_GetArrayItem(j, 0) : NULL;
-    cJSON *m = cJSON_GetObjectItem(e, "avg_ts"), *s = cJSON_GetObjectItem(e, "stddev_ts");
-    ret = cJSON_IsNumber(m) && cJSON_IsNumber(s) ? 0 : -EIO;
+    cJSON *m = cJSON_GetObjectItem(e, "avg_ts");
+    ret = cJSON_IsNumber(m) ? 0 : -EIO;
     if (ret == 0) {
         *mean = m->valuedouble;
-        *sd = s->valuedouble;
     } else {
         sl_err_set(err, "llama-bench on %s failed (exit %d) or printed no avg_ts", gguf,
                    res.exit_code);
@@ -284,7 +282,12 @@ int bench_decode(int argc, char **argv)
     if (!pt)
         return 1;
     struct sl_err err = {{0}};
-    for (uint32_t rep = 0; rep < o.reps && ret == 0; rep++)
+    struct point *lp = calloc(MAX_LIST, sizeof *lp);
+    if (!lp) {
+        free(pt);
+        return 1;
+    }
+    for (uint32_t rep = 0; rep < o.reps && ret == 0; rep++) {
         for (uint32_t c = 0; c < o.n_ctx && ret == 0; c++)
             for (int k = 0; k < o.n_res && ret == 0; k++) {
                 struct child_arg ca = {&o, o.contexts[c], (enum infer_resident)o.resident[k]};
@@ -315,14 +318,16 @@ int bench_decode(int argc, char **argv)
                 cJSON_Delete(j);
                 tools_child_result_fini(&r);
             }
-    double lm[MAX_LIST] = {0}, ls[MAX_LIST] = {0};
-    for (uint32_t g = 0; ret == 0 && g < o.n_gguf; g++) {
-        fprintf(stderr, "decode: llama-bench %s\n", o.gguf[g]);
-        ret = run_llama(&o, o.gguf[g], &lm[g], &ls[g], &err);
+        for (uint32_t g = 0; ret == 0 && g < o.n_gguf; g++) {
+            fprintf(stderr, "decode: rep %u, llama-bench %s\n", rep + 1, o.gguf[g]);
+            ret = run_llama(&o, o.gguf[g], &lp[g].tps[lp[g].n], &err);
+            lp[g].n += ret == 0;
+        }
     }
     if (ret < 0) {
         fprintf(stderr, "sluice bench decode: %s\n", err.msg);
         free(pt);
+        free(lp);
         return 1;
     }
     cJSON *root = cJSON_CreateObject(), *res = cJSON_AddArrayToObject(root, "sluice");
@@ -362,14 +367,18 @@ int bench_decode(int argc, char **argv)
         }
     cJSON *lj = cJSON_AddArrayToObject(root, "llama_bench");
     for (uint32_t g = 0; g < o.n_gguf; g++) {
+        struct point *p = &lp[g];
+        qsort(p->tps, p->n, sizeof p->tps[0], cmp_double);
+        double med = p->n % 2 ? p->tps[p->n / 2] : (p->tps[p->n / 2 - 1] + p->tps[p->n / 2]) / 2;
         if (!o.json)
-            printf("llama-bench tg%u -t %u %s: %.2f +- %.2f tok/s\n", o.tokens, o.threads,
-                   o.gguf[g], lm[g], ls[g]);
+            printf("llama-bench tg%u -t %u %s: min %.2f, median %.2f, max %.2f tok/s\n",
+                   o.tokens, o.threads, o.gguf[g], p->tps[0], med, p->tps[p->n - 1]);
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "gguf", o.gguf[g]);
         cJSON_AddNumberToObject(e, "threads", o.threads);
-        cJSON_AddNumberToObject(e, "tps_mean", lm[g]);
-        cJSON_AddNumberToObject(e, "tps_stddev", ls[g]);
+        cJSON_AddNumberToObject(e, "tps_min", p->tps[0]);
+        cJSON_AddNumberToObject(e, "tps_median", med);
+        cJSON_AddNumberToObject(e, "tps_max", p->tps[p->n - 1]);
         cJSON_AddItemToArray(lj, e);
     }
     if (o.json) {
@@ -380,5 +389,6 @@ int bench_decode(int argc, char **argv)
     }
     cJSON_Delete(root);
     free(pt);
+    free(lp);
     return 0;
 }

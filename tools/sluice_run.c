@@ -20,10 +20,16 @@
 #include "tools_attn.h"
 #include "tools_util.h"
 
-/* --resident's default: the faster decode on this project's machine
- * (docs/BENCHMARKS.md, issue 22) */
+/* --resident's default: int8. Packed decodes 1.16-1.24x faster at the
+ * TinyLlama shape here but about 8x slower on kjv6L (its int8 weights fit in
+ * cache), and it keeps a copy of the packed bytes at every cold start, whose
+ * cost to the cold TTFT was not measured with flashrun (docs/BENCHMARKS.md,
+ * issue 22). */
 #define RUN_RESIDENT_DEFAULT "int8"
-#define RUN_RESIDENT_WHY "measured faster here"
+#define RUN_RESIDENT_WHY "packed decodes 1.16-1.24x faster at the TinyLlama\n" \
+    "                   shape here, but int8 is several times faster for models whose\n" \
+    "                   weights fit in cache, and packed copies the packed bytes at\n" \
+    "                   every cold start"
 
 static void usage(FILE *f)
 {
@@ -84,8 +90,9 @@ static void usage(FILE *f)
             "                   alone; the text is the same for any share)\n"
             "  --resident R     decode weights: int8 (the NPU layout the prefill used) or\n"
             "                   packed (the container's packed codes, unpacked in registers\n"
-            "                   per step; the int8 copies are freed after the first token,\n"
-            "                   so weights take their packed size); the text is the same\n"
+            "                   per step; each layer's int8 copy is freed once the prefill\n"
+            "                   is done with it, so weights take their packed size); the\n"
+            "                   text is the same\n"
             "                   (default " RUN_RESIDENT_DEFAULT ": " RUN_RESIDENT_WHY ")\n"
             "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
             "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p;\n"
@@ -321,7 +328,7 @@ static void on_first_logits(void *ctx, struct infer_session *s)
 struct gen_out {
     struct first_token *first;
     int prev, ret;
-    uint32_t taken;
+    uint32_t taken, max; /* max: -n; its last token is not run (nothing reads its logits) */
     uint64_t t_first;
 };
 
@@ -332,12 +339,12 @@ static int on_token(void *ctx, int token)
         g->t_first = g->first->sampled ? g->first->t : sl_now_ns();
         if (g->first->printed) {
             g->prev = token;
-            return 0;
+            return g->taken == g->max;
         }
     }
     g->ret = emit(g->first->tk, g->prev, token, g->first->json, g->first->text);
     g->prev = token;
-    return g->ret < 0;
+    return g->ret < 0 || g->taken == g->max;
 }
 
 static int run_generate(const char *path, const struct run_opts *o, struct text_buf *text,
@@ -419,7 +426,7 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     st->prefill_s = (double)((first.sampled ? first.t : sl_now_ns()) - t0) / 1e9;
     /* run.c stops at BOS; EOS ends a sequence too */
     const int stop[2] = {(int)c->bos_id, (int)c->eos_id};
-    struct gen_out g = {.first = &first, .prev = tokens[n_prompt - 1]};
+    struct gen_out g = {.first = &first, .prev = tokens[n_prompt - 1], .max = o->n_gen};
     struct tools_spec spec = o->spec;
     spec.trace = o->pipeline.trace_path != NULL;
     ret = tools_spec_generate(&spec, sess, tokens, n_prompt, o->n_gen, stop, 2, on_token, &g,

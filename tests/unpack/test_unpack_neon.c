@@ -122,14 +122,20 @@ static int dot_vs_scalar(long *checked)
                     src[i] = (uint8_t)next();
                 for (uint32_t i = 0; i < n; i++)
                     x[i] = rep == 1 ? -128 : rep == 2 ? 127 : (int8_t)next();
-                int32_t xs = 0;
-                for (uint32_t i = 0; i < nfull; i++)
-                    xs += x[i];
+                struct unpack_dot_args a = {0};
+                int8_t xt[FORMAT_PACKED_GROUP + 64] = {0};
+                for (uint32_t i = 0; i < n; i++) {
+                    a.xsum_all += x[i];
+                    if (i < nfull)
+                        a.xsum_full += x[i];
+                }
+                memcpy(xt, x + nfull, n - nfull);
+                a.xtail = xt;
                 ks->adaptive(src, n, b, q, 0);
                 int64_t want = 0;
                 for (uint32_t i = 0; i < n; i++)
                     want += (int64_t)q[i] * x[i];
-                int32_t r = ks->adaptive_dot(src, n, b, x, xs), g = kn->adaptive_dot(src, n, b, x, xs);
+                int32_t r = ks->adaptive_dot(src, n, b, x, &a), g = kn->adaptive_dot(src, n, b, x, &a);
                 CHECK(r == want, "scalar dot width %u cols %u: %d, want %lld", b, n, r,
                       (long long)want);
                 CHECK(g == r, "neon dot width %u cols %u: %d, scalar %d", b, n, g, r);
