@@ -44,7 +44,8 @@ int format_shadow_encode(const struct format_shadow_linear *e, uint32_t n, void 
         p += ENTRY_FIXED;
         for (uint32_t k = 0; k < s->n_hot; k++, p += 4)
             sl_store_le32(p, s->hot[k]);
-        memcpy(p, s->w, (size_t)s->rows * s->n_hot);
+        if (s->n_hot) /* a pruned entry has no columns (and w may be NULL) */
+            memcpy(p, s->w, (size_t)s->rows * s->n_hot);
         p = start + entry_bytes(s->rows, s->n_hot);
     }
     *out = b;
