@@ -147,9 +147,8 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
  * exact modulo 2^32), the offset removed once per row with xsum_all; the
  * tail group the same way with byte-masked loads. Compiled for VNNI, which
  * the dispatch (unpack.c) checks. */
-#pragma GCC push_options
-#pragma GCC target("avx512vnni")
-AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x,
+#define VNNI __attribute__((target("avx512vnni"))) /* gcc and clang alike */
+AI VNNI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x,
                           const struct unpack_dot_args *a, const uint32_t b)
 {
     const uint32_t full = cols / 512;
@@ -180,8 +179,8 @@ AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x,
 }
 
 #define DEFINE_DOT(B)                                                                         \
-    static int32_t adaptive_dot_##B(const uint8_t *src, uint32_t cols, const int8_t *x,       \
-                                    const struct unpack_dot_args *a)                          \
+    static VNNI int32_t adaptive_dot_##B(const uint8_t *src, uint32_t cols, const int8_t *x,  \
+                                         const struct unpack_dot_args *a)                     \
     {                                                                                         \
         return adaptive_dot_b(src, cols, x, a, (B));                                          \
     }
@@ -207,7 +206,6 @@ static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const
 {
     return adaptive_dots[b](src, cols, x, a);
 }
-#pragma GCC pop_options
 
 /* ---- int4int8 (padded baseline) ------------------------------------------------------ */
 
