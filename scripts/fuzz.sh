@@ -63,7 +63,7 @@ SHARED=${SLUICE_SHARED:-$ROOT/../shared}
 # ---- build -------------------------------------------------------------------------
 # The targets and, for the seeds, their ctest replay drivers and the sluice tool.
 TARGETS="fuzz_format fuzz_import fuzz_unpack fuzz_gguf fuzz_llama2c fuzz_tokenizer
-fuzz_safetensors fuzz_hfconfig fuzz_mountopt fuzz_text"
+fuzz_safetensors fuzz_hfconfig fuzz_mountopt fuzz_text fuzz_serve_req"
 
 build_kit() {
   command -v clang >/dev/null &&
@@ -76,7 +76,7 @@ build_kit() {
   for t in $TARGETS; do
     case $t in
       fuzz_format) drivers="$drivers fuzz_format_replay" ;;
-      fuzz_import|fuzz_unpack) drivers="$drivers ${t}_replay" ;;
+      fuzz_import|fuzz_unpack|fuzz_serve_req) drivers="$drivers ${t}_replay" ;;
       *) drivers="$drivers ${t}_corpus" ;;
     esac
   done
@@ -122,7 +122,8 @@ make_seeds() {
   for t in $TARGETS; do mkdir -p "$S/$t"; done
   "$d/fuzz/fuzz_format_replay" --write-seed "$S/fuzz_format/writer.sluice" &&
     "$d/import/fuzz_import_replay" --write-seeds "$S/fuzz_import" &&
-    "$d/unpack/fuzz_unpack_replay" --write-seeds "$S/fuzz_unpack" || return 1
+    "$d/unpack/fuzz_unpack_replay" --write-seeds "$S/fuzz_unpack" &&
+    "$d/tools/fuzz_serve_req_replay" --write-seeds "$S/fuzz_serve_req" || return 1
   for t in fuzz_gguf fuzz_llama2c fuzz_tokenizer fuzz_safetensors fuzz_hfconfig fuzz_mountopt \
            fuzz_text; do
     "$d/fuzz/${t}_corpus" --write-seeds "$S/$t" || return 1

@@ -2,7 +2,9 @@
  * libFuzzer, in ctest: seed bodies (valid and invalid requests of both
  * endpoints) and N deterministic mutations of each (bit flips, byte stores
  * of JSON's structural characters, truncations, splices of two seeds).
- *   fuzz_serve_driver [--mutations N]          seed: $SLUICE_TEST_SEED */
+ *   fuzz_serve_driver [--mutations N]          seed: $SLUICE_TEST_SEED
+ *   fuzz_serve_driver --write-seeds DIR         writes the seed bodies, one file
+ *                                               each (a libFuzzer starting corpus) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +26,26 @@ static const char *const seeds[] = {
     "",
 };
 
+static int write_seeds(const char *dir)
+{
+    for (size_t s = 0; s < sizeof seeds / sizeof seeds[0]; s++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/seed%zu.json", dir, s);
+        FILE *f = fopen(path, "wb");
+        size_t len = strlen(seeds[s]);
+        if (!f || fwrite(seeds[s], 1, len, f) != len || fclose(f) != 0) {
+            fprintf(stderr, "fuzz_serve_driver: cannot write %s\n", path);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     uint32_t mutations = 2000;
+    if (argc == 3 && !strcmp(argv[1], "--write-seeds"))
+        return write_seeds(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--mutations"))
         mutations = (uint32_t)atoi(argv[2]);
     struct test_rng rng;
