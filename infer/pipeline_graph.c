@@ -143,25 +143,8 @@ static int finish_edges(struct pl *p)
 
 struct infer_linear *pl_graph_linear(const struct pl *p, int layer, uint32_t role)
 {
-    if (layer < 0)
-        return p->m->cls; /* the embedding itself when tied */
-    struct infer_layer *l = &p->m->layers[layer];
-    switch (role) {
-    case FORMAT_ROLE_WQ:
-        return &l->wq;
-    case FORMAT_ROLE_WK:
-        return &l->wk;
-    case FORMAT_ROLE_WV:
-        return &l->wv;
-    case FORMAT_ROLE_WO:
-        return &l->wo;
-    case FORMAT_ROLE_W_GATE:
-        return &l->w_gate;
-    case FORMAT_ROLE_W_UP:
-        return &l->w_up;
-    default:
-        return &l->w_down;
-    }
+    /* layer -1: the classifier (the embedding itself when tied) */
+    return infer_model_linear(p->m, layer, layer < 0 ? FORMAT_ROLE_CLASSIFIER : role);
 }
 
 /* Output channels per piece of a linear with `rows` outputs: full and
