@@ -43,6 +43,7 @@ struct loader_io {
     uint32_t file;         /* file index */
     int direct;            /* fd is an O_DIRECT descriptor */
     int fixed;             /* went out as a read_fixed (set by the backend) */
+    int dest;              /* into the request's own buffer (not the ring: never fixed) */
     uint32_t tries;        /* consecutive transient failures */
     int64_t res;           /* bytes or -errno, set on completion */
     struct loader_io *next;/* free, retry, parked lists; pread queues */

@@ -245,7 +245,7 @@ static int ring_alloc(struct loader_stream *s, struct loader_req_state *q)
 
 static uint8_t *req_data(const struct loader_stream *s, const struct loader_req_state *q)
 {
-    return s->ring.base + q->alloc_off;
+    return q->r.dest ? (uint8_t *)q->r.dest : s->ring.base + q->alloc_off;
 }
 
 /* ---- the I/O thread -------------------------------------------------------------- */
@@ -307,7 +307,7 @@ static int submit_io(struct loader_stream *s, struct loader_io *io)
 {
     struct loader_file *f = &s->files[io->file];
     io->direct = f->fd_direct >= 0 && io->off % LOADER_ALIGN == 0 &&
-                 io->ring_off % LOADER_ALIGN == 0;
+                 (uintptr_t)io->buf % LOADER_ALIGN == 0;
     io->fd = io->direct ? f->fd_direct : buffered_fd(f);
     if (io->fd < 0) {
         set_error(s, -EBADF, "%s: cannot open it for buffered reads", file_name(f));
@@ -351,22 +351,23 @@ static void fill(struct loader_stream *s)
         if (!s->free_ios || s->alloc_next >= s->n)
             return;
         struct loader_req_state *q = &s->reqs[s->alloc_next];
-        if (!q->alloc_len && !ring_alloc(s, q))
+        if (!q->r.dest && !q->alloc_len && !ring_alloc(s, q))
             return; /* wait for a release */
         uint64_t len = q->r.length - q->submitted;
         if (len > s->opts.chunk_bytes)
             len = s->opts.chunk_bytes;
         /* a read stays inside the ring's first mapping and one registration piece */
-        uint64_t ring_off = (q->alloc_off + q->submitted) % s->ring.bytes;
+        uint64_t ring_off = q->r.dest ? 0 : (q->alloc_off + q->submitted) % s->ring.bytes;
         uint64_t room = s->piece_bytes - ring_off % s->piece_bytes;
         if (room > s->ring.bytes - ring_off)
             room = s->ring.bytes - ring_off;
-        if (len > room)
+        if (len > room && !q->r.dest)
             len = room;
         io = s->free_ios;
         s->free_ios = io->next;
+        uint8_t *buf = q->r.dest ? (uint8_t *)q->r.dest + q->submitted : s->ring.base + ring_off;
         *io = (struct loader_io){.off = q->r.offset + q->submitted, .ring_off = ring_off,
-                                 .buf = s->ring.base + ring_off, .len = (uint32_t)len,
+                                 .buf = buf, .len = (uint32_t)len, .dest = q->r.dest != NULL,
                                  .req = s->alloc_next, .file = q->file};
         q->submitted += len;
         if (q->submitted == q->r.length)
@@ -673,6 +674,13 @@ int loader_stream_open(const struct loader_request *reqs, uint32_t n,
     for (uint32_t i = 0; i < n; i++) {
         const struct loader_request *r = &reqs[i];
         const char *name = r->path ? r->path : "(descriptor)";
+        if (!r->dest != !reqs[0].dest || (uintptr_t)r->dest % LOADER_ALIGN) {
+            sl_err_set(err, "%s: request %u: %s", name, i,
+                       r->dest ? "its buffer is not 4 KiB aligned"
+                               : "either every request has a buffer of its own or none");
+            ret = -EINVAL;
+            goto fail;
+        }
         if (r->length == 0 || r->offset + r->length < r->offset ||
             r->offset + r->length > (uint64_t)INT64_MAX) {
             sl_err_set(err, "%s: request %u has an invalid range (offset %" PRIu64
@@ -701,8 +709,8 @@ int loader_stream_open(const struct loader_request *reqs, uint32_t n,
         }
         s->reqs[i].file = (uint32_t)fi;
         s->reqs[i].r.path = s->files[fi].path;
-        if (r->length > largest)
-            largest = r->length;
+        if (r->length > largest && !r->dest)
+            largest = r->length; /* own buffers: the ring holds nothing */
     }
     choose_direct(s);
     if (n == 0) {

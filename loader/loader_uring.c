@@ -82,7 +82,7 @@ static int uring_submit(struct loader_stream *s, struct loader_io *io)
 {
     struct uring_state *u = s->be_state;
     uint32_t p = (uint32_t)(io->ring_off / s->piece_bytes);
-    if (u->pieces[p] == PIECE_NEW)
+    if (!io->dest && u->pieces[p] == PIECE_NEW)
         register_piece(s, u, p);
     struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
     if (!sqe) {
@@ -94,7 +94,7 @@ static int uring_submit(struct loader_stream *s, struct loader_io *io)
         if (!sqe)
             return -EBUSY;
     }
-    io->fixed = u->pieces[p] == PIECE_FIXED;
+    io->fixed = !io->dest && u->pieces[p] == PIECE_FIXED;
     if (io->fixed)
         io_uring_prep_read_fixed(sqe, io->fd, io->buf, io->rlen, io->off, (int)p);
     else

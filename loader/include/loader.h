@@ -66,6 +66,13 @@ struct loader_request {
     uint64_t offset;
     uint64_t length;         /* > 0 */
     uint64_t tag;            /* the caller's, returned with the slice */
+    /* NULL: read into the ring. Else the caller's buffer, 4 KiB aligned, of
+     * at least length rounded up to 4 KiB (O_DIRECT reads whole blocks):
+     * the bytes are read straight into it (the data delivered points there
+     * and stays the caller's after release and close), so a consumer that
+     * keeps every slice needs no ring and no copy. Either every request of
+     * a stream has one or none (-EINVAL). */
+    void *dest;
 };
 
 enum loader_backend {
