@@ -26,6 +26,7 @@ struct infer_linear {
      * unpacked per token): its bytes (owned) and row index, or NULL */
     uint8_t *packed;
     struct unpack_tensor *upk;
+    int packed_borrowed;     /* packed points into the model's slices: not freed */
 };
 
 struct infer_layer {
@@ -61,6 +62,9 @@ struct infer_model {
     size_t map_len;
     void *io_buf; /* tensor read buffer when not mapped */
     size_t io_cap;
+    /* packed residency: the container's slices, read in place by the
+     * cold start (at their file offsets); packed linears point into it */
+    void *slices;
 };
 
 /* The KV cache (infer.h): [layer][slot][kv_dim] keys and values. */

@@ -92,7 +92,8 @@ void infer_linear_fini(struct infer_linear *lin)
         unpack_tensor_fini(lin->upk);
         free(lin->upk);
     }
-    sl_free_aligned(lin->packed);
+    if (!lin->packed_borrowed)
+        sl_free_aligned(lin->packed);
     memset(lin, 0, sizeof *lin);
 }
 

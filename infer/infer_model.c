@@ -209,6 +209,7 @@ void infer_model_destroy(struct infer_model *m)
         for (uint32_t l = 0; l < m->cfg.n_layers; l++)
             infer_model_release_layer(m, (int)l);
     infer_model_release_layer(m, -1);
+    sl_free_aligned(m->slices); /* after the linears that point into it */
     free(m->layers);
     free(m->io_buf);
     if (m->map)

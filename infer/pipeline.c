@@ -48,6 +48,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,19 +152,43 @@ static int open_stream(struct pl *p, struct sl_err *err)
         sl_err_set(err, "out of memory for the loader's requests");
         return -ENOMEM;
     }
+    /* packed residency keeps every slice it reads: each is read in place,
+     * at its file offset in one buffer the model keeps (the packed linears
+     * point into it), so there is neither a ring nor a copy of the packed
+     * bytes. Slices start on 4 KiB (format.h), so a slice's last O_DIRECT
+     * block ends before the next slice begins. Huge pages: faulted 2 MiB at
+     * a time, and decoding's reads miss the TLB less. */
+    uint64_t file = format_reader_file_size(r);
+    int in_place = p->o->resident == INFER_RESIDENT_PACKED;
+    for (uint32_t i = 0; in_place && i < ns; i++)
+        in_place = format_reader_slice(r, i)->offset % 4096 == 0;
+    if (in_place) {
+        const uint64_t huge = 2u << 20;
+        p->m->slices = sl_alloc_aligned(sl_align_up(file, huge), huge);
+        if (!p->m->slices) {
+            free(reqs);
+            sl_err_set(err, "out of memory for the model's %" PRIu64 " bytes", file);
+            return -ENOMEM;
+        }
+        (void)madvise(p->m->slices, sl_align_up(file, huge), MADV_HUGEPAGE); /* advice */
+    }
     uint32_t k = 0;
-    for (int pass = 0; pass < 2; pass++)
+    /* the untied embedding last; read in place, it is not asked for until
+     * after the first token (pl_embed_finish): nothing holds the stream back
+     * from reading it early, into memory the prefill does not need */
+    for (int pass = 0; pass < (in_place ? 1 : 2); pass++)
         for (uint32_t i = 0; i < ns; i++) {
             const struct format_slice_info *s = format_reader_slice(r, i);
             if ((s->kind == FORMAT_SLICE_EMBED) != pass)
                 continue;
-            reqs[k++] = (struct loader_request){.path = path, .fd = -1, .offset = s->offset,
-                                                .length = s->length, .tag = i};
+            reqs[k++] = (struct loader_request){
+                .path = path, .fd = -1, .offset = s->offset, .length = s->length, .tag = i,
+                .dest = in_place ? (uint8_t *)p->m->slices + s->offset : NULL};
         }
     struct loader_opts lo = {.queue_depth = p->o->queue_depth, .ring_bytes = p->o->ring_bytes};
     if (pl_load_first(p->o->policy)) /* everything is held until the end */
         lo.ring_bytes = format_reader_file_size(r) + (64u << 20);
-    int ret = loader_stream_open(reqs, ns, &lo, &p->ls, err);
+    int ret = loader_stream_open(reqs, k, &lo, &p->ls, err);
     free(reqs);
     return ret;
 }
@@ -409,6 +434,11 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     ret = pl_graph_reserve(p, reserve);
     if (ret == 0)
         ret = pl_queue_init(p);
+    if (ret == 0) {
+        ret = pl_pool_init(p, o.int8_budget ? o.int8_budget : (uint64_t)PL_INT8_BUDGET_MB << 20);
+    }
+    if (ret == 0)
+        ret = pl_pool_admit(p);
     if (ret < 0) {
         sl_err_set(err, "out of memory building the task graph");
         goto out;
@@ -549,6 +579,7 @@ join:
     if (o.first_logits)
         o.first_logits(o.ctx, logits);
     reclaim_join(p); /* after the first token: what is left to free is not in its way */
+    pl_pool_fini(p);
     /* decoding needs the (untied) embedding: read after the first token */
     ret = o.no_decode ? 0 : pl_embed_finish(p, err);
     if (ret < 0)
@@ -571,6 +602,7 @@ join:
     p->st = NULL;
 out:
     reclaim_join(p);
+    pl_pool_fini(p);
     loader_stream_close(p->ls);
     if (whole) {
         if (o.load == INFER_LOAD_MMAP)

@@ -12,6 +12,8 @@
  *                       estimated time
  *   pipeline_graph.c    the task graph: tasks, edges (CSR), the storage of
  *                       split weights; cutting a matmul in two
+ *   pipeline_pool.c     packed residency: the layers' int8 copies from a
+ *                       bounded pool, admitted in execution order
  *   pipeline_queue.c    ready queues and priorities, completion (successors,
  *                       slice release, failure), the stealing rules
  *   pipeline_ops.c      the CPU operators of one task (run_task) and the
@@ -63,6 +65,7 @@ enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
 #define PL_PREFAULT_TID 99 /* the prefault thread's track in traces */
 #define PL_FILL_ROWS 64     /* rows unpacked at once before packing for the NPU */
 #define PL_MAX_SLICES 4096  /* slices (and layers) a container may have here */
+#define PL_INT8_BUDGET_MB 48 /* packed residency: int8 weight storage in use at once */
 
 struct task {
     uint8_t op, dev;
@@ -198,6 +201,26 @@ struct pl {
     int drop_started;
     pthread_t drop_thread;
     pthread_cond_t drop_cv;
+
+    /* packed residency, split matmuls: the layers' int8 copies from a bounded
+     * pool (pipeline_pool.c), admitted in execution order */
+    struct pl_acq *acq;     /* linears to admit, in execution order */
+    uint32_t n_acq, cap_acq, acq_next;
+    int32_t *lin_acq;       /* [(layer + 1) * FORMAT_ROLE_COUNT + role]: index in acq, or -1 */
+    uint32_t *lin_mm;       /* same index: the linear's unfinished matmuls */
+    size_t int8_used, int8_budget, int8_alloc, int8_peak;
+    struct npu_weights **pool; /* free storage */
+    uint32_t n_pool, cap_pool;
+    uint32_t *parked;       /* unpacking tasks whose linear is not admitted yet */
+    uint32_t n_parked;
+    int cls_packed;         /* the classifier's matmul straight from its packed bytes (CPU) */
+};
+
+struct pl_acq {
+    int layer;
+    uint8_t role;
+    uint32_t rows, cols;
+    size_t bytes;
 };
 
 /* Policies that split matmuls into pieces, steal, and rank by position. */
@@ -217,11 +240,12 @@ static inline int pl_load_first(enum infer_policy p)
  * a negative errno with err filled; a linear left half-made is released by
  * infer_linear_fini (the model's destroy). */
 
-/* Keeps a copy of a quantized linear's packed bytes (lin->packed, lin->upk)
- * for decoding from packed weights; q8 and float tensors: nothing. Touches
- * no other field of lin. */
+/* Keeps a quantized linear's packed bytes (lin->packed, lin->upk) for
+ * decoding from packed weights: data itself with borrow (it stays: the
+ * model's slices), else a copy; q8 and float tensors: nothing. Touches no
+ * other field of lin. */
 int pl_weights_keep_bytes(struct infer_linear *lin, const struct format_tensor_info *t,
-                          const uint8_t *data, struct sl_err *err);
+                          const uint8_t *data, int borrow, struct sl_err *err);
 /* Sets up a quantized linear before its rows are unpacked: the NPU's weight
  * storage (want_npu) and/or plain int8 rows with their scales (keep_rows). */
 int pl_weights_prepare(struct infer_linear *lin, const struct format_tensor_info *t,
@@ -241,10 +265,10 @@ int pl_weights_unpack(struct infer_linear *lin, const struct format_tensor_info 
                       const uint8_t *data, int force_dynamic, int keep_rows, int want_npu,
                       int8_t *scratch, struct sl_err *err);
 
-/* The untied embedding, kept packed (rows unpacked per lookup) or, INT8, as
- * rows; no NPU copy. */
+/* The untied embedding, kept packed (rows unpacked per lookup; data itself
+ * with borrow, as pl_weights_keep_bytes) or, INT8, as rows; no NPU copy. */
 int pl_weights_keep_packed(struct infer_linear *lin, const struct format_tensor_info *t,
-                           const uint8_t *data, struct sl_err *err);
+                           const uint8_t *data, int borrow, struct sl_err *err);
 
 /* A norm vector decoded into a new array at *out (the caller frees it, also
  * on failure when *out is set). */
@@ -279,6 +303,24 @@ struct infer_linear *pl_graph_linear(const struct pl *p, int layer, uint32_t rol
 uint32_t pl_graph_cut(struct pl *p, uint32_t ti, uint32_t tail_rows);
 
 const char *pl_op_name(uint32_t op);
+
+/* ---- pipeline_pool.c: packed residency's bounded int8 memory ---------------------------- */
+
+/* A linear whose int8 storage comes from the pool (graph building). */
+int pl_pool_add(struct pl *p, int layer, uint32_t role, uint32_t rows, uint32_t cols);
+/* After the graph and its reserve: execution order, matmul counts; no
+ * admission yet. 0 or -ENOMEM. */
+int pl_pool_init(struct pl *p, size_t budget);
+/* Lock held: 1 if task t unpacks a linear not admitted yet (it must wait). */
+int pl_pool_waits(const struct pl *p, const struct task *t);
+/* Lock held: admits linears in order while the budget allows. 0 or -ENOMEM. */
+int pl_pool_admit(struct pl *p);
+/* Lock held: matmul t finished; 1 if its linear's storage went back to the
+ * pool (call pl_pool_admit). */
+int pl_pool_mm_done(struct pl *p, const struct task *t);
+/* Frees the pool (every linear's storage must be back, or owned by its
+ * linear). */
+void pl_pool_fini(struct pl *p);
 
 /* ---- pipeline_queue.c: ready queues, completion, stealing (lock held) ------------------ */
 

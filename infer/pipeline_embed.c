@@ -150,10 +150,23 @@ int pl_embed_finish(struct pl *p, struct sl_err *err)
             continue;
         const uint8_t *data = p->slice_data[i];
         struct loader_slice sl = {0};
-        if (p->ls) {
-            ret = loader_stream_next(p->ls, &sl, err);
-            if (ret <= 0)
+        struct loader_stream *ls = p->ls;
+        if (ls && p->m->slices) {
+            /* read in place: a stream of its own, opened only now */
+            struct loader_request q = {.path = format_reader_path(r), .fd = -1,
+                                       .offset = s->offset, .length = s->length, .tag = i,
+                                       .dest = (uint8_t *)p->m->slices + s->offset};
+            struct loader_opts lo = {.queue_depth = p->o->queue_depth};
+            if ((ret = loader_stream_open(&q, 1, &lo, &ls, err)) < 0)
+                return ret;
+        }
+        if (ls) {
+            ret = loader_stream_next(ls, &sl, err);
+            if (ret <= 0) {
+                if (ls != p->ls)
+                    loader_stream_close(ls);
                 return ret < 0 ? ret : -EIO;
+            }
             data = sl.data;
             p->bytes_read += sl.length;
         }
@@ -161,14 +174,17 @@ int pl_embed_finish(struct pl *p, struct sl_err *err)
         const struct format_tensor_info *t = format_reader_tensor(r, s->first_tensor);
         if (ret == 0) {
             if (format_encoding_traits(t->encoding)->quantized) {
-                ret = pl_weights_keep_packed(&p->m->embed, t, data + (t->offset - s->offset), err);
+                ret = pl_weights_keep_packed(&p->m->embed, t, data + (t->offset - s->offset),
+                                             p->m->slices != NULL, err);
             } else {
                 ret = infer_linear_init(&p->m->embed, t, data + (t->offset - s->offset), 0,
                                         p->m->force_dynamic_act, err);
             }
         }
-        if (p->ls)
-            loader_stream_release(p->ls, &sl);
+        if (ls)
+            loader_stream_release(ls, &sl);
+        if (ls != p->ls)
+            loader_stream_close(ls);
     }
     return ret;
 }

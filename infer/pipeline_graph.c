@@ -316,7 +316,25 @@ static int add_slice_tasks(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_C
             uint32_t step = format_encoding_traits(ti->encoding)->quantized ? piece_rows(p, rows)
                                                                             : rows;
             int layer = s->kind == FORMAT_SLICE_LAYER ? s->layer : -1;
-            if (step < rows) {
+            /* packed residency: a layer's linear takes its int8 storage from
+             * the pool when admitted (pipeline_pool.c); the classifier, whose
+             * matmul is one row, runs from its packed bytes (no int8 at all) */
+            int packed = p->o->resident == INFER_RESIDENT_PACKED &&
+                         pl_granular(p->o->policy) && ti->encoding != FORMAT_ENC_Q8_CHANNEL &&
+                         format_encoding_traits(ti->encoding)->quantized &&
+                         !p->lin_info[layer + 1][role].term;
+            if (packed) {
+                struct infer_linear *lin = pl_graph_linear(p, layer, role);
+                ret = pl_weights_prepare(lin, ti, p->m->force_dynamic_act, 0, 0, &p->err);
+                if (ret == 0 && layer >= 0)
+                    ret = pl_pool_add(p, layer, role, rows, (uint32_t)ti->shape[1]);
+                if (ret < 0)
+                    return ret;
+                if (layer < 0) {
+                    p->cls_packed = 1;
+                    step = rows; /* one task: keeps the bytes */
+                }
+            } else if (step < rows) {
                 struct infer_linear *lin = pl_graph_linear(p, layer, role);
                 ret = pl_weights_prepare(lin, ti, p->m->force_dynamic_act, 0, 1, &p->err);
                 if (ret < 0)
@@ -559,5 +577,7 @@ uint32_t pl_graph_cut(struct pl *p, uint32_t ti, uint32_t tail_rows)
     p->remaining++;
     if (p->mm_left)
         p->mm_left[t->layer + 1]++;
+    if (p->lin_mm)
+        p->lin_mm[(size_t)(t->layer + 1) * FORMAT_ROLE_COUNT + t->role]++;
     return ci;
 }

@@ -4,10 +4,13 @@
  * sequential run; matmul pieces, attention head groups and SwiGLU pieces
  * compute disjoint columns with the same bits as the whole. Calls
  * pipeline_weights.c, pipeline_graph.c and pl_fail (pipeline_queue.c). */
+#include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pipeline.h"
+#include "unpack.h"
 
 static void quantize_for(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
                          const float *x, uint32_t rows, uint32_t cols)
@@ -138,6 +141,29 @@ static int run_shadow(struct pl *p, struct chunkbuf *b, int layer, uint32_t role
     return ret;
 }
 
+/* Output channels [r0, r1) of n rows straight from a linear's packed bytes
+ * (unpack_tensor_dot): the int8 path's sums and formula (npu.h), so the
+ * same floats as the NPU's. */
+static int mm_packed(const struct infer_linear *lin, const int8_t *xq, uint32_t n, float act,
+                     float *y, uint32_t r0, uint32_t r1, struct sl_err *err)
+{
+    int32_t *acc = sl_malloc(sizeof *acc * (size_t)n * (r1 - r0));
+    if (!acc) {
+        sl_err_set(err, "out of memory for a packed matmul's sums");
+        return -ENOMEM;
+    }
+    int ret = unpack_tensor_dot(lin->upk, unpack_kernel_best(), r0, r1, xq, n, acc, r1 - r0);
+    for (uint32_t i = 0; ret == 0 && i < n; i++)
+        for (uint32_t r = r0; r < r1; r++) {
+            float s = act * unpack_tensor_scale(lin->upk, r);
+            y[(size_t)i * lin->rows + r] = s * (float)acc[(size_t)i * (r1 - r0) + (r - r0)];
+        }
+    free(acc);
+    if (ret < 0)
+        sl_err_set(err, "a packed matmul (%u x %u) failed", lin->rows, lin->cols);
+    return ret;
+}
+
 /* Runs task ti on worker `w` (0: the NPU device thread; CPU workers 1..). */
 int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
 {
@@ -176,14 +202,17 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         const uint8_t *data = p->slice_data[t->slice] + (ti2->offset - s->offset);
         /* the worker's scratch where its rows fit (fill_linear allocates otherwise) */
         int8_t *scratch = ti2->shape[1] <= p->fill_cols ? p->fill_scratch[w] : NULL;
-        if (t->r1 > t->r0) { /* a piece, prepared by build_graph */
-            ret = pl_weights_fill(lin, ti2, data, t->r0, t->r1, scratch, &err);
+        if (t->layer < 0 && p->cls_packed) { /* its matmul reads the packed bytes */
+            ret = 0;
+        } else if (t->r1 > t->r0 || lin->npu) { /* a piece, or storage from the pool */
+            uint32_t r1 = t->r1 > t->r0 ? t->r1 : lin->rows;
+            ret = pl_weights_fill(lin, ti2, data, t->r0, r1, scratch, &err);
         } else {
             ret = pl_weights_unpack(lin, ti2, data, p->m->force_dynamic_act, 0, 1, scratch, &err);
         }
         /* packed residency: the first piece (or the whole tensor) keeps the bytes */
         if (ret == 0 && p->o->resident == INFER_RESIDENT_PACKED && t->r0 == 0)
-            ret = pl_weights_keep_bytes(lin, ti2, data, &err);
+            ret = pl_weights_keep_bytes(lin, ti2, data, p->m->slices != NULL, &err);
         pthread_mutex_lock(&p->lock);
         p->unpack_ns += sl_now_ns() - t0;
         pthread_mutex_unlock(&p->lock);
@@ -250,6 +279,10 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         const float *x = mm_input(b, t->role, &cols, c);
         float *y = mm_output(p, b, t->role);
         uint32_t rows = t->role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n;
+        if (!lin->npu && lin->upk) { /* packed residency's classifier */
+            ret = mm_packed(lin, b->xq[t->role], rows, b->act[t->role], y, t->r0, t->r1, &err);
+            break;
+        }
         if (!lin->npu) {
             infer_op_matmul(y, x, lin->w, (enum infer_wtype)lin->wtype, rows, lin->rows, lin->cols,
                             t->r0, t->r1);

@@ -147,6 +147,10 @@ int pl_make_ready(struct pl *p, uint32_t ti)
     if (t->op == PL_VERIFY && t->slice == UINT32_MAX) { /* the sequential barrier */
         t->dev = PL_DEV_CPU;
     }
+    if (pl_pool_waits(p, t)) { /* its int8 storage is not admitted yet */
+        p->parked[p->n_parked++] = ti;
+        return 0;
+    }
     int ret = push(p, t->dev == PL_DEV_NPU ? &p->npu_q : &p->cpu_q, ti);
     if (ret < 0)
         return ret;
@@ -204,6 +208,25 @@ int pl_complete(struct pl *p, uint32_t ti)
     }
     if (t->op == PL_UNPACK && --p->slice_left[t->slice] == 0)
         release_slice(p, t->slice);
+    if (t->op == PL_MM && pl_pool_mm_done(p, t)) {
+        /* storage back in the pool: the next linears may come in, and their
+         * parked unpacking tasks with them */
+        int ret = pl_pool_admit(p);
+        if (ret < 0) {
+            pl_fail(p, ret, "out of memory for the int8 weights of the prefill");
+            return ret;
+        }
+        for (uint32_t i = 0; i < p->n_parked;) {
+            uint32_t u = p->parked[i];
+            if (pl_pool_waits(p, &p->tasks[u])) {
+                i++;
+                continue;
+            }
+            p->parked[i] = p->parked[--p->n_parked];
+            if ((ret = pl_make_ready(p, u)) < 0)
+                return ret;
+        }
+    }
     if (t->op == PL_MM && p->mm_left && --p->mm_left[t->layer + 1] == 0)
         drop_layer(p, t->layer);
     if (--p->remaining == 0) {

@@ -141,6 +141,7 @@ void pl_stats_fill(struct pl *p, struct infer_pipeline_stats *st)
     st->stolen = p->stolen;
     st->splits = p->splits;
     st->tails = p->tails;
+    st->int8_pool_bytes = p->int8_peak;
     if (p->dev) {
         struct npu_device_stats ds;
         npu_device_stats(p->dev, &ds);

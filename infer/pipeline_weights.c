@@ -117,38 +117,24 @@ int pl_weights_unpack(struct infer_linear *lin, const struct format_tensor_info 
  * one stays packed in memory and infer_op_embed unpacks the rows it needs;
  * INT8 rows are kept as they are. No NPU copy. */
 int pl_weights_keep_packed(struct infer_linear *lin, const struct format_tensor_info *t,
-                           const uint8_t *data, struct sl_err *err)
+                           const uint8_t *data, int borrow, struct sl_err *err)
 {
     if (t->encoding == FORMAT_ENC_Q8_CHANNEL)
         return pl_weights_unpack(lin, t, data, 0, 1, 0, NULL, err);
     memset(lin, 0, sizeof *lin);
     lin->rows = (uint32_t)t->shape[0];
     lin->cols = (uint32_t)t->shape[1];
-    lin->packed = sl_alloc_aligned(t->length, 64);
-    lin->upk = sl_calloc(1, sizeof *lin->upk);
-    if (!lin->packed || !lin->upk) {
-        infer_linear_fini(lin);
-        sl_err_set(err, "out of memory for '%s'", t->name);
-        return -ENOMEM;
-    }
-    memcpy(lin->packed, data, t->length);
-    int ret = unpack_tensor_init(lin->upk, t->encoding, lin->packed, t->length, lin->rows,
-                                 lin->cols, err);
-    if (ret < 0) {
-        free(lin->upk);
-        lin->upk = NULL;
-        infer_linear_fini(lin);
-        sl_err_prefix(err, "tensor '%s'", t->name);
-    }
-    return ret;
+    return pl_weights_keep_bytes(lin, t, data, borrow, err);
 }
 
-/* Keeps a copy of a quantized linear's packed bytes beside its NPU weights
- * (INFER_RESIDENT_PACKED: decode reads them once the int8 copy is dropped).
- * Touches only lin->packed and lin->upk, so it may run beside the fills of
- * the linear's other pieces. q8 tensors have no packed form: nothing kept. */
+/* Keeps a quantized linear's packed bytes beside its NPU weights
+ * (INFER_RESIDENT_PACKED: decode reads them once the int8 copy is dropped):
+ * data itself where it stays (borrow: the model's slices), else a copy.
+ * Touches only lin->packed, packed_borrowed and upk, so it may run beside
+ * the fills of the linear's other pieces. q8 tensors have no packed form:
+ * nothing kept. */
 int pl_weights_keep_bytes(struct infer_linear *lin, const struct format_tensor_info *t,
-                          const uint8_t *data, struct sl_err *err)
+                          const uint8_t *data, int borrow, struct sl_err *err)
 {
     if (t->encoding == FORMAT_ENC_Q8_CHANNEL ||
         !format_encoding_traits(t->encoding)->quantized || lin->upk)
@@ -156,27 +142,33 @@ int pl_weights_keep_bytes(struct infer_linear *lin, const struct format_tensor_i
     /* large tensors in transparent huge pages, as the NPU's weights
      * (npu_gemm.c): the copy faults 2 MiB at a time, and freeing is cheaper */
     const uintptr_t huge = (uintptr_t)2 << 20;
-    uint8_t *bytes = sl_alloc_aligned(t->length, t->length >= huge ? huge : 64);
+    uint8_t *bytes = borrow ? (uint8_t *)data
+                            : sl_alloc_aligned(t->length, t->length >= huge ? huge : 64);
     struct unpack_tensor *u = sl_calloc(1, sizeof *u);
     if (!bytes || !u) {
-        sl_free_aligned(bytes);
+        if (!borrow)
+            sl_free_aligned(bytes);
         free(u);
         sl_err_set(err, "out of memory keeping '%s' packed", t->name);
         return -ENOMEM;
     }
-    uintptr_t lo = ((uintptr_t)bytes + huge - 1) & ~(huge - 1);
-    uintptr_t hi = ((uintptr_t)bytes + t->length) & ~(huge - 1);
-    if (hi > lo)
-        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* advice: failure changes nothing */
-    memcpy(bytes, data, t->length);
+    if (!borrow) {
+        uintptr_t lo = ((uintptr_t)bytes + huge - 1) & ~(huge - 1);
+        uintptr_t hi = ((uintptr_t)bytes + t->length) & ~(huge - 1);
+        if (hi > lo)
+            (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* advice: failure changes nothing */
+        memcpy(bytes, data, t->length);
+    }
     int ret = unpack_tensor_init(u, t->encoding, bytes, t->length, t->shape[0], t->shape[1], err);
     if (ret < 0) {
-        sl_free_aligned(bytes);
+        if (!borrow)
+            sl_free_aligned(bytes);
         free(u);
         sl_err_prefix(err, "tensor '%s'", t->name);
         return ret;
     }
     lin->packed = bytes;
+    lin->packed_borrowed = borrow;
     lin->upk = u;
     return 0;
 }

@@ -510,6 +510,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(pj, "stolen", ps->stolen);
     cJSON_AddNumberToObject(pj, "splits", ps->splits);
     cJSON_AddNumberToObject(pj, "tails", ps->tails);
+    cJSON_AddNumberToObject(pj, "int8_pool_mb", (double)ps->int8_pool_bytes / (1 << 20));
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!s)

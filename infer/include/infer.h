@@ -563,7 +563,12 @@ struct infer_pipeline_opts {
     const char *trace_path;    /* Chrome trace JSON of every task and load, or NULL */
     struct npu_device *device; /* the emulated NPU to run on (npu.h; left running, its
                                 * graphs kept), or NULL: one of the pipeline's own */
-    enum infer_resident resident; /* PACKED: keep the packed bytes too (above) */
+    enum infer_resident resident; /* PACKED: keep the packed bytes too (above); the
+                                * slices are read in place (no loader ring, no copy) and,
+                                * with split matmuls (full, sequential_granular), the
+                                * layers' int8 copies come from a bounded pool: */
+    uint64_t int8_budget;      /* ... int8 weight storage in use at once (default 48 MiB;
+                                * a linear is admitted alone whatever its size) */
     int no_decode;             /* 1: the caller decodes nothing after the first token (sluice
                                 * run -n 0 or 1): what only decoding needs (an untied
                                 * embedding, read after the first token) is not read, so
@@ -597,6 +602,8 @@ struct infer_pipeline_stats {
     uint32_t tails;            /* NPU matmuls cut in two at dispatch, the second half left
                                 * queued for an idle CPU to steal (full) */
     double shadow_s;           /* CPU time of the shadow outlier tasks (in cpu_busy_s) */
+    uint64_t int8_pool_bytes;  /* packed residency: the most int8 weight storage the pool
+                                * held at once (0: no pool) */
 };
 
 /* Every option at its default (what opts = NULL means): full, stream, chunk

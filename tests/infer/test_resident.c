@@ -3,7 +3,8 @@
  *   same logits at every decode step, bit for bit, as int8 residency, with
  *   the NPU device thread taking half of each matmul and the calling thread
  *   alone; also for later prompts of several rows (prefill, m > 1) and for
- *   the scheduling policies that unpack whole tensors (sequential);
+ *   the scheduling policies that unpack whole tensors (sequential), and
+ *   with the prefill's int8 copies from a bounded pool of any budget;
  * - after the first step the model holds no int8 copy of an adaptive linear
  *   and its packed bytes instead; int8 residency keeps int8 only;
  * - the baseline encodings (bitplane) decode from packed bytes too;
@@ -11,6 +12,7 @@
  * - npu_device_call runs host work on the device thread in FIFO order and
  *   hands back its status. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,12 @@ static int *ids(uint32_t n, uint32_t vocab, uint32_t salt)
     return t;
 }
 
+/* packed residency's int8 pool (pipeline_pool.c): its budget and the
+ * matmul split for run(), and the pool's peak of the last run */
+static uint64_t g_budget;
+static uint32_t g_split;
+static uint64_t g_pool_peak;
+
 /* A cold start of `model` with the given residency, then steps and a
  * 5-token prompt; every logits vector appended to out [(2 + steps) * V]. */
 static void run(const char *model, enum infer_resident res, enum infer_policy pol, int no_npu,
@@ -71,10 +79,15 @@ static void run(const char *model, enum infer_resident res, enum infer_policy po
     po.chunk = 32;
     po.policy = pol;
     po.resident = res;
+    po.int8_budget = g_budget;
+    if (g_split)
+        po.split = g_split;
     struct infer_session *s;
+    struct infer_pipeline_stats pst;
     int *p = ids(40, 512, 3);
-    if (infer_session_cold_start(model, p, 40, &so, &po, &s, NULL, &err) < 0)
+    if (infer_session_cold_start(model, p, 40, &so, &po, &s, &pst, &err) < 0)
         fail_msg("cold start: %s", err.msg);
+    g_pool_peak = pst.int8_pool_bytes;
     uint32_t V = infer_model_config(infer_session_model(s))->vocab_size;
     memcpy(out, infer_session_logits(s), sizeof(float) * V);
     for (uint32_t i = 0; i < steps; i++) {
@@ -133,6 +146,33 @@ static void test_bitplane(void **st)
 {
     (void)st;
     compare(bp_model, INFER_POLICY_FULL, 1);
+}
+
+/* The int8 pool: with any budget (one linear at a time, a few, every one)
+ * and matmuls split in pieces, the same logits as int8 residency; the
+ * storage the pool holds stays within the budget plus one linear (the
+ * largest, gate/up/down of 352 x 128: 45056 bytes of codes). */
+static void test_int8_pool(void **st)
+{
+    (void)st;
+    const uint64_t largest = 352 * 128 + 8 * 352;
+    uint64_t budgets[] = {1, 3 * largest, 0};
+    uint32_t splits[] = {64, 0};
+    for (int b = 0; b < 3; b++)
+        for (int k = 0; k < 2; k++) {
+            g_budget = budgets[b];
+            g_split = splits[k];
+            compare(q_model, INFER_POLICY_FULL, 1);
+            assert_true(g_pool_peak > 0);
+            if (budgets[b])
+                assert_true(g_pool_peak <= budgets[b] + largest);
+            fprintf(stderr, "budget %" PRIu64 " split %u: pool peak %" PRIu64 " bytes\n",
+                    budgets[b], splits[k], g_pool_peak);
+        }
+    g_budget = 0;
+    g_split = 0;
+    compare(q_model, INFER_POLICY_SEQUENTIAL_GRANULAR, 1);
+    assert_true(g_pool_peak > 0);
 }
 
 /* no_decode (sluice run -n 0/1): the same first logits; what only decoding
@@ -245,6 +285,7 @@ int main(void)
         cmocka_unit_test(test_device_call),
         cmocka_unit_test(test_same_logits),
         cmocka_unit_test(test_bitplane),
+        cmocka_unit_test(test_int8_pool),
         cmocka_unit_test(test_no_decode),
         cmocka_unit_test(test_packed_faults),
     };

@@ -1,0 +1,177 @@
+/* pipeline_pool.c: packed residency's bounded int8 memory. With packed
+ * residency the int8 copies of the layers' linears exist only for the
+ * prefill's matmuls, so they come from a pool: a linear is admitted (its
+ * NPU weight storage taken from the pool, or allocated) in execution order
+ * (layer, then the order of its matmuls) while the storage in use stays
+ * within a budget, and its storage goes back to the pool the moment its last
+ * matmul is done, for a later linear of the same shape. So the int8 copies
+ * of the whole model never coexist (the peak RSS stays near the packed
+ * size), and after the first layers the unpacking fills memory that is
+ * already faulted in: no page zeroing. Admission in execution order cannot
+ * deadlock: the earliest linear not admitted waits only for linears before
+ * it, whose matmuls need nothing after it, and with nothing in use it is
+ * admitted whatever its size.
+ *
+ * Calls pipeline_graph.c only; the queue (pipeline_queue.c) parks the
+ * unpacking tasks of linears not admitted yet and hands them on after
+ * pl_pool_admit. Lock held everywhere except init and fini. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "pipeline.h"
+
+/* the roles of a layer in the order of their matmuls */
+static int exec_rank(uint32_t role)
+{
+    static const uint8_t order[] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV,
+                                    FORMAT_ROLE_WO, FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP,
+                                    FORMAT_ROLE_W_DOWN};
+    for (int i = 0; i < (int)sizeof order; i++)
+        if (order[i] == role)
+            return i;
+    return (int)sizeof order;
+}
+
+static size_t lin_index(const struct pl *p, int layer, uint32_t role)
+{
+    (void)p;
+    return (size_t)(layer + 1) * FORMAT_ROLE_COUNT + role;
+}
+
+static size_t weight_bytes(uint32_t rows, uint32_t cols)
+{
+    /* npu_gemm_b's layout: rows to 16, columns to 4, plus scales and sums */
+    return (size_t)((rows + 15) & ~15u) * ((cols + 3) & ~3u) + 8u * rows;
+}
+
+int pl_pool_add(struct pl *p, int layer, uint32_t role, uint32_t rows, uint32_t cols)
+{
+    if (!p->lin_acq) {
+        size_t n = (size_t)(p->c->n_layers + 1) * FORMAT_ROLE_COUNT;
+        p->lin_acq = sl_malloc(sizeof *p->lin_acq * n);
+        p->lin_mm = sl_calloc(n, sizeof *p->lin_mm);
+        if (!p->lin_acq || !p->lin_mm)
+            return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+            p->lin_acq[i] = -1;
+    }
+    if (p->n_acq == p->cap_acq) {
+        uint32_t cap = p->cap_acq ? 2 * p->cap_acq : 64;
+        struct pl_acq *a = sl_realloc(p->acq, sizeof *a * cap);
+        if (!a)
+            return -ENOMEM;
+        p->acq = a;
+        p->cap_acq = cap;
+    }
+    p->acq[p->n_acq++] = (struct pl_acq){.layer = layer, .role = (uint8_t)role, .rows = rows,
+                                         .cols = cols, .bytes = weight_bytes(rows, cols)};
+    return 0;
+}
+
+static int acq_cmp(const void *a, const void *b)
+{
+    const struct pl_acq *x = a, *y = b;
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
+    return exec_rank(x->role) - exec_rank(y->role);
+}
+
+int pl_pool_init(struct pl *p, size_t budget)
+{
+    if (!p->n_acq)
+        return 0;
+    qsort(p->acq, p->n_acq, sizeof *p->acq, acq_cmp);
+    for (uint32_t i = 0; i < p->n_acq; i++)
+        p->lin_acq[lin_index(p, p->acq[i].layer, p->acq[i].role)] = (int32_t)i;
+    for (uint32_t i = 0; i < p->n_tasks; i++) {
+        const struct task *t = &p->tasks[i];
+        if (t->op == PL_MM)
+            p->lin_mm[lin_index(p, t->layer, t->role)]++;
+    }
+    p->int8_budget = budget;
+    p->cap_pool = p->n_acq;
+    p->pool = sl_calloc(p->cap_pool, sizeof *p->pool);
+    p->parked = sl_malloc(sizeof *p->parked * (p->cap_tasks ? p->cap_tasks : 1));
+    return p->pool && p->parked ? 0 : -ENOMEM;
+}
+
+int pl_pool_waits(const struct pl *p, const struct task *t)
+{
+    if (!p->n_acq || t->op != PL_UNPACK)
+        return 0;
+    int32_t a = p->lin_acq[lin_index(p, t->layer, t->role)];
+    return a >= 0 && (uint32_t)a >= p->acq_next;
+}
+
+/* A free storage of this shape, or NULL. */
+static struct npu_weights *pool_take(struct pl *p, uint32_t rows, uint32_t cols)
+{
+    for (uint32_t i = 0; i < p->n_pool; i++) {
+        struct npu_weights *w = p->pool[i];
+        if (npu_weights_rows(w) == rows && npu_weights_cols(w) == cols) {
+            p->pool[i] = p->pool[--p->n_pool];
+            return w;
+        }
+    }
+    return NULL;
+}
+
+int pl_pool_admit(struct pl *p)
+{
+    while (p->acq_next < p->n_acq) {
+        struct pl_acq *a = &p->acq[p->acq_next];
+        if (p->int8_used && p->int8_used + a->bytes > p->int8_budget)
+            return 0;
+        struct npu_weights *w = pool_take(p, a->rows, a->cols);
+        /* a new one: storage of other shapes goes first where the total would
+         * pass the budget (it would only wait for a shape that may not come) */
+        while (!w && p->n_pool && p->int8_alloc + a->bytes > p->int8_budget) {
+            struct npu_weights *o = p->pool[--p->n_pool];
+            p->int8_alloc -= weight_bytes(npu_weights_rows(o), npu_weights_cols(o));
+            npu_weights_destroy(o);
+        }
+        if (!w) {
+            int ret = npu_weights_alloc(a->rows, a->cols, &w);
+            if (ret < 0)
+                return ret;
+            p->int8_alloc += a->bytes;
+        }
+        pl_graph_linear(p, a->layer, a->role)->npu = w;
+        p->int8_used += a->bytes;
+        if (p->int8_alloc > p->int8_peak)
+            p->int8_peak = p->int8_alloc;
+        p->acq_next++;
+    }
+    return 0;
+}
+
+int pl_pool_mm_done(struct pl *p, const struct task *t)
+{
+    if (!p->n_acq)
+        return 0;
+    size_t li = lin_index(p, t->layer, t->role);
+    if (p->lin_acq[li] < 0 || --p->lin_mm[li] > 0)
+        return 0;
+    struct infer_linear *lin = pl_graph_linear(p, t->layer, t->role);
+    p->pool[p->n_pool++] = lin->npu; /* n_pool < n_acq: one slot per linear */
+    lin->npu = NULL;
+    p->int8_used -= p->acq[p->lin_acq[li]].bytes;
+    return 1;
+}
+
+void pl_pool_fini(struct pl *p)
+{
+    for (uint32_t i = 0; i < p->n_pool; i++)
+        npu_weights_destroy(p->pool[i]);
+    p->n_pool = 0;
+    free(p->pool);
+    free(p->parked);
+    free(p->acq);
+    free(p->lin_acq);
+    free(p->lin_mm);
+    p->pool = NULL;
+    p->parked = NULL;
+    p->acq = NULL;
+    p->lin_acq = NULL;
+    p->lin_mm = NULL;
+}
