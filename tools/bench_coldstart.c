@@ -30,11 +30,14 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice bench coldstart MODEL.sluice [--prompt-tokens N] [--flash-mbps N]\n"
-            "                              [--runs K] [--chunk C] [--trace-dir DIR] [--json]\n\n"
+            "                              [--runs K] [--chunk C] [--trace-dir DIR]\n"
+            "                              [--contenders NAME[,NAME...]] [--json]\n\n"
             "Cold time to first token (process start to the first token; page cache dropped;\n"
             "reads limited to N MB/s, default 800, in a blkio cgroup) of a quantized model with\n"
             "an N-token prompt (default 128), side by side, K runs each (default 3):\n"
             "  full                      EdgeFlow: adaptive packing, granular pipeline\n"
+            "                            (sluice run's default --resident)\n"
+            "  full_int8, full_packed    the same with --resident int8, packed\n"
             "  llmnpu                    adaptive, llm.npu's out-of-order scheduler\n"
             "  adaptive_layer_overlap    ablation: adaptive packing, coarse layer overlap\n"
             "  int4int8_layer_overlap    ablation: the same widths stored INT4/INT8 padded\n"
@@ -61,7 +64,8 @@ static void usage(FILE *f)
             "max(bytes read / raw MB/s, prefill ops / int8 peak of the machine's cores).\n"
             "--chunk C: prefill chunk rows, as `sluice run --chunk` (default 256, at most\n"
             "65536). --runs: 1..32. --trace-dir DIR: a Chrome trace of every run, written\n"
-            "to DIR/CONTENDER.runN.json.\n"
+            "to DIR/CONTENDER.runN.json. --contenders: only these (and full, whose bytes\n"
+            "the bound counts), e.g. full_int8,full_packed; default: all.\n"
             "The table goes to standard output (to standard error with --json).\n"
             "Needs root (page cache, cgroups).\n");
 }
@@ -70,17 +74,20 @@ struct contender {
     const char *name;
     int model;               /* 0: MODEL, 1: INT8, 2: INT4/INT8 */
     const char *policy, *load;
+    const char *resident;    /* sluice run --resident; NULL: its default */
 };
 
 static const struct contender contenders[] = {
-    {"full", 0, "full", "stream"},
-    {"llmnpu", 0, "llmnpu", "stream"},
-    {"adaptive_layer_overlap", 0, "layer_overlap", "stream"},
-    {"int4int8_layer_overlap", 2, "layer_overlap", "stream"},
-    {"layer_overlap_int8", 1, "layer_overlap", "stream"},
-    {"sequential_read", 1, "sequential", "read"},
-    {"sequential_mmap", 1, "sequential", "mmap"},
-    {"sequential_mmap_granular", 1, "sequential_granular", "mmap"},
+    {"full", 0, "full", "stream", NULL},
+    {"full_int8", 0, "full", "stream", "int8"},
+    {"full_packed", 0, "full", "stream", "packed"},
+    {"llmnpu", 0, "llmnpu", "stream", NULL},
+    {"adaptive_layer_overlap", 0, "layer_overlap", "stream", NULL},
+    {"int4int8_layer_overlap", 2, "layer_overlap", "stream", NULL},
+    {"layer_overlap_int8", 1, "layer_overlap", "stream", NULL},
+    {"sequential_read", 1, "sequential", "read", NULL},
+    {"sequential_mmap", 1, "sequential", "mmap", NULL},
+    {"sequential_mmap_granular", 1, "sequential_granular", "mmap", NULL},
 };
 #define NC (sizeof contenders / sizeof contenders[0])
 
@@ -117,6 +124,10 @@ static int run_once(const char *model, const struct contender *ct, uint32_t toke
     if (trace) {
         argv[a++] = "--trace";
         argv[a++] = trace;
+    }
+    if (ct->resident) {
+        argv[a++] = "--resident";
+        argv[a++] = ct->resident;
     }
     argv[a] = NULL;
     struct tools_child_opts o = {.path = "/proc/self/exe", .argv = argv, .cg = cg,
@@ -228,7 +239,7 @@ static double prefill_ops(const struct format_config *c, uint32_t n)
 
 int bench_coldstart(int argc, char **argv)
 {
-    const char *model = NULL, *trace_dir = NULL;
+    const char *model = NULL, *trace_dir = NULL, *only = NULL;
     uint32_t tokens = 128, mbps = 800, runs = 3, chunk = 256;
     int json = 0;
     struct tools_args args = {"sluice bench coldstart", usage, argc, argv, 0};
@@ -248,6 +259,8 @@ int bench_coldstart(int argc, char **argv)
             bad = tools_args_u32(&args, 1, 65536, &chunk);
         } else if (!strcmp(a, "--trace-dir")) {
             bad = tools_args_value(&args, &trace_dir);
+        } else if (!strcmp(a, "--contenders")) {
+            bad = tools_args_value(&args, &only);
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (a[0] == '-' || model) {
@@ -262,6 +275,22 @@ int bench_coldstart(int argc, char **argv)
         fprintf(stderr, "sluice bench coldstart: no MODEL.sluice given\n\n");
         usage(stderr);
         return 2;
+    }
+    int want[NC];
+    for (size_t k = 0; k < NC; k++)
+        want[k] = only == NULL || k == 0; /* full: the bound counts its bytes */
+    for (const char *c = only; c && *c;) {
+        size_t len = strcspn(c, ","), k;
+        for (k = 0; k < NC; k++)
+            if (strlen(contenders[k].name) == len && !strncmp(c, contenders[k].name, len))
+                break;
+        if (k == NC) {
+            fprintf(stderr, "sluice bench coldstart: --contenders: no contender '%.*s'\n",
+                    (int)len, c);
+            return 2;
+        }
+        want[k] = 1;
+        c += len + (c[len] == ',');
     }
     char why[256];
     if (!tools_cold_available(why, sizeof why)) {
@@ -324,6 +353,8 @@ int bench_coldstart(int argc, char **argv)
         if (rw > 0)
             raws[nraw++] = rw;
         for (size_t k = 0; k < NC; k++) {
+            if (!want[k])
+                continue;
             char trace[PATH_MAX];
             if (trace_dir)
                 snprintf(trace, sizeof trace, "%s/%s.run%u.json", trace_dir, contenders[k].name,
@@ -380,6 +411,8 @@ int bench_coldstart(int argc, char **argv)
                "unpack", "prefalt", "npu", "cpu", "stall", "bub npu", "bub cpu", "MB read",
                "RSS MiB", "x mem");
     for (size_t k = 0; k < NC; k++) {
+        if (!want[k])
+            continue;
         uint32_t n = nok[k];
         double t[32], bn[32], bc[32];
         for (uint32_t i = 0; i < n; i++) {
