@@ -6,26 +6,45 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "infer_internal.h"
 #include "npu.h"
 #include "unpack.h"
 
-static const char *const resident_names[] = {"int8", "packed"};
+static const char *const resident_names[] = {"int8", "packed", "auto"};
 
 const char *infer_resident_name(enum infer_resident r)
 {
-    return (unsigned)r < 2 ? resident_names[r] : "unknown";
+    return (unsigned)r < 3 ? resident_names[r] : "unknown";
 }
 
 int infer_resident_parse(const char *s, enum infer_resident *out)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (s && !strcmp(s, resident_names[i])) {
             *out = (enum infer_resident)i;
             return 0;
         }
     return -EINVAL;
+}
+
+enum infer_resident infer_resident_resolve(enum infer_resident res, const struct format_reader *r)
+{
+    if (res != INFER_RESIDENT_AUTO)
+        return res;
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0)
+        llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (llc <= 0)
+        llc = 32l << 20;
+    uint64_t int8 = 0;
+    for (uint32_t i = 0; i < format_reader_n_tensors(r); i++) {
+        const struct format_tensor_info *t = format_reader_tensor(r, i);
+        if (t->n_dims == 2 && format_encoding_traits(t->encoding)->quantized)
+            int8 += t->shape[0] * t->shape[1];
+    }
+    return int8 > (uint64_t)llc ? INFER_RESIDENT_PACKED : INFER_RESIDENT_INT8;
 }
 
 /* Every linear of the model, tied classifier once. */

@@ -107,16 +107,17 @@ int infer_session_cold_start(const char *path, const int *tokens, uint32_t n,
     if (ret < 0)
         return ret;
     uint32_t vocab = format_reader_config(r)->vocab_size;
-    format_reader_close(r);
-    struct infer_session *s;
-    ret = session_alloc(vocab, so, &s, err);
-    if (ret < 0)
-        return ret;
     struct infer_pipeline_opts p;
     if (po)
         p = *po;
     else
         infer_pipeline_opts_init(&p);
+    p.resident = infer_resident_resolve(p.resident, r);
+    format_reader_close(r);
+    struct infer_session *s;
+    ret = session_alloc(vocab, so, &s, err);
+    if (ret < 0)
+        return ret;
     p.device = s->dev;
     p.first_logits = on_first_logits;
     p.ctx = s;

@@ -353,6 +353,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     memset(err, 0, sizeof *err);
     p->c = infer_model_config(p->m);
     p->r = infer_model_reader(p->m);
+    o.resident = infer_resident_resolve(o.resident, p->r);
     const struct format_config *c = p->c;
     ret = -EINVAL;
     if (n == 0 || n > c->seq_len) {

@@ -184,7 +184,8 @@ static int parse(int argc, char **argv, struct opts *o)
                 snprintf(buf, sizeof buf, "%s", v);
                 for (char *sv, *t = strtok_r(buf, ",", &sv); t && ok; t = strtok_r(NULL, ",", &sv)) {
                     enum infer_resident r;
-                    ok = o->n_res < 2 && infer_resident_parse(t, &r) == 0;
+                    ok = o->n_res < 2 && infer_resident_parse(t, &r) == 0 &&
+                         r != INFER_RESIDENT_AUTO;
                     if (ok)
                         o->resident[o->n_res++] = (int)r;
                 }

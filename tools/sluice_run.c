@@ -20,16 +20,12 @@
 #include "tools_attn.h"
 #include "tools_util.h"
 
-/* --resident's default: int8. Packed decodes 1.16-1.24x faster at the
- * TinyLlama shape here but about 8x slower on kjv6L (its int8 weights fit in
- * cache), and it keeps a copy of the packed bytes at every cold start, whose
- * cost to the cold TTFT was not measured with flashrun (docs/BENCHMARKS.md,
- * issue 22). */
-#define RUN_RESIDENT_DEFAULT "int8"
-#define RUN_RESIDENT_WHY "packed decodes 1.16-1.24x faster at the TinyLlama\n" \
-    "                   shape here, but int8 is several times faster for models whose\n" \
-    "                   weights fit in cache, and packed copies the packed bytes at\n" \
-    "                   every cold start"
+/* --resident's default: auto (infer.h): packed where the model's int8
+ * weights are larger than the last-level cache (TinyLlama shape: packed
+ * decodes faster and the cold start holds about the packed size), int8
+ * where they fit in it (kjv6L: int8 decodes about 8x faster);
+ * docs/BENCHMARKS.md, issue 22. */
+#define RUN_RESIDENT_DEFAULT "auto"
 
 static void usage(FILE *f)
 {
@@ -88,12 +84,15 @@ static void usage(FILE *f)
             "                   NPU device thread computes while the calling thread does the\n"
             "                   rest (0 <= F < 1, default 0.5; 0: the calling thread\n"
             "                   alone; the text is the same for any share)\n"
-            "  --resident R     decode weights: int8 (the NPU layout the prefill used) or\n"
-            "                   packed (the container's packed codes, unpacked in registers\n"
-            "                   per step; each layer's int8 copy is freed once the prefill\n"
-            "                   is done with it, so weights take their packed size); the\n"
-            "                   text is the same\n"
-            "                   (default " RUN_RESIDENT_DEFAULT ": " RUN_RESIDENT_WHY ")\n"
+            "  --resident R     decode weights: int8 (the NPU layout the prefill used),\n"
+            "                   packed (the container's packed codes, read in place and\n"
+            "                   unpacked in registers per step; the prefill's int8 copies\n"
+            "                   come from a bounded pool of recycled memory, so the process\n"
+            "                   holds about the packed size), or auto (default): packed\n"
+            "                   where the model's int8 weights are larger than this\n"
+            "                   machine's last-level cache, int8 where they fit in it (there\n"
+            "                   int8 decodes several times faster: docs/BENCHMARKS.md,\n"
+            "                   issue 22); the text is the same\n"
             "  --trace FILE     write a Chrome trace (open in Perfetto) of every task\n"
             "  --prompt-tokens N  a synthetic prompt of N tokens (benchmarks) instead of -p;\n"
             "                   at most the context length (said on stderr when more)\n"
@@ -204,9 +203,9 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
         } else if (!strcmp(s, "--npu-share")) {
             bad = tools_args_double(&a, 0, 1, TOOLS_ARGS_BELOW_MAX, &o->npu_share);
         } else if (!strcmp(s, "--resident")) {
-            static const char *const res[] = {"int8", "packed"}; /* enum infer_resident */
+            static const char *const res[] = {"int8", "packed", "auto"}; /* enum infer_resident */
             int r = 0;
-            bad = tools_args_choice(&a, res, 2, &r);
+            bad = tools_args_choice(&a, res, 3, &r);
             o->pipeline.resident = (enum infer_resident)r;
         } else if (!strcmp(s, "--trace")) {
             bad = tools_args_value(&a, &o->pipeline.trace_path);

@@ -530,9 +530,17 @@ enum infer_load {
 enum infer_resident {
     INFER_RESIDENT_INT8 = 0,
     INFER_RESIDENT_PACKED,
+    /* PACKED where the model's int8 linear weights are larger than this
+     * machine's last-level cache (decode then streams them from memory, and
+     * reading 5/8 of the bytes wins), INT8 where they fit (unpacking then
+     * costs more than the bytes it saves); docs/BENCHMARKS.md, issue 22 */
+    INFER_RESIDENT_AUTO,
 };
 const char *infer_resident_name(enum infer_resident r);
 int infer_resident_parse(const char *s, enum infer_resident *out); /* 0 or -EINVAL */
+/* AUTO resolved for the container r (INT8 and PACKED are returned as
+ * they are); the cache size from sysconf (L3, else L2; 0 known: 32 MiB). */
+enum infer_resident infer_resident_resolve(enum infer_resident res, const struct format_reader *r);
 
 struct infer_pipeline_opts {
     enum infer_policy policy;

@@ -8,6 +8,7 @@
  * - after the first step the model holds no int8 copy of an adaptive linear
  *   and its packed bytes instead; int8 residency keeps int8 only;
  * - the baseline encodings (bitplane) decode from packed bytes too;
+ * - auto picks int8 for a model that fits in cache;
  * - no_decode: the same first logits without the untied embedding's read;
  * - npu_device_call runs host work on the device thread in FIFO order and
  *   hands back its status. */
@@ -175,6 +176,25 @@ static void test_int8_pool(void **st)
     assert_true(g_pool_peak > 0);
 }
 
+/* auto: int8 for a model whose int8 weights fit in any last-level cache
+ * (about 200 KB); the explicit choices stay; names parse both ways */
+static void test_auto(void **st)
+{
+    (void)st;
+    struct format_reader *r;
+    struct sl_err err;
+    assert_int_equal(format_reader_open(q_model, &r, &err), 0);
+    assert_int_equal(infer_resident_resolve(INFER_RESIDENT_AUTO, r), INFER_RESIDENT_INT8);
+    assert_int_equal(infer_resident_resolve(INFER_RESIDENT_PACKED, r), INFER_RESIDENT_PACKED);
+    assert_int_equal(infer_resident_resolve(INFER_RESIDENT_INT8, r), INFER_RESIDENT_INT8);
+    format_reader_close(r);
+    enum infer_resident e;
+    assert_int_equal(infer_resident_parse("auto", &e), 0);
+    assert_int_equal(e, INFER_RESIDENT_AUTO);
+    assert_string_equal(infer_resident_name(e), "auto");
+    assert_int_equal(infer_resident_parse("int4", &e), -EINVAL);
+}
+
 /* no_decode (sluice run -n 0/1): the same first logits; what only decoding
  * needs (the untied embedding) is not read, so a step fails with a sentence */
 static void test_no_decode(void **st)
@@ -286,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_same_logits),
         cmocka_unit_test(test_bitplane),
         cmocka_unit_test(test_int8_pool),
+        cmocka_unit_test(test_auto),
         cmocka_unit_test(test_no_decode),
         cmocka_unit_test(test_packed_faults),
     };
