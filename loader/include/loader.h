@@ -21,7 +21,8 @@
  * The core is a list of read requests {path or fd, offset, length, tag}, so it
  * reads a container, the slice files of a `sluice mount`, or anything else.
  *
- * Memory: one ring of ring_bytes (the only buffer memory the loader has, 4 KiB
+ * Memory (requests without a buffer of their own, loader_request.dest,
+ * which are read straight into it): one ring of ring_bytes (the only buffer memory the loader has, 4 KiB
  * aligned), whatever the size of the model. A request is delivered whole in
  * one contiguous buffer (unpack wants a slice in one piece, and its checksum
  * covers all of it), so the ring is at least the largest request plus one
