@@ -204,7 +204,7 @@ double npu_gemm_peak_gops(enum npu_kernel k, double seconds)
         loop = npu_peak_avx512vnni, macs_per_iter = 16 * 64;
         break;
     case NPU_KERNEL_AVX2:
-        loop = npu_peak_avx2, macs_per_iter = 12 * 32;
+        loop = npu_peak_avx2, macs_per_iter = 8 * 32;
         break;
 #endif
     default:

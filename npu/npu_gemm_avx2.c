@@ -190,24 +190,36 @@ static float absmax_avx2(const float *x, size_t n)
 const struct npu_kernel_ops npu_ops_avx2 = {prep_avx2, gemm_avx2,   NULL, quant_avx2,
                                             absmax_avx2, 1, tile_names};
 
-/* Peak of this kernel's inner step (sign, maddubs, madd, add): 12 chains. 32
- * multiply-adds per step. */
+/* Peak of this kernel's inner step (sign, maddubs, madd, add), as the
+ * kernel runs it: per iteration 2 activation rows x 4 weight vectors, each
+ * row's absolute value taken once, 8 accumulator chains; 32 multiply-adds
+ * per step. The rows and weights are made opaque to the compiler every
+ * iteration: with loop-invariant operands it computed one sign/maddubs/madd
+ * per iteration for all chains (the same value) and only the additions per
+ * chain, which overstated the peak several times. */
 uint64_t npu_peak_avx2(uint64_t iters)
 {
-    __m256i acc[12];
-    __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5), ones = _mm256_set1_epi16(1);
-    for (int i = 0; i < 12; i++)
+    __m256i acc[8];
+    __m256i a0 = _mm256_set1_epi8(3), a1 = _mm256_set1_epi8(-7);
+    __m256i w0 = _mm256_set1_epi8(5), w1 = _mm256_set1_epi8(-9), w2 = _mm256_set1_epi8(11),
+            w3 = _mm256_set1_epi8(-13), ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < 8; i++)
         acc[i] = _mm256_set1_epi32(i);
     for (uint64_t it = 0; it < iters; it++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) {
-            __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(b, a));
-            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(p, ones));
+        __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(w0), "+x"(w1), "+x"(w2), "+x"(w3));
+        const __m256i aa0 = _mm256_abs_epi8(a0), aa1 = _mm256_abs_epi8(a1);
+        const __m256i w[4] = {w0, w1, w2, w3};
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            acc[j] = _mm256_add_epi32(
+                acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(aa0, _mm256_sign_epi8(w[j], a0)), ones));
+            acc[4 + j] = _mm256_add_epi32(
+                acc[4 + j],
+                _mm256_madd_epi16(_mm256_maddubs_epi16(aa1, _mm256_sign_epi8(w[j], a1)), ones));
         }
-        __asm__ volatile("" : "+x"(a));
     }
     __m256i s = acc[0];
-    for (int i = 1; i < 12; i++)
+    for (int i = 1; i < 8; i++)
         s = _mm256_add_epi32(s, acc[i]);
     int32_t v[8];
     _mm256_storeu_si256((__m256i *)v, s);
