@@ -79,10 +79,11 @@ int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out)
     b->k4 = (k + 3) & ~3u;
     b->n16 = (n + 15) & ~15u;
     b->rowsum = sl_alloc_aligned(sizeof(int32_t) * b->n16, 64);
+    b->wide = sl_calloc(b->n16 / 16, 1);
     const size_t bytes = (size_t)b->n16 * b->k4;
     const uintptr_t huge = (uintptr_t)2 << 20;
     b->packed = sl_alloc_aligned(bytes, bytes >= huge ? huge : 64);
-    if (!b->rowsum || !b->packed) {
+    if (!b->rowsum || !b->packed || !b->wide) {
         npu_gemm_b_destroy(b);
         return -ENOMEM;
     }
@@ -107,6 +108,16 @@ int npu_gemm_b_set_rows(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, ui
         return -EINVAL;
     const struct npu_kernel_ops *ops = npu_kernel_ops(npu_kernel_best());
     npu_pack_fn *pack = ops->pack ? ops->pack : npu_ops_scalar.pack;
+    /* each block of the range: any code beyond +-64? (blocks are whole here:
+     * r0 % 16 == 0, and r1 is a multiple of 16 or n) */
+    for (uint32_t r = r0; r < r1; r += 16) {
+        const int8_t *q = src + (size_t)(r - r0) * b->k;
+        size_t len = (size_t)((r1 - r < 16) ? r1 - r : 16) * b->k;
+        int big = 0;
+        for (size_t i = 0; i < len; i++)
+            big |= q[i] > 64 || q[i] < -64;
+        b->wide[r / 16] = (uint8_t)big;
+    }
     /* the AVX2 kernel negates weights: -128 has no int8 negation */
     return pack(b, src, r0, r1) ? -ERANGE : 0;
 }
@@ -135,6 +146,7 @@ void npu_gemm_b_destroy(struct npu_gemm_b *b)
         return;
     sl_free_aligned(b->rowsum);
     sl_free_aligned(b->packed);
+    free(b->wide);
     free(b);
 }
 
@@ -204,7 +216,7 @@ double npu_gemm_peak_gops(enum npu_kernel k, double seconds)
         loop = npu_peak_avx512vnni, macs_per_iter = 16 * 64;
         break;
     case NPU_KERNEL_AVX2:
-        loop = npu_peak_avx2, macs_per_iter = 8 * 32;
+        loop = npu_peak_avx2, macs_per_iter = 6 * 32;
         break;
 #endif
     default:

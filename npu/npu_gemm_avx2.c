@@ -73,12 +73,16 @@ AI void store8(__m256i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0
         }
 }
 
-/* MR rows (of an LR-row tile) x nbk blocks (2 ymm each). */
-AI void tile(const int MR, const int NBK, const uint8_t *a, const int8_t *bp, size_t bstride,
-             const struct npu_gemm_args *g, uint32_t i0, uint32_t c0)
+/* MR rows (of an LR-row tile) x nbk blocks (2 ymm each). NARROW: every
+ * code of the blocks is within +-64, so the step is maddubs(a + 128, b)
+ * (pair sums at most 2 x 255 x 64 = 32640: exact in int16), madd, add, and
+ * 128 x rowsum(b) comes off at the end: the same int32 sums with one
+ * instruction less per step and no absolute value per row. */
+AI void tile(const int MR, const int NBK, const int NARROW, const uint8_t *a, const int8_t *bp,
+             size_t bstride, const struct npu_gemm_args *g, uint32_t i0, uint32_t c0)
 {
     const uint32_t groups = g->b->k4 / 4;
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
     __m256i acc[LR][2 * NB];
 #pragma GCC unroll 3
     for (int i = 0; i < MR; i++)
@@ -96,12 +100,31 @@ AI void tile(const int MR, const int NBK, const uint8_t *a, const int8_t *bp, si
         for (int i = 0; i < MR; i++) {
             int32_t t;
             memcpy(&t, aq + 4 * i, 4);
-            const __m256i av = _mm256_set1_epi32(t), aa = _mm256_abs_epi8(av);
+            const __m256i av = _mm256_set1_epi32(t);
+            if (NARROW) {
+                const __m256i au = _mm256_xor_si256(av, flip); /* a + 128, unsigned */
 #pragma GCC unroll 4
-            for (int j = 0; j < 2 * NBK; j++)
-                acc[i][j] = _mm256_add_epi32(
-                    acc[i][j],
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(w[j], av)), ones));
+                for (int j = 0; j < 2 * NBK; j++)
+                    acc[i][j] = _mm256_add_epi32(
+                        acc[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(au, w[j]), ones));
+            } else {
+                const __m256i aa = _mm256_abs_epi8(av);
+#pragma GCC unroll 4
+                for (int j = 0; j < 2 * NBK; j++)
+                    acc[i][j] = _mm256_add_epi32(
+                        acc[i][j],
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(w[j], av)), ones));
+            }
+        }
+    }
+    if (NARROW) {
+#pragma GCC unroll 4
+        for (int j = 0; j < 2 * NBK; j++) {
+            const __m256i corr = _mm256_slli_epi32(
+                _mm256_loadu_si256((const __m256i *)(g->b->rowsum + c0 + 8 * (uint32_t)j)), 7);
+#pragma GCC unroll 3
+            for (int i = 0; i < MR; i++)
+                acc[i][j] = _mm256_sub_epi32(acc[i][j], corr);
         }
     }
 #pragma GCC unroll 3
@@ -111,31 +134,37 @@ AI void tile(const int MR, const int NBK, const uint8_t *a, const int8_t *bp, si
             store8(acc[i][j], g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
 }
 
+/* One column of tiles (NBK blocks from bp) over every row. */
+AI void tiles_col(const int NBK, const int NARROW, const struct npu_gemm_args *g,
+                  const int8_t *bp, size_t bstride, uint32_t c0)
+{
+    const uint32_t k4 = g->b->k4, mfull = g->m / LR * LR;
+    for (uint32_t i = 0; i < mfull; i += LR)
+        tile(LR, NBK, NARROW, g->a + (size_t)i * k4, bp, bstride, g, i, c0);
+    if (g->m - mfull == 2)
+        tile(2, NBK, NARROW, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
+    else if (g->m - mfull == 1)
+        tile(1, NBK, NARROW, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
+}
+
 static void gemm_avx2(const struct npu_gemm_args *g)
 {
     if (g->m == 0 || g->r1 <= g->r0)
         return;
-    const uint32_t k4 = g->b->k4;
     const size_t bstride = npu_gemm_b_block_bytes(g->b);
     const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
-    const uint32_t mfull = g->m / LR * LR;
     for (uint32_t bl = blk0; bl < blk1; bl += NB) {
         const int8_t *bp = g->b->packed + (size_t)bl * bstride;
         const uint32_t c0 = bl * 16;
         if (blk1 - bl >= NB) {
-            for (uint32_t i = 0; i < mfull; i += LR)
-                tile(LR, NB, g->a + (size_t)i * k4, bp, bstride, g, i, c0);
-            if (g->m - mfull == 2)
-                tile(2, NB, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
-            else if (g->m - mfull == 1)
-                tile(1, NB, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
-        } else { /* one block left */
-            for (uint32_t i = 0; i < mfull; i += LR)
-                tile(LR, 1, g->a + (size_t)i * k4, bp, bstride, g, i, c0);
-            if (g->m - mfull == 2)
-                tile(2, 1, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
-            else if (g->m - mfull == 1)
-                tile(1, 1, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
+            if (!g->b->wide[bl] && !g->b->wide[bl + 1])
+                tiles_col(NB, 1, g, bp, bstride, c0);
+            else
+                tiles_col(NB, 0, g, bp, bstride, c0);
+        } else if (!g->b->wide[bl]) { /* one block left */
+            tiles_col(1, 1, g, bp, bstride, c0);
+        } else {
+            tiles_col(1, 0, g, bp, bstride, c0);
         }
     }
 }
@@ -190,37 +219,38 @@ static float absmax_avx2(const float *x, size_t n)
 const struct npu_kernel_ops npu_ops_avx2 = {prep_avx2, gemm_avx2,   NULL, quant_avx2,
                                             absmax_avx2, 1, tile_names};
 
-/* Peak of this kernel's inner step (sign, maddubs, madd, add), as the
- * kernel runs it: per iteration 2 activation rows x 4 weight vectors, each
- * row's absolute value taken once, 8 accumulator chains; 32 multiply-adds
- * per step. The rows and weights are made opaque to the compiler every
- * iteration: with loop-invariant operands it computed one sign/maddubs/madd
- * per iteration for all chains (the same value) and only the additions per
- * chain, which overstated the peak several times. */
+/* Peak of this kernel's fastest inner step, as the kernel runs it: the
+ * narrow step (maddubs of unsigned activations and codes within +-64, madd,
+ * add; 5-bit weights take it) for 2 activation rows x 3 weight vectors, 6
+ * accumulator chains, 32 multiply-adds per step. The wide step (with
+ * vpsignb, for codes beyond +-64) is slower, so a kernel on 8-bit weights
+ * stays below this. The rows and weights are made opaque to the compiler
+ * every iteration: with loop-invariant operands it computed one
+ * sign/maddubs/madd per iteration for all chains (the same value) and only
+ * the additions per chain, which overstated the peak. */
+#define PEAK_STEP(acc, u, w) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, w), ones))
+
 uint64_t npu_peak_avx2(uint64_t iters)
 {
-    __m256i acc[8];
-    __m256i a0 = _mm256_set1_epi8(3), a1 = _mm256_set1_epi8(-7);
+    /* the rows already unsigned (the kernel's a XOR 0x80 is one instruction
+     * per row and 4 steps); 6 accumulators, 2 rows, 3 weights and the ones
+     * in 12 registers, so that nothing is spilled */
+    __m256i u0 = _mm256_set1_epi8((char)131), u1 = _mm256_set1_epi8((char)121);
     __m256i w0 = _mm256_set1_epi8(5), w1 = _mm256_set1_epi8(-9), w2 = _mm256_set1_epi8(11),
-            w3 = _mm256_set1_epi8(-13), ones = _mm256_set1_epi16(1);
-    for (int i = 0; i < 8; i++)
-        acc[i] = _mm256_set1_epi32(i);
+            ones = _mm256_set1_epi16(1);
+    __m256i c0 = _mm256_set1_epi32(0), c1 = _mm256_set1_epi32(1), c2 = _mm256_set1_epi32(2),
+            c3 = _mm256_set1_epi32(3), c4 = _mm256_set1_epi32(4), c5 = _mm256_set1_epi32(5);
     for (uint64_t it = 0; it < iters; it++) {
-        __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(w0), "+x"(w1), "+x"(w2), "+x"(w3));
-        const __m256i aa0 = _mm256_abs_epi8(a0), aa1 = _mm256_abs_epi8(a1);
-        const __m256i w[4] = {w0, w1, w2, w3};
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            acc[j] = _mm256_add_epi32(
-                acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(aa0, _mm256_sign_epi8(w[j], a0)), ones));
-            acc[4 + j] = _mm256_add_epi32(
-                acc[4 + j],
-                _mm256_madd_epi16(_mm256_maddubs_epi16(aa1, _mm256_sign_epi8(w[j], a1)), ones));
-        }
+        __asm__ volatile("" : "+x"(u0), "+x"(u1), "+x"(w0), "+x"(w1), "+x"(w2));
+        PEAK_STEP(c0, u0, w0);
+        PEAK_STEP(c1, u0, w1);
+        PEAK_STEP(c2, u0, w2);
+        PEAK_STEP(c3, u1, w0);
+        PEAK_STEP(c4, u1, w1);
+        PEAK_STEP(c5, u1, w2);
     }
-    __m256i s = acc[0];
-    for (int i = 1; i < 8; i++)
-        s = _mm256_add_epi32(s, acc[i]);
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)),
+                                 _mm256_add_epi32(c4, c5));
     int32_t v[8];
     _mm256_storeu_si256((__m256i *)v, s);
     return (uint64_t)(uint32_t)(v[0] + v[7]);

@@ -32,6 +32,12 @@ struct npu_gemm_b {
     uint32_t k4, n16;      /* k rounded up to 4, n to 16 */
     int8_t *packed;        /* [n16/16][k4/4][16][4], zero beyond n and k */
     int32_t *rowsum;       /* [n16] sum of each row's codes (the +128 correction / 128) */
+    /* [n16 / 16] 1 where a code of the 16-channel block is beyond +-64 (set
+     * by npu_gemm_b_set_rows whatever the packer): blocks within it take the
+     * AVX2 kernel's shorter step, unsigned activations times codes whose
+     * pair sums cannot saturate (2 x 255 x 64 < 32768), then the rowsum
+     * correction, as the VNNI kernels do */
+    uint8_t *wide;
 };
 
 /* Two-step preparation (npu_gemm_b_create is both): allocate, then fill

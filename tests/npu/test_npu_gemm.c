@@ -3,7 +3,9 @@
  * float outputs), over shapes that are not multiples of the tiles (m, n, k),
  * k not a multiple of 4, output ranges [r0, r1) that start and end inside a
  * 16-channel block, and all-extreme inputs (every a and b at +-127, where a
- * saturating kernel would differ); the prepared-weight and quantization
+ * saturating kernel would differ), also for weights whose codes are within
+ * +-64 (the AVX2 kernel's unsigned step: b at +-64, a at +-127), alone and
+ * mixed with wide blocks; the prepared-weight and quantization
  * contracts of npu.h. */
 #include <errno.h>
 #include <math.h>
@@ -52,10 +54,18 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
 {
     int8_t *a = malloc((size_t)m * k + 1), *b = malloc((size_t)n * k + 1);
     float *scale = malloc(sizeof(float) * n);
-    fill(a, (size_t)m * k, mode);
-    fill(b, (size_t)n * k, mode);
+    fill(a, (size_t)m * k, mode >= 3 ? (mode == 4 ? 2 : 0) : mode);
+    fill(b, (size_t)n * k, mode >= 3 ? (mode == 4 ? 2 : 0) : mode);
     if (mode == 1) /* a = 127, b = -127: the most negative sums */
         memset(b, 0x81, (size_t)n * k);
+    /* narrow codes (|b| <= 64: the AVX2 kernel's shorter step), 3: random,
+     * 4: +-64 against +-127 activations (the largest pair sums), 5: narrow
+     * but for a few random rows (mixed blocks) */
+    for (size_t i = 0; mode >= 3 && i < (size_t)n * k; i++)
+        b[i] = mode == 4 ? (int8_t)(b[i] > 0 ? 64 : -64) : (int8_t)(b[i] / 2 - (b[i] > 0));
+    for (uint32_t r = 0; mode == 5 && r < n; r++)
+        if (test_rng_below(&rng, 5) == 0)
+            fill(b + (size_t)r * k, k, 0);
     for (uint32_t r = 0; r < n; r++)
         scale[r] = (0.5f + test_rng_float(&rng)) * 1e-3f;
     const float act = 0.0173f;
@@ -121,7 +131,8 @@ static void test_shapes(void **st)
     for (size_t a = 0; a < sizeof ms / 4; a++)
         for (size_t b = 0; b < sizeof ns / 4; b++)
             for (size_t c = 0; c < sizeof ks / 4; c++)
-                check(ms[a], ns[b], ks[c], 0, ns[b], 0);
+                for (int mode = 0; mode < 6; mode += 3)
+                    check(ms[a], ns[b], ks[c], 0, ns[b], mode);
 }
 
 static void test_ranges(void **st)
@@ -130,7 +141,7 @@ static void test_ranges(void **st)
     for (int t = 0; t < 80; t++) {
         uint32_t n = 1 + test_rng_below(&rng, 200), k = 1 + test_rng_below(&rng, 300);
         uint32_t r0 = test_rng_below(&rng, n), r1 = r0 + 1 + test_rng_below(&rng, n - r0);
-        check(1 + test_rng_below(&rng, 40), n, k, r0, r1, 0);
+        check(1 + test_rng_below(&rng, 40), n, k, r0, r1, t % 3 == 0 ? 0 : t % 3 == 1 ? 3 : 5);
     }
 }
 
@@ -140,6 +151,9 @@ static void test_extremes(void **st)
     check(7, 48, 1031, 0, 48, 1);   /* large negative sums, long k */
     check(13, 37, 2048, 0, 37, 2);  /* random signs at full magnitude */
     check(25, 70, 4099, 5, 66, 1);  /* k = 4099: pads, a range inside blocks */
+    check(13, 37, 2048, 0, 37, 4);  /* narrow codes at +-64, activations at +-127 */
+    check(11, 100, 14337, 3, 97, 4); /* the same over a long k: no int32 overflow */
+    check(9, 129, 777, 0, 129, 5);  /* narrow and wide blocks mixed */
 }
 
 /* Every kernel's weight packer against the scalar one: packed bytes and
