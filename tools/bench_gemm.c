@@ -129,7 +129,7 @@ int bench_gemm(int argc, char **argv)
     const char *peak_kind = "avx512vnni vpdpbusd zmm";
     if (peak == 0) {
         peak = npu_gemm_peak_gops(NPU_KERNEL_AVX2, 0.5);
-        peak_kind = "avx2 sign/maddubs/madd step";
+        peak_kind = "avx2 maddubs/madd/add step (codes within +-64)";
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "peak_gops", peak);

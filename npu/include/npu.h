@@ -128,8 +128,9 @@ void npu_gemm_s8_tile(enum npu_kernel kern, int tile, const struct npu_gemm_b *b
 
 /* Measured peak of the machine's int8 multiply-add units on one core, in
  * GOPS (2 ops per multiply-add), from a register-only loop of the kernel's
- * instruction (vpdpbusd for the VNNI kernels; the AVX2 kernel's
- * sign/maddubs/madd step), run for about `seconds`. 0 when unavailable. */
+ * instruction (vpdpbusd for the VNNI kernels; the AVX2 kernel's fastest
+ * step, maddubs/madd/add for codes within +-64), run for about `seconds`.
+ * 0 when unavailable. */
 double npu_gemm_peak_gops(enum npu_kernel k, double seconds);
 
 /* ---- prepared weights and the quantized linear ---------------------------------- */
