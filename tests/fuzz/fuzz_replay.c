@@ -98,7 +98,9 @@ static size_t mutate(struct test_rng *rng, uint8_t *b, size_t len, size_t cap)
     }
     case 6: /* truncation */
         return pos;
-    default: { /* extension with garbage */
+    default: { /* extension with garbage (none when the buffer is full) */
+        if (len >= cap)
+            return len;
         size_t ne = 1 + test_rng_below(rng, (uint32_t)(cap - len));
         for (size_t j = 0; j < ne; j++)
             b[len + j] = (uint8_t)test_rng_u64(rng);
