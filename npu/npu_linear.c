@@ -69,6 +69,22 @@ void npu_weights_col(const struct npu_weights *w, uint32_t c, int8_t *out)
     }
 }
 
+void npu_weights_gather_cols(const struct npu_weights *w, const uint32_t *c, uint32_t n,
+                             int8_t *out)
+{
+    const int8_t *blk = w->b->packed;
+    size_t block = (size_t)(w->b->k4 / 4) * 64; /* one block of 16 rows */
+    for (uint32_t r = 0; r < w->rows; r += 16, blk += block) {
+        uint32_t m = w->rows - r < 16 ? w->rows - r : 16;
+        for (uint32_t k = 0; k < n; k++) {
+            const int8_t *src = blk + (size_t)(c[k] / 4) * 64 + c[k] % 4;
+            int8_t *dst = out + (size_t)k * w->rows + r;
+            for (uint32_t i = 0; i < m; i++)
+                dst[i] = src[i * 4];
+        }
+    }
+}
+
 const float *npu_weights_scales(const struct npu_weights *w) { return w->scale; }
 
 int npu_weights_create(const int8_t *q, const float *scale, uint32_t rows, uint32_t cols,

@@ -387,8 +387,8 @@ struct infer_shadow_stats {
     uint64_t token_rows; /* input rows with at least one outlier */
     uint64_t cols_hot;   /* weight rows touched (input channels' columns read), one per
                             outlier: resident, contiguous */
-    uint64_t cols_cold;  /* ... gathered from the NPU's copy (a call keeps the last 64,
-                            so a channel recurring in the batch is gathered once) */
+    uint64_t cols_cold;  /* columns gathered from the NPU's copy: once per distinct
+                            non-resident channel of a call (one pass over its blocks) */
 };
 /* Reads the model's shadow.linears: -ENOENT (err says so) when the
  * container has none; -EINVAL for a malformed one; -ENOMEM. The model must
