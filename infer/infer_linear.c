@@ -131,6 +131,7 @@ int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint
     float inv = 1.0f / s;
     c->n = 0;
     c->act_scale = s;
+    c->store = 0;
     for (size_t i = 0; i < len; i++) {
         if (i % 16 == 0 && len - i >= 16 && !clip16(x + i, inv)) {
             i += 15; /* a block of 16 with nothing clipped */

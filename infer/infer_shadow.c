@@ -249,22 +249,28 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
     if (!lin || !lin->npu || rows != e->rows)
         return -EINVAL;
     uint64_t hot = 0, cold = 0, trows = 0;
-    float *acc = NULL;
+    float *acc = NULL, *acc_own = NULL;
     struct cold_cols cc = {0};
     if (clip->n) {
-        acc = sl_malloc(sizeof(float) * rows);
-        int ret = acc ? cold_gather(&cc, l, lin->npu, clip, rows, e->cols, sh->gather_max)
+        if (!clip->store)
+            acc = acc_own = sl_malloc(sizeof(float) * rows);
+        int ret = acc || clip->store
+                      ? cold_gather(&cc, l, lin->npu, clip, rows, e->cols, sh->gather_max)
                       : -ENOMEM;
         if (ret < 0) {
-            free(acc);
+            free(acc_own);
             cold_free(&cc);
             return ret;
         }
         cold = cc.n;
     }
     const float *scale = npu_weights_scales(lin->npu);
+    float s = clip->act_scale;
     for (uint32_t i = 0; i < clip->n;) {
         uint32_t r = clip->row[i];
+        float *yr = y + (size_t)r * rows;
+        if (clip->store)
+            acc = yr; /* accumulated in place, then scaled: one pass less */
         memset(acc, 0, sizeof(float) * rows);
         for (; i < clip->n && clip->row[i] == r; i++) {
             uint32_t c = clip->col[i];
@@ -286,13 +292,15 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
             }
             infer_shadow_axpy_s8(acc, clip->excess[i], w, rows);
         }
-        float *yr = y + (size_t)r * rows;
-        float s = clip->act_scale;
-        for (uint32_t o = 0; o < rows; o++)
-            yr[o] += acc[o] * (s * scale[o]);
+        if (clip->store)
+            for (uint32_t o = 0; o < rows; o++)
+                yr[o] = acc[o] * (s * scale[o]); /* = -0.0f + that */
+        else
+            for (uint32_t o = 0; o < rows; o++)
+                yr[o] += acc[o] * (s * scale[o]);
         trows++;
     }
-    free(acc);
+    free(acc_own);
     cold_free(&cc);
     __atomic_add_fetch(&sh->calls, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&sh->elements, (uint64_t)n * e->cols, __ATOMIC_RELAXED);

@@ -353,6 +353,12 @@ struct infer_clipped {
     const uint32_t *col;    /* [n] */
     const float *excess;    /* [n] */
     float act_scale;        /* s */
+    int store;              /* 1: the term must store its output into every element of
+                               the rows of y with a clipped element (y's other rows left
+                               alone) instead of adding to them: the same bits as adding
+                               it to rows of -0.0f, without initializing them (the
+                               pipeline's delta buffers; a term must honor it); 0 (what
+                               a zeroed struct and infer_find_clipped say): it adds */
 };
 typedef int (*infer_linear_term_fn)(void *ctx, int layer, uint32_t role,
                                     const struct infer_clipped *clip, float *y, uint32_t n,
