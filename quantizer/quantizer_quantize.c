@@ -181,26 +181,9 @@ static int uses_allocation(const struct quantizer_opts *o)
            !o->uniform_widths;
 }
 
-/* The average width of a role's tensors: bits plus the role's offset. */
-static double bits_for(const struct quantizer_opts *o, int role)
+static struct quantizer_tensor_rule rule_for(const struct qctx *q, const float *out_max)
 {
-    double b = o->bits + (role >= 0 && role < FORMAT_ROLE_COUNT ? o->role_bits[role] : 0.0);
-    return b < 1 ? 1 : b > 8 ? 8 : b;
-}
-
-static int has_role_bits(const struct quantizer_opts *o)
-{
-    for (int k = 0; k < FORMAT_ROLE_COUNT; k++)
-        if (o->role_bits[k] != 0)
-            return 1;
-    return 0;
-}
-
-/* role -1: a group's search (the average width) */
-static struct quantizer_tensor_rule rule_for(const struct qctx *q, const float *out_max, int role)
-{
-    struct quantizer_tensor_rule r = {
-        .bits = bits_for(q->o, role), .metric = q->o->metric, .clip = q->clip};
+    struct quantizer_tensor_rule r = {.bits = q->o->bits, .metric = q->o->metric, .clip = q->clip};
     if (!uses_allocation(q->o))
         r.uniform_bits = (uint8_t)q->o->bits;
     if (q->o->method == QUANTIZER_METHOD_CMPQ)
@@ -288,7 +271,7 @@ static int choose_scaling(struct qctx *q, const struct quantizer_calib_slot *sl,
         if (!q->o->search_in_sample)
             g.in_max_fit = in_max_fit;
         memcpy(g.m, m, sizeof(*m) * (size_t)nm);
-        struct quantizer_tensor_rule r = rule_for(q, row_weight, -1);
+        struct quantizer_tensor_rule r = rule_for(q, row_weight);
         alpha = quantizer_smooth_search(&g, &r, q->o->alpha_steps, SEARCH_ROWS, q->o->alpha_one_se,
                                         s, NULL);
         if (alpha < 0) {
@@ -673,7 +656,7 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
         q->next_channel += rows;
     } else {
         cw = cmpq_weights(q, layer, role, rows);
-        struct quantizer_tensor_rule r = rule_for(q, cw, (int)role);
+        struct quantizer_tensor_rule r = rule_for(q, cw);
         ret = quantizer_tensor_widths(wf, rows, cols, NULL, &r, widths);
         if (ret < 0) {
             sl_err_set(q->err, "bit allocation failed for layer %d %s (%s)", layer,
@@ -846,16 +829,6 @@ static int write_meta(const struct qctx *q, struct format_writer *w, struct sl_e
                    o->budget == QUANTIZER_BUDGET_GLOBAL ? "global" : "tensor");
     if (!ret && o->budget_select)
         ret = meta(w, "quant.budget_select", err, "%s", o->budget_select);
-    if (!ret && has_role_bits(o)) {
-        char buf[512];
-        size_t n = 0;
-        buf[0] = 0;
-        for (int k = 0; k < FORMAT_ROLE_COUNT && n < sizeof buf; k++)
-            if (o->role_bits[k] != 0)
-                n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s=%+g", n ? "," : "",
-                                      format_role_name((enum format_role)k), o->role_bits[k]);
-        ret = meta(w, "quant.role_bits", err, "%s", buf);
-    }
     if (!ret && o->budget == QUANTIZER_BUDGET_GLOBAL)
         ret = meta(w, "quant.global_objective", err, "%s",
                    o->global == QUANTIZER_GLOBAL_WEIGHT ? "weight" : "tensor-mean");
@@ -928,17 +901,6 @@ static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
     }
     if ((unsigned)o->method >= QUANTIZER_METHOD_COUNT) {
         sl_err_set(err, "unknown method %d", (int)o->method);
-        return -EINVAL;
-    }
-    for (int k = 0; k < FORMAT_ROLE_COUNT; k++)
-        if (!(o->role_bits[k] >= -7 && o->role_bits[k] <= 7)) {
-            sl_err_set(err, "the width offset of role %s must be within -7..7 (got %g)",
-                       format_role_name((enum format_role)k), o->role_bits[k]);
-            return -EINVAL;
-        }
-    if (has_role_bits(o) && (!uses_allocation(o) || o->budget == QUANTIZER_BUDGET_GLOBAL)) {
-        sl_err_set(err, "per-role widths need per-channel allocation (edgeflow or cmpq) and "
-                        "the tensor budget");
         return -EINVAL;
     }
     if (!uses_allocation(o) && o->bits != floor(o->bits)) {

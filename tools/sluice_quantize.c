@@ -79,10 +79,6 @@ static void usage(FILE *f)
             "                        text)\n"
             "  --sample-rows N       input rows kept per layer for the search, 0..65536\n"
             "                        (default 256)\n"
-            "  --role-bits R=D[,..]  with --budget tensor: the tensors of role R (wq wk wv wo\n"
-            "                        w_gate w_up w_down tok_embd classifier) get B + D bits\n"
-            "                        on average (clamped to 1..8; D within -7..7), e.g.\n"
-            "                        wv=1,w_down=0.5,wq=-0.5\n"
             "  --gptq                round the decoder linears' weights with GPTQ's error\n"
             "                        compensation (Hessian of the kept calibration rows; same\n"
             "                        grids and scales; O(cols^3) per tensor: small models)\n"
@@ -284,38 +280,6 @@ static int quantize_auto(const char *container, const struct quantizer_calib *ca
     return ret;
 }
 
-/* "wv=1,w_down=0.5" into off[role]; -1 on a malformed list, an unknown or
- * non-linear role, or an offset outside -7..7. */
-static int parse_role_bits(const char *spec, double *off)
-{
-    static const enum format_role roles[] = {
-        FORMAT_ROLE_WQ,    FORMAT_ROLE_WK,     FORMAT_ROLE_WV,       FORMAT_ROLE_WO,
-        FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP, FORMAT_ROLE_W_DOWN, FORMAT_ROLE_TOK_EMBD,
-        FORMAT_ROLE_CLASSIFIER};
-    const char *p = spec;
-    while (*p) {
-        const char *eq = strchr(p, '=');
-        if (!eq)
-            return -1;
-        int k = -1;
-        for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
-            const char *name = format_role_name(roles[i]);
-            if (strlen(name) == (size_t)(eq - p) && !strncmp(p, name, (size_t)(eq - p)))
-                k = (int)roles[i];
-        }
-        char *end;
-        errno = 0;
-        double v = strtod(eq + 1, &end);
-        if (k < 0 || end == eq + 1 || errno || !(v >= -7 && v <= 7) || (*end && *end != ','))
-            return -1;
-        off[k] = v;
-        p = *end ? end + 1 : end;
-        if (*end && !*p)
-            return -1; /* a trailing comma */
-    }
-    return p == spec ? -1 : 0;
-}
-
 int cmd_quantize(int argc, char **argv)
 {
     static const char *const budgets[] = {"tensor", "global", "auto"};
@@ -331,7 +295,6 @@ int cmd_quantize(int argc, char **argv)
         .shadow_quantile = 0.99, .shadow_cover = 0.8, .shadow_hot_max = 0.02};
     uint32_t calib_tokens = 0, sample_rows = 256, select_tokens = SELECT_TOKENS;
     int budget = 2; /* auto */
-    int role_bits_set = 0;
     static const char *const encodings[] = {"adaptive", "int4int8", "bitplane"};
     static const enum format_encoding encoding_ids[] = {
         FORMAT_ENC_ADAPTIVE, FORMAT_ENC_INT4INT8, FORMAT_ENC_BITPLANE};
@@ -381,15 +344,6 @@ int cmd_quantize(int argc, char **argv)
             o.clip = (enum quantizer_clip)v;
         } else if (!strcmp(a, "--gptq")) {
             o.gptq = 1;
-        } else if (!strcmp(a, "--role-bits")) {
-            const char *spec = NULL;
-            bad = tools_args_value(&args, &spec) < 0 || parse_role_bits(spec, o.role_bits) < 0;
-            if (bad && spec)
-                fprintf(stderr, "sluice quantize: --role-bits wants ROLE=OFFSET[,ROLE=OFFSET...] "
-                                "(roles wq wk wv wo w_gate w_up w_down tok_embd classifier, "
-                                "offsets within -7..7), got '%s'\n",
-                        spec ? spec : "");
-            role_bits_set = 1;
         } else if (!strcmp(a, "--shadow")) {
             o.shadow = 1;
         } else if (!strcmp(a, "--shadow-quantile")) {
@@ -424,10 +378,6 @@ int cmd_quantize(int argc, char **argv)
     }
     if (!src || !out || o.bits == 0) {
         fprintf(stderr, "sluice quantize: needs SRC, -o MODEL.sluice and --bits B (see --help)\n");
-        return 2;
-    }
-    if (role_bits_set && budget != 0) {
-        fprintf(stderr, "sluice quantize: --role-bits needs --budget tensor\n");
         return 2;
     }
     if (!calib_tokens)

@@ -176,9 +176,6 @@ struct quantizer_opts {
                                      in [0, 1] (0: no limit) */
     int gptq;                     /* 1: decoder linears' codes rounded with GPTQ's error
                                      compensation on the calibration rows (same grids) */
-    double role_bits[FORMAT_ROLE_COUNT]; /* tensor budget, edgeflow/cmpq: added to bits for
-                                            the tensors of that role (the sum clamped to
-                                            [1, 8]), each in [-7, 7]; all 0: none */
     quantizer_progress_fn progress;
     void *progress_ctx;
 };

@@ -428,45 +428,6 @@ static const char *meta(struct format_reader *r, const char *key)
     return b;
 }
 
-/* --role-bits: a role's tensors get the average width plus its offset, the
- * others the average; recorded as quant.role_bits; refused with the global
- * budget and out of range. */
-static void test_role_bits(void **st)
-{
-    (void)st;
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 4, .alpha = -1};
-    o.role_bits[FORMAT_ROLE_WV] = 2;
-    o.role_bits[FORMAT_ROLE_WQ] = -1.5;
-    struct quantizer_report rep;
-    quantize(model, cal, &o, tmp("rb.sluice"), &rep);
-    struct format_reader *r;
-    struct sl_err err;
-    assert_int_equal(format_reader_open(tmp("rb.sluice"), &r, &err), 0);
-    for (uint32_t i = 0; i < format_reader_n_tensors(r); i++) {
-        const struct format_tensor_info *t = format_reader_tensor(r, i);
-        if (!format_encoding_traits(t->encoding)->quantized)
-            continue;
-        double sum = 0, n = 0;
-        for (int b = 1; b <= FORMAT_MAX_BITS; b++) {
-            sum += (double)b * t->bits_hist[b];
-            n += t->bits_hist[b];
-        }
-        double want = t->role == FORMAT_ROLE_WV ? 6 : t->role == FORMAT_ROLE_WQ ? 2.5 : 4;
-        if (fabs(sum / n - want) > 0.25)
-            fail_msg("%s: mean width %.3f, want about %.1f", t->name, sum / n, want);
-    }
-    assert_string_equal(meta(r, "quant.role_bits"), "wq=-1.5,wv=+2");
-    format_reader_close(r);
-    o.budget = QUANTIZER_BUDGET_GLOBAL;
-    assert_int_equal(quantizer_quantize(model, cal, &o, tmp("rb2.sluice"), &rep, &err), -EINVAL);
-    assert_non_null(strstr(err.msg, "per-role"));
-    o.budget = QUANTIZER_BUDGET_TENSOR;
-    o.role_bits[FORMAT_ROLE_WK] = 9;
-    assert_int_equal(quantizer_quantize(model, cal, &o, tmp("rb2.sluice"), &rep, &err), -EINVAL);
-    assert_non_null(strstr(err.msg, "wk"));
-    assert_int_equal(access(tmp("rb2.sluice"), F_OK), -1);
-}
-
 static void test_activations_and_metadata(void **st)
 {
     (void)st;
@@ -773,7 +734,6 @@ int main(void)
         cmocka_unit_test(test_global_budget),
         cmocka_unit_test(test_encodings),
         cmocka_unit_test(test_activations_and_metadata),
-        cmocka_unit_test(test_role_bits),
         cmocka_unit_test(test_runs_int8),
         cmocka_unit_test(test_untied_embedding),
         cmocka_unit_test(test_errors),
