@@ -291,5 +291,9 @@ void infer_shadow_axpy_s8_scalar(float *acc, float e, const int8_t *w, uint32_t 
 void infer_shadow_axpy_s8_avx2(float *acc, float e, const int8_t *w, uint32_t n);
 void infer_shadow_axpy_s8_avx512(float *acc, float e, const int8_t *w, uint32_t n);
 void infer_shadow_axpy_s8(float *acc, float e, const int8_t *w, uint32_t n);
+/* Bytes of non-resident weight columns a term call gathers in one pass over
+ * the NPU's blocks (default 32 MiB); the rest it reads one column at a time
+ * (tests: both paths give the same bits). */
+void infer_shadow_set_gather_max(struct infer_shadow *sh, size_t bytes);
 
 #endif

@@ -20,7 +20,8 @@
 #define SLUICE_KERNELS_X86 0
 #endif
 
-#define SHADOW_CACHE 64 /* cold columns a term call keeps */
+#define SHADOW_CACHE 64                        /* past the gather: cold columns a call keeps */
+#define SHADOW_GATHER_MAX ((size_t)32 << 20) /* default gather_max */
 
 struct shadow_lin {
     const struct format_shadow_linear *e; /* NULL: not described */
@@ -33,6 +34,7 @@ struct infer_shadow {
     uint32_t n, enabled;
     struct shadow_lin *lin; /* [(n_layers + 1) * FORMAT_ROLE_COUNT], classifier last */
     size_t bytes;
+    size_t gather_max; /* bytes of columns a call gathers in one pass */
     /* statistics, added to by concurrent terms (atomics) */
     uint64_t calls, elements, clipped, token_rows, cols_hot, cols_cold;
 };
@@ -68,6 +70,7 @@ int infer_shadow_create(struct infer_model *m, struct infer_shadow **out, struct
         return -ENOMEM;
     }
     sh->m = m;
+    sh->gather_max = SHADOW_GATHER_MAX;
     int ret = format_shadow_parse(&m->cfg, v, len, &sh->e, &sh->n, err);
     if (ret < 0) {
         sl_err_prefix(err, "%s", format_reader_path(r));
@@ -131,6 +134,8 @@ uint32_t infer_shadow_linears(const struct infer_shadow *sh, uint32_t *enabled)
 
 size_t infer_shadow_bytes(const struct infer_shadow *sh) { return sh->bytes; }
 
+void infer_shadow_set_gather_max(struct infer_shadow *sh, size_t bytes) { sh->gather_max = bytes; }
+
 void infer_shadow_get_stats(const struct infer_shadow *sh, struct infer_shadow_stats *st)
 {
     st->calls = __atomic_load_n(&sh->calls, __ATOMIC_RELAXED);
@@ -170,6 +175,68 @@ void infer_shadow_axpy_s8(float *acc, float e, const int8_t *w, uint32_t n)
     infer_shadow_axpy_s8_scalar(acc, e, w, n);
 }
 
+/* The columns a call reads that are not resident: each gathered once from
+ * the NPU's copy, in one pass over its blocks (npu_weights_gather_cols),
+ * up to gather_max bytes; past that, one at a time into a small
+ * direct-mapped cache. */
+
+struct cold_cols {
+    int32_t *idx;   /* [cols] gathered column index, -1: not gathered */
+    uint32_t *list; /* the gathered channels, ascending */
+    int8_t *w;      /* [n][rows] */
+    uint32_t n;
+    int8_t *cache; /* SHADOW_CACHE columns, direct-mapped by channel */
+    int32_t tag[SHADOW_CACHE];
+};
+
+static void cold_free(struct cold_cols *cc)
+{
+    free(cc->idx);
+    free(cc->list);
+    free(cc->w);
+    free(cc->cache);
+}
+
+static int cold_gather(struct cold_cols *cc, const struct shadow_lin *l, const struct npu_weights *nw,
+                       const struct infer_clipped *clip, uint32_t rows, uint32_t cols,
+                       size_t gather_max)
+{
+    cc->idx = sl_malloc(sizeof(int32_t) * cols);
+    cc->list = sl_malloc(sizeof(uint32_t) * cols);
+    if (!cc->idx || !cc->list)
+        return -ENOMEM;
+    for (uint32_t c = 0; c < cols; c++)
+        cc->idx[c] = -1;
+    for (uint32_t i = 0; i < clip->n; i++)
+        if (l->slot[clip->col[i]] < 0)
+            cc->idx[clip->col[i]] = 0; /* wanted */
+    size_t capz = gather_max / rows;
+    uint32_t cap = capz < cols ? (uint32_t)capz : cols, n = 0, over = 0;
+    for (uint32_t c = 0; c < cols; c++) {
+        if (cc->idx[c] < 0)
+            continue;
+        if (n < cap) {
+            cc->idx[c] = (int32_t)n;
+            cc->list[n++] = c;
+        } else {
+            cc->idx[c] = -1;
+            over = 1;
+        }
+    }
+    cc->n = n;
+    if (n && !(cc->w = sl_malloc((size_t)n * rows)))
+        return -ENOMEM;
+    if (n)
+        npu_weights_gather_cols(nw, cc->list, n, cc->w);
+    if (over) {
+        if (!(cc->cache = sl_malloc((size_t)SHADOW_CACHE * rows)))
+            return -ENOMEM;
+        for (int k = 0; k < SHADOW_CACHE; k++)
+            cc->tag[k] = -1;
+    }
+    return 0;
+}
+
 int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_clipped *clip,
                       float *y, uint32_t n, uint32_t rows)
 {
@@ -182,23 +249,28 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
     if (!lin || !lin->npu || rows != e->rows)
         return -EINVAL;
     uint64_t hot = 0, cold = 0, trows = 0;
-    float *acc = NULL;
-    int8_t *col = NULL; /* SHADOW_CACHE gathered cold columns, direct-mapped by channel */
-    int32_t tag[SHADOW_CACHE];
+    float *acc = NULL, *acc_own = NULL;
+    struct cold_cols cc = {0};
     if (clip->n) {
-        acc = sl_malloc(sizeof(float) * rows);
-        col = sl_malloc((size_t)SHADOW_CACHE * rows);
-        if (!acc || !col) {
-            free(acc);
-            free(col);
-            return -ENOMEM;
+        if (!clip->store)
+            acc = acc_own = sl_malloc(sizeof(float) * rows);
+        int ret = acc || clip->store
+                      ? cold_gather(&cc, l, lin->npu, clip, rows, e->cols, sh->gather_max)
+                      : -ENOMEM;
+        if (ret < 0) {
+            free(acc_own);
+            cold_free(&cc);
+            return ret;
         }
-        for (int k = 0; k < SHADOW_CACHE; k++)
-            tag[k] = -1;
+        cold = cc.n;
     }
     const float *scale = npu_weights_scales(lin->npu);
+    float s = clip->act_scale;
     for (uint32_t i = 0; i < clip->n;) {
         uint32_t r = clip->row[i];
+        float *yr = y + (size_t)r * rows;
+        if (clip->store)
+            acc = yr; /* accumulated in place, then scaled: one pass less */
         memset(acc, 0, sizeof(float) * rows);
         for (; i < clip->n && clip->row[i] == r; i++) {
             uint32_t c = clip->col[i];
@@ -207,25 +279,29 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
             if (k >= 0) {
                 w = e->w + (size_t)k * rows;
                 hot++;
-            } else { /* gathered from the NPU's copy, kept for the call's next rows */
+            } else if (cc.idx[c] >= 0) {
+                w = cc.w + (size_t)cc.idx[c] * rows;
+            } else { /* past the gather's budget: one column at a time, cached */
                 uint32_t slot = c % SHADOW_CACHE;
-                w = col + (size_t)slot * rows;
-                if (tag[slot] != (int32_t)c) {
-                    npu_weights_col(lin->npu, c, col + (size_t)slot * rows);
-                    tag[slot] = (int32_t)c;
+                w = cc.cache + (size_t)slot * rows;
+                if (cc.tag[slot] != (int32_t)c) {
+                    npu_weights_col(lin->npu, c, cc.cache + (size_t)slot * rows);
+                    cc.tag[slot] = (int32_t)c;
                     cold++;
                 }
             }
             infer_shadow_axpy_s8(acc, clip->excess[i], w, rows);
         }
-        float *yr = y + (size_t)r * rows;
-        float s = clip->act_scale;
-        for (uint32_t o = 0; o < rows; o++)
-            yr[o] += acc[o] * (s * scale[o]);
+        if (clip->store)
+            for (uint32_t o = 0; o < rows; o++)
+                yr[o] = acc[o] * (s * scale[o]); /* = -0.0f + that */
+        else
+            for (uint32_t o = 0; o < rows; o++)
+                yr[o] += acc[o] * (s * scale[o]);
         trows++;
     }
-    free(acc);
-    free(col);
+    free(acc_own);
+    cold_free(&cc);
     __atomic_add_fetch(&sh->calls, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&sh->elements, (uint64_t)n * e->cols, __ATOMIC_RELAXED);
     __atomic_add_fetch(&sh->clipped, clip->n, __ATOMIC_RELAXED);

@@ -108,7 +108,8 @@ static void add_delta(struct pl *p, struct chunkbuf *b, int layer, uint32_t role
 
 /* PL_SHADOW: the model's linear term on what the quantizer clips of the
  * matmul's input (found exactly as infer_linear_exec finds it), into the
- * chunk's delta rows (-0.0f first, so that an added value keeps its bits). */
+ * chunk's delta rows (stored whole: what the term would add to rows of -0.0f,
+ * so that adding them to the matmul's output gives the plain forward's bits). */
 static int run_shadow(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
                       struct sl_err *err)
 {
@@ -125,10 +126,7 @@ static int run_shadow(struct pl *p, struct chunkbuf *b, int layer, uint32_t role
         memset(b->touched[role], 0, n);
         for (uint32_t i = 0; i < clip.n; i++)
             b->touched[role][clip.row[i]] = 1;
-        for (uint32_t r = 0; r < n; r++)
-            if (b->touched[role][r])
-                for (uint32_t c = 0; c < lin->rows; c++)
-                    b->delta[role][(size_t)r * lin->rows + c] = -0.0f;
+        clip.store = 1; /* the touched rows written whole: no initialization */
         ret = p->m->term(p->m->term_ctx, layer, role, &clip, b->delta[role], n, lin->rows);
     }
     if (ret == 0 && role == FORMAT_ROLE_CLASSIFIER && b->touched[role][0])

@@ -69,6 +69,42 @@ void npu_weights_col(const struct npu_weights *w, uint32_t c, int8_t *out)
     }
 }
 
+void npu_weights_gather_cols(const struct npu_weights *w, const uint32_t *c, uint32_t n,
+                             int8_t *out)
+{
+    if (!n)
+        return;
+    const int8_t *blk = w->b->packed;
+    size_t block = (size_t)(w->b->k4 / 4) * 64; /* one block of 16 rows */
+    /* the lines are scattered (latency-bound): each read is prefetched
+     * PF reads ahead, across the end of a block into the next */
+    enum { PF = 16 };
+    uint32_t pk = 0;
+    const int8_t *pb = blk;
+    for (uint32_t j = 0; j < PF; j++) {
+        __builtin_prefetch(pb + (size_t)(c[pk] / 4) * 64);
+        if (++pk == n) {
+            pk = 0;
+            pb += block;
+        }
+    }
+    for (uint32_t r = 0; r < w->rows; r += 16, blk += block) {
+        uint32_t m = w->rows - r < 16 ? w->rows - r : 16;
+        for (uint32_t k = 0; k < n; k++) {
+            if (pb < w->b->packed + (size_t)(w->b->n16 / 16) * block)
+                __builtin_prefetch(pb + (size_t)(c[pk] / 4) * 64);
+            if (++pk == n) {
+                pk = 0;
+                pb += block;
+            }
+            const int8_t *src = blk + (size_t)(c[k] / 4) * 64 + c[k] % 4;
+            int8_t *dst = out + (size_t)k * w->rows + r;
+            for (uint32_t i = 0; i < m; i++)
+                dst[i] = src[i * 4];
+        }
+    }
+}
+
 const float *npu_weights_scales(const struct npu_weights *w) { return w->scale; }
 
 int npu_weights_create(const int8_t *q, const float *scale, uint32_t rows, uint32_t cols,

@@ -18,6 +18,7 @@
 #include "sluice.h"
 #include "tools_spec.h"
 #include "tools_attn.h"
+#include "tools_shadow.h"
 #include "tools_util.h"
 
 /* --resident's default: auto (infer.h): packed where the model's int8
@@ -127,6 +128,7 @@ struct run_stats {
     struct infer_pipeline_stats pipeline;
     struct infer_session_stats session;
     struct tools_spec_result spec;
+    struct tools_shadow_snap shadow; /* after the prefill */
 };
 
 /* The printed text, kept for --json. */
@@ -423,6 +425,7 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     if (ret < 0)
         goto fail;
     st->prefill_s = (double)((first.sampled ? first.t : sl_now_ns()) - t0) / 1e9;
+    tools_shadow_snap(infer_session_model(sess), &st->shadow);
     /* run.c stops at BOS; EOS ends a sequence too */
     const int stop[2] = {(int)c->bos_id, (int)c->eos_id};
     struct gen_out g = {.first = &first, .prev = tokens[n_prompt - 1], .max = o->n_gen};
@@ -498,6 +501,7 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(pj, "npu_busy_s", ps->npu_busy_s);
     cJSON_AddNumberToObject(pj, "cpu_busy_s", ps->cpu_busy_s);
     cJSON_AddNumberToObject(pj, "shadow_s", ps->shadow_s);
+    tools_shadow_snap_json(&st->shadow, pj); /* the prefill's shadow statistics */
     cJSON_AddNumberToObject(pj, "bubble_npu", ps->bubble_npu);
     cJSON_AddNumberToObject(pj, "bubble_cpu", ps->bubble_cpu);
     cJSON_AddNumberToObject(pj, "stall_s", ps->stall_s);

@@ -37,7 +37,7 @@ struct view {
 
 static int view_of(const struct infer_model *m, struct view *v)
 {
-    const struct infer_shadow *sh = infer_model_shadow(m);
+    const struct infer_shadow *sh = m ? infer_model_shadow(m) : NULL;
     if (!sh)
         return 0;
     infer_shadow_get_stats(sh, &v->st);
@@ -48,13 +48,9 @@ static int view_of(const struct infer_model *m, struct view *v)
 
 static double ratio(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
 
-void tools_shadow_json(const struct infer_model *m, cJSON *o)
+static void view_json(const struct view *vp, cJSON *o)
 {
-    struct view v;
-    if (!view_of(m, &v)) {
-        cJSON_AddBoolToObject(o, "shadow", 0);
-        return;
-    }
+    const struct view v = *vp;
     cJSON_AddBoolToObject(o, "shadow", 1);
     cJSON_AddNumberToObject(o, "shadow_linears", v.linears);
     cJSON_AddNumberToObject(o, "shadow_linears_on", v.on);
@@ -65,6 +61,39 @@ void tools_shadow_json(const struct infer_model *m, cJSON *o)
     cJSON_AddNumberToObject(o, "shadow_rows_hot", (double)v.st.cols_hot);
     cJSON_AddNumberToObject(o, "shadow_rows_cold", (double)v.st.cols_cold);
     cJSON_AddNumberToObject(o, "shadow_calls", (double)v.st.calls);
+}
+
+void tools_shadow_json(const struct infer_model *m, cJSON *o)
+{
+    struct view v;
+    if (!view_of(m, &v)) {
+        cJSON_AddBoolToObject(o, "shadow", 0);
+        return;
+    }
+    view_json(&v, o);
+}
+
+void tools_shadow_snap(const struct infer_model *m, struct tools_shadow_snap *s)
+{
+    struct view v;
+    memset(s, 0, sizeof *s);
+    if (!view_of(m, &v))
+        return;
+    s->on = 1;
+    s->st = v.st;
+    s->linears = v.linears;
+    s->enabled = v.on;
+    s->bytes = v.bytes;
+}
+
+void tools_shadow_snap_json(const struct tools_shadow_snap *s, cJSON *o)
+{
+    if (!s->on) {
+        cJSON_AddBoolToObject(o, "shadow", 0);
+        return;
+    }
+    struct view v = {.st = s->st, .linears = s->linears, .on = s->enabled, .bytes = s->bytes};
+    view_json(&v, o);
 }
 
 void tools_shadow_print(const struct infer_model *m, FILE *f)

@@ -16,6 +16,16 @@ int tools_shadow_parse(const char *s, int *mode);
 /* The model's shadow statistics as JSON members (shadow: false when off),
  * or as text lines on f. */
 void tools_shadow_json(const struct infer_model *m, cJSON *o);
+/* The same statistics taken at one moment (e.g. after the prefill, before
+ * decoding adds to them), for tools_shadow_snap_json later. */
+struct tools_shadow_snap {
+    int on;
+    struct infer_shadow_stats st;
+    uint32_t linears, enabled;
+    size_t bytes;
+};
+void tools_shadow_snap(const struct infer_model *m, struct tools_shadow_snap *s);
+void tools_shadow_snap_json(const struct tools_shadow_snap *s, cJSON *o);
 void tools_shadow_print(const struct infer_model *m, FILE *f);
 
 #endif

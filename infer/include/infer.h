@@ -353,6 +353,12 @@ struct infer_clipped {
     const uint32_t *col;    /* [n] */
     const float *excess;    /* [n] */
     float act_scale;        /* s */
+    int store;              /* 1: the term must store its output into every element of
+                               the rows of y with a clipped element (y's other rows left
+                               alone) instead of adding to them: the same bits as adding
+                               it to rows of -0.0f, without initializing them (the
+                               pipeline's delta buffers; a term must honor it); 0 (what
+                               a zeroed struct and infer_find_clipped say): it adds */
 };
 typedef int (*infer_linear_term_fn)(void *ctx, int layer, uint32_t role,
                                     const struct infer_clipped *clip, float *y, uint32_t n,
@@ -387,8 +393,8 @@ struct infer_shadow_stats {
     uint64_t token_rows; /* input rows with at least one outlier */
     uint64_t cols_hot;   /* weight rows touched (input channels' columns read), one per
                             outlier: resident, contiguous */
-    uint64_t cols_cold;  /* ... gathered from the NPU's copy (a call keeps the last 64,
-                            so a channel recurring in the batch is gathered once) */
+    uint64_t cols_cold;  /* columns gathered from the NPU's copy: once per distinct
+                            non-resident channel of a call (one pass over its blocks) */
 };
 /* Reads the model's shadow.linears: -ENOENT (err says so) when the
  * container has none; -EINVAL for a malformed one; -ENOMEM. The model must

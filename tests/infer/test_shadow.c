@@ -202,7 +202,7 @@ static void test_float_reference(void **st)
     struct infer_shadow_stats ss;
     infer_shadow_get_stats(infer_model_shadow(m), &ss);
     assert_true(ss.clipped > 0 && ss.cols_hot > 0 && ss.cols_cold > 0);
-    assert_true(ss.cols_hot + ss.cols_cold <= ss.clipped); /* cold gathers are reused */
+    assert_true(ss.cols_hot + ss.cols_cold <= ss.clipped); /* a channel gathered once a call */
     infer_state_destroy(s);
     infer_model_destroy(m);
 }
@@ -387,6 +387,133 @@ static void test_axpy_kernels(void **st)
 #endif
 }
 
+
+/* npu_weights_gather_cols against npu_weights_col, for shapes off the
+ * blocks of 16 rows and groups of 4 columns. */
+static void test_gather_cols(void **st)
+{
+    (void)st;
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 91);
+    for (int t = 0; t < 40; t++) {
+        uint32_t rows = 1 + test_rng_below(&g, 70), cols = 1 + test_rng_below(&g, 90);
+        int8_t *q = malloc((size_t)rows * cols);
+        float *sc = malloc(sizeof(float) * rows);
+        for (size_t i = 0; i < (size_t)rows * cols; i++)
+            q[i] = (int8_t)((int)test_rng_below(&g, 255) - 127);
+        for (uint32_t r = 0; r < rows; r++)
+            sc[r] = 0.01f;
+        struct npu_weights *w;
+        assert_int_equal(npu_weights_create(q, sc, rows, cols, &w), 0);
+        uint32_t *c = malloc(sizeof(uint32_t) * cols), n = 0;
+        for (uint32_t j = 0; j < cols; j++)
+            if (test_rng_below(&g, 3) == 0)
+                c[n++] = j;
+        int8_t *a = malloc((size_t)rows * (n + 1)), *b = malloc(rows);
+        npu_weights_gather_cols(w, c, n, a);
+        for (uint32_t k = 0; k < n; k++) {
+            npu_weights_col(w, c[k], b);
+            assert_memory_equal(a + (size_t)k * rows, b, rows);
+            for (uint32_t r = 0; r < rows; r++)
+                assert_int_equal(b[r], q[(size_t)r * cols + c[k]]);
+        }
+        npu_weights_destroy(w);
+        free(q);
+        free(sc);
+        free(c);
+        free(a);
+        free(b);
+    }
+}
+
+/* infer_find_clipped (blocks of 16 skipped four lanes at a time) against
+ * the plain definition, with NaN, infinities and lengths off the blocks. */
+static void test_find_clipped(void **st)
+{
+    (void)st;
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 92);
+    struct infer_clipbuf cb = {0};
+    for (int t = 0; t < 300; t++) {
+        uint32_t n = 1 + test_rng_below(&g, 9), cols = 1 + test_rng_below(&g, 100);
+        uint32_t rate = 1 + test_rng_below(&g, 400);
+        float s = 0.01f + test_rng_float(&g);
+        size_t len = (size_t)n * cols;
+        float *x = malloc(sizeof(float) * len);
+        for (size_t i = 0; i < len; i++) {
+            x[i] = test_rng_normal(&g) * 30 * s;
+            uint32_t k = test_rng_below(&g, rate);
+            if (k == 0)
+                x[i] *= 10;
+            else if (k == 1 && rate > 50)
+                x[i] = test_rng_below(&g, 2) ? NAN : -INFINITY;
+            else if (k == 2)
+                x[i] = (test_rng_below(&g, 2) ? 127.0f : -127.0f) * s; /* the edge */
+        }
+        struct infer_clipped c;
+        assert_int_equal(infer_find_clipped(&cb, x, n, cols, s, &c), 0);
+        uint32_t m = 0;
+        for (size_t i = 0; i < len; i++) {
+            float v = x[i] * (1.0f / s);
+            if (!(v > 127.0f || v < -127.0f))
+                continue;
+            assert_true(m < c.n);
+            assert_int_equal(c.row[m], i / cols);
+            assert_int_equal(c.col[m], i % cols);
+            float e = v > 0 ? v - 127.0f : v + 127.0f;
+            assert_memory_equal(&c.excess[m], &e, sizeof e);
+            m++;
+        }
+        assert_int_equal(m, c.n);
+        free(x);
+    }
+    infer_clipbuf_free(&cb);
+}
+
+/* The term with the cold columns gathered in one pass, one at a time past
+ * a small budget, or one at a time throughout: the same bits. */
+static void test_gather_budget(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct infer_model *m;
+    struct infer_state *s;
+    assert_int_equal(infer_model_load(shadow_model, NULL, &m, &err), 0);
+    assert_int_equal(infer_model_shadow_enable(m, &err), 0);
+    assert_int_equal(infer_state_create(m, 16, &s, &err), 0);
+    struct infer_shadow *sh = (struct infer_shadow *)infer_model_shadow(m);
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 93);
+    uint32_t checked = 0;
+    for (int l = -1; l < (int)infer_model_config(m)->n_layers; l++)
+        for (uint32_t role = FORMAT_ROLE_WQ; role <= FORMAT_ROLE_CLASSIFIER; role++) {
+            if (!infer_shadow_wants(sh, l, role))
+                continue;
+            struct infer_linear *lin = infer_model_linear(m, l, role);
+            uint32_t n = 9, rows = lin->rows, cols = lin->cols;
+            float *x = malloc(sizeof(float) * n * cols);
+            float *y[3];
+            for (uint32_t i = 0; i < n * cols; i++)
+                x[i] = test_rng_normal(&g) * 60 * lin->act_scale *
+                       (test_rng_below(&g, 8) == 0 ? 6.0f : 1.0f);
+            size_t budget[3] = {(size_t)32 << 20, (size_t)rows * 2, 0};
+            for (int k = 0; k < 3; k++) {
+                y[k] = malloc(sizeof(float) * n * rows);
+                infer_shadow_set_gather_max(sh, budget[k]);
+                assert_int_equal(infer_linear_exec(m, s, l, role, lin, y[k], x, n, &err), 0);
+            }
+            assert_memory_equal(y[0], y[1], sizeof(float) * n * rows);
+            assert_memory_equal(y[0], y[2], sizeof(float) * n * rows);
+            for (int k = 0; k < 3; k++)
+                free(y[k]);
+            free(x);
+            checked++;
+        }
+    assert_true(checked >= 8);
+    infer_state_destroy(s);
+    infer_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -396,6 +523,9 @@ int main(void)
         cmocka_unit_test(test_pruned),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_axpy_kernels),
+        cmocka_unit_test(test_gather_cols),
+        cmocka_unit_test(test_find_clipped),
+        cmocka_unit_test(test_gather_budget),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
