@@ -29,10 +29,15 @@ int infer_resident_parse(const char *s, enum infer_resident *out)
     return -EINVAL;
 }
 
-enum infer_resident infer_resident_resolve(enum infer_resident res, const struct format_reader *r)
+enum infer_resident infer_resident_resolve(enum infer_resident res, const struct format_reader *r,
+                                           int no_shadow)
 {
     if (res != INFER_RESIDENT_AUTO)
         return res;
+    const void *v;
+    size_t len;
+    if (!no_shadow && format_reader_meta_get(r, FORMAT_SHADOW_META_KEY, &v, &len) == 0)
+        return INFER_RESIDENT_INT8;
     long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (llc <= 0)
         llc = sysconf(_SC_LEVEL2_CACHE_SIZE);

@@ -112,7 +112,7 @@ int infer_session_cold_start(const char *path, const int *tokens, uint32_t n,
         p = *po;
     else
         infer_pipeline_opts_init(&p);
-    p.resident = infer_resident_resolve(p.resident, r);
+    p.resident = infer_resident_resolve(p.resident, r, p.no_shadow);
     format_reader_close(r);
     struct infer_session *s;
     ret = session_alloc(vocab, so, &s, err);

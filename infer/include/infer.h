@@ -545,8 +545,12 @@ enum infer_resident {
 const char *infer_resident_name(enum infer_resident r);
 int infer_resident_parse(const char *s, enum infer_resident *out); /* 0 or -EINVAL */
 /* AUTO resolved for the container r (INT8 and PACKED are returned as
- * they are); the cache size from sysconf (L3, else L2; 0 known: 32 MiB). */
-enum infer_resident infer_resident_resolve(enum infer_resident res, const struct format_reader *r);
+ * they are); the cache size from sysconf (L3, else L2; 0 known: 32 MiB).
+ * AUTO is INT8 for a container with shadow outlier metadata unless
+ * no_shadow: the shadow term reads the int8 weights' columns, which packed
+ * residency does not keep (the pipeline refuses PACKED with the term on). */
+enum infer_resident infer_resident_resolve(enum infer_resident res, const struct format_reader *r,
+                                           int no_shadow);
 
 struct infer_pipeline_opts {
     enum infer_policy policy;

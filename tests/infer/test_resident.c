@@ -184,9 +184,9 @@ static void test_auto(void **st)
     struct format_reader *r;
     struct sl_err err;
     assert_int_equal(format_reader_open(q_model, &r, &err), 0);
-    assert_int_equal(infer_resident_resolve(INFER_RESIDENT_AUTO, r), INFER_RESIDENT_INT8);
-    assert_int_equal(infer_resident_resolve(INFER_RESIDENT_PACKED, r), INFER_RESIDENT_PACKED);
-    assert_int_equal(infer_resident_resolve(INFER_RESIDENT_INT8, r), INFER_RESIDENT_INT8);
+    assert_int_equal(infer_resident_resolve(INFER_RESIDENT_AUTO, r, 0), INFER_RESIDENT_INT8);
+    assert_int_equal(infer_resident_resolve(INFER_RESIDENT_PACKED, r, 0), INFER_RESIDENT_PACKED);
+    assert_int_equal(infer_resident_resolve(INFER_RESIDENT_INT8, r, 0), INFER_RESIDENT_INT8);
     format_reader_close(r);
     enum infer_resident e;
     assert_int_equal(infer_resident_parse("auto", &e), 0);

@@ -272,6 +272,46 @@ static void test_pipeline_identical(void **st)
     check(shadow_model, INFER_POLICY_FULL, 64, 48, 150, 0);
 }
 
+/* Packed residency frees the int8 weights the shadow term reads: the
+ * pipeline refuses PACKED with the term on, runs it with no_shadow (equal to
+ * the plain forward without the term), and AUTO resolves to INT8 for a
+ * container with shadow metadata unless no_shadow. */
+static void test_packed_residency(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct infer_model *pm = NULL, *m;
+    struct infer_state *ps = NULL, *s;
+    assert_int_equal(infer_model_load(shadow_model, NULL, &m, &err), 0);
+    uint32_t V = infer_model_config(m)->vocab_size;
+    int *ids = prompt(40, V, 7);
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
+    struct infer_pipeline_opts o;
+    infer_pipeline_opts_init(&o);
+    o.resident = INFER_RESIDENT_PACKED;
+    assert_int_equal(infer_pipeline_prefill(shadow_model, ids, 40, &o, &pm, &ps, b, NULL, &err),
+                     -EINVAL);
+    assert_non_null(strstr(err.msg, "shadow"));
+    assert_null(pm);
+    o.no_shadow = 1;
+    memset(&err, 0, sizeof err);
+    if (infer_pipeline_prefill(shadow_model, ids, 40, &o, &pm, &ps, b, NULL, &err) < 0)
+        fail_msg("packed, no shadow: %s", err.msg);
+    assert_int_equal(infer_state_create(m, 64, &s, &err), 0);
+    assert_int_equal(infer_forward(m, s, ids, 40, 0, a, INFER_LOGITS_LAST, &err), 0);
+    assert_memory_equal(a, b, sizeof(float) * V);
+    const struct format_reader *r = infer_model_reader(m);
+    assert_int_equal(infer_resident_resolve(INFER_RESIDENT_AUTO, r, 0), INFER_RESIDENT_INT8);
+    assert_int_equal(infer_resident_resolve(INFER_RESIDENT_PACKED, r, 0), INFER_RESIDENT_PACKED);
+    infer_state_destroy(s);
+    infer_state_destroy(ps);
+    infer_model_destroy(pm);
+    infer_model_destroy(m);
+    free(ids);
+    free(a);
+    free(b);
+}
+
 static void test_pruned(void **st)
 {
     (void)st;
@@ -521,6 +561,7 @@ int main(void)
         cmocka_unit_test(test_float_reference),
         cmocka_unit_test(test_pipeline_identical),
         cmocka_unit_test(test_pruned),
+        cmocka_unit_test(test_packed_residency),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_axpy_kernels),
         cmocka_unit_test(test_gather_cols),
