@@ -111,8 +111,14 @@ static int convert_row(const struct gv_tensor *t, const uint8_t *p, uint64_t r, 
             sl_store_lef32(out + 4 * c, scale * (float)q[c]);
         return 0;
     }
+    /* a row longer than 256 weights rounds each of the 256 codes' values
+     * once (the same function, so the same bits) */
+    uint16_t lut[256];
+    if (t->cols > 256)
+        for (int k = 0; k < 256; k++)
+            lut[k] = sl_f32_to_f16(scale * (float)(k - 128));
     for (uint64_t c = 0; c < t->cols; c++) {
-        uint16_t h = sl_f32_to_f16(scale * (float)q[c]);
+        uint16_t h = t->cols > 256 ? lut[q[c] + 128] : sl_f32_to_f16(scale * (float)q[c]);
         if ((h & 0x7c00) == 0x7c00) {
             sl_err_set(err, "tensor '%s' row %" PRIu64 ": weight %g exceeds fp16", t->pub.name, r,
                        (double)(scale * (float)q[c]));

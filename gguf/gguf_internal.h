@@ -32,6 +32,7 @@ struct gv_chunk {
     int state;               /* 0 idle, 1 converting, 2 ready */
     uint32_t pins;
     uint64_t tick;
+    int read;                /* a reader has copied from it since it was converted */
 };
 
 struct gguf_view {

@@ -212,15 +212,20 @@ static int fill(struct gguf_view *v, const struct gguf_source *src, uint8_t *dst
 
 /* ---- the chunk cache ---------------------------------------------------------------- */
 
-/* Under mu: a chunk buffer within the budget, evicting unpinned ready chunks
- * least recently used first; NULL when none can be made. */
-static uint8_t *make_room(struct gguf_view *v)
+/* Under mu: a chunk buffer within the budget, evicting unpinned ready chunks:
+ * those a reader has read first, least recently used first, then (readers
+ * only) the others; a prefetch (warm) never evicts a chunk no reader has read
+ * yet. NULL when no room can be made. */
+static uint8_t *make_room(struct gguf_view *v, int warm)
 {
     while (v->stats.resident + GGUF_VIEW_CHUNK > v->o.cache_bytes) {
         struct gv_chunk *victim = NULL;
         for (uint64_t i = 0; i < v->n_chunks; i++) {
             struct gv_chunk *c = &v->chunks[i];
-            if (c->state == 2 && !c->pins && (!victim || c->tick < victim->tick))
+            if (c->state != 2 || c->pins || (warm && !c->read))
+                continue;
+            if (!victim || c->read > victim->read ||
+                (c->read == victim->read && c->tick < victim->tick))
                 victim = c;
         }
         if (!victim)
@@ -237,13 +242,39 @@ static uint8_t *make_room(struct gguf_view *v)
     return b;
 }
 
+/* Under mu, with chunk ci marked converting and buf from make_room: converts
+ * it (dropping the lock meanwhile); 0 with the chunk ready, or -errno with
+ * the chunk idle again and buf freed. */
+static int convert_chunk(struct gguf_view *v, const struct gguf_source *src, uint64_t ci,
+                         uint8_t *buf, const struct gv_scratch *s, struct sl_err *err)
+{
+    struct gv_chunk *c = &v->chunks[ci];
+    uint64_t cs = ci * GGUF_VIEW_CHUNK;
+    uint64_t clen = v->size - cs < GGUF_VIEW_CHUNK ? v->size - cs : GGUF_VIEW_CHUNK;
+    c->state = 1;
+    pthread_mutex_unlock(&v->mu);
+    int ret = fill(v, src, buf, cs, clen, s, err);
+    pthread_mutex_lock(&v->mu);
+    if (ret < 0) {
+        free(buf);
+        v->stats.resident -= GGUF_VIEW_CHUNK;
+        c->state = 0;
+    } else {
+        c->buf = buf;
+        c->state = 2;
+        c->read = 0;
+        c->tick = ++v->tick;
+    }
+    pthread_cond_broadcast(&v->changed);
+    return ret;
+}
+
 /* n bytes at `from` inside chunk ci into out. */
 static int chunk_read(struct gguf_view *v, const struct gguf_source *src, uint64_t ci, uint8_t *out,
                       uint64_t from, uint64_t n, const struct gv_scratch *s, struct sl_err *err)
 {
     struct gv_chunk *c = &v->chunks[ci];
     uint64_t cs = ci * GGUF_VIEW_CHUNK;
-    uint64_t clen = v->size - cs < GGUF_VIEW_CHUNK ? v->size - cs : GGUF_VIEW_CHUNK;
     pthread_mutex_lock(&v->mu);
     int waited = 0;
     for (;;) {
@@ -252,6 +283,11 @@ static int chunk_read(struct gguf_view *v, const struct gguf_source *src, uint64
                 v->stats.hits++;
             break;
         }
+        if (n <= GGUF_VIEW_SMALL_READ) { /* do not wait for the whole chunk */
+            v->stats.direct++;
+            pthread_mutex_unlock(&v->mu);
+            return fill(v, src, out, cs + from, n, s, err);
+        }
         if (c->state == 1) {
             if (!waited)
                 v->stats.waits++;
@@ -259,38 +295,93 @@ static int chunk_read(struct gguf_view *v, const struct gguf_source *src, uint64
             pthread_cond_wait(&v->changed, &v->mu);
             continue;
         }
-        v->stats.misses++;
-        uint8_t *buf = make_room(v);
+        uint8_t *buf = make_room(v, 0);
         if (!buf) { /* everything pinned: convert just this range */
+            v->stats.direct++;
             pthread_mutex_unlock(&v->mu);
             return fill(v, src, out, cs + from, n, s, err);
         }
-        c->state = 1;
-        pthread_mutex_unlock(&v->mu);
-        int ret = fill(v, src, buf, cs, clen, s, err);
-        pthread_mutex_lock(&v->mu);
-        if (ret < 0) {
-            free(buf);
-            v->stats.resident -= GGUF_VIEW_CHUNK;
-            c->state = 0;
-            pthread_cond_broadcast(&v->changed);
+        v->stats.misses++;
+        if (convert_chunk(v, src, ci, buf, s, err) < 0) {
             pthread_mutex_unlock(&v->mu);
             /* a bad slice under another part of the chunk must not fail this
              * range: convert just what was asked (it fails if it needs it) */
             err->msg[0] = 0;
             return fill(v, src, out, cs + from, n, s, err);
         }
-        c->buf = buf;
-        c->state = 2;
-        pthread_cond_broadcast(&v->changed);
         break;
     }
     c->pins++;
+    c->read = 1;
     c->tick = ++v->tick;
     pthread_mutex_unlock(&v->mu);
     memcpy(out, c->buf + from, n);
     pthread_mutex_lock(&v->mu);
     c->pins--;
+    pthread_mutex_unlock(&v->mu);
+    return 0;
+}
+
+static uint8_t *scratch_alloc(const struct gguf_view *v, struct gv_scratch *s)
+{
+    uint8_t *p = malloc(v->cmax + v->rbmax);
+    if (p)
+        *s = (struct gv_scratch){(int8_t *)p, p + v->cmax};
+    return p;
+}
+
+int gguf_view_warm(struct gguf_view *v, const struct gguf_source *src, uint64_t off,
+                   int (*push)(void *ctx, uint64_t start, const void *data, size_t len),
+                   void *ctx, struct sl_err *err)
+{
+    struct sl_err local = {{0}};
+    if (!err)
+        err = &local;
+    if (!v->chunks || off >= v->size) {
+        sl_err_set(err, "nothing to warm at offset %llu", (unsigned long long)off);
+        return -EINVAL;
+    }
+    uint64_t ci = off / GGUF_VIEW_CHUNK;
+    struct gv_chunk *c = &v->chunks[ci];
+    pthread_mutex_lock(&v->mu);
+    if (c->state != 0) {
+        pthread_mutex_unlock(&v->mu);
+        return 0;
+    }
+    uint8_t *buf = make_room(v, 1);
+    if (!buf) {
+        pthread_mutex_unlock(&v->mu);
+        return -ENOSPC;
+    }
+    struct gv_scratch s;
+    uint8_t *scratch = scratch_alloc(v, &s);
+    if (!scratch) {
+        free(buf);
+        v->stats.resident -= GGUF_VIEW_CHUNK;
+        pthread_mutex_unlock(&v->mu);
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    int ret = convert_chunk(v, src, ci, buf, &s, err);
+    free(scratch);
+    if (ret < 0) {
+        pthread_mutex_unlock(&v->mu);
+        return ret;
+    }
+    v->stats.warmed++;
+    if (push) {
+        uint64_t cs = ci * GGUF_VIEW_CHUNK;
+        uint64_t clen = v->size - cs < GGUF_VIEW_CHUNK ? v->size - cs : GGUF_VIEW_CHUNK;
+        c->pins++;
+        pthread_mutex_unlock(&v->mu);
+        int pret = push(ctx, cs, c->buf, (size_t)clen);
+        pthread_mutex_lock(&v->mu);
+        c->pins--;
+        if (pret == 0) {
+            c->read = 1;
+            v->stats.pushed++;
+        }
+    }
     pthread_mutex_unlock(&v->mu);
     return 0;
 }
@@ -306,12 +397,16 @@ ssize_t gguf_view_read(struct gguf_view *v, const struct gguf_source *src, void 
         return 0;
     if (len > v->size - off)
         len = (size_t)(v->size - off);
-    uint8_t *scratch = malloc(v->cmax + v->rbmax);
+    if (off + len <= v->head_len) { /* the header: in memory, no slice needed */
+        memcpy(buf, v->head + off, len);
+        return (ssize_t)len;
+    }
+    struct gv_scratch s;
+    uint8_t *scratch = scratch_alloc(v, &s);
     if (!scratch) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
     }
-    struct gv_scratch s = {(int8_t *)scratch, scratch + v->cmax};
     int ret = 0;
     if (!v->chunks) {
         ret = fill(v, src, buf, off, len, &s, err);
