@@ -155,17 +155,22 @@ void fs_gguf_stop(struct fs_state *s)
 }
 
 /* Queues the slices under model.gguf's first `span` bytes, in file order,
- * to be read ahead (the store drops what its budget cannot hold). */
+ * to be read ahead (the store drops what its budget cannot hold), the slice
+ * under the file's last page second: glibc's fseek to the end, which
+ * llama.cpp does right after the header, reads that page. */
 static void prefetch_slices(struct fs_state *s, uint64_t span)
 {
-    uint32_t last = UINT32_MAX;
-    for (uint32_t i = 0; i < gguf_view_n_tensors(s->gguf); i++) {
+    uint32_t n = gguf_view_n_tensors(s->gguf), last = UINT32_MAX;
+    for (uint32_t i = 0; i < n; i++) {
         const struct gguf_view_tensor *t = gguf_view_tensor(s->gguf, i);
         if (i > 0 && t->offset >= span)
             break;
         uint32_t slice = format_reader_tensor(s->r, t->tensor)->slice;
         if (slice != last)
             fs_store_prefetch(s->store, slice);
+        if (i == 0 && n > 1)
+            fs_store_prefetch(s->store,
+                              format_reader_tensor(s->r, gguf_view_tensor(s->gguf, n - 1)->tensor)->slice);
         last = slice;
     }
 }
