@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fs_internal.h"
 
@@ -138,20 +139,30 @@ int fs_gguf_start(struct fs_state *s, struct sl_err *err)
     return 0;
 }
 
-void fs_gguf_stop(struct fs_state *s)
+int fs_gguf_stop(struct fs_state *s)
 {
     struct fs_warm *w = &s->warm;
     if (!w->n_started)
-        return;
+        return 0;
     pthread_mutex_lock(&w->mu);
     w->stop = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 2;
+    int stuck = 0;
     for (uint32_t i = 0; i < w->n_started; i++)
-        pthread_join(w->th[i], NULL);
+        if (pthread_timedjoin_np(w->th[i], NULL, &until) != 0)
+            stuck = 1;
+    if (stuck) {
+        fs_log(s, "a model.gguf warmer is stuck pushing pages at exit; leaving it to the exit");
+        return -ETIMEDOUT;
+    }
     w->n_started = 0;
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
+    return 0;
 }
 
 /* Queues the slices under model.gguf's first `span` bytes, in file order,

@@ -179,7 +179,11 @@ int fs_gguf_create(struct fs_state *s, struct sl_err *err);
 /* Starts the warmer threads (after daemonizing), idle until an open; a
  * no-op without model.gguf, its cache or -o gguf_warm. */
 int fs_gguf_start(struct fs_state *s, struct sl_err *err);
-void fs_gguf_stop(struct fs_state *s); /* joins them; safe if never started */
+/* Stops and joins them (safe if never started): 0, or -ETIMEDOUT when one
+ * stays blocked (pushing onto a page whose read the stopped request loop
+ * will never answer: only after a signal); then nothing it may touch (the
+ * session, view, store) may be freed. */
+int fs_gguf_stop(struct fs_state *s);
 /* model.gguf (inode ino) was opened (a warm pass starts from its beginning)
  * / released. */
 void fs_gguf_opened(struct fs_state *s, uint64_t ino);

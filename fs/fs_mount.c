@@ -481,6 +481,14 @@ int fs_mount_run(const struct fs_options *o, struct sl_err *err)
         ret = 0;
     }
 out:
+    /* before the session goes: the warmers push pages through it */
+    if (fs_gguf_stop(s) < 0) {
+        if (se && handlers)
+            fuse_remove_signal_handlers(se);
+        if (se && mounted)
+            fuse_session_unmount(se);
+        return ret; /* the process exits next; a warmer still uses the rest */
+    }
     if (se) {
         if (handlers)
             fuse_remove_signal_handlers(se);
@@ -489,7 +497,6 @@ out:
         fuse_session_destroy(se);
     }
     fuse_loop_cfg_destroy(cfg);
-    fs_gguf_stop(s); /* its threads hold slices */
     fs_store_destroy(s->store);
     gguf_view_destroy(s->gguf);
     fs_tree_free(s);
