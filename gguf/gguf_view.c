@@ -12,8 +12,60 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "gguf_internal.h"
+
+#define HUGE_PAGE (2u << 20)
+
+/* The chunk buffers' mapping: as many slots as the budget holds or the file
+ * has chunks, whichever is fewer, aligned to a huge page. Without it (the
+ * mapping refused) chunks are malloc'ed one by one. */
+static int arena_create(struct gguf_view *v, struct sl_err *err)
+{
+    uint64_t slots = v->o.cache_bytes / GGUF_VIEW_CHUNK;
+    if (slots > v->n_chunks)
+        slots = v->n_chunks;
+    if (!slots || slots > UINT32_MAX)
+        return 0;
+    v->free_slots = malloc(slots * sizeof *v->free_slots);
+    if (!v->free_slots) {
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    uint64_t len = slots * GGUF_VIEW_CHUNK + HUGE_PAGE;
+    uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return 0;
+    uint8_t *a = (uint8_t *)sl_align_up((uint64_t)(uintptr_t)p, HUGE_PAGE);
+    madvise(a, slots * GGUF_VIEW_CHUNK, MADV_HUGEPAGE);
+    v->arena = a;
+    v->arena_map = (uint64_t)(a - p);
+    v->arena_len = len;
+    v->n_slots = (uint32_t)slots;
+    return 0;
+}
+
+/* Under mu: a chunk buffer (within the budget: the caller counts it). */
+static uint8_t *buf_get(struct gguf_view *v)
+{
+    if (!v->arena)
+        return malloc(GGUF_VIEW_CHUNK);
+    if (v->n_free)
+        return v->arena + (uint64_t)v->free_slots[--v->n_free] * GGUF_VIEW_CHUNK;
+    if (v->n_fresh < v->n_slots)
+        return v->arena + (uint64_t)v->n_fresh++ * GGUF_VIEW_CHUNK;
+    return NULL;
+}
+
+static void buf_put(struct gguf_view *v, uint8_t *b)
+{
+    if (!v->arena)
+        free(b);
+    else
+        v->free_slots[v->n_free++] = (uint32_t)((uint64_t)(b - v->arena) / GGUF_VIEW_CHUNK);
+}
 
 int gguf_view_create(const struct format_reader *r, const struct gguf_view_opts *o,
                      struct gguf_view **out, struct sl_err *err)
@@ -53,6 +105,8 @@ int gguf_view_create(const struct format_reader *r, const struct gguf_view_opts 
             ret = -ENOMEM;
         }
     }
+    if (ret == 0 && v->chunks)
+        ret = arena_create(v, err);
     v->stats.budget = o->cache_bytes;
     if (ret < 0) {
         gguf_view_destroy(v);
@@ -66,9 +120,12 @@ void gguf_view_destroy(struct gguf_view *v)
 {
     if (!v)
         return;
-    for (uint64_t i = 0; v->chunks && i < v->n_chunks; i++)
+    for (uint64_t i = 0; !v->arena && v->chunks && i < v->n_chunks; i++)
         free(v->chunks[i].buf);
     free(v->chunks);
+    if (v->arena)
+        munmap(v->arena - v->arena_map, v->arena_len);
+    free(v->free_slots);
     for (uint32_t i = 0; v->t && i < v->n; i++)
         free(v->t[i].row_off);
     free(v->t);
@@ -230,13 +287,13 @@ static uint8_t *make_room(struct gguf_view *v, int warm)
         }
         if (!victim)
             return NULL;
-        free(victim->buf);
+        buf_put(v, victim->buf);
         victim->buf = NULL;
         victim->state = 0;
         v->stats.resident -= GGUF_VIEW_CHUNK;
         v->stats.evictions++;
     }
-    uint8_t *b = malloc(GGUF_VIEW_CHUNK);
+    uint8_t *b = buf_get(v);
     if (b)
         v->stats.resident += GGUF_VIEW_CHUNK;
     return b;
@@ -256,7 +313,7 @@ static int convert_chunk(struct gguf_view *v, const struct gguf_source *src, uin
     int ret = fill(v, src, buf, cs, clen, s, err);
     pthread_mutex_lock(&v->mu);
     if (ret < 0) {
-        free(buf);
+        buf_put(v, buf);
         v->stats.resident -= GGUF_VIEW_CHUNK;
         c->state = 0;
     } else {
@@ -356,7 +413,7 @@ int gguf_view_warm(struct gguf_view *v, const struct gguf_source *src, uint64_t 
     struct gv_scratch s;
     uint8_t *scratch = scratch_alloc(v, &s);
     if (!scratch) {
-        free(buf);
+        buf_put(v, buf);
         v->stats.resident -= GGUF_VIEW_CHUNK;
         pthread_mutex_unlock(&v->mu);
         sl_err_set(err, "out of memory");
