@@ -1,14 +1,18 @@
 /* gguf_view.c: reads of any range of the virtual file. The file is a list of
  * extents: the header (in memory), each tensor's data (converted from its
- * verified slice), zero padding between them. With a cache, reads go through
- * chunks of GGUF_VIEW_CHUNK bytes: a chunk is converted once, by the first
- * reader that needs it (others wait for it), and kept until evicted least
- * recently used; when no room can be made (every chunk pinned), or the chunk
- * cannot be converted (a corrupt slice under part of it), the reader converts
- * just its own range without caching, so an error covers only the ranges
- * that need the bad bytes. Without a cache, a read converts
- * exactly its range. One mutex guards the chunk table and the counters;
- * conversions run outside it. */
+ * verified slice), zero padding between them. A read inside the header is
+ * copied from memory. With a cache, reads go through chunks of
+ * GGUF_VIEW_CHUNK bytes: a chunk is converted once, by the first reader that
+ * needs it (others wait for it) or ahead of the readers by gguf_view_warm,
+ * and kept until evicted (chunks already read first, least recently used
+ * first); a small read (GGUF_VIEW_SMALL_READ) of a chunk not converted yet,
+ * a read when no room can be made (every chunk pinned), or one whose chunk
+ * cannot be converted (a corrupt slice under part of it) converts just its
+ * own range without caching, so an error covers only the ranges that need
+ * the bad bytes. Without a cache, a read converts exactly its range. Chunk
+ * buffers are slots of one mapping in huge pages, reused after an eviction.
+ * One mutex guards the chunk table and the counters; conversions run
+ * outside it. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -28,8 +28,9 @@
  * hold, gives -EIO for every range that needs it, never wrong bytes.
  *
  * Threads: gguf_view_read may run on any number of threads at once (the
- * source must allow it too); the cache makes a range converted once even when
- * several readers ask for it together.
+ * source must allow it too); the cache makes a chunk converted once while it
+ * stays cached, even when several readers ask for it together (a small read
+ * of a chunk not converted yet converts just its own range meanwhile).
  */
 #ifndef SLUICE_GGUF_H
 #define SLUICE_GGUF_H
