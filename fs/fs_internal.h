@@ -46,6 +46,24 @@ struct fs_node {
 };
 
 struct fs_store;
+struct fuse_session;
+
+/* model.gguf's warmers (fs_gguf.c): threads converting chunks in file order
+ * from its open on, up to `window` bytes past the furthest sequential read. */
+struct fs_warm {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th[8];
+    uint32_t n_started;
+    int stop;
+    int active;              /* an open started a pass that has not reached the end */
+    int blocked;             /* the cache is full of unread chunks: wait for a read */
+    uint32_t opens;          /* opens of model.gguf not yet released */
+    uint64_t next;           /* the next offset to warm */
+    uint64_t frontier;       /* end of the furthest read that continued the previous ones */
+    uint64_t window;
+    uint64_t ino;            /* model.gguf's inode, for pushing pages */
+};
 
 struct fs_state {
     struct fs_options opts;
@@ -60,6 +78,8 @@ struct fs_state {
     struct gguf_view *gguf;  /* model.gguf */
     struct gguf_source gguf_src; /* verified slices from the store, for the view */
     atomic_uint gguf_logged; /* failures logged so far (at most a few) */
+    struct fs_warm warm;
+    struct fuse_session *se; /* for notifications (pushing model.gguf's pages) */
 };
 
 /* Builds the node table; fills err on failure. */
@@ -156,6 +176,18 @@ uint64_t fs_stats_size(const struct fs_state *s);
 
 /* Creates s->gguf from the options and sets up its slice source (the store). */
 int fs_gguf_create(struct fs_state *s, struct sl_err *err);
+/* Starts the warmer threads (after daemonizing), idle until an open; a
+ * no-op without model.gguf, its cache or -o gguf_warm. */
+int fs_gguf_start(struct fs_state *s, struct sl_err *err);
+/* Stops and joins them (safe if never started): 0, or -ETIMEDOUT when one
+ * stays blocked (pushing onto a page whose read the stopped request loop
+ * will never answer: only after a signal); then nothing it may touch (the
+ * session, view, store) may be freed. */
+int fs_gguf_stop(struct fs_state *s);
+/* model.gguf (inode ino) was opened (a warm pass starts from its beginning)
+ * / released. */
+void fs_gguf_opened(struct fs_state *s, uint64_t ino);
+void fs_gguf_released(struct fs_state *s);
 /* Bytes [off, off + size) of model.gguf into buf: the count, or -errno
  * (-EIO for a corrupt slice; logged). */
 ssize_t fs_gguf_read(struct fs_state *s, char *buf, size_t size, uint64_t off);

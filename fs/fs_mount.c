@@ -40,6 +40,7 @@ void fs_options_init(struct fs_options *o)
     o->store_direct = 1;
     o->gguf_qtype = GGUF_GGML_Q8_0;
     o->gguf_cache = 64ull << 20;
+    o->gguf_warm = 1;
 }
 
 /* A byte count with an optional K, M or G suffix (powers of 1024). */
@@ -120,6 +121,8 @@ int fs_options_parse(struct fs_options *o, const char *w, struct sl_err *err)
         return parse_u32(w, v, 1, 1u << 20, &o->cache_mb, err);
     if (k == 8 && !strncmp(w, "prefetch", k))
         return parse_u32(w, v, 0, 64, &o->prefetch, err);
+    if (k == 9 && !strncmp(w, "gguf_warm", k))
+        return parse_u32(w, v, 0, 8, &o->gguf_warm, err);
     if (k == 10 && !strncmp(w, "gguf_cache", k))
         return parse_size(w, v, &o->gguf_cache, err);
     if (k == 4 && !strncmp(w, "gguf", k)) {
@@ -440,6 +443,7 @@ int fs_mount_run(const struct fs_options *o, struct sl_err *err)
         goto out;
     }
     mounted = 1;
+    s->se = se;
     set_bdi_readahead(mnt, o->max_readahead);
     if (fuse_set_signal_handlers(se) != 0) {
         ret = -EIO;
@@ -453,7 +457,7 @@ int fs_mount_run(const struct fs_options *o, struct sl_err *err)
         sl_err_set(err, "cannot daemonize");
         goto out;
     }
-    if ((ret = fs_store_start(s->store, err)) < 0)
+    if ((ret = fs_store_start(s->store, err)) < 0 || (ret = fs_gguf_start(s, err)) < 0)
         goto out;
     s->mount_ns = sl_now_ns();
     if (o->single_thread) {
@@ -477,6 +481,14 @@ int fs_mount_run(const struct fs_options *o, struct sl_err *err)
         ret = 0;
     }
 out:
+    /* before the session goes: the warmers push pages through it */
+    if (fs_gguf_stop(s) < 0) {
+        if (se && handlers)
+            fuse_remove_signal_handlers(se);
+        if (se && mounted)
+            fuse_session_unmount(se);
+        return ret; /* the process exits next; a warmer still uses the rest */
+    }
     if (se) {
         if (handlers)
             fuse_remove_signal_handlers(se);

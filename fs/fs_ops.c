@@ -137,10 +137,9 @@ static int fs_do_open(struct fs_state *s, fuse_ino_t ino, struct fuse_file_info 
     case FS_GGUF: /* page cache on: llama.cpp maps it */
         fi->keep_cache = s->opts.keep_cache;
         /* its reader starts at the header, whose first chunk needs the first
-         * slice: start reading it while the reader parses the header */
-        if (gguf_view_n_tensors(s->gguf))
-            fs_store_prefetch(
-                s->store, format_reader_tensor(s->r, gguf_view_tensor(s->gguf, 0)->tensor)->slice);
+         * slice: start reading the slices while the reader parses the header,
+         * and convert ahead of it */
+        fs_gguf_opened(s, ino);
         return 0;
     default:
         break;
@@ -256,7 +255,10 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    (void)ino;
+    struct fs_state *s = state_of(req);
+    const struct fs_node *n = node_of(s, ino);
+    if (n && n->kind == FS_GGUF)
+        fs_gguf_released(s);
     fs_view_close((struct fs_view *)(uintptr_t)fi->fh);
     fuse_reply_err(req, 0);
 }

@@ -228,7 +228,8 @@ static const char *const store_keys[] = {"budget",        "resident",  "loads",
                                          "waits",         "evictions", "verify_failures"};
 
 static const char *const gguf_keys[] = {"budget",    "resident",  "hits",
-                                        "misses",    "waits",     "evictions",
+                                        "misses",    "waits",     "warmed",
+                                        "pushed",    "direct",    "evictions",
                                         "bytes_converted", "errors"};
 
 static size_t path_of(const struct fs_state *s, const struct fs_node *n, char *buf, size_t len)
@@ -300,8 +301,10 @@ char *fs_stats_json(struct fs_state *s, size_t *len)
     if (s->gguf) {
         struct gguf_view_stats g;
         gguf_view_get_stats(s->gguf, &g);
-        const uint64_t v[] = {g.budget, g.resident,  g.hits,           g.misses,
-                              g.waits,  g.evictions, g.bytes_converted, g.errors};
+        const uint64_t v[] = {g.budget,    g.resident,  g.hits,
+                              g.misses,    g.waits,     g.warmed,
+                              g.pushed,    g.direct,    g.evictions,
+                              g.bytes_converted, g.errors};
         put(&o, "  \"gguf\": {\"type\": \"%s\"",
             s->opts.gguf_qtype == GGUF_GGML_F16   ? "F16"
             : s->opts.gguf_qtype == GGUF_GGML_F32 ? "F32"

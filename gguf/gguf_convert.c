@@ -111,6 +111,32 @@ static int convert_row(const struct gv_tensor *t, const uint8_t *p, uint64_t r, 
             sl_store_lef32(out + 4 * c, scale * (float)q[c]);
         return 0;
     }
+    if (t->cols > 256) {
+        /* a long row rounds each code's value once (the same function, so
+         * the same bits; -x rounds to -(x rounded)), and checks afterwards */
+        uint16_t lut[256];
+        for (int k = 0; k <= 128; k++) {
+            uint16_t h = sl_f32_to_f16(scale * (float)k);
+            if (k < 128)
+                lut[128 + k] = h;
+            if (k > 0)
+                lut[128 - k] = (uint16_t)(h | 0x8000);
+        }
+        unsigned bad = 0;
+        const uint64_t cols = t->cols;
+        for (uint64_t c = 0; c < cols; c++) {
+            uint16_t h = lut[q[c] + 128];
+            bad |= (h & 0x7c00) == 0x7c00;
+            sl_store_le16(out + 2 * c, h);
+        }
+        for (uint64_t c = 0; bad && c < cols; c++)
+            if ((lut[q[c] + 128] & 0x7c00) == 0x7c00) {
+                sl_err_set(err, "tensor '%s' row %" PRIu64 ": weight %g exceeds fp16",
+                           t->pub.name, r, (double)(scale * (float)q[c]));
+                return -ERANGE;
+            }
+        return 0;
+    }
     for (uint64_t c = 0; c < t->cols; c++) {
         uint16_t h = sl_f32_to_f16(scale * (float)q[c]);
         if ((h & 0x7c00) == 0x7c00) {

@@ -32,6 +32,7 @@ struct gv_chunk {
     int state;               /* 0 idle, 1 converting, 2 ready */
     uint32_t pins;
     uint64_t tick;
+    int read;                /* a reader has copied from it since it was converted */
 };
 
 struct gguf_view {
@@ -47,6 +48,12 @@ struct gguf_view {
     pthread_cond_t changed;
     struct gv_chunk *chunks; /* one per GGUF_VIEW_CHUNK of the file */
     uint64_t n_chunks, tick;
+    /* chunk buffers: slots of one mapping in huge pages, reused after an
+     * eviction (no fresh pages to fault and zero); NULL: malloc each */
+    uint8_t *arena;
+    uint64_t arena_map, arena_len; /* the mapping's start offset and length */
+    uint32_t *free_slots;
+    uint32_t n_slots, n_free, n_fresh;
     struct gguf_view_stats stats;
 };
 

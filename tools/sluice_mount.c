@@ -53,6 +53,9 @@ static void usage(FILE *f)
             "                       multiple of 32 as f16), f16 or f32 (see sluice export)\n"
             "  gguf_cache=SIZE      memory for converted 1 MiB chunks of model.gguf, bytes with\n"
             "                       an optional K, M or G suffix (default 64M; 0: none)\n"
+            "  gguf_warm=N          threads converting model.gguf's chunks ahead of its\n"
+            "                       readers, from its open on, up to half the cache ahead\n"
+            "                       (default 1; 0: convert on read only)\n"
             "  anything else goes to the kernel/libfuse (e.g. allow_other)\n");
 }
 

@@ -25,8 +25,10 @@
  *   model.gguf       the model as a GGUF v3 file llama.cpp loads (gguf.h),
  *                    computed on read from the verified slices: quantized
  *                    tensors as Q8_0 (or F16/F32 with -o gguf=), a bounded
- *                    cache of converted 1 MiB chunks (-o gguf_cache=); a
- *                    corrupt slice reads as EIO in every range that needs it
+ *                    cache of converted 1 MiB chunks (-o gguf_cache=),
+ *                    filled ahead of the readers from the file's open on
+ *                    (-o gguf_warm=); a corrupt slice reads as EIO in every
+ *                    range that needs it
  *   embed/ layer.NNN/ head/
  *                    one directory per slice: slice.bin (the whole slice),
  *                    <role>.bin per tensor (byte-identical to the
@@ -90,6 +92,8 @@ struct fs_options {
     /* model.gguf (gguf.h) */
     uint32_t gguf_qtype;       /* quantized tensors as GGUF_GGML_Q8_0 (default), _F16 or _F32 */
     uint64_t gguf_cache;       /* bytes of converted 1 MiB chunks kept (default 64 MiB; 0: none) */
+    uint32_t gguf_warm;        /* threads converting chunks ahead of model.gguf's readers,
+                                  from its open on (default 1; 0: convert on read only) */
 };
 
 void fs_options_init(struct fs_options *o);

@@ -28,8 +28,9 @@
  * hold, gives -EIO for every range that needs it, never wrong bytes.
  *
  * Threads: gguf_view_read may run on any number of threads at once (the
- * source must allow it too); the cache makes a range converted once even when
- * several readers ask for it together.
+ * source must allow it too); the cache makes a chunk converted once while it
+ * stays cached, even when several readers ask for it together (a small read
+ * of a chunk not converted yet converts just its own range meanwhile).
  */
 #ifndef SLUICE_GGUF_H
 #define SLUICE_GGUF_H
@@ -54,6 +55,11 @@ enum gguf_ggml_type {
 };
 
 #define GGUF_VIEW_CHUNK (1u << 20) /* cache granularity: 1 MiB of the virtual file */
+/* A read of at most this many bytes that finds its chunk not converted yet
+ * converts just its own range (the first page a reader asks for, the last
+ * page glibc's fseek to the end reads) instead of waiting for the whole
+ * chunk; larger reads convert and cache the chunk. */
+#define GGUF_VIEW_SMALL_READ (64u << 10)
 
 struct gguf_view_opts {
     uint32_t qtype;       /* quantized tensors as GGUF_GGML_Q8_0 (default), _F16 (scale *
@@ -109,9 +115,23 @@ const struct gguf_view_tensor *gguf_view_tensor(const struct gguf_view *v, uint3
 /* Fills buf with bytes [off, off + len) of the file, clipped at its end;
  * returns the count (0 at or past the end) or -errno: -EIO (a slice failed
  * its checksum or could not be read, a tensor is malformed, a scale or value
- * exceeds fp16), -ENOMEM. err (may be NULL) says why. */
+ * exceeds fp16), -ENOMEM. err (may be NULL) says why. A range inside the
+ * header is copied from memory (no slice is needed). */
 ssize_t gguf_view_read(struct gguf_view *v, const struct gguf_source *src, void *buf, size_t len,
                        uint64_t off, struct sl_err *err);
+
+/* Converts the cache chunk holding offset `off` ahead of its readers (a
+ * prefetch): 0 when it is cached now or another thread is converting it,
+ * -ENOSPC when the cache has no room short of evicting a chunk no reader has
+ * read yet (nothing is evicted then), -EINVAL without a cache or past the
+ * end, or the conversion's -errno (nothing cached; the readers of that range
+ * get the error themselves). push (optional) is handed the bytes of a chunk
+ * this call converted, [start, start + len) of the file, while they are
+ * pinned (the mount puts them in the kernel's page cache); when it returns 0
+ * the chunk counts as read (first to be evicted). */
+int gguf_view_warm(struct gguf_view *v, const struct gguf_source *src, uint64_t off,
+                   int (*push)(void *ctx, uint64_t start, const void *data, size_t len),
+                   void *ctx, struct sl_err *err);
 
 struct gguf_view_stats {
     uint64_t budget;   /* cache_bytes */
@@ -119,6 +139,10 @@ struct gguf_view_stats {
     uint64_t hits;     /* chunk lookups served from the cache */
     uint64_t misses;   /* chunk lookups that converted */
     uint64_t waits;    /* lookups that waited for another reader's conversion */
+    uint64_t warmed;   /* chunks converted ahead of readers (gguf_view_warm) */
+    uint64_t pushed;   /* of those, chunks handed to its push */
+    uint64_t direct;   /* lookups converted without the cache (small reads of a
+                          chunk not converted yet; no room) */
     uint64_t evictions;
     uint64_t bytes_converted; /* bytes of tensor data computed (cached or not) */
     uint64_t errors;          /* reads that failed */

@@ -4,10 +4,13 @@
  *   it equals the exported file byte for byte, with the default cache, a
  *   cache of one chunk (evictions) and none; stats.json counts the cache;
  * - -o gguf=f16 serves what `export --type f16` writes;
+ * - warmers: an open alone converts the whole (small) file and pushes it into
+ *   the page cache, so reading it sends no read to the daemon; they stay
+ *   within half the cache ahead of the reader; -o gguf_warm=0 has none;
  * - a corrupt slice: every range of a tensor in it reads as EIO, the others
  *   read right, the daemon logs it; `sluice export` of that container fails
  *   and leaves no file;
- * - bad -o gguf= and gguf_cache= values are refused with a message. */
+ * - bad -o gguf=, gguf_cache= and gguf_warm= values are refused with a message. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -91,6 +94,28 @@ struct reader_arg {
     int bad;
 };
 
+/* The number after "key": in stats.json's "gguf" object (or the whole text). */
+static uint64_t gguf_stat(const char *json, const char *key)
+{
+    const char *g = strstr(json, "\"gguf\":");
+    assert_non_null(g);
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *p = strstr(g, k);
+    if (!p)
+        fail_msg("no %s in stats.json's gguf object", key);
+    return strtoull(p + strlen(k), NULL, 10);
+}
+
+static char *stats(void)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/stats.json", mnt);
+    char *s = test_read_file(p, NULL);
+    assert_non_null(s);
+    return s;
+}
+
 static void *reader(void *p)
 {
     struct reader_arg *a = p;
@@ -170,13 +195,102 @@ static void test_pieces(void **st)
         assert_non_null(s);
         assert_non_null(strstr(s, "\"gguf\": {\"type\": \"Q8_0\""));
         assert_non_null(strstr(s, "\"errors\": 0}"));
-        if (i == 0)
-            assert_null(strstr(s, "\"misses\": 0,"));
+        if (i == 0) /* converted by a reader or ahead of them */
+            assert_true(gguf_stat(s, "misses") + gguf_stat(s, "warmed") > 0);
         if (i == 2)
             assert_non_null(strstr(s, "\"hits\": 0, \"misses\": 0,"));
         free(s);
         umount_it();
     }
+    free(want);
+}
+
+/* Waits (up to 10 s) until stats.json's gguf `key` reaches n; returns it. */
+static uint64_t wait_stat(const char *key, uint64_t n)
+{
+    uint64_t w = 0;
+    for (int i = 0; i < 1000; i++) {
+        char *s = stats();
+        w = gguf_stat(s, key);
+        free(s);
+        if (w >= n)
+            break;
+        usleep(10000);
+    }
+    return w;
+}
+
+static void test_warm(void **st)
+{
+    (void)st;
+    size_t len;
+    uint8_t *want = exported(model, "q8_0", &len);
+    uint64_t n_chunks = (len + GGUF_VIEW_CHUNK - 1) / GGUF_VIEW_CHUNK;
+    assert_true(n_chunks >= 4);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/model.gguf", mnt);
+
+    /* the default: an open converts the whole file and pushes it into the
+     * page cache; reading it then sends no read to the daemon */
+    mount_it(model, NULL);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    /* (a chunk counts as warmed before its push ends) */
+    assert_int_equal(wait_stat("pushed", n_chunks), n_chunks);
+    char *s = stats();
+    assert_int_equal(gguf_stat(s, "warmed"), n_chunks);
+    assert_int_equal(gguf_stat(s, "misses"), 0);
+    free(s);
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    size_t got = 0;
+    while (got < len) {
+        ssize_t k = read(fd, buf + got, len - got);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    assert_int_equal(got, len);
+    assert_memory_equal(buf, want, len);
+    close(fd);
+    s = stats();
+    if (strstr(s, "\"model.gguf\": {"))
+        fail_msg("model.gguf was read through the daemon although it was pushed: %s", s);
+    free(s);
+    umount_it();
+
+    /* a cache of 2 chunks: warmers stay one chunk ahead of the reader */
+    mount_it(model, "gguf_cache=2M");
+    fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
+    assert_int_equal(wait_stat("pushed", 1), 1);
+    usleep(200000);
+    s = stats();
+    assert_int_equal(gguf_stat(s, "warmed"), 1);
+    free(s);
+    /* a read that misses the page cache where the warmed part ends moves
+     * the frontier: two more chunks are warmed, not the fourth */
+    uint8_t b[4096];
+    assert_int_equal(pread(fd, b, sizeof b, GGUF_VIEW_CHUNK), (ssize_t)sizeof b);
+    assert_memory_equal(b, want + GGUF_VIEW_CHUNK, sizeof b);
+    assert_int_equal(wait_stat("warmed", 3), 3);
+    usleep(200000);
+    s = stats();
+    assert_int_equal(gguf_stat(s, "warmed"), 3);
+    free(s);
+    close(fd);
+    umount_it();
+
+    /* none */
+    mount_it(model, "gguf_warm=0");
+    check_concurrent(want, len);
+    s = stats();
+    assert_int_equal(gguf_stat(s, "warmed"), 0);
+    assert_true(gguf_stat(s, "misses") > 0);
+    free(s);
+    umount_it();
+    free(buf);
     free(want);
 }
 
@@ -276,6 +390,8 @@ static void test_bad_options(void **st)
     assert_said("gguf=q8_0, gguf=f16 or gguf=f32");
     assert_int_equal(sluice("mount -o gguf_cache=12X '%s' '%s'", model, mnt), 2);
     assert_said("gguf_cache");
+    assert_int_equal(sluice("mount -o gguf_warm=9 '%s' '%s'", model, mnt), 2);
+    assert_said("gguf_warm");
     assert_int_equal(sluice("export --gguf x.gguf --alignment 48 '%s'", model), 2);
     assert_said("power of two");
 }
@@ -299,7 +415,7 @@ int main(void)
     if (fs_test_model_write(model, test_seed(), 6, 224, &err) < 0)
         fail_msg("writing the test model: %s", err.msg);
 #define T(f) cmocka_unit_test_teardown(f, cleanup)
-    const struct CMUnitTest tests[] = {T(test_pieces), T(test_f16), T(test_corrupt),
+    const struct CMUnitTest tests[] = {T(test_pieces), T(test_warm), T(test_f16), T(test_corrupt),
                                        T(test_bad_options)};
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,9 +11,16 @@
  *   the counters add up;
  * - a corrupt slice: every range that needs it is -EIO, every other range
  *   reads right; writing the file fails and leaves nothing behind;
+ * - a read inside the header needs no slice; a small read of a chunk not
+ *   converted yet converts just its range; gguf_view_warm converts a chunk
+ *   ahead of readers (pushing it when asked), never evicts a chunk nobody
+ *   has read, and readers evict read chunks first; warming over a corrupt
+ *   slice caches nothing wrong;
  * - bad options are refused;
  * - a scale (Q8_0) or a weight (F16) beyond fp16's range, or a negative or
- *   NaN scale, is an error for its rows, never a clamped or infinite value. */
+ *   NaN scale, is an error for its rows, never a clamped or infinite value;
+ *   rows longer than 256 (rounded once per code) give the same bits as
+ *   rounding each weight, and fail only for a code that is present. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -400,6 +407,174 @@ static void test_concurrent_reads(void **st)
     close_view(&ref);
 }
 
+/* ---- the header, small reads, warming -------------------------------------------------- */
+
+/* The file source, counting acquires. */
+struct counting {
+    struct gguf_source inner;
+    int acquires;
+};
+
+static int cnt_acquire(void *ctx, uint32_t slice, const uint8_t **data, void **token,
+                       struct sl_err *err)
+{
+    struct counting *c = ctx;
+    __atomic_add_fetch(&c->acquires, 1, __ATOMIC_RELAXED);
+    return c->inner.acquire(c->inner.ctx, slice, data, token, err);
+}
+
+static void cnt_release(void *ctx, uint32_t slice, void *token)
+{
+    struct counting *c = ctx;
+    c->inner.release(c->inner.ctx, slice, token);
+}
+
+static struct gguf_source counting_source(struct counting *c, const struct gguf_source *inner)
+{
+    c->inner = *inner;
+    c->acquires = 0;
+    return (struct gguf_source){c, cnt_acquire, cnt_release, NULL};
+}
+
+static void test_header_and_small_reads(void **st)
+{
+    (void)st;
+    struct opened o;
+    open_view(&o, model, GGUF_GGML_Q8_0, 32, 8 * GGUF_VIEW_CHUNK);
+    size_t len;
+    uint8_t *want = whole(&o, &len);
+    close_view(&o);
+    open_view(&o, model, GGUF_GGML_Q8_0, 32, 8 * GGUF_VIEW_CHUNK);
+    struct counting c;
+    struct gguf_source src = counting_source(&c, &o.src);
+    uint64_t head = gguf_view_header_size(o.v);
+    uint8_t *buf = malloc(2 * GGUF_VIEW_CHUNK);
+    assert_non_null(buf);
+    struct gguf_view_stats s;
+
+    /* the header: from memory */
+    assert_int_equal(gguf_view_read(o.v, &src, buf, head, 0, NULL), (ssize_t)head);
+    assert_memory_equal(buf, want, head);
+    assert_int_equal(c.acquires, 0);
+    gguf_view_get_stats(o.v, &s);
+    assert_int_equal(s.hits + s.misses + s.direct + s.resident, 0);
+
+    /* a small read of chunk 2: its range only, nothing cached */
+    uint64_t off = 2 * GGUF_VIEW_CHUNK + 1000;
+    assert_int_equal(gguf_view_read(o.v, &src, buf, 5000, off, NULL), 5000);
+    assert_memory_equal(buf, want + off, 5000);
+    assert_true(c.acquires > 0);
+    gguf_view_get_stats(o.v, &s);
+    assert_int_equal(s.direct, 1);
+    assert_int_equal(s.misses + s.resident, 0);
+
+    /* a large one converts and caches the chunk; a small one then hits it */
+    size_t big = GGUF_VIEW_SMALL_READ + 1;
+    assert_int_equal(gguf_view_read(o.v, &src, buf, big, 2 * GGUF_VIEW_CHUNK, NULL),
+                     (ssize_t)big);
+    assert_memory_equal(buf, want + 2 * GGUF_VIEW_CHUNK, big);
+    assert_int_equal(gguf_view_read(o.v, &src, buf, 5000, off, NULL), 5000);
+    assert_memory_equal(buf, want + off, 5000);
+    gguf_view_get_stats(o.v, &s);
+    assert_int_equal(s.misses, 1);
+    assert_int_equal(s.hits, 1);
+    assert_int_equal(s.direct, 1);
+    assert_int_equal(s.resident, GGUF_VIEW_CHUNK);
+    free(buf);
+    free(want);
+    close_view(&o);
+}
+
+struct pushed {
+    const uint8_t *want;
+    int calls, bad;
+    uint64_t last;
+};
+
+static int push_check(void *ctx, uint64_t start, const void *data, size_t len)
+{
+    struct pushed *p = ctx;
+    p->calls++;
+    p->last = start;
+    if (start % GGUF_VIEW_CHUNK || len > GGUF_VIEW_CHUNK || memcmp(data, p->want + start, len))
+        p->bad = 1;
+    return 0;
+}
+
+static void test_warm(void **st)
+{
+    (void)st;
+    struct opened o;
+    open_view(&o, model, GGUF_GGML_Q8_0, 32, 0);
+    size_t len;
+    uint8_t *want = whole(&o, &len);
+    assert_true(len > 3 * GGUF_VIEW_CHUNK);
+    assert_int_equal(gguf_view_warm(o.v, &o.src, 0, NULL, NULL, NULL), -EINVAL); /* no cache */
+    close_view(&o);
+
+    open_view(&o, model, GGUF_GGML_Q8_0, 32, 2 * GGUF_VIEW_CHUNK);
+    struct counting c;
+    struct gguf_source src = counting_source(&c, &o.src);
+    struct pushed p = {want, 0, 0, 0};
+    struct gguf_view_stats s;
+    uint8_t *buf = malloc(GGUF_VIEW_CHUNK);
+    assert_non_null(buf);
+    const uint64_t C = GGUF_VIEW_CHUNK;
+    struct sl_err err = {{0}};
+    assert_int_equal(gguf_view_warm(o.v, &src, len, NULL, NULL, &err), -EINVAL);
+
+    /* chunks 0 and 1 warmed (1 pushed), nobody has read 0: 2 finds no room */
+    assert_int_equal(gguf_view_warm(o.v, &src, 10, NULL, NULL, &err), 0);
+    assert_int_equal(gguf_view_warm(o.v, &src, C + 10, push_check, &p, &err), 0);
+    assert_int_equal(p.calls, 1);
+    assert_int_equal(p.last, C);
+    assert_false(p.bad);
+    assert_int_equal(gguf_view_warm(o.v, &src, 10, NULL, NULL, &err), 0); /* cached: no-op */
+    gguf_view_get_stats(o.v, &s);
+    assert_int_equal(s.warmed, 2);
+    assert_int_equal(s.pushed, 1);
+    /* chunk 1 counts as read (pushed): chunk 2 may evict it, not chunk 0 */
+    assert_int_equal(gguf_view_warm(o.v, &src, 2 * C, NULL, NULL, &err), 0);
+    gguf_view_get_stats(o.v, &s);
+    assert_int_equal(s.evictions, 1);
+    assert_int_equal(s.resident, 2 * C);
+    /* now 0 and 2 are cached and unread: no room for 3 */
+    assert_int_equal(gguf_view_warm(o.v, &src, 3 * C, NULL, NULL, &err), -ENOSPC);
+    gguf_view_get_stats(o.v, &s);
+    assert_int_equal(s.evictions, 1);
+    assert_int_equal(s.warmed, 3);
+
+    /* readers hit warmed chunks */
+    int before = c.acquires;
+    assert_int_equal(gguf_view_read(o.v, &src, buf, C, 0, NULL), (ssize_t)C);
+    assert_memory_equal(buf, want, C);
+    assert_int_equal(c.acquires, before);
+    gguf_view_get_stats(o.v, &s);
+    assert_int_equal(s.hits, 1);
+    assert_int_equal(s.misses, 0);
+    /* chunk 0 is read now: warming 3 evicts it, not the unread chunk 2 */
+    assert_int_equal(gguf_view_warm(o.v, &src, 3 * C, NULL, NULL, &err), 0);
+    assert_int_equal(gguf_view_read(o.v, &src, buf, C, 2 * C, NULL), (ssize_t)C);
+    assert_memory_equal(buf, want + 2 * C, C);
+    gguf_view_get_stats(o.v, &s);
+    assert_int_equal(s.hits, 2);
+    assert_int_equal(s.misses, 0);
+    assert_int_equal(s.evictions, 2);
+    /* a reader needing room evicts the read chunk 2 before the unread 3 */
+    assert_int_equal(gguf_view_read(o.v, &src, buf, C, C, NULL), (ssize_t)C);
+    assert_memory_equal(buf, want + C, C);
+    size_t tail = len - 3 * C < C ? len - 3 * C : C;
+    assert_int_equal(gguf_view_read(o.v, &src, buf, tail, 3 * C, NULL), (ssize_t)tail);
+    assert_memory_equal(buf, want + 3 * C, tail);
+    gguf_view_get_stats(o.v, &s);
+    assert_int_equal(s.misses, 1);
+    assert_int_equal(s.hits, 3);
+    assert_int_equal(s.errors, 0);
+    free(buf);
+    free(want);
+    close_view(&o);
+}
+
 /* ---- a corrupt slice -------------------------------------------------------------------- */
 
 static void test_corrupt_slice(void **st)
@@ -428,6 +603,16 @@ static void test_corrupt_slice(void **st)
     for (int cached = 0; cached < 2; cached++) {
         struct opened o;
         open_view(&o, bad_model, GGUF_GGML_Q8_0, 32, cached ? 8 * GGUF_VIEW_CHUNK : 0);
+        if (cached) { /* warming caches the good chunks and nothing of the bad */
+            int n_failed = 0;
+            for (uint64_t off = 0; off < gguf_view_size(o.v); off += GGUF_VIEW_CHUNK) {
+                struct sl_err err = {{0}};
+                int ret = gguf_view_warm(o.v, &o.src, off, NULL, NULL, &err);
+                assert_true(ret == 0 || ret == -EIO);
+                n_failed += ret < 0;
+            }
+            assert_true(n_failed > 0);
+        }
         for (uint32_t i = 0; i < gguf_view_n_tensors(o.v); i++) {
             const struct gguf_view_tensor *t = gguf_view_tensor(o.v, i);
             uint32_t slice = format_reader_tensor(o.r, t->tensor)->slice;
@@ -525,12 +710,58 @@ static void test_scale_range(void **st)
         }
 }
 
+/* Rows longer than 256 weights as F16 (one rounding per code): the bits of
+ * rounding each weight, and an error only for a code that overflows. */
+static void test_f16_long_rows(void **st)
+{
+    (void)st;
+    enum { COLS = 288 };
+    uint8_t src[64 + COLS];
+    memset(src, 0, sizeof src);
+    int8_t q[COLS];
+    uint8_t row[2 * COLS], out[2 * COLS];
+    struct gv_scratch sc = {q, row};
+    struct gv_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.pub.name, sizeof t.pub.name, "blk.0.ffn_down.weight");
+    t.pub.n_dims = 2;
+    t.pub.type = GGUF_GGML_F16;
+    t.enc = FORMAT_ENC_Q8_CHANNEL;
+    t.rows = 1, t.cols = COLS, t.src_len = sizeof src, t.row_bytes = 2 * COLS;
+    struct sl_err err = {{0}};
+    assert_int_equal(gv_parse(&t, src, &err), 0);
+    struct test_rng g;
+    test_rng_init(&g, test_seed());
+    /* 700 * 93 = 65100 rounds to fp16's largest finite value; 700 * 94 overflows */
+    for (int c = 0; c < COLS; c++)
+        src[64 + c] = (uint8_t)(int8_t)((int)test_rng_below(&g, 187) - 93);
+    const float scales[3] = {700.0f, 0.0123f, 1e-7f};
+    for (int k = 0; k < 3; k++) {
+        sl_store_lef32(src, scales[k]);
+        if (k == 1) /* every code from here on */
+            for (int c = 0; c < COLS; c++)
+                src[64 + c] = (uint8_t)(int8_t)(c < 256 ? c - 128 : (int)test_rng_below(&g, 256) - 128);
+        assert_int_equal(gv_convert(&t, src, 0, t.row_bytes, out, &sc, &err), 0);
+        for (int c = 0; c < COLS; c++) {
+            uint16_t h = sl_f32_to_f16(scales[k] * (float)(int8_t)src[64 + c]);
+            if (sl_load_le16(out + 2 * c) != h)
+                fail_msg("scale %g col %d: %04x, want %04x", (double)scales[k], c,
+                         sl_load_le16(out + 2 * c), h);
+        }
+    }
+    sl_store_lef32(src, 700.0f);
+    src[64 + 200] = (uint8_t)(int8_t)-94;
+    assert_int_equal(gv_convert(&t, src, 0, t.row_bytes, out, &sc, &err), -ERANGE);
+    assert_non_null(strstr(err.msg, "exceeds fp16"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_and_values), cmocka_unit_test(test_concurrent_reads),
         cmocka_unit_test(test_corrupt_slice),     cmocka_unit_test(test_bad_options),
-        cmocka_unit_test(test_scale_range),
+        cmocka_unit_test(test_scale_range),       cmocka_unit_test(test_header_and_small_reads),
+        cmocka_unit_test(test_warm),              cmocka_unit_test(test_f16_long_rows),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
