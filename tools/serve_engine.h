@@ -28,6 +28,8 @@ struct serve_engine_opts {
     uint32_t queue;        /* requests that may wait for a session; more get 429 */
     int lazy;              /* 1: nothing read until the first request */
     double npu_share;      /* decode: the NPU thread's share (0: the calling thread only) */
+    int no_batch;          /* 1: each session runs its own forward passes (no continuous
+                              batching across sessions: serve_batch.h) */
     struct infer_pipeline_opts pipeline;
 };
 
@@ -39,6 +41,9 @@ struct serve_engine_counters {
     uint64_t bytes_streamed; /* bytes the cold start read from storage */
     double cold_ttft_s;      /* the cold start's time to first token (0: not yet) */
     int loaded;
+    /* continuous batching (serve_batch.h): forward passes, their rows, and
+     * the passes that served more than one session */
+    uint64_t batch_steps, batch_rows, batch_multi;
 };
 
 struct serve_engine;

@@ -32,7 +32,12 @@ static void usage(FILE *f)
             "  --port N         TCP port, 0..65535 (default 8080; 0: any free port); the\n"
             "                   address is printed on stderr once the server listens\n"
             "  --parallel N     sessions generating at once over the one loaded model, each\n"
-            "                   with its own KV cache, 1..256 (default 4)\n"
+            "                   with its own KV cache, 1..256 (default 4); their decode\n"
+            "                   steps and prompts are batched into one forward pass over\n"
+            "                   the weights (continuous batching: the same text as each\n"
+            "                   alone)\n"
+            "  --no-batch       every session runs its own forward passes (no batching\n"
+            "                   across sessions; for comparison)\n"
             "  --queue N        requests that may wait for a session, 0..65536 (default 64);\n"
             "                   more get 429\n"
             "  --lazy           read nothing until the first request, which cold-starts the\n"
@@ -87,6 +92,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             bad = tools_args_u32(&a, 0, 65536, &o->engine.queue);
         } else if (!strcmp(s, "--lazy")) {
             o->engine.lazy = 1;
+        } else if (!strcmp(s, "--no-batch")) {
+            o->engine.no_batch = 1;
         } else if (!strcmp(s, "--api-key")) {
             bad = tools_args_value(&a, &o->http.api_key);
         } else if (!strcmp(s, "--model-id")) {
