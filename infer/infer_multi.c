@@ -63,6 +63,7 @@ int infer_multi_create(struct infer_model *m, const struct infer_multi_opts *o,
             goto fail;
         }
         mb->st->dev = mb->dev;
+        mb->st->split_work = 1;
         if (d.npu_share > 0 && d.npu_share < 1)
             mb->st->npu_share = d.npu_share;
         if (d.npu_min_weights)

@@ -30,7 +30,7 @@ static void usage(FILE *f)
             "usage: sluice bench serve MODEL.sluice [--llama-server PATH --gguf FILE]\n"
             "                          [--clients LIST] [--requests N] [--max-tokens N]\n"
             "                          [--runs K] [--parallel N] [--slots N] [--threads N]\n"
-            "                          [--npu-share F] [--unbatched]\n"
+            "                          [--npu-share F] [--batch-lanes N] [--unbatched]\n"
             "                          [--cold K --flashrun PATH [--flash-mbps N]] [--json]\n\n"
             "Starts `sluice serve MODEL` (and llama-server on FILE, the same model as GGUF)\n"
             "on loopback and, for each number of concurrent clients, has every client send\n"
@@ -53,6 +53,7 @@ static void usage(FILE *f)
             "  --threads N      llama-server's threads, 1..256 (default 1: on a loaded\n"
             "                   2-core machine, 2 threads decoded 25x slower)\n"
             "  --npu-share F    sluice serve --npu-share, 0 <= F < 1 (default 0)\n"
+            "  --batch-lanes N  sluice serve --batch-lanes, 1..8 (default: serve's)\n"
             "  --unbatched      also `sluice serve --no-batch` (each session its own forward\n"
             "                   passes), measured in turn with the others\n"
             "  --cold K         also K cold runs of each of: `sluice run MODEL -p PROMPT -n 8`\n"
@@ -74,7 +75,7 @@ static const char *const prompts[N_PROMPTS] = {
 struct opts {
     const char *model, *llama, *gguf, *flashrun;
     uint32_t levels[MAX_LEVELS], n_levels;
-    uint32_t requests, max_tokens, runs, parallel, slots, threads, cold, mbps;
+    uint32_t requests, max_tokens, runs, parallel, slots, threads, cold, mbps, lanes;
     double npu_share;
     int json, unbatched;
 };
@@ -419,6 +420,8 @@ static int parse(int argc, char **argv, struct opts *o)
             bad = tools_args_u32(&a, 1, 100000, &o->mbps);
         } else if (!strcmp(s, "--json")) {
             o->json = 1;
+        } else if (!strcmp(s, "--batch-lanes")) {
+            bad = tools_args_u32(&a, 1, 8, &o->lanes);
         } else if (!strcmp(s, "--unbatched")) {
             o->unbatched = 1;
         } else if (s[0] == '-' || o->model) {
@@ -455,7 +458,8 @@ static int parse(int argc, char **argv, struct opts *o)
 
 static int start_servers(const struct opts *o, struct srv *srv, int n_srv)
 {
-    char par[16], slots[16], port[N_SERVERS][16], ctx[16], thr[16], share[32], exe[4096];
+    char par[16], slots[16], port[N_SERVERS][16], ctx[16], thr[16], share[32], lanes[16],
+        exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0)
         return -errno;
@@ -465,17 +469,23 @@ static int start_servers(const struct opts *o, struct srv *srv, int n_srv)
     snprintf(ctx, sizeof ctx, "%u", o->slots * 256);
     snprintf(thr, sizeof thr, "%u", o->threads);
     snprintf(share, sizeof share, "%g", o->npu_share);
+    snprintf(lanes, sizeof lanes, "%u", o->lanes);
     for (int i = 0; i < n_srv; i++) {
         srv[i].port = free_port();
         snprintf(port[i], sizeof port[i], "%d", srv[i].port);
     }
     const char *sl[] = {exe,       "serve",     o->model, "--port",      port[0], "--parallel",
                         par,       "--queue",   "4096",   "--max-conns", "4096",  "--npu-share",
-                        share,     NULL,        NULL};
+                        share,     NULL,        NULL,     NULL};
+    if (o->lanes) {
+        sl[13] = "--batch-lanes";
+        sl[14] = lanes;
+    }
     int ret = srv_start(sl, "sluice", &srv[0]), at = 1;
     if (ret == 0 && o->unbatched) {
         sl[4] = port[at];
         sl[13] = "--no-batch";
+        sl[14] = NULL;
         ret = srv_start(sl, "sluice-nobatch", &srv[at++]);
     }
     if (ret == 0 && o->llama) {
@@ -566,6 +576,8 @@ int bench_serve(int argc, char **argv)
     cJSON_AddNumberToObject(j, "slots", o.slots);
     cJSON_AddNumberToObject(j, "llama_threads", o.threads);
     cJSON_AddNumberToObject(j, "npu_share", o.npu_share);
+    if (o.lanes)
+        cJSON_AddNumberToObject(j, "batch_lanes", o.lanes);
     for (uint32_t l = 0; l < o.n_levels; l++) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "clients", o.levels[l]);

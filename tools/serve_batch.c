@@ -1,6 +1,6 @@
 /* serve_batch.c: continuous batching: steps handed in by the generating
- * sessions, gathered and run as one forward pass by a leading caller
- * (serve_batch.h). */
+ * sessions, gathered and run as one forward pass by a leading caller, on
+ * one of a few lanes (serve_batch.h). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -14,29 +14,46 @@ struct entry {
     const int *tokens;
     uint32_t n, done; /* rows run so far (a prompt runs in chunks) */
     int step;
+    int claimed;      /* in a step that runs now */
     int finished, ret;
     uint64_t t_in;    /* handed in (sl_now_ns) */
     struct sl_err err;
+    pthread_cond_t cv; /* its caller waits here: woken when it finished, or to lead */
+};
+
+/* One forward pass at a time per lane: its scratch and the leader's lists. */
+struct lane {
+    struct infer_multi *mb;
+    int busy;
+    struct infer_session_rows *rows;
+    struct entry **taken;
+    uint32_t *take;
 };
 
 struct serve_batch {
     pthread_mutex_t mu;
     pthread_cond_t cv_in;   /* a step handed in, or a session left: the gathering leader */
-    pthread_cond_t cv_done; /* a step ran: those waiting on it */
-    struct infer_multi *mb;
-    uint32_t parallel, chunk, max_rows;
+    uint32_t parallel, chunk, max_rows, n_lanes;
     uint32_t members;  /* sessions that joined */
-    struct entry **pending;
-    uint32_t n_pending;
-    int leading;
-    /* the leader's */
-    struct infer_session_rows *rows;
-    struct entry **taken;
-    uint32_t *take;
+    struct entry **pending; /* handed in, not finished (claimed or not) */
+    uint32_t n_pending, n_claimed;
+    int gathering;     /* a leader is gathering its step */
+    struct lane lanes[SERVE_BATCH_MAX_LANES];
     struct serve_batch_stats stats;
 };
 
-int serve_batch_create(struct infer_model *m, uint32_t parallel, uint32_t chunk,
+static void lanes_free(struct serve_batch *b)
+{
+    for (uint32_t i = 0; i < SERVE_BATCH_MAX_LANES; i++) {
+        struct lane *l = &b->lanes[i];
+        infer_multi_destroy(l->mb);
+        free(l->rows);
+        free(l->taken);
+        free(l->take);
+    }
+}
+
+int serve_batch_create(struct infer_model *m, uint32_t parallel, uint32_t chunk, uint32_t lanes,
                        double npu_share, struct serve_batch **out, struct sl_err *err)
 {
     struct serve_batch *b = calloc(1, sizeof *b);
@@ -46,46 +63,44 @@ int serve_batch_create(struct infer_model *m, uint32_t parallel, uint32_t chunk,
     }
     b->parallel = parallel ? parallel : 1;
     b->chunk = chunk ? chunk : 256;
+    b->n_lanes = lanes < 1 ? 1 : lanes > SERVE_BATCH_MAX_LANES ? SERVE_BATCH_MAX_LANES : lanes;
     /* a whole prompt chunk always fits beside everyone else's decode row */
     b->max_rows = b->chunk + b->parallel;
-    b->pending = calloc(b->parallel, sizeof *b->pending);
-    b->taken = calloc(b->parallel, sizeof *b->taken);
-    b->take = calloc(b->parallel, sizeof *b->take);
-    b->rows = calloc(b->parallel, sizeof *b->rows);
-    int ret = b->pending && b->taken && b->take && b->rows ? 0 : -ENOMEM;
-    if (ret < 0) {
-        sl_err_set(err, "out of memory");
-        goto fail;
-    }
+    int ret = (b->pending = calloc(b->parallel, sizeof *b->pending)) ? 0 : -ENOMEM;
     struct infer_multi_opts mo = {.max_rows = b->max_rows, .no_npu = !(npu_share > 0),
                                   .npu_share = npu_share};
-    if ((ret = infer_multi_create(m, &mo, &b->mb, err)) < 0)
+    for (uint32_t i = 0; ret == 0 && i < b->n_lanes; i++) {
+        struct lane *l = &b->lanes[i];
+        l->rows = calloc(b->parallel, sizeof *l->rows);
+        l->taken = calloc(b->parallel, sizeof *l->taken);
+        l->take = calloc(b->parallel, sizeof *l->take);
+        ret = l->rows && l->taken && l->take ? 0 : -ENOMEM;
+        if (ret < 0)
+            sl_err_set(err, "out of memory");
+        else
+            ret = infer_multi_create(m, &mo, &l->mb, err);
+    }
+    if (ret < 0)
         goto fail;
     if ((ret = -pthread_mutex_init(&b->mu, NULL)) < 0) {
         sl_err_set(err, "cannot create a mutex");
-        infer_multi_destroy(b->mb);
         goto fail;
     }
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     ret = -pthread_cond_init(&b->cv_in, &ca);
-    if (ret == 0 && (ret = -pthread_cond_init(&b->cv_done, &ca)) < 0)
-        pthread_cond_destroy(&b->cv_in);
     pthread_condattr_destroy(&ca);
     if (ret < 0) {
         sl_err_set(err, "cannot create a condition variable");
         pthread_mutex_destroy(&b->mu);
-        infer_multi_destroy(b->mb);
         goto fail;
     }
     *out = b;
     return 0;
 fail:
+    lanes_free(b);
     free(b->pending);
-    free(b->taken);
-    free(b->take);
-    free(b->rows);
     free(b);
     return ret;
 }
@@ -94,14 +109,10 @@ void serve_batch_destroy(struct serve_batch *b)
 {
     if (!b)
         return;
-    infer_multi_destroy(b->mb);
+    lanes_free(b);
     pthread_cond_destroy(&b->cv_in);
-    pthread_cond_destroy(&b->cv_done);
     pthread_mutex_destroy(&b->mu);
     free(b->pending);
-    free(b->taken);
-    free(b->take);
-    free(b->rows);
     free(b);
 }
 
@@ -129,26 +140,29 @@ static uint32_t next_rows(const struct serve_batch *b, const struct entry *e)
     return left < to_cut ? left : to_cut;
 }
 
-/* Chooses the step (called locked): every decode row handed in, then
- * prompt chunks in the order handed in, each only whole, while they fit. */
-static uint32_t choose(struct serve_batch *b)
+/* Chooses lane l's step (called locked): every unclaimed decode row handed
+ * in, then prompt chunks in the order handed in, each only whole, while
+ * they fit. */
+static uint32_t choose(struct serve_batch *b, struct lane *l)
 {
     uint32_t k = 0, rows = 0;
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t i = 0; i < b->n_pending; i++) {
             struct entry *e = b->pending[i];
-            if (e->step != (pass == 0))
+            if (e->claimed || e->step != (pass == 0))
                 continue;
             uint32_t r = next_rows(b, e);
             if (rows + r > b->max_rows)
                 continue;
-            b->taken[k] = e;
-            b->take[k] = r;
-            b->rows[k] = (struct infer_session_rows){.s = e->s, .tokens = e->tokens + e->done,
+            e->claimed = 1;
+            l->taken[k] = e;
+            l->take[k] = r;
+            l->rows[k] = (struct infer_session_rows){.s = e->s, .tokens = e->tokens + e->done,
                                                      .n = r, .step = e->step};
             rows += r;
             k++;
         }
+    b->n_claimed += k;
     return k;
 }
 
@@ -159,36 +173,70 @@ static void deadline_at(struct timespec *ts, uint64_t t_ns)
     ts->tv_nsec = (long)(t_ns % 1000000000u);
 }
 
-/* Gathers, runs and completes one step (called and returning locked). */
-static void lead(struct serve_batch *b)
+static void kick(struct serve_batch *b);
+
+static struct lane *free_lane(struct serve_batch *b)
 {
-    b->leading = 1;
+    for (uint32_t i = 0; i < b->n_lanes; i++)
+        if (!b->lanes[i].busy)
+            return &b->lanes[i];
+    return NULL;
+}
+
+/* Steps a gathering leader waits for: its share of the sessions that
+ * joined and are not in a running step, split among the free lanes (with
+ * one lane, all of them; with two, half, so that one half's step runs
+ * while the other half sends its tokens). */
+static uint32_t gather_share(const struct serve_batch *b)
+{
+    uint32_t free = 1; /* the gatherer's own lane */
+    for (uint32_t i = 0; i < b->n_lanes; i++)
+        free += !b->lanes[i].busy;
+    uint32_t idle = b->members > b->n_claimed ? b->members - b->n_claimed : 0;
+    return (idle + free - 1) / free;
+}
+
+/* Gathers, runs and completes one step on lane l (called and returning
+ * locked): it waits until its share of the sessions (gather_share) has
+ * handed steps in, or the gather time after the oldest unclaimed one
+ * passed. */
+static void lead(struct serve_batch *b, struct lane *l)
+{
+    l->busy = 1;
+    b->gathering = 1;
     uint64_t oldest = UINT64_MAX;
     for (uint32_t i = 0; i < b->n_pending; i++)
-        oldest = b->pending[i]->t_in < oldest ? b->pending[i]->t_in : oldest;
+        if (!b->pending[i]->claimed && b->pending[i]->t_in < oldest)
+            oldest = b->pending[i]->t_in;
+    uint64_t until = oldest + (uint64_t)SERVE_BATCH_GATHER_US * 1000u;
     struct timespec ts;
-    deadline_at(&ts, oldest + (uint64_t)SERVE_BATCH_GATHER_US * 1000u);
-    while (b->n_pending < b->members && sl_now_ns() < oldest + SERVE_BATCH_GATHER_US * 1000ull)
+    deadline_at(&ts, until);
+    while (b->n_pending - b->n_claimed < gather_share(b) && sl_now_ns() < until)
         pthread_cond_timedwait(&b->cv_in, &b->mu, &ts);
-    uint32_t k = choose(b), rows = 0;
+    b->gathering = 0;
+    uint32_t k = choose(b, l), rows = 0;
     for (uint32_t i = 0; i < k; i++)
-        rows += b->take[i];
+        rows += l->take[i];
+    kick(b); /* another lane may gather meanwhile */
     pthread_mutex_unlock(&b->mu);
     struct sl_err err = {{0}};
-    int ret = infer_session_run_multi(b->mb, b->rows, k, &err);
+    int ret = infer_session_run_multi(l->mb, l->rows, k, &err);
     pthread_mutex_lock(&b->mu);
     b->stats.steps++;
     b->stats.rows += rows;
     b->stats.multi_steps += k > 1;
+    b->n_claimed -= k;
     for (uint32_t i = 0; i < k; i++) {
-        struct entry *e = b->taken[i];
-        e->done += b->take[i];
+        struct entry *e = l->taken[i];
+        e->done += l->take[i];
+        e->claimed = 0;
         if (ret < 0) {
             e->ret = ret;
             e->err = err;
         }
         if (ret < 0 || e->done == e->n) {
             e->finished = 1;
+            pthread_cond_signal(&e->cv);
             for (uint32_t j = 0; j < b->n_pending; j++)
                 if (b->pending[j] == e) {
                     b->pending[j] = b->pending[--b->n_pending];
@@ -196,8 +244,25 @@ static void lead(struct serve_batch *b)
                 }
         }
     }
-    b->leading = 0;
-    pthread_cond_broadcast(&b->cv_done);
+    l->busy = 0;
+    kick(b);
+}
+
+/* Wakes the caller of the oldest unclaimed entry to lead the next step,
+ * when a lane is free and nobody gathers (called locked, whenever one of
+ * those changes): one thread woken, not every waiter. */
+static void kick(struct serve_batch *b)
+{
+    if (b->gathering || !free_lane(b))
+        return;
+    struct entry *best = NULL;
+    for (uint32_t i = 0; i < b->n_pending; i++) {
+        struct entry *e = b->pending[i];
+        if (!e->claimed && (!best || e->t_in < best->t_in))
+            best = e;
+    }
+    if (best)
+        pthread_cond_signal(&best->cv);
 }
 
 int serve_batch_run(struct serve_batch *b, struct infer_session *s, const int *tokens, uint32_t n,
@@ -206,22 +271,31 @@ int serve_batch_run(struct serve_batch *b, struct infer_session *s, const int *t
     if (n == 0)
         return 0;
     struct entry e = {.s = s, .tokens = tokens, .n = n, .step = step, .t_in = sl_now_ns()};
+    int ret = pthread_cond_init(&e.cv, NULL);
+    if (ret) {
+        sl_err_set(err, "cannot create a condition variable (%s)", strerror(ret));
+        return -ret;
+    }
     pthread_mutex_lock(&b->mu);
     if (b->n_pending == b->parallel) { /* more sessions than it was made for */
         pthread_mutex_unlock(&b->mu);
+        pthread_cond_destroy(&e.cv);
         sl_err_set(err, "more than %u sessions hand steps in", b->parallel);
         return -EBUSY;
     }
     b->pending[b->n_pending++] = &e;
-    if (b->leading)
+    if (b->gathering)
         pthread_cond_signal(&b->cv_in);
     while (!e.finished) {
-        if (!b->leading)
-            lead(b);
+        struct lane *l;
+        if (!e.claimed && !b->gathering && (l = free_lane(b)))
+            lead(b, l);
         else
-            pthread_cond_wait(&b->cv_done, &b->mu);
+            pthread_cond_wait(&e.cv, &b->mu);
     }
+    kick(b); /* the leader's entry may be done while others wait */
     pthread_mutex_unlock(&b->mu);
+    pthread_cond_destroy(&e.cv);
     if (e.ret < 0)
         *err = e.err;
     return e.ret;

@@ -9,11 +9,16 @@
  * others. Each session's logits are those it would get alone, bit for bit
  * (infer.h), so batching changes no answer.
  *
- * No thread of its own: the first caller that finds no step running leads
- * the next one. It waits until every session that joined has handed its
- * step in, or SERVE_BATCH_GATHER_US after the oldest was handed in (a
- * client that is slow to read is not waited for longer), runs the step for
- * everyone, and wakes them; a caller whose step was run returns. */
+ * No thread of its own: a caller that finds a lane free (no step of its
+ * running) and no other caller gathering leads the next step on it. It
+ * waits until its share of the sessions has handed steps in (of those that
+ * joined and are not in a running step: all of them with one lane, half of
+ * them with two free lanes, so one half's step runs while the other half
+ * sends its tokens and the two cores both work), or SERVE_BATCH_GATHER_US
+ * after the oldest was handed in (a client slow to read is not waited for
+ * longer), runs the step for everyone it took, and wakes them; a caller
+ * whose step was run returns. Lanes run their steps at once on their
+ * leaders' threads over the one shared model (disjoint sessions). */
 #ifndef SLUICE_SERVE_BATCH_H
 #define SLUICE_SERVE_BATCH_H
 
@@ -23,13 +28,16 @@
 #include "infer.h"
 
 #define SERVE_BATCH_GATHER_US 2000
+#define SERVE_BATCH_MAX_LANES 8
 
 struct serve_batch;
 
 /* parallel: sessions that may hand steps in at once; chunk: prompt rows
- * per step (the sessions' max_batch); npu_share 0: int8 matmuls on the
- * leading thread alone. */
-int serve_batch_create(struct infer_model *m, uint32_t parallel, uint32_t chunk,
+ * per step (the sessions' max_batch); lanes: steps that may run at once,
+ * on the threads of their leaders (1..SERVE_BATCH_MAX_LANES; each its own
+ * scratch); npu_share 0: matmuls on the leading thread alone, else each
+ * lane's device thread takes that share. */
+int serve_batch_create(struct infer_model *m, uint32_t parallel, uint32_t chunk, uint32_t lanes,
                        double npu_share, struct serve_batch **out, struct sl_err *err);
 void serve_batch_destroy(struct serve_batch *b);
 

@@ -295,7 +295,8 @@ int serve_engine_settle(struct serve_engine *e, struct serve_slot *slot, struct 
         }
         if (ret == 0 && !e->o.no_batch &&
             (ret = serve_batch_create(infer_session_model(slots[0].s), e->o.parallel,
-                                      so.max_batch, e->o.npu_share, &e->batch, err)) < 0)
+                                      so.max_batch, e->o.batch_lanes ? e->o.batch_lanes : 1,
+                                      e->o.npu_share, &e->batch, err)) < 0)
             k = e->o.parallel - 1; /* every session goes */
     }
     pthread_mutex_lock(&e->mu);

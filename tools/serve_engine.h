@@ -30,6 +30,7 @@ struct serve_engine_opts {
     double npu_share;      /* decode: the NPU thread's share (0: the calling thread only) */
     int no_batch;          /* 1: each session runs its own forward passes (no continuous
                               batching across sessions: serve_batch.h) */
+    uint32_t batch_lanes;  /* batched steps that may run at once (0: 1) */
     struct infer_pipeline_opts pipeline;
 };
 

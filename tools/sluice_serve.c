@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "serve_batch.h"
 #include "serve_http.h"
 #include "serve_model.h"
 #include "sluice.h"
@@ -36,6 +37,9 @@ static void usage(FILE *f)
             "                   steps and prompts are batched into one forward pass over\n"
             "                   the weights (continuous batching: the same text as each\n"
             "                   alone)\n"
+            "  --batch-lanes N  batched forward passes that may run at once, each on the\n"
+            "                   thread of one of its sessions, 1..8 (default 2: while one\n"
+            "                   runs, the sessions of the other send their tokens)\n"
             "  --no-batch       every session runs its own forward passes (no batching\n"
             "                   across sessions; for comparison)\n"
             "  --queue N        requests that may wait for a session, 0..65536 (default 64);\n"
@@ -73,7 +77,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
     uint32_t port = 8080, max_body = 1u << 20, timeout = 10, conns = 256;
     const char *policy;
     *o = (struct serve_opts){.http = {.host = "127.0.0.1"},
-                             .engine = {.parallel = 4, .queue = 64}};
+                             .engine = {.parallel = 4, .queue = 64, .batch_lanes = 2}};
     infer_pipeline_opts_init(&o->engine.pipeline);
     struct tools_args a = {"sluice serve", usage, argc, argv, 0};
     for (a.i = 1; a.i < argc; a.i++) {
@@ -94,6 +98,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             o->engine.lazy = 1;
         } else if (!strcmp(s, "--no-batch")) {
             o->engine.no_batch = 1;
+        } else if (!strcmp(s, "--batch-lanes")) {
+            bad = tools_args_u32(&a, 1, SERVE_BATCH_MAX_LANES, &o->engine.batch_lanes);
         } else if (!strcmp(s, "--api-key")) {
             bad = tools_args_value(&a, &o->http.api_key);
         } else if (!strcmp(s, "--model-id")) {
