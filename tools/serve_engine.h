@@ -8,7 +8,9 @@
  * is then the cold start's. The other sessions (--parallel N in all) are
  * opened on that model (infer_session_create) and share its weights; each
  * has its own KV cache and keeps the tokens it holds, so a request that
- * continues a previous conversation prefills only what is new.
+ * continues a previous conversation prefills only what is new. Their
+ * prompts and decode steps run batched across sessions (serve_batch.h),
+ * unless no_batch.
  *
  * Threads: every function may be called from any thread; a slot is used by
  * the thread that acquired it until it releases it. */
