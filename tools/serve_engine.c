@@ -40,6 +40,11 @@ struct serve_engine {
      * they exist and goes on finishing the model (serve_engine_settle) */
     pthread_t cold_thread;
     int cold_first, cold_done, cold_ret;
+    /* a request waits for the cold start's first token: the pipeline's
+     * thread holds on in its first-logits callback until the token is taken
+     * (first_taken), as `sluice run` prints it there, so the rest of the
+     * cold start does not compete with sending it (at most COLD_HOLD_MS) */
+    int cold_hold, first_taken;
     struct sl_err cold_err;
     const int *cold_tokens;
     uint32_t cold_n;
@@ -56,6 +61,7 @@ int serve_engine_create(const struct serve_engine_opts *o, struct serve_engine *
         return -ENOMEM;
     }
     e->o = *o;
+    e->cold_hold = 1;
     if (!e->o.parallel)
         e->o.parallel = 1;
     e->slots = calloc(e->o.parallel, sizeof *e->slots);
@@ -88,8 +94,10 @@ int serve_engine_create(const struct serve_engine_opts *o, struct serve_engine *
     struct serve_slot *slot;
     int cold;
     double ttft;
+    e->cold_hold = 0; /* nobody waits for this cold start's first token */
     if ((ret = serve_engine_acquire(e, &bos, 1, NULL, NULL, &slot, &cold, &ttft, err)) < 0)
         goto fail;
+    e->cold_hold = 1;
     ret = serve_engine_settle(e, slot, err);
     serve_engine_release(e, slot);
     if (ret < 0)
@@ -190,6 +198,10 @@ static void session_opts(const struct serve_engine *e, struct infer_session_opts
                                       .no_npu = e->o.npu_share == 0};
 }
 
+#define COLD_HOLD_MS 100
+
+static void deadline_in(struct timespec *ts, long ms);
+
 /* On the cold start's thread, the moment the prompt's logits exist. */
 static void on_first_logits(void *ctx, struct infer_session *s)
 {
@@ -198,6 +210,21 @@ static void on_first_logits(void *ctx, struct infer_session *s)
     pthread_mutex_lock(&e->mu);
     e->cold_t_first = sl_now_ns();
     e->cold_first = 1;
+    pthread_cond_broadcast(&e->cv);
+    if (e->cold_hold) {
+        struct timespec ts;
+        deadline_in(&ts, COLD_HOLD_MS);
+        while (!e->first_taken && pthread_cond_timedwait(&e->cv, &e->mu, &ts) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* The cold start's first token was taken: its pipeline goes on. */
+static void first_taken(struct serve_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->first_taken = 1;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -244,7 +271,7 @@ static int engine_load(struct serve_engine *e, const int *tokens, uint32_t n, do
     memcpy(s0->hist, tokens, sizeof(int) * n);
     e->cold_tokens = s0->hist;
     e->cold_n = n;
-    e->cold_first = e->cold_done = 0;
+    e->cold_first = e->cold_done = e->first_taken = 0;
     e->cold_t0 = sl_now_ns();
     int ret = pthread_create(&e->cold_thread, NULL, cold_main, e);
     if (ret) {
@@ -273,6 +300,7 @@ int serve_engine_settle(struct serve_engine *e, struct serve_slot *slot, struct 
 {
     if (!slot->cold_pending)
         return 0;
+    first_taken(e); /* whether or not a token was: the callback must not hold on */
     pthread_join(e->cold_thread, NULL);
     slot->cold_pending = 0;
     int ret = e->cold_ret;
@@ -527,6 +555,8 @@ int serve_gen_next(struct serve_gen *g, struct sl_err *err)
     }
     memcpy(g->logits, lg, sizeof(float) * g->e->cfg.vocab_size);
     int tok = infer_sampler_sample(g->sampler, g->logits);
+    if (sl->cold_pending)
+        first_taken(g->e);
     if (tok < 0) {
         sl_err_set(err, "sampling failed (%s)", strerror(-tok));
         return tok;
