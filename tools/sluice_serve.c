@@ -57,9 +57,10 @@ static void usage(FILE *f)
             "                   and an idle connection may stay open, 1..3600 (default 10)\n"
             "  --max-conns N    connections at once, each with its own thread, 1..65536\n"
             "                   (default 256)\n"
-            "  --npu-share F    decode: the NPU device thread's share of each int8 matmul,\n"
-            "                   0 <= F < 1 (default 0: the session's thread alone; the text\n"
-            "                   is the same for any share)\n"
+            "  --npu-share F    the NPU device thread's share of each int8 matmul of a\n"
+            "                   decode step (and of float ones in a batched step), 0 <= F < 1\n"
+            "                   (default 0: the stepping thread alone; the text is the same\n"
+            "                   for any share)\n"
             "  --chunk N        prefill chunk rows, 1..65536 (default 256)\n"
             "  --cpu-workers N  the cold start's CPU worker threads, 1..8 (default 1)\n"
             "  --policy P       the cold start's scheduling policy (sluice run --help)\n");
