@@ -152,6 +152,16 @@ static uint32_t choose(struct serve_batch *b, struct lane *l)
             if (e->claimed || e->step != (pass == 0))
                 continue;
             uint32_t r = next_rows(b, e);
+            uint32_t ctx = infer_model_config(infer_session_model(e->s))->seq_len;
+            if (infer_session_len(e->s) + r > ctx) { /* its own error, not the step's */
+                sl_err_set(&e->err, "%u tokens after %u exceed the context of %u", r,
+                           infer_session_len(e->s), ctx);
+                e->ret = -EINVAL;
+                e->finished = 1;
+                pthread_cond_signal(&e->cv);
+                b->pending[i--] = b->pending[--b->n_pending];
+                continue;
+            }
             if (rows + r > b->max_rows)
                 continue;
             e->claimed = 1;
