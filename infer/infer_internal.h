@@ -94,6 +94,8 @@ struct infer_state {
     struct npu_device *dev; /* int8 matmuls of small batches go here too (a session's) */
     double npu_share;       /* of the output channels, on dev */
     uint64_t npu_min_weights; /* smaller matmuls stay on the calling thread */
+    int split_work;         /* a multi-sequence step's (infer_multi.c): the threshold counts
+                               rows x weights, and float matmuls are split with dev too */
     uint64_t npu_jobs;
     /* scratch, max_batch rows each */
     float *x;       /* [n][D] residual stream */
@@ -241,6 +243,11 @@ void infer_step_head_norm(const struct infer_model *m, float *xb, const float *x
 int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int layer,
                       uint32_t role, const struct infer_linear *lin, float *y, const float *x,
                       uint32_t n, struct sl_err *err);
+
+/* The size of a linear's matmul against the state's npu_min_weights: its
+ * weights, times the rows n for a multi-sequence step's state. */
+uint64_t infer_split_work(const struct infer_state *s, const struct infer_linear *lin,
+                          uint32_t n);
 
 /* y [n][rows] of an int8 linear kept packed (lin->npu NULL, lin->upk set):
  * the int32 sums straight from the packed codes (unpack_tensor_dot), the

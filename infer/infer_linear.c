@@ -213,7 +213,7 @@ static int linear_s8(struct infer_state *s, const struct infer_linear *lin, cons
     uint32_t r_npu = 0;
     /* a hand-off to the device thread costs ~10-20 us (a wake-up): worth it
      * from about a million weights (~100 us of int8 streaming) */
-    if (s && s->dev && rows >= 32 && (uint64_t)rows * lin->cols >= s->npu_min_weights)
+    if (s && s->dev && rows >= 32 && infer_split_work(s, lin, n) >= s->npu_min_weights)
         r_npu = (uint32_t)(rows * s->npu_share) / 16 * 16;
     if (r_npu == 0) {
         npu_linear_s8(lin->npu, xq, n, act, y);
@@ -239,13 +239,63 @@ static int linear_s8(struct infer_state *s, const struct infer_linear *lin, cons
     return 0;
 }
 
+uint64_t infer_split_work(const struct infer_state *s, const struct infer_linear *lin,
+                          uint32_t n)
+{
+    return (uint64_t)lin->rows * lin->cols * (s->split_work ? n : 1);
+}
+
+/* Output channels [r0, r1) of a float linear (infer_op_matmul computes each
+ * channel the same way whatever the range, so a split gives the same bits). */
+struct float_part {
+    const struct infer_linear *lin;
+    const float *x;
+    uint32_t n, r0, r1;
+    float *y;
+};
+
+static int float_part_run(void *arg)
+{
+    const struct float_part *p = arg;
+    infer_op_matmul(p->y, p->x, p->lin->w, p->lin->wtype, p->n, p->lin->rows, p->lin->cols, p->r0,
+                    p->r1);
+    return 0;
+}
+
+/* A float linear: the first npu_share of the output channels on the state's
+ * device thread (host work, npu_device_call) beside the calling thread,
+ * for a multi-sequence step's states (split_work); else the calling thread. */
+static int linear_float(struct infer_state *s, const struct infer_linear *lin, const float *x,
+                        uint32_t n, float *y, struct sl_err *err)
+{
+    uint32_t rows = lin->rows, r_dev = 0;
+    if (s && s->dev && s->split_work && rows >= 32 &&
+        infer_split_work(s, lin, n) >= s->npu_min_weights)
+        r_dev = (uint32_t)(rows * s->npu_share) / 16 * 16;
+    struct float_part dev = {lin, x, n, 0, r_dev, y}, own = {lin, x, n, r_dev, rows, y};
+    struct npu_ticket *t = NULL;
+    int ret;
+    if (r_dev > 0 && (ret = npu_device_call(s->dev, float_part_run, &dev, &t, err)) < 0)
+        return ret;
+    float_part_run(&own);
+    if (t) {
+        if ((ret = npu_ticket_wait(t)) < 0) {
+            sl_err_set(err, "the device thread did not run its part of a matmul (%d)", ret);
+            return ret;
+        }
+        s->npu_jobs++;
+    }
+    return 0;
+}
+
 int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int layer,
                       uint32_t role, const struct infer_linear *lin, float *y, const float *x,
                       uint32_t n, struct sl_err *err)
 {
     int ret = 0;
     if (lin->w) {
-        infer_op_matmul(y, x, lin->w, lin->wtype, n, lin->rows, lin->cols, 0, lin->rows);
+        if ((ret = linear_float(s, lin, x, n, y, err)) < 0)
+            return ret;
     } else {
         size_t len = (size_t)n * lin->cols;
         float act = lin->act_scale > 0 ? lin->act_scale : npu_act_scale_dynamic(x, len);

@@ -151,7 +151,7 @@ int infer_linear_packed(struct infer_state *s, const struct infer_linear *lin, c
         s->acc_cap = need;
     }
     uint32_t rows = lin->rows, r_npu = 0;
-    if (s->dev && rows >= 32 && (uint64_t)rows * lin->cols >= s->npu_min_weights)
+    if (s->dev && rows >= 32 && infer_split_work(s, lin, n) >= s->npu_min_weights)
         r_npu = (uint32_t)(rows * s->npu_share) / 16 * 16;
     struct packed_part dev = {lin, xq, n, 0, r_npu, act, y, s->acc};
     struct packed_part own = {lin, xq, n, r_npu, rows, act, y, s->acc};

@@ -282,3 +282,66 @@ void infer_session_after_verify(struct infer_session *s, const float *logits, in
     s->stats.decode_s += secs;
     s->stats.npu_jobs += npu_jobs;
 }
+
+/* ---- several sessions in one step (continuous batching) ---- */
+
+int infer_session_run_multi(struct infer_multi *mb, const struct infer_session_rows *r,
+                            uint32_t k, struct sl_err *err)
+{
+    if (k == 0)
+        return 0;
+    struct infer_seq *seqs = sl_malloc(sizeof *seqs * k);
+    if (!seqs) {
+        sl_err_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    int ret = 0;
+    for (uint32_t i = 0; i < k && ret == 0; i++) {
+        struct infer_session *s = r[i].s;
+        if (r[i].step && r[i].n != 1) {
+            sl_err_set(err, "a decode step of session %u has %u tokens, not 1", i, r[i].n);
+            ret = -EINVAL;
+        } else if (s->m != infer_multi_model(mb)) {
+            sl_err_set(err, "session %u runs another model than the step's", i);
+            ret = -EINVAL;
+        }
+        seqs[i] = (struct infer_seq){.s = s->st, .tokens = r[i].tokens, .n = r[i].n,
+                                     .logits = s->logits};
+    }
+    for (uint32_t i = 0; i < k && ret == 0; i++)
+        if (r[i].s->drop_int8) { /* as run_chain: after the first token, not before it */
+            infer_model_drop_int8(r[i].s->m);
+            r[i].s->drop_int8 = 0;
+        }
+    uint64_t t0 = sl_now_ns(), jobs = infer_multi_npu_jobs(mb);
+    if (ret == 0) {
+        for (uint32_t i = 0; i < k; i++) {
+            r[i].s->has_logits = 0;
+            r[i].s->next = -1;
+        }
+        ret = infer_forward_multi(mb, seqs, k, err);
+    }
+    free(seqs);
+    if (ret < 0)
+        return ret;
+    double secs = (double)(sl_now_ns() - t0) / 1e9;
+    /* the step's time and NPU jobs shared out by rows */
+    uint32_t total = 0;
+    for (uint32_t i = 0; i < k; i++)
+        total += r[i].n;
+    uint64_t dj = infer_multi_npu_jobs(mb) - jobs;
+    for (uint32_t i = 0; i < k; i++) {
+        struct infer_session *s = r[i].s;
+        double share = secs * r[i].n / total;
+        s->has_logits = 1;
+        s->stats.npu_jobs += dj * r[i].n / total;
+        if (r[i].step) {
+            s->stats.decoded++;
+            s->stats.decode_s += share;
+        } else {
+            s->stats.prompt_tokens += r[i].n;
+            s->stats.prefill_s += share;
+        }
+    }
+    return 0;
+}

@@ -30,7 +30,7 @@ static void usage(FILE *f)
             "usage: sluice bench serve MODEL.sluice [--llama-server PATH --gguf FILE]\n"
             "                          [--clients LIST] [--requests N] [--max-tokens N]\n"
             "                          [--runs K] [--parallel N] [--slots N] [--threads N]\n"
-            "                          [--npu-share F]\n"
+            "                          [--npu-share F] [--batch-lanes N] [--unbatched]\n"
             "                          [--cold K --flashrun PATH [--flash-mbps N]] [--json]\n\n"
             "Starts `sluice serve MODEL` (and llama-server on FILE, the same model as GGUF)\n"
             "on loopback and, for each number of concurrent clients, has every client send\n"
@@ -53,6 +53,9 @@ static void usage(FILE *f)
             "  --threads N      llama-server's threads, 1..256 (default 1: on a loaded\n"
             "                   2-core machine, 2 threads decoded 25x slower)\n"
             "  --npu-share F    sluice serve --npu-share, 0 <= F < 1 (default 0)\n"
+            "  --batch-lanes N  sluice serve --batch-lanes, 1..8 (default: serve's)\n"
+            "  --unbatched      also `sluice serve --no-batch` (each session its own forward\n"
+            "                   passes), measured in turn with the others\n"
             "  --cold K         also K cold runs of each of: `sluice run MODEL -p PROMPT -n 8`\n"
             "                   (its ttft_s, from process start) and the first request to\n"
             "                   `sluice serve MODEL --lazy` (sent once it listens; measured\n"
@@ -72,9 +75,9 @@ static const char *const prompts[N_PROMPTS] = {
 struct opts {
     const char *model, *llama, *gguf, *flashrun;
     uint32_t levels[MAX_LEVELS], n_levels;
-    uint32_t requests, max_tokens, runs, parallel, slots, threads, cold, mbps;
+    uint32_t requests, max_tokens, runs, parallel, slots, threads, cold, mbps, lanes;
     double npu_share;
-    int json;
+    int json, unbatched;
 };
 
 static double now_s(void)
@@ -340,8 +343,8 @@ static int cold_lazy(const struct opts *o, double *ttft)
 
 /* ---- the report -------------------------------------------------------------------------- */
 
-#define N_SERVERS 2
-static const char *const server_names[N_SERVERS] = {"sluice", "llama-server"};
+#define N_SERVERS 3
+static const char *server_names[N_SERVERS];
 
 struct cell { /* one (level, server): a value per run */
     double p50[100], p99[100], tps[100];
@@ -417,6 +420,10 @@ static int parse(int argc, char **argv, struct opts *o)
             bad = tools_args_u32(&a, 1, 100000, &o->mbps);
         } else if (!strcmp(s, "--json")) {
             o->json = 1;
+        } else if (!strcmp(s, "--batch-lanes")) {
+            bad = tools_args_u32(&a, 1, 8, &o->lanes);
+        } else if (!strcmp(s, "--unbatched")) {
+            o->unbatched = 1;
         } else if (s[0] == '-' || o->model) {
             bad = tools_args_unexpected(&a);
         } else {
@@ -451,7 +458,8 @@ static int parse(int argc, char **argv, struct opts *o)
 
 static int start_servers(const struct opts *o, struct srv *srv, int n_srv)
 {
-    char par[16], slots[16], port[2][16], ctx[16], thr[16], share[32], exe[4096];
+    char par[16], slots[16], port[N_SERVERS][16], ctx[16], thr[16], share[32], lanes[16],
+        exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0)
         return -errno;
@@ -461,18 +469,29 @@ static int start_servers(const struct opts *o, struct srv *srv, int n_srv)
     snprintf(ctx, sizeof ctx, "%u", o->slots * 256);
     snprintf(thr, sizeof thr, "%u", o->threads);
     snprintf(share, sizeof share, "%g", o->npu_share);
+    snprintf(lanes, sizeof lanes, "%u", o->lanes);
     for (int i = 0; i < n_srv; i++) {
         srv[i].port = free_port();
         snprintf(port[i], sizeof port[i], "%d", srv[i].port);
     }
     const char *sl[] = {exe,       "serve",     o->model, "--port",      port[0], "--parallel",
                         par,       "--queue",   "4096",   "--max-conns", "4096",  "--npu-share",
-                        share,     NULL};
-    int ret = srv_start(sl, "sluice", &srv[0]);
-    if (ret == 0 && n_srv > 1) {
-        const char *ll[] = {o->llama, "-m",  o->gguf, "--host", "127.0.0.1", "--port", port[1],
+                        share,     NULL,        NULL,     NULL};
+    if (o->lanes) {
+        sl[13] = "--batch-lanes";
+        sl[14] = lanes;
+    }
+    int ret = srv_start(sl, "sluice", &srv[0]), at = 1;
+    if (ret == 0 && o->unbatched) {
+        sl[4] = port[at];
+        sl[13] = "--no-batch";
+        sl[14] = NULL;
+        ret = srv_start(sl, "sluice-nobatch", &srv[at++]);
+    }
+    if (ret == 0 && o->llama) {
+        const char *ll[] = {o->llama, "-m",  o->gguf, "--host", "127.0.0.1", "--port", port[at],
                             "-np",    slots, "-c",    ctx,      "-t",        thr,      NULL};
-        ret = srv_start(ll, "llama-server", &srv[1]);
+        ret = srv_start(ll, "llama-server", &srv[at]);
     }
     /* one request each before measuring */
     for (int i = 0; ret == 0 && i < n_srv; i++) {
@@ -500,7 +519,12 @@ int bench_serve(int argc, char **argv)
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
-    int n_srv = o.llama ? 2 : 1;
+    int n_srv = 0;
+    server_names[n_srv++] = "sluice";
+    if (o.unbatched)
+        server_names[n_srv++] = "sluice-nobatch";
+    if (o.llama)
+        server_names[n_srv++] = "llama-server";
     struct srv srv[N_SERVERS] = {{0}};
     struct cell *cells = calloc((size_t)o.n_levels * N_SERVERS, sizeof *cells);
     double *cold_run_s = calloc(o.cold + 1, sizeof(double)), *cold_lazy_s =
@@ -539,7 +563,7 @@ int bench_serve(int argc, char **argv)
     FILE *t = o.json ? stderr : stdout;
     fprintf(t, "%u runs; each level: C clients x %u streaming requests of max_tokens %u; "
                "min / median over the runs\n", o.runs, o.requests, o.max_tokens);
-    fprintf(t, "%-8s %-13s %21s %21s %21s %7s\n", "clients", "server", "TTFT p50 ms",
+    fprintf(t, "%-8s %-14s %21s %21s %21s %7s\n", "clients", "server", "TTFT p50 ms",
             "TTFT p99 ms", "tokens/s", "errors");
     cJSON *j = cJSON_CreateObject(), *lv = cJSON_AddArrayToObject(j, "levels");
     cJSON_AddStringToObject(j, "model", o.model);
@@ -551,6 +575,9 @@ int bench_serve(int argc, char **argv)
     cJSON_AddNumberToObject(j, "parallel", o.parallel);
     cJSON_AddNumberToObject(j, "slots", o.slots);
     cJSON_AddNumberToObject(j, "llama_threads", o.threads);
+    cJSON_AddNumberToObject(j, "npu_share", o.npu_share);
+    if (o.lanes)
+        cJSON_AddNumberToObject(j, "batch_lanes", o.lanes);
     for (uint32_t l = 0; l < o.n_levels; l++) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "clients", o.levels[l]);
@@ -560,7 +587,7 @@ int bench_serve(int argc, char **argv)
             tools_stats_compute(c->p50, o.runs, &a);
             tools_stats_compute(c->p99, o.runs, &b);
             tools_stats_compute(c->tps, o.runs, &d);
-            fprintf(t, "%-8u %-13s %10.1f / %8.1f %10.1f / %8.1f %10.1f / %8.1f %7u\n",
+            fprintf(t, "%-8u %-14s %10.1f / %8.1f %10.1f / %8.1f %10.1f / %8.1f %7u\n",
                     o.levels[l], server_names[s], a.min * 1e3, a.median * 1e3, b.min * 1e3,
                     b.median * 1e3, d.min, d.median, c->errors);
             cJSON *so = cJSON_AddObjectToObject(e, server_names[s]);
@@ -575,16 +602,33 @@ int bench_serve(int argc, char **argv)
         struct tools_stats a, b;
         tools_stats_compute(cold_run_s, n_cold, &a);
         tools_stats_compute(cold_lazy_s, n_cold, &b);
+        /* each lazy run against the `sluice run` just before it: the machine's
+         * drift between pairs cancels */
+        double *pair = calloc(n_cold + 1, sizeof *pair);
+        struct tools_stats pr = {0};
+        if (pair) {
+            for (uint32_t k = 0; k < n_cold; k++)
+                pair[k] = cold_run_s[k] > 0 ? cold_lazy_s[k] / cold_run_s[k] : 0;
+            tools_stats_compute(pair, n_cold, &pr);
+        }
         fprintf(t, "cold (flashrun -m %u, %u runs): sluice run TTFT %.1f / %.1f ms, first "
                    "request to a --lazy server %.1f / %.1f ms (min / median); ratio of medians "
-                   "%.3f\n", o.mbps, n_cold, a.min * 1e3, a.median * 1e3, b.min * 1e3,
-                b.median * 1e3, a.median > 0 ? b.median / a.median : 0);
+                   "%.3f, median of the paired ratios %.3f\n", o.mbps, n_cold, a.min * 1e3,
+                a.median * 1e3, b.min * 1e3, b.median * 1e3, a.median > 0 ? b.median / a.median : 0,
+                pr.median);
         cJSON *c = cJSON_AddObjectToObject(j, "cold");
         cJSON_AddNumberToObject(c, "flash_mbps", o.mbps);
         cJSON_AddNumberToObject(c, "runs", n_cold);
         cJSON_AddItemToObject(c, "run_ttft_ms", minmed(cold_run_s, n_cold, 1e3));
         cJSON_AddItemToObject(c, "lazy_serve_ttft_ms", minmed(cold_lazy_s, n_cold, 1e3));
         cJSON_AddNumberToObject(c, "ratio_median", a.median > 0 ? b.median / a.median : 0);
+        cJSON_AddNumberToObject(c, "paired_ratio_median", pr.median);
+        cJSON *rr = cJSON_AddArrayToObject(c, "run_ms"), *ll = cJSON_AddArrayToObject(c, "lazy_ms");
+        for (uint32_t k = 0; k < n_cold; k++) {
+            cJSON_AddItemToArray(rr, cJSON_CreateNumber(cold_run_s[k] * 1e3));
+            cJSON_AddItemToArray(ll, cJSON_CreateNumber(cold_lazy_s[k] * 1e3));
+        }
+        free(pair);
     }
     if (o.json) {
         char *s = cJSON_PrintUnformatted(j);

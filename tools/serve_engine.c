@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "serve_batch.h"
 #include "serve_engine.h"
 #include "serve_text.h"
 
@@ -15,6 +16,7 @@ struct serve_slot {
     uint32_t n_hist;
     int busy;
     int cold_pending; /* the cold start still runs: first_logits are the prompt's */
+    int joined;       /* hands its steps to the batch (serve_batch_join) */
     float *first_logits;
 };
 
@@ -30,6 +32,7 @@ struct serve_engine {
     char *chat_template;
     int opened, state;
     struct serve_slot *slots;
+    struct serve_batch *batch; /* continuous batching over the sessions (NULL: each alone) */
     uint32_t n_slots, waiting, active;
     uint64_t bytes_streamed;
     double cold_ttft_s;
@@ -37,6 +40,11 @@ struct serve_engine {
      * they exist and goes on finishing the model (serve_engine_settle) */
     pthread_t cold_thread;
     int cold_first, cold_done, cold_ret;
+    /* a request waits for the cold start's first token: the pipeline's
+     * thread holds on in its first-logits callback until the token is taken
+     * (first_taken), as `sluice run` prints it there, so the rest of the
+     * cold start does not compete with sending it (at most COLD_HOLD_MS) */
+    int cold_hold, first_taken;
     struct sl_err cold_err;
     const int *cold_tokens;
     uint32_t cold_n;
@@ -53,6 +61,7 @@ int serve_engine_create(const struct serve_engine_opts *o, struct serve_engine *
         return -ENOMEM;
     }
     e->o = *o;
+    e->cold_hold = 1;
     if (!e->o.parallel)
         e->o.parallel = 1;
     e->slots = calloc(e->o.parallel, sizeof *e->slots);
@@ -85,8 +94,10 @@ int serve_engine_create(const struct serve_engine_opts *o, struct serve_engine *
     struct serve_slot *slot;
     int cold;
     double ttft;
+    e->cold_hold = 0; /* nobody waits for this cold start's first token */
     if ((ret = serve_engine_acquire(e, &bos, 1, NULL, NULL, &slot, &cold, &ttft, err)) < 0)
         goto fail;
+    e->cold_hold = 1;
     ret = serve_engine_settle(e, slot, err);
     serve_engine_release(e, slot);
     if (ret < 0)
@@ -102,6 +113,7 @@ void serve_engine_destroy(struct serve_engine *e)
 {
     if (!e)
         return;
+    serve_batch_destroy(e->batch);
     /* slot 0 owns the model (the cold start): the others go first */
     for (uint32_t i = e->n_slots; i-- > 0;) {
         infer_session_destroy(e->slots[i].s);
@@ -168,7 +180,15 @@ void serve_engine_counters(struct serve_engine *e, struct serve_engine_counters 
                                         .bytes_streamed = e->bytes_streamed,
                                         .cold_ttft_s = e->cold_ttft_s,
                                         .loaded = e->state == ENGINE_READY};
+    struct serve_batch *b = e->state == ENGINE_READY ? e->batch : NULL;
     pthread_mutex_unlock(&e->mu);
+    if (b) { /* lives as long as the engine once it is ready */
+        struct serve_batch_stats st;
+        serve_batch_stats(b, &st);
+        c->batch_steps = st.steps;
+        c->batch_rows = st.rows;
+        c->batch_multi = st.multi_steps;
+    }
 }
 
 static void session_opts(const struct serve_engine *e, struct infer_session_opts *so)
@@ -178,6 +198,10 @@ static void session_opts(const struct serve_engine *e, struct infer_session_opts
                                       .no_npu = e->o.npu_share == 0};
 }
 
+#define COLD_HOLD_MS 100
+
+static void deadline_in(struct timespec *ts, long ms);
+
 /* On the cold start's thread, the moment the prompt's logits exist. */
 static void on_first_logits(void *ctx, struct infer_session *s)
 {
@@ -186,6 +210,21 @@ static void on_first_logits(void *ctx, struct infer_session *s)
     pthread_mutex_lock(&e->mu);
     e->cold_t_first = sl_now_ns();
     e->cold_first = 1;
+    pthread_cond_broadcast(&e->cv);
+    if (e->cold_hold) {
+        struct timespec ts;
+        deadline_in(&ts, COLD_HOLD_MS);
+        while (!e->first_taken && pthread_cond_timedwait(&e->cv, &e->mu, &ts) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* The cold start's first token was taken: its pipeline goes on. */
+static void first_taken(struct serve_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->first_taken = 1;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -232,7 +271,7 @@ static int engine_load(struct serve_engine *e, const int *tokens, uint32_t n, do
     memcpy(s0->hist, tokens, sizeof(int) * n);
     e->cold_tokens = s0->hist;
     e->cold_n = n;
-    e->cold_first = e->cold_done = 0;
+    e->cold_first = e->cold_done = e->first_taken = 0;
     e->cold_t0 = sl_now_ns();
     int ret = pthread_create(&e->cold_thread, NULL, cold_main, e);
     if (ret) {
@@ -261,6 +300,7 @@ int serve_engine_settle(struct serve_engine *e, struct serve_slot *slot, struct 
 {
     if (!slot->cold_pending)
         return 0;
+    first_taken(e); /* whether or not a token was: the callback must not hold on */
     pthread_join(e->cold_thread, NULL);
     slot->cold_pending = 0;
     int ret = e->cold_ret;
@@ -281,6 +321,11 @@ int serve_engine_settle(struct serve_engine *e, struct serve_slot *slot, struct 
                                             err)) < 0)
                 break;
         }
+        if (ret == 0 && !e->o.no_batch &&
+            (ret = serve_batch_create(infer_session_model(slots[0].s), e->o.parallel,
+                                      so.max_batch, e->o.batch_lanes ? e->o.batch_lanes : 1,
+                                      e->o.npu_share, &e->batch, err)) < 0)
+            k = e->o.parallel - 1; /* every session goes */
     }
     pthread_mutex_lock(&e->mu);
     if (ret < 0) {
@@ -307,8 +352,24 @@ const float *serve_engine_logits(const struct serve_slot *slot)
     return slot->cold_pending ? slot->first_logits : infer_session_logits(slot->s);
 }
 
+/* tokens[0..n) appended to the slot's session: a step of the batch, or on
+ * this thread alone. */
+static int engine_run(struct serve_engine *e, struct serve_slot *sl, const int *tokens, uint32_t n,
+                      int step, struct sl_err *err)
+{
+    if (!e->batch)
+        return step ? infer_session_step(sl->s, tokens[0], err)
+                    : infer_session_prefill(sl->s, tokens, n, err);
+    if (!sl->joined) {
+        serve_batch_join(e->batch);
+        sl->joined = 1;
+    }
+    return serve_batch_run(e->batch, sl->s, tokens, n, step, err);
+}
+
 /* The slot's context becomes tokens[0..n), reusing the common prefix. */
-static int slot_prepare(struct serve_slot *sl, const int *tokens, uint32_t n, struct sl_err *err)
+static int slot_prepare(struct serve_engine *e, struct serve_slot *sl, const int *tokens,
+                        uint32_t n, struct sl_err *err)
 {
     uint32_t l = 0;
     while (l < n && l < sl->n_hist && sl->hist[l] == tokens[l])
@@ -320,7 +381,7 @@ static int slot_prepare(struct serve_slot *sl, const int *tokens, uint32_t n, st
     int ret = infer_session_rewind(sl->s, l, err);
     sl->n_hist = l;
     if (ret == 0)
-        ret = infer_session_prefill(sl->s, tokens + l, n - l, err);
+        ret = engine_run(e, sl, tokens + l, n - l, 0, err);
     if (ret < 0) {
         sl->n_hist = 0;
         infer_session_rewind(sl->s, 0, err);
@@ -410,7 +471,7 @@ int serve_engine_acquire(struct serve_engine *e, const int *tokens, uint32_t n,
     sl->busy = 1;
     e->active++;
     pthread_mutex_unlock(&e->mu);
-    if ((ret = slot_prepare(sl, tokens, n, err)) < 0) {
+    if ((ret = slot_prepare(e, sl, tokens, n, err)) < 0) {
         serve_engine_release(e, sl);
         return ret;
     }
@@ -422,6 +483,10 @@ void serve_engine_release(struct serve_engine *e, struct serve_slot *slot)
 {
     struct sl_err err;
     serve_engine_settle(e, slot, &err); /* a failure leaves the engine empty */
+    if (slot->joined) {
+        serve_batch_leave(e->batch);
+        slot->joined = 0;
+    }
     pthread_mutex_lock(&e->mu);
     slot->busy = 0;
     e->active--;
@@ -475,7 +540,7 @@ int serve_gen_next(struct serve_gen *g, struct sl_err *err)
     if (g->pending >= 0) { /* run the previous token: its logits give this one */
         if ((ret = serve_engine_settle(g->e, sl, err)) < 0)
             return ret;
-        if ((ret = infer_session_step(sl->s, g->pending, err)) < 0) {
+        if ((ret = engine_run(g->e, sl, &g->pending, 1, 1, err)) < 0) {
             sl->n_hist = 0; /* unknown state: the next request starts afresh */
             infer_session_rewind(sl->s, 0, err);
             return ret;
@@ -490,6 +555,8 @@ int serve_gen_next(struct serve_gen *g, struct sl_err *err)
     }
     memcpy(g->logits, lg, sizeof(float) * g->e->cfg.vocab_size);
     int tok = infer_sampler_sample(g->sampler, g->logits);
+    if (sl->cold_pending)
+        first_taken(g->e);
     if (tok < 0) {
         sl_err_set(err, "sampling failed (%s)", strerror(-tok));
         return tok;

@@ -8,7 +8,9 @@
  * is then the cold start's. The other sessions (--parallel N in all) are
  * opened on that model (infer_session_create) and share its weights; each
  * has its own KV cache and keeps the tokens it holds, so a request that
- * continues a previous conversation prefills only what is new.
+ * continues a previous conversation prefills only what is new. Their
+ * prompts and decode steps run batched across sessions (serve_batch.h),
+ * unless no_batch.
  *
  * Threads: every function may be called from any thread; a slot is used by
  * the thread that acquired it until it releases it. */
@@ -28,6 +30,9 @@ struct serve_engine_opts {
     uint32_t queue;        /* requests that may wait for a session; more get 429 */
     int lazy;              /* 1: nothing read until the first request */
     double npu_share;      /* decode: the NPU thread's share (0: the calling thread only) */
+    int no_batch;          /* 1: each session runs its own forward passes (no continuous
+                              batching across sessions: serve_batch.h) */
+    uint32_t batch_lanes;  /* batched steps that may run at once (0: 1) */
     struct infer_pipeline_opts pipeline;
 };
 
@@ -39,6 +44,9 @@ struct serve_engine_counters {
     uint64_t bytes_streamed; /* bytes the cold start read from storage */
     double cold_ttft_s;      /* the cold start's time to first token (0: not yet) */
     int loaded;
+    /* continuous batching (serve_batch.h): forward passes, their rows, and
+     * the passes that served more than one session */
+    uint64_t batch_steps, batch_rows, batch_multi;
 };
 
 struct serve_engine;

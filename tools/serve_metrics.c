@@ -166,6 +166,15 @@ char *serve_metrics_render(struct serve_metrics *m, struct serve_engine *e)
     outf(&o, "# HELP sluice_cold_start_ttft_seconds The cold start's time to first token.\n"
              "# TYPE sluice_cold_start_ttft_seconds gauge\nsluice_cold_start_ttft_seconds %.6f\n",
          c.cold_ttft_s);
+    outf(&o,
+         "# HELP sluice_batch_steps_total Forward passes of the sessions' batched steps.\n"
+         "# TYPE sluice_batch_steps_total counter\nsluice_batch_steps_total %llu\n"
+         "# HELP sluice_batch_rows_total Rows (decode tokens and prompt tokens) in them.\n"
+         "# TYPE sluice_batch_rows_total counter\nsluice_batch_rows_total %llu\n"
+         "# HELP sluice_batch_multi_steps_total Passes that served more than one session.\n"
+         "# TYPE sluice_batch_multi_steps_total counter\nsluice_batch_multi_steps_total %llu\n",
+         (unsigned long long)c.batch_steps, (unsigned long long)c.batch_rows,
+         (unsigned long long)c.batch_multi);
     pthread_mutex_unlock(&m->mu);
     if (o.failed) {
         free(o.s);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "serve_batch.h"
 #include "serve_http.h"
 #include "serve_model.h"
 #include "sluice.h"
@@ -32,7 +33,15 @@ static void usage(FILE *f)
             "  --port N         TCP port, 0..65535 (default 8080; 0: any free port); the\n"
             "                   address is printed on stderr once the server listens\n"
             "  --parallel N     sessions generating at once over the one loaded model, each\n"
-            "                   with its own KV cache, 1..256 (default 4)\n"
+            "                   with its own KV cache, 1..256 (default 4); their decode\n"
+            "                   steps and prompts are batched into one forward pass over\n"
+            "                   the weights (continuous batching: the same text as each\n"
+            "                   alone)\n"
+            "  --batch-lanes N  batched forward passes that may run at once, each on the\n"
+            "                   thread of one of its sessions, 1..8 (default 2: while one\n"
+            "                   runs, the sessions of the other send their tokens)\n"
+            "  --no-batch       every session runs its own forward passes (no batching\n"
+            "                   across sessions; for comparison)\n"
             "  --queue N        requests that may wait for a session, 0..65536 (default 64);\n"
             "                   more get 429\n"
             "  --lazy           read nothing until the first request, which cold-starts the\n"
@@ -48,9 +57,10 @@ static void usage(FILE *f)
             "                   and an idle connection may stay open, 1..3600 (default 10)\n"
             "  --max-conns N    connections at once, each with its own thread, 1..65536\n"
             "                   (default 256)\n"
-            "  --npu-share F    decode: the NPU device thread's share of each int8 matmul,\n"
-            "                   0 <= F < 1 (default 0: the session's thread alone; the text\n"
-            "                   is the same for any share)\n"
+            "  --npu-share F    the NPU device thread's share of each int8 matmul of a\n"
+            "                   decode step (and of float ones in a batched step), 0 <= F < 1\n"
+            "                   (default 0: the stepping thread alone; the text is the same\n"
+            "                   for any share)\n"
             "  --chunk N        prefill chunk rows, 1..65536 (default 256)\n"
             "  --cpu-workers N  the cold start's CPU worker threads, 1..8 (default 1)\n"
             "  --policy P       the cold start's scheduling policy (sluice run --help)\n");
@@ -68,7 +78,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
     uint32_t port = 8080, max_body = 1u << 20, timeout = 10, conns = 256;
     const char *policy;
     *o = (struct serve_opts){.http = {.host = "127.0.0.1"},
-                             .engine = {.parallel = 4, .queue = 64}};
+                             .engine = {.parallel = 4, .queue = 64, .batch_lanes = 2}};
     infer_pipeline_opts_init(&o->engine.pipeline);
     struct tools_args a = {"sluice serve", usage, argc, argv, 0};
     for (a.i = 1; a.i < argc; a.i++) {
@@ -87,6 +97,10 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
             bad = tools_args_u32(&a, 0, 65536, &o->engine.queue);
         } else if (!strcmp(s, "--lazy")) {
             o->engine.lazy = 1;
+        } else if (!strcmp(s, "--no-batch")) {
+            o->engine.no_batch = 1;
+        } else if (!strcmp(s, "--batch-lanes")) {
+            bad = tools_args_u32(&a, 1, SERVE_BATCH_MAX_LANES, &o->engine.batch_lanes);
         } else if (!strcmp(s, "--api-key")) {
             bad = tools_args_value(&a, &o->http.api_key);
         } else if (!strcmp(s, "--model-id")) {

@@ -189,6 +189,46 @@ struct infer_batch {
 int infer_forward_batch(struct infer_model *m, struct infer_state *s, const struct infer_batch *b,
                         float *logits, struct sl_err *err);
 
+/* ---- several sequences in one step (continuous batching; infer_multi.c) -----------------
+ *
+ * One forward pass over the rows of several sequences of one model, each with
+ * its own state: sequence i appends tokens[0..n) as a chain after its own KV
+ * cache (a decode step is one row, a prompt chunk several), at its own
+ * positions. Embedding, norms, residuals and the linear layers run once over
+ * all the rows (one float GEMM, or one int8 GEMM on the step's NPU device and
+ * the calling thread); RoPE, the cache write and attention run per sequence
+ * over its own cache with its state's attention. Each sequence's cache and
+ * logits (of its last row) are bit-identical to infer_forward_batch of its
+ * rows alone (for an int8 linear with a dynamic activation scale, each
+ * sequence's rows are their own call, as the scale is one per call). The
+ * step object holds the scratch for max_rows rows in all and the NPU device;
+ * the states must belong to sequences of the step's model, one entry each.
+ * On an error no cache keeps any row of the call. Used by one thread at a
+ * time. */
+struct infer_multi;
+struct infer_multi_opts {
+    uint32_t max_rows;        /* rows of one step, all sequences together (0: 256) */
+    int no_npu;               /* 1: int8 matmuls on the calling thread only */
+    double npu_share;         /* the device's share of a small int8 batch (0: 0.5) */
+    uint64_t npu_min_weights; /* smaller int8 matmuls stay on the calling thread (0: 1 Mi) */
+};
+int infer_multi_create(struct infer_model *m, const struct infer_multi_opts *o,
+                       struct infer_multi **out, struct sl_err *err);
+void infer_multi_destroy(struct infer_multi *mb);
+uint32_t infer_multi_max_rows(const struct infer_multi *mb);
+uint64_t infer_multi_npu_jobs(const struct infer_multi *mb);
+struct infer_model *infer_multi_model(const struct infer_multi *mb);
+struct infer_seq {
+    struct infer_state *s; /* its KV cache (the rows go after its len) and attention */
+    const int *tokens;     /* [n], n >= 1 */
+    uint32_t n;
+    float *logits;         /* [vocab] of the last row, or NULL */
+};
+/* 0, or -EINVAL (no rows, a state twice, past a context, more than max_rows
+ * rows: nothing run), or the forward pass's errors. */
+int infer_forward_multi(struct infer_multi *mb, const struct infer_seq *seqs, uint32_t k,
+                        struct sl_err *err);
+
 /* ---- attention behind one interface -------------------------------------------------
  *
  * The forward pass calls one attention implementation per state (dense by
@@ -724,6 +764,21 @@ int infer_session_generate(struct infer_session *s, uint32_t max_tokens, const i
                            uint32_t n_stop, infer_token_fn on_token, void *ctx, uint32_t *n_out,
                            struct sl_err *err);
 void infer_session_stats(const struct infer_session *s, struct infer_session_stats *st);
+/* Several sessions of one model advance in one forward pass
+ * (infer_forward_multi): entry i appends tokens[0..n) to session s, as
+ * infer_session_prefill (step 0) or infer_session_step (step 1, n = 1) would,
+ * and leaves the same logits and cache, bit for bit (its statistics count
+ * the rows, the step's time shared out by rows). The
+ * sessions must share mb's model; a session at most once. 0 or -errno with
+ * err filled (then no session keeps any of the rows). */
+struct infer_session_rows {
+    struct infer_session *s;
+    const int *tokens;
+    uint32_t n;
+    int step;
+};
+int infer_session_run_multi(struct infer_multi *mb, const struct infer_session_rows *r,
+                            uint32_t k, struct sl_err *err);
 
 /* ---- speculative decoding (spec_*.c; sd.npu 3.2-3.4) ---------------------------------
  *

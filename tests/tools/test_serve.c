@@ -338,41 +338,42 @@ static void test_greedy_equals_run(void **state)
 #define PER_CLIENT 20
 
 struct load_arg {
-    int id, errors;
+    int id, errors, per_client;
+    const struct server *srv;
+    char *const *want;
     char msg[512];
 };
 
 static void *load_client(void *p)
 {
     struct load_arg *a = p;
-    for (int k = 0; k < PER_CLIENT; k++) {
+    char *const *want = a->want;
+    for (int k = 0; k < a->per_client; k++) {
         int i = (a->id + k) % N_PROMPTS;
         char *b = completion_body(prompts[i], GEN, 1);
         struct serve_client_result r;
-        int ret = post(&main_srv, "/v1/completions", NULL, b, 1, &r);
+        int ret = post(a->srv, "/v1/completions", NULL, b, 1, &r);
         free(b);
-        if (ret < 0 || r.status != 200 || !r.done || r.bad_event || strcmp(r.text, expected[i])) {
+        if (ret < 0 || r.status != 200 || !r.done || r.bad_event || strcmp(r.text, want[i])) {
             if (!a->errors++)
                 snprintf(a->msg, sizeof a->msg, "client %d request %d: status %ld, done %d, "
                          "text '%s' want '%s'", a->id, k, r.status, r.done,
-                         r.text ? r.text : "", expected[i]);
+                         r.text ? r.text : "", want[i]);
         }
         serve_client_result_free(&r);
     }
     return NULL;
 }
 
-static void test_load(void **state)
+/* CLIENTS streaming clients, per_client requests each, every answer
+ * checked against want; the time taken; the number of errors. */
+static int load_run(const struct server *srv, char *const *want, int per_client, double *secs)
 {
-    (void)state;
-    for (int i = 0; i < N_PROMPTS; i++)
-        assert_non_null(expected[i]);
-    long rss0 = rss_kib(main_srv.pid);
     double t0 = now_s();
     pthread_t th[CLIENTS];
     struct load_arg args[CLIENTS];
     for (int c = 0; c < CLIENTS; c++) {
-        args[c] = (struct load_arg){.id = c};
+        args[c] = (struct load_arg){.id = c, .per_client = per_client, .srv = srv, .want = want};
         assert_int_equal(pthread_create(&th[c], NULL, load_client, &args[c]), 0);
     }
     int errors = 0;
@@ -382,7 +383,30 @@ static void test_load(void **state)
             fprintf(stderr, "%d errors, first: %s\n", args[c].errors, args[c].msg);
         errors += args[c].errors;
     }
-    double dt = now_s() - t0;
+    *secs = now_s() - t0;
+    return errors;
+}
+
+/* The sessions' steps were batched: passes of several sessions, more rows
+ * than passes. */
+static void check_batched(const struct server *srv, const char *what)
+{
+    double steps = metric(srv, "sluice_batch_steps_total");
+    double rows = metric(srv, "sluice_batch_rows_total");
+    double multi = metric(srv, "sluice_batch_multi_steps_total");
+    fprintf(stderr, "%s: %.0f forward passes, %.0f rows (%.2f a pass), %.0f of several sessions\n",
+            what, steps, rows, rows / steps, multi);
+    assert_true(steps > 0 && multi > 0 && rows > steps);
+}
+
+static void test_load(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N_PROMPTS; i++)
+        assert_non_null(expected[i]);
+    long rss0 = rss_kib(main_srv.pid);
+    double dt;
+    int errors = load_run(&main_srv, expected, PER_CLIENT, &dt);
     long rss1 = rss_kib(main_srv.pid);
     fprintf(stderr, "load: %d clients x %d streaming requests in %.2f s, %d errors, server RSS "
             "%ld -> %ld KiB\n", CLIENTS, PER_CLIENT, dt, errors, rss0, rss1);
@@ -392,6 +416,40 @@ static void test_load(void **state)
     assert_true(rss1 > 0 && rss1 < rss0 + 64 * 1024);
     assert_int_equal((int)metric(&main_srv, "sluice_active_sessions"), 0);
     assert_int_equal((int)metric(&main_srv, "sluice_queue_length"), 0);
+    check_batched(&main_srv, "load (q5, --parallel 4)");
+}
+
+/* The float model (one float GEMM a pass) with a session per client: every
+ * answer equals `sluice run`'s on that model, as with the sessions alone. */
+static void test_load_float(void **state)
+{
+    (void)state;
+    char q5[sizeof model];
+    snprintf(q5, sizeof q5, "%s", model);
+    snprintf(model, sizeof model, "%s/kjv.sluice", dir);
+    char *want[N_PROMPTS] = {0};
+    for (int i = 0; i < N_PROMPTS; i++) {
+        char *run = run_text(prompts[i], GEN);
+        size_t pl = strlen(prompts[i]);
+        assert_non_null(run);
+        assert_int_equal(strncmp(run, prompts[i], pl), 0);
+        want[i] = strdup(run + pl);
+        free(run);
+    }
+    const char *args[] = {"--parallel", "16", "--model-id", "m", NULL};
+    struct server fs;
+    int started = server_start(&fs, "float", args);
+    snprintf(model, sizeof model, "%s", q5);
+    assert_int_equal(started, 0);
+    double dt;
+    int errors = load_run(&fs, want, 4, &dt);
+    fprintf(stderr, "load (F32, --parallel 16): %d clients x 4 streaming requests in %.2f s, "
+            "%d errors\n", CLIENTS, dt, errors);
+    assert_int_equal(errors, 0);
+    check_batched(&fs, "load (F32, --parallel 16)");
+    server_stop(&fs);
+    for (int i = 0; i < N_PROMPTS; i++)
+        free(want[i]);
 }
 
 /* ---- bad input ----------------------------------------------------------------------- */
@@ -762,7 +820,8 @@ int main(void)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_endpoints),      cmocka_unit_test(test_greedy_equals_run),
-        cmocka_unit_test(test_load),           cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_load),           cmocka_unit_test(test_load_float),
+        cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_slow_client),    cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_queue_full),     cmocka_unit_test(test_lazy_and_key),
         cmocka_unit_test(test_mounted_dir),
