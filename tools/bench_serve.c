@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -138,6 +139,11 @@ static int srv_start(const char *const *argv, const char *name, struct srv *s)
         return -errno;
     if (s->pid == 0) {
         setpgid(0, 0);
+        /* a bench killed mid-run (timeout, Ctrl-C) must not leave its servers
+         * running, holding the port and whatever descriptors it inherited */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() == 1)
+            _exit(127);
         int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd >= 0) {
             dup2(fd, 1);
