@@ -19,26 +19,14 @@
 #include "infer_internal.h"
 #include "quantizer.h"
 #include "testutil.h"
+#include "tiny_q5.h"
 
 static char float_model[4096], q_model[4096];
 
 static int setup(void **st)
 {
     (void)st;
-    const char *dir = test_tmpdir();
-    struct sl_err err;
-    snprintf(float_model, sizeof float_model, "%s/tiny.sluice", dir);
-    snprintf(q_model, sizeof q_model, "%s/tiny-q5.sluice", dir);
-    if (import_synth("tiny", 5, float_model, NULL, NULL, &err) < 0)
-        return -1;
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
-                               .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
-                               .encoding = FORMAT_ENC_ADAPTIVE};
-    if (quantizer_quantize(float_model, NULL, &o, q_model, NULL, &err) < 0) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    return 0;
+    return tiny_q5_models(5, float_model, q_model);
 }
 
 enum act { ACT_FLOAT, ACT_STATIC, ACT_DYNAMIC };

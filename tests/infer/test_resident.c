@@ -23,29 +23,21 @@
 #include "npu.h"
 #include "quantizer.h"
 #include "testutil.h"
+#include "tiny_q5.h"
 
 static char q_model[4096], bp_model[4096];
 
 static int setup(void **st)
 {
     (void)st;
-    const char *dir = test_tmpdir();
     char float_model[4096];
     struct sl_err err;
-    snprintf(float_model, sizeof float_model, "%s/tiny.sluice", dir);
-    snprintf(q_model, sizeof q_model, "%s/tiny-q5.sluice", dir);
-    snprintf(bp_model, sizeof bp_model, "%s/tiny-bp4.sluice", dir);
-    if (import_synth("tiny", 7, float_model, NULL, NULL, &err) < 0)
+    if (tiny_q5_models(7, float_model, q_model) < 0)
         return -1;
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
+    snprintf(bp_model, sizeof bp_model, "%s/tiny-bp4.sluice", test_tmpdir());
+    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 4,
                                .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
-                               .encoding = FORMAT_ENC_ADAPTIVE};
-    if (quantizer_quantize(float_model, NULL, &o, q_model, NULL, &err) < 0) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    o.bits = 4;
-    o.encoding = FORMAT_ENC_BITPLANE;
+                               .encoding = FORMAT_ENC_BITPLANE};
     if (quantizer_quantize(float_model, NULL, &o, bp_model, NULL, &err) < 0) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
