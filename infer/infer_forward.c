@@ -19,48 +19,78 @@ int infer_embed(const struct infer_model *m, const int *tokens, uint32_t n, floa
     return infer_op_embed(m, tokens, n, x, err);
 }
 
-/* x [n][D] of the rows r through layer l, in place. */
-static int layer_rows(struct infer_model *m, struct infer_state *s, int layer, float *x,
-                      const struct infer_rows *r, struct sl_err *err)
+int infer_layer_run(struct infer_model *m, struct infer_state *s, int layer, float *x,
+                    uint32_t n, const struct infer_layer_hooks *h, struct sl_err *err)
 {
     const struct format_config *c = &m->cfg;
     const struct infer_layer *w = &m->layers[layer];
-    uint32_t n = r->n, F = c->hidden_dim;
+    uint32_t F = c->hidden_dim;
     if (!w->loaded) {
         sl_err_set(err, "layer %d is not loaded", layer);
         return -EINVAL;
     }
     /* attention: xb = rmsnorm(x); q, k, v = xb Wq, xb Wk, xb Wv; RoPE; cache */
     infer_step_attn_norm(m, layer, s->xb, x, n);
-    int ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_WQ, &w->wq, s->q, s->xb, n, err);
+    int ret = h->linear(h->ctx, layer, FORMAT_ROLE_WQ, &w->wq, s->q, s->xb, err);
     if (ret == 0)
-        ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_WK, &w->wk, s->k, s->xb, n, err);
+        ret = h->linear(h->ctx, layer, FORMAT_ROLE_WK, &w->wk, s->k, s->xb, err);
     if (ret == 0)
-        ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_WV, &w->wv, s->v, s->xb, n, err);
-    if (ret == 0) {
-        ret = infer_step_attention(m, s->kv, s->attn, layer, r, s->q, s->k, s->v, 0,
-                                   c->n_kv_heads, s->att_out, s->att);
-        if (ret < 0)
-            sl_err_set(err, "attention (%s) failed in layer %d", s->attn->name, layer);
-    }
+        ret = h->linear(h->ctx, layer, FORMAT_ROLE_WV, &w->wv, s->v, s->xb, err);
+    if (ret == 0)
+        ret = h->attention(h->ctx, layer, err);
     /* x += att_out Wo; xb = rmsnorm(x) */
     if (ret == 0)
-        ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_WO, &w->wo, s->xb, s->att_out, n, err);
+        ret = h->linear(h->ctx, layer, FORMAT_ROLE_WO, &w->wo, s->xb, s->att_out, err);
     if (ret < 0)
         return ret;
     infer_step_ffn_norm(m, layer, x, s->xb, s->xb, n);
     /* FFN: x += (silu(xb Wg) * (xb Wu)) Wd */
-    ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_W_GATE, &w->w_gate, s->hb, s->xb, n, err);
+    ret = h->linear(h->ctx, layer, FORMAT_ROLE_W_GATE, &w->w_gate, s->hb, s->xb, err);
     if (ret == 0)
-        ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_W_UP, &w->w_up, s->hb2, s->xb, n, err);
+        ret = h->linear(h->ctx, layer, FORMAT_ROLE_W_UP, &w->w_up, s->hb2, s->xb, err);
     if (ret < 0)
         return ret;
     infer_step_swiglu(s->hb, s->hb2, n, F, 0, F);
-    ret = infer_linear_exec(m, s, layer, FORMAT_ROLE_W_DOWN, &w->w_down, s->xb, s->hb, n, err);
+    ret = h->linear(h->ctx, layer, FORMAT_ROLE_W_DOWN, &w->w_down, s->xb, s->hb, err);
     if (ret < 0)
         return ret;
     infer_step_residual(x, s->xb, n, c->dim);
     return 0;
+}
+
+/* One sequence's rows r: every linear over all of them, attention over its
+ * own cache. */
+struct rows_ctx {
+    struct infer_model *m;
+    struct infer_state *s;
+    const struct infer_rows *r;
+};
+
+static int rows_linear(void *ctx, int layer, uint32_t role, const struct infer_linear *lin,
+                       float *y, const float *x, struct sl_err *err)
+{
+    struct rows_ctx *q = ctx;
+    return infer_linear_exec(q->m, q->s, layer, role, lin, y, x, q->r->n, err);
+}
+
+static int rows_attention(void *ctx, int layer, struct sl_err *err)
+{
+    struct rows_ctx *q = ctx;
+    struct infer_state *s = q->s;
+    int ret = infer_step_attention(q->m, s->kv, s->attn, layer, q->r, s->q, s->k, s->v, 0,
+                                   q->m->cfg.n_kv_heads, s->att_out, s->att);
+    if (ret < 0)
+        sl_err_set(err, "attention (%s) failed in layer %d", s->attn->name, layer);
+    return ret;
+}
+
+/* x [n][D] of the rows r through layer l, in place. */
+static int layer_rows(struct infer_model *m, struct infer_state *s, int layer, float *x,
+                      const struct infer_rows *r, struct sl_err *err)
+{
+    struct rows_ctx q = {m, s, r};
+    const struct infer_layer_hooks h = {rows_linear, rows_attention, &q};
+    return infer_layer_run(m, s, layer, x, r->n, &h, err);
 }
 
 /* Layer-granular calibration API: rows at positions pos.. written at slots

@@ -235,6 +235,19 @@ void infer_step_residual(float *x, const float *d, uint32_t n, uint32_t D);
 /* xb = rmsnorm(x) with the final norm. */
 void infer_step_head_norm(const struct infer_model *m, float *xb, const float *x, uint32_t n);
 
+/* One layer over n rows of x [n][D] in place, the steps above in
+ * infer_forward's order, with the two places where one sequence and several
+ * (infer_multi.c) differ as hooks: a linear over the rows (y from x, s's
+ * buffers) and attention (s->q, k, v into s->att_out). */
+struct infer_layer_hooks {
+    int (*linear)(void *ctx, int layer, uint32_t role, const struct infer_linear *lin, float *y,
+                  const float *x, struct sl_err *err);
+    int (*attention)(void *ctx, int layer, struct sl_err *err);
+    void *ctx;
+};
+int infer_layer_run(struct infer_model *m, struct infer_state *s, int layer, float *x,
+                    uint32_t n, const struct infer_layer_hooks *h, struct sl_err *err);
+
 /* The linear path: y [n][rows] = x [n][cols] W^T for any linear, float or
  * int8 (quantize, GEMM on the NPU device and the calling thread together
  * when the state has a device and the batch is small, dequantize, the added

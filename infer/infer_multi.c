@@ -94,14 +94,22 @@ uint32_t infer_multi_max_rows(const struct infer_multi *mb) { return mb->max_row
 uint64_t infer_multi_npu_jobs(const struct infer_multi *mb) { return mb->st->npu_jobs; }
 struct infer_model *infer_multi_model(const struct infer_multi *mb) { return mb->m; }
 
+/* The hooks' context: the step's sequences. */
+struct multi_ctx {
+    struct infer_multi *mb;
+    const struct infer_seq *seqs;
+    uint32_t k;
+};
+
 /* A linear over the stacked rows: one call, or one per sequence where an
  * int8 linear's dynamic activation scale would mix the sequences' rows. */
-static int multi_linear(struct infer_multi *mb, uint32_t k, int layer, uint32_t role,
-                        const struct infer_linear *lin, float *y, const float *x,
-                        struct sl_err *err)
+static int multi_linear(void *ctx, int layer, uint32_t role, const struct infer_linear *lin,
+                        float *y, const float *x, struct sl_err *err)
 {
+    struct multi_ctx *q = ctx;
+    struct infer_multi *mb = q->mb;
     struct infer_model *m = mb->m;
-    uint32_t total = mb->off[k];
+    uint32_t k = q->k, total = mb->off[k];
     if (lin->w || lin->act_scale > 0 || k == 1)
         return infer_linear_exec(m, mb->st, layer, role, lin, y, x, total, err);
     for (uint32_t i = 0; i < k; i++) {
@@ -114,52 +122,28 @@ static int multi_linear(struct infer_multi *mb, uint32_t k, int layer, uint32_t 
     return 0;
 }
 
-/* The stacked rows through layer l (infer_forward.c's layer, with attention
- * per sequence). */
-static int multi_layer(struct infer_multi *mb, const struct infer_seq *seqs, uint32_t k, int l,
-                       struct sl_err *err)
+/* Attention per sequence, at its own positions over its own cache. */
+static int multi_attention(void *ctx, int l, struct sl_err *err)
 {
+    struct multi_ctx *q = ctx;
+    struct infer_multi *mb = q->mb;
     struct infer_model *m = mb->m;
     struct infer_state *s = mb->st;
     const struct format_config *c = &m->cfg;
-    const struct infer_layer *w = &m->layers[l];
-    uint32_t n = mb->off[k], Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
-    if (!w->loaded) {
-        sl_err_set(err, "layer %d is not loaded", l);
-        return -EINVAL;
-    }
-    infer_step_attn_norm(m, l, s->xb, s->x, n);
-    int ret = multi_linear(mb, k, l, FORMAT_ROLE_WQ, &w->wq, s->q, s->xb, err);
-    if (ret == 0)
-        ret = multi_linear(mb, k, l, FORMAT_ROLE_WK, &w->wk, s->k, s->xb, err);
-    if (ret == 0)
-        ret = multi_linear(mb, k, l, FORMAT_ROLE_WV, &w->wv, s->v, s->xb, err);
-    for (uint32_t i = 0; ret == 0 && i < k; i++) {
-        struct infer_state *si = seqs[i].s;
+    uint32_t Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim;
+    for (uint32_t i = 0; i < q->k; i++) {
+        struct infer_state *si = q->seqs[i].s;
         uint32_t r0 = mb->off[i], ni = mb->off[i + 1] - r0;
         struct infer_rows r = {.n = ni, .slot0 = mb->base[i], .pos = s->pos + r0,
                                .vis = {.n = ni, .base = mb->base[i]}};
-        ret = infer_step_attention(m, si->kv, si->attn, l, &r, s->q + (size_t)r0 * Q,
-                                   s->k + (size_t)r0 * KV, s->v + (size_t)r0 * KV, 0,
-                                   c->n_kv_heads, s->att_out + (size_t)r0 * Q, s->att);
-        if (ret < 0)
+        int ret = infer_step_attention(m, si->kv, si->attn, l, &r, s->q + (size_t)r0 * Q,
+                                       s->k + (size_t)r0 * KV, s->v + (size_t)r0 * KV, 0,
+                                       c->n_kv_heads, s->att_out + (size_t)r0 * Q, s->att);
+        if (ret < 0) {
             sl_err_set(err, "attention (%s) failed in layer %d", si->attn->name, l);
+            return ret;
+        }
     }
-    if (ret == 0)
-        ret = multi_linear(mb, k, l, FORMAT_ROLE_WO, &w->wo, s->xb, s->att_out, err);
-    if (ret < 0)
-        return ret;
-    infer_step_ffn_norm(m, l, s->x, s->xb, s->xb, n);
-    ret = multi_linear(mb, k, l, FORMAT_ROLE_W_GATE, &w->w_gate, s->hb, s->xb, err);
-    if (ret == 0)
-        ret = multi_linear(mb, k, l, FORMAT_ROLE_W_UP, &w->w_up, s->hb2, s->xb, err);
-    if (ret < 0)
-        return ret;
-    infer_step_swiglu(s->hb, s->hb2, n, c->hidden_dim, 0, c->hidden_dim);
-    ret = multi_linear(mb, k, l, FORMAT_ROLE_W_DOWN, &w->w_down, s->xb, s->hb, err);
-    if (ret < 0)
-        return ret;
-    infer_step_residual(s->x, s->xb, n, c->dim);
     return 0;
 }
 
@@ -241,8 +225,12 @@ int infer_forward_multi(struct infer_multi *mb, const struct infer_seq *seqs, ui
     }
     mb->off[k] = n;
     ret = infer_embed(m, mb->tok, n, mb->st->x, err);
+    /* each layer as infer_forward runs it, with the linears over the stacked
+     * rows and attention per sequence */
+    struct multi_ctx q = {mb, seqs, k};
+    const struct infer_layer_hooks h = {multi_linear, multi_attention, &q};
     for (uint32_t l = 0; ret == 0 && l < m->cfg.n_layers; l++)
-        ret = multi_layer(mb, seqs, k, (int)l, err);
+        ret = infer_layer_run(m, mb->st, (int)l, mb->st->x, n, &h, err);
     if (ret == 0)
         ret = multi_head(mb, seqs, k, err);
     if (ret < 0) /* nothing of a failed step stays in any cache */
