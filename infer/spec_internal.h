@@ -37,7 +37,7 @@ void spec_index_match(const struct spec_index *ix, const int *q, uint32_t nq, ui
 
 /* ---- draft tree (spec_tree.c) ----------------------------------------------------- */
 
-#define SPEC_MAX_ROWS 16 /* the largest verification shape */
+#define SPEC_MAX_ROWS INFER_SPEC_MAX_ROWS /* the largest verification shape */
 
 /* Row 0 is the token to run next (the root, not a draft); rows 1.. are
  * drafts, each after parent[i] < i. */

@@ -19,6 +19,7 @@ struct infer_spec {
     struct infer_state *st;
     struct infer_spec_opts o;
     uint32_t vocab, n_prompt;
+    uint32_t n_fed; /* context tokens in the cache (the index may hold more after a cut) */
     struct spec_index src[SPEC_SRC_REUSE]; /* context, history, calibrated */
     struct spec_reuse reuse;
     int calibrated;
@@ -118,6 +119,7 @@ int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
         return ret;
     }
     sp->n_prompt = n;
+    sp->n_fed = n;
     *out = sp;
     return 0;
 }
@@ -293,7 +295,9 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
     if (ret < 0)
         return ret;
     uint32_t np;
-    ret = spec_accept(t, sp->logits, sp->vocab, infer_session_sampler(sp->s), sp->probs, path, &np,
+    ret = spec_accept(t, sp->logits, sp->vocab,
+                      sp->o.sampler ? sp->o.sampler : infer_session_sampler(sp->s), sp->probs,
+                      path, &np,
                       next);
     memcpy(sp->path, path, sizeof path);
     sp->np = ret == 0 ? np : 0;
@@ -350,6 +354,68 @@ static int calibrate(struct infer_spec *sp, struct sl_err *err)
     return ret;
 }
 
+int infer_spec_round(struct infer_spec *sp, int token, uint32_t depth, const int *stop,
+                     uint32_t n_stop, int *acc, uint32_t *n_acc, int *next, struct sl_err *err)
+{
+    struct infer_kv *kv = infer_state_kv(sp->st);
+    uint32_t len = infer_kv_len(kv), cap = infer_kv_capacity(kv);
+    int ret;
+    *n_acc = 0;
+    *next = -1;
+    if (len >= cap) {
+        sl_err_set(err, "the context is full: no room for the token");
+        return -EINVAL;
+    }
+    if (sp->o.calibrate && !sp->calibrated && (ret = calibrate(sp, err)) < 0)
+        return ret;
+    if ((ret = spec_index_append(&sp->src[SPEC_SRC_CONTEXT], &token, 1)) < 0) {
+        sl_err_set(err, "out of memory for the draft index");
+        return ret;
+    }
+    sp->n_fed = sp->src[SPEC_SRC_CONTEXT].n;
+    sp->stats.tokens++;
+    uint64_t t0 = sl_now_ns();
+    uint32_t rows = sp->o.max_rows;
+    if (rows > sp->st->max_batch)
+        rows = sp->st->max_batch;
+    if (rows > cap - len)
+        rows = cap - len;
+    draft(sp, token, len, depth, rows, stop, n_stop);
+    sp->stats.draft_s += (double)(sl_now_ns() - t0) / 1e9;
+    if (sp->tree.n == 1) {
+        t0 = sl_now_ns();
+        if ((ret = infer_session_step(sp->s, token, err)) < 0)
+            return ret;
+        double dt = (double)(sl_now_ns() - t0) / 1e9;
+        sp->stats.plain_steps++;
+        sp->stats.plain_s += dt;
+        sp->t1 = sp->t1 > 0 ? sp->t1 + ACC_RATE * ((float)dt - sp->t1) : (float)dt;
+        return 0;
+    }
+    if ((ret = verify(sp, acc, n_acc, next, err)) < 0)
+        return ret;
+    /* the accepted drafts are context now */
+    if ((ret = spec_index_append(&sp->src[SPEC_SRC_CONTEXT], acc, *n_acc)) < 0) {
+        sl_err_set(err, "out of memory for the draft index");
+        return ret;
+    }
+    sp->stats.tokens += *n_acc;
+    sp->n_fed = sp->src[SPEC_SRC_CONTEXT].n;
+    return 0;
+}
+
+/* The round's accepted drafts were taken up to acc[i], which ends the
+ * generation there: plain decoding would not have run it; drop it and what
+ * follows; the logits are its parent's, and it is the token kept for a
+ * next call, as plain decoding leaves it. */
+static void cut_after(struct infer_spec *sp, uint32_t len, uint32_t i, uint32_t n_acc, int tok)
+{
+    sp->stats.tokens -= n_acc - i;
+    sp->n_fed -= n_acc - i;
+    infer_kv_truncate(infer_state_kv(sp->st), len + 1 + i);
+    infer_session_after_verify(sp->s, sp->logits + (size_t)sp->path[i] * sp->vocab, tok, 0, 0, 0);
+}
+
 int infer_spec_generate(struct infer_spec *sp, uint32_t max_tokens, const int *stop,
                         uint32_t n_stop, infer_token_fn on_token, void *ctx, uint32_t *n_out,
                         struct sl_err *err)
@@ -357,7 +423,10 @@ int infer_spec_generate(struct infer_spec *sp, uint32_t max_tokens, const int *s
     struct infer_kv *kv = infer_state_kv(sp->st);
     uint32_t taken = 0;
     int ret = 0, tok, acc[SPEC_MAX_ROWS];
-    struct spec_index *cx = &sp->src[SPEC_SRC_CONTEXT];
+    if (sp->o.sampler) {
+        sl_err_set(err, "infer_spec_generate samples with the session's sampler");
+        return -EINVAL;
+    }
     while (taken < max_tokens) {
         if ((ret = infer_session_take_next(sp->s, &tok)) < 0) {
             sl_err_set(err, "nothing to sample from: run a prompt first");
@@ -366,54 +435,18 @@ int infer_spec_generate(struct infer_spec *sp, uint32_t max_tokens, const int *s
         taken++;
         if (is_stop(stop, n_stop, tok) || (on_token && on_token(ctx, tok)))
             break;
-        sp->stats.tokens++;
-        uint32_t len = infer_kv_len(kv), cap = infer_kv_capacity(kv);
-        if (len >= cap)
+        uint32_t len = infer_kv_len(kv), n_acc;
+        if (len >= infer_kv_capacity(kv))
             break; /* the context is full: this token cannot be fed back */
-        if (sp->o.calibrate && !sp->calibrated && (ret = calibrate(sp, err)) < 0)
-            break;
-        if ((ret = spec_index_append(cx, &tok, 1)) < 0) {
-            sl_err_set(err, "out of memory for the draft index");
-            break;
-        }
-        uint64_t t0 = sl_now_ns();
-        uint32_t rows = sp->o.max_rows;
-        if (rows > sp->st->max_batch)
-            rows = sp->st->max_batch;
-        if (rows > cap - len)
-            rows = cap - len;
-        draft(sp, tok, len, max_tokens - taken, rows, stop, n_stop);
-        sp->stats.draft_s += (double)(sl_now_ns() - t0) / 1e9;
-        if (sp->tree.n == 1) {
-            t0 = sl_now_ns();
-            if ((ret = infer_session_step(sp->s, tok, err)) < 0)
-                break;
-            double dt = (double)(sl_now_ns() - t0) / 1e9;
-            sp->stats.plain_steps++;
-            sp->stats.plain_s += dt;
-            sp->t1 = sp->t1 > 0 ? sp->t1 + ACC_RATE * ((float)dt - sp->t1) : (float)dt;
-            continue;
-        }
-        uint32_t n_acc;
         int next;
-        if ((ret = verify(sp, acc, &n_acc, &next, err)) < 0)
+        if ((ret = infer_spec_round(sp, tok, max_tokens - taken, stop, n_stop, acc, &n_acc,
+                                    &next, err)) < 0)
             break;
         int stopped = 0;
         for (uint32_t i = 0; i < n_acc && !stopped; i++) {
             taken++;
             if ((on_token && on_token(ctx, acc[i]))) {
-                /* plain decoding would not have run this one: drop it and
-                 * what follows; the logits are its parent's, and it is the
-                 * token kept for a next call, as plain decoding leaves it */
-                infer_kv_truncate(kv, len + 1 + i);
-                infer_session_after_verify(sp->s, sp->logits + (size_t)sp->path[i] * sp->vocab,
-                                           acc[i], 0, 0, 0);
-                stopped = 1;
-                break;
-            }
-            sp->stats.tokens++;
-            if ((ret = spec_index_append(cx, &acc[i], 1)) < 0) {
-                sl_err_set(err, "out of memory for the draft index");
+                cut_after(sp, len, i, n_acc, acc[i]);
                 stopped = 1;
             }
         }
@@ -432,6 +465,6 @@ void infer_spec_stats(const struct infer_spec *sp, struct infer_spec_stats *st)
 
 const int *infer_spec_generated(const struct infer_spec *sp, uint32_t *n)
 {
-    *n = sp->src[SPEC_SRC_CONTEXT].n - sp->n_prompt;
+    *n = sp->n_fed > sp->n_prompt ? sp->n_fed - sp->n_prompt : 0;
     return sp->src[SPEC_SRC_CONTEXT].tok + sp->n_prompt;
 }

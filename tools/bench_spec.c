@@ -33,7 +33,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice bench spec MODEL --text FILE [--tokenizer FILE] [-n N] [--runs R]\n"
-            "                         [--rows 4|8|16] [--calibrate] [--lookup BIN --gguf FILE]\n"
+            "                         [--rows 4|8|16] [--calibrate] [--min-match N]\n"
+            "                         [--row-cost A] [--lookup BIN --gguf FILE]\n"
             "                         [--json]\n"
             "       sluice bench spec MODEL --verify-cost C [--runs R] [--json]\n\n"
             "Decode tokens/s of plain greedy decoding against speculative decoding (--spec\n"
@@ -49,6 +50,9 @@ static void usage(FILE *f)
             "  --runs R      runs of every contender on every task (default 3)\n"
             "  --rows N      verification rows (default 8)\n"
             "  --calibrate   in-context calibration (its pass over the prompt is timed)\n"
+            "  --min-match N shortest n-gram that drafts from the context, 1..4 (default 2)\n"
+            "  --row-cost A  the cost model's price of one more verification row against a\n"
+            "                one-row step, 0.01..4 (default: measured as it runs)\n"
             "  --lookup BIN  llama.cpp's llama-lookup, run on --gguf (the same model) with\n"
             "                the same prompt text, -n N, greedy, one thread, EOS ignored;\n"
             "                its own 'decoded ... t/s' line is taken; also with --draft-max 0\n"
@@ -227,6 +231,8 @@ int bench_spec(int argc, char **argv)
     const char *model = NULL, *text = NULL, *tokenizer = NULL, *lookup = NULL, *gguf = NULL;
     uint32_t n = 128, runs = 3, rows = 8;
     int json = 0, calibrate = 0;
+    uint32_t min_match = 0;
+    double row_cost = 0;
     uint32_t cost_ctx = 0;
     struct tools_args a = {"sluice bench spec", usage, argc, argv, 0};
     for (a.i = 1; a.i < argc; a.i++) {
@@ -253,6 +259,10 @@ int bench_spec(int argc, char **argv)
             bad = tools_args_u32(&a, 1, UINT32_MAX, &cost_ctx);
         } else if (!strcmp(s, "--calibrate")) {
             calibrate = 1;
+        } else if (!strcmp(s, "--min-match")) {
+            bad = tools_args_u32(&a, 1, 4, &min_match);
+        } else if (!strcmp(s, "--row-cost")) {
+            bad = tools_args_double(&a, 0.01, 4, 0, &row_cost);
         } else if (!strcmp(s, "--json")) {
             json = 1;
         } else if (s[0] == '-' || model) {
@@ -326,7 +336,8 @@ int bench_spec(int argc, char **argv)
     struct keep ks = {.t = malloc(sizeof(int) * n), .cap = n};
     double *v = malloc(sizeof(double) * runs * 4);
     cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "tasks");
-    struct infer_spec_opts so = {.max_rows = rows, .calibrate = calibrate};
+    struct infer_spec_opts so = {.max_rows = rows, .calibrate = calibrate,
+                                 .min_match = min_match, .row_cost = (float)row_cost};
     int mismatch = 0;
     /* per kind: sums of medians (and of best runs) for the summary */
     double kind_plain[3] = {0}, kind_spec[3] = {0}, kind_look[3] = {0}, kind_lplain[3] = {0};
@@ -429,6 +440,8 @@ int bench_spec(int argc, char **argv)
     cJSON_AddNumberToObject(root, "runs", runs);
     cJSON_AddNumberToObject(root, "rows", rows);
     cJSON_AddBoolToObject(root, "calibrate", calibrate);
+    cJSON_AddNumberToObject(root, "min_match", min_match ? min_match : 2);
+    cJSON_AddNumberToObject(root, "row_cost", row_cost);
     cJSON_AddBoolToObject(root, "greedy_identical", mismatch == 0);
     if (json) {
         char *s = cJSON_PrintUnformatted(root);

@@ -135,6 +135,24 @@ static void add_timing(cJSON *o, const struct serve_call *c)
     cJSON_AddBoolToObject(s, "cold_start", c->cold);
     cJSON_AddNumberToObject(s, "ttft_s",
                             c->t_first ? (double)(c->t_first - c->t_arrival) / 1e9 : 0.0);
+    if (c->gen_ready && (c->gen.spec_r.on || c->gen.spec_r.off_why)) {
+        struct tools_spec_result r;
+        serve_gen_spec_result(&c->gen, &r);
+        tools_spec_json(s, &r); /* "spec": drafted, accepted, mean acceptance length... */
+    }
+}
+
+/* The server's log: a line on stderr per reply that speculated. */
+static void log_spec(const struct serve_call *c)
+{
+    if (!c->gen_ready || !(c->gen.spec_r.on || c->gen.spec_r.off_why))
+        return;
+    struct tools_spec_result r;
+    serve_gen_spec_result(&c->gen, &r);
+    char line[320];
+    tools_spec_line(line, sizeof line, &r);
+    fprintf(stderr, "sluice serve: %s: %u tokens; %s", c->id, c->gen.taken,
+            line[0] ? line : "spec: no round\n");
 }
 
 static const char *finish_name(enum serve_finish f)
@@ -302,6 +320,7 @@ int serve_api_complete(struct serve_api *a, enum serve_kind kind, const char *bo
         *json = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
     }
+    log_spec(c);
     c->counted = 1;
     serve_metrics_tokens(a->m, c->n_ids, c->gen.taken);
     serve_call_free(c);
@@ -376,6 +395,7 @@ static int produce(struct serve_call *c)
                 add_usage(o, c);
                 add_timing(o, c);
             }
+            log_spec(c);
             c->counted = 1;
             serve_metrics_tokens(c->a->m, c->n_ids, c->gen.taken);
             serve_engine_release(c->a->e, c->slot); /* the session is free before [DONE] */

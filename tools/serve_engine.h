@@ -23,6 +23,7 @@
 #include "common.h"
 #include "infer.h"
 #include "serve_req.h"
+#include "tools_spec.h"
 
 struct serve_engine_opts {
     const char *path;      /* the .sluice container */
@@ -33,6 +34,13 @@ struct serve_engine_opts {
     int no_batch;          /* 1: each session runs its own forward passes (no continuous
                               batching across sessions: serve_batch.h) */
     uint32_t batch_lanes;  /* batched steps that may run at once (0: 1) */
+    /* speculative decoding of every reply when spec.on (serve_gen_init):
+     * greedy text is the same token for token (a tree's rows equal one-row
+     * steps, batched or alone, bit for bit), with sampling the same
+     * distribution (the acceptance rule, with the request's sampler); a
+     * model with dynamic activation scales decodes plainly (spec_r.off_why).
+     * The history options (history_dir) are not used here. */
+    struct tools_spec spec;
     struct infer_pipeline_opts pipeline;
 };
 
@@ -104,12 +112,27 @@ struct serve_gen {
     char *text;              /* the reply so far */
     size_t len, cap, sent;   /* text[0..sent) was handed out by serve_gen_take */
     enum serve_finish finish;
+    /* speculative decoding (serve_gen_spec): the pending token is fed back
+     * with a draft tree in one forward on this session alone (it leaves the
+     * batch: a tree is not a batched step's one row); the drafts accepted
+     * and the token after them queue[q_at..q_n) are taken by the next calls,
+     * the first q_ran of queue already in the cache */
+    const struct tools_spec *spec;
+    struct infer_spec *sp;
+    struct tools_spec_result spec_r; /* on, off_why and the statistics */
+    int queue[INFER_SPEC_MAX_ROWS];
+    uint32_t q_n, q_at, q_ran;
+    uint32_t ahead;          /* tokens in the cache past where plain decoding would be */
+    int pending_ran;         /* the pending token is in the cache already */
 };
 
-/* max_tokens: tokens to take at most; prev: the prompt's last token. */
+/* max_tokens: tokens to take at most; prev: the prompt's last token.
+ * Speculative when the engine's spec.on. */
 int serve_gen_init(struct serve_gen *g, struct serve_engine *e, struct serve_slot *slot,
                    const struct infer_sampler_params *p, uint32_t max_tokens, char *const *stop,
                    uint32_t n_stop, int prev, struct sl_err *err);
+/* The statistics so far (r->rounds is not filled). */
+void serve_gen_spec_result(const struct serve_gen *g, struct tools_spec_result *r);
 /* Runs the previous token (if any), samples the next, appends its text and
  * checks the stops (the token is run at the next call, so its text can be
  * sent first; the last one is never run). Returns 0 (g->finish says whether

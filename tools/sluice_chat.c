@@ -12,13 +12,14 @@
 #include "serve_model.h"
 #include "serve_text.h"
 #include "sluice.h"
+#include "tools_spec.h"
 #include "tools_util.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice chat MODEL [--system TEXT] [--template T] [-n N] [--temp T]\n"
-            "                   [--top-p P] [--seed S] [--npu-share F]\n\n"
+            "                   [--top-p P] [--seed S] [--npu-share F] [-v] [--spec M]\n\n"
             "An interactive chat: type a message and Enter; the reply streams as it is\n"
             "generated. The conversation is kept (each turn is the whole history, rendered\n"
             "with the model's chat template; the oldest turns are dropped when the context\n"
@@ -36,7 +37,12 @@ static void usage(FILE *f)
             "  --top-p P        nucleus sampling, 0..1 (default 0.9)\n"
             "  --seed S         random seed (default 42)\n"
             "  --npu-share F    decode: the NPU device thread's share of each int8 matmul,\n"
-            "                   0 <= F < 1 (default 0.5, as sluice run)\n");
+            "                   0 <= F < 1 (default 0.5, as sluice run)\n"
+            "  -v, --verbose    after each reply, a line on stderr: its tokens, decode\n"
+            "                   tokens/s and, with --spec auto, the drafts (verifications,\n"
+            "                   drafted, accepted, mean acceptance length)\n"
+            "Speculative decoding of each reply (greedy text the same as with --spec off):\n");
+    tools_spec_usage(f);
 }
 
 static volatile sig_atomic_t interrupted;
@@ -55,7 +61,7 @@ struct chat {
     int template_set;
     enum serve_template tpl;
     struct infer_sampler_params sp;
-    int tty;
+    int tty, verbose;
 };
 
 static int push(struct chat *c, const char *role, const char *text)
@@ -117,6 +123,19 @@ static int history_tokens(struct chat *c, int **ids, uint32_t *n, const char **s
     }
 }
 
+/* -v: the reply's tokens and speed, and its speculation, on stderr. */
+static void report(const struct serve_gen *g, int cold, double ttft, double secs)
+{
+    fprintf(stderr, "[%u tokens in %.2f s with the prompt, %.1f tokens/s%s", g->taken, secs,
+            secs > 0 ? g->taken / secs : 0.0, cold ? "; cold start" : "");
+    if (cold)
+        fprintf(stderr, ", first token after %.2f s", ttft);
+    fprintf(stderr, "]\n");
+    struct tools_spec_result r;
+    serve_gen_spec_result(g, &r);
+    tools_spec_print(stderr, &r);
+}
+
 /* One reply, streamed to stdout. */
 static int reply(struct chat *c, struct sl_err *err)
 {
@@ -133,6 +152,7 @@ static int reply(struct chat *c, struct sl_err *err)
     int cold;
     double ttft;
     interrupted = 0;
+    uint64_t t0 = sl_now_ns();
     ret = serve_engine_acquire(c->e, ids, n, NULL, NULL, &slot, &cold, &ttft, err);
     if (ret < 0) {
         free(ids);
@@ -171,7 +191,10 @@ static int reply(struct chat *c, struct sl_err *err)
     }
     printf("\n");
     fflush(stdout);
+    double secs = (double)(sl_now_ns() - t0) / 1e9;
     serve_engine_release(c->e, slot);
+    if (c->verbose)
+        report(&g, cold, ttft, secs);
     const char *text = g.text ? g.text : "";
     while (*text == ' ') /* the transcript's "Assistant: " space */
         text++;
@@ -197,6 +220,7 @@ int cmd_chat(int argc, char **argv)
     uint64_t seed = 42;
     int tpl = 4;
     struct chat c = {0};
+    struct tools_spec spec = {0};
     struct tools_args a = {"sluice chat", usage, argc, argv, 0};
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
@@ -218,6 +242,10 @@ int cmd_chat(int argc, char **argv)
             bad = tools_args_u64(&a, 0, UINT64_MAX, &seed);
         } else if (!strcmp(s, "--npu-share")) {
             bad = tools_args_double(&a, 0, 1, TOOLS_ARGS_BELOW_MAX, &share);
+        } else if (!strcmp(s, "-v") || !strcmp(s, "--verbose")) {
+            c.verbose = 1;
+        } else if ((bad = tools_spec_arg(&a, s, &spec)) != 0) {
+            bad = bad < 0;
         } else if (s[0] == '-' || model) {
             bad = tools_args_unexpected(&a);
         } else {
@@ -236,7 +264,7 @@ int cmd_chat(int argc, char **argv)
     struct sl_err err = {{0}};
     char path[4096], id[256];
     struct serve_engine_opts eo = {.path = path, .parallel = 1, .queue = 0, .lazy = 1,
-                                   .npu_share = share};
+                                   .npu_share = share, .spec = spec};
     infer_pipeline_opts_init(&eo.pipeline);
     int ret = serve_model_resolve(model, path, sizeof path, id, sizeof id, &err);
     if (ret == 0)

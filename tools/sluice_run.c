@@ -101,6 +101,7 @@ static void usage(FILE *f)
             "                   at most the context length (said on stderr when more)\n"
             "Attention (prefill and decode; the trace names it):\n" TOOLS_ATTN_HELP);
     tools_spec_usage(f);
+    tools_spec_usage_history(f);
 }
 
 /* --chunk's limit: a chunk's scratch grows with its rows, and no model here
@@ -154,7 +155,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
         int bad = 0, sp;
-        if ((sp = tools_spec_arg(&a, s, &o->spec)) != 0) {
+        if ((sp = tools_spec_arg_history(&a, s, &o->spec)) != 0) {
             bad = sp < 0;
         } else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             usage(stdout);

@@ -13,6 +13,7 @@
 #include "serve_http.h"
 #include "serve_model.h"
 #include "sluice.h"
+#include "tools_spec.h"
 #include "tools_util.h"
 
 static void usage(FILE *f)
@@ -63,7 +64,15 @@ static void usage(FILE *f)
             "                   for any share)\n"
             "  --chunk N        prefill chunk rows, 1..65536 (default 256)\n"
             "  --cpu-workers N  the cold start's CPU worker threads, 1..8 (default 1)\n"
-            "  --policy P       the cold start's scheduling policy (sluice run --help)\n");
+            "  --policy P       the cold start's scheduling policy (sluice run --help)\n"
+            "Speculative decoding of every reply (the answer's \"sluice\".\"spec\" has its\n"
+            "statistics, and a line per reply goes to stderr). A reply that speculates\n"
+            "runs its own forward passes (its session leaves the batch while it does): a\n"
+            "draft tree of 4-16 rows is verified in one forward with its tree mask, which a\n"
+            "batched step's one row a session cannot carry; the others keep batching. Its\n"
+            "rows equal one-row steps bit for bit, batched or alone, so greedy text is\n"
+            "the same as with --spec off, token for token:\n");
+    tools_spec_usage(f);
 }
 
 struct serve_opts {
@@ -118,6 +127,8 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
         } else if (!strcmp(s, "--cpu-workers")) {
             bad = tools_args_u32(&a, 1, INFER_PIPELINE_MAX_CPU_WORKERS,
                                  &o->engine.pipeline.cpu_workers);
+        } else if ((bad = tools_spec_arg(&a, s, &o->engine.spec)) != 0) {
+            bad = bad < 0;
         } else if (!strcmp(s, "--policy")) {
             bad = tools_args_value(&a, &policy);
             if (!bad && infer_policy_parse(policy, &o->engine.pipeline.policy) < 0) {
@@ -187,9 +198,10 @@ int cmd_serve(int argc, char **argv)
         serve_metrics_destroy(&metrics);
         return 1;
     }
-    fprintf(stderr, "sluice serve: %s (%s), %u sessions, listening on http://%s:%u%s\n",
+    fprintf(stderr, "sluice serve: %s (%s), %u sessions, listening on http://%s:%u%s%s\n",
             o.http.model_id, path, o.engine.parallel, o.http.host, serve_http_port(http),
-            o.engine.lazy ? " (lazy: the first request loads the model)" : "");
+            o.engine.lazy ? " (lazy: the first request loads the model)" : "",
+            o.engine.spec.on ? ", speculative decoding" : "");
     int sig = 0;
     sigwait(&set, &sig);
     fprintf(stderr, "sluice serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -19,11 +19,7 @@ void tools_spec_usage(FILE *f)
             "  --spec-calibrate in-context calibration: after the first token, the prompt's\n"
             "                   logits at every position add the model's likely wording as\n"
             "                   drafts (costs one more pass over the prompt)\n"
-            "  --spec-no-reuse  no reuse of rejected draft segments\n"
-            "  --spec-history DIR  draft from earlier generations kept in DIR (one file per\n"
-            "                   task kind and vocabulary), and add this one\n"
-            "  --spec-kind NAME the task kind of the history (default 'default')\n"
-            "  --spec-history-max N  tokens the history keeps, oldest dropped (default 65536)\n");
+            "  --spec-no-reuse  no reuse of rejected draft segments\n");
 }
 
 int tools_spec_arg(struct tools_args *a, const char *s, struct tools_spec *o)
@@ -42,12 +38,6 @@ int tools_spec_arg(struct tools_args *a, const char *s, struct tools_spec *o)
         o->calibrate = 1;
     } else if (!strcmp(s, "--spec-no-reuse")) {
         o->no_reuse = 1;
-    } else if (!strcmp(s, "--spec-history")) {
-        bad = tools_args_value(a, &o->history_dir);
-    } else if (!strcmp(s, "--spec-kind")) {
-        bad = tools_args_value(a, &o->kind);
-    } else if (!strcmp(s, "--spec-history-max")) {
-        bad = tools_args_u32(a, 2, 1u << 28, &o->history_max);
     } else {
         return 0;
     }
@@ -176,20 +166,28 @@ void tools_spec_json(cJSON *j, const struct tools_spec_result *r)
     cJSON_AddNumberToObject(o, "calib_s", s->calib_s);
 }
 
-void tools_spec_print(FILE *f, const struct tools_spec_result *r)
+void tools_spec_line(char *buf, size_t size, const struct tools_spec_result *r)
 {
     const struct infer_spec_stats *s = &r->st;
+    buf[0] = 0;
     if (r->off_why)
-        fprintf(f, "spec: off (%s)\n", r->off_why);
+        snprintf(buf, size, "spec: off (%s)\n", r->off_why);
     if (!r->on)
         return;
-    fprintf(f,
-            "spec: %u verifications, %u plain steps; drafted %u, accepted %u (%.0f%%); mean "
-            "acceptance length %.2f; %.2f tokens per forward\n",
-            s->rounds, s->plain_steps, s->drafted, s->accepted,
-            s->drafted ? 100.0 * s->accepted / s->drafted : 0.0,
-            s->rounds ? (double)(s->accepted + s->rounds) / s->rounds : 0.0,
-            s->rounds + s->plain_steps ? (double)s->tokens / (s->rounds + s->plain_steps) : 0.0);
+    snprintf(buf, size,
+             "spec: %u verifications, %u plain steps; drafted %u, accepted %u (%.0f%%); mean "
+             "acceptance length %.2f; %.2f tokens per forward\n",
+             s->rounds, s->plain_steps, s->drafted, s->accepted,
+             s->drafted ? 100.0 * s->accepted / s->drafted : 0.0,
+             s->rounds ? (double)(s->accepted + s->rounds) / s->rounds : 0.0,
+             s->rounds + s->plain_steps ? (double)s->tokens / (s->rounds + s->plain_steps) : 0.0);
+}
+
+void tools_spec_print(FILE *f, const struct tools_spec_result *r)
+{
+    char line[320];
+    tools_spec_line(line, sizeof line, r);
+    fputs(line, f);
 }
 
 static cJSON *event(const char *ph, double ts, uint32_t rows, uint32_t accepted)

@@ -1,5 +1,6 @@
 /* tools_spec.h: `--spec off|auto` and its options for the commands that
- * generate (sluice run; chat and serve when they exist), generation through
+ * generate (sluice run, chat and serve; the last two through serve_engine's
+ * serve_gen, round by round, without the history options), generation through
  * infer_spec_* (or plain infer_session_generate), and its statistics. */
 #ifndef SLUICE_TOOLS_SPEC_H
 #define SLUICE_TOOLS_SPEC_H
@@ -34,11 +35,15 @@ struct tools_spec_result {
     uint32_t n_rounds, cap_rounds;
 };
 
-/* The usage lines of the options above. */
+/* The usage lines of the options above; _history: of the history's
+ * (tools_spec_hist.c: sluice run's only). */
 void tools_spec_usage(FILE *f);
+void tools_spec_usage_history(FILE *f);
 /* Parses argv[a->i] if it is one of the options: 1 (taken), -1 (a usage
  * error, printed), 0 (not one of them). */
 int tools_spec_arg(struct tools_args *a, const char *s, struct tools_spec *o);
+/* The same, the history's options too. */
+int tools_spec_arg_history(struct tools_args *a, const char *s, struct tools_spec *o);
 /* infer_session_generate, speculatively when o->on and the model allows it
  * exactly (infer_spec_exact); prompt[0..n) is the context so far. Appends
  * the generation to the history when there is one. */
@@ -46,9 +51,10 @@ int tools_spec_generate(const struct tools_spec *o, struct infer_session *s, con
                         uint32_t n, uint32_t max_tokens, const int *stop, uint32_t n_stop,
                         infer_token_fn on_token, void *ctx, uint32_t *n_out,
                         struct tools_spec_result *r, struct sl_err *err);
-/* "spec": {...} into j; a line on f. */
+/* "spec": {...} into j; a line on f (or into buf: "" when off). */
 void tools_spec_json(cJSON *j, const struct tools_spec_result *r);
 void tools_spec_print(FILE *f, const struct tools_spec_result *r);
+void tools_spec_line(char *buf, size_t size, const struct tools_spec_result *r);
 /* Adds the verifications (spans on their own track, ts from t0_ns, the
  * trace's start) and the statistics (otherData.spec) to the Chrome trace
  * at path, rewritten atomically. 0 or -errno with err. */

@@ -821,7 +821,13 @@ struct infer_spec_opts {
     void (*on_round)(void *ctx, uint64_t t0_ns, uint64_t t1_ns, uint32_t rows,
                      uint32_t accepted);
     void *round_ctx;
+    /* the sampler of infer_spec_round's acceptance rule (a caller that samples
+     * with its own, e.g. per request); NULL: the session's. infer_spec_generate
+     * wants NULL (it samples with the session's) */
+    struct infer_sampler *sampler;
 };
+
+#define INFER_SPEC_MAX_ROWS 16 /* the largest verification shape */
 
 struct infer_spec_stats {
     uint32_t rounds;       /* verification forwards */
@@ -844,6 +850,18 @@ void infer_spec_destroy(struct infer_spec *sp);
 int infer_spec_generate(struct infer_spec *sp, uint32_t max_tokens, const int *stop,
                         uint32_t n_stop, infer_token_fn on_token, void *ctx, uint32_t *n_out,
                         struct sl_err *err);
+/* One round of infer_spec_generate, for a caller that takes the tokens
+ * itself (a server streaming a reply): `token` was just taken and is fed
+ * back now (the cache holds the context before it and has room for it).
+ * Drafts at most `depth` tokens after it (none of stop[0..n_stop)) and
+ * verifies them with it in one forward, or runs it alone when there is no
+ * draft. acc[0..*n_acc) (acc has room for INFER_SPEC_MAX_ROWS - 1) are the
+ * drafts accepted, in the cache after `token`; *next is the token after
+ * them, chosen by the acceptance rule (not run), or -1 after a plain step:
+ * then sample the session's logits as usual. The session's logits are
+ * those of the last token in the cache either way. 0 or -errno with err. */
+int infer_spec_round(struct infer_spec *sp, int token, uint32_t depth, const int *stop,
+                     uint32_t n_stop, int *acc, uint32_t *n_acc, int *next, struct sl_err *err);
 void infer_spec_stats(const struct infer_spec *sp, struct infer_spec_stats *st);
 /* The tokens generated so far (for the history store). */
 const int *infer_spec_generated(const struct infer_spec *sp, uint32_t *n);

@@ -75,7 +75,7 @@ import:sluice_import.c
 inspect:sluice_inspect.c
 synth:sluice_synth.c
 quantize:sluice_quantize.c
-run:sluice_run.c tools_spec.c
+run:sluice_run.c tools_spec.c tools_spec_hist.c
 eval:sluice_eval.c
 profile-attn:sluice_profile_attn.c
 mount:sluice_mount.c
@@ -84,8 +84,8 @@ bench unpack:bench_unpack.c
 bench load:bench_load.c
 bench gemm:bench_gemm.c
 bench coldstart:bench_coldstart.c
-serve:sluice_serve.c
-chat:sluice_chat.c
+serve:sluice_serve.c tools_spec.c
+chat:sluice_chat.c tools_spec.c
 bench spec:bench_spec.c
 bench attn:bench_attn.c
 bench serve:bench_serve.c
@@ -162,6 +162,12 @@ serve|sluice serve: no MODEL given
 chat m.sluice --temp 3|sluice chat: --temp wants a number in [0, 2], not '3'
 chat m.sluice --template jinja|sluice chat: --template wants one of
 chat|sluice chat: no MODEL given
+chat m.sluice --spec maybe|sluice chat: --spec wants one of off or auto, not 'maybe'
+chat m.sluice --spec-rows 5|sluice chat: --spec-rows wants 4, 8 or 16, not 5
+chat m.sluice --spec-history d|sluice chat: unknown option '--spec-history'
+serve m.sluice --spec on|sluice serve: --spec wants one of off or auto, not 'on'
+serve m.sluice --spec-rows 32|sluice serve: --spec-rows wants a whole number in 4..16, not '32'
+serve m.sluice --spec-kind k|sluice serve: unknown option '--spec-kind'
 run m.sluice --attn fast|sluice run: --attn wants one of dense, sparse or auto, not 'fast'
 run m.sluice --keep 0|sluice run: --keep wants a number in (0, 1], not '0'
 eval m.sluice --keep 1.5|sluice eval: --keep wants a number in (0, 1], not '1.5'
