@@ -210,7 +210,9 @@ struct infer_multi_opts {
     uint32_t max_rows;        /* rows of one step, all sequences together (0: 256) */
     int no_npu;               /* 1: int8 matmuls on the calling thread only */
     double npu_share;         /* the device's share of a small int8 batch (0: 0.5) */
-    uint64_t npu_min_weights; /* smaller int8 matmuls stay on the calling thread (0: 1 Mi) */
+    uint64_t npu_min_weights; /* smaller int8 matmuls stay on the calling thread (0: 1 Mi);
+                               * dense attention splits its heads with the device
+                               * thread from 256 Ki query-key products (or this) */
 };
 int infer_multi_create(struct infer_model *m, const struct infer_multi_opts *o,
                        struct infer_multi **out, struct sl_err *err);
