@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "infer_internal.h"
+#include "npu.h"
 
 int infer_embed(const struct infer_model *m, const int *tokens, uint32_t n, float *x,
                 struct sl_err *err)
@@ -73,12 +74,59 @@ static int rows_linear(void *ctx, int layer, uint32_t role, const struct infer_l
     return infer_linear_exec(q->m, q->s, layer, role, lin, y, x, q->r->n, err);
 }
 
+/* The kv heads [kv0, kv1) of one layer's attention (and their query heads):
+ * every head is computed on its own, so any split gives the same bits. */
+struct attn_part {
+    struct rows_ctx *q;
+    int layer;
+    uint32_t kv0, kv1;
+    float *scratch;
+};
+
+static int attn_part_run(void *arg)
+{
+    const struct attn_part *a = arg;
+    struct infer_state *s = a->q->s;
+    return infer_step_attention(a->q->m, s->kv, s->attn, a->layer, a->q->r, s->q, s->k, s->v,
+                                a->kv0, a->kv1, s->att_out, a->scratch);
+}
+
+/* Dense attention over a long enough context: the state's device thread
+ * takes the first half of the kv heads (host work, npu_device_call) beside
+ * the calling thread, as the linears split their channels; decoding's cost
+ * that grows with the context is halved. A state whose npu_min_weights is
+ * lower than the threshold (tests) splits from that many products. */
+#define ATTN_SPLIT_MIN (1u << 18) /* query-key products: ~25 us, past a hand-off's cost */
+
 static int rows_attention(void *ctx, int layer, struct sl_err *err)
 {
     struct rows_ctx *q = ctx;
     struct infer_state *s = q->s;
-    int ret = infer_step_attention(q->m, s->kv, s->attn, layer, q->r, s->q, s->k, s->v, 0,
-                                   q->m->cfg.n_kv_heads, s->att_out, s->att);
+    const struct format_config *c = &q->m->cfg;
+    uint32_t nkv = c->n_kv_heads, split = 0;
+    uint64_t work = (uint64_t)q->r->n * (q->r->vis.base + q->r->n) * c->n_heads * c->head_dim;
+    uint64_t least = s->npu_min_weights < ATTN_SPLIT_MIN ? s->npu_min_weights : ATTN_SPLIT_MIN;
+    if (s->dev && s->attn == &infer_attention_dense && !s->split_work && nkv >= 2 &&
+        work >= least) {
+        if (!s->att_dev &&
+            !(s->att_dev = sl_malloc(sizeof(float) * INFER_ATT_ROWS * c->seq_len))) {
+            sl_err_set(err, "out of memory for the attention's scratch");
+            return -ENOMEM;
+        }
+        split = nkv / 2;
+    }
+    struct attn_part dev = {q, layer, 0, split, s->att_dev}, own = {q, layer, split, nkv, s->att};
+    struct npu_ticket *t = NULL;
+    int ret = 0;
+    if (split && (ret = npu_device_call(s->dev, attn_part_run, &dev, &t, err)) < 0)
+        return ret;
+    int r_own = attn_part_run(&own);
+    if (t) {
+        ret = npu_ticket_wait(t);
+        s->npu_jobs++;
+    }
+    if (ret == 0)
+        ret = r_own;
     if (ret < 0)
         sl_err_set(err, "attention (%s) failed in layer %d", s->attn->name, layer);
     return ret;

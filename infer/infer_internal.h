@@ -105,6 +105,7 @@ struct infer_state {
     float *v;       /* [n][KV] */
     float *att_out; /* [n][Q] */
     float *att;     /* [INFER_ATT_ROWS][seq_len] attention scores */
+    float *att_dev; /* the same for the device thread's heads (allocated when first split) */
     float *hb;      /* [n][F] */
     float *hb2;     /* [n][F] */
     int8_t *xq;     /* [n][max(D, Q, F)] quantized activations */

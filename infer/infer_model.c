@@ -302,6 +302,7 @@ void infer_state_destroy(struct infer_state *s)
     free(s->v);
     free(s->att_out);
     free(s->att);
+    free(s->att_dev);
     free(s->hb);
     free(s->hb2);
     sl_free_aligned(s->xq);

@@ -99,6 +99,28 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
     uint32_t kv_mul = c->n_heads / c->n_kv_heads;
     float sq = sqrtf((float)hs);
     enum infer_matmul_kernel k = infer_matmul_kernel_used();
+    if (n == 1 && kv_mul > 1 && kv_mul <= INFER_ATT_ROWS && h0 % kv_mul == 0 &&
+        h1 % kv_mul == 0) {
+        /* one row (decoding): the query heads of a kv head as the rows of one
+         * product, so each key and value row is read once per group, not
+         * once per head; every score and output is computed exactly as one
+         * head alone (the kernels' sums do not depend on the rows around) */
+        uint32_t T = pos0 + 1;
+        for (uint32_t g = h0 / kv_mul; g < h1 / kv_mul; g++) {
+            const float *kh = key_cache + (size_t)g * hs, *vh = value_cache + (size_t)g * hs;
+            const float *qg = q + (size_t)g * kv_mul * hs;
+            infer_matmul_nt(k, att, T, qg, hs, kh, INFER_W_F32, kv_dim, kv_mul, hs, 0, T);
+            for (uint32_t i = 0; i < kv_mul; i++) {
+                float *a = att + (size_t)i * T;
+                float maxv = infer_div_max(k, a, T, sq);
+                float sum = infer_exp_sum(k, a, T, maxv);
+                (void)infer_div_max(k, a, T, sum);
+            }
+            infer_matmul_nn(k, out + (size_t)g * kv_mul * hs, hs, att, T, vh, kv_dim, kv_mul, T,
+                            hs);
+        }
+        return;
+    }
     for (uint32_t h = h0; h < h1; h++) {
         const float *kh = key_cache + (size_t)(h / kv_mul) * hs;   /* [t][kv_dim] */
         const float *vh = value_cache + (size_t)(h / kv_mul) * hs; /* [t][kv_dim] */

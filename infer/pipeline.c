@@ -68,78 +68,6 @@ static int arrived(struct pl *p, uint32_t s)
     return --v->deps == 0 ? pl_make_ready(p, p->verify_task[s]) : 0;
 }
 
-static int alloc_chunks(struct pl *p, uint32_t n)
-{
-    const struct format_config *c = p->c;
-    uint32_t chunk = p->o->chunk;
-    p->n_chunks = (n + chunk - 1) / chunk;
-    p->cb = sl_calloc(p->n_chunks, sizeof *p->cb);
-    if (!p->cb)
-        return -ENOMEM;
-    size_t D = c->dim, Q = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
-    size_t F = c->hidden_dim, W = D > Q ? D : Q;
-    for (uint32_t ch = 0; ch < p->n_chunks; ch++) {
-        struct chunkbuf *b = &p->cb[ch];
-        b->pos0 = ch * chunk;
-        b->n = n - b->pos0 < chunk ? n - b->pos0 : chunk;
-        size_t r = b->n;
-        b->x = sl_malloc(sizeof(float) * r * D);
-        b->xb = sl_malloc(sizeof(float) * r * W);
-        b->q = sl_malloc(sizeof(float) * r * Q);
-        b->k = sl_malloc(sizeof(float) * r * KV);
-        b->v = sl_malloc(sizeof(float) * r * KV);
-        b->att = sl_malloc(sizeof(float) * r * Q);
-        b->o = sl_malloc(sizeof(float) * r * D);
-        b->g = sl_malloc(sizeof(float) * r * F);
-        b->u = sl_malloc(sizeof(float) * r * F);
-        b->d = sl_malloc(sizeof(float) * r * D);
-        if (!b->x || !b->xb || !b->q || !b->k || !b->v || !b->att || !b->o || !b->g || !b->u ||
-            !b->d)
-            return -ENOMEM;
-        uint32_t roles[8] = {FORMAT_ROLE_WQ,     FORMAT_ROLE_WK,   FORMAT_ROLE_WV,
-                             FORMAT_ROLE_WO,     FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP,
-                             FORMAT_ROLE_W_DOWN, FORMAT_ROLE_CLASSIFIER};
-        size_t width[8] = {D, D, D, Q, D, D, F, D}, out[7] = {Q, KV, KV, D, F, F, D};
-        for (int k = 0; k < 8; k++) {
-            b->xq[roles[k]] = sl_alloc_aligned(r * width[k], 64);
-            if (!b->xq[roles[k]])
-                return -ENOMEM;
-        }
-        for (int k = 0; p->m->term && k < 8; k++) {
-            /* the classifier: its last row only */
-            size_t rk = k < 7 ? r : 1, ok = k < 7 ? out[k] : c->vocab_size;
-            b->delta[roles[k]] = sl_malloc(sizeof(float) * rk * ok);
-            b->touched[roles[k]] = sl_calloc(rk, 1);
-            if (!b->delta[roles[k]] || !b->touched[roles[k]])
-                return -ENOMEM;
-        }
-    }
-    return 0;
-}
-
-static void free_chunks(struct pl *p)
-{
-    for (uint32_t ch = 0; p->cb && ch < p->n_chunks; ch++) {
-        struct chunkbuf *b = &p->cb[ch];
-        free(b->x);
-        free(b->xb);
-        free(b->q);
-        free(b->k);
-        free(b->v);
-        free(b->att);
-        free(b->o);
-        free(b->g);
-        free(b->u);
-        free(b->d);
-        for (int k = 0; k < FORMAT_ROLE_COUNT; k++) {
-            sl_free_aligned(b->xq[k]);
-            free(b->delta[k]);
-            free(b->touched[k]);
-        }
-    }
-    free(p->cb);
-}
-
 /* Opens the loader stream: reading starts at once, on the loader's thread,
  * while the caller prepares everything else. */
 static int open_stream(struct pl *p, struct sl_err *err)
@@ -379,7 +307,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     p->verify_task = sl_calloc(ns, sizeof *p->verify_task);
     p->slice_needed = sl_calloc(ns, sizeof *p->slice_needed);
     if (!p->slice_data || !p->slice_sl || !p->slice_left || !p->verify_task || !p->slice_needed ||
-        alloc_chunks(p, n) < 0) {
+        pl_acts_rows(p, n) < 0) {
         sl_err_set(err, "out of memory for the pipeline's buffers");
         goto out;
     }
@@ -447,6 +375,8 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     }
     if (ret == 0)
         ret = pl_pool_admit(p);
+    if (ret == 0)
+        ret = pl_acts_init(p, o.act_sets);
     if (ret < 0) {
         sl_err_set(err, "out of memory building the task graph");
         goto out;
@@ -465,18 +395,8 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
             if (p->tasks[i].op == PL_MM)
                 p->mm_left[p->tasks[i].layer + 1]++;
     }
-    /* the prompt's embedding rows, ahead of the stream */
-    float *x0 = sl_malloc(sizeof(float) * (size_t)n * c->dim);
-    if (!x0) {
-        ret = -ENOMEM;
-        sl_err_set(err, "out of memory for the prompt's embedding rows");
-        goto out;
-    }
-    ret = pl_embed_rows(p, x0, err);
-    for (uint32_t ch = 0; ret == 0 && ch < p->n_chunks; ch++)
-        memcpy(p->cb[ch].x, x0 + (size_t)p->cb[ch].pos0 * c->dim,
-               sizeof(float) * p->cb[ch].n * c->dim);
-    free(x0);
+    /* the prompt's embedding rows, ahead of the stream, into the chunks' x */
+    ret = pl_embed_rows(p, p->act_x, err);
     if (ret < 0)
         goto out;
     /* the NPU's graphs: one per matmul shape, shared by every chunk and layer */
@@ -588,6 +508,7 @@ join:
         o.first_logits(o.ctx, logits);
     reclaim_join(p); /* after the first token: what is left to free is not in its way */
     pl_pool_fini(p);
+    pl_acts_fini(p); /* before the embedding comes in */
     /* decoding needs the (untied) embedding: read after the first token */
     ret = o.no_decode ? 0 : pl_embed_finish(p, err);
     if (ret < 0)
@@ -624,7 +545,7 @@ out:
         free(p->att_scratch[w]);
         sl_free_aligned(p->fill_scratch[w]);
     }
-    free_chunks(p);
+    pl_acts_fini(p);
     infer_state_destroy(p->st);
     infer_model_destroy(p->m);
     free(p->tasks);

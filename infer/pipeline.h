@@ -14,6 +14,8 @@
  *                       split weights; cutting a matmul in two
  *   pipeline_pool.c     packed residency: the layers' int8 copies from a
  *                       bounded pool, admitted in execution order
+ *   pipeline_acts.c     the chunks' activation memory: sets of scratch
+ *                       admitted per (layer, chunk) in execution order
  *   pipeline_queue.c    ready queues and priorities, completion (successors,
  *                       slice release, failure), the stealing rules
  *   pipeline_ops.c      the CPU operators of one task (run_task) and the
@@ -66,6 +68,7 @@ enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
 #define PL_FILL_ROWS 64     /* rows unpacked at once before packing for the NPU */
 #define PL_MAX_SLICES 4096  /* slices (and layers) a container may have here */
 #define PL_INT8_BUDGET_MB 48 /* packed residency: int8 weight storage in use at once */
+#define PL_ACT_SETS 2       /* activation sets: (layer, chunk)s computing at once */
 
 struct task {
     uint8_t op, dev;
@@ -85,11 +88,19 @@ struct task {
     struct npu_job job;
 };
 
-/* Activations of one chunk (rows n at positions pos0..). */
+/* Activations of one chunk (rows n at positions pos0..). Only x (the
+ * residual stream), the head's row and, where the down projection has a
+ * linear term, d (added with the term by the next layer's norm) are the
+ * chunk's own; the others (and d without a term) point into the
+ * activation set (pipeline_acts.c) of the (layer, chunk) running, set by its
+ * PL_NORM (pl_acts_bind). */
 struct chunkbuf {
     uint32_t n, pos0;
-    float *x, *xb, *q, *k, *v, *att, *o, *g, *u, *d;
-    int8_t *xq[FORMAT_ROLE_COUNT]; /* quantized input of each linear */
+    float *x, *d;
+    float *xb, *xf;             /* normed input of Q/K/V; of gate/up */
+    float *q, *k, *v, *att, *o, *g, *u;
+    float *xh;                  /* the head's normed last row (D) */
+    int8_t *xq[FORMAT_ROLE_COUNT]; /* quantized input of each linear (the classifier's: own) */
     /* the linear term's output for each role (only with a term), rows of the
      * matmul's output; touched[r]: row r has clipped inputs (else untouched) */
     float *delta[FORMAT_ROLE_COUNT];
@@ -214,6 +225,23 @@ struct pl {
     uint32_t *parked;       /* unpacking tasks whose linear is not admitted yet */
     uint32_t n_parked;
     int cls_packed;         /* the classifier's matmul straight from its packed bytes (CPU) */
+
+    /* the chunks' activations (pipeline_acts.c): x of every row (d too where
+     * a down projection has a linear term), and n_sets sets of scratch, each
+     * held by one (layer, chunk) from its norm to its last task, admitted in
+     * the order (layer, chunk) */
+    float *act_x, *act_d;   /* [n][D] each, mapped (act_d: NULL without a term) */
+    size_t act_x_len;
+    uint8_t *set_mem;       /* n_sets x set_bytes, mapped */
+    size_t set_bytes, set_len;
+    size_t set_u, set_a, set_dq, set_b; /* offsets in a set (G at 0) */
+    uint32_t n_sets, n_free;
+    uint32_t *set_free;
+    int32_t *cl_set;        /* [layer * n_chunks + chunk]: its set, or -1 */
+    uint32_t *cl_left;      /* its unfinished tasks that use the set */
+    uint32_t *cl_norm;      /* its PL_NORM task */
+    uint8_t *cl_parked;     /* that task is ready and waits for a set */
+    uint32_t cl_next, n_cl; /* the next (layer, chunk) to admit; how many */
 };
 
 struct pl_acq {
@@ -322,6 +350,28 @@ int pl_pool_mm_done(struct pl *p, const struct task *t);
  * linear). */
 void pl_pool_fini(struct pl *p);
 
+/* ---- pipeline_acts.c: the chunks' activation memory ------------------------------------- */
+
+/* The chunks and x of n rows (chunk pointers into it): before the graph.
+ * 0 or -ENOMEM. */
+int pl_acts_rows(struct pl *p, uint32_t n);
+/* After the graph, its reserve and the pool: the sets (sets: how many at
+ * most, 0: PL_ACT_SETS; fewer where the pool could not hold a layer, see the
+ * file), the first admitted. 0 or -ENOMEM. */
+int pl_acts_init(struct pl *p, uint32_t sets);
+/* Lock held: 1 if task t is the norm of a (layer, chunk) without a set yet
+ * (it is parked: pl_acts_unpark hands it back). */
+int pl_acts_waits(struct pl *p, uint32_t ti);
+/* Lock held: task t finished; 1 if its set went back (call pl_acts_unpark). */
+int pl_acts_done(struct pl *p, const struct task *t);
+/* Lock held: admits in order while sets are free; returns a parked norm
+ * now admitted (call again until UINT32_MAX). */
+uint32_t pl_acts_unpark(struct pl *p);
+/* The running norm of (layer, chunk): points the chunk's buffers into its set. */
+void pl_acts_bind(struct pl *p, uint32_t chunk, int layer);
+/* Frees everything (idempotent). */
+void pl_acts_fini(struct pl *p);
+
 /* ---- pipeline_queue.c: ready queues, completion, stealing (lock held) ------------------ */
 
 /* Sizes both queues to the task capacity (after pl_graph_reserve), so that
@@ -386,6 +436,10 @@ int pl_keep_tail(struct pl *p, uint32_t ti);
 /* Runs task ti on worker w (0: the NPU device thread; CPU workers 1..), lock
  * not held. 0, or a negative errno after pl_fail. */
 int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch);
+
+/* After matmul t computed its channels (lock not held): a down projection
+ * without a term adds them to the chunk's residual stream. */
+void pl_mm_residual(struct pl *p, const struct task *t);
 
 /* Fills an NPU task's job (lock held, when it is dispatched or stolen). */
 void pl_prepare_job(struct pl *p, struct task *t);

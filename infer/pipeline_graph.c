@@ -579,5 +579,7 @@ uint32_t pl_graph_cut(struct pl *p, uint32_t ti, uint32_t tail_rows)
         p->mm_left[t->layer + 1]++;
     if (p->lin_mm)
         p->lin_mm[(size_t)(t->layer + 1) * FORMAT_ROLE_COUNT + t->role]++;
+    if (p->cl_left && t->layer >= 0) /* one more task holding the activation set */
+        p->cl_left[(size_t)t->layer * p->n_chunks + t->chunk]++;
     return ci;
 }

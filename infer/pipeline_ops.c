@@ -56,7 +56,11 @@ static const float *mm_input(struct chunkbuf *b, uint32_t role, uint32_t *cols,
         return b->g;
     case FORMAT_ROLE_CLASSIFIER:
         *cols = D;
-        return b->xb + (size_t)(b->n - 1) * D;
+        return b->xh;
+    case FORMAT_ROLE_W_GATE:
+    case FORMAT_ROLE_W_UP:
+        *cols = D;
+        return b->xf;
     default:
         *cols = D;
         return b->xb;
@@ -162,6 +166,22 @@ static int mm_packed(const struct infer_linear *lin, const int8_t *xq, uint32_t 
     return ret;
 }
 
+/* A down projection without a linear term: each piece adds its output
+ * channels to the residual stream as soon as it is computed (x += d, the
+ * same elementwise sums as the forward's residual), so d is scratch of the
+ * (layer, chunk)'s activation set; with a term the next norm adds it. */
+void pl_mm_residual(struct pl *p, const struct task *t)
+{
+    if (t->op != PL_MM || t->role != FORMAT_ROLE_W_DOWN || t->layer < 0 ||
+        p->lin_info[t->layer + 1][FORMAT_ROLE_W_DOWN].term)
+        return;
+    struct chunkbuf *b = &p->cb[t->chunk];
+    size_t D = p->c->dim;
+    uint32_t r0 = t->r0, r1 = t->r1 > t->r0 ? t->r1 : (uint32_t)D;
+    for (uint32_t r = 0; r < b->n; r++)
+        infer_op_add(b->x + r * D + r0, b->d + r * D + r0, r1 - r0);
+}
+
 /* Runs task ti on worker `w` (0: the NPU device thread; CPU workers 1..). */
 int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
 {
@@ -217,10 +237,13 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_NORM: {
-        if (t->layer > 0) { /* the previous layer's down projection, added here */
+        if (t->layer > 0 && p->lin_info[t->layer][FORMAT_ROLE_W_DOWN].term) {
+            /* the previous layer's down projection and its term, added here
+             * (b->d: still the previous layer's, the chunk's own) */
             add_delta(p, b, t->layer - 1, FORMAT_ROLE_W_DOWN, 0, D);
             infer_step_residual(b->x, b->d, b->n, D);
         }
+        pl_acts_bind(p, t->chunk, t->layer);
         infer_step_attn_norm(p->m, t->layer, b->xb, b->x, b->n);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WQ, b->xb, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WK, b->xb, b->n, D);
@@ -246,9 +269,9 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
     }
     case PL_FFN_NORM:
         add_delta(p, b, t->layer, FORMAT_ROLE_WO, 0, D);
-        infer_step_ffn_norm(p->m, t->layer, b->x, b->o, b->xb, b->n);
-        quantize_for(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xb, b->n, D);
-        quantize_for(p, b, t->layer, FORMAT_ROLE_W_UP, b->xb, b->n, D);
+        infer_step_ffn_norm(p->m, t->layer, b->x, b->o, b->xf, b->n); /* xf may be o */
+        quantize_for(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xf, b->n, D);
+        quantize_for(p, b, t->layer, FORMAT_ROLE_W_UP, b->xf, b->n, D);
         break;
     case PL_SWIGLU: {
         uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
@@ -260,12 +283,13 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
     }
     case PL_HEAD: {
         /* the first token needs the last row only */
-        add_delta(p, b, (int)c->n_layers - 1, FORMAT_ROLE_W_DOWN, 0, D);
-        float *xl = b->x + (size_t)(b->n - 1) * D, *dl = b->d + (size_t)(b->n - 1) * D;
-        infer_step_residual(xl, dl, 1, D);
-        float *xbl = b->xb + (size_t)(b->n - 1) * D;
-        infer_step_head_norm(p->m, xbl, xl, 1);
-        quantize_for(p, b, -1, FORMAT_ROLE_CLASSIFIER, xbl, 1, D);
+        float *xl = b->x + (size_t)(b->n - 1) * D;
+        if (p->lin_info[c->n_layers][FORMAT_ROLE_W_DOWN].term) {
+            add_delta(p, b, (int)c->n_layers - 1, FORMAT_ROLE_W_DOWN, 0, D);
+            infer_step_residual(xl, b->d + (size_t)(b->n - 1) * D, 1, D);
+        }
+        infer_step_head_norm(p->m, b->xh, xl, 1);
+        quantize_for(p, b, -1, FORMAT_ROLE_CLASSIFIER, b->xh, 1, D);
         break;
     }
     case PL_SHADOW:
@@ -284,6 +308,7 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         if (!lin->npu) {
             infer_op_matmul(y, x, lin->w, (enum infer_wtype)lin->wtype, rows, lin->rows, lin->cols,
                             t->r0, t->r1);
+            pl_mm_residual(p, t);
             break;
         }
         /* an NPU job on a CPU worker: stolen work, run with the same code as
@@ -292,6 +317,8 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         t->job.stolen = 1;
         if (ret < 0)
             sl_err_set(&err, "the NPU refused a stolen job (shape or operand mismatch)");
+        else
+            pl_mm_residual(p, t);
         (void)x;
         (void)y;
         (void)rows;

@@ -142,6 +142,13 @@ int pl_pool_admit(struct pl *p)
             p->int8_peak = p->int8_alloc;
         p->acq_next++;
     }
+    /* every linear admitted: free storage has no later user; freed now, the
+     * end of the prefill (the KV cache at its fullest) does not hold it */
+    while (p->n_pool) {
+        struct npu_weights *o = p->pool[--p->n_pool];
+        p->int8_alloc -= weight_bytes(npu_weights_rows(o), npu_weights_cols(o));
+        npu_weights_destroy(o);
+    }
     return 0;
 }
 
@@ -153,9 +160,15 @@ int pl_pool_mm_done(struct pl *p, const struct task *t)
     if (p->lin_acq[li] < 0 || --p->lin_mm[li] > 0)
         return 0;
     struct infer_linear *lin = pl_graph_linear(p, t->layer, t->role);
+    p->int8_used -= p->acq[p->lin_acq[li]].bytes;
+    if (p->acq_next == p->n_acq) { /* nothing left to admit: freed (pl_pool_admit) */
+        p->int8_alloc -= p->acq[p->lin_acq[li]].bytes;
+        npu_weights_destroy(lin->npu);
+        lin->npu = NULL;
+        return 0;
+    }
     p->pool[p->n_pool++] = lin->npu; /* n_pool < n_acq: one slot per linear */
     lin->npu = NULL;
-    p->int8_used -= p->acq[p->lin_acq[li]].bytes;
     return 1;
 }
 

@@ -147,6 +147,8 @@ int pl_make_ready(struct pl *p, uint32_t ti)
     if (t->op == PL_VERIFY && t->slice == UINT32_MAX) { /* the sequential barrier */
         t->dev = PL_DEV_CPU;
     }
+    if (pl_acts_waits(p, ti)) /* a norm whose (layer, chunk) has no activation set yet */
+        return 0;
     if (pl_pool_waits(p, t)) { /* its int8 storage is not admitted yet */
         p->parked[p->n_parked++] = ti;
         return 0;
@@ -224,6 +226,14 @@ int pl_complete(struct pl *p, uint32_t ti)
             }
             p->parked[i] = p->parked[--p->n_parked];
             if ((ret = pl_make_ready(p, u)) < 0)
+                return ret;
+        }
+    }
+    if (pl_acts_done(p, t)) { /* its activation set is free: the next (layer, chunk)s */
+        uint32_t u;
+        while ((u = pl_acts_unpark(p)) != UINT32_MAX) {
+            int ret = pl_make_ready(p, u);
+            if (ret < 0)
                 return ret;
         }
     }

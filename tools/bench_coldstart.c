@@ -65,7 +65,9 @@ static void usage(FILE *f)
             "--chunk C: prefill chunk rows, as `sluice run --chunk` (default 256, at most\n"
             "65536). --runs: 1..32. --trace-dir DIR: a Chrome trace of every run, written\n"
             "to DIR/CONTENDER.runN.json. --contenders: only these (and full, whose bytes\n"
-            "the bound counts), e.g. full_int8,full_packed; default: all.\n"
+            "the bound counts), e.g. full_int8,full_packed; default: all. The INT8 and\n"
+            "INT4/INT8 containers are written only for contenders that read them; without\n"
+            "the INT8 one the memory yardstick is not reported (0).\n"
             "The table goes to standard output (to standard error with --json).\n"
             "Needs root (page cache, cgroups).\n");
 }
@@ -305,26 +307,33 @@ int bench_coldstart(int argc, char **argv)
     }
     struct format_config cfg = *format_reader_config(r);
     format_reader_close(r);
+    /* the INT8 and INT4/INT8 containers only where a contender reads them
+     * (an 8B model's INT8 copy is 8 GB) */
+    int need[3] = {1, 0, 0};
+    for (size_t k = 0; k < NC; k++)
+        need[contenders[k].model] |= want[k];
     char paths[3][PATH_MAX];
     snprintf(paths[0], sizeof paths[0], "%s", model);
-    if (variant(model, "int8", FORMAT_ENC_Q8_CHANNEL, paths[1], sizeof paths[1]) < 0 ||
-        variant(model, "int4int8", FORMAT_ENC_INT4INT8, paths[2], sizeof paths[2]) < 0)
+    if ((need[1] && variant(model, "int8", FORMAT_ENC_Q8_CHANNEL, paths[1], sizeof paths[1]) < 0) ||
+        (need[2] &&
+         variant(model, "int4int8", FORMAT_ENC_INT4INT8, paths[2], sizeof paths[2]) < 0))
         return 1;
     /* the memory target's yardstick: the INT8 weights (codes, scales, norms) and
      * the KV cache (float K and V of every layer) of the prompt; the runtime
      * reserves the cache for the whole context, but pages it never touches
-     * are not resident */
+     * are not resident. Without the INT8 container: not reported (0). */
     double int8_bytes = 0;
-    if (format_reader_open(paths[1], &r, &err) < 0) {
+    if (need[1] && format_reader_open(paths[1], &r, &err) < 0) {
         fprintf(stderr, "sluice bench coldstart: %s\n", err.msg);
         return 1;
     }
-    for (uint32_t i = 0; i < format_reader_n_tensors(r); i++)
+    for (uint32_t i = 0; need[1] && i < format_reader_n_tensors(r); i++)
         int8_bytes += (double)format_reader_tensor(r, i)->length;
-    format_reader_close(r);
+    if (need[1])
+        format_reader_close(r);
     double kv_row = 2.0 * cfg.n_layers * ((double)cfg.dim * cfg.n_kv_heads / cfg.n_heads) * 4;
     double kv_prompt = kv_row * (tokens + 1), kv_context = kv_row * cfg.seq_len;
-    double mem_base_mb = (int8_bytes + kv_prompt) / (1024.0 * 1024.0);
+    double mem_base_mb = int8_bytes > 0 ? (int8_bytes + kv_prompt) / (1024.0 * 1024.0) : 0;
     /* every cold run gets a fresh cgroup, as ../shared/tools/flashrun does:
      * a group's throttle carries state from one run to the next (measured: a
      * shared group let later contenders read above the raw rate) */

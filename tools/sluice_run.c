@@ -517,6 +517,8 @@ static int run_report(const struct run_opts *o, const struct text_buf *text,
     cJSON_AddNumberToObject(pj, "splits", ps->splits);
     cJSON_AddNumberToObject(pj, "tails", ps->tails);
     cJSON_AddNumberToObject(pj, "int8_pool_mb", (double)ps->int8_pool_bytes / (1 << 20));
+    cJSON_AddNumberToObject(pj, "act_sets", ps->act_sets);
+    cJSON_AddNumberToObject(pj, "act_mb", (double)ps->act_bytes / (1 << 20));
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!s)

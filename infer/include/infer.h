@@ -210,7 +210,9 @@ struct infer_multi_opts {
     uint32_t max_rows;        /* rows of one step, all sequences together (0: 256) */
     int no_npu;               /* 1: int8 matmuls on the calling thread only */
     double npu_share;         /* the device's share of a small int8 batch (0: 0.5) */
-    uint64_t npu_min_weights; /* smaller int8 matmuls stay on the calling thread (0: 1 Mi) */
+    uint64_t npu_min_weights; /* smaller int8 matmuls stay on the calling thread (0: 1 Mi);
+                               * dense attention splits its heads with the device
+                               * thread from 256 Ki query-key products (or this) */
 };
 int infer_multi_create(struct infer_model *m, const struct infer_multi_opts *o,
                        struct infer_multi **out, struct sl_err *err);
@@ -627,6 +629,10 @@ struct infer_pipeline_opts {
                                 * layers' int8 copies come from a bounded pool: */
     uint64_t int8_budget;      /* ... int8 weight storage in use at once (default 48 MiB;
                                 * a linear is admitted alone whatever its size) */
+    uint32_t act_sets;         /* (layer, chunk)s computing at once, each with its set of
+                                * activation scratch (default 2; as many as chunks where
+                                * the int8 budget cannot hold a layer): with a long
+                                * prompt the activations do not grow with its chunks */
     int no_decode;             /* 1: the caller decodes nothing after the first token (sluice
                                 * run -n 0 or 1): what only decoding needs (an untied
                                 * embedding, read after the first token) is not read, so
@@ -662,6 +668,9 @@ struct infer_pipeline_stats {
     double shadow_s;           /* CPU time of the shadow outlier tasks (in cpu_busy_s) */
     uint64_t int8_pool_bytes;  /* packed residency: the most int8 weight storage the pool
                                 * held at once (0: no pool) */
+    uint32_t act_sets;         /* activation sets (see act_sets above) */
+    uint64_t act_bytes;        /* the chunks' activation memory: x and d of every row
+                                * plus the sets */
 };
 
 /* Every option at its default (what opts = NULL means): full, stream, chunk

@@ -250,10 +250,16 @@ static void check_attention(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32
     if (!(worst < 1e-5))
         fail_msg("attention heads %u/%u hd %u n %u pos0 %u: max error %g", n_heads, n_kv, hd, n,
                  pos0, worst);
-    /* one row at a time, continuing the cache: bit-identical to the batch */
+    /* one row at a time, continuing the cache (decoding: a kv head's query
+     * heads as one product), and one head at a time: bit-identical to the
+     * batch */
     float *one = malloc(sizeof(float) * Q);
     for (uint32_t r = 0; r < n; r += 7) {
         infer_op_attention(one, q + r * Q, kc, vc, 1, pos0 + r, &c, 0, n_heads, att);
+        assert_memory_equal(one, out + r * Q, sizeof(float) * Q);
+        memset(one, 0, sizeof(float) * Q);
+        for (uint32_t h = 0; h < n_heads; h++)
+            infer_op_attention(one, q + r * Q, kc, vc, 1, pos0 + r, &c, h, h + 1, att);
         assert_memory_equal(one, out + r * Q, sizeof(float) * Q);
     }
     free(one);
@@ -273,6 +279,7 @@ static void test_attention_gqa(void **st)
     check_attention(8, 2, 64, 40, 0);   /* three row blocks, prefill from 0 */
     check_attention(6, 3, 17, 33, 20);  /* odd head size: kernel tails */
     check_attention(4, 1, 80, 17, 100); /* head size over one 64-column NN step */
+    check_attention(32, 4, 64, 15, 990); /* TinyLlama's heads, a long context */
 
     /* a head range writes only its columns */
     struct format_config c = {.n_heads = 4, .n_kv_heads = 2, .head_dim = 6, .seq_len = 16};

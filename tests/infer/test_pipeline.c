@@ -106,12 +106,13 @@ static void check(const char *model, enum infer_policy pol, enum infer_load load
     assert_true(st.bytes_read > 0);
     assert_true(st.prefault_s >= 0 && (pol == INFER_POLICY_FULL || st.prefault_s == 0));
     if (pol == INFER_POLICY_FULL) { /* the other stealing rule, stealing at every chance;
-                                     * no faulting in ahead */
+                                     * no faulting in ahead; one activation set */
         struct infer_pipeline_opts o2 = o;
         o2.steal_top = 1;
         o2.steal_threshold = 0;
         o2.steal_ahead = 0;
         o2.no_prefault = 1;
+        o2.act_sets = 1; /* one (layer, chunk) at a time */
         o2.trace_path = NULL;
         struct infer_model *m2;
         struct infer_state *s2;

@@ -8,6 +8,7 @@
  * - after the first step the model holds no int8 copy of an adaptive linear
  *   and its packed bytes instead; int8 residency keeps int8 only;
  * - the baseline encodings (bitplane) decode from packed bytes too;
+ * - activation sets: one, a few or one per chunk, the same logits;
  * - auto picks int8 for a model that fits in cache;
  * - no_decode: the same first logits without the untied embedding's read;
  * - npu_device_call runs host work on the device thread in FIFO order and
@@ -59,6 +60,9 @@ static int *ids(uint32_t n, uint32_t vocab, uint32_t salt)
 static uint64_t g_budget;
 static uint32_t g_split;
 static uint64_t g_pool_peak;
+/* the prefill's chunk rows (0: 32) and activation sets (pipeline_acts.c), and
+ * the sets of the last run */
+static uint32_t g_chunk, g_sets, g_sets_used;
 
 /* A cold start of `model` with the given residency, then steps and a
  * 5-token prompt; every logits vector appended to out [(2 + steps) * V]. */
@@ -69,7 +73,8 @@ static void run(const char *model, enum infer_resident res, enum infer_policy po
     struct infer_session_opts so = {.max_batch = 32, .npu_min_weights = 1, .no_npu = no_npu};
     struct infer_pipeline_opts po;
     infer_pipeline_opts_init(&po);
-    po.chunk = 32;
+    po.chunk = g_chunk ? g_chunk : 32;
+    po.act_sets = g_sets;
     po.policy = pol;
     po.resident = res;
     po.int8_budget = g_budget;
@@ -81,6 +86,7 @@ static void run(const char *model, enum infer_resident res, enum infer_policy po
     if (infer_session_cold_start(model, p, 40, &so, &po, &s, &pst, &err) < 0)
         fail_msg("cold start: %s", err.msg);
     g_pool_peak = pst.int8_pool_bytes;
+    g_sets_used = pst.act_sets;
     uint32_t V = infer_model_config(infer_session_model(s))->vocab_size;
     memcpy(out, infer_session_logits(s), sizeof(float) * V);
     for (uint32_t i = 0; i < steps; i++) {
@@ -166,6 +172,51 @@ static void test_int8_pool(void **st)
     g_split = 0;
     compare(q_model, INFER_POLICY_SEQUENTIAL_GRANULAR, 1);
     assert_true(g_pool_peak > 0);
+}
+
+/* Activation sets (pipeline_acts.c): five chunks of 8 rows computed with
+ * one, two, three or five sets of activation scratch give the logits of
+ * every step bit for bit, packed (the pool's default budget holds a layer)
+ * and int8; where the budget cannot hold a layer (1 byte) every chunk gets
+ * a set (limiting them could deadlock), with the same logits. */
+static void test_act_sets(void **st)
+{
+    (void)st;
+    const uint32_t steps = 3, V = 512;
+    size_t n = (size_t)(2 + steps) * V, i8, pk;
+    float *ref = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    assert_non_null(ref);
+    assert_non_null(got);
+    g_chunk = 8;
+    g_sets = 5;
+    run(q_model, INFER_RESIDENT_INT8, INFER_POLICY_FULL, 0, steps, ref, &i8, &pk);
+    assert_int_equal(g_sets_used, 5);
+    static const uint32_t sets[] = {1, 2, 3, 0, 9};
+    static const uint32_t used[] = {1, 2, 3, 2, 5};
+    for (int r = 0; r < 2; r++)
+        for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
+            g_sets = sets[k];
+            run(q_model, r ? INFER_RESIDENT_INT8 : INFER_RESIDENT_PACKED, INFER_POLICY_FULL, 0,
+                steps, got, &i8, &pk);
+            assert_int_equal(g_sets_used, used[k]);
+            if (memcmp(ref, got, sizeof(float) * n) != 0)
+                fail_msg("%s, %u activation sets: logits differ", r ? "int8" : "packed", sets[k]);
+        }
+    g_budget = 1; /* a linear at a time: no limit on the sets */
+    g_sets = 1;
+    run(q_model, INFER_RESIDENT_PACKED, INFER_POLICY_FULL, 0, steps, got, &i8, &pk);
+    assert_int_equal(g_sets_used, 5);
+    assert_memory_equal(ref, got, sizeof(float) * n);
+    g_sets = 2;
+    g_split = 64;
+    run(q_model, INFER_RESIDENT_PACKED, INFER_POLICY_SEQUENTIAL_GRANULAR, 0, steps, got, &i8, &pk);
+    assert_memory_equal(ref, got, sizeof(float) * n);
+    g_budget = 0;
+    g_split = 0;
+    g_chunk = 0;
+    g_sets = 0;
+    free(ref);
+    free(got);
 }
 
 /* auto: int8 for a model whose int8 weights fit in any last-level cache
@@ -298,6 +349,7 @@ int main(void)
         cmocka_unit_test(test_same_logits),
         cmocka_unit_test(test_bitplane),
         cmocka_unit_test(test_int8_pool),
+        cmocka_unit_test(test_act_sets),
         cmocka_unit_test(test_auto),
         cmocka_unit_test(test_no_decode),
         cmocka_unit_test(test_packed_faults),
