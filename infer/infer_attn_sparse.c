@@ -220,45 +220,79 @@ struct call_stats {
     uint64_t recall_n;
 };
 
-/* Top-k and softmax.V for every row of one head of a finished launch. */
-static int attend_head(struct infer_sparse *sp, const struct infer_kv *kv, uint32_t layer,
-                       const struct infer_attn_rows *rows, const float *q, uint32_t h,
-                       const float *est, size_t ld, float *out, uint32_t *sel, uint32_t *work,
-                       float *a, float *gather, float *fs, uint32_t *i1, uint32_t *i2,
-                       struct call_stats *cs)
+/* Pairs per block (rows of a launch's heads): their keys and values are
+ * walked in blocks of KEY_TILE slots together (attn_sel_rows). */
+#define PAIRS 64u
+#define KEY_TILE 256u
+
+/* The scratch of attend_launch. */
+struct attend_buf {
+    uint32_t *sel;  /* [PAIRS][T] */
+    float *a;       /* [PAIRS][T] */
+    uint32_t *work; /* [2 T] */
+    uint32_t *cur;  /* [PAIRS] */
+    float *gather, *fs;
+    uint32_t *i1, *i2;
+};
+
+/* Top-k and softmax.V for every row of every head of a finished launch,
+ * PAIRS (row, head) pairs at a time: each pair's keys picked (the previous
+ * row's threshold the guess for the next), then the block's exact
+ * softmax.V. */
+static void attend_launch(struct infer_sparse *sp, const struct infer_kv *kv, uint32_t layer,
+                          const struct infer_attn_rows *rows, const float *q,
+                          const struct launch *l, size_t ld, float *out,
+                          const struct attend_buf *b, struct call_stats *cs)
 {
     const struct format_config *c = &sp->cfg;
     uint32_t hd = c->head_dim, H = c->n_heads, kv_mul = H / c->n_kv_heads;
+    uint32_t n = rows->n, T = rows->base + n;
     size_t kv_dim = (size_t)c->n_kv_heads * hd, qdim = (size_t)H * hd;
-    const float *kh = infer_kv_keys(kv, layer) + (size_t)(h / kv_mul) * hd;
-    const float *vh = infer_kv_values(kv, layer) + (size_t)(h / kv_mul) * hd;
-    double r = sp->ratio[(size_t)layer * H + h];
+    const float *kh = infer_kv_keys(kv, layer) + (size_t)l->g * hd;
+    const float *vh = infer_kv_values(kv, layer) + (size_t)l->g * hd;
     uint32_t sinks = sp->o.sinks == UINT32_MAX ? 0 : sp->o.sinks;
     uint32_t window = sp->o.window == UINT32_MAX ? 0 : sp->o.window;
-    for (uint32_t i = 0; i < rows->n; i++) {
+    uint32_t rb = PAIRS / l->cnt ? PAIRS / l->cnt : 1; /* rows per block */
+    float hint[ATTN_PLAN_MAX];
+    for (uint32_t j = 0; j < l->cnt; j++)
+        hint[j] = NAN; /* the previous row's threshold guess, per head */
+    struct attn_sel_pair pr[PAIRS];
+    (void)kv_mul;
+    for (uint32_t i0 = 0; i0 < n; i0 += rb) {
+        uint32_t i1 = n - i0 < rb ? n : i0 + rb, np = 0, tmax = rows->base + i1;
         uint64_t t0 = sl_now_ns();
-        uint32_t visible = rows->base + i + 1;
-        uint32_t k = attn_keep_count(r, visible);
-        const float *e = est + (size_t)i * ld;
-        uint32_t ns = attn_select_row(e, visible, k, sinks, window, sel, work);
+        for (uint32_t j = 0; j < l->cnt; j++) {
+            uint32_t h = l->head[j];
+            double r = sp->ratio[(size_t)layer * H + h];
+            for (uint32_t i = i0; i < i1; i++, np++) {
+                uint32_t visible = rows->base + i + 1;
+                uint32_t k = attn_keep_count(r, visible);
+                const float *e = l->y + ((size_t)j * n + i) * ld;
+                uint32_t *sel = b->sel + (size_t)np * T;
+                uint32_t ns = attn_select_row_hint(e, visible, k, sinks, window, sel, b->work,
+                                                   &hint[j]);
+                const float *qh = q + (size_t)i * qdim + (size_t)h * hd;
+                pr[np] = (struct attn_sel_pair){.q = qh, .list = sel, .len = ns,
+                                                .a = b->a + (size_t)np * T,
+                                                .out = out + (size_t)i * qdim + (size_t)h * hd};
+                cs->row_heads++;
+                cs->visible += visible;
+                cs->kept += ns;
+                if (sp->o.measure) {
+                    double rc, ms;
+                    measure_row(qh, kh, kv_dim, hd, e, visible, k, sel, ns, b->fs, b->i1, b->i2,
+                                b->work, &rc, &ms);
+                    cs->recall += rc;
+                    cs->mass += ms;
+                    cs->recall_n++;
+                }
+            }
+        }
         uint64_t t1 = sl_now_ns();
-        const float *qh = q + (size_t)i * qdim + (size_t)h * hd;
-        infer_attn_list(out + (size_t)i * qdim + (size_t)h * hd, qh, kh, vh, kv_dim, hd, sel, ns,
-                        a, gather);
+        attn_sel_rows(np, pr, kh, vh, kv_dim, hd, KEY_TILE, tmax, b->cur, b->gather);
         cs->topk_ns += t1 - t0;
         cs->qkv_ns += sl_now_ns() - t1;
-        cs->row_heads++;
-        cs->visible += visible;
-        cs->kept += ns;
-        if (sp->o.measure) {
-            double rc, ms;
-            measure_row(qh, kh, kv_dim, hd, e, visible, k, sel, ns, fs, i1, i2, work, &rc, &ms);
-            cs->recall += rc;
-            cs->mass += ms;
-            cs->recall_n++;
-        }
     }
-    return 0;
 }
 
 /* One block for a call's big buffers: the instance's cached one when no
@@ -428,10 +462,11 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     float *ybuf[AHEAD];
     int8_t *xbuf[AHEAD];
     size_t yb = up64(sizeof(float) * (size_t)kv_mul * n * maxL), xb = up64((size_t)kv_mul * n * hd);
-    size_t sb = up64(sizeof(uint32_t) * (size_t)T * 5), ab = up64(sizeof(float) * (size_t)T * 2);
+    size_t pb = up64(sizeof(float) * (size_t)PAIRS * T); /* sel or a */
+    size_t sb = up64(sizeof(uint32_t) * ((size_t)T * 4 + PAIRS)), ab = up64(sizeof(float) * T);
     size_t gb = up64(sizeof(float) * (size_t)T * hd);
     int cached;
-    uint8_t *blk = scratch_get(sp, AHEAD * (yb + xb) + sb + ab + gb, &cached);
+    uint8_t *blk = scratch_get(sp, AHEAD * (yb + xb) + 2 * pb + sb + ab + gb, &cached);
     if (!blk) {
         ret = -ENOMEM;
         goto out;
@@ -441,10 +476,14 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
         xbuf[b] = (int8_t *)(blk + AHEAD * yb + b * xb);
     }
     uint8_t *rest = blk + AHEAD * (yb + xb);
-    uint32_t *sel = (uint32_t *)rest;
-    float *a = (float *)(rest + sb), *gather = (float *)(rest + sb + ab);
-    uint32_t *work = sel + T, *i1 = sel + 3 * (size_t)T, *i2 = sel + 4 * (size_t)T;
-    float *fs = a + T;
+    struct attend_buf ab_ = {.sel = (uint32_t *)rest, .a = (float *)(rest + pb)};
+    uint32_t *u = (uint32_t *)(rest + 2 * pb);
+    ab_.work = u;
+    ab_.i1 = u + 2 * (size_t)T;
+    ab_.i2 = u + 3 * (size_t)T;
+    ab_.cur = u + 4 * (size_t)T;
+    ab_.fs = (float *)(rest + 2 * pb + sb);
+    ab_.gather = (float *)(rest + 2 * pb + sb + ab);
     uint32_t started = 0;
     for (uint32_t done = 0; done < nl && ret == 0; done++) {
         /* keep AHEAD launches in flight */
@@ -474,9 +513,7 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
             break;
         cs.wait_ns += sl_now_ns() - t0;
         uint32_t L = sp->ks[(size_t)layer * KV + l->g].L;
-        for (uint32_t j = 0; j < l->cnt; j++)
-            attend_head(sp, kv, layer, rows, q, l->head[j], l->y + (size_t)j * n * L, L, out, sel,
-                        work, a, gather, fs, i1, i2, &cs);
+        attend_launch(sp, kv, layer, rows, q, l, L, out, &ab_, &cs);
     }
     /* on an error, let every submitted launch finish before freeing its buffers */
     for (uint32_t i = 0; i < nl; i++)
