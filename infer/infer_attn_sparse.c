@@ -32,6 +32,7 @@
 
 #define KEY_BUCKET 256u
 #define AHEAD 2 /* launches in flight on the device */
+#define SCRATCH_SLOTS 4
 
 struct kslot {
     struct npu_weights *w; /* [L][head_dim] int8 keys of one layer and kv head */
@@ -52,9 +53,9 @@ struct infer_sparse {
     struct npu_device *dev;
     int own_dev;
     pthread_mutex_t lock;
-    pthread_mutex_t slock; /* the cached scratch block */
-    void *sbuf;
-    size_t scap;
+    pthread_mutex_t slock[SCRATCH_SLOTS]; /* the cached scratch blocks: one per concurrent call */
+    void *sbuf[SCRATCH_SLOTS];
+    size_t scap[SCRATCH_SLOTS];
     struct infer_sparse_stats st;
     double recall_sum, mass_sum;
     uint64_t recall_n, mass_n;
@@ -295,23 +296,27 @@ static void attend_launch(struct infer_sparse *sp, const struct infer_kv *kv, ui
     }
 }
 
-/* One block for a call's big buffers: the instance's cached one when no
- * other call holds it (a decode step then touches no fresh pages), else a
- * block of the call's own. */
+/* One block for a call's big buffers: one of the instance's cached ones
+ * that no other call holds (concurrent calls, e.g. the pipeline's kv-head
+ * tasks on two threads, each find one; a decode step then touches no fresh
+ * pages), else a block of the call's own. */
 static void *scratch_get(struct infer_sparse *sp, size_t bytes, int *cached)
 {
-    if (pthread_mutex_trylock(&sp->slock) == 0) {
-        if (sp->scap < bytes) {
-            free(sp->sbuf);
+    for (int i = 0; i < SCRATCH_SLOTS; i++) {
+        if (pthread_mutex_trylock(&sp->slock[i]) != 0)
+            continue;
+        if (sp->scap[i] < bytes) {
+            free(sp->sbuf[i]);
             size_t want = bytes + bytes / 2; /* the cache grows a slot per step */
-            sp->sbuf = sl_malloc(want);
-            sp->scap = sp->sbuf ? want : 0;
+            sp->sbuf[i] = sl_malloc(want);
+            sp->scap[i] = sp->sbuf[i] ? want : 0;
         }
-        if (sp->sbuf) {
-            *cached = 1;
-            return sp->sbuf;
+        if (sp->sbuf[i]) {
+            *cached = i + 1;
+            return sp->sbuf[i];
         }
-        pthread_mutex_unlock(&sp->slock);
+        pthread_mutex_unlock(&sp->slock[i]);
+        break;
     }
     *cached = 0;
     return sl_malloc(bytes);
@@ -320,7 +325,7 @@ static void *scratch_get(struct infer_sparse *sp, size_t bytes, int *cached)
 static void scratch_put(struct infer_sparse *sp, void *p, int cached)
 {
     if (cached)
-        pthread_mutex_unlock(&sp->slock);
+        pthread_mutex_unlock(&sp->slock[cached - 1]);
     else
         free(p);
 }
@@ -584,7 +589,8 @@ int infer_sparse_create(const struct format_config *c, const struct infer_attn_p
         return -ENOMEM;
     }
     pthread_mutex_init(&sp->lock, NULL);
-    pthread_mutex_init(&sp->slock, NULL);
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        pthread_mutex_init(&sp->slock[i], NULL);
     sp->cfg = *c;
     sp->o = d;
     snprintf(sp->name, sizeof sp->name, "sparse keep %.2f%s", d.keep, d.uniform ? " uniform" : "");
@@ -637,9 +643,11 @@ void infer_sparse_destroy(struct infer_sparse *sp)
             npu_weights_destroy(sp->ks[i].w);
     if (sp->ratio) { /* the mutexes were initialized */
         pthread_mutex_destroy(&sp->lock);
-        pthread_mutex_destroy(&sp->slock);
+        for (int i = 0; i < SCRATCH_SLOTS; i++)
+            pthread_mutex_destroy(&sp->slock[i]);
     }
-    free(sp->sbuf);
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        free(sp->sbuf[i]);
     free(sp->ks);
     free(sp->ratio);
     free(sp->qmean);
