@@ -65,10 +65,11 @@ struct launch {
     uint32_t g;        /* kv head */
     uint32_t bucket;
     uint32_t cnt;      /* heads */
+    uint32_t i0, nr;   /* its rows of the call: [i0, i0 + nr) */
     uint32_t head[ATTN_PLAN_MAX];
     float scale;
     int8_t *xq;        /* [cnt * n][hd] */
-    float *y;          /* [cnt * n][L] */
+    float *y;          /* [cnt * nr][L] */
     struct npu_job job;
     struct npu_ticket *ticket;
 };
@@ -150,14 +151,14 @@ static int prepare_keys(struct infer_sparse *sp, const struct infer_kv *kv, uint
 }
 
 static int start_launch(struct infer_sparse *sp, struct launch *la, const struct npu_graph *gr,
-                        const struct npu_weights *w, uint32_t n, struct sl_err *err)
+                        const struct npu_weights *w, uint32_t nr, struct sl_err *err)
 {
     memset(&la->job, 0, sizeof la->job);
     la->job.graph = gr;
     la->job.w = w;
     la->job.a_type = NPU_DTYPE_INT8;
     la->job.xq = la->xq;
-    la->job.rows = la->cnt * n;
+    la->job.rows = la->cnt * nr;
     la->job.act_scale = la->scale;
     la->job.y = la->y;
     la->ticket = NULL;
@@ -238,11 +239,11 @@ struct attend_buf {
 
 /* Top-k and softmax.V for every row of every head of a finished launch,
  * PAIRS (row, head) pairs at a time: each pair's keys picked (the previous
- * row's threshold the guess for the next), then the block's exact
- * softmax.V. */
+ * row's threshold the guess for the next: hint[h - h0], carried across
+ * launches), then the block's exact softmax.V. */
 static void attend_launch(struct infer_sparse *sp, const struct infer_kv *kv, uint32_t layer,
                           const struct infer_attn_rows *rows, const float *q,
-                          const struct launch *l, size_t ld, float *out,
+                          const struct launch *l, size_t ld, float *out, uint32_t h0, float *hint,
                           const struct attend_buf *b, struct call_stats *cs)
 {
     const struct format_config *c = &sp->cfg;
@@ -254,13 +255,12 @@ static void attend_launch(struct infer_sparse *sp, const struct infer_kv *kv, ui
     uint32_t sinks = sp->o.sinks == UINT32_MAX ? 0 : sp->o.sinks;
     uint32_t window = sp->o.window == UINT32_MAX ? 0 : sp->o.window;
     uint32_t rb = PAIRS / l->cnt ? PAIRS / l->cnt : 1; /* rows per block */
-    float hint[ATTN_PLAN_MAX];
-    for (uint32_t j = 0; j < l->cnt; j++)
-        hint[j] = NAN; /* the previous row's threshold guess, per head */
+    uint32_t end = l->i0 + l->nr;
     struct attn_sel_pair pr[PAIRS];
     (void)kv_mul;
-    for (uint32_t i0 = 0; i0 < n; i0 += rb) {
-        uint32_t i1 = n - i0 < rb ? n : i0 + rb, np = 0, tmax = rows->base + i1;
+    (void)n;
+    for (uint32_t i0 = l->i0; i0 < end; i0 += rb) {
+        uint32_t i1 = end - i0 < rb ? end : i0 + rb, np = 0, tmax = rows->base + i1;
         uint64_t t0 = sl_now_ns();
         for (uint32_t j = 0; j < l->cnt; j++) {
             uint32_t h = l->head[j];
@@ -268,10 +268,10 @@ static void attend_launch(struct infer_sparse *sp, const struct infer_kv *kv, ui
             for (uint32_t i = i0; i < i1; i++, np++) {
                 uint32_t visible = rows->base + i + 1;
                 uint32_t k = attn_keep_count(r, visible);
-                const float *e = l->y + ((size_t)j * n + i) * ld;
+                const float *e = l->y + ((size_t)j * l->nr + (i - l->i0)) * ld;
                 uint32_t *sel = b->sel + (size_t)np * T;
                 uint32_t ns = attn_select_row_hint(e, visible, k, sinks, window, sel, b->work,
-                                                   &hint[j]);
+                                                   &hint[h - h0]);
                 const float *qh = q + (size_t)i * qdim + (size_t)h * hd;
                 pr[np] = (struct attn_sel_pair){.q = qh, .list = sel, .len = ns,
                                                 .a = b->a + (size_t)np * T,
@@ -390,7 +390,8 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     struct call_stats cs = {0};
     /* launches: per kv head, its heads in [h0, h1) grouped by bucket */
     uint32_t nh = h1 - h0;
-    struct launch *la = sl_calloc(nh, sizeof *la);
+    struct launch *la = sl_calloc(nh, sizeof *la), *jobs = NULL;
+    float *hint = NULL;
     uint32_t *bucket = sl_calloc(nh, sizeof *bucket);
     float *qs = sl_calloc(nh, sizeof *qs);
     if (!la || !bucket || !qs) {
@@ -423,7 +424,11 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
             goto out;
     }
     /* the plan (Algorithm 1) over the per-op costs */
-    uint32_t order[ATTN_PLAN_MAX * 8];
+    uint32_t *order = sl_calloc(nl ? nl : 1, sizeof *order);
+    if (!order) {
+        ret = -ENOMEM;
+        goto out;
+    }
     for (uint32_t i = 0; i < nl; i++)
         order[i] = i;
     if (!sp->o.no_plan && nl > 1 && nl <= ATTN_PLAN_MAX * 8 && nh <= 4096) {
@@ -455,8 +460,31 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
         free(cnt);
         free(hl);
     }
-    /* graph and buffers per launch */
-    uint32_t m = kv_mul * pow2ceil(n);
+    /* the launches, in the plan's order, split into jobs of rc rows: a job's
+     * estimates (rows x L floats) stay in the caches until the CPU reads
+     * them, and its rows are one block of PAIRS pairs for the CPU side */
+    uint32_t rc = PAIRS / kv_mul ? PAIRS / kv_mul : 1;
+    if (rc > n)
+        rc = n;
+    uint32_t per = (n + rc - 1) / rc, nj = nl * per;
+    jobs = sl_calloc(nj ? nj : 1, sizeof *jobs);
+    hint = sl_calloc(nh, sizeof *hint);
+    if (!jobs || !hint) {
+        free(order);
+        ret = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t h = 0; h < nh; h++)
+        hint[h] = NAN;
+    for (uint32_t i = 0; i < nl; i++)
+        for (uint32_t ch = 0; ch < per; ch++) {
+            struct launch *jb = &jobs[i * per + ch];
+            *jb = la[order[i]];
+            jb->i0 = ch * rc;
+            jb->nr = n - jb->i0 < rc ? n - jb->i0 : rc;
+        }
+    free(order);
+    uint32_t m = kv_mul * pow2ceil(rc);
     if (m > NPU_GRAPH_MAX_M)
         m = NPU_GRAPH_MAX_M;
     uint32_t maxL = 0;
@@ -466,7 +494,7 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     }
     float *ybuf[AHEAD];
     int8_t *xbuf[AHEAD];
-    size_t yb = up64(sizeof(float) * (size_t)kv_mul * n * maxL), xb = up64((size_t)kv_mul * n * hd);
+    size_t yb = up64(sizeof(float) * (size_t)kv_mul * rc * maxL), xb = up64((size_t)kv_mul * rc * hd);
     size_t pb = up64(sizeof(float) * (size_t)PAIRS * T); /* sel or a */
     size_t sb = up64(sizeof(uint32_t) * ((size_t)T * 4 + PAIRS)), ab = up64(sizeof(float) * T);
     size_t gb = up64(sizeof(float) * (size_t)T * hd);
@@ -490,21 +518,21 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     ab_.fs = (float *)(rest + 2 * pb + sb);
     ab_.gather = (float *)(rest + 2 * pb + sb + ab);
     uint32_t started = 0;
-    for (uint32_t done = 0; done < nl && ret == 0; done++) {
-        /* keep AHEAD launches in flight */
-        while (started < nl && started < done + AHEAD) {
-            struct launch *l = &la[order[started]];
+    for (uint32_t done = 0; done < nj && ret == 0; done++) {
+        /* keep AHEAD jobs in flight */
+        while (started < nj && started < done + AHEAD) {
+            struct launch *l = &jobs[started];
             l->xq = xbuf[started % AHEAD];
             l->y = ybuf[started % AHEAD];
             for (uint32_t j = 0; j < l->cnt; j++)
-                for (uint32_t i = 0; i < n; i++)
-                    npu_quantize_act(q + (size_t)i * qdim + (size_t)l->head[j] * hd, hd, l->scale,
-                                     l->xq + ((size_t)j * n + i) * hd);
+                for (uint32_t i = 0; i < l->nr; i++)
+                    npu_quantize_act(q + (size_t)(l->i0 + i) * qdim + (size_t)l->head[j] * hd, hd,
+                                     l->scale, l->xq + ((size_t)j * l->nr + i) * hd);
             struct kslot *ks = &sp->ks[(size_t)layer * KV + l->g];
             const struct npu_graph *gr;
             ret = npu_device_graph(sp->dev, m, hd, ks->L, &gr, &err);
             if (ret == 0)
-                ret = start_launch(sp, l, gr, ks->w, n, &err);
+                ret = start_launch(sp, l, gr, ks->w, l->nr, &err);
             if (ret < 0)
                 break;
             started++;
@@ -512,18 +540,18 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
         }
         if (ret < 0)
             break;
-        struct launch *l = &la[order[done]];
+        struct launch *l = &jobs[done];
         uint64_t t0 = sl_now_ns();
         if ((ret = finish_launch(l, &err)) < 0)
             break;
         cs.wait_ns += sl_now_ns() - t0;
         uint32_t L = sp->ks[(size_t)layer * KV + l->g].L;
-        attend_launch(sp, kv, layer, rows, q, l, L, out, &ab_, &cs);
+        attend_launch(sp, kv, layer, rows, q, l, L, out, h0, hint, &ab_, &cs);
     }
-    /* on an error, let every submitted launch finish before freeing its buffers */
-    for (uint32_t i = 0; i < nl; i++)
-        if (la[i].ticket)
-            (void)npu_ticket_wait(la[i].ticket);
+    /* on an error, let every submitted job finish before freeing its buffers */
+    for (uint32_t i = 0; i < nj; i++)
+        if (jobs[i].ticket)
+            (void)npu_ticket_wait(jobs[i].ticket);
     scratch_put(sp, blk, cached);
 out:
     cs.total_ns = sl_now_ns() - t_start;
@@ -543,6 +571,8 @@ out:
     sp->mass_n += cs.recall_n;
     pthread_mutex_unlock(&sp->lock);
     free(la);
+    free(jobs);
+    free(hint);
     free(bucket);
     free(qs);
     return ret;
