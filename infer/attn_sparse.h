@@ -12,8 +12,10 @@
 #include "infer.h"
 
 /* The k largest of score[0..n) (ties: the lower index wins), their indices
- * written ascending to idx[0..k). k <= n. work: 2 * n uint32_t. Runs in
- * O(n): a radix select on the floats' order-preserving keys. */
+ * written ascending to idx[0..k) (idx: room for n, used as scratch). k <=
+ * n. work: 2 * n uint32_t. Runs in O(n): a threshold found by counting
+ * passes, then a selection among the scores above it (a radix select on
+ * the floats' order-preserving keys where scores are not finite). */
 void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work);
 
 /* attn_topk with a threshold guess *hint (NULL or not finite: none): when at

@@ -176,10 +176,33 @@ static void nth_desc(float *v, uint32_t n, uint32_t kth)
     }
 }
 
+/* The s1-th smallest of score[cidx[0..m)] (s1 <= SMALL, s1 <= m): the s1
+ * smallest so far kept sorted in a small buffer (a value enters only when
+ * below its largest, which few are). */
+#define SMALL 64
+static float smallest_small(const float *score, const uint32_t *cidx, uint32_t m, uint32_t s1)
+{
+    float buf[SMALL];
+    uint32_t nb = 0;
+    for (uint32_t j = 0; j < m; j++) {
+        float x = score[cidx[j]];
+        if (nb == s1 && !(x < buf[nb - 1]))
+            continue;
+        uint32_t at = nb < s1 ? nb++ : nb - 1; /* the slot freed (the largest drops out) */
+        while (at > 0 && buf[at - 1] > x) {
+            buf[at] = buf[at - 1];
+            at--;
+        }
+        buf[at] = x;
+    }
+    return buf[s1 - 1];
+}
+
 /* The exact top-k through a threshold th with at least k scores >= th
- * (cnt of them, no NaN): those are the candidates (one vector pass,
- * indices ascending), and the k-th largest of them by a quickselect over
- * their values. work: 2 * n uint32_t. */
+ * (no NaN): those are the candidates (one vector pass, indices ascending),
+ * and the k-th largest of them, tau, is their (m - k + 1)-th smallest: a
+ * small buffer when few are to be dropped, else a quickselect over their
+ * values. Ties at tau: the lowest indices. work: 2 * n uint32_t. */
 static void topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32_t *idx,
                     uint32_t *work)
 {
@@ -190,19 +213,34 @@ static void topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32
             idx[j] = cidx[j];
         return;
     }
-    float *cval = (float *)(work + n);
-    for (uint32_t j = 0; j < m; j++)
-        cval[j] = score[cidx[j]];
-    nth_desc(cval, m, k - 1);
-    float tau = cval[k - 1];
-    uint32_t gt = 0;
-    for (uint32_t j = 0; j < m; j++)
-        gt += score[cidx[j]] > tau;
-    uint32_t need = k - gt, o = 0; /* ties at tau: the lowest indices */
+    float tau;
+    if (m - k < SMALL) {
+        tau = smallest_small(score, cidx, m, m - k + 1);
+    } else {
+        float *cval = (float *)(work + n);
+        for (uint32_t j = 0; j < m; j++)
+            cval[j] = score[cidx[j]];
+        nth_desc(cval, m, k - 1);
+        tau = cval[k - 1];
+    }
+    /* every candidate >= tau, then the last of those equal to tau dropped
+     * while there are more than k */
+    uint32_t o = 0;
     for (uint32_t j = 0; j < m; j++) {
-        float v = score[cidx[j]];
-        if (v > tau || (v == tau && need && need--))
-            idx[o++] = cidx[j];
+        idx[o] = cidx[j];
+        o += score[cidx[j]] >= tau;
+    }
+    if (o > k) {
+        uint32_t drop = o - k, w = o;
+        for (uint32_t j = o; j-- > 0 && drop;)
+            if (score[idx[j]] == tau) {
+                idx[j] = UINT32_MAX;
+                drop--;
+            }
+        o = 0;
+        for (uint32_t j = 0; j < w; j++)
+            if (idx[j] != UINT32_MAX)
+                idx[o++] = idx[j];
     }
 }
 
