@@ -41,16 +41,19 @@ static inline void prefetch_row(const float *p, uint32_t n)
         _mm_prefetch((const char *)(p + c), _MM_HINT_T0);
 }
 
-static void scores(float *a, const float *qh, const float *kh, size_t kv_dim, uint32_t hs,
-                   const uint32_t *list, uint32_t len)
+/* a[j] = dot(qh, key of slot list[j]), the key at kh + (list[j] - t0) * kv_dim */
+static void scores_at(float *a, const float *qh, const float *kh, size_t kv_dim, uint32_t hs,
+                      const uint32_t *list, uint32_t len, uint32_t t0)
 {
     uint32_t j = 0;
     for (; j + 4 <= len; j += 4) {
         if (j + AHEAD + 4 <= len)
             for (uint32_t e = 0; e < 4; e++)
-                prefetch_row(kh + (size_t)list[j + AHEAD + e] * kv_dim, hs);
-        const float *k0 = kh + (size_t)list[j] * kv_dim, *k1 = kh + (size_t)list[j + 1] * kv_dim;
-        const float *k2 = kh + (size_t)list[j + 2] * kv_dim, *k3 = kh + (size_t)list[j + 3] * kv_dim;
+                prefetch_row(kh + (size_t)(list[j + AHEAD + e] - t0) * kv_dim, hs);
+        const float *k0 = kh + (size_t)(list[j] - t0) * kv_dim;
+        const float *k1 = kh + (size_t)(list[j + 1] - t0) * kv_dim;
+        const float *k2 = kh + (size_t)(list[j + 2] - t0) * kv_dim;
+        const float *k3 = kh + (size_t)(list[j + 3] - t0) * kv_dim;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (uint32_t c = 0; c < hs; c += 8) {
             __m256 q = _mm256_loadu_ps(qh + c);
@@ -62,11 +65,29 @@ static void scores(float *a, const float *qh, const float *kh, size_t kv_dim, ui
         _mm_storeu_ps(a + j, hsum4(a0, a1, a2, a3));
     }
     for (; j < len; j++) {
-        const float *k0 = kh + (size_t)list[j] * kv_dim;
+        const float *k0 = kh + (size_t)(list[j] - t0) * kv_dim;
         __m256 a0 = _mm256_setzero_ps();
         for (uint32_t c = 0; c < hs; c += 8)
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + c), _mm256_loadu_ps(k0 + c), a0);
         a[j] = hsum1(a0);
+    }
+}
+
+static void scores(float *a, const float *qh, const float *kh, size_t kv_dim, uint32_t hs,
+                   const uint32_t *list, uint32_t len)
+{
+    scores_at(a, qh, kh, kv_dim, hs, list, len, 0);
+}
+
+/* rows t0..t1 of src (stride ld) into dst (stride hs) */
+static void pack_rows(float *dst, const float *src, size_t ld, uint32_t hs, uint32_t t0,
+                      uint32_t t1)
+{
+    for (uint32_t t = t0; t < t1; t++) {
+        const float *s = src + (size_t)t * ld;
+        float *d = dst + (size_t)(t - t0) * hs;
+        for (uint32_t c = 0; c < hs; c += 8)
+            _mm256_storeu_ps(d + c, _mm256_loadu_ps(s + c));
     }
 }
 
@@ -185,21 +206,31 @@ void attn_range_avx2(const float *s, uint32_t n, float *lo, float *hi, int *nan)
  * values stay in the cache for all R pairs (each of which keeps some of
  * them), where one pair at a time reads every kept row from memory. Each
  * score is the same dot, and each column's sum the same FMA chain in list
- * order, as in attn_sel_row_avx2: the same bits. */
+ * order, as in attn_sel_row_avx2: the same bits. pack (kb * hs floats, or
+ * NULL): the block's keys, then its values, copied into consecutive rows
+ * first (cache rows are kv_dim apart: at a stride of a power of two they
+ * share few cache sets, and a block of them would not stay cached). */
 void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *kh,
                         const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
-                        uint32_t *cur)
+                        uint32_t *cur, float *pack)
 {
     for (uint32_t r = 0; r < R; r++)
         cur[r] = 0;
     for (uint32_t t0 = 0; t0 < T; t0 += kb) {
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
+        const float *kb0 = kh + (size_t)t0 * kv_dim;
+        size_t ld = kv_dim;
+        if (pack) { /* the block's keys in consecutive rows */
+            pack_rows(pack, kh, kv_dim, hs, t0, t1);
+            kb0 = pack;
+            ld = hs;
+        }
         for (uint32_t r = 0; r < R; r++) {
             uint32_t j = cur[r], e = j;
             while (e < p[r].len && p[r].list[e] < t1)
                 e++;
             if (e > j)
-                scores(p[r].a + j, p[r].q, kh, kv_dim, hs, p[r].list + j, e - j);
+                scores_at(p[r].a + j, p[r].q, kb0, ld, hs, p[r].list + j, e - j, t0);
             cur[r] = e;
         }
     }
@@ -213,6 +244,13 @@ void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *
     }
     for (uint32_t t0 = 0; t0 < T; t0 += kb) {
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
+        const float *vb0 = vh + (size_t)t0 * kv_dim;
+        size_t ld = kv_dim;
+        if (pack) { /* the block's values in consecutive rows */
+            pack_rows(pack, vh, kv_dim, hs, t0, t1);
+            vb0 = pack;
+            ld = hs;
+        }
         for (uint32_t r = 0; r < R; r++) {
             uint32_t j0 = cur[r], e = j0;
             while (e < p[r].len && p[r].list[e] < t1)
@@ -229,7 +267,7 @@ void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *
                 for (int i = 0; i < 8; i++)
                     acc[i] = _mm256_loadu_ps(out + c0 + 8 * i);
                 for (uint32_t j = j0; j < e; j++) {
-                    const float *v = vh + (size_t)list[j] * kv_dim + c0;
+                    const float *v = vb0 + (size_t)(list[j] - t0) * ld + c0;
                     __m256 pj = _mm256_set1_ps(a[j]);
 #pragma GCC unroll 8
                     for (int i = 0; i < 8; i++)
@@ -242,7 +280,8 @@ void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *
                 __m256 acc = _mm256_loadu_ps(out + c0);
                 for (uint32_t j = j0; j < e; j++)
                     acc = _mm256_fmadd_ps(_mm256_set1_ps(a[j]),
-                                          _mm256_loadu_ps(vh + (size_t)list[j] * kv_dim + c0), acc);
+                                          _mm256_loadu_ps(vb0 + (size_t)(list[j] - t0) * ld + c0),
+                                          acc);
                 _mm256_storeu_ps(out + c0, acc);
             }
         }

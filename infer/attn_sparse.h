@@ -64,8 +64,9 @@ void attn_sel_row_avx2(float *out, const float *qh, const float *kh, const float
  * floats of scratch, out[hs]. The same bits as attn_sel_row on each pair;
  * the AVX2 kernel walks the keys in blocks of kb slots for all pairs, so a
  * block's keys and values are read from memory once for the R pairs (the
- * keys gathered once per head group). cur: R uint32_t; gather: the
- * fallback's (max len * hs floats). */
+ * keys gathered once per head group: with 16 pairs or more, each block is
+ * copied into consecutive rows first). cur: R uint32_t; gather: at least
+ * max(kb, max len) * hs floats (the block copy, and the fallback's). */
 struct attn_sel_pair {
     const float *q;
     const uint32_t *list;
@@ -75,9 +76,11 @@ struct attn_sel_pair {
 void attn_sel_rows(uint32_t R, const struct attn_sel_pair *p, const float *kh, const float *vh,
                    size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T, uint32_t *cur,
                    float *gather);
+/* pack: kb * hs floats (a block's keys, then its values, copied into
+ * consecutive rows once for all pairs), or NULL (read in place). */
 void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *kh,
                         const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
-                        uint32_t *cur);
+                        uint32_t *cur, float *pack);
 
 /* How many of `visible` keys (slots 0..visible-1) a row of a head with keep
  * ratio r attends: ceil(r * visible), at least 1, at most visible. */

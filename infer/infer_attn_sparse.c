@@ -497,7 +497,7 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     size_t yb = up64(sizeof(float) * (size_t)kv_mul * rc * maxL), xb = up64((size_t)kv_mul * rc * hd);
     size_t pb = up64(sizeof(float) * (size_t)PAIRS * T); /* sel or a */
     size_t sb = up64(sizeof(uint32_t) * ((size_t)T * 4 + PAIRS)), ab = up64(sizeof(float) * T);
-    size_t gb = up64(sizeof(float) * (size_t)T * hd);
+    size_t gb = up64(sizeof(float) * (size_t)(T > KEY_TILE ? T : KEY_TILE) * hd);
     int cached;
     uint8_t *blk = scratch_get(sp, AHEAD * (yb + xb) + 2 * pb + sb + ab + gb, &cached);
     if (!blk) {

@@ -102,7 +102,7 @@ static void test_rows_blocked(void **state)
         float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
         float *q = malloc(sizeof(float) * R * hs), *a = malloc(sizeof(float) * R * T);
         float *o1 = malloc(sizeof(float) * R * hs), *o2 = malloc(sizeof(float) * R * hs);
-        float *g = malloc(sizeof(float) * T * hs);
+        float *g = malloc(sizeof(float) * (T > kb ? T : kb) * hs);
         uint32_t *list = malloc(sizeof(uint32_t) * R * T), *cur = malloc(sizeof(uint32_t) * R);
         struct attn_sel_pair *p = malloc(sizeof *p * R);
         assert_true(k && v && q && a && o1 && o2 && g && list && cur && p);
@@ -121,7 +121,7 @@ static void test_rows_blocked(void **state)
         if (memcmp(o1, o2, sizeof(float) * R * hs))
             fail_msg("T %u R %u kb %u hs %u: blocked pairs != one pair at a time", T, R, kb, hs);
         if (have_avx2()) {
-            attn_sel_rows_avx2(R, p, k + hs, v + hs, kv_dim, hs, kb, T, cur);
+            attn_sel_rows_avx2(R, p, k + hs, v + hs, kv_dim, hs, kb, T, cur, it % 2 ? g : NULL);
             for (uint32_t r = 0; r < R; r++)
                 attn_sel_row_ref(o2 + (size_t)r * hs, p[r].q, k + hs, v + hs, kv_dim, hs,
                                  p[r].list, p[r].len, a + (size_t)r * T);
