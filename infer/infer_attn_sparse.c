@@ -224,7 +224,7 @@ struct call_stats {
 
 /* Pairs per block (rows of a launch's heads): their keys and values are
  * walked in blocks of KEY_TILE slots together (attn_sel_rows). */
-#define PAIRS 64u
+#define PAIRS 128u
 #define KEY_TILE 256u
 
 /* The scratch of attend_launch. */
