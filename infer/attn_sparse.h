@@ -12,9 +12,75 @@
 #include "infer.h"
 
 /* The k largest of score[0..n) (ties: the lower index wins), their indices
- * written ascending to idx[0..k). k <= n. work: 2 * n uint32_t. Runs in
- * O(n): a radix select on the floats' order-preserving keys. */
+ * written ascending to idx[0..k) (idx: room for n, used as scratch). k <=
+ * n. work: 2 * n uint32_t. Runs in O(n): a threshold found by counting
+ * passes, then a selection among the scores above it (a radix select on
+ * the floats' order-preserving keys where scores are not finite). */
 void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work);
+
+/* attn_topk with a threshold guess *hint (NULL or not finite: none): when at
+ * least k scores are >= *hint, the top-k is found among those alone (one
+ * vector compare pass over n, then a quickselect over the candidates); else
+ * through a sampled threshold, else the general path. The same result in
+ * every case. On return *hint holds a guess for a similar row (the next
+ * query row of a head: about 1.1 k of its scores are expected above it), or
+ * NaN. */
+void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work,
+                    float *hint);
+
+/* The indices i < n with s[i] >= th, ascending, into idx (room for n);
+ * returns their count, *nan = whether any s[i] is NaN. The AVX2 kernel and
+ * its scalar twin give the same result. */
+uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, int *nan);
+uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, int *nan);
+uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, int *nan);
+/* How many s[i] (i < n) are >= th; and the smallest and largest of s (NaN
+ * ignored; +INFINITY and -INFINITY when n is 0), *nan = whether any is NaN.
+ * AVX2 kernels and scalar twins, the same results. */
+uint32_t attn_count(const float *s, uint32_t n, float th);
+uint32_t attn_count_scalar(const float *s, uint32_t n, float th);
+uint32_t attn_count_avx2(const float *s, uint32_t n, float th);
+void attn_range(const float *s, uint32_t n, float *lo, float *hi, int *nan);
+void attn_range_scalar(const float *s, uint32_t n, float *lo, float *hi, int *nan);
+void attn_range_avx2(const float *s, uint32_t n, float *lo, float *hi, int *nan);
+
+/* One query row qh of one head over the slots list[0..len) (ascending, len
+ * >= 1), their keys and values read in place from kh and vh (rows of stride
+ * kv_dim), into out[hs]; a: len floats, gather: len * hs floats (used only
+ * by the fallback). The bits are those of infer_attn_list (so keep 1 equals
+ * dense attention): with the AVX2 matmul kernel and hs % 8 == 0,
+ * attn_sel_row_avx2 without gathering; else infer_attn_list itself.
+ * attn_sel_row_ref is the AVX2 kernel's scalar twin (fmaf in its lanes and
+ * order: the same bits). */
+void attn_sel_row(float *out, const float *qh, const float *kh, const float *vh, size_t kv_dim,
+                  uint32_t hs, const uint32_t *list, uint32_t len, float *a, float *gather);
+void attn_sel_row_ref(float *out, const float *qh, const float *kh, const float *vh,
+                      size_t kv_dim, uint32_t hs, const uint32_t *list, uint32_t len, float *a);
+void attn_sel_row_avx2(float *out, const float *qh, const float *kh, const float *vh,
+                       size_t kv_dim, uint32_t hs, const uint32_t *list, uint32_t len, float *a);
+
+/* Several (query row, head) pairs of one kv head at once: pair r's query
+ * q[hs], its slots list[0..len) (ascending, len >= 1, all < T), a: len
+ * floats of scratch, out[hs]. The same bits as attn_sel_row on each pair;
+ * the AVX2 kernel walks the keys in blocks of kb slots for all pairs, so a
+ * block's keys and values are read from memory once for the R pairs (the
+ * keys gathered once per head group: with 16 pairs or more, each block is
+ * copied into consecutive rows first). cur: R uint32_t; gather: at least
+ * max(kb, max len) * hs floats (the block copy, and the fallback's). */
+struct attn_sel_pair {
+    const float *q;
+    const uint32_t *list;
+    uint32_t len;
+    float *a, *out;
+};
+void attn_sel_rows(uint32_t R, const struct attn_sel_pair *p, const float *kh, const float *vh,
+                   size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T, uint32_t *cur,
+                   float *gather);
+/* pack: kb * hs floats (a block's keys, then its values, copied into
+ * consecutive rows once for all pairs), or NULL (read in place). */
+void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *kh,
+                        const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
+                        uint32_t *cur, float *pack);
 
 /* How many of `visible` keys (slots 0..visible-1) a row of a head with keep
  * ratio r attends: ceil(r * visible), at least 1, at most visible. */
@@ -27,6 +93,9 @@ uint32_t attn_keep_count(double r, uint32_t visible);
  * 2 * visible uint32_t. Returns k. */
 uint32_t attn_select_row(const float *est, uint32_t visible, uint32_t k, uint32_t sinks,
                          uint32_t window, uint32_t *sel, uint32_t *work);
+/* The same with attn_topk_hint's threshold guess for the top of the rest. */
+uint32_t attn_select_row_hint(const float *est, uint32_t visible, uint32_t k, uint32_t sinks,
+                              uint32_t window, uint32_t *sel, uint32_t *work, float *hint);
 
 /* Eq. 3 of the paper with the project's guards: weight w_i = max(headImp_i,
  * eps) * max(layerImp_j, eps), eps = 1e-3 of the largest positive value of

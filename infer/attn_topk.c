@@ -145,35 +145,169 @@ static void topk_binned(const float *score, uint32_t n, uint32_t k, uint32_t *id
             idx[o++] = i;
 }
 
-/* Top-k through a threshold sampled from the scores: every score above it
- * is a candidate (one compare pass, indices in order), and the exact top-k
- * of the candidates is the top-k of all when there are at least k of them
- * (else the binned path on everything). work: 2 * n uint32_t. */
-void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work)
+/* v[kth] becomes the value at position kth of v sorted descending, with
+ * v[0..kth) >= v[kth] >= v(kth..n) (Hoare quickselect, median of three;
+ * no NaN in v). */
+static void nth_desc(float *v, uint32_t n, uint32_t kth)
 {
-    if (k == 0)
-        return;
-    if (k >= n) {
-        for (uint32_t i = 0; i < n; i++)
-            idx[i] = i;
+    int64_t lo = 0, hi = (int64_t)n - 1;
+    while (hi > lo) {
+        float a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi];
+        float p = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > p)
+                i++;
+            while (v[j] < p)
+                j--;
+            if (i <= j) {
+                float t = v[i];
+                v[i++] = v[j];
+                v[j--] = t;
+            }
+        }
+        /* [lo, j] >= p >= [i, hi], and (j, i) == p */
+        if ((int64_t)kth <= j)
+            hi = j;
+        else if ((int64_t)kth >= i)
+            lo = i;
+        else
+            return;
+    }
+}
+
+/* The s1-th smallest of score[cidx[0..m)] (s1 <= SMALL, s1 <= m): the s1
+ * smallest so far kept sorted in a small buffer (a value enters only when
+ * below its largest, which few are). */
+#define SMALL 64
+static float smallest_small(const float *score, const uint32_t *cidx, uint32_t m, uint32_t s1)
+{
+    float buf[SMALL];
+    uint32_t nb = 0;
+    for (uint32_t j = 0; j < m; j++) {
+        float x = score[cidx[j]];
+        if (nb == s1 && !(x < buf[nb - 1]))
+            continue;
+        uint32_t at = nb < s1 ? nb++ : nb - 1; /* the slot freed (the largest drops out) */
+        while (at > 0 && buf[at - 1] > x) {
+            buf[at] = buf[at - 1];
+            at--;
+        }
+        buf[at] = x;
+    }
+    return buf[s1 - 1];
+}
+
+/* The exact top-k through a threshold th with at least k scores >= th
+ * (no NaN): those are the candidates (one vector pass, indices ascending),
+ * and the k-th largest of them, tau, is their (m - k + 1)-th smallest: a
+ * small buffer when few are to be dropped, else a quickselect over their
+ * values. Ties at tau: the lowest indices. work: 2 * n uint32_t. */
+static void topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32_t *idx,
+                    uint32_t *work)
+{
+    int nan;
+    uint32_t *cidx = work, m = attn_above(score, n, th, cidx, &nan);
+    if (m == k) {
+        for (uint32_t j = 0; j < k; j++)
+            idx[j] = cidx[j];
         return;
     }
+    float tau;
+    if (m - k < SMALL) {
+        tau = smallest_small(score, cidx, m, m - k + 1);
+    } else {
+        float *cval = (float *)(work + n);
+        for (uint32_t j = 0; j < m; j++)
+            cval[j] = score[cidx[j]];
+        nth_desc(cval, m, k - 1);
+        tau = cval[k - 1];
+    }
+    /* every candidate >= tau, then the last of those equal to tau dropped
+     * while there are more than k */
+    uint32_t o = 0;
+    for (uint32_t j = 0; j < m; j++) {
+        idx[o] = cidx[j];
+        o += score[cidx[j]] >= tau;
+    }
+    if (o > k) {
+        uint32_t drop = o - k, w = o;
+        for (uint32_t j = o; j-- > 0 && drop;)
+            if (score[idx[j]] == tau) {
+                idx[j] = UINT32_MAX;
+                drop--;
+            }
+        o = 0;
+        for (uint32_t j = 0; j < w; j++)
+            if (idx[j] != UINT32_MAX)
+                idx[o++] = idx[j];
+    }
+}
+
+/* A threshold with k to k + k/32 + 4 scores at or above it, found by
+ * counting passes (8 lanes, no stores) from a first guess g (NaN: none):
+ * regula falsi on the counts between a threshold known to keep at least k
+ * and one known to keep fewer (the Illinois rule against a stuck end), from
+ * the range of the scores. Returns NaN on a NaN score or a range that is
+ * not finite (the callers' general path), else th and *cnt. */
+static float refine_threshold(const float *score, uint32_t n, uint32_t k, float g, uint32_t *cnt)
+{
+    float mn, mx;
+    int nan;
+    attn_range(score, n, &mn, &mx, &nan);
+    if (nan || !isfinite(mn) || !isfinite(mx))
+        return NAN;
+    /* lo keeps >= k (the minimum keeps all), hi keeps < k (above the maximum: none) */
+    float lo = mn, hi = nextafterf(mx, INFINITY);
+    double clo = n, chi = 0;
+    uint32_t nlo = n; /* lo's true count (clo may be pulled in) */
+    if (!isfinite(hi))
+        return NAN;
+    uint32_t slack = k / 32 + 4;
+    double target = k + slack / 2.0;
+    int side = 0; /* the end moved last: 1 lo, -1 hi */
+    float t = isfinite(g) && g > lo && g < hi ? g : lo + (hi - lo) * (float)((n - target) / n);
+    for (int it = 0; it < 24 && nlo - k > slack; it++) {
+        if (!(t > lo && t < hi)) {
+            t = lo + (hi - lo) * 0.5f;
+            if (!(t > lo && t < hi))
+                break; /* adjacent floats: lo is the answer */
+        }
+        uint32_t c = attn_count(score, n, t);
+        if (c >= k) {
+            lo = t;
+            clo = nlo = c;
+            if (side == 1)
+                chi = (chi + target) / 2; /* Illinois: pull the stale end in */
+            side = 1;
+        } else {
+            hi = t;
+            chi = c;
+            if (side == -1)
+                clo = (clo + target) / 2;
+            side = -1;
+        }
+        t = lo + (hi - lo) * (float)((clo - target) / (clo - chi));
+    }
+    *cnt = nlo;
+    return lo;
+}
+
+/* A threshold sampled from the scores: a sample's order statistic a little
+ * below the k-th largest's expected rank (so about 1.3 k candidates); NaN
+ * when the sample cannot tell. */
+static float sampled_threshold(const float *score, uint32_t n, uint32_t k)
+{
     enum { SAMPLE = 64 };
-    if (n < 8 * SAMPLE || k > n / 2) {
-        topk_binned(score, n, k, idx, work);
-        return;
-    }
-    /* the threshold: a sample's order statistic a little below the k-th
-     * largest's expected rank (so about 1.3 k candidates) */
+    if (n < 8 * SAMPLE || k > n / 2)
+        return NAN;
     float smp[SAMPLE];
     uint32_t stride = n / SAMPLE;
     for (uint32_t j = 0; j < SAMPLE; j++)
         smp[j] = score[(size_t)j * stride + stride / 2];
     uint32_t want = (uint32_t)((double)k * 1.3 * SAMPLE / n) + 2; /* sample ranks above */
-    if (want >= SAMPLE) {
-        topk_binned(score, n, k, idx, work);
-        return;
-    }
+    if (want >= SAMPLE)
+        return NAN;
     /* the want-th largest of the sample by partial selection sort */
     for (uint32_t a = 0; a < want; a++)
         for (uint32_t b = a + 1; b < SAMPLE; b++)
@@ -182,30 +316,34 @@ void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32
                 smp[a] = smp[b];
                 smp[b] = t;
             }
-    float th = smp[want - 1];
-    if (!isfinite(th)) {
-        topk_binned(score, n, k, idx, work);
+    return smp[want - 1];
+}
+
+void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work,
+                    float *hint)
+{
+    if (k == 0 || k >= n) {
+        for (uint32_t i = 0; i < k && i < n; i++)
+            idx[i] = i;
         return;
     }
-    /* candidates >= th, in index order: cidx, and their scores */
-    uint32_t *cidx = work, m = 0;
-    float *cval = (float *)(work + n);
-    for (uint32_t i = 0; i < n; i++) {
-        cidx[m] = i;
-        m += score[i] >= th;
-    }
-    if (m < k || 3 * (size_t)m > n) { /* too few, or no room for the rest: all of them */
-        topk_binned(score, n, k, idx, work);
+    float g = hint && isfinite(*hint) ? *hint : NAN;
+    if (!isfinite(g))
+        g = sampled_threshold(score, n, k);
+    uint32_t cnt = 0;
+    float th = n >= 64 ? refine_threshold(score, n, k, g, &cnt) : NAN;
+    if (hint)
+        *hint = th;
+    if (isfinite(th) && cnt >= k) {
+        topk_at(score, n, k, th, idx, work);
         return;
     }
-    for (uint32_t j = 0; j < m; j++)
-        cval[j] = score[cidx[j]];
-    /* the top-k of the candidates (ascending positions among them), mapped
-     * back: positions ascend with indices; work past cval for the binned path */
-    uint32_t *pos = idx, *w2 = (uint32_t *)(cval + m); /* 2 m of the n - m left */
-    topk_binned(cval, m, k, pos, w2);
-    for (uint32_t j = 0; j < k; j++)
-        idx[j] = cidx[pos[j]];
+    topk_binned(score, n, k, idx, work);
+}
+
+void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work)
+{
+    attn_topk_hint(score, n, k, idx, work, NULL);
 }
 
 uint32_t attn_keep_count(double r, uint32_t visible)
@@ -221,6 +359,12 @@ uint32_t attn_keep_count(double r, uint32_t visible)
 uint32_t attn_select_row(const float *est, uint32_t visible, uint32_t k, uint32_t sinks,
                          uint32_t window, uint32_t *sel, uint32_t *work)
 {
+    return attn_select_row_hint(est, visible, k, sinks, window, sel, work, NULL);
+}
+
+uint32_t attn_select_row_hint(const float *est, uint32_t visible, uint32_t k, uint32_t sinks,
+                              uint32_t window, uint32_t *sel, uint32_t *work, float *hint)
+{
     if (k >= visible) {
         for (uint32_t t = 0; t < visible; t++)
             sel[t] = t;
@@ -231,7 +375,7 @@ uint32_t attn_select_row(const float *est, uint32_t visible, uint32_t k, uint32_
     uint32_t rest = k - s - w, mid = visible - s - w;
     for (uint32_t t = 0; t < s; t++)
         sel[t] = t;
-    attn_topk(est + s, mid, rest, sel + s, work);
+    attn_topk_hint(est + s, mid, rest, sel + s, work, hint);
     for (uint32_t j = 0; j < rest; j++)
         sel[s + j] += s;
     for (uint32_t j = 0; j < w; j++)

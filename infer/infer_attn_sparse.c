@@ -32,6 +32,7 @@
 
 #define KEY_BUCKET 256u
 #define AHEAD 2 /* launches in flight on the device */
+#define SCRATCH_SLOTS 4
 
 struct kslot {
     struct npu_weights *w; /* [L][head_dim] int8 keys of one layer and kv head */
@@ -52,9 +53,9 @@ struct infer_sparse {
     struct npu_device *dev;
     int own_dev;
     pthread_mutex_t lock;
-    pthread_mutex_t slock; /* the cached scratch block */
-    void *sbuf;
-    size_t scap;
+    pthread_mutex_t slock[SCRATCH_SLOTS]; /* the cached scratch blocks: one per concurrent call */
+    void *sbuf[SCRATCH_SLOTS];
+    size_t scap[SCRATCH_SLOTS];
     struct infer_sparse_stats st;
     double recall_sum, mass_sum;
     uint64_t recall_n, mass_n;
@@ -64,10 +65,11 @@ struct launch {
     uint32_t g;        /* kv head */
     uint32_t bucket;
     uint32_t cnt;      /* heads */
+    uint32_t i0, nr;   /* its rows of the call: [i0, i0 + nr) */
     uint32_t head[ATTN_PLAN_MAX];
     float scale;
     int8_t *xq;        /* [cnt * n][hd] */
-    float *y;          /* [cnt * n][L] */
+    float *y;          /* [cnt * nr][L] */
     struct npu_job job;
     struct npu_ticket *ticket;
 };
@@ -149,14 +151,14 @@ static int prepare_keys(struct infer_sparse *sp, const struct infer_kv *kv, uint
 }
 
 static int start_launch(struct infer_sparse *sp, struct launch *la, const struct npu_graph *gr,
-                        const struct npu_weights *w, uint32_t n, struct sl_err *err)
+                        const struct npu_weights *w, uint32_t nr, struct sl_err *err)
 {
     memset(&la->job, 0, sizeof la->job);
     la->job.graph = gr;
     la->job.w = w;
     la->job.a_type = NPU_DTYPE_INT8;
     la->job.xq = la->xq;
-    la->job.rows = la->cnt * n;
+    la->job.rows = la->cnt * nr;
     la->job.act_scale = la->scale;
     la->job.y = la->y;
     la->ticket = NULL;
@@ -220,64 +222,101 @@ struct call_stats {
     uint64_t recall_n;
 };
 
-/* Top-k and softmax.V for every row of one head of a finished launch. */
-static int attend_head(struct infer_sparse *sp, const struct infer_kv *kv, uint32_t layer,
-                       const struct infer_attn_rows *rows, const float *q, uint32_t h,
-                       const float *est, size_t ld, float *out, uint32_t *sel, uint32_t *work,
-                       float *a, float *gather, float *fs, uint32_t *i1, uint32_t *i2,
-                       struct call_stats *cs)
+/* Pairs per block (rows of a launch's heads): their keys and values are
+ * walked in blocks of KEY_TILE slots together (attn_sel_rows). */
+#define PAIRS 128u
+#define KEY_TILE 256u
+
+/* The scratch of attend_launch. */
+struct attend_buf {
+    uint32_t *sel;  /* [PAIRS][T] */
+    float *a;       /* [PAIRS][T] */
+    uint32_t *work; /* [2 T] */
+    uint32_t *cur;  /* [PAIRS] */
+    float *gather, *fs;
+    uint32_t *i1, *i2;
+};
+
+/* Top-k and softmax.V for every row of every head of a finished launch,
+ * PAIRS (row, head) pairs at a time: each pair's keys picked (the previous
+ * row's threshold the guess for the next: hint[h - h0], carried across
+ * launches), then the block's exact softmax.V. */
+static void attend_launch(struct infer_sparse *sp, const struct infer_kv *kv, uint32_t layer,
+                          const struct infer_attn_rows *rows, const float *q,
+                          const struct launch *l, size_t ld, float *out, uint32_t h0, float *hint,
+                          const struct attend_buf *b, struct call_stats *cs)
 {
     const struct format_config *c = &sp->cfg;
     uint32_t hd = c->head_dim, H = c->n_heads, kv_mul = H / c->n_kv_heads;
+    uint32_t n = rows->n, T = rows->base + n;
     size_t kv_dim = (size_t)c->n_kv_heads * hd, qdim = (size_t)H * hd;
-    const float *kh = infer_kv_keys(kv, layer) + (size_t)(h / kv_mul) * hd;
-    const float *vh = infer_kv_values(kv, layer) + (size_t)(h / kv_mul) * hd;
-    double r = sp->ratio[(size_t)layer * H + h];
+    const float *kh = infer_kv_keys(kv, layer) + (size_t)l->g * hd;
+    const float *vh = infer_kv_values(kv, layer) + (size_t)l->g * hd;
     uint32_t sinks = sp->o.sinks == UINT32_MAX ? 0 : sp->o.sinks;
     uint32_t window = sp->o.window == UINT32_MAX ? 0 : sp->o.window;
-    for (uint32_t i = 0; i < rows->n; i++) {
+    uint32_t rb = PAIRS / l->cnt ? PAIRS / l->cnt : 1; /* rows per block */
+    uint32_t end = l->i0 + l->nr;
+    struct attn_sel_pair pr[PAIRS];
+    (void)kv_mul;
+    (void)n;
+    for (uint32_t i0 = l->i0; i0 < end; i0 += rb) {
+        uint32_t i1 = end - i0 < rb ? end : i0 + rb, np = 0, tmax = rows->base + i1;
         uint64_t t0 = sl_now_ns();
-        uint32_t visible = rows->base + i + 1;
-        uint32_t k = attn_keep_count(r, visible);
-        const float *e = est + (size_t)i * ld;
-        uint32_t ns = attn_select_row(e, visible, k, sinks, window, sel, work);
+        for (uint32_t j = 0; j < l->cnt; j++) {
+            uint32_t h = l->head[j];
+            double r = sp->ratio[(size_t)layer * H + h];
+            for (uint32_t i = i0; i < i1; i++, np++) {
+                uint32_t visible = rows->base + i + 1;
+                uint32_t k = attn_keep_count(r, visible);
+                const float *e = l->y + ((size_t)j * l->nr + (i - l->i0)) * ld;
+                uint32_t *sel = b->sel + (size_t)np * T;
+                uint32_t ns = attn_select_row_hint(e, visible, k, sinks, window, sel, b->work,
+                                                   &hint[h - h0]);
+                const float *qh = q + (size_t)i * qdim + (size_t)h * hd;
+                pr[np] = (struct attn_sel_pair){.q = qh, .list = sel, .len = ns,
+                                                .a = b->a + (size_t)np * T,
+                                                .out = out + (size_t)i * qdim + (size_t)h * hd};
+                cs->row_heads++;
+                cs->visible += visible;
+                cs->kept += ns;
+                if (sp->o.measure) {
+                    double rc, ms;
+                    measure_row(qh, kh, kv_dim, hd, e, visible, k, sel, ns, b->fs, b->i1, b->i2,
+                                b->work, &rc, &ms);
+                    cs->recall += rc;
+                    cs->mass += ms;
+                    cs->recall_n++;
+                }
+            }
+        }
         uint64_t t1 = sl_now_ns();
-        const float *qh = q + (size_t)i * qdim + (size_t)h * hd;
-        infer_attn_list(out + (size_t)i * qdim + (size_t)h * hd, qh, kh, vh, kv_dim, hd, sel, ns,
-                        a, gather);
+        attn_sel_rows(np, pr, kh, vh, kv_dim, hd, KEY_TILE, tmax, b->cur, b->gather);
         cs->topk_ns += t1 - t0;
         cs->qkv_ns += sl_now_ns() - t1;
-        cs->row_heads++;
-        cs->visible += visible;
-        cs->kept += ns;
-        if (sp->o.measure) {
-            double rc, ms;
-            measure_row(qh, kh, kv_dim, hd, e, visible, k, sel, ns, fs, i1, i2, work, &rc, &ms);
-            cs->recall += rc;
-            cs->mass += ms;
-            cs->recall_n++;
-        }
     }
-    return 0;
 }
 
-/* One block for a call's big buffers: the instance's cached one when no
- * other call holds it (a decode step then touches no fresh pages), else a
- * block of the call's own. */
+/* One block for a call's big buffers: one of the instance's cached ones
+ * that no other call holds (concurrent calls, e.g. the pipeline's kv-head
+ * tasks on two threads, each find one; a decode step then touches no fresh
+ * pages), else a block of the call's own. */
 static void *scratch_get(struct infer_sparse *sp, size_t bytes, int *cached)
 {
-    if (pthread_mutex_trylock(&sp->slock) == 0) {
-        if (sp->scap < bytes) {
-            free(sp->sbuf);
+    for (int i = 0; i < SCRATCH_SLOTS; i++) {
+        if (pthread_mutex_trylock(&sp->slock[i]) != 0)
+            continue;
+        if (sp->scap[i] < bytes) {
+            free(sp->sbuf[i]);
             size_t want = bytes + bytes / 2; /* the cache grows a slot per step */
-            sp->sbuf = sl_malloc(want);
-            sp->scap = sp->sbuf ? want : 0;
+            sp->sbuf[i] = sl_malloc(want);
+            sp->scap[i] = sp->sbuf[i] ? want : 0;
         }
-        if (sp->sbuf) {
-            *cached = 1;
-            return sp->sbuf;
+        if (sp->sbuf[i]) {
+            *cached = i + 1;
+            return sp->sbuf[i];
         }
-        pthread_mutex_unlock(&sp->slock);
+        pthread_mutex_unlock(&sp->slock[i]);
+        break;
     }
     *cached = 0;
     return sl_malloc(bytes);
@@ -286,7 +325,7 @@ static void *scratch_get(struct infer_sparse *sp, size_t bytes, int *cached)
 static void scratch_put(struct infer_sparse *sp, void *p, int cached)
 {
     if (cached)
-        pthread_mutex_unlock(&sp->slock);
+        pthread_mutex_unlock(&sp->slock[cached - 1]);
     else
         free(p);
 }
@@ -351,7 +390,8 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     struct call_stats cs = {0};
     /* launches: per kv head, its heads in [h0, h1) grouped by bucket */
     uint32_t nh = h1 - h0;
-    struct launch *la = sl_calloc(nh, sizeof *la);
+    struct launch *la = sl_calloc(nh, sizeof *la), *jobs = NULL;
+    float *hint = NULL;
     uint32_t *bucket = sl_calloc(nh, sizeof *bucket);
     float *qs = sl_calloc(nh, sizeof *qs);
     if (!la || !bucket || !qs) {
@@ -384,7 +424,11 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
             goto out;
     }
     /* the plan (Algorithm 1) over the per-op costs */
-    uint32_t order[ATTN_PLAN_MAX * 8];
+    uint32_t *order = sl_calloc(nl ? nl : 1, sizeof *order);
+    if (!order) {
+        ret = -ENOMEM;
+        goto out;
+    }
     for (uint32_t i = 0; i < nl; i++)
         order[i] = i;
     if (!sp->o.no_plan && nl > 1 && nl <= ATTN_PLAN_MAX * 8 && nh <= 4096) {
@@ -416,8 +460,31 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
         free(cnt);
         free(hl);
     }
-    /* graph and buffers per launch */
-    uint32_t m = kv_mul * pow2ceil(n);
+    /* the launches, in the plan's order, split into jobs of rc rows: a job's
+     * estimates (rows x L floats) stay in the caches until the CPU reads
+     * them, and its rows are one block of PAIRS pairs for the CPU side */
+    uint32_t rc = PAIRS / kv_mul ? PAIRS / kv_mul : 1;
+    if (rc > n)
+        rc = n;
+    uint32_t per = (n + rc - 1) / rc, nj = nl * per;
+    jobs = sl_calloc(nj ? nj : 1, sizeof *jobs);
+    hint = sl_calloc(nh, sizeof *hint);
+    if (!jobs || !hint) {
+        free(order);
+        ret = -ENOMEM;
+        goto out;
+    }
+    for (uint32_t h = 0; h < nh; h++)
+        hint[h] = NAN;
+    for (uint32_t i = 0; i < nl; i++)
+        for (uint32_t ch = 0; ch < per; ch++) {
+            struct launch *jb = &jobs[i * per + ch];
+            *jb = la[order[i]];
+            jb->i0 = ch * rc;
+            jb->nr = n - jb->i0 < rc ? n - jb->i0 : rc;
+        }
+    free(order);
+    uint32_t m = kv_mul * pow2ceil(rc);
     if (m > NPU_GRAPH_MAX_M)
         m = NPU_GRAPH_MAX_M;
     uint32_t maxL = 0;
@@ -427,11 +494,12 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     }
     float *ybuf[AHEAD];
     int8_t *xbuf[AHEAD];
-    size_t yb = up64(sizeof(float) * (size_t)kv_mul * n * maxL), xb = up64((size_t)kv_mul * n * hd);
-    size_t sb = up64(sizeof(uint32_t) * (size_t)T * 5), ab = up64(sizeof(float) * (size_t)T * 2);
-    size_t gb = up64(sizeof(float) * (size_t)T * hd);
+    size_t yb = up64(sizeof(float) * (size_t)kv_mul * rc * maxL), xb = up64((size_t)kv_mul * rc * hd);
+    size_t pb = up64(sizeof(float) * (size_t)PAIRS * T); /* sel or a */
+    size_t sb = up64(sizeof(uint32_t) * ((size_t)T * 4 + PAIRS)), ab = up64(sizeof(float) * T);
+    size_t gb = up64(sizeof(float) * (size_t)(T > KEY_TILE ? T : KEY_TILE) * hd);
     int cached;
-    uint8_t *blk = scratch_get(sp, AHEAD * (yb + xb) + sb + ab + gb, &cached);
+    uint8_t *blk = scratch_get(sp, AHEAD * (yb + xb) + 2 * pb + sb + ab + gb, &cached);
     if (!blk) {
         ret = -ENOMEM;
         goto out;
@@ -441,26 +509,30 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
         xbuf[b] = (int8_t *)(blk + AHEAD * yb + b * xb);
     }
     uint8_t *rest = blk + AHEAD * (yb + xb);
-    uint32_t *sel = (uint32_t *)rest;
-    float *a = (float *)(rest + sb), *gather = (float *)(rest + sb + ab);
-    uint32_t *work = sel + T, *i1 = sel + 3 * (size_t)T, *i2 = sel + 4 * (size_t)T;
-    float *fs = a + T;
+    struct attend_buf ab_ = {.sel = (uint32_t *)rest, .a = (float *)(rest + pb)};
+    uint32_t *u = (uint32_t *)(rest + 2 * pb);
+    ab_.work = u;
+    ab_.i1 = u + 2 * (size_t)T;
+    ab_.i2 = u + 3 * (size_t)T;
+    ab_.cur = u + 4 * (size_t)T;
+    ab_.fs = (float *)(rest + 2 * pb + sb);
+    ab_.gather = (float *)(rest + 2 * pb + sb + ab);
     uint32_t started = 0;
-    for (uint32_t done = 0; done < nl && ret == 0; done++) {
-        /* keep AHEAD launches in flight */
-        while (started < nl && started < done + AHEAD) {
-            struct launch *l = &la[order[started]];
+    for (uint32_t done = 0; done < nj && ret == 0; done++) {
+        /* keep AHEAD jobs in flight */
+        while (started < nj && started < done + AHEAD) {
+            struct launch *l = &jobs[started];
             l->xq = xbuf[started % AHEAD];
             l->y = ybuf[started % AHEAD];
             for (uint32_t j = 0; j < l->cnt; j++)
-                for (uint32_t i = 0; i < n; i++)
-                    npu_quantize_act(q + (size_t)i * qdim + (size_t)l->head[j] * hd, hd, l->scale,
-                                     l->xq + ((size_t)j * n + i) * hd);
+                for (uint32_t i = 0; i < l->nr; i++)
+                    npu_quantize_act(q + (size_t)(l->i0 + i) * qdim + (size_t)l->head[j] * hd, hd,
+                                     l->scale, l->xq + ((size_t)j * l->nr + i) * hd);
             struct kslot *ks = &sp->ks[(size_t)layer * KV + l->g];
             const struct npu_graph *gr;
             ret = npu_device_graph(sp->dev, m, hd, ks->L, &gr, &err);
             if (ret == 0)
-                ret = start_launch(sp, l, gr, ks->w, n, &err);
+                ret = start_launch(sp, l, gr, ks->w, l->nr, &err);
             if (ret < 0)
                 break;
             started++;
@@ -468,20 +540,18 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
         }
         if (ret < 0)
             break;
-        struct launch *l = &la[order[done]];
+        struct launch *l = &jobs[done];
         uint64_t t0 = sl_now_ns();
         if ((ret = finish_launch(l, &err)) < 0)
             break;
         cs.wait_ns += sl_now_ns() - t0;
         uint32_t L = sp->ks[(size_t)layer * KV + l->g].L;
-        for (uint32_t j = 0; j < l->cnt; j++)
-            attend_head(sp, kv, layer, rows, q, l->head[j], l->y + (size_t)j * n * L, L, out, sel,
-                        work, a, gather, fs, i1, i2, &cs);
+        attend_launch(sp, kv, layer, rows, q, l, L, out, h0, hint, &ab_, &cs);
     }
-    /* on an error, let every submitted launch finish before freeing its buffers */
-    for (uint32_t i = 0; i < nl; i++)
-        if (la[i].ticket)
-            (void)npu_ticket_wait(la[i].ticket);
+    /* on an error, let every submitted job finish before freeing its buffers */
+    for (uint32_t i = 0; i < nj; i++)
+        if (jobs[i].ticket)
+            (void)npu_ticket_wait(jobs[i].ticket);
     scratch_put(sp, blk, cached);
 out:
     cs.total_ns = sl_now_ns() - t_start;
@@ -501,6 +571,8 @@ out:
     sp->mass_n += cs.recall_n;
     pthread_mutex_unlock(&sp->lock);
     free(la);
+    free(jobs);
+    free(hint);
     free(bucket);
     free(qs);
     return ret;
@@ -547,7 +619,8 @@ int infer_sparse_create(const struct format_config *c, const struct infer_attn_p
         return -ENOMEM;
     }
     pthread_mutex_init(&sp->lock, NULL);
-    pthread_mutex_init(&sp->slock, NULL);
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        pthread_mutex_init(&sp->slock[i], NULL);
     sp->cfg = *c;
     sp->o = d;
     snprintf(sp->name, sizeof sp->name, "sparse keep %.2f%s", d.keep, d.uniform ? " uniform" : "");
@@ -600,9 +673,11 @@ void infer_sparse_destroy(struct infer_sparse *sp)
             npu_weights_destroy(sp->ks[i].w);
     if (sp->ratio) { /* the mutexes were initialized */
         pthread_mutex_destroy(&sp->lock);
-        pthread_mutex_destroy(&sp->slock);
+        for (int i = 0; i < SCRATCH_SLOTS; i++)
+            pthread_mutex_destroy(&sp->slock[i]);
     }
-    free(sp->sbuf);
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        free(sp->sbuf[i]);
     free(sp->ks);
     free(sp->ratio);
     free(sp->qmean);

@@ -1,7 +1,8 @@
 /* bench_attn.c: `sluice bench attn`: attention alone, dense float against
  * sparse with NPU estimation (shadowAttn), on real models' head shapes, at
- * equal cores: dense splits its heads over two threads; sparse has the
- * emulated NPU's device thread and the calling thread. */
+ * equal cores: both split their heads over the same CPU threads (two by
+ * default); sparse also has the emulated NPU's device thread on those
+ * cores. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -18,25 +19,32 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice bench attn [--shape S] [--ctx N[,N...]] [--mode M] [--keep R]\n"
-            "                         [--reps N] [--json]\n\n"
+            "                         [--reps N] [--threads N] [--ablate-plan] [--json]\n\n"
             "Times one layer's attention over a KV cache of N slots: dense float attention\n"
-            "(the runtime's blocked kernel, its heads split over two threads) against sparse\n"
-            "attention (int8 Q.K estimated on the emulated NPU's thread, top-k and exact\n"
-            "softmax.V on the calling thread: two threads too), interleaved, each timed\n"
-            "--reps times (min and median reported). Keys and queries are synthetic, with\n"
-            "the structure attention has in trained models: a few keys per query align with\n"
-            "it (and a recall pass, untimed, measures how many of the float Q.K top-k keys\n"
-            "the int8 estimate finds, and the float attention mass the kept keys hold).\n"
-            "  --shape S   tinyllama (32 heads, 4 kv heads, head_dim 64), llama3-8b (32, 8,\n"
-            "              128), or all (default)\n"
-            "  --ctx LIST  cache lengths, comma-separated (default 1024,2048,4096,8192)\n"
-            "  --mode M    prefill (the last 256-row chunk of the context), decode (one row\n"
-            "              at the end), or both (default)\n"
-            "  --keep R    sparse: share of keys kept, in (0, 1] (default 0.2; uniform)\n"
-            "  --reps N    timed runs of each, 1..1000 (default 3; decode runs 10 times as many:\n"
-            "              a step is short)\n"
-            "  --json      one JSON object per line: shape, context, mode, rows, dense and\n"
-            "              sparse ms (min, median), speedup (of the medians), recall, mass\n");
+            "(the runtime's blocked kernel) against sparse attention (int8 Q.K estimated on\n"
+            "the emulated NPU's thread, top-k and exact softmax.V on the CPU), interleaved,\n"
+            "each timed --reps times (min and median reported). Both split their heads over\n"
+            "the same --threads CPU threads (the calling thread and a persistent second one);\n"
+            "sparse also has the emulated NPU's device thread, which runs on the same cores.\n"
+            "Keys and queries are synthetic, with the structure attention has in trained\n"
+            "models: a few keys per query align with it (and a recall pass, untimed, measures\n"
+            "how many of the float Q.K top-k keys the int8 estimate finds, and the float\n"
+            "attention mass the kept keys hold).\n"
+            "  --shape S     tinyllama (32 heads, 4 kv heads, head_dim 64), llama3-8b (32, 8,\n"
+            "                128), or all (default)\n"
+            "  --ctx LIST    cache lengths, comma-separated (default 1024,2048,4096,8192)\n"
+            "  --mode M      prefill (the last 256-row chunk of the context), decode (one row\n"
+            "                at the end), or both (default)\n"
+            "  --keep R      sparse: share of keys kept, in (0, 1] (default 0.2; uniform)\n"
+            "  --reps N      timed runs of each, 1..1000 (default 3; decode runs 10 times as\n"
+            "                many: a step is short)\n"
+            "  --threads N   CPU threads for each contender, 1 or 2 (default 2)\n"
+            "  --ablate-plan also time sparse attention with its NPU launches in head order\n"
+            "                instead of Algorithm 1's plan (interleaved with the others)\n"
+            "  --json        one JSON object per line: shape, context, mode, rows, threads,\n"
+            "                dense and sparse ms (min, median), speedup (of the medians),\n"
+            "                recall, mass, the sparse stages' CPU ms (summed over threads),\n"
+            "                and with --ablate-plan noplan_ms, noplan_ms_min, plan_speedup\n");
 }
 
 struct shape {
@@ -62,6 +70,7 @@ static float gauss(uint64_t *s)
 }
 
 struct dense_arg {
+    const struct infer_attention *at;
     const struct format_config *c;
     const struct infer_kv *kv;
     const struct infer_attn_rows *rows;
@@ -92,8 +101,8 @@ static void *pool_main(void *p)
         pl->go = 0;
         struct dense_arg *a = pl->arg;
         pthread_mutex_unlock(&pl->mu);
-        a->ret = infer_attention_dense.run(&infer_attention_dense, a->c, a->kv, 0, a->rows, a->q,
-                                           a->h0, a->h1, a->out, a->scratch);
+        a->ret = a->at->run(a->at, a->c, a->kv, 0, a->rows, a->q, a->h0, a->h1, a->out,
+                            a->scratch);
         pthread_mutex_lock(&pl->mu);
         pl->done = 1;
         pthread_cond_broadcast(&pl->cv);
@@ -102,16 +111,23 @@ static void *pool_main(void *p)
     return NULL;
 }
 
-static int dense2(struct pool *pl, struct dense_arg a[2])
+/* one attention call, its heads split over the calling thread and the
+ * pool's (threads 2), or all on the calling thread (threads 1) */
+static int split_run(struct pool *pl, struct dense_arg a[2], uint32_t threads)
 {
+    if (threads == 1) {
+        struct dense_arg *x = &a[0];
+        return x->at->run(x->at, x->c, x->kv, 0, x->rows, x->q, x->h0, a[1].h1, x->out,
+                          x->scratch);
+    }
     pthread_mutex_lock(&pl->mu);
     pl->arg = &a[1];
     pl->done = 0;
     pl->go = 1;
     pthread_cond_broadcast(&pl->cv);
     pthread_mutex_unlock(&pl->mu);
-    a[0].ret = infer_attention_dense.run(&infer_attention_dense, a[0].c, a[0].kv, 0, a[0].rows,
-                                         a[0].q, a[0].h0, a[0].h1, a[0].out, a[0].scratch);
+    a[0].ret = a[0].at->run(a[0].at, a[0].c, a[0].kv, 0, a[0].rows, a[0].q, a[0].h0, a[0].h1,
+                            a[0].out, a[0].scratch);
     pthread_mutex_lock(&pl->mu);
     while (!pl->done)
         pthread_cond_wait(&pl->cv, &pl->mu);
@@ -126,32 +142,39 @@ static int cmp_d(const void *x, const void *y)
 }
 
 /* warm-up (graphs built, int8 keys prepared, memory touched), then reps
- * interleaved runs of each */
-static int time_both(struct pool *pl, struct dense_arg da[2], const struct infer_attention *sa,
-                     const struct format_config *c, const struct infer_kv *kv,
-                     const struct infer_attn_rows *rows, const float *q, uint32_t H, float *os,
-                     float *scr, uint32_t reps, double *td, double *ts)
+ * interleaved runs of each contender (dense, sparse, and sparse without
+ * the plan when timed: t[2] non-NULL) */
+static int time_all(struct pool *pl, struct dense_arg ca[3][2], uint32_t threads, uint32_t reps,
+                    double *t[3])
 {
     int ret;
-    if ((ret = dense2(pl, da)) < 0 || (ret = sa->run(sa, c, kv, 0, rows, q, 0, H, os, scr)) < 0)
-        return ret;
-    for (uint32_t r = 0; r < reps; r++) {
-        uint64_t t0 = sl_now_ns();
-        if ((ret = dense2(pl, da)) < 0)
+    for (int c = 0; c < 3; c++)
+        if (t[c] && (ret = split_run(pl, ca[c], threads)) < 0)
             return ret;
-        uint64_t t1 = sl_now_ns();
-        if ((ret = sa->run(sa, c, kv, 0, rows, q, 0, H, os, scr)) < 0)
-            return ret;
-        uint64_t t2 = sl_now_ns();
-        td[r] = (double)(t1 - t0) / 1e6;
-        ts[r] = (double)(t2 - t1) / 1e6;
-    }
+    for (uint32_t r = 0; r < reps; r++)
+        for (int c = 0; c < 3; c++) {
+            if (!t[c])
+                continue;
+            uint64_t t0 = sl_now_ns();
+            if ((ret = split_run(pl, ca[c], threads)) < 0)
+                return ret;
+            t[c][r] = (double)(sl_now_ns() - t0) / 1e6;
+        }
     return 0;
 }
 
-static int one_case(const struct shape *sh, uint32_t T, int decode, double keep, uint32_t reps,
-                    int json, struct sl_err *err)
+struct bench_opts {
+    double keep;
+    uint32_t reps, threads;
+    int json, ablate_plan;
+};
+
+static int one_case(const struct shape *sh, uint32_t T, int decode, const struct bench_opts *bo,
+                    struct sl_err *err)
 {
+    double keep = bo->keep;
+    uint32_t reps = bo->reps;
+    int json = bo->json;
     struct format_config c = {.dim = sh->heads * sh->head_dim, .hidden_dim = 4 * sh->heads,
                               .n_layers = 1, .n_heads = sh->heads, .n_kv_heads = sh->kv_heads,
                               .head_dim = sh->head_dim, .vocab_size = 32, .seq_len = T,
@@ -162,14 +185,16 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, double keep,
     uint32_t H = sh->heads, KV = sh->kv_heads, hd = sh->head_dim;
     size_t kv_dim = (size_t)KV * hd, qdim = (size_t)H * hd;
     struct infer_kv *kv = NULL;
-    struct infer_sparse *sp = NULL, *spm = NULL;
+    struct infer_sparse *sp = NULL, *spm = NULL, *spn = NULL;
     float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
     float *q = malloc(sizeof(float) * n * qdim), *od = malloc(sizeof(float) * n * qdim);
     float *os = malloc(sizeof(float) * n * qdim);
-    float *scr = malloc(sizeof(float) * 64 * (size_t)T * 3);
+    float *on = malloc(sizeof(float) * n * qdim);
+    float *scr = malloc(sizeof(float) * 64 * (size_t)T * 7);
     double *td = malloc(sizeof(double) * reps), *ts = malloc(sizeof(double) * reps);
+    double *tn = malloc(sizeof(double) * reps);
     int ret = -ENOMEM;
-    if (!k || !v || !q || !od || !os || !scr || !td || !ts) {
+    if (!k || !v || !q || !od || !os || !on || !scr || !td || !ts || !tn) {
         sl_err_set(err, "out of memory");
         goto out;
     }
@@ -211,16 +236,29 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, double keep,
     struct infer_sparse_opts so = {.keep = keep, .sinks = 4, .window = 16, .uniform = 1};
     if ((ret = infer_sparse_create(&c, NULL, &so, &sp, err)) < 0)
         goto out;
+    if (bo->ablate_plan) {
+        so.no_plan = 1;
+        if ((ret = infer_sparse_create(&c, NULL, &so, &spn, err)) < 0)
+            goto out;
+        so.no_plan = 0;
+    }
     so.measure = 1;
     so.inline_npu = 1;
     if ((ret = infer_sparse_create(&c, NULL, &so, &spm, err)) < 0)
         goto out;
     struct infer_attn_rows rows = {.n = n, .base = base};
     uint32_t half = KV / 2 * (H / KV);
-    struct dense_arg da[2] = {
-        {&c, kv, &rows, q, 0, half, od, scr, 0},
-        {&c, kv, &rows, q, half, H, od, scr + 64 * (size_t)T, 0}};
     const struct infer_attention *sa = infer_sparse_attention(sp);
+    const struct infer_attention *na = spn ? infer_sparse_attention(spn) : sa;
+    size_t sT = 64 * (size_t)T;
+    struct dense_arg ca[3][2] = {
+        {{&infer_attention_dense, &c, kv, &rows, q, 0, half, od, scr, 0},
+         {&infer_attention_dense, &c, kv, &rows, q, half, H, od, scr + sT, 0}},
+        {{sa, &c, kv, &rows, q, 0, half, os, scr + 2 * sT, 0},
+         {sa, &c, kv, &rows, q, half, H, os, scr + 3 * sT, 0}},
+        {{na, &c, kv, &rows, q, 0, half, on, scr + 4 * sT, 0},
+         {na, &c, kv, &rows, q, half, H, on, scr + 5 * sT, 0}}};
+    double *tt[3] = {td, ts, spn ? tn : NULL};
     struct pool pl = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     pthread_t worker;
     if (pthread_create(&worker, NULL, pool_main, &pl) != 0) {
@@ -228,7 +266,7 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, double keep,
         ret = -EAGAIN;
         goto out;
     }
-    ret = time_both(&pl, da, sa, &c, kv, &rows, q, H, os, scr + 128 * (size_t)T, reps, td, ts);
+    ret = time_all(&pl, ca, bo->threads, reps, tt);
     pthread_mutex_lock(&pl.mu);
     pl.quit = 1;
     pthread_cond_broadcast(&pl.cv);
@@ -238,7 +276,7 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, double keep,
         goto out;
     /* recall and mass, untimed */
     const struct infer_attention *ma = infer_sparse_attention(spm);
-    if ((ret = ma->run(ma, &c, kv, 0, &rows, q, 0, H, os, scr + 128 * (size_t)T)) < 0)
+    if ((ret = ma->run(ma, &c, kv, 0, &rows, q, 0, H, os, scr + 6 * sT)) < 0)
         goto out;
     struct infer_sparse_stats st, sst;
     infer_sparse_stats(spm, &st);
@@ -248,6 +286,8 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, double keep,
            v_ms = (double)sst.qkv_ns / per;
     qsort(td, reps, sizeof *td, cmp_d);
     qsort(ts, reps, sizeof *ts, cmp_d);
+    if (spn)
+        qsort(tn, reps, sizeof *tn, cmp_d);
     double dmed = td[reps / 2], smed = ts[reps / 2];
     if (json) {
         cJSON *o = cJSON_CreateObject();
@@ -264,6 +304,12 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, double keep,
         cJSON_AddNumberToObject(o, "recall", st.recall);
         cJSON_AddNumberToObject(o, "mass", st.mass);
         cJSON_AddNumberToObject(o, "reps", reps);
+        cJSON_AddNumberToObject(o, "threads", bo->threads);
+        if (spn) {
+            cJSON_AddNumberToObject(o, "noplan_ms", tn[reps / 2]);
+            cJSON_AddNumberToObject(o, "noplan_ms_min", tn[0]);
+            cJSON_AddNumberToObject(o, "plan_speedup", tn[reps / 2] / smed);
+        }
         cJSON_AddNumberToObject(o, "sparse_wait_ms", w_ms);
         cJSON_AddNumberToObject(o, "sparse_topk_ms", k_ms);
         cJSON_AddNumberToObject(o, "sparse_qkv_ms", v_ms);
@@ -278,18 +324,26 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, double keep,
                "softmax.V %.2f ms)\n",
                sh->name, T, decode ? "decode" : "prefill", n, dmed, td[0], smed, ts[0],
                dmed / smed, st.recall, st.mass, w_ms, k_ms, v_ms);
+        if (spn)
+            printf("%-10s %6u %-8s %4u rows  sparse without the plan %9.3f ms (min %9.3f): the "
+                   "plan x%.3f\n",
+                   sh->name, T, decode ? "decode" : "prefill", n, tn[reps / 2], tn[0],
+                   tn[reps / 2] / smed);
         fflush(stdout);
     }
     ret = 0;
 out:
     infer_sparse_destroy(sp);
     infer_sparse_destroy(spm);
+    infer_sparse_destroy(spn);
     infer_kv_destroy(kv);
     free(k);
     free(v);
     free(q);
     free(od);
     free(os);
+    free(on);
+    free(tn);
     free(scr);
     free(td);
     free(ts);
@@ -299,9 +353,7 @@ out:
 int bench_attn(int argc, char **argv)
 {
     const char *shape = "all", *ctxs = "1024,2048,4096,8192", *mode = "both";
-    double keep = 0.2;
-    uint32_t reps = 3;
-    int json = 0;
+    struct bench_opts bo = {.keep = 0.2, .reps = 3, .threads = 2};
     struct tools_args a = {"sluice bench attn", usage, argc, argv, 0};
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
@@ -316,11 +368,15 @@ int bench_attn(int argc, char **argv)
         } else if (!strcmp(s, "--mode")) {
             bad = tools_args_value(&a, &mode);
         } else if (!strcmp(s, "--keep")) {
-            bad = tools_args_double(&a, 0, 1, TOOLS_ARGS_ABOVE_MIN, &keep);
+            bad = tools_args_double(&a, 0, 1, TOOLS_ARGS_ABOVE_MIN, &bo.keep);
         } else if (!strcmp(s, "--reps")) {
-            bad = tools_args_u32(&a, 1, 1000, &reps);
+            bad = tools_args_u32(&a, 1, 1000, &bo.reps);
+        } else if (!strcmp(s, "--threads")) {
+            bad = tools_args_u32(&a, 1, 2, &bo.threads);
+        } else if (!strcmp(s, "--ablate-plan")) {
+            bo.ablate_plan = 1;
         } else if (!strcmp(s, "--json")) {
-            json = 1;
+            bo.json = 1;
         } else {
             bad = tools_args_unexpected(&a);
         }
@@ -353,10 +409,11 @@ int bench_attn(int argc, char **argv)
         nl++;
         p += l + (p[l] == ',');
     }
-    if (!json)
-        printf("attention alone, one layer, keep %.2f (uniform), dense on 2 threads vs sparse "
-               "(NPU thread + calling thread); medians of %u runs (decode: %u)\n",
-               keep, reps, 10 * reps);
+    if (!bo.json)
+        printf("attention alone, one layer, keep %.2f (uniform), heads split over %u thread%s "
+               "for dense and for sparse (plus the emulated NPU's thread); medians of %u runs "
+               "(decode: %u)\n",
+               bo.keep, bo.threads, bo.threads > 1 ? "s" : "", bo.reps, 10 * bo.reps);
     struct sl_err err = {{0}};
     for (int si = 0; si < 2; si++) {
         if (pick >= 0 && pick != si)
@@ -365,7 +422,7 @@ int bench_attn(int argc, char **argv)
             for (int m = 0; m < 2; m++) {
                 if (!(modes & (1 << m)))
                     continue;
-                int ret = one_case(&shapes[si], list[i], m == 1, keep, reps, json, &err);
+                int ret = one_case(&shapes[si], list[i], m == 1, &bo, &err);
                 if (ret < 0) {
                     fprintf(stderr, "sluice bench attn: %s\n", err.msg[0] ? err.msg : strerror(-ret));
                     return 1;

@@ -176,6 +176,7 @@ profile-attn m.sluice --buckets 0|sluice profile-attn: --buckets wants a whole n
 profile-attn m.sluice --step 1|sluice profile-attn: --step wants a number in (0, 1), not '1'
 bench attn --ctx 8|sluice bench attn: --ctx: '8' is not a length in 16..65536
 bench attn --shape gpt|sluice bench attn: unknown shape 'gpt'
+bench attn --threads 3|sluice bench attn: --threads wants a whole number in 1..2, not '3'
 bench serve m.sluice --clients 0|sluice bench serve: --clients wants up to 8 numbers in 1..1024
 bench serve m.sluice --llama-server x|sluice bench serve: --llama-server and --gguf go together
 bench serve m.sluice --cold 3|sluice bench serve: --cold needs --flashrun PATH

@@ -1,0 +1,289 @@
+/* attn_sel_avx2.c: the CPU side of sparse attention with AVX2 + FMA
+ * (attn_sparse.h has the definitions; attn_sel.c the scalar twins):
+ * - attn_sel_row_avx2: one query row of one head over a list of slots, read
+ *   in place from the cache (no gathering): every score an 8-lane FMA dot
+ *   folded like the matmul kernel's hsum, four keys at a time (their chains
+ *   are independent, so four hide the FMA latency), the kernels' softmax
+ *   steps, then probabilities times values by FMA in list order, 64 columns
+ *   (8 accumulators) at a time;
+ * - attn_above_avx2: the indices of the scores at or above a threshold, by
+ *   8-lane compares and the mask's set bits. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "attn_sparse.h"
+#include "infer_matmul.h"
+
+/* the matmul kernel's fold: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), for four
+ * vectors at once (a 4x4 transpose puts lane i of each in column i) */
+static inline __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
+{
+    __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+    __m128 t1 = _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1));
+    __m128 t2 = _mm_add_ps(_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1));
+    __m128 t3 = _mm_add_ps(_mm256_castps256_ps128(a3), _mm256_extractf128_ps(a3, 1));
+    _MM_TRANSPOSE4_PS(t0, t1, t2, t3); /* t_i = lane i of each */
+    return _mm_add_ps(_mm_add_ps(t0, t2), _mm_add_ps(t1, t3));
+}
+
+static inline float hsum1(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#define AHEAD 8 /* scattered rows miss the caches: ask for a row this many ahead */
+static inline void prefetch_row(const float *p, uint32_t n)
+{
+    for (uint32_t c = 0; c < n; c += 16)
+        _mm_prefetch((const char *)(p + c), _MM_HINT_T0);
+}
+
+/* a[j] = dot(qh, key of slot list[j]), the key at kh + (list[j] - t0) * kv_dim */
+static void scores_at(float *a, const float *qh, const float *kh, size_t kv_dim, uint32_t hs,
+                      const uint32_t *list, uint32_t len, uint32_t t0)
+{
+    uint32_t j = 0;
+    for (; j + 4 <= len; j += 4) {
+        if (j + AHEAD + 4 <= len)
+            for (uint32_t e = 0; e < 4; e++)
+                prefetch_row(kh + (size_t)(list[j + AHEAD + e] - t0) * kv_dim, hs);
+        const float *k0 = kh + (size_t)(list[j] - t0) * kv_dim;
+        const float *k1 = kh + (size_t)(list[j + 1] - t0) * kv_dim;
+        const float *k2 = kh + (size_t)(list[j + 2] - t0) * kv_dim;
+        const float *k3 = kh + (size_t)(list[j + 3] - t0) * kv_dim;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (uint32_t c = 0; c < hs; c += 8) {
+            __m256 q = _mm256_loadu_ps(qh + c);
+            a0 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k0 + c), a0);
+            a1 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k1 + c), a1);
+            a2 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k2 + c), a2);
+            a3 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k3 + c), a3);
+        }
+        _mm_storeu_ps(a + j, hsum4(a0, a1, a2, a3));
+    }
+    for (; j < len; j++) {
+        const float *k0 = kh + (size_t)(list[j] - t0) * kv_dim;
+        __m256 a0 = _mm256_setzero_ps();
+        for (uint32_t c = 0; c < hs; c += 8)
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + c), _mm256_loadu_ps(k0 + c), a0);
+        a[j] = hsum1(a0);
+    }
+}
+
+static void scores(float *a, const float *qh, const float *kh, size_t kv_dim, uint32_t hs,
+                   const uint32_t *list, uint32_t len)
+{
+    scores_at(a, qh, kh, kv_dim, hs, list, len, 0);
+}
+
+/* rows t0..t1 of src (stride ld) into dst (stride hs) */
+static void pack_rows(float *dst, const float *src, size_t ld, uint32_t hs, uint32_t t0,
+                      uint32_t t1)
+{
+    for (uint32_t t = t0; t < t1; t++) {
+        const float *s = src + (size_t)t * ld;
+        float *d = dst + (size_t)(t - t0) * hs;
+        for (uint32_t c = 0; c < hs; c += 8)
+            _mm256_storeu_ps(d + c, _mm256_loadu_ps(s + c));
+    }
+}
+
+static void values(float *out, const float *a, const float *vh, size_t kv_dim, uint32_t hs,
+                   const uint32_t *list, uint32_t len)
+{
+    uint32_t c0 = 0;
+    for (; c0 + 64 <= hs; c0 += 64) {
+        __m256 acc[8];
+        for (int i = 0; i < 8; i++)
+            acc[i] = _mm256_setzero_ps();
+        for (uint32_t j = 0; j < len; j++) {
+            if (c0 == 0 && j + AHEAD < len)
+                prefetch_row(vh + (size_t)list[j + AHEAD] * kv_dim, hs);
+            const float *v = vh + (size_t)list[j] * kv_dim + c0;
+            __m256 p = _mm256_set1_ps(a[j]);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), acc[i]);
+        }
+        for (int i = 0; i < 8; i++)
+            _mm256_storeu_ps(out + c0 + 8 * i, acc[i]);
+    }
+    for (; c0 < hs; c0 += 8) {
+        __m256 acc = _mm256_setzero_ps();
+        for (uint32_t j = 0; j < len; j++)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(a[j]),
+                                  _mm256_loadu_ps(vh + (size_t)list[j] * kv_dim + c0), acc);
+        _mm256_storeu_ps(out + c0, acc);
+    }
+}
+
+void attn_sel_row_avx2(float *out, const float *qh, const float *kh, const float *vh,
+                       size_t kv_dim, uint32_t hs, const uint32_t *list, uint32_t len, float *a)
+{
+    scores(a, qh, kh, kv_dim, hs, list, len);
+    float maxv = infer_div_max_avx2(a, len, sqrtf((float)hs));
+    float sum = infer_exp_sum_avx2(a, len, maxv);
+    (void)infer_div_max_avx2(a, len, sum);
+    values(out, a, vh, kv_dim, hs, list, len);
+}
+
+uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, int *nan)
+{
+    const __m256 t = _mm256_set1_ps(th);
+    __m256 un = _mm256_setzero_ps();
+    uint32_t m = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(s + i);
+        un = _mm256_or_ps(un, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        unsigned bits = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, t, _CMP_GE_OQ));
+        while (bits) {
+            idx[m++] = i + (uint32_t)__builtin_ctz(bits);
+            bits &= bits - 1;
+        }
+    }
+    int any = _mm256_movemask_ps(un) != 0;
+    for (; i < n; i++) {
+        any |= s[i] != s[i];
+        idx[m] = i;
+        m += s[i] >= th;
+    }
+    *nan = any;
+    return m;
+}
+
+uint32_t attn_count_avx2(const float *s, uint32_t n, float th)
+{
+    const __m256 t = _mm256_set1_ps(th);
+    __m256i c = _mm256_setzero_si256();
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) /* a true compare is -1 in its lane */
+        c = _mm256_sub_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(_mm256_loadu_ps(s + i), t,
+                                                                  _CMP_GE_OQ)));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    uint32_t m = (uint32_t)_mm_cvtsi128_si32(h);
+    for (; i < n; i++)
+        m += s[i] >= th;
+    return m;
+}
+
+void attn_range_avx2(const float *s, uint32_t n, float *lo, float *hi, int *nan)
+{
+    __m256 mn = _mm256_set1_ps(INFINITY), mx = _mm256_set1_ps(-INFINITY), un = _mm256_setzero_ps();
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(s + i);
+        un = _mm256_or_ps(un, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        mn = _mm256_min_ps(v, mn); /* a NaN lane keeps the second operand */
+        mx = _mm256_max_ps(v, mx);
+    }
+    float a[8], b[8], l = INFINITY, h = -INFINITY;
+    _mm256_storeu_ps(a, mn);
+    _mm256_storeu_ps(b, mx);
+    for (int j = 0; j < 8; j++) {
+        l = a[j] < l ? a[j] : l;
+        h = b[j] > h ? b[j] : h;
+    }
+    int any = _mm256_movemask_ps(un) != 0;
+    for (; i < n; i++) {
+        any |= s[i] != s[i];
+        l = s[i] < l ? s[i] : l;
+        h = s[i] > h ? s[i] : h;
+    }
+    *lo = l;
+    *hi = h;
+    *nan = any;
+}
+
+/* attn_sel_rows_avx2: R (row, head) pairs of one kv head at once, the keys
+ * in blocks of kb slots: every pair's scores of the block's keys, then (after
+ * each pair's softmax) every pair's sum over the block's values, its 64
+ * accumulators per column chunk stored between blocks. A block's keys and
+ * values stay in the cache for all R pairs (each of which keeps some of
+ * them), where one pair at a time reads every kept row from memory. Each
+ * score is the same dot, and each column's sum the same FMA chain in list
+ * order, as in attn_sel_row_avx2: the same bits. pack (kb * hs floats, or
+ * NULL): the block's keys, then its values, copied into consecutive rows
+ * first (cache rows are kv_dim apart: at a stride of a power of two they
+ * share few cache sets, and a block of them would not stay cached). */
+void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *kh,
+                        const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
+                        uint32_t *cur, float *pack)
+{
+    for (uint32_t r = 0; r < R; r++)
+        cur[r] = 0;
+    for (uint32_t t0 = 0; t0 < T; t0 += kb) {
+        uint32_t t1 = T - t0 < kb ? T : t0 + kb;
+        const float *kb0 = kh + (size_t)t0 * kv_dim;
+        size_t ld = kv_dim;
+        if (pack) { /* the block's keys in consecutive rows */
+            pack_rows(pack, kh, kv_dim, hs, t0, t1);
+            kb0 = pack;
+            ld = hs;
+        }
+        for (uint32_t r = 0; r < R; r++) {
+            uint32_t j = cur[r], e = j;
+            while (e < p[r].len && p[r].list[e] < t1)
+                e++;
+            if (e > j)
+                scores_at(p[r].a + j, p[r].q, kb0, ld, hs, p[r].list + j, e - j, t0);
+            cur[r] = e;
+        }
+    }
+    for (uint32_t r = 0; r < R; r++) {
+        float maxv = infer_div_max_avx2(p[r].a, p[r].len, sqrtf((float)hs));
+        float sum = infer_exp_sum_avx2(p[r].a, p[r].len, maxv);
+        (void)infer_div_max_avx2(p[r].a, p[r].len, sum);
+        cur[r] = 0;
+        for (uint32_t c = 0; c < hs; c++)
+            p[r].out[c] = 0.0f;
+    }
+    for (uint32_t t0 = 0; t0 < T; t0 += kb) {
+        uint32_t t1 = T - t0 < kb ? T : t0 + kb;
+        const float *vb0 = vh + (size_t)t0 * kv_dim;
+        size_t ld = kv_dim;
+        if (pack) { /* the block's values in consecutive rows */
+            pack_rows(pack, vh, kv_dim, hs, t0, t1);
+            vb0 = pack;
+            ld = hs;
+        }
+        for (uint32_t r = 0; r < R; r++) {
+            uint32_t j0 = cur[r], e = j0;
+            while (e < p[r].len && p[r].list[e] < t1)
+                e++;
+            cur[r] = e;
+            if (e == j0)
+                continue;
+            const float *a = p[r].a;
+            const uint32_t *list = p[r].list;
+            float *out = p[r].out;
+            uint32_t c0 = 0;
+            for (; c0 + 64 <= hs; c0 += 64) {
+                __m256 acc[8];
+                for (int i = 0; i < 8; i++)
+                    acc[i] = _mm256_loadu_ps(out + c0 + 8 * i);
+                for (uint32_t j = j0; j < e; j++) {
+                    const float *v = vb0 + (size_t)(list[j] - t0) * ld + c0;
+                    __m256 pj = _mm256_set1_ps(a[j]);
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++)
+                        acc[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * i), acc[i]);
+                }
+                for (int i = 0; i < 8; i++)
+                    _mm256_storeu_ps(out + c0 + 8 * i, acc[i]);
+            }
+            for (; c0 < hs; c0 += 8) {
+                __m256 acc = _mm256_loadu_ps(out + c0);
+                for (uint32_t j = j0; j < e; j++)
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[j]),
+                                          _mm256_loadu_ps(vb0 + (size_t)(list[j] - t0) * ld + c0),
+                                          acc);
+                _mm256_storeu_ps(out + c0, acc);
+            }
+        }
+    }
+}

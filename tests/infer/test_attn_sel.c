@@ -1,0 +1,262 @@
+/* test_attn_sel.c: the CPU kernels of sparse attention (attn_sel.c,
+ * attn_sel_avx2.c), randomized (the seed is printed):
+ * - attn_sel_row_avx2 bit for bit equal to its scalar twin attn_sel_row_ref
+ *   and to infer_attn_list with the AVX2 kernels (so keep 1 stays dense);
+ * - attn_sel_rows (key blocks shared by many pairs) bit for bit equal to
+ *   attn_sel_row on each pair, and the dispatching attn_sel_row equal to
+ *   infer_attn_list with whatever kernel runs;
+ * - the threshold kernels (indices above, count, range) equal to their
+ *   scalar twins, NaN and infinities included;
+ * - attn_topk_hint against a full sort with good, bad and missing guesses,
+ *   rows in sequence carrying the guess. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_sparse.h"
+#include "infer_internal.h"
+#include "infer_matmul.h"
+#include "testutil.h"
+
+static struct test_rng rng;
+
+static int have_avx2(void)
+{
+    return infer_matmul_kernel_available(INFER_MATMUL_AVX2);
+}
+
+/* a random ascending list of len distinct slots below T */
+static uint32_t random_list(uint32_t T, uint32_t *list)
+{
+    uint32_t len = 0;
+    uint32_t p = 1 + test_rng_below(&rng, 100); /* keep probability, percent */
+    for (uint32_t t = 0; t < T; t++)
+        if (test_rng_below(&rng, 100) < p)
+            list[len++] = t;
+    if (len == 0)
+        list[len++] = test_rng_below(&rng, T);
+    return len;
+}
+
+static void fill(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = test_rng_normal(&rng) * scale;
+}
+
+static void test_row_kernel(void **state)
+{
+    (void)state;
+    static const uint32_t hss[] = {8, 16, 24, 64, 72, 128};
+    for (int it = 0; it < 200; it++) {
+        uint32_t hs = hss[test_rng_below(&rng, 6)], kvh = 1 + test_rng_below(&rng, 4);
+        uint32_t T = 1 + test_rng_below(&rng, it < 100 ? 40 : 700);
+        size_t kv_dim = (size_t)kvh * hs;
+        float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
+        float *q = malloc(sizeof(float) * hs), *a = malloc(sizeof(float) * T);
+        float *o1 = malloc(sizeof(float) * hs), *o2 = malloc(sizeof(float) * hs);
+        float *o3 = malloc(sizeof(float) * hs), *g = malloc(sizeof(float) * T * hs);
+        uint32_t *list = malloc(sizeof(uint32_t) * T);
+        assert_true(k && v && q && a && o1 && o2 && o3 && g && list);
+        fill(k, T * kv_dim, 1.0f);
+        fill(v, T * kv_dim, 1.0f);
+        fill(q, hs, it % 3 == 0 ? 3.0f : 0.5f);
+        uint32_t len = it % 7 == 0 ? T : random_list(T, list);
+        if (len == T)
+            for (uint32_t t = 0; t < T; t++)
+                list[t] = t;
+        const float *kh = k + (kvh - 1) * hs, *vh = v + (kvh - 1) * hs;
+        attn_sel_row_ref(o1, q, kh, vh, kv_dim, hs, list, len, a);
+        attn_sel_row(o3, q, kh, vh, kv_dim, hs, list, len, a, g);
+        infer_attn_list(o2, q, kh, vh, kv_dim, hs, list, len, a, g);
+        assert_memory_equal(o3, o2, sizeof(float) * hs); /* the dispatch: the list path's bits */
+        if (have_avx2()) {
+            attn_sel_row_avx2(o3, q, kh, vh, kv_dim, hs, list, len, a);
+            if (memcmp(o1, o3, sizeof(float) * hs))
+                fail_msg("hs %u T %u len %u: AVX2 kernel != scalar twin", hs, T, len);
+            if (infer_matmul_kernel_used() == INFER_MATMUL_AVX2 &&
+                memcmp(o2, o3, sizeof(float) * hs))
+                fail_msg("hs %u T %u len %u: AVX2 kernel != infer_attn_list", hs, T, len);
+        }
+        free(k);
+        free(v);
+        free(q);
+        free(a);
+        free(o1);
+        free(o2);
+        free(o3);
+        free(g);
+        free(list);
+    }
+}
+
+static void test_rows_blocked(void **state)
+{
+    (void)state;
+    for (int it = 0; it < 40; it++) {
+        uint32_t hs = it % 2 ? 64 : 128 + 8 * (it % 3 == 0), kvh = 2;
+        uint32_t T = 1 + test_rng_below(&rng, 900), R = 1 + test_rng_below(&rng, 70);
+        uint32_t kb = 1 + test_rng_below(&rng, 300);
+        size_t kv_dim = (size_t)kvh * hs;
+        float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
+        float *q = malloc(sizeof(float) * R * hs), *a = malloc(sizeof(float) * R * T);
+        float *o1 = malloc(sizeof(float) * R * hs), *o2 = malloc(sizeof(float) * R * hs);
+        float *g = malloc(sizeof(float) * (T > kb ? T : kb) * hs);
+        uint32_t *list = malloc(sizeof(uint32_t) * R * T), *cur = malloc(sizeof(uint32_t) * R);
+        struct attn_sel_pair *p = malloc(sizeof *p * R);
+        assert_true(k && v && q && a && o1 && o2 && g && list && cur && p);
+        fill(k, T * kv_dim, 1.0f);
+        fill(v, T * kv_dim, 1.0f);
+        fill(q, R * hs, 1.0f);
+        for (uint32_t r = 0; r < R; r++) {
+            uint32_t len = random_list(T, list + (size_t)r * T);
+            p[r] = (struct attn_sel_pair){q + (size_t)r * hs, list + (size_t)r * T, len,
+                                          a + (size_t)r * T, o1 + (size_t)r * hs};
+        }
+        attn_sel_rows(R, p, k + hs, v + hs, kv_dim, hs, kb, T, cur, g);
+        for (uint32_t r = 0; r < R; r++)
+            attn_sel_row(o2 + (size_t)r * hs, p[r].q, k + hs, v + hs, kv_dim, hs, p[r].list,
+                         p[r].len, a + (size_t)r * T, g);
+        if (memcmp(o1, o2, sizeof(float) * R * hs))
+            fail_msg("T %u R %u kb %u hs %u: blocked pairs != one pair at a time", T, R, kb, hs);
+        if (have_avx2()) {
+            attn_sel_rows_avx2(R, p, k + hs, v + hs, kv_dim, hs, kb, T, cur, it % 2 ? g : NULL);
+            for (uint32_t r = 0; r < R; r++)
+                attn_sel_row_ref(o2 + (size_t)r * hs, p[r].q, k + hs, v + hs, kv_dim, hs,
+                                 p[r].list, p[r].len, a + (size_t)r * T);
+            if (memcmp(o1, o2, sizeof(float) * R * hs))
+                fail_msg("T %u R %u kb %u: AVX2 blocked pairs != scalar twin", T, R, kb);
+        }
+        free(k);
+        free(v);
+        free(q);
+        free(a);
+        free(o1);
+        free(o2);
+        free(g);
+        free(list);
+        free(cur);
+        free(p);
+    }
+}
+
+static void random_scores(float *s, uint32_t n, int kind)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (kind == 0)
+            s[i] = (float)test_rng_below(&rng, 5) - 2.0f; /* ties */
+        else if (kind == 1 && i % 13 == 0)
+            s[i] = i % 26 ? INFINITY : -INFINITY;
+        else if (kind == 2 && i % 29 == 0)
+            s[i] = NAN;
+        else if (kind == 3)
+            s[i] = i % 2 ? 0.0f : -0.0f;
+        else
+            s[i] = test_rng_normal(&rng) * (kind == 4 ? 1e-30f : 1.0f);
+    }
+}
+
+static void test_threshold_kernels(void **state)
+{
+    (void)state;
+    if (!have_avx2()) {
+        printf("no AVX2 here: the twins are not compared\n");
+        return;
+    }
+    for (int it = 0; it < 300; it++) {
+        uint32_t n = test_rng_below(&rng, 300);
+        float *s = malloc(sizeof(float) * (n + 1));
+        uint32_t *i1 = malloc(sizeof(uint32_t) * (n + 1)), *i2 = malloc(sizeof(uint32_t) * (n + 1));
+        assert_true(s && i1 && i2);
+        random_scores(s, n, it % 6);
+        float th = it % 10 == 0 ? NAN : it % 10 == 1 ? -INFINITY : test_rng_normal(&rng);
+        int nan1, nan2;
+        uint32_t m1 = attn_above_scalar(s, n, th, i1, &nan1);
+        uint32_t m2 = attn_above_avx2(s, n, th, i2, &nan2);
+        assert_int_equal(m1, m2);
+        assert_int_equal(nan1, nan2);
+        assert_memory_equal(i1, i2, sizeof(uint32_t) * m1);
+        assert_int_equal(attn_count_scalar(s, n, th), m1);
+        assert_int_equal(attn_count_avx2(s, n, th), m1);
+        float lo1, hi1, lo2, hi2;
+        attn_range_scalar(s, n, &lo1, &hi1, &nan1);
+        attn_range_avx2(s, n, &lo2, &hi2, &nan2);
+        assert_int_equal(nan1, nan2);
+        assert_true(lo1 == lo2 && hi1 == hi2); /* equal values (+0 and -0 alike) */
+        free(s);
+        free(i1);
+        free(i2);
+    }
+}
+
+struct pair {
+    float v;
+    uint32_t i;
+};
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const struct pair *x = a, *y = b;
+    if (x->v != y->v)
+        return x->v > y->v ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_topk_hint(void **state)
+{
+    (void)state;
+    for (int it = 0; it < 300; it++) {
+        uint32_t n = 1 + test_rng_below(&rng, it < 100 ? 200 : 5000);
+        int kind = it % 6 == 2 || it % 6 == 3 ? 5 : it % 6; /* no NaN (the float sort has no
+                                                            order for it), no signed zeros */
+        float hint = NAN;
+        float *s = malloc(sizeof(float) * n);
+        uint32_t *a = malloc(sizeof(uint32_t) * n), *b = malloc(sizeof(uint32_t) * n);
+        uint32_t *work = malloc(sizeof(uint32_t) * 2 * n);
+        struct pair *p = malloc(sizeof *p * n);
+        assert_true(s && a && b && work && p);
+        for (int row = 0; row < 4; row++) { /* rows in sequence, the guess carried */
+            random_scores(s, n, kind);
+            uint32_t k = test_rng_below(&rng, n + 1);
+            if (row == 2)
+                hint = test_rng_normal(&rng) * 3; /* any guess, good or bad */
+            if (row == 3)
+                hint = it % 2 ? INFINITY : -1e30f;
+            attn_topk_hint(s, n, k, a, work, &hint);
+            for (uint32_t i = 0; i < n; i++)
+                p[i] = (struct pair){s[i], i};
+            qsort(p, n, sizeof *p, cmp_pair);
+            for (uint32_t j = 0; j < k; j++)
+                b[j] = p[j].i;
+            qsort(b, k, sizeof *b, cmp_u32);
+            for (uint32_t j = 0; j < k; j++)
+                if (a[j] != b[j])
+                    fail_msg("n %u k %u kind %d row %d: index %u is %u, the sort says %u", n, k,
+                             kind, row, j, a[j], b[j]);
+        }
+        free(s);
+        free(a);
+        free(b);
+        free(work);
+        free(p);
+    }
+}
+
+int main(void)
+{
+    test_rng_init(&rng, test_seed());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_row_kernel),
+        cmocka_unit_test(test_rows_blocked),
+        cmocka_unit_test(test_threshold_kernels),
+        cmocka_unit_test(test_topk_hint),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
