@@ -4,7 +4,11 @@
  * steps to the batch, joining and leaving at different times, with one and
  * with two lanes; every session's logits after every step must equal a
  * session run alone, bit for bit, and passes of several sessions must have
- * happened. A step past its session's context fails that session alone. */
+ * happened. A step past its session's context fails that session alone.
+ * The threads all join before any hands a step in (a barrier), but whether
+ * two steps meet within the gather time is up to the scheduler: on a loaded
+ * machine a run may have none, so the scenario runs up to ATTEMPTS times
+ * until one has passes of several sessions (every run checks the logits). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +22,7 @@
 
 #define THREADS 8
 #define STEPS 12
+#define ATTEMPTS 5
 
 static char model_path[4096];
 static struct infer_model *model;
@@ -45,6 +50,7 @@ static int teardown(void **st)
 struct worker {
     int id, errors;
     struct serve_batch *b;
+    pthread_barrier_t *joined;
     uint32_t chunk;
     char msg[256];
 };
@@ -70,6 +76,7 @@ static void *worker_main(void *p)
         return NULL;
     }
     serve_batch_join(w->b);
+    pthread_barrier_wait(w->joined);
     int ret = serve_batch_run(w->b, s, prompt, plen, 0, &err);
     if (ret == 0)
         ret = infer_session_prefill(ref, prompt, plen, &err);
@@ -97,16 +104,20 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-static void run_threads(uint32_t lanes)
+/* One run of the scenario: 0 when every session's logits matched; the
+ * batch's statistics in *st. */
+static int run_once(uint32_t lanes, struct serve_batch_stats *st)
 {
     const uint32_t chunk = 16;
     struct serve_batch *b;
     struct sl_err err = {{0}};
     assert_int_equal(serve_batch_create(model, THREADS, chunk, lanes, 0, &b, &err), 0);
+    pthread_barrier_t joined;
+    assert_int_equal(pthread_barrier_init(&joined, NULL, THREADS), 0);
     pthread_t th[THREADS];
     struct worker w[THREADS];
     for (int i = 0; i < THREADS; i++) {
-        w[i] = (struct worker){.id = i, .b = b, .chunk = chunk};
+        w[i] = (struct worker){.id = i, .b = b, .joined = &joined, .chunk = chunk};
         assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
     }
     int errors = 0;
@@ -116,14 +127,21 @@ static void run_threads(uint32_t lanes)
             fprintf(stderr, "%s\n", w[i].msg);
         errors += w[i].errors;
     }
-    struct serve_batch_stats st;
-    serve_batch_stats(b, &st);
+    pthread_barrier_destroy(&joined);
+    serve_batch_stats(b, st);
     printf("  %u lane(s): %llu passes, %llu rows, %llu of several sessions\n", lanes,
-           (unsigned long long)st.steps, (unsigned long long)st.rows,
-           (unsigned long long)st.multi_steps);
-    assert_int_equal(errors, 0);
-    assert_true(st.multi_steps > 0 && st.rows > st.steps);
+           (unsigned long long)st->steps, (unsigned long long)st->rows,
+           (unsigned long long)st->multi_steps);
     serve_batch_destroy(b);
+    return errors;
+}
+
+static void run_threads(uint32_t lanes)
+{
+    struct serve_batch_stats st = {0};
+    for (int a = 0; a < ATTEMPTS && st.multi_steps == 0; a++)
+        assert_int_equal(run_once(lanes, &st), 0);
+    assert_true(st.multi_steps > 0 && st.rows > st.steps);
 }
 
 static void test_one_lane(void **st)
