@@ -18,6 +18,7 @@
 #include "infer_internal.h"
 #include "infer_matmul.h"
 #include "testutil.h"
+#include "topk_ref.h"
 
 static struct test_rng rng;
 
@@ -190,25 +191,6 @@ static void test_threshold_kernels(void **state)
     }
 }
 
-struct pair {
-    float v;
-    uint32_t i;
-};
-
-static int cmp_pair(const void *a, const void *b)
-{
-    const struct pair *x = a, *y = b;
-    if (x->v != y->v)
-        return x->v > y->v ? -1 : 1;
-    return x->i < y->i ? -1 : x->i > y->i;
-}
-
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void test_topk_hint(void **state)
 {
     (void)state;
@@ -220,8 +202,7 @@ static void test_topk_hint(void **state)
         float *s = malloc(sizeof(float) * n);
         uint32_t *a = malloc(sizeof(uint32_t) * n), *b = malloc(sizeof(uint32_t) * n);
         uint32_t *work = malloc(sizeof(uint32_t) * 2 * n);
-        struct pair *p = malloc(sizeof *p * n);
-        assert_true(s && a && b && work && p);
+        assert_true(s && a && b && work);
         for (int row = 0; row < 4; row++) { /* rows in sequence, the guess carried */
             random_scores(s, n, kind);
             uint32_t k = test_rng_below(&rng, n + 1);
@@ -230,12 +211,7 @@ static void test_topk_hint(void **state)
             if (row == 3)
                 hint = it % 2 ? INFINITY : -1e30f;
             attn_topk_hint(s, n, k, a, work, &hint);
-            for (uint32_t i = 0; i < n; i++)
-                p[i] = (struct pair){s[i], i};
-            qsort(p, n, sizeof *p, cmp_pair);
-            for (uint32_t j = 0; j < k; j++)
-                b[j] = p[j].i;
-            qsort(b, k, sizeof *b, cmp_u32);
+            topk_ref_sort(s, n, k, b);
             for (uint32_t j = 0; j < k; j++)
                 if (a[j] != b[j])
                     fail_msg("n %u k %u kind %d row %d: index %u is %u, the sort says %u", n, k,
@@ -245,7 +221,6 @@ static void test_topk_hint(void **state)
         free(a);
         free(b);
         free(work);
-        free(p);
     }
 }
 

@@ -22,41 +22,9 @@
 #include "infer_internal.h"
 #include "npu.h"
 #include "testutil.h"
+#include "topk_ref.h"
 
 static struct test_rng rng;
-
-struct pair {
-    float v;
-    uint32_t i;
-};
-
-static int cmp_pair(const void *a, const void *b)
-{
-    const struct pair *x = a, *y = b;
-    if (x->v != y->v)
-        return x->v > y->v ? -1 : 1;
-    return x->i < y->i ? -1 : x->i > y->i;
-}
-
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* the k largest (ties: lower index) by sorting, indices ascending */
-static void topk_sort(const float *s, uint32_t n, uint32_t k, uint32_t *out)
-{
-    struct pair *p = malloc(sizeof *p * (n ? n : 1));
-    assert_non_null(p);
-    for (uint32_t i = 0; i < n; i++)
-        p[i] = (struct pair){s[i], i};
-    qsort(p, n, sizeof *p, cmp_pair);
-    for (uint32_t j = 0; j < k; j++)
-        out[j] = p[j].i;
-    qsort(out, k, sizeof *out, cmp_u32);
-    free(p);
-}
 
 static void test_topk(void **state)
 {
@@ -82,7 +50,7 @@ static void test_topk(void **state)
                 s[i] = test_rng_normal(&rng);
         }
         attn_topk(s, n, k, a, work);
-        topk_sort(s, n, k, b);
+        topk_ref_sort(s, n, k, b);
         for (uint32_t j = 0; j < k; j++)
             if (a[j] != b[j])
                 fail_msg("n %u k %u kind %d: index %u is %u, the sort says %u", n, k, kind, j,
@@ -122,13 +90,13 @@ static void test_select_row(void **state)
         uint32_t mid = visible - s - w, rest = k - s - w, o = 0;
         for (uint32_t t = 0; t < s; t++)
             ref[o++] = t;
-        topk_sort(e + s, mid, rest, ref + o);
+        topk_ref_sort(e + s, mid, rest, ref + o);
         for (uint32_t j = 0; j < rest; j++)
             ref[o + j] += s;
         o += rest;
         for (uint32_t t = visible - w; t < visible; t++)
             ref[o++] = t;
-        qsort(ref, o, sizeof *ref, cmp_u32);
+        qsort(ref, o, sizeof *ref, topk_ref_cmp_u32);
         assert_int_equal(o, k);
         assert_memory_equal(sel, ref, sizeof(uint32_t) * k);
         free(e);
