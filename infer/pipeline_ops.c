@@ -109,11 +109,13 @@ static void add_delta(struct pl *p, struct chunkbuf *b, int layer, uint32_t role
 /* PL_SHADOW: the model's linear term on what the quantizer clips of the
  * matmul's input (found exactly as infer_linear_exec finds it), into the
  * chunk's delta rows (stored whole: what the term would add to rows of -0.0f,
- * so that adding them to the matmul's output gives the plain forward's bits). */
-static int run_shadow(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
-                      struct sl_err *err)
+ * so that adding them to the matmul's output gives the plain forward's bits).
+ * For every linear of the task's roles: they read one input at one scale
+ * (add_shadow), so the clipped elements are found once. */
+static int run_shadow(struct pl *p, struct chunkbuf *b, const struct task *t, struct sl_err *err)
 {
-    const struct infer_linear *lin = pl_graph_linear(p, layer, role);
+    int layer = t->layer;
+    uint32_t role = t->role;
     uint32_t cols;
     const float *x = mm_input(b, role, &cols, p->c);
     uint32_t n = role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n; /* the head: the last row */
@@ -122,19 +124,25 @@ static int run_shadow(struct pl *p, struct chunkbuf *b, int layer, uint32_t role
     struct infer_clipbuf cb = {0};
     struct infer_clipped clip;
     int ret = infer_find_clipped(&cb, x, n, cols, s, &clip);
-    if (ret == 0) {
-        memset(b->touched[role], 0, n);
+    for (uint32_t r = role; ret == 0 && r < FORMAT_ROLE_COUNT; r++) {
+        if (!(t->roles >> r & 1))
+            continue;
+        const struct infer_linear *lin = pl_graph_linear(p, layer, r);
+        memset(b->touched[r], 0, n);
         for (uint32_t i = 0; i < clip.n; i++)
-            b->touched[role][clip.row[i]] = 1;
+            b->touched[r][clip.row[i]] = 1;
         clip.store = 1; /* the touched rows written whole: no initialization */
-        ret = p->m->term(p->m->term_ctx, layer, role, &clip, b->delta[role], n, lin->rows);
+        ret = p->m->term(p->m->term_ctx, layer, r, &clip, b->delta[r], n, lin->rows);
+        if (ret == 0 && r == FORMAT_ROLE_CLASSIFIER && b->touched[r][0])
+            for (uint32_t c = 0; c < lin->rows; c++) /* after the matmul (its edges) */
+                p->logits[c] += b->delta[r][c];
+        if (ret < 0)
+            sl_err_set(err, "the linear term of layer %d %s failed (%d)", layer,
+                       format_role_name(r), ret);
     }
-    if (ret == 0 && role == FORMAT_ROLE_CLASSIFIER && b->touched[role][0])
-        for (uint32_t c = 0; c < lin->rows; c++) /* after the matmul (its edges) */
-            p->logits[c] += b->delta[role][c];
-    if (ret < 0)
-        sl_err_set(err, "the linear term of layer %d %s failed (%d)", layer,
-                   format_role_name(role), ret);
+    if (ret < 0 && !err->msg[0])
+        sl_err_set(err, "out of memory finding the clipped inputs of layer %d %s", layer,
+                   format_role_name(role));
     infer_clipbuf_free(&cb);
     return ret;
 }
@@ -269,7 +277,7 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_SHADOW:
-        ret = run_shadow(p, b, t->layer, t->role, &err);
+        ret = run_shadow(p, b, t, &err);
         break;
     case PL_MM: {
         const struct infer_linear *lin = pl_graph_linear(p, t->layer, t->role);
