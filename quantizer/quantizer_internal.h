@@ -176,4 +176,27 @@ int quantizer_gptq(const float *w, uint32_t rows, uint32_t cols, const float *x,
                    uint32_t n_sample, const float *s, const uint8_t *widths, const float *scales,
                    int8_t *q);
 
+/* The same loop on any grid: rd->round(ctx, r, j, wr, code, deq) rounds
+ * weight j of row r (wr: the row's weights with the compensation so far;
+ * columns > j not yet rounded) to *code, whose dequantized value is *deq,
+ * and returns 0; or returns 1 to leave the row's code at j as it is. */
+struct quantizer_rounder {
+    int (*round)(void *ctx, uint32_t r, uint32_t j, const float *wr, int8_t *code,
+                 double *deq);
+    void *ctx;
+};
+int quantizer_gptq_with(const float *w, uint32_t rows, uint32_t cols, const float *x,
+                        uint32_t n_sample, const float *s, const struct quantizer_rounder *rd,
+                        int8_t *q);
+
+/* ---- simulated grids (quantizer_wsim.c) ---------------------------------------------- */
+
+/* Rounds W [rows][cols] on the grid o->wsim selects with GPTQ's
+ * compensation: q gets the int8 values the NPU would see, scales the rows'
+ * scales, widths 8 (rows of width 1 untouched); *extra_bits the bits of the
+ * table or multipliers. 0 or -ENOMEM. */
+int quantizer_wsim(const struct quantizer_opts *o, const float *w, uint32_t rows, uint32_t cols,
+                   const float *x, uint32_t n_sample, const float *s, uint8_t *widths,
+                   float *scales, int8_t *q, uint64_t *extra_bits);
+
 #endif

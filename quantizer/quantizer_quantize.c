@@ -665,7 +665,23 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
         }
     }
     quantizer_tensor_quantize(wf, rows, cols, NULL, widths, q->clip, codes, scales, tmp);
-    if (q->o->gptq && layer >= 0) {
+    if (q->o->wsim && q->o->gptq && layer >= 0 && input_slot(q, layer, role)) {
+        const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
+        int64_t real = 0, bits8 = 0;
+        for (uint32_t r = 0; r < rows; r++)
+            real += (int64_t)format_packed_row_bytes(q->encoding, widths[r], cols);
+        uint64_t extra;
+        if ((ret = quantizer_wsim(q->o, wf, rows, cols, sl->sample, sl->n_sample,
+                                  smoothing_of(q, layer, role), widths, scales, codes,
+                                  &extra)) < 0) {
+            sl_err_set(q->err, "out of memory simulating layer %d %s", layer,
+                       format_role_name(role));
+            goto out;
+        }
+        for (uint32_t r = 0; r < rows; r++)
+            bits8 += (int64_t)format_packed_row_bytes(q->encoding, widths[r], cols);
+        rep->sim_delta += real + (int64_t)((extra + 7) / 8) - bits8;
+    } else if (q->o->gptq && layer >= 0) {
         const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
         /* the weights are folded (W diag(s)): the inputs they see are x / s */
         if (sl && (ret = quantizer_gptq(wf, rows, cols, sl->sample, sl->n_sample,
@@ -919,6 +935,12 @@ static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
         o->encoding != FORMAT_ENC_INT4INT8 && o->encoding != FORMAT_ENC_BITPLANE) {
         sl_err_set(err, "unsupported output encoding %u (adaptive, int4int8 or bitplane)",
                    o->encoding);
+        return -EINVAL;
+    }
+    if (o->wsim && (!o->gptq || (o->wsim == QUANTIZER_WSIM_MULT &&
+                                 (o->wsim_block == 0 || o->wsim_mult == 0)))) {
+        sl_err_set(err, "a simulated weight grid needs gptq (and a block and multiplier "
+                        "count for mult)");
         return -EINVAL;
     }
     if (o->shadow && (o->act_dynamic || o->float_out || !(o->shadow_quantile > 0) ||

@@ -82,6 +82,13 @@ static void usage(FILE *f)
             "  --gptq                round the decoder linears' weights with GPTQ's error\n"
             "                        compensation (Hessian of the kept calibration rows; same\n"
             "                        grids and scales; O(cols^3) per tensor: small models)\n"
+            "  --weight-sim G        experiment, with --gptq: round the decoder linears on\n"
+            "                        the grid G and write the int8 values the NPU would see\n"
+            "                        as 8-bit rows (a bigger file); the summary gives the\n"
+            "                        bytes the real format would take. G: table-row (a\n"
+            "                        2^b-level int8 table per output channel), table-tensor\n"
+            "                        (one per tensor), multM/BLOCK (multipliers 1..M per\n"
+            "                        BLOCK weights of a row, e.g. mult4/32)\n"
             "  --shadow              shadow outlier execution (llm.npu 3.3; static activations):\n"
             "                        each decoder linear's activation scale covers the bulk\n"
             "                        of its calibration input (--shadow-quantile of |x|\n"
@@ -148,6 +155,9 @@ static void summary(const char *out, const struct quantizer_opts *o,
     printf("file %" PRIu64 " bytes (%.2f MB); %" PRIu64 " quantized weights in %" PRIu64
            " bytes: %.3f bits per weight (codes, widths, scales)\n",
            rep->file_bytes, (double)rep->file_bytes / 1e6, rep->weights, rep->code_bytes, bpw);
+    if (o->wsim)
+        printf("simulated grid: the real format would take %" PRId64 " bytes (sim_bytes)\n",
+               (int64_t)rep->file_bytes + rep->sim_delta);
     if (rep->groups) {
         printf("smoothing: %u groups, mean alpha %.2f; groups per alpha:", rep->groups,
                rep->mean_alpha);
@@ -344,6 +354,25 @@ int cmd_quantize(int argc, char **argv)
             o.clip = (enum quantizer_clip)v;
         } else if (!strcmp(a, "--gptq")) {
             o.gptq = 1;
+        } else if (!strcmp(a, "--weight-sim")) {
+            const char *g = NULL;
+            bad = tools_args_value(&args, &g);
+            unsigned mm, bb;
+            char tail;
+            if (bad == 0 && !strcmp(g, "table-row")) {
+                o.wsim = QUANTIZER_WSIM_TABLE_ROW;
+            } else if (bad == 0 && !strcmp(g, "table-tensor")) {
+                o.wsim = QUANTIZER_WSIM_TABLE_TENSOR;
+            } else if (bad == 0 && sscanf(g, "mult%u/%u%c", &mm, &bb, &tail) == 2 && mm >= 1 &&
+                       mm <= 127 && bb >= 1 && bb <= 65536) {
+                o.wsim = QUANTIZER_WSIM_MULT;
+                o.wsim_mult = mm;
+                o.wsim_block = bb;
+            } else if (bad == 0) {
+                fprintf(stderr, "sluice quantize: --weight-sim: '%s' is not table-row, "
+                                "table-tensor or multM/BLOCK\n", g);
+                return 2;
+            }
         } else if (!strcmp(a, "--shadow")) {
             o.shadow = 1;
         } else if (!strcmp(a, "--shadow-quantile")) {

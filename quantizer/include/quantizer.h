@@ -140,6 +140,13 @@ enum quantizer_clip {
     QUANTIZER_CLIP_MSE,          /* quantizer_channel_scale_mse, for every method alike */
 };
 
+enum quantizer_wsim {
+    QUANTIZER_WSIM_NONE = 0,
+    QUANTIZER_WSIM_TABLE_ROW,    /* a 2^b-level int8 table per output channel */
+    QUANTIZER_WSIM_TABLE_TENSOR, /* one table per tensor */
+    QUANTIZER_WSIM_MULT,         /* multipliers per block of a row */
+};
+
 struct quantizer_opts {
     enum quantizer_method method;
     double bits;                 /* average bits per weight, 1..8 (integer for uniform/smoothquant) */
@@ -176,6 +183,12 @@ struct quantizer_opts {
                                      in [0, 1] (0: no limit) */
     int gptq;                     /* 1: decoder linears' codes rounded with GPTQ's error
                                      compensation on the calibration rows (same grids) */
+    /* experiment (quantizer_wsim.c): a simulated grid for the decoder
+     * linears with GPTQ, written as the 8-bit int8 values the NPU would see;
+     * the report's sim_bytes is the size the real format would have */
+    enum quantizer_wsim wsim;
+    uint32_t wsim_block;          /* mult: weights per block (e.g. 32) */
+    uint32_t wsim_mult;           /* mult: multipliers 1..wsim_mult */
     quantizer_progress_fn progress;
     void *progress_ctx;
 };
@@ -184,6 +197,7 @@ struct quantizer_report {
     uint64_t file_bytes;
     uint64_t weights;            /* quantized weights (linear layers and embedding) */
     uint64_t code_bytes;         /* their packed bytes (codes, widths, scales) */
+    int64_t sim_delta;           /* wsim: the real format's bytes minus the written ones */
     uint32_t hist[FORMAT_ROLE_COUNT][FORMAT_MAX_BITS + 1]; /* channels per width per role */
     double mean_alpha;           /* mean chosen alpha over smoothing groups (edgeflow) */
     uint32_t alpha_hist[11];     /* groups per alpha decile (round(10 alpha)) */
