@@ -59,6 +59,12 @@ uint64_t format_packed_prefix_bytes(uint64_t rows)
     return sl_align_up(scales_offset(rows) + 4 * rows, 64);
 }
 
+uint64_t format_packed_prefix_bytes_table(uint64_t rows, uint32_t table_bits)
+{
+    uint64_t p = format_packed_prefix_bytes(rows);
+    return table_bits ? p + sl_align_up((1ull << table_bits) - 1, 64) : p;
+}
+
 static int all_zero(const uint8_t *p, uint64_t n)
 {
     for (uint64_t i = 0; i < n; i++)
@@ -81,7 +87,11 @@ int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint6
                    name, rows, cols);
         return -EINVAL;
     }
-    uint64_t prefix = format_packed_prefix_bytes(rows);
+    uint64_t prefix = format_packed_prefix_bytes(rows), prefix1 = prefix;
+    if (len >= FORMAT_PACKED_HEADER && sl_load_le32(p + 4) == 2 &&
+        encoding == FORMAT_ENC_ADAPTIVE && sl_load_le32(p + 20) >= 2 &&
+        sl_load_le32(p + 20) <= 8) /* version 2: the code table after the scales */
+        prefix = format_packed_prefix_bytes_table(rows, sl_load_le32(p + 20));
     if (len < prefix) {
         sl_err_set(err, "%s tensor is %" PRIu64 " bytes, shorter than its header, widths and "
                         "scales (%" PRIu64 " bytes for %" PRIu64 " rows)",
@@ -97,11 +107,35 @@ int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint6
     uint32_t group = sl_load_le32(p + 16), reserved = sl_load_le32(p + 20);
     uint64_t data_len = sl_load_le64(p + 24);
     uint32_t want_group = encoding == FORMAT_ENC_ADAPTIVE ? FORMAT_PACKED_GROUP : 0;
-    if (version != 1 || r != rows || c != cols || group != want_group || reserved != 0) {
+    if (version == 2 && encoding == FORMAT_ENC_ADAPTIVE && r == rows && c == cols &&
+        group == want_group && (reserved < 2 || reserved > 8)) {
+        sl_err_set(err, "%s tensor header version 2: code table width %u (must be 2..8)", name,
+                   reserved);
+        return -EINVAL;
+    }
+    if (!(version == 1 || (version == 2 && encoding == FORMAT_ENC_ADAPTIVE)) || r != rows ||
+        c != cols || group != want_group || (version == 1 && reserved != 0)) {
         sl_err_set(err, "%s tensor header (version %u, %u x %u, group %u, reserved %u) does not "
-                        "match version 1, %" PRIu64 " x %" PRIu64 ", group %u, reserved 0",
+                        "match version 1 (or 2: adaptive with a code table), %" PRIu64
+                        " x %" PRIu64 ", group %u, reserved 0",
                    name, version, r, c, group, reserved, rows, cols, want_group);
         return -EINVAL;
+    }
+    const int8_t *table = NULL;
+    uint32_t table_bits = version == 2 ? reserved : 0;
+    if (table_bits) {
+        table = (const int8_t *)(p + prefix1);
+        uint64_t n = (1ull << table_bits) - 1;
+        for (uint64_t i = 0; i < n; i++)
+            if (table[i] == -128) {
+                sl_err_set(err, "%s tensor: code table entry %" PRIu64 " is -128 (must be in "
+                                "[-127, 127])", name, i);
+                return -EINVAL;
+            }
+        if (!all_zero(p + prefix1 + n, prefix - prefix1 - n)) {
+            sl_err_set(err, "%s tensor: nonzero padding after the code table", name);
+            return -EINVAL;
+        }
     }
     /* widths: the bits past 3 rows, the spare byte and the padding up to the
      * scales are zero, so that a corrupted width array is caught even where
@@ -138,7 +172,7 @@ int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint6
             return -EINVAL;
         }
     }
-    if (!all_zero(scales + 4 * rows, prefix - scales_offset(rows) - 4 * rows)) {
+    if (!all_zero(scales + 4 * rows, prefix1 - scales_offset(rows) - 4 * rows)) {
         sl_err_set(err, "%s tensor: nonzero padding after the scales", name);
         return -EINVAL;
     }
@@ -151,6 +185,8 @@ int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint6
         out->scales = scales;
         out->data = p + prefix;
         out->data_len = data_len;
+        out->table = table;
+        out->table_bits = table_bits;
     }
     return 0;
 }

@@ -189,6 +189,18 @@ int quantizer_gptq_with(const float *w, uint32_t rows, uint32_t cols, const floa
                         uint32_t n_sample, const float *s, const struct quantizer_rounder *rd,
                         int8_t *q);
 
+/* ---- code tables (quantizer_table.c) ------------------------------------------------ */
+
+/* Fits a code table for the rows of the tensor's most common width T and
+ * rounds W [rows][cols] with GPTQ: q gets the packer's codes (on each row's
+ * uniform grid), npu the int8 values they decode to, table [2^T - 1] the
+ * levels, scales the rows' scales (max|w| / 127 for the table's rows),
+ * *table_bits T (0: no table, nothing written: no calibration rows or no
+ * row of 2 bits or more). 0 or -ENOMEM. */
+int quantizer_table(const float *w, uint32_t rows, uint32_t cols, const float *x,
+                    uint32_t n_sample, const float *s, const uint8_t *widths, float *scales,
+                    int8_t *q, int8_t *npu, int8_t table[255], uint32_t *table_bits);
+
 /* ---- simulated grids (quantizer_wsim.c) ---------------------------------------------- */
 
 /* Rounds W [rows][cols] on the grid o->wsim selects with GPTQ's

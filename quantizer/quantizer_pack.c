@@ -97,6 +97,27 @@ int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, co
                    uint32_t rows, uint32_t cols, void **out, uint64_t *out_len,
                    struct sl_err *err)
 {
+    return quantizer_pack_table(encoding, q, widths, scales, rows, cols, NULL, 0, out, out_len,
+                                err);
+}
+
+int quantizer_pack_table(uint32_t encoding, const int8_t *q, const uint8_t *widths,
+                         const float *scales, uint32_t rows, uint32_t cols,
+                         const int8_t *table, uint32_t table_bits, void **out,
+                         uint64_t *out_len, struct sl_err *err)
+{
+    if (table && (encoding != FORMAT_ENC_ADAPTIVE || table_bits < 2 || table_bits > 8)) {
+        sl_err_set(err, "pack: a code table needs the adaptive encoding and a width of 2..8 "
+                        "(got %u)", table_bits);
+        return -EINVAL;
+    }
+    for (uint32_t i = 0; table && i < (1u << table_bits) - 1; i++)
+        if (table[i] == -128) {
+            sl_err_set(err, "pack: code table entry %u is -128", i);
+            return -EINVAL;
+        }
+    if (!table)
+        table_bits = 0;
     const char *magic;
     switch (encoding) {
     case FORMAT_ENC_ADAPTIVE:
@@ -141,14 +162,15 @@ int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, co
         }
         data += format_packed_row_bytes(encoding, widths[r], cols);
     }
-    uint64_t prefix = format_packed_prefix_bytes(rows);
+    uint64_t prefix = format_packed_prefix_bytes_table(rows, table_bits);
     uint8_t *p = calloc(1, prefix + data);
     if (!p) {
         sl_err_set(err, "pack: out of memory (%" PRIu64 " bytes)", prefix + data);
         return -ENOMEM;
     }
     memcpy(p, magic, 4);
-    sl_store_le32(p + 4, 1);
+    sl_store_le32(p + 4, table ? 2 : 1);
+    sl_store_le32(p + 20, table_bits);
     sl_store_le32(p + 8, rows);
     sl_store_le32(p + 12, cols);
     sl_store_le32(p + 16, encoding == FORMAT_ENC_ADAPTIVE ? FORMAT_PACKED_GROUP : 0);
@@ -163,6 +185,8 @@ int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, co
     uint8_t *sc = p + sl_align_up(FORMAT_PACKED_HEADER + (rows * 3 + 7) / 8 + 1, 64);
     for (uint32_t r = 0; r < rows; r++)
         sl_store_lef32(sc + 4 * r, scales[r]);
+    if (table)
+        memcpy(p + format_packed_prefix_bytes(rows), table, (1u << table_bits) - 1);
     uint8_t *o = p + prefix;
     for (uint32_t r = 0; r < rows; r++) {
         const int8_t *qr = q + (size_t)r * cols;

@@ -646,6 +646,8 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
     float *cw = NULL;
     void *bytes = NULL;
     uint64_t len = 0;
+    int8_t *npu = NULL, table[255];
+    uint32_t table_bits = 0;
     int ret = -ENOMEM;
     if (!widths || !codes || !scales || !tmp) {
         sl_err_set(q->err, "out of memory quantizing layer %d %s", layer, format_role_name(role));
@@ -681,6 +683,21 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
         for (uint32_t r = 0; r < rows; r++)
             bits8 += (int64_t)format_packed_row_bytes(q->encoding, widths[r], cols);
         rep->sim_delta += real + (int64_t)((extra + 7) / 8) - bits8;
+    } else if (q->o->code_table && q->o->gptq && layer >= 0 && input_slot(q, layer, role)) {
+        const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
+        if (!(npu = malloc((size_t)rows * cols))) {
+            ret = -ENOMEM;
+            sl_err_set(q->err, "out of memory quantizing layer %d %s", layer,
+                       format_role_name(role));
+            goto out;
+        }
+        if ((ret = quantizer_table(wf, rows, cols, sl->sample, sl->n_sample,
+                                   smoothing_of(q, layer, role), widths, scales, codes, npu,
+                                   table, &table_bits)) < 0) {
+            sl_err_set(q->err, "out of memory fitting the code table of layer %d %s", layer,
+                       format_role_name(role));
+            goto out;
+        }
     } else if (q->o->gptq && layer >= 0) {
         const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
         /* the weights are folded (W diag(s)): the inputs they see are x / s */
@@ -692,12 +709,13 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
             goto out;
         }
     }
-    ret = quantizer_pack(q->encoding, codes, widths, scales, rows, cols, &bytes, &len, q->err);
+    ret = quantizer_pack_table(q->encoding, codes, widths, scales, rows, cols,
+                               table_bits ? table : NULL, table_bits, &bytes, &len, q->err);
     if (ret < 0)
         goto out;
     float act;
     if ((ret = act_scale(q, layer, role, &act)) < 0 ||
-        (ret = shadow_linear(q, layer, role, codes, rows, cols, &act)) < 0)
+        (ret = shadow_linear(q, layer, role, table_bits ? npu : codes, rows, cols, &act)) < 0)
         goto out;
     char name[FORMAT_NAME_MAX];
     format_tensor_name(layer, role, name, sizeof name);
@@ -716,6 +734,7 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
     ret = format_writer_add_tensor(w, &d, bytes, len, q->err);
 out:
     free(bytes);
+    free(npu);
     free(cw);
     free(widths);
     free(codes);
@@ -935,6 +954,10 @@ static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
         o->encoding != FORMAT_ENC_INT4INT8 && o->encoding != FORMAT_ENC_BITPLANE) {
         sl_err_set(err, "unsupported output encoding %u (adaptive, int4int8 or bitplane)",
                    o->encoding);
+        return -EINVAL;
+    }
+    if (o->code_table && (!o->gptq || (o->encoding != 0 && o->encoding != FORMAT_ENC_ADAPTIVE))) {
+        sl_err_set(err, "code tables need gptq and the adaptive encoding");
         return -EINVAL;
     }
     if (o->wsim && (!o->gptq || (o->wsim == QUANTIZER_WSIM_MULT &&

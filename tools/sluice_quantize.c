@@ -82,6 +82,12 @@ static void usage(FILE *f)
             "  --gptq                round the decoder linears' weights with GPTQ's error\n"
             "                        compensation (Hessian of the kept calibration rows; same\n"
             "                        grids and scales; O(cols^3) per tensor: small models)\n"
+            "  --code-table          with --gptq: each decoder linear's codes decode through\n"
+            "                        a table of int8 levels fitted to its weights (one table\n"
+            "                        per tensor, for its most common width; Hessian-weighted\n"
+            "                        k-means) instead of the uniform grid: same code bytes,\n"
+            "                        the NPU still sees per-channel int8 (a version 3\n"
+            "                        container; adaptive encoding only)\n"
             "  --weight-sim G        experiment, with --gptq: round the decoder linears on\n"
             "                        the grid G and write the int8 values the NPU would see\n"
             "                        as 8-bit rows (a bigger file); the summary gives the\n"
@@ -354,6 +360,8 @@ int cmd_quantize(int argc, char **argv)
             o.clip = (enum quantizer_clip)v;
         } else if (!strcmp(a, "--gptq")) {
             o.gptq = 1;
+        } else if (!strcmp(a, "--code-table")) {
+            o.code_table = 1;
         } else if (!strcmp(a, "--weight-sim")) {
             const char *g = NULL;
             bad = tools_args_value(&args, &g);

@@ -125,6 +125,12 @@ int unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_
     return 0;
 }
 
+void unpack_row_table(const struct format_packed_layout *lay, uint32_t width, int8_t *q)
+{
+    if (lay->table && width == lay->table_bits)
+        kernel_tables[unpack_kernel_best()]->remap(q, lay->cols, lay->table, width);
+}
+
 int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                              uint32_t r1, int8_t *q, int32_t *corr, enum unpack_store store)
 {
@@ -141,8 +147,16 @@ int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k
                    (uint64_t)(r1 - r0) * cols >= UNPACK_STREAM_MIN_BYTES));
     for (uint32_t r = r0; r < r1; r++) {
         int8_t *dst = q + (size_t)(r - r0) * cols;
-        fn(u->layout.data + u->row_off[r], cols, format_packed_width(u->layout.widths, r), dst,
-           stream);
+        uint32_t b = format_packed_width(u->layout.widths, r);
+        if (b == u->layout.table_bits && kt->adaptive_table) { /* through the code table */
+            kt->adaptive_table(u->layout.data + u->row_off[r], cols, b, dst, stream,
+                               u->layout.table);
+        } else if (b == u->layout.table_bits) { /* the same in two steps, from L1 */
+            fn(u->layout.data + u->row_off[r], cols, b, dst, 0);
+            kt->remap(dst, cols, u->layout.table, b);
+        } else {
+            fn(u->layout.data + u->row_off[r], cols, b, dst, stream);
+        }
         if (corr) /* the row was just written: summed from L1 */
             corr[r - r0] = 128 * kt->sum(dst, cols);
     }
@@ -175,15 +189,14 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
     const uint32_t cols = u->layout.cols;
     if (cols > UNPACK_CORR_MAX_COLS)
         return -EOVERFLOW;
-    if (u->layout.encoding != FORMAT_ENC_ADAPTIVE) {
-        /* the baselines: each row unpacked to a buffer, then multiplied */
+    if (u->layout.encoding != FORMAT_ENC_ADAPTIVE || u->layout.table) {
+        /* the baselines and code tables: each row unpacked to a buffer, then
+         * multiplied */
         int8_t *q = malloc(cols);
         if (!q)
             return -ENOMEM;
-        unpack_row_fn *fn = row_fn(kernel_tables[k], u->layout.encoding);
         for (uint32_t r = r0; r < r1; r++) {
-            fn(u->layout.data + u->row_off[r], cols, format_packed_width(u->layout.widths, r),
-               q, 0);
+            unpack_tensor_rows(u, k, r, r + 1, q, NULL);
             for (uint32_t i = 0; i < m; i++)
                 acc[i * ldacc + (r - r0)] = unpack_dot_i8(q, x + (size_t)i * cols, cols);
         }

@@ -127,6 +127,99 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
         _mm_sfence();
 }
 
+/* ---- code tables (header version 2) ------------------------------------------------------
+ * The table's 2^b - 1 entries in 16-byte pieces, each broadcast to both lanes;
+ * a code u (< 2^b - 1) reads piece u >> 4 at u & 15 (pshufb, blends). */
+struct tab {
+    __m256i p[16];
+    int pieces;
+};
+
+AI void tab_load(struct tab *t, const int8_t *table, uint32_t b)
+{
+    int8_t e[256] = {0};
+    memcpy(e, table, (size_t)(1u << b) - 1);
+    t->pieces = (int)(((1u << b) + 15) / 16);
+    for (int j = 0; j < t->pieces; j++)
+        t->p[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(e + 16 * j)));
+}
+
+/* table[u] for 32 codes u in [0, 2^b - 1) (b >= 2) */
+AI __m256i lookup(__m256i u, const struct tab *t, const uint32_t b)
+{
+    if (b <= 4)
+        return _mm256_shuffle_epi8(t->p[0], u);
+    const __m256i lo4 = _mm256_set1_epi8(0x0f);
+    __m256i low = _mm256_and_si256(u, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(u, 4), lo4);
+    __m256i r = _mm256_shuffle_epi8(t->p[0], low);
+    for (int j = 1; j < (int)((1u << b) + 15) / 16; j++)
+        r = _mm256_blendv_epi8(r, _mm256_shuffle_epi8(t->p[j], low),
+                               _mm256_cmpeq_epi8(hi, _mm256_set1_epi8((char)j)));
+    return r;
+}
+
+/* adaptive_row_b through a code table: the codes looked up, not offset */
+AI void adaptive_table_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
+                         const int nt, const struct tab *tb)
+{
+    uint32_t full = cols / 512;
+    for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512) {
+        unpack_adaptive_prefetch(src, b);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            store(dst + k * 64, lookup(code(src, 64, k, b), tb, b), nt);
+            store(dst + k * 64 + 32, lookup(code(src + 32, 64, k, b), tb, b), nt);
+        }
+    }
+    uint32_t t = cols - full * 512;
+    if (t) { /* the tail group as in adaptive_row_b */
+        uint32_t S = (t + 7) / 8;
+        uint8_t in[8 * 64 + 32];
+        int8_t out[8 * 64 + 32];
+        memcpy(in, src, (size_t)b * S);
+        memset(in + (size_t)b * S, 0, 32);
+        for (int k = 0; k < 8; k++)
+            for (uint32_t c = 0; c < S; c += 32)
+                _mm256_storeu_si256((__m256i *)(out + k * S + c),
+                                    lookup(code(in + c, S, k, b), tb, b));
+        memcpy(dst, out, t);
+    }
+}
+
+#define DEFINE_TABLE(B)                                                                       \
+    static void adaptive_table_##B(const uint8_t *src, uint32_t cols, int8_t *dst, int nt,    \
+                                   const struct tab *tb)                                      \
+    {                                                                                        \
+        if (nt)                                                                              \
+            adaptive_table_b(src, cols, dst, (B), 1, tb);                                    \
+        else                                                                                 \
+            adaptive_table_b(src, cols, dst, (B), 0, tb);                                    \
+    }
+DEFINE_TABLE(2)
+DEFINE_TABLE(3)
+DEFINE_TABLE(4)
+DEFINE_TABLE(5)
+DEFINE_TABLE(6)
+DEFINE_TABLE(7)
+DEFINE_TABLE(8)
+
+void unpack_adaptive_table_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                                int stream, const int8_t *table)
+{
+    static void (*const fns[9])(const uint8_t *, uint32_t, int8_t *, int, const struct tab *) = {
+        NULL, NULL, adaptive_table_2, adaptive_table_3, adaptive_table_4,
+        adaptive_table_5, adaptive_table_6, adaptive_table_7, adaptive_table_8};
+    if (b < 2) { /* no table for sign rows */
+        adaptive_row(src, cols, b, dst, stream);
+        return;
+    }
+    struct tab tb;
+    tab_load(&tb, table, b);
+    fns[b](src, cols, dst, stream != 0, &tb);
+    if (stream)
+        _mm_sfence();
+}
+
 /* ---- dot products straight from the packed row (decode) -------------------------------
  * Per 32 weights: the unsigned codes (code()) times x with pmaddubsw (u8 x
  * s8, pairs added into int16: at most 2 * 126 * 128 < 2^15 for b <= 7, so no
@@ -406,5 +499,31 @@ static int32_t sum(const int8_t *q, uint32_t n)
     return (int32_t)s;
 }
 
-const struct unpack_kernels unpack_kernels_avx2 = {adaptive_row, int4int8_row, bitplane_row, sum,
-                                                   adaptive_dot};
+/* ---- code tables: 32 lookups at a time, pshufb in 16-entry pieces ------------------------ */
+void unpack_remap_avx2(int8_t *q, uint32_t n, const int8_t *table, uint32_t b)
+{
+    int off = (1 << (b - 1)) - 1, pieces = ((1 << b) + 15) / 16;
+    int8_t t[256] = {0};
+    memcpy(t, table, (size_t)(1 << b) - 1);
+    __m256i tab[16];
+    for (int j = 0; j < pieces; j++)
+        tab[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(t + 16 * j)));
+    const __m256i voff = _mm256_set1_epi8((char)off), lo4 = _mm256_set1_epi8(0x0f);
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i idx = _mm256_add_epi8(_mm256_loadu_si256((const __m256i *)(q + i)), voff);
+        __m256i r = _mm256_shuffle_epi8(tab[0], idx); /* idx < 16 here: bit 7 clear */
+        if (pieces > 1) {
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(idx, 4), lo4), low = _mm256_and_si256(idx, lo4);
+            for (int j = 1; j < pieces; j++)
+                r = _mm256_blendv_epi8(r, _mm256_shuffle_epi8(tab[j], low),
+                                       _mm256_cmpeq_epi8(hi, _mm256_set1_epi8((char)j)));
+        }
+        _mm256_storeu_si256((__m256i *)(q + i), r);
+    }
+    unpack_remap_scalar(q + i, n - i, table, b);
+}
+
+const struct unpack_kernels unpack_kernels_avx2 = {
+    adaptive_row, int4int8_row, bitplane_row, sum, adaptive_dot, unpack_remap_avx2,
+    unpack_adaptive_table_avx2};

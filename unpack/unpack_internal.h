@@ -47,13 +47,29 @@ struct unpack_dot_args {
 typedef int32_t unpack_dot_fn(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
                               const struct unpack_dot_args *a);
 
+/* Maps n int8 values of a b-bit row (2 <= b <= 8; on its uniform grid, as
+ * the row kernels give them) through a code table: q = table[q + 2^(b-1) - 1]
+ * (the table has 2^b - 1 entries; FORMAT-packed.md, header version 2). */
+typedef void unpack_remap_fn(int8_t *q, uint32_t n, const int8_t *table, uint32_t b);
+
 struct unpack_kernels {
     unpack_row_fn *adaptive;
     unpack_row_fn *int4int8;
     unpack_row_fn *bitplane;
     unpack_sum_fn *sum;
     unpack_dot_fn *adaptive_dot;
+    unpack_remap_fn *remap;
+    /* an adaptive row of width b through a code table, as adaptive then remap
+     * (NULL: unpack.c does just that) */
+    void (*adaptive_table)(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                           int stream, const int8_t *table);
 };
+void unpack_remap_scalar(int8_t *q, uint32_t n, const int8_t *table, uint32_t b);
+#if SLUICE_KERNELS_X86
+void unpack_remap_avx2(int8_t *q, uint32_t n, const int8_t *table, uint32_t b);
+void unpack_adaptive_table_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                                int stream, const int8_t *table);
+#endif
 /* (The AVX-512 table's adaptive_dot needs VNNI besides F+BW; without it
  * unpack.c uses the AVX2 one at that level.) */
 

@@ -46,11 +46,16 @@
 extern "C" {
 #endif
 
-/* The version written. Version 2 adds the shadow outlier metadata
+/* The versions. Version 2 adds the shadow outlier metadata
  * (shadow.linears): a container with it has activation scales that cover
  * the bulk, not the maximum, and expects the clipped excess to be computed
- * on the CPU. A reader accepts versions FORMAT_VERSION_MIN..FORMAT_VERSION. */
-#define FORMAT_VERSION 2
+ * on the CPU. Version 3 adds packed adaptive tensors of header version 2
+ * (a code-to-int8 table per tensor, docs/FORMAT-packed.md). The writer
+ * writes 3 when a tensor has a code table, else 2 (FORMAT_VERSION_PLAIN), so
+ * that containers without tables still load in version-2 readers. A reader
+ * accepts versions FORMAT_VERSION_MIN..FORMAT_VERSION. */
+#define FORMAT_VERSION 3
+#define FORMAT_VERSION_PLAIN 2
 #define FORMAT_VERSION_MIN 1
 #define FORMAT_ALIGN 4096        /* slice alignment and padding */
 #define FORMAT_TENSOR_ALIGN 64   /* tensor alignment inside a slice */
@@ -208,6 +213,11 @@ struct format_packed_layout {
     const uint8_t *scales;           /* rows little-endian float32 */
     const uint8_t *data;             /* row 0's codes */
     uint64_t data_len;
+    /* header version 2 (adaptive only): the rows of width table_bits decode
+     * through table [2^table_bits - 1] (int8 in [-127, 127], indexed by the
+     * code clamped as on the uniform grid); NULL, 0: version 1, no table */
+    const int8_t *table;
+    uint32_t table_bits;
 };
 
 /* Width of row r (1..8). */
@@ -223,6 +233,9 @@ static inline uint32_t format_packed_width(const uint8_t *widths, uint32_t r)
  * format_packed_width may read two bytes). */
 uint64_t format_packed_row_bytes(uint32_t encoding, uint32_t width, uint64_t cols);
 uint64_t format_packed_prefix_bytes(uint64_t rows);
+/* The same for a header version 2 tensor with a table_bits code table (0:
+ * version 1, as format_packed_prefix_bytes). */
+uint64_t format_packed_prefix_bytes_table(uint64_t rows, uint32_t table_bits);
 
 /* Parses and validates a packed tensor of rows x cols: magic, header fields,
  * and the exact length implied by the widths. Fills *out with views into

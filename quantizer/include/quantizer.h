@@ -34,6 +34,14 @@ typedef void (*quantizer_progress_fn)(void *ctx, const char *what, uint64_t done
 int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, const float *scales,
                    uint32_t rows, uint32_t cols, void **out, uint64_t *out_len,
                    struct sl_err *err);
+/* The same with a code table (header version 2, adaptive only): the rows of
+ * width table_bits (2..8) decode through table [2^table_bits - 1] (int8 in
+ * [-127, 127]); q holds their codes on the uniform grid as for any row (the
+ * unpacker gives table[q + 2^(table_bits-1) - 1]). table NULL: quantizer_pack. */
+int quantizer_pack_table(uint32_t encoding, const int8_t *q, const uint8_t *widths,
+                         const float *scales, uint32_t rows, uint32_t cols,
+                         const int8_t *table, uint32_t table_bits, void **out,
+                         uint64_t *out_len, struct sl_err *err);
 
 /* ==== quantization (EdgeFlow 4.1) =========================================== */
 
@@ -186,6 +194,9 @@ struct quantizer_opts {
     /* experiment (quantizer_wsim.c): a simulated grid for the decoder
      * linears with GPTQ, written as the 8-bit int8 values the NPU would see;
      * the report's sim_bytes is the size the real format would have */
+    int code_table;               /* 1 (with gptq): the decoder linears with calibration
+                                     rows get a code table (quantizer_table.c; packed
+                                     header version 2, adaptive only) */
     enum quantizer_wsim wsim;
     uint32_t wsim_block;          /* mult: weights per block (e.g. 32) */
     uint32_t wsim_mult;           /* mult: multipliers 1..wsim_mult */

@@ -160,6 +160,10 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
  * not available. */
 int unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_t cols,
                uint32_t width, int8_t *dst);
+/* After unpack_row of a row of width `width` of the tensor whose prefix is
+ * lay: maps its lay->cols codes through the tensor's code table where the
+ * row has one (header version 2, width == lay->table_bits); else nothing. */
+void unpack_row_table(const struct format_packed_layout *lay, uint32_t width, int8_t *q);
 
 #ifdef __cplusplus
 }
