@@ -89,21 +89,27 @@ static float *mm_output(struct pl *p, struct chunkbuf *b, uint32_t role)
 /* y += delta for the touched rows of a chunk, columns [c0, c1), where the
  * linear (layer, role) has a term (PL_SHADOW): the term's output added to
  * the NPU's, as infer_linear_exec adds it (the same float sum). */
-static void add_delta(struct pl *p, struct chunkbuf *b, int layer, uint32_t role, uint32_t c0,
-                      uint32_t c1)
+static void add_delta_rows(struct pl *p, struct chunkbuf *b, int layer, uint32_t role, uint32_t c0,
+                           uint32_t c1, uint32_t r0, uint32_t r1)
 {
     if (layer < 0 || !p->lin_info[layer + 1][role].term)
         return;
     const struct infer_linear *lin = pl_graph_linear(p, layer, role);
     float *y = mm_output(p, b, role);
     const float *d = b->delta[role];
-    for (uint32_t r = 0; r < b->n; r++) {
+    for (uint32_t r = r0; r < r1; r++) {
         if (!b->touched[role][r])
             continue;
         size_t off = (size_t)r * lin->rows;
         for (uint32_t c = c0; c < c1; c++)
             y[off + c] += d[off + c];
     }
+}
+
+static void add_delta(struct pl *p, struct chunkbuf *b, int layer, uint32_t role, uint32_t c0,
+                      uint32_t c1)
+{
+    add_delta_rows(p, b, layer, role, c0, c1, 0, b->n);
 }
 
 /* PL_SHADOW: the model's linear term on what the quantizer clips of the
@@ -260,9 +266,18 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     case PL_SWIGLU: {
         uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
-        add_delta(p, b, t->layer, FORMAT_ROLE_W_GATE, f0, f1);
-        add_delta(p, b, t->layer, FORMAT_ROLE_W_UP, f0, f1);
-        infer_step_swiglu(b->g, b->u, b->n, F, f0, f1);
+        if (p->lin_info[t->layer + 1][FORMAT_ROLE_W_GATE].term ||
+            p->lin_info[t->layer + 1][FORMAT_ROLE_W_UP].term) {
+            /* row by row: a row's delta added just before its SwiGLU, so its
+             * gate and up are read from memory once (elementwise: same bits) */
+            for (uint32_t r = 0; r < b->n; r++) {
+                add_delta_rows(p, b, t->layer, FORMAT_ROLE_W_GATE, f0, f1, r, r + 1);
+                add_delta_rows(p, b, t->layer, FORMAT_ROLE_W_UP, f0, f1, r, r + 1);
+                infer_step_swiglu(b->g + (size_t)r * F, b->u + (size_t)r * F, 1, F, f0, f1);
+            }
+        } else {
+            infer_step_swiglu(b->g, b->u, b->n, F, f0, f1);
+        }
         quantize_cols(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, b->n, F, f0, f1);
         break;
     }
