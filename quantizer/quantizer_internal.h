@@ -203,10 +203,10 @@ int quantizer_table(const float *w, uint32_t rows, uint32_t cols, const float *x
 
 /* ---- simulated grids (quantizer_wsim.c) ---------------------------------------------- */
 
-/* Rounds W [rows][cols] on the grid o->wsim selects with GPTQ's
- * compensation: q gets the int8 values the NPU would see, scales the rows'
- * scales, widths 8 (rows of width 1 untouched); *extra_bits the bits of the
- * table or multipliers. 0 or -ENOMEM. */
+/* Rounds W [rows][cols] with per-block multipliers (o->wsim_mult,
+ * o->wsim_block) and GPTQ's compensation: q gets the int8 values the NPU
+ * would see, scales the rows' scales, widths 8 (rows of width 1 untouched);
+ * *extra_bits the bits of the multipliers. 0 or -ENOMEM. */
 int quantizer_wsim(const struct quantizer_opts *o, const float *w, uint32_t rows, uint32_t cols,
                    const float *x, uint32_t n_sample, const float *s, uint8_t *widths,
                    float *scales, int8_t *q, uint64_t *extra_bits);

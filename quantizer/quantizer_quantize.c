@@ -683,6 +683,7 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
         for (uint32_t r = 0; r < rows; r++)
             bits8 += (int64_t)format_packed_row_bytes(q->encoding, widths[r], cols);
         rep->sim_delta += real + (int64_t)((extra + 7) / 8) - bits8;
+        rep->sim_extra += (extra + 7) / 8;
     } else if (q->o->code_table && q->o->gptq && layer >= 0 && input_slot(q, layer, role)) {
         const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
         if (!(npu = malloc((size_t)rows * cols))) {

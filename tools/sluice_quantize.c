@@ -88,13 +88,11 @@ static void usage(FILE *f)
             "                        k-means) instead of the uniform grid: same code bytes,\n"
             "                        the NPU still sees per-channel int8 (a version 3\n"
             "                        container; adaptive encoding only)\n"
-            "  --weight-sim G        experiment, with --gptq: round the decoder linears on\n"
-            "                        the grid G and write the int8 values the NPU would see\n"
-            "                        as 8-bit rows (a bigger file); the summary gives the\n"
-            "                        bytes the real format would take. G: table-row (a\n"
-            "                        2^b-level int8 table per output channel), table-tensor\n"
-            "                        (one per tensor), multM/BLOCK (multipliers 1..M per\n"
-            "                        BLOCK weights of a row, e.g. mult4/32)\n"
+            "  --weight-sim multM/BLOCK  experiment, with --gptq: the decoder linears'\n"
+            "                        int8 values are code * m, m in 1..M per BLOCK weights of\n"
+            "                        a row (e.g. mult4/32), written as 8-bit rows (a bigger\n"
+            "                        file); the summary gives the bytes the real format would\n"
+            "                        take (the b-bit codes plus the multipliers)\n"
             "  --shadow              shadow outlier execution (llm.npu 3.3; static activations):\n"
             "                        each decoder linear's activation scale covers the bulk\n"
             "                        of its calibration input (--shadow-quantile of |x|\n"
@@ -162,8 +160,9 @@ static void summary(const char *out, const struct quantizer_opts *o,
            " bytes: %.3f bits per weight (codes, widths, scales)\n",
            rep->file_bytes, (double)rep->file_bytes / 1e6, rep->weights, rep->code_bytes, bpw);
     if (o->wsim)
-        printf("simulated grid: the real format would take %" PRId64 " bytes (sim_bytes)\n",
-               (int64_t)rep->file_bytes + rep->sim_delta);
+        printf("simulated multipliers: %" PRIu64 " bytes; the real format would take about %" PRId64
+               " bytes (slice padding aside)\n",
+               rep->sim_extra, (int64_t)rep->file_bytes + rep->sim_delta);
     if (rep->groups) {
         printf("smoothing: %u groups, mean alpha %.2f; groups per alpha:", rep->groups,
                rep->mean_alpha);
@@ -367,18 +366,14 @@ int cmd_quantize(int argc, char **argv)
             bad = tools_args_value(&args, &g);
             unsigned mm, bb;
             char tail;
-            if (bad == 0 && !strcmp(g, "table-row")) {
-                o.wsim = QUANTIZER_WSIM_TABLE_ROW;
-            } else if (bad == 0 && !strcmp(g, "table-tensor")) {
-                o.wsim = QUANTIZER_WSIM_TABLE_TENSOR;
-            } else if (bad == 0 && sscanf(g, "mult%u/%u%c", &mm, &bb, &tail) == 2 && mm >= 1 &&
+            if (bad == 0 && sscanf(g, "mult%u/%u%c", &mm, &bb, &tail) == 2 && mm >= 1 &&
                        mm <= 127 && bb >= 1 && bb <= 65536) {
                 o.wsim = QUANTIZER_WSIM_MULT;
                 o.wsim_mult = mm;
                 o.wsim_block = bb;
             } else if (bad == 0) {
-                fprintf(stderr, "sluice quantize: --weight-sim: '%s' is not table-row, "
-                                "table-tensor or multM/BLOCK\n", g);
+                fprintf(stderr, "sluice quantize: --weight-sim: '%s' is not multM/BLOCK (M "
+                                "1..127, BLOCK 1..65536)\n", g);
                 return 2;
             }
         } else if (!strcmp(a, "--shadow")) {

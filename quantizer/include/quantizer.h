@@ -150,9 +150,7 @@ enum quantizer_clip {
 
 enum quantizer_wsim {
     QUANTIZER_WSIM_NONE = 0,
-    QUANTIZER_WSIM_TABLE_ROW,    /* a 2^b-level int8 table per output channel */
-    QUANTIZER_WSIM_TABLE_TENSOR, /* one table per tensor */
-    QUANTIZER_WSIM_MULT,         /* multipliers per block of a row */
+    QUANTIZER_WSIM_MULT, /* multipliers per block of a row (quantizer_wsim.c) */
 };
 
 struct quantizer_opts {
@@ -208,7 +206,9 @@ struct quantizer_report {
     uint64_t file_bytes;
     uint64_t weights;            /* quantized weights (linear layers and embedding) */
     uint64_t code_bytes;         /* their packed bytes (codes, widths, scales) */
-    int64_t sim_delta;           /* wsim: the real format's bytes minus the written ones */
+    int64_t sim_delta;           /* wsim: the real format's bytes minus the written ones
+                                    (slice padding aside) */
+    uint64_t sim_extra;          /* wsim: of which the multipliers' bytes */
     uint32_t hist[FORMAT_ROLE_COUNT][FORMAT_MAX_BITS + 1]; /* channels per width per role */
     double mean_alpha;           /* mean chosen alpha over smoothing groups (edgeflow) */
     uint32_t alpha_hist[11];     /* groups per alpha decile (round(10 alpha)) */
