@@ -59,10 +59,15 @@ uint64_t format_packed_prefix_bytes(uint64_t rows)
     return sl_align_up(scales_offset(rows) + 4 * rows, 64);
 }
 
-uint64_t format_packed_prefix_bytes_table(uint64_t rows, uint32_t table_bits)
+static uint64_t mult_bytes(uint64_t rows, uint64_t cols)
+{
+    return (2 * rows * format_packed_mult_blocks(cols) + 7) / 8;
+}
+
+uint64_t format_packed_prefix_bytes_mult(uint64_t rows, uint64_t cols, int mult)
 {
     uint64_t p = format_packed_prefix_bytes(rows);
-    return table_bits ? p + sl_align_up((1ull << table_bits) - 1, 64) : p;
+    return mult ? p + sl_align_up(mult_bytes(rows, cols), 64) : p;
 }
 
 static int all_zero(const uint8_t *p, uint64_t n)
@@ -89,9 +94,9 @@ int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint6
     }
     uint64_t prefix = format_packed_prefix_bytes(rows), prefix1 = prefix;
     if (len >= FORMAT_PACKED_HEADER && sl_load_le32(p + 4) == 2 &&
-        encoding == FORMAT_ENC_ADAPTIVE && sl_load_le32(p + 20) >= 2 &&
-        sl_load_le32(p + 20) <= 8) /* version 2: the code table after the scales */
-        prefix = format_packed_prefix_bytes_table(rows, sl_load_le32(p + 20));
+        encoding == FORMAT_ENC_ADAPTIVE && sl_load_le32(p + 20) == FORMAT_PACKED_MULT_BLOCK &&
+        rows <= UINT32_MAX && cols <= UINT32_MAX) /* version 2: multipliers after the scales */
+        prefix = format_packed_prefix_bytes_mult(rows, cols, 1);
     if (len < prefix) {
         sl_err_set(err, "%s tensor is %" PRIu64 " bytes, shorter than its header, widths and "
                         "scales (%" PRIu64 " bytes for %" PRIu64 " rows)",
@@ -108,32 +113,25 @@ int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint6
     uint64_t data_len = sl_load_le64(p + 24);
     uint32_t want_group = encoding == FORMAT_ENC_ADAPTIVE ? FORMAT_PACKED_GROUP : 0;
     if (version == 2 && encoding == FORMAT_ENC_ADAPTIVE && r == rows && c == cols &&
-        group == want_group && (reserved < 2 || reserved > 8)) {
-        sl_err_set(err, "%s tensor header version 2: code table width %u (must be 2..8)", name,
-                   reserved);
+        group == want_group && reserved != FORMAT_PACKED_MULT_BLOCK) {
+        sl_err_set(err, "%s tensor header version 2: multiplier block %u (must be %u)", name,
+                   reserved, FORMAT_PACKED_MULT_BLOCK);
         return -EINVAL;
     }
     if (!(version == 1 || (version == 2 && encoding == FORMAT_ENC_ADAPTIVE)) || r != rows ||
         c != cols || group != want_group || (version == 1 && reserved != 0)) {
         sl_err_set(err, "%s tensor header (version %u, %u x %u, group %u, reserved %u) does not "
-                        "match version 1 (or 2: adaptive with a code table), %" PRIu64
+                        "match version 1 (or 2: adaptive with block multipliers), %" PRIu64
                         " x %" PRIu64 ", group %u, reserved 0",
                    name, version, r, c, group, reserved, rows, cols, want_group);
         return -EINVAL;
     }
-    const int8_t *table = NULL;
-    uint32_t table_bits = version == 2 ? reserved : 0;
-    if (table_bits) {
-        table = (const int8_t *)(p + prefix1);
-        uint64_t n = (1ull << table_bits) - 1;
-        for (uint64_t i = 0; i < n; i++)
-            if (table[i] == -128) {
-                sl_err_set(err, "%s tensor: code table entry %" PRIu64 " is -128 (must be in "
-                                "[-127, 127])", name, i);
-                return -EINVAL;
-            }
-        if (!all_zero(p + prefix1 + n, prefix - prefix1 - n)) {
-            sl_err_set(err, "%s tensor: nonzero padding after the code table", name);
+    const uint8_t *mult = version == 2 ? p + prefix1 : NULL;
+    if (mult) { /* every 2-bit value is a multiplier: only the padding to check */
+        uint64_t bits = 2 * rows * format_packed_mult_blocks(cols), full = bits / 8;
+        if ((bits % 8 && (mult[full] >> (bits % 8)) != 0) ||
+            !all_zero(mult + (bits + 7) / 8, prefix - prefix1 - (bits + 7) / 8)) {
+            sl_err_set(err, "%s tensor: nonzero bits after the block multipliers", name);
             return -EINVAL;
         }
     }
@@ -185,8 +183,8 @@ int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint6
         out->scales = scales;
         out->data = p + prefix;
         out->data_len = data_len;
-        out->table = table;
-        out->table_bits = table_bits;
+        out->mult = mult;
+        out->mult_block = mult ? FORMAT_PACKED_MULT_BLOCK : 0;
     }
     return 0;
 }

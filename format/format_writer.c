@@ -30,7 +30,7 @@ struct format_writer {
     int finished;
     int have_config;
     int failed;             /* a write error happened: finish refuses */
-    int tables;             /* a packed tensor with a code table: version 3 */
+    int tables;             /* a packed tensor with block multipliers: version 3 */
     struct format_config cfg;
 
     /* tokenizer (owned copy) */

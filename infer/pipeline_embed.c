@@ -72,8 +72,8 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
     struct format_packed_layout lay = {0};
     int ret = data && offs && lens && bufs && q ? 0 : -ENOMEM;
     if (ret == 0 && packed) {
-        /* the longest prefix: with an 8-bit code table (header version 2) */
-        uint64_t plen = format_packed_prefix_bytes_table(rows, 8);
+        /* the longest prefix: with block multipliers (header version 2) */
+        uint64_t plen = format_packed_prefix_bytes_mult(rows, D, 1);
         plen = plen < t->length ? plen : t->length;
         prefix = sl_malloc(plen);
         row_off = sl_malloc(sizeof *row_off * rows);
@@ -121,7 +121,8 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
         if (packed) {
             ret = unpack_row(t->encoding, unpack_kernel_best(), row, D,
                              format_packed_width(lay.widths, tok), q);
-            unpack_row_table(&lay, format_packed_width(lay.widths, tok), q);
+            if (ret == 0)
+                ret = unpack_row_mult(&lay, tok, format_packed_width(lay.widths, tok), q);
             s = sl_load_lef32(lay.scales + 4ull * tok);
         } else {
             memcpy(q, row, D);

@@ -189,26 +189,16 @@ int quantizer_gptq_with(const float *w, uint32_t rows, uint32_t cols, const floa
                         uint32_t n_sample, const float *s, const struct quantizer_rounder *rd,
                         int8_t *q);
 
-/* ---- code tables (quantizer_table.c) ------------------------------------------------ */
+/* ---- block multipliers (quantizer_mult.c) -------------------------------------------- */
 
-/* Fits a code table for the rows of the tensor's most common width T and
- * rounds W [rows][cols] with GPTQ: q gets the packer's codes (on each row's
- * uniform grid), npu the int8 values they decode to, table [2^T - 1] the
- * levels, scales the rows' scales (max|w| / 127 for the table's rows),
- * *table_bits T (0: no table, nothing written: no calibration rows or no
- * row of 2 bits or more). 0 or -ENOMEM. */
-int quantizer_table(const float *w, uint32_t rows, uint32_t cols, const float *x,
-                    uint32_t n_sample, const float *s, const uint8_t *widths, float *scales,
-                    int8_t *q, int8_t *npu, int8_t table[255], uint32_t *table_bits);
-
-/* ---- simulated grids (quantizer_wsim.c) ---------------------------------------------- */
-
-/* Rounds W [rows][cols] with per-block multipliers (o->wsim_mult,
- * o->wsim_block) and GPTQ's compensation: q gets the int8 values the NPU
- * would see, scales the rows' scales, widths 8 (rows of width 1 untouched);
- * *extra_bits the bits of the multipliers. 0 or -ENOMEM. */
-int quantizer_wsim(const struct quantizer_opts *o, const float *w, uint32_t rows, uint32_t cols,
-                   const float *x, uint32_t n_sample, const float *s, uint8_t *widths,
-                   float *scales, int8_t *q, uint64_t *extra_bits);
+/* Rounds W [rows][cols] with a multiplier in 1..format_packed_mult_max(b)
+ * per block of FORMAT_PACKED_MULT_BLOCK weights of each row (b >= 2) and
+ * GPTQ's compensation on the n_sample calibration rows x (divided by s):
+ * q gets the codes on each row's uniform grid, mult [rows][blocks] the
+ * multipliers (1 for rows of width 1), npu the int8 values q * m the NPU
+ * sees, scales the rows' scales (max|w| / (lim M)). 0 or -ENOMEM. */
+int quantizer_mult(const float *w, uint32_t rows, uint32_t cols, const float *x,
+                   uint32_t n_sample, const float *s, const uint8_t *widths, float *scales,
+                   int8_t *q, uint8_t *mult, int8_t *npu);
 
 #endif

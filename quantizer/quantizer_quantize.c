@@ -646,8 +646,8 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
     float *cw = NULL;
     void *bytes = NULL;
     uint64_t len = 0;
-    int8_t *npu = NULL, table[255];
-    uint32_t table_bits = 0;
+    int8_t *npu = NULL; /* block multipliers: the int8 values the NPU sees */
+    uint8_t *mult = NULL;
     int ret = -ENOMEM;
     if (!widths || !codes || !scales || !tmp) {
         sl_err_set(q->err, "out of memory quantizing layer %d %s", layer, format_role_name(role));
@@ -667,38 +667,20 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
         }
     }
     quantizer_tensor_quantize(wf, rows, cols, NULL, widths, q->clip, codes, scales, tmp);
-    if (q->o->wsim && q->o->gptq && layer >= 0 && input_slot(q, layer, role)) {
+    if (q->o->block_mult && q->o->gptq && layer >= 0 && input_slot(q, layer, role)) {
         const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
-        int64_t real = 0, bits8 = 0;
-        for (uint32_t r = 0; r < rows; r++)
-            real += (int64_t)format_packed_row_bytes(q->encoding, widths[r], cols);
-        uint64_t extra;
-        if ((ret = quantizer_wsim(q->o, wf, rows, cols, sl->sample, sl->n_sample,
-                                  smoothing_of(q, layer, role), widths, scales, codes,
-                                  &extra)) < 0) {
-            sl_err_set(q->err, "out of memory simulating layer %d %s", layer,
-                       format_role_name(role));
-            goto out;
-        }
-        for (uint32_t r = 0; r < rows; r++)
-            bits8 += (int64_t)format_packed_row_bytes(q->encoding, widths[r], cols);
-        rep->sim_delta += real + (int64_t)((extra + 7) / 8) - bits8;
-        rep->sim_extra += (extra + 7) / 8;
-    } else if (q->o->code_table && q->o->gptq && layer >= 0 && input_slot(q, layer, role)) {
-        const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
-        if (!(npu = malloc((size_t)rows * cols))) {
+        npu = malloc((size_t)rows * cols);
+        mult = malloc((size_t)rows * format_packed_mult_blocks(cols));
+        if (!npu || !mult ||
+            (ret = quantizer_mult(wf, rows, cols, sl->sample, sl->n_sample,
+                                  smoothing_of(q, layer, role), widths, scales, codes, mult,
+                                  npu)) < 0) {
             ret = -ENOMEM;
-            sl_err_set(q->err, "out of memory quantizing layer %d %s", layer,
-                       format_role_name(role));
+            sl_err_set(q->err, "out of memory rounding layer %d %s with block multipliers",
+                       layer, format_role_name(role));
             goto out;
         }
-        if ((ret = quantizer_table(wf, rows, cols, sl->sample, sl->n_sample,
-                                   smoothing_of(q, layer, role), widths, scales, codes, npu,
-                                   table, &table_bits)) < 0) {
-            sl_err_set(q->err, "out of memory fitting the code table of layer %d %s", layer,
-                       format_role_name(role));
-            goto out;
-        }
+        rep->mult_bytes += (2ull * rows * format_packed_mult_blocks(cols) + 7) / 8;
     } else if (q->o->gptq && layer >= 0) {
         const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
         /* the weights are folded (W diag(s)): the inputs they see are x / s */
@@ -710,13 +692,13 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
             goto out;
         }
     }
-    ret = quantizer_pack_table(q->encoding, codes, widths, scales, rows, cols,
-                               table_bits ? table : NULL, table_bits, &bytes, &len, q->err);
+    ret = quantizer_pack_mult(q->encoding, codes, widths, scales, rows, cols, mult, &bytes, &len,
+                              q->err);
     if (ret < 0)
         goto out;
     float act;
     if ((ret = act_scale(q, layer, role, &act)) < 0 ||
-        (ret = shadow_linear(q, layer, role, table_bits ? npu : codes, rows, cols, &act)) < 0)
+        (ret = shadow_linear(q, layer, role, npu ? npu : codes, rows, cols, &act)) < 0)
         goto out;
     char name[FORMAT_NAME_MAX];
     format_tensor_name(layer, role, name, sizeof name);
@@ -736,6 +718,7 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
 out:
     free(bytes);
     free(npu);
+    free(mult);
     free(cw);
     free(widths);
     free(codes);
@@ -957,14 +940,8 @@ static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
                    o->encoding);
         return -EINVAL;
     }
-    if (o->code_table && (!o->gptq || (o->encoding != 0 && o->encoding != FORMAT_ENC_ADAPTIVE))) {
-        sl_err_set(err, "code tables need gptq and the adaptive encoding");
-        return -EINVAL;
-    }
-    if (o->wsim && (!o->gptq || (o->wsim == QUANTIZER_WSIM_MULT &&
-                                 (o->wsim_block == 0 || o->wsim_mult == 0)))) {
-        sl_err_set(err, "a simulated weight grid needs gptq (and a block and multiplier "
-                        "count for mult)");
+    if (o->block_mult && (!o->gptq || (o->encoding != 0 && o->encoding != FORMAT_ENC_ADAPTIVE))) {
+        sl_err_set(err, "block multipliers need gptq and the adaptive encoding");
         return -EINVAL;
     }
     if (o->shadow && (o->act_dynamic || o->float_out || !(o->shadow_quantile > 0) ||

@@ -28,7 +28,7 @@ static void usage(FILE *f)
             "Unpacks a rows x cols weight tensor (default 4096 x 4096; --rows 1..1048576,\n"
             "--cols 1..131072) to int8 with every kernel this build and CPU have (scalar,\n"
             "avx2, avx512, neon) for every packed encoding (adaptive, int4int8, bitplane,\n"
-            "and adaptive+t: adaptive with a code table for its most common width),\n"
+            "and adaptive+m: adaptive with a multiplier 1..4 per block of 32 weights),\n"
             "side by side in one run, on one core, at per-channel bit-width mixes averaging\n"
             "4, 5, 6 and 7 bits. The widths come from the quantizer's greedy allocator\n"
             "(quantizer_allocate) run on synthetic channel statistics, so they spread around\n"
@@ -188,12 +188,12 @@ struct contender {
                                                       (perf only) */
 };
 
-/* the fourth: adaptive with a code table for the most common width (header
- * version 2; the same code bytes plus the table) */
+/* the fourth: adaptive with a multiplier 1..4 per block of 32 weights of a
+ * row (header version 2; the same code bytes plus 2 bits per block) */
 #define N_ENC 4
 static const uint32_t encs[N_ENC] = {FORMAT_ENC_ADAPTIVE, FORMAT_ENC_INT4INT8, FORMAT_ENC_BITPLANE,
                                      FORMAT_ENC_ADAPTIVE};
-static const char *const enc_labels[N_ENC] = {"adaptive", "int4int8", "bitplane", "adaptive+t"};
+static const char *const enc_labels[N_ENC] = {"adaptive", "int4int8", "bitplane", "adaptive+m"};
 static const uint32_t avgs[4] = {4, 5, 6, 7};
 
 struct run {
@@ -332,13 +332,15 @@ static int bench_mix(struct run *R, uint32_t avg, uint64_t *seed, cJSON *arr, in
     struct unpack_tensor ut[N_ENC];
     void *bytes[N_ENC] = {NULL, NULL, NULL, NULL};
     uint64_t len[N_ENC];
-    int8_t table[255], *qt = malloc((size_t)rows * cols); /* what the table tensor gives */
+    uint32_t nb = format_packed_mult_blocks(cols);
+    uint8_t *mult = malloc((size_t)rows * nb);
+    int8_t *qt = malloc((size_t)rows * cols); /* what the multiplier tensor gives */
     uint8_t *w = malloc(rows);
     float *sc = malloc(sizeof(float) * rows);
     struct sl_err err = {{0}};
     memset(cs, 0, sizeof cs);
     memset(ut, 0, sizeof ut);
-    if (!w || !sc || !qt)
+    if (!w || !sc || !qt || !mult)
         goto fail;
     if ((ret = make_widths(w, rows, avg, seed)) < 0) {
         fprintf(stderr, "sluice bench unpack: bit allocation failed (%s)\n", strerror(-ret));
@@ -355,22 +357,20 @@ static int bench_mix(struct run *R, uint32_t avg, uint64_t *seed, cJSON *arr, in
                 (int8_t)(w[r] == 1 ? (x & 1 ? 1 : -1) : (int)(x % (uint64_t)(2 * m + 1)) - m);
         }
     }
-    uint32_t T = 2; /* the table's width: the most common one */
-    for (uint32_t b = 2; b <= 8; b++)
-        T = hist[b] > hist[T] ? b : T;
-    for (uint32_t i = 0; i < (1u << T) - 1; i++) { /* a non-uniform table: a cubic's levels */
-        double v = ((double)i - ((1 << (T - 1)) - 1)) / ((1 << (T - 1)) - 1);
-        table[i] = (int8_t)lrint(127.0 * (0.3 * v + 0.7 * v * v * v));
+    for (size_t i = 0; i < (size_t)rows * nb; i++) /* multipliers 1..4, in turn */
+        mult[i] = (uint8_t)(1 + (rng_next(seed) & 3));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = (uint32_t)(i / cols), m = mult[(size_t)r * nb + (i % cols) / 32],
+                 mx = format_packed_mult_max(w[r]);
+        qt[i] = (int8_t)(R->q[i] * (m < mx ? m : mx));
     }
-    for (size_t i = 0; i < n; i++)
-        qt[i] = w[i / cols] == T ? table[R->q[i] + (1 << (T - 1)) - 1] : R->q[i];
     for (int e = 0; e < N_ENC; e++) {
         /* the container stores every tensor at a 64-byte aligned offset and the
          * loader reads into page-aligned buffers: time the bytes aligned the
          * same way (malloc's 16-byte alignment would split vector loads) */
         void *packed = NULL;
-        if ((ret = quantizer_pack_table(encs[e], R->q, w, sc, rows, cols, e == 3 ? table : NULL,
-                                        e == 3 ? T : 0, &packed, &len[e], &err)) < 0) {
+        if ((ret = quantizer_pack_mult(encs[e], R->q, w, sc, rows, cols, e == 3 ? mult : NULL,
+                                       &packed, &len[e], &err)) < 0) {
             fprintf(stderr, "sluice bench unpack: %s\n", err.msg);
             goto fail;
         }
@@ -467,6 +467,7 @@ fail:
         sl_free_aligned(bytes[e]);
     }
     free(qt);
+    free(mult);
     free(w);
     free(sc);
     return ret;

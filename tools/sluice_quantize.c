@@ -82,17 +82,12 @@ static void usage(FILE *f)
             "  --gptq                round the decoder linears' weights with GPTQ's error\n"
             "                        compensation (Hessian of the kept calibration rows; same\n"
             "                        grids and scales; O(cols^3) per tensor: small models)\n"
-            "  --code-table          with --gptq: each decoder linear's codes decode through\n"
-            "                        a table of int8 levels fitted to its weights (one table\n"
-            "                        per tensor, for its most common width; Hessian-weighted\n"
-            "                        k-means) instead of the uniform grid: same code bytes,\n"
-            "                        the NPU still sees per-channel int8 (a version 3\n"
-            "                        container; adaptive encoding only)\n"
-            "  --weight-sim multM/BLOCK  experiment, with --gptq: the decoder linears'\n"
-            "                        int8 values are code * m, m in 1..M per BLOCK weights of\n"
-            "                        a row (e.g. mult4/32), written as 8-bit rows (a bigger\n"
-            "                        file); the summary gives the bytes the real format would\n"
-            "                        take (the b-bit codes plus the multipliers)\n"
+            "  --block-mult          with --gptq: each decoder linear's int8 values are its\n"
+            "                        b-bit codes times a multiplier 1..4 per block of 32\n"
+            "                        weights of a row (2 bits per block; at most 2 at 7\n"
+            "                        bits, 1 at 8), the row's scale max|w| / (lim 4): block\n"
+            "                        scales the NPU never sees, as it still gets per-channel\n"
+            "                        int8 (a version 3 container; adaptive encoding only)\n"
             "  --shadow              shadow outlier execution (llm.npu 3.3; static activations):\n"
             "                        each decoder linear's activation scale covers the bulk\n"
             "                        of its calibration input (--shadow-quantile of |x|\n"
@@ -159,10 +154,8 @@ static void summary(const char *out, const struct quantizer_opts *o,
     printf("file %" PRIu64 " bytes (%.2f MB); %" PRIu64 " quantized weights in %" PRIu64
            " bytes: %.3f bits per weight (codes, widths, scales)\n",
            rep->file_bytes, (double)rep->file_bytes / 1e6, rep->weights, rep->code_bytes, bpw);
-    if (o->wsim)
-        printf("simulated multipliers: %" PRIu64 " bytes; the real format would take about %" PRId64
-               " bytes (slice padding aside)\n",
-               rep->sim_extra, (int64_t)rep->file_bytes + rep->sim_delta);
+    if (rep->mult_bytes)
+        printf("block multipliers: %" PRIu64 " bytes of them\n", rep->mult_bytes);
     if (rep->groups) {
         printf("smoothing: %u groups, mean alpha %.2f; groups per alpha:", rep->groups,
                rep->mean_alpha);
@@ -359,23 +352,8 @@ int cmd_quantize(int argc, char **argv)
             o.clip = (enum quantizer_clip)v;
         } else if (!strcmp(a, "--gptq")) {
             o.gptq = 1;
-        } else if (!strcmp(a, "--code-table")) {
-            o.code_table = 1;
-        } else if (!strcmp(a, "--weight-sim")) {
-            const char *g = NULL;
-            bad = tools_args_value(&args, &g);
-            unsigned mm, bb;
-            char tail;
-            if (bad == 0 && sscanf(g, "mult%u/%u%c", &mm, &bb, &tail) == 2 && mm >= 1 &&
-                       mm <= 127 && bb >= 1 && bb <= 65536) {
-                o.wsim = QUANTIZER_WSIM_MULT;
-                o.wsim_mult = mm;
-                o.wsim_block = bb;
-            } else if (bad == 0) {
-                fprintf(stderr, "sluice quantize: --weight-sim: '%s' is not multM/BLOCK (M "
-                                "1..127, BLOCK 1..65536)\n", g);
-                return 2;
-            }
+        } else if (!strcmp(a, "--block-mult")) {
+            o.block_mult = 1;
         } else if (!strcmp(a, "--shadow")) {
             o.shadow = 1;
         } else if (!strcmp(a, "--shadow-quantile")) {

@@ -125,10 +125,28 @@ int unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_
     return 0;
 }
 
-void unpack_row_table(const struct format_packed_layout *lay, uint32_t width, int8_t *q)
+/* Row r's block multipliers, clamped for width b, into m [blocks]. */
+static void row_mults(const struct format_packed_layout *lay, uint32_t r, uint32_t b, uint8_t *m)
 {
-    if (lay->table && width == lay->table_bits)
-        kernel_tables[unpack_kernel_best()]->remap(q, lay->cols, lay->table, width);
+    uint32_t nb = format_packed_mult_blocks(lay->cols), mx = format_packed_mult_max(b);
+    for (uint32_t k = 0; k < nb; k++) {
+        uint32_t v = format_packed_mult(lay->mult, nb, r, k);
+        m[k] = (uint8_t)(v < mx ? v : mx);
+    }
+}
+
+int unpack_row_mult(const struct format_packed_layout *lay, uint32_t row, uint32_t width,
+                    int8_t *q)
+{
+    if (!lay->mult)
+        return 0;
+    uint8_t *m = malloc(format_packed_mult_blocks(lay->cols));
+    if (!m)
+        return -ENOMEM;
+    row_mults(lay, row, width, m);
+    kernel_tables[unpack_kernel_best()]->mult(q, lay->cols, m);
+    free(m);
+    return 0;
 }
 
 int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
@@ -145,21 +163,26 @@ int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k
                  (store == UNPACK_STORE_STREAM ||
                   (store == UNPACK_STORE_AUTO &&
                    (uint64_t)(r1 - r0) * cols >= UNPACK_STREAM_MIN_BYTES));
+    uint8_t *m = NULL; /* a row's block multipliers (header version 2) */
+    if (u->layout.mult && !(m = malloc(format_packed_mult_blocks(cols))))
+        return -ENOMEM;
     for (uint32_t r = r0; r < r1; r++) {
         int8_t *dst = q + (size_t)(r - r0) * cols;
         uint32_t b = format_packed_width(u->layout.widths, r);
-        if (b == u->layout.table_bits && kt->adaptive_table) { /* through the code table */
-            kt->adaptive_table(u->layout.data + u->row_off[r], cols, b, dst, stream,
-                               u->layout.table);
-        } else if (b == u->layout.table_bits) { /* the same in two steps, from L1 */
+        if (m)
+            row_mults(&u->layout, r, b, m);
+        if (m && kt->adaptive_mult) { /* multiplied in registers, before the stores */
+            kt->adaptive_mult(u->layout.data + u->row_off[r], cols, b, dst, stream, m);
+        } else if (m) { /* the same in two steps, from L1 */
             fn(u->layout.data + u->row_off[r], cols, b, dst, 0);
-            kt->remap(dst, cols, u->layout.table, b);
+            kt->mult(dst, cols, m);
         } else {
             fn(u->layout.data + u->row_off[r], cols, b, dst, stream);
         }
         if (corr) /* the row was just written: summed from L1 */
             corr[r - r0] = 128 * kt->sum(dst, cols);
     }
+    free(m);
     return 0;
 }
 
@@ -189,14 +212,17 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
     const uint32_t cols = u->layout.cols;
     if (cols > UNPACK_CORR_MAX_COLS)
         return -EOVERFLOW;
-    if (u->layout.encoding != FORMAT_ENC_ADAPTIVE || u->layout.table) {
-        /* the baselines and code tables: each row unpacked to a buffer, then
-         * multiplied */
+    if (u->layout.encoding != FORMAT_ENC_ADAPTIVE || u->layout.mult) {
+        /* the baselines and block multipliers: each row unpacked to a buffer,
+         * then multiplied */
         int8_t *q = malloc(cols);
         if (!q)
             return -ENOMEM;
         for (uint32_t r = r0; r < r1; r++) {
-            unpack_tensor_rows(u, k, r, r + 1, q, NULL);
+            if (unpack_tensor_rows(u, k, r, r + 1, q, NULL) < 0) {
+                free(q);
+                return -ENOMEM;
+            }
             for (uint32_t i = 0; i < m; i++)
                 acc[i * ldacc + (r - r0)] = unpack_dot_i8(q, x + (size_t)i * cols, cols);
         }

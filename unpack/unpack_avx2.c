@@ -127,52 +127,43 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
         _mm_sfence();
 }
 
-/* ---- code tables (header version 2) ------------------------------------------------------
- * The table's 2^b - 1 entries in 16-byte pieces, each broadcast to both lanes;
- * a code u (< 2^b - 1) reads piece u >> 4 at u & 15 (pshufb, blends). */
-struct tab {
-    __m256i p[16];
-    int pieces;
-};
-
-AI void tab_load(struct tab *t, const int8_t *table, uint32_t b)
+/* ---- block multipliers (header version 2) ------------------------------------------------
+ * 32 int8 values times one multiplier m in 1..4 (a 32-weight block): v m =
+ * v [m & 1] + 2v [m & 2] + 4v [m & 4], with the bracketed masks broadcast;
+ * |v m| <= 127, so no add wraps. */
+AI __m256i mul_block(__m256i v, uint32_t m)
 {
-    int8_t e[256] = {0};
-    memcpy(e, table, (size_t)(1u << b) - 1);
-    t->pieces = (int)(((1u << b) + 15) / 16);
-    for (int j = 0; j < t->pieces; j++)
-        t->p[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(e + 16 * j)));
+    __m256i v2 = _mm256_add_epi8(v, v), v4 = _mm256_add_epi8(v2, v2);
+    __m256i r = _mm256_and_si256(v, _mm256_set1_epi8((char)-(int)(m & 1)));
+    r = _mm256_add_epi8(r, _mm256_and_si256(v2, _mm256_set1_epi8((char)-(int)(m >> 1 & 1))));
+    return _mm256_add_epi8(r, _mm256_and_si256(v4, _mm256_set1_epi8((char)-(int)(m >> 2 & 1))));
 }
 
-/* table[u] for 32 codes u in [0, 2^b - 1) (b >= 2) */
-AI __m256i lookup(__m256i u, const struct tab *t, const uint32_t b)
+void unpack_mult_avx2(int8_t *q, uint32_t n, const uint8_t *m)
 {
-    if (b <= 4)
-        return _mm256_shuffle_epi8(t->p[0], u);
-    const __m256i lo4 = _mm256_set1_epi8(0x0f);
-    __m256i low = _mm256_and_si256(u, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(u, 4), lo4);
-    __m256i r = _mm256_shuffle_epi8(t->p[0], low);
-    for (int j = 1; j < (int)((1u << b) + 15) / 16; j++)
-        r = _mm256_blendv_epi8(r, _mm256_shuffle_epi8(t->p[j], low),
-                               _mm256_cmpeq_epi8(hi, _mm256_set1_epi8((char)j)));
-    return r;
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        _mm256_storeu_si256((__m256i *)(q + i),
+                            mul_block(_mm256_loadu_si256((const __m256i *)(q + i)), m[i / 32]));
+    unpack_mult_scalar(q + i, n - i, m + i / 32);
 }
 
-/* adaptive_row_b through a code table: the codes looked up, not offset */
-AI void adaptive_table_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
-                         const int nt, const struct tab *tb)
+/* adaptive_row_b with the multipliers applied before the stores: the
+ * 32-weight vectors of a full group are its blocks 2k + h */
+AI void adaptive_mult_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
+                        const int nt, const uint8_t *m)
 {
     uint32_t full = cols / 512;
-    for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512) {
+    for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512, m += 16) {
         unpack_adaptive_prefetch(src, b);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            store(dst + k * 64, lookup(code(src, 64, k, b), tb, b), nt);
-            store(dst + k * 64 + 32, lookup(code(src + 32, 64, k, b), tb, b), nt);
+            store(dst + k * 64, mul_block(stripe(src, 64, k, b), m[2 * k]), nt);
+            store(dst + k * 64 + 32, mul_block(stripe(src + 32, 64, k, b), m[2 * k + 1]), nt);
         }
     }
     uint32_t t = cols - full * 512;
-    if (t) { /* the tail group as in adaptive_row_b */
+    if (t) { /* the tail group as in adaptive_row_b, then its blocks */
         uint32_t S = (t + 7) / 8;
         uint8_t in[8 * 64 + 32];
         int8_t out[8 * 64 + 32];
@@ -180,42 +171,37 @@ AI void adaptive_table_b(const uint8_t *src, uint32_t cols, int8_t *dst, const u
         memset(in + (size_t)b * S, 0, 32);
         for (int k = 0; k < 8; k++)
             for (uint32_t c = 0; c < S; c += 32)
-                _mm256_storeu_si256((__m256i *)(out + k * S + c),
-                                    lookup(code(in + c, S, k, b), tb, b));
+                _mm256_storeu_si256((__m256i *)(out + k * S + c), stripe(in + c, S, k, b));
+        unpack_mult_scalar(out, t, m);
         memcpy(dst, out, t);
     }
 }
 
-#define DEFINE_TABLE(B)                                                                       \
-    static void adaptive_table_##B(const uint8_t *src, uint32_t cols, int8_t *dst, int nt,    \
-                                   const struct tab *tb)                                      \
+#define DEFINE_MULT(B)                                                                        \
+    static void adaptive_mult_##B(const uint8_t *src, uint32_t cols, int8_t *dst, int nt,     \
+                                  const uint8_t *m)                                           \
     {                                                                                        \
         if (nt)                                                                              \
-            adaptive_table_b(src, cols, dst, (B), 1, tb);                                    \
+            adaptive_mult_b(src, cols, dst, (B), 1, m);                                      \
         else                                                                                 \
-            adaptive_table_b(src, cols, dst, (B), 0, tb);                                    \
+            adaptive_mult_b(src, cols, dst, (B), 0, m);                                      \
     }
-DEFINE_TABLE(2)
-DEFINE_TABLE(3)
-DEFINE_TABLE(4)
-DEFINE_TABLE(5)
-DEFINE_TABLE(6)
-DEFINE_TABLE(7)
-DEFINE_TABLE(8)
+DEFINE_MULT(1)
+DEFINE_MULT(2)
+DEFINE_MULT(3)
+DEFINE_MULT(4)
+DEFINE_MULT(5)
+DEFINE_MULT(6)
+DEFINE_MULT(7)
+DEFINE_MULT(8)
 
-void unpack_adaptive_table_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
-                                int stream, const int8_t *table)
+void unpack_adaptive_mult_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                               int stream, const uint8_t *m)
 {
-    static void (*const fns[9])(const uint8_t *, uint32_t, int8_t *, int, const struct tab *) = {
-        NULL, NULL, adaptive_table_2, adaptive_table_3, adaptive_table_4,
-        adaptive_table_5, adaptive_table_6, adaptive_table_7, adaptive_table_8};
-    if (b < 2) { /* no table for sign rows */
-        adaptive_row(src, cols, b, dst, stream);
-        return;
-    }
-    struct tab tb;
-    tab_load(&tb, table, b);
-    fns[b](src, cols, dst, stream != 0, &tb);
+    static void (*const fns[9])(const uint8_t *, uint32_t, int8_t *, int, const uint8_t *) = {
+        NULL, adaptive_mult_1, adaptive_mult_2, adaptive_mult_3, adaptive_mult_4,
+        adaptive_mult_5, adaptive_mult_6, adaptive_mult_7, adaptive_mult_8};
+    fns[b](src, cols, dst, stream != 0, m);
     if (stream)
         _mm_sfence();
 }
@@ -499,31 +485,6 @@ static int32_t sum(const int8_t *q, uint32_t n)
     return (int32_t)s;
 }
 
-/* ---- code tables: 32 lookups at a time, pshufb in 16-entry pieces ------------------------ */
-void unpack_remap_avx2(int8_t *q, uint32_t n, const int8_t *table, uint32_t b)
-{
-    int off = (1 << (b - 1)) - 1, pieces = ((1 << b) + 15) / 16;
-    int8_t t[256] = {0};
-    memcpy(t, table, (size_t)(1 << b) - 1);
-    __m256i tab[16];
-    for (int j = 0; j < pieces; j++)
-        tab[j] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(t + 16 * j)));
-    const __m256i voff = _mm256_set1_epi8((char)off), lo4 = _mm256_set1_epi8(0x0f);
-    uint32_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256i idx = _mm256_add_epi8(_mm256_loadu_si256((const __m256i *)(q + i)), voff);
-        __m256i r = _mm256_shuffle_epi8(tab[0], idx); /* idx < 16 here: bit 7 clear */
-        if (pieces > 1) {
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(idx, 4), lo4), low = _mm256_and_si256(idx, lo4);
-            for (int j = 1; j < pieces; j++)
-                r = _mm256_blendv_epi8(r, _mm256_shuffle_epi8(tab[j], low),
-                                       _mm256_cmpeq_epi8(hi, _mm256_set1_epi8((char)j)));
-        }
-        _mm256_storeu_si256((__m256i *)(q + i), r);
-    }
-    unpack_remap_scalar(q + i, n - i, table, b);
-}
-
 const struct unpack_kernels unpack_kernels_avx2 = {
-    adaptive_row, int4int8_row, bitplane_row, sum, adaptive_dot, unpack_remap_avx2,
-    unpack_adaptive_table_avx2};
+    adaptive_row, int4int8_row, bitplane_row, sum, adaptive_dot, unpack_mult_avx2,
+    unpack_adaptive_mult_avx2};

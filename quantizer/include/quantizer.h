@@ -34,14 +34,12 @@ typedef void (*quantizer_progress_fn)(void *ctx, const char *what, uint64_t done
 int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, const float *scales,
                    uint32_t rows, uint32_t cols, void **out, uint64_t *out_len,
                    struct sl_err *err);
-/* The same with a code table (header version 2, adaptive only): the rows of
- * width table_bits (2..8) decode through table [2^table_bits - 1] (int8 in
- * [-127, 127]); q holds their codes on the uniform grid as for any row (the
- * unpacker gives table[q + 2^(table_bits-1) - 1]). table NULL: quantizer_pack. */
-int quantizer_pack_table(uint32_t encoding, const int8_t *q, const uint8_t *widths,
-                         const float *scales, uint32_t rows, uint32_t cols,
-                         const int8_t *table, uint32_t table_bits, void **out,
-                         uint64_t *out_len, struct sl_err *err);
+/* The same with block multipliers (header version 2, adaptive only):
+ * mult [rows][format_packed_mult_blocks(cols)] in 1..4 (NULL: quantizer_pack);
+ * the unpacker gives q * min(m, format_packed_mult_max(width)). */
+int quantizer_pack_mult(uint32_t encoding, const int8_t *q, const uint8_t *widths,
+                        const float *scales, uint32_t rows, uint32_t cols, const uint8_t *mult,
+                        void **out, uint64_t *out_len, struct sl_err *err);
 
 /* ==== quantization (EdgeFlow 4.1) =========================================== */
 
@@ -148,11 +146,6 @@ enum quantizer_clip {
     QUANTIZER_CLIP_MSE,          /* quantizer_channel_scale_mse, for every method alike */
 };
 
-enum quantizer_wsim {
-    QUANTIZER_WSIM_NONE = 0,
-    QUANTIZER_WSIM_MULT, /* multipliers per block of a row (quantizer_wsim.c) */
-};
-
 struct quantizer_opts {
     enum quantizer_method method;
     double bits;                 /* average bits per weight, 1..8 (integer for uniform/smoothquant) */
@@ -192,12 +185,11 @@ struct quantizer_opts {
     /* experiment (quantizer_wsim.c): a simulated grid for the decoder
      * linears with GPTQ, written as the 8-bit int8 values the NPU would see;
      * the report's sim_bytes is the size the real format would have */
-    int code_table;               /* 1 (with gptq): the decoder linears with calibration
-                                     rows get a code table (quantizer_table.c; packed
-                                     header version 2, adaptive only) */
-    enum quantizer_wsim wsim;
-    uint32_t wsim_block;          /* mult: weights per block (e.g. 32) */
-    uint32_t wsim_mult;           /* mult: multipliers 1..wsim_mult */
+    int block_mult;               /* 1 (with gptq): the decoder linears with calibration
+                                     rows get a multiplier 1..4 per block of 32 weights
+                                     of a row folded into their int8 values
+                                     (quantizer_mult.c; packed header version 2, a
+                                     version 3 container; adaptive only) */
     quantizer_progress_fn progress;
     void *progress_ctx;
 };
@@ -206,9 +198,7 @@ struct quantizer_report {
     uint64_t file_bytes;
     uint64_t weights;            /* quantized weights (linear layers and embedding) */
     uint64_t code_bytes;         /* their packed bytes (codes, widths, scales) */
-    int64_t sim_delta;           /* wsim: the real format's bytes minus the written ones
-                                    (slice padding aside) */
-    uint64_t sim_extra;          /* wsim: of which the multipliers' bytes */
+    uint64_t mult_bytes;         /* of code_bytes: the block multipliers' */
     uint32_t hist[FORMAT_ROLE_COUNT][FORMAT_MAX_BITS + 1]; /* channels per width per role */
     double mean_alpha;           /* mean chosen alpha over smoothing groups (edgeflow) */
     uint32_t alpha_hist[11];     /* groups per alpha decile (round(10 alpha)) */

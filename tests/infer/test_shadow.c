@@ -24,7 +24,7 @@
 #include "quantizer.h"
 #include "testutil.h"
 
-static char float_model[4096], shadow_model[4096], shadow5_model[4096], table5_model[4096];
+static char float_model[4096], shadow_model[4096], shadow5_model[4096], mult5_model[4096];
 
 static int *prompt(uint32_t n, uint32_t vocab, uint32_t salt)
 {
@@ -42,7 +42,7 @@ static int setup(void **st)
     snprintf(float_model, sizeof float_model, "%s/tiny.sluice", dir);
     snprintf(shadow_model, sizeof shadow_model, "%s/tiny-shadow8.sluice", dir);
     snprintf(shadow5_model, sizeof shadow5_model, "%s/tiny-shadow5.sluice", dir);
-    snprintf(table5_model, sizeof table5_model, "%s/tiny-table5.sluice", dir);
+    snprintf(mult5_model, sizeof mult5_model, "%s/tiny-mult5.sluice", dir);
     if (import_synth("tiny", 11, float_model, NULL, NULL, &err) < 0)
         return -1;
     struct infer_model *m;
@@ -75,12 +75,12 @@ static int setup(void **st)
     o.shadow_min_importance = 2.5; /* prunes some linears */
     if (ret == 0)
         ret = quantizer_quantize(float_model, calib, &o, shadow5_model, NULL, &err);
-    /* GPTQ with code tables (packed header version 2, a version 3 container) */
+    /* GPTQ with block multipliers (packed header version 2, a version 3 container) */
     o.shadow_min_importance = 0;
     o.gptq = 1;
-    o.code_table = 1;
+    o.block_mult = 1;
     if (ret == 0)
-        ret = quantizer_quantize(float_model, calib, &o, table5_model, NULL, &err);
+        ret = quantizer_quantize(float_model, calib, &o, mult5_model, NULL, &err);
     quantizer_calib_destroy(calib);
     if (ret < 0)
         fprintf(stderr, "%s\n", err.msg);
@@ -139,17 +139,17 @@ static void test_container(void **st)
 static void check(const char *model, enum infer_policy pol, uint32_t chunk, uint32_t split,
                   uint32_t n, int shadow);
 
-/* Code tables: a version 3 container whose decoder linears' packed tensors
- * are header version 2; the NPU's int8 weights are the table's levels (off
- * the uniform 5-bit grid), the hot columns are still exactly the NPU's, and
- * the pipeline gives the plain forward's bits. */
-static void test_code_table(void **st)
+/* Block multipliers: a version 3 container whose decoder linears' packed
+ * tensors are header version 2; the NPU's int8 weights are codes times
+ * multipliers (off the uniform 5-bit grid), the hot columns are still exactly
+ * the NPU's, and the pipeline gives the plain forward's bits. */
+static void test_block_mult(void **st)
 {
     (void)st;
-    check_container(table5_model, 3);
+    check_container(mult5_model, 3);
     struct sl_err err = {{0}};
     struct infer_model *m;
-    assert_int_equal(infer_model_load(table5_model, NULL, &m, &err), 0);
+    assert_int_equal(infer_model_load(mult5_model, NULL, &m, &err), 0);
     const struct format_reader *r = infer_model_reader(m);
     uint32_t tables = 0, off_grid = 0;
     for (uint32_t l = 0; l < infer_model_config(m)->n_layers; l++)
@@ -174,7 +174,7 @@ static void test_code_table(void **st)
     assert_int_equal(tables, infer_model_config(m)->n_layers * 7);
     assert_true(off_grid > 0);
     infer_model_destroy(m);
-    check(table5_model, INFER_POLICY_FULL, 64, 48, 130, 1);
+    check(mult5_model, INFER_POLICY_FULL, 64, 48, 130, 1);
 }
 
 /* Largest |y - ref| / (sum_c |term_c| + tiny) over a shadowed linear's
@@ -611,7 +611,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_container),
-        cmocka_unit_test(test_code_table),
+        cmocka_unit_test(test_block_mult),
         cmocka_unit_test(test_float_reference),
         cmocka_unit_test(test_pipeline_identical),
         cmocka_unit_test(test_pruned),

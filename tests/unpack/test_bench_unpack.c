@@ -55,7 +55,7 @@ static void test_json(void **st)
         const char *kn = unpack_kernel_name(ks[k]);
         for (int avg = 4; avg <= 7; avg++) {
             const cJSON *e[4] = {find(res, kn, "adaptive", avg), find(res, kn, "int4int8", avg),
-                                 find(res, kn, "bitplane", avg), find(res, kn, "adaptive+t", avg)};
+                                 find(res, kn, "bitplane", avg), find(res, kn, "adaptive+m", avg)};
             for (int i = 0; i < 4; i++) {
                 for (size_t q = 0; q < sizeof keys / sizeof keys[0]; q++) {
                     const cJSON *v = cJSON_GetObjectItem(e[i], keys[q]);
@@ -72,7 +72,7 @@ static void test_json(void **st)
             double bpw_i = cJSON_GetObjectItem(e[1], "bytes_per_weight")->valuedouble;
             double bpw_b = cJSON_GetObjectItem(e[2], "bytes_per_weight")->valuedouble;
             assert_true(bpw_a == bpw_b); /* equal size, by construction of the layouts */
-            /* the code table adds no code bytes (data_len) */
+            /* the multipliers are not code bytes (data_len) */
             assert_true(cJSON_GetObjectItem(e[3], "bytes_per_weight")->valuedouble == bpw_a);
             assert_true(bpw_i > bpw_a);
             /* the mix averages avg bits per weight of codes (scales and widths
