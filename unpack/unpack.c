@@ -128,8 +128,24 @@ int unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_
 /* Row r's block multipliers, clamped for width b, into m [blocks]. */
 static void row_mults(const struct format_packed_layout *lay, uint32_t r, uint32_t b, uint8_t *m)
 {
-    uint32_t nb = format_packed_mult_blocks(lay->cols), mx = format_packed_mult_max(b);
-    for (uint32_t k = 0; k < nb; k++) {
+    uint32_t nb = format_packed_mult_blocks(lay->cols), mx = format_packed_mult_max(b), k = 0;
+    uint64_t bit = 2 * (uint64_t)r * nb;
+    if (bit % 8 == 0) { /* four at a time from whole bytes */
+        const uint8_t *src = lay->mult + bit / 8;
+        for (; k + 4 <= nb; k += 4) {
+            uint32_t v = src[k / 4];
+            if (mx == 4) { /* up to 6 bits: no clamping */
+                m[k] = (uint8_t)((v & 3) + 1);
+                m[k + 1] = (uint8_t)((v >> 2 & 3) + 1);
+                m[k + 2] = (uint8_t)((v >> 4 & 3) + 1);
+                m[k + 3] = (uint8_t)((v >> 6) + 1);
+                continue;
+            }
+            for (uint32_t i = 0; i < 4; i++, v >>= 2)
+                m[k + i] = (uint8_t)((v & 3) + 1 < mx ? (v & 3) + 1 : mx);
+        }
+    }
+    for (; k < nb; k++) {
         uint32_t v = format_packed_mult(lay->mult, nb, r, k);
         m[k] = (uint8_t)(v < mx ? v : mx);
     }

@@ -131,12 +131,21 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
  * 32 int8 values times one multiplier m in 1..4 (a 32-weight block): v m =
  * v [m & 1] + 2v [m & 2] + 4v [m & 4], with the bracketed masks broadcast;
  * |v m| <= 127, so no add wraps. */
+static const uint8_t mult_mask[3][5][32] __attribute__((aligned(32))) = {
+#define MM(x) {x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}
+    {MM(0), MM(0xff), MM(0), MM(0xff), MM(0)},    /* m & 1 */
+    {MM(0), MM(0), MM(0xff), MM(0xff), MM(0)},    /* m & 2 */
+    {MM(0), MM(0), MM(0), MM(0), MM(0xff)},       /* m & 4 */
+#undef MM
+};
+
 AI __m256i mul_block(__m256i v, uint32_t m)
 {
     __m256i v2 = _mm256_add_epi8(v, v), v4 = _mm256_add_epi8(v2, v2);
-    __m256i r = _mm256_and_si256(v, _mm256_set1_epi8((char)-(int)(m & 1)));
-    r = _mm256_add_epi8(r, _mm256_and_si256(v2, _mm256_set1_epi8((char)-(int)(m >> 1 & 1))));
-    return _mm256_add_epi8(r, _mm256_and_si256(v4, _mm256_set1_epi8((char)-(int)(m >> 2 & 1))));
+    __m256i r = _mm256_and_si256(v, _mm256_load_si256((const __m256i *)mult_mask[0][m]));
+    r = _mm256_add_epi8(r, _mm256_and_si256(v2, _mm256_load_si256((const __m256i *)mult_mask[1][m])));
+    return _mm256_add_epi8(r,
+                           _mm256_and_si256(v4, _mm256_load_si256((const __m256i *)mult_mask[2][m])));
 }
 
 void unpack_mult_avx2(int8_t *q, uint32_t n, const uint8_t *m)
