@@ -59,6 +59,17 @@ uint64_t format_packed_prefix_bytes(uint64_t rows)
     return sl_align_up(scales_offset(rows) + 4 * rows, 64);
 }
 
+static uint64_t mult_bytes(uint64_t rows, uint64_t cols)
+{
+    return (2 * rows * format_packed_mult_blocks(cols) + 7) / 8;
+}
+
+uint64_t format_packed_prefix_bytes_mult(uint64_t rows, uint64_t cols, int mult)
+{
+    uint64_t p = format_packed_prefix_bytes(rows);
+    return mult ? p + sl_align_up(mult_bytes(rows, cols), 64) : p;
+}
+
 static int all_zero(const uint8_t *p, uint64_t n)
 {
     for (uint64_t i = 0; i < n; i++)
@@ -81,7 +92,11 @@ int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint6
                    name, rows, cols);
         return -EINVAL;
     }
-    uint64_t prefix = format_packed_prefix_bytes(rows);
+    uint64_t prefix = format_packed_prefix_bytes(rows), prefix1 = prefix;
+    if (len >= FORMAT_PACKED_HEADER && sl_load_le32(p + 4) == 2 &&
+        encoding == FORMAT_ENC_ADAPTIVE && sl_load_le32(p + 20) == FORMAT_PACKED_MULT_BLOCK &&
+        rows <= UINT32_MAX && cols <= UINT32_MAX) /* version 2: multipliers after the scales */
+        prefix = format_packed_prefix_bytes_mult(rows, cols, 1);
     if (len < prefix) {
         sl_err_set(err, "%s tensor is %" PRIu64 " bytes, shorter than its header, widths and "
                         "scales (%" PRIu64 " bytes for %" PRIu64 " rows)",
@@ -97,11 +112,28 @@ int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint6
     uint32_t group = sl_load_le32(p + 16), reserved = sl_load_le32(p + 20);
     uint64_t data_len = sl_load_le64(p + 24);
     uint32_t want_group = encoding == FORMAT_ENC_ADAPTIVE ? FORMAT_PACKED_GROUP : 0;
-    if (version != 1 || r != rows || c != cols || group != want_group || reserved != 0) {
+    if (version == 2 && encoding == FORMAT_ENC_ADAPTIVE && r == rows && c == cols &&
+        group == want_group && reserved != FORMAT_PACKED_MULT_BLOCK) {
+        sl_err_set(err, "%s tensor header version 2: multiplier block %u (must be %u)", name,
+                   reserved, FORMAT_PACKED_MULT_BLOCK);
+        return -EINVAL;
+    }
+    if (!(version == 1 || (version == 2 && encoding == FORMAT_ENC_ADAPTIVE)) || r != rows ||
+        c != cols || group != want_group || (version == 1 && reserved != 0)) {
         sl_err_set(err, "%s tensor header (version %u, %u x %u, group %u, reserved %u) does not "
-                        "match version 1, %" PRIu64 " x %" PRIu64 ", group %u, reserved 0",
+                        "match version 1 (or 2: adaptive with block multipliers), %" PRIu64
+                        " x %" PRIu64 ", group %u, reserved 0",
                    name, version, r, c, group, reserved, rows, cols, want_group);
         return -EINVAL;
+    }
+    const uint8_t *mult = version == 2 ? p + prefix1 : NULL;
+    if (mult) { /* every 2-bit value is a multiplier: only the padding to check */
+        uint64_t bits = 2 * rows * format_packed_mult_blocks(cols), full = bits / 8;
+        if ((bits % 8 && (mult[full] >> (bits % 8)) != 0) ||
+            !all_zero(mult + (bits + 7) / 8, prefix - prefix1 - (bits + 7) / 8)) {
+            sl_err_set(err, "%s tensor: nonzero bits after the block multipliers", name);
+            return -EINVAL;
+        }
     }
     /* widths: the bits past 3 rows, the spare byte and the padding up to the
      * scales are zero, so that a corrupted width array is caught even where
@@ -138,7 +170,7 @@ int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint6
             return -EINVAL;
         }
     }
-    if (!all_zero(scales + 4 * rows, prefix - scales_offset(rows) - 4 * rows)) {
+    if (!all_zero(scales + 4 * rows, prefix1 - scales_offset(rows) - 4 * rows)) {
         sl_err_set(err, "%s tensor: nonzero padding after the scales", name);
         return -EINVAL;
     }
@@ -151,6 +183,8 @@ int format_packed_parse(uint32_t encoding, const void *data, uint64_t len, uint6
         out->scales = scales;
         out->data = p + prefix;
         out->data_len = data_len;
+        out->mult = mult;
+        out->mult_block = mult ? FORMAT_PACKED_MULT_BLOCK : 0;
     }
     return 0;
 }

@@ -30,6 +30,7 @@ struct format_writer {
     int finished;
     int have_config;
     int failed;             /* a write error happened: finish refuses */
+    int tables;             /* a packed tensor with block multipliers: version 3 */
     struct format_config cfg;
 
     /* tokenizer (owned copy) */
@@ -327,6 +328,8 @@ int format_writer_add_tensor(struct format_writer *w, const struct format_tensor
             return -EINVAL;
         }
     }
+    if (d->encoding == FORMAT_ENC_ADAPTIVE && len >= 8 && sl_load_le32((const uint8_t *)data + 4) == 2)
+        w->tables = 1; /* header version 2 (docs/FORMAT-packed.md) */
     ret = fmt_check_tensor_meta(&w->cfg, d->name, d->layer, d->role, d->encoding, d->n_dims,
                                 d->shape, len, d->act_scale, w->path, err);
     if (ret < 0)
@@ -579,7 +582,7 @@ int format_writer_finish(struct format_writer *w, struct sl_err *err)
     uint8_t hdr[FMT_HEADER_SIZE];
     memset(hdr, 0, sizeof hdr);
     memcpy(hdr + FMT_H_MAGIC, FMT_MAGIC, FMT_MAGIC_LEN);
-    sl_store_le32(hdr + FMT_H_VERSION, FORMAT_VERSION);
+    sl_store_le32(hdr + FMT_H_VERSION, w->tables ? FORMAT_VERSION : FORMAT_VERSION_PLAIN);
     sl_store_le32(hdr + FMT_H_HEADER_SIZE, FMT_HEADER_SIZE);
     sl_store_le64(hdr + FMT_H_FILE_SIZE, file_size);
     sl_store_le64(hdr + FMT_H_DATA_OFFSET, FMT_HEADER_SIZE);

@@ -25,6 +25,7 @@ struct fs_view {
     /* packed encodings: section offsets from the tensor's start, and each
      * row's code offset from the data section (unpack_tensor_init's row_off) */
     uint64_t widths_off, scales_off, data_off, data_len;
+    uint64_t mult_off; /* packed header version 2: the block multipliers; 0: none */
     uint32_t group;
     uint64_t *row_off;
     /* stats.json */
@@ -65,6 +66,7 @@ static int parse_fn(void *p)
         return ret;
     v->widths_off = (uint64_t)(u.layout.widths - a->p);
     v->scales_off = (uint64_t)(u.layout.scales - a->p);
+    v->mult_off = u.layout.mult ? (uint64_t)(u.layout.mult - a->p) : 0; /* 0: none */
     v->data_off = (uint64_t)(u.layout.data - a->p);
     v->data_len = u.layout.data_len;
     v->group = u.layout.group;
@@ -155,6 +157,8 @@ static int read_fn(void *p)
                    .group = v->group,
                    .widths = a->p + v->widths_off,
                    .scales = a->p + v->scales_off,
+                   .mult = v->mult_off ? a->p + v->mult_off : NULL,
+                   .mult_block = v->mult_off ? FORMAT_PACKED_MULT_BLOCK : 0,
                    .data = a->p + v->data_off,
                    .data_len = v->data_len},
         .row_off = v->row_off,

@@ -36,6 +36,7 @@ int gv_parse(struct gv_tensor *t, const uint8_t *p, struct sl_err *err)
         return ret;
     t->widths_off = (uint64_t)(u.layout.widths - p);
     t->scales_off = (uint64_t)(u.layout.scales - p);
+    t->mult_off = u.layout.mult ? (uint64_t)(u.layout.mult - p) : 0; /* 0: none */
     t->data_off = (uint64_t)(u.layout.data - p);
     t->data_len = u.layout.data_len;
     t->group = u.layout.group;
@@ -79,6 +80,8 @@ static int convert_row(const struct gv_tensor *t, const uint8_t *p, uint64_t r, 
                        .group = t->group,
                        .widths = p + t->widths_off,
                        .scales = p + t->scales_off,
+                       .mult = t->mult_off ? p + t->mult_off : NULL,
+                       .mult_block = t->mult_off ? FORMAT_PACKED_MULT_BLOCK : 0,
                        .data = p + t->data_off,
                        .data_len = t->data_len},
             .row_off = t->row_off,

@@ -23,6 +23,7 @@ struct gv_tensor {
      * for the flag; the fields are written before `parsed` is set) */
     int parsed;
     uint64_t widths_off, scales_off, data_off, data_len;
+    uint64_t mult_off; /* packed header version 2: the block multipliers; 0: none */
     uint32_t group;
     uint64_t *row_off;
 };

@@ -205,8 +205,13 @@ int infer_op_embed(const struct infer_model *m, const int *tokens, uint32_t n, f
             }
             float s;
             if (e->upk) {
-                unpack_tensor_rows(e->upk, unpack_kernel_best(), (uint32_t)row, (uint32_t)row + 1,
-                                   q, NULL);
+                if (unpack_tensor_rows(e->upk, unpack_kernel_best(), (uint32_t)row,
+                                       (uint32_t)row + 1, q, NULL) < 0) {
+                    if (q != buf)
+                        free(q);
+                    sl_err_set(err, "out of memory unpacking an embedding row");
+                    return -ENOMEM;
+                }
                 s = unpack_tensor_scale(e->upk, (uint32_t)row);
             } else {
                 npu_weights_row(e->npu, (uint32_t)row, q);

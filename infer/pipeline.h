@@ -56,9 +56,9 @@ enum pl_op {
     PL_FFN_NORM,    /* CPU: x += o, RMSNorm, quantize for gate/up */
     PL_SWIGLU,      /* CPU: silu(gate) * up, quantize for down */
     PL_HEAD,        /* CPU: x += down, final RMSNorm of the last row, quantize */
-    PL_SHADOW,      /* CPU: the linear term of one linear (shadow outliers) into its
-                       chunk's delta buffer, beside the NPU's matmul; the matmul's
-                       consumers add the buffer */
+    PL_SHADOW,      /* CPU: the linear term of the linears of one input (shadow
+                       outliers) into its chunk's delta buffers, beside the NPU's
+                       matmuls; the matmuls' consumers add the buffers */
     PL_OP_COUNT
 };
 
@@ -72,7 +72,10 @@ enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
 
 struct task {
     uint8_t op, dev;
-    uint8_t role;           /* PL_MM, PL_UNPACK: enum format_role */
+    uint8_t role;           /* PL_MM, PL_UNPACK, PL_SHADOW: enum format_role */
+    uint16_t roles;         /* PL_SHADOW: 1 << role of each linear whose term it runs
+                               (Q/K/V, gate/up: one input, one activation scale, so one
+                               search for the clipped elements) */
     int16_t layer;          /* -1: head */
     uint32_t chunk;
     uint32_t r0, r1;        /* PL_MM: output channels; PL_UNPACK: rows (0, 0: all) */

@@ -72,7 +72,9 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
     struct format_packed_layout lay = {0};
     int ret = data && offs && lens && bufs && q ? 0 : -ENOMEM;
     if (ret == 0 && packed) {
-        uint64_t plen = format_packed_prefix_bytes(rows);
+        /* the longest prefix: with block multipliers (header version 2) */
+        uint64_t plen = format_packed_prefix_bytes_mult(rows, D, 1);
+        plen = plen < t->length ? plen : t->length;
         prefix = sl_malloc(plen);
         row_off = sl_malloc(sizeof *row_off * rows);
         ret = prefix && row_off ? 0 : -ENOMEM;
@@ -82,7 +84,8 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
          * bytes' total against the tensor's length without reading them) */
         if (ret == 0)
             ret = format_packed_parse(t->encoding, prefix, t->length, rows, D, &lay, err);
-        for (uint64_t r = 0, off = plen; ret == 0 && r < rows; r++) {
+        for (uint64_t r = 0, off = ret == 0 ? (uint64_t)(lay.data - prefix) : 0;
+             ret == 0 && r < rows; r++) {
             row_off[r] = off;
             off += format_packed_row_bytes(t->encoding, format_packed_width(lay.widths, (uint32_t)r), D);
         }
@@ -118,6 +121,8 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
         if (packed) {
             ret = unpack_row(t->encoding, unpack_kernel_best(), row, D,
                              format_packed_width(lay.widths, tok), q);
+            if (ret == 0)
+                ret = unpack_row_mult(&lay, tok, format_packed_width(lay.widths, tok), q);
             s = sl_load_lef32(lay.scales + 4ull * tok);
         } else {
             memcpy(q, row, D);

@@ -223,18 +223,28 @@ static int add_prefault(struct pl *p, struct npu_weights *w, int layer)
 /* The linear term's task of (layer, role) for a chunk where the model's
  * term wants it (lin_info term): after the n producers at `prod` (the
  * tasks that wrote the matmul's input) and the linear's unpacking; its
- * index in *out, or -1 without a term. Its consumers get their edges from
- * add_shadow_edges. 0 or a negative errno. */
+ * index in *out, or -1 without a term. `lead` (-1: none) is the shadow task
+ * of a linear of the same chunk and layer reading the same input: where its
+ * activation scale is the same, that task runs this term too (the clipped
+ * elements are found once) and *out is `lead`. Its consumers get their
+ * edges from add_shadow_edges. 0 or a negative errno. */
 static int add_shadow(struct pl *p, int layer, uint32_t chunk, uint32_t role, int prod, int n_prod,
-                      const struct weight_tasks *uw, int *out)
+                      const struct weight_tasks *uw, int lead, int *out)
 {
     *out = -1;
     if (!p->lin_info[layer + 1][role].term)
         return 0;
+    if (lead >= 0 &&
+        p->lin_info[layer + 1][p->tasks[lead].role].act == p->lin_info[layer + 1][role].act) {
+        p->tasks[lead].roles |= (uint16_t)(1u << role);
+        *out = lead;
+        return add_edges_from(p, uw->first, uw->n, lead);
+    }
     int t = add_task(p, PL_SHADOW, PL_DEV_CPU, layer, chunk);
     if (t < 0)
         return t;
     p->tasks[t].role = (uint8_t)role;
+    p->tasks[t].roles = (uint16_t)(1u << role);
     int ret = add_edges_from(p, prod, n_prod, t);
     if (ret == 0)
         ret = add_edges_from(p, uw->first, uw->n, t);
@@ -404,6 +414,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                     (ret = add_weight_edges(p, uw[l][qkv_roles[k]].first, uw[l][qkv_roles[k]].n,
                                             qkv_first[k], qkv_n[k])) < 0 ||
                     (ret = add_shadow(p, (int)l, ch, qkv_roles[k], norm, 1, &uw[l][qkv_roles[k]],
+                                      k == 0 ? -1 : qkv_sh[0] >= 0 ? qkv_sh[0] : qkv_sh[1],
                                       &qkv_sh[k])) < 0)
                     return ret;
             }
@@ -437,13 +448,14 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                     return ret;
             }
             prev_attn[l] = attn_first;
-            for (int k = 0; k < 3; k++)
-                if ((ret = add_shadow_edges(p, qkv_sh[k], attn_first, attn_n)) < 0)
+            for (int k = 0; k < 3; k++) /* a task shared by Q/K/V: its edges once */
+                if ((k == 0 || (qkv_sh[k] != qkv_sh[0] && qkv_sh[k] != qkv_sh[k - 1])) &&
+                    (ret = add_shadow_edges(p, qkv_sh[k], attn_first, attn_n)) < 0)
                     return ret;
             int o_first, o_n, o_sh;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_WO, D, &o_first, &o_n)) < 0 ||
                 (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_WO, attn_first, attn_n,
-                                  &uw[l][FORMAT_ROLE_WO], &o_sh)) < 0)
+                                  &uw[l][FORMAT_ROLE_WO], -1, &o_sh)) < 0)
                 return ret;
             for (int j = 0; j < o_n; j++)
                 if ((ret = add_edges_from(p, attn_first, attn_n, o_first + j)) < 0)
@@ -464,9 +476,9 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 (ret = add_edges_to(p, fn, g_first, g_n)) < 0 ||
                 (ret = add_edges_to(p, fn, u_first, u_n)) < 0 ||
                 (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_GATE, fn, 1,
-                                  &uw[l][FORMAT_ROLE_W_GATE], &g_sh)) < 0 ||
+                                  &uw[l][FORMAT_ROLE_W_GATE], -1, &g_sh)) < 0 ||
                 (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_UP, fn, 1, &uw[l][FORMAT_ROLE_W_UP],
-                                  &u_sh)) < 0)
+                                  g_sh, &u_sh)) < 0)
                 return ret;
             /* SwiGLU piece by piece of gate/up where they are split */
             int sw_split = g_n > 1 && g_n == u_n && input_splits(p, (int)l, FORMAT_ROLE_W_DOWN);
@@ -485,7 +497,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                     return ret;
             }
             if ((ret = add_shadow_edges(p, g_sh, sw_first, sw_n)) < 0 ||
-                (ret = add_shadow_edges(p, u_sh, sw_first, sw_n)) < 0 ||
+                (u_sh != g_sh && (ret = add_shadow_edges(p, u_sh, sw_first, sw_n)) < 0) ||
                 (ret = add_weight_edges(p, uw[l][FORMAT_ROLE_W_GATE].first,
                                         uw[l][FORMAT_ROLE_W_GATE].n, g_first, g_n)) < 0 ||
                 (ret = add_weight_edges(p, uw[l][FORMAT_ROLE_W_UP].first,
@@ -494,7 +506,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             int d_first, d_n;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_DOWN, D, &d_first, &d_n)) < 0 ||
                 (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_DOWN, sw_first, sw_n,
-                                  &uw[l][FORMAT_ROLE_W_DOWN], &d_sh)) < 0)
+                                  &uw[l][FORMAT_ROLE_W_DOWN], -1, &d_sh)) < 0)
                 return ret;
             for (int j = 0; j < d_n; j++)
                 if ((ret = add_edges_from(p, sw_first, sw_n, d_first + j)) < 0)
@@ -524,7 +536,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
              * logits in the graph: the task adds its output itself) */
             int c_sh;
             if ((ret = add_shadow(p, -1, ch, FORMAT_ROLE_CLASSIFIER, head, 1,
-                                  &uw[L][FORMAT_ROLE_CLASSIFIER], &c_sh)) < 0 ||
+                                  &uw[L][FORMAT_ROLE_CLASSIFIER], -1, &c_sh)) < 0 ||
                 (c_sh >= 0 && (ret = add_edges_from(p, c_first, c_n, c_sh)) < 0))
                 return ret;
         }

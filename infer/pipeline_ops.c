@@ -93,15 +93,15 @@ static float *mm_output(struct pl *p, struct chunkbuf *b, uint32_t role)
 /* y += delta for the touched rows of a chunk, columns [c0, c1), where the
  * linear (layer, role) has a term (PL_SHADOW): the term's output added to
  * the NPU's, as infer_linear_exec adds it (the same float sum). */
-static void add_delta(struct pl *p, struct chunkbuf *b, int layer, uint32_t role, uint32_t c0,
-                      uint32_t c1)
+static void add_delta_rows(struct pl *p, struct chunkbuf *b, int layer, uint32_t role, uint32_t c0,
+                           uint32_t c1, uint32_t r0, uint32_t r1)
 {
     if (layer < 0 || !p->lin_info[layer + 1][role].term)
         return;
     const struct infer_linear *lin = pl_graph_linear(p, layer, role);
     float *y = mm_output(p, b, role);
     const float *d = b->delta[role];
-    for (uint32_t r = 0; r < b->n; r++) {
+    for (uint32_t r = r0; r < r1; r++) {
         if (!b->touched[role][r])
             continue;
         size_t off = (size_t)r * lin->rows;
@@ -110,14 +110,22 @@ static void add_delta(struct pl *p, struct chunkbuf *b, int layer, uint32_t role
     }
 }
 
+static void add_delta(struct pl *p, struct chunkbuf *b, int layer, uint32_t role, uint32_t c0,
+                      uint32_t c1)
+{
+    add_delta_rows(p, b, layer, role, c0, c1, 0, b->n);
+}
+
 /* PL_SHADOW: the model's linear term on what the quantizer clips of the
  * matmul's input (found exactly as infer_linear_exec finds it), into the
  * chunk's delta rows (stored whole: what the term would add to rows of -0.0f,
- * so that adding them to the matmul's output gives the plain forward's bits). */
-static int run_shadow(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
-                      struct sl_err *err)
+ * so that adding them to the matmul's output gives the plain forward's bits).
+ * For every linear of the task's roles: they read one input at one scale
+ * (add_shadow), so the clipped elements are found once. */
+static int run_shadow(struct pl *p, struct chunkbuf *b, const struct task *t, struct sl_err *err)
 {
-    const struct infer_linear *lin = pl_graph_linear(p, layer, role);
+    int layer = t->layer;
+    uint32_t role = t->role;
     uint32_t cols;
     const float *x = mm_input(b, role, &cols, p->c);
     uint32_t n = role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n; /* the head: the last row */
@@ -126,19 +134,25 @@ static int run_shadow(struct pl *p, struct chunkbuf *b, int layer, uint32_t role
     struct infer_clipbuf cb = {0};
     struct infer_clipped clip;
     int ret = infer_find_clipped(&cb, x, n, cols, s, &clip);
-    if (ret == 0) {
-        memset(b->touched[role], 0, n);
+    for (uint32_t r = role; ret == 0 && r < FORMAT_ROLE_COUNT; r++) {
+        if (!(t->roles >> r & 1))
+            continue;
+        const struct infer_linear *lin = pl_graph_linear(p, layer, r);
+        memset(b->touched[r], 0, n);
         for (uint32_t i = 0; i < clip.n; i++)
-            b->touched[role][clip.row[i]] = 1;
+            b->touched[r][clip.row[i]] = 1;
         clip.store = 1; /* the touched rows written whole: no initialization */
-        ret = p->m->term(p->m->term_ctx, layer, role, &clip, b->delta[role], n, lin->rows);
+        ret = p->m->term(p->m->term_ctx, layer, r, &clip, b->delta[r], n, lin->rows);
+        if (ret == 0 && r == FORMAT_ROLE_CLASSIFIER && b->touched[r][0])
+            for (uint32_t c = 0; c < lin->rows; c++) /* after the matmul (its edges) */
+                p->logits[c] += b->delta[r][c];
+        if (ret < 0)
+            sl_err_set(err, "the linear term of layer %d %s failed (%d)", layer,
+                       format_role_name(r), ret);
     }
-    if (ret == 0 && role == FORMAT_ROLE_CLASSIFIER && b->touched[role][0])
-        for (uint32_t c = 0; c < lin->rows; c++) /* after the matmul (its edges) */
-            p->logits[c] += b->delta[role][c];
-    if (ret < 0)
-        sl_err_set(err, "the linear term of layer %d %s failed (%d)", layer,
-                   format_role_name(role), ret);
+    if (ret < 0 && !err->msg[0])
+        sl_err_set(err, "out of memory finding the clipped inputs of layer %d %s", layer,
+                   format_role_name(role));
     infer_clipbuf_free(&cb);
     return ret;
 }
@@ -275,9 +289,18 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     case PL_SWIGLU: {
         uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
-        add_delta(p, b, t->layer, FORMAT_ROLE_W_GATE, f0, f1);
-        add_delta(p, b, t->layer, FORMAT_ROLE_W_UP, f0, f1);
-        infer_step_swiglu(b->g, b->u, b->n, F, f0, f1);
+        if (p->lin_info[t->layer + 1][FORMAT_ROLE_W_GATE].term ||
+            p->lin_info[t->layer + 1][FORMAT_ROLE_W_UP].term) {
+            /* row by row: a row's delta added just before its SwiGLU, so its
+             * gate and up are read from memory once (elementwise: same bits) */
+            for (uint32_t r = 0; r < b->n; r++) {
+                add_delta_rows(p, b, t->layer, FORMAT_ROLE_W_GATE, f0, f1, r, r + 1);
+                add_delta_rows(p, b, t->layer, FORMAT_ROLE_W_UP, f0, f1, r, r + 1);
+                infer_step_swiglu(b->g + (size_t)r * F, b->u + (size_t)r * F, 1, F, f0, f1);
+            }
+        } else {
+            infer_step_swiglu(b->g, b->u, b->n, F, f0, f1);
+        }
         quantize_cols(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, b->n, F, f0, f1);
         break;
     }
@@ -293,7 +316,7 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_SHADOW:
-        ret = run_shadow(p, b, t->layer, t->role, &err);
+        ret = run_shadow(p, b, t, &err);
         break;
     case PL_MM: {
         const struct infer_linear *lin = pl_graph_linear(p, t->layer, t->role);

@@ -71,12 +71,33 @@ static int inverse_chol_upper(double *h, uint32_t n, double *u)
     return 0;
 }
 
-int quantizer_gptq(const float *w, uint32_t rows, uint32_t cols, const float *x,
-                   uint32_t n_sample, const float *s, const uint8_t *widths, const float *scales,
-                   int8_t *q)
+/* The uniform grid of quantizer_gptq: row r's width and scale. */
+struct uniform_grid {
+    const uint8_t *widths;
+    const float *scales;
+};
+
+static int uniform_round(void *ctx, uint32_t r, uint32_t j, const float *wr, int8_t *code,
+                         double *deq)
+{
+    const struct uniform_grid *g = ctx;
+    uint32_t b = g->widths[r];
+    if (b < 2 || !(g->scales[r] > 0))
+        return 1; /* sign rows and empty rows keep their codes */
+    int lim = (1 << (b - 1)) - 1;
+    float v = rintf(wr[j] / g->scales[r]);
+    int c = v > (float)lim ? lim : v < (float)-lim ? -lim : (int)v;
+    *code = (int8_t)c;
+    *deq = (double)c * g->scales[r];
+    return 0;
+}
+
+int quantizer_gptq_with(const float *w, uint32_t rows, uint32_t cols, const float *x,
+                        uint32_t n_sample, const float *s, const struct quantizer_rounder *rd,
+                        int8_t *q)
 {
     if (n_sample == 0)
-        return 0; /* no calibration rows: round-to-nearest stays */
+        return 0; /* no calibration rows: the caller's codes stay */
     size_t nn = (size_t)cols * cols;
     double *h = calloc(nn, sizeof(double)), *u = malloc(sizeof(double) * nn);
     float *wk = malloc(sizeof(float) * (size_t)rows * cols);
@@ -116,15 +137,13 @@ int quantizer_gptq(const float *w, uint32_t rows, uint32_t cols, const float *x,
             double d = u[(size_t)j * cols + j];
             const double *uj = u + (size_t)j * cols;
             for (uint32_t r = 0; r < rows; r++) {
-                uint32_t b = widths[r];
-                if (b < 2 || !(scales[r] > 0))
-                    continue; /* sign rows and empty rows keep their codes */
                 float *wr = wk + (size_t)r * cols;
-                int lim = (1 << (b - 1)) - 1;
-                float v = rintf(wr[j] / scales[r]);
-                int code = v > (float)lim ? lim : v < (float)-lim ? -lim : (int)v;
-                q[(size_t)r * cols + j] = (int8_t)code;
-                double e = ((double)wr[j] - (double)code * scales[r]) / d;
+                int8_t code;
+                double deq;
+                if (rd->round(rd->ctx, r, j, wr, &code, &deq))
+                    continue;
+                q[(size_t)r * cols + j] = code;
+                double e = ((double)wr[j] - deq) / d;
                 for (uint32_t k = j + 1; k < cols; k++)
                     wr[k] -= (float)(e * uj[k]);
             }
@@ -134,5 +153,14 @@ int quantizer_gptq(const float *w, uint32_t rows, uint32_t cols, const float *x,
     free(u);
     free(wk);
     free(xr);
-    return ret == -EDOM ? 0 : ret; /* a singular H: round-to-nearest stays */
+    return ret == -EDOM ? 0 : ret; /* a singular H: the caller's codes stay */
+}
+
+int quantizer_gptq(const float *w, uint32_t rows, uint32_t cols, const float *x,
+                   uint32_t n_sample, const float *s, const uint8_t *widths, const float *scales,
+                   int8_t *q)
+{
+    struct uniform_grid g = {widths, scales};
+    struct quantizer_rounder rd = {uniform_round, &g};
+    return quantizer_gptq_with(w, rows, cols, x, n_sample, s, &rd, q);
 }

@@ -176,4 +176,29 @@ int quantizer_gptq(const float *w, uint32_t rows, uint32_t cols, const float *x,
                    uint32_t n_sample, const float *s, const uint8_t *widths, const float *scales,
                    int8_t *q);
 
+/* The same loop on any grid: rd->round(ctx, r, j, wr, code, deq) rounds
+ * weight j of row r (wr: the row's weights with the compensation so far;
+ * columns > j not yet rounded) to *code, whose dequantized value is *deq,
+ * and returns 0; or returns 1 to leave the row's code at j as it is. */
+struct quantizer_rounder {
+    int (*round)(void *ctx, uint32_t r, uint32_t j, const float *wr, int8_t *code,
+                 double *deq);
+    void *ctx;
+};
+int quantizer_gptq_with(const float *w, uint32_t rows, uint32_t cols, const float *x,
+                        uint32_t n_sample, const float *s, const struct quantizer_rounder *rd,
+                        int8_t *q);
+
+/* ---- block multipliers (quantizer_mult.c) -------------------------------------------- */
+
+/* Rounds W [rows][cols] with a multiplier in 1..format_packed_mult_max(b)
+ * per block of FORMAT_PACKED_MULT_BLOCK weights of each row (b >= 2) and
+ * GPTQ's compensation on the n_sample calibration rows x (divided by s):
+ * q gets the codes on each row's uniform grid, mult [rows][blocks] the
+ * multipliers (1 for rows of width 1), npu the int8 values q * m the NPU
+ * sees, scales the rows' scales (max|w| / (lim M)). 0 or -ENOMEM. */
+int quantizer_mult(const float *w, uint32_t rows, uint32_t cols, const float *x,
+                   uint32_t n_sample, const float *s, const uint8_t *widths, float *scales,
+                   int8_t *q, uint8_t *mult, int8_t *npu);
+
 #endif

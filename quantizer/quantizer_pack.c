@@ -97,6 +97,24 @@ int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, co
                    uint32_t rows, uint32_t cols, void **out, uint64_t *out_len,
                    struct sl_err *err)
 {
+    return quantizer_pack_mult(encoding, q, widths, scales, rows, cols, NULL, out, out_len, err);
+}
+
+int quantizer_pack_mult(uint32_t encoding, const int8_t *q, const uint8_t *widths,
+                        const float *scales, uint32_t rows, uint32_t cols, const uint8_t *mult,
+                        void **out, uint64_t *out_len, struct sl_err *err)
+{
+    uint32_t nb = format_packed_mult_blocks(cols);
+    if (mult && encoding != FORMAT_ENC_ADAPTIVE) {
+        sl_err_set(err, "pack: block multipliers need the adaptive encoding");
+        return -EINVAL;
+    }
+    for (uint64_t i = 0; mult && i < (uint64_t)rows * nb; i++)
+        if (mult[i] < 1 || mult[i] > 4) {
+            sl_err_set(err, "pack: multiplier %u of row %" PRIu64 ", block %" PRIu64
+                            " (must be 1..4)", mult[i], i / nb, i % nb);
+            return -EINVAL;
+        }
     const char *magic;
     switch (encoding) {
     case FORMAT_ENC_ADAPTIVE:
@@ -141,14 +159,15 @@ int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, co
         }
         data += format_packed_row_bytes(encoding, widths[r], cols);
     }
-    uint64_t prefix = format_packed_prefix_bytes(rows);
+    uint64_t prefix = format_packed_prefix_bytes_mult(rows, cols, mult != NULL);
     uint8_t *p = calloc(1, prefix + data);
     if (!p) {
         sl_err_set(err, "pack: out of memory (%" PRIu64 " bytes)", prefix + data);
         return -ENOMEM;
     }
     memcpy(p, magic, 4);
-    sl_store_le32(p + 4, 1);
+    sl_store_le32(p + 4, mult ? 2 : 1);
+    sl_store_le32(p + 20, mult ? FORMAT_PACKED_MULT_BLOCK : 0);
     sl_store_le32(p + 8, rows);
     sl_store_le32(p + 12, cols);
     sl_store_le32(p + 16, encoding == FORMAT_ENC_ADAPTIVE ? FORMAT_PACKED_GROUP : 0);
@@ -163,6 +182,9 @@ int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, co
     uint8_t *sc = p + sl_align_up(FORMAT_PACKED_HEADER + (rows * 3 + 7) / 8 + 1, 64);
     for (uint32_t r = 0; r < rows; r++)
         sl_store_lef32(sc + 4 * r, scales[r]);
+    uint8_t *mb = p + format_packed_prefix_bytes(rows); /* 2 bits each, m - 1 */
+    for (uint64_t i = 0; mult && i < (uint64_t)rows * nb; i++)
+        mb[2 * i / 8] |= (uint8_t)((mult[i] - 1) << (2 * i % 8));
     uint8_t *o = p + prefix;
     for (uint32_t r = 0; r < rows; r++) {
         const int8_t *qr = q + (size_t)r * cols;

@@ -646,6 +646,8 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
     float *cw = NULL;
     void *bytes = NULL;
     uint64_t len = 0;
+    int8_t *npu = NULL; /* block multipliers: the int8 values the NPU sees */
+    uint8_t *mult = NULL;
     int ret = -ENOMEM;
     if (!widths || !codes || !scales || !tmp) {
         sl_err_set(q->err, "out of memory quantizing layer %d %s", layer, format_role_name(role));
@@ -665,7 +667,21 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
         }
     }
     quantizer_tensor_quantize(wf, rows, cols, NULL, widths, q->clip, codes, scales, tmp);
-    if (q->o->gptq && layer >= 0) {
+    if (q->o->block_mult && q->o->gptq && layer >= 0 && input_slot(q, layer, role)) {
+        const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
+        npu = malloc((size_t)rows * cols);
+        mult = malloc((size_t)rows * format_packed_mult_blocks(cols));
+        if (!npu || !mult ||
+            (ret = quantizer_mult(wf, rows, cols, sl->sample, sl->n_sample,
+                                  smoothing_of(q, layer, role), widths, scales, codes, mult,
+                                  npu)) < 0) {
+            ret = -ENOMEM;
+            sl_err_set(q->err, "out of memory rounding layer %d %s with block multipliers",
+                       layer, format_role_name(role));
+            goto out;
+        }
+        rep->mult_bytes += (2ull * rows * format_packed_mult_blocks(cols) + 7) / 8;
+    } else if (q->o->gptq && layer >= 0) {
         const struct quantizer_calib_slot *sl = input_slot(q, layer, role);
         /* the weights are folded (W diag(s)): the inputs they see are x / s */
         if (sl && (ret = quantizer_gptq(wf, rows, cols, sl->sample, sl->n_sample,
@@ -676,12 +692,13 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
             goto out;
         }
     }
-    ret = quantizer_pack(q->encoding, codes, widths, scales, rows, cols, &bytes, &len, q->err);
+    ret = quantizer_pack_mult(q->encoding, codes, widths, scales, rows, cols, mult, &bytes, &len,
+                              q->err);
     if (ret < 0)
         goto out;
     float act;
     if ((ret = act_scale(q, layer, role, &act)) < 0 ||
-        (ret = shadow_linear(q, layer, role, codes, rows, cols, &act)) < 0)
+        (ret = shadow_linear(q, layer, role, npu ? npu : codes, rows, cols, &act)) < 0)
         goto out;
     char name[FORMAT_NAME_MAX];
     format_tensor_name(layer, role, name, sizeof name);
@@ -700,6 +717,8 @@ static int emit_linear(struct qctx *q, struct format_writer *w, int layer, uint3
     ret = format_writer_add_tensor(w, &d, bytes, len, q->err);
 out:
     free(bytes);
+    free(npu);
+    free(mult);
     free(cw);
     free(widths);
     free(codes);
@@ -919,6 +938,10 @@ static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
         o->encoding != FORMAT_ENC_INT4INT8 && o->encoding != FORMAT_ENC_BITPLANE) {
         sl_err_set(err, "unsupported output encoding %u (adaptive, int4int8 or bitplane)",
                    o->encoding);
+        return -EINVAL;
+    }
+    if (o->block_mult && (!o->gptq || (o->encoding != 0 && o->encoding != FORMAT_ENC_ADAPTIVE))) {
+        sl_err_set(err, "block multipliers need gptq and the adaptive encoding");
         return -EINVAL;
     }
     if (o->shadow && (o->act_dynamic || o->float_out || !(o->shadow_quantile > 0) ||

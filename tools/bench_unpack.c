@@ -27,7 +27,8 @@ static void usage(FILE *f)
             "\n"
             "Unpacks a rows x cols weight tensor (default 4096 x 4096; --rows 1..1048576,\n"
             "--cols 1..131072) to int8 with every kernel this build and CPU have (scalar,\n"
-            "avx2, avx512, neon) for every packed encoding (adaptive, int4int8, bitplane),\n"
+            "avx2, avx512, neon) for every packed encoding (adaptive, int4int8, bitplane,\n"
+            "and adaptive+m: adaptive with a multiplier 1..4 per block of 32 weights),\n"
             "side by side in one run, on one core, at per-channel bit-width mixes averaging\n"
             "4, 5, 6 and 7 bits. The widths come from the quantizer's greedy allocator\n"
             "(quantizer_allocate) run on synthetic channel statistics, so they spread around\n"
@@ -187,7 +188,12 @@ struct contender {
                                                       (perf only) */
 };
 
-static const uint32_t encs[3] = {FORMAT_ENC_ADAPTIVE, FORMAT_ENC_INT4INT8, FORMAT_ENC_BITPLANE};
+/* the fourth: adaptive with a multiplier 1..4 per block of 32 weights of a
+ * row (header version 2; the same code bytes plus 2 bits per block) */
+#define N_ENC 4
+static const uint32_t encs[N_ENC] = {FORMAT_ENC_ADAPTIVE, FORMAT_ENC_INT4INT8, FORMAT_ENC_BITPLANE,
+                                     FORMAT_ENC_ADAPTIVE};
+static const char *const enc_labels[N_ENC] = {"adaptive", "int4int8", "bitplane", "adaptive+m"};
 static const uint32_t avgs[4] = {4, 5, 6, 7};
 
 struct run {
@@ -290,7 +296,7 @@ static int add_result(cJSON *arr, const struct contender *c, uint32_t avg, doubl
     med3[0] = med;
     med3[1] = hot;
     med3[2] = warm;
-    const char *enc = format_encoding_traits(encs[c->enc])->name;
+    const char *enc = enc_labels[c->enc];
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "kernel", unpack_kernel_name(c->kernel));
     cJSON_AddStringToObject(e, "encoding", enc);
@@ -322,16 +328,19 @@ static int bench_mix(struct run *R, uint32_t avg, uint64_t *seed, cJSON *arr, in
     size_t n = (size_t)rows * cols;
     enum unpack_kernel ks[UNPACK_KERNEL_COUNT];
     int nk = unpack_kernels_available(ks), nc = 0, ret = -ENOMEM;
-    struct contender cs[3 * UNPACK_KERNEL_COUNT];
-    struct unpack_tensor ut[3];
-    void *bytes[3] = {NULL, NULL, NULL};
-    uint64_t len[3];
+    struct contender cs[N_ENC * UNPACK_KERNEL_COUNT];
+    struct unpack_tensor ut[N_ENC];
+    void *bytes[N_ENC] = {NULL, NULL, NULL, NULL};
+    uint64_t len[N_ENC];
+    uint32_t nb = format_packed_mult_blocks(cols);
+    uint8_t *mult = malloc((size_t)rows * nb);
+    int8_t *qt = malloc((size_t)rows * cols); /* what the multiplier tensor gives */
     uint8_t *w = malloc(rows);
     float *sc = malloc(sizeof(float) * rows);
     struct sl_err err = {{0}};
     memset(cs, 0, sizeof cs);
     memset(ut, 0, sizeof ut);
-    if (!w || !sc)
+    if (!w || !sc || !qt || !mult)
         goto fail;
     if ((ret = make_widths(w, rows, avg, seed)) < 0) {
         fprintf(stderr, "sluice bench unpack: bit allocation failed (%s)\n", strerror(-ret));
@@ -348,12 +357,20 @@ static int bench_mix(struct run *R, uint32_t avg, uint64_t *seed, cJSON *arr, in
                 (int8_t)(w[r] == 1 ? (x & 1 ? 1 : -1) : (int)(x % (uint64_t)(2 * m + 1)) - m);
         }
     }
-    for (int e = 0; e < 3; e++) {
+    for (size_t i = 0; i < (size_t)rows * nb; i++) /* multipliers 1..4, in turn */
+        mult[i] = (uint8_t)(1 + (rng_next(seed) & 3));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = (uint32_t)(i / cols), m = mult[(size_t)r * nb + (i % cols) / 32],
+                 mx = format_packed_mult_max(w[r]);
+        qt[i] = (int8_t)(R->q[i] * (m < mx ? m : mx));
+    }
+    for (int e = 0; e < N_ENC; e++) {
         /* the container stores every tensor at a 64-byte aligned offset and the
          * loader reads into page-aligned buffers: time the bytes aligned the
          * same way (malloc's 16-byte alignment would split vector loads) */
         void *packed = NULL;
-        if ((ret = quantizer_pack(encs[e], R->q, w, sc, rows, cols, &packed, &len[e], &err)) < 0) {
+        if ((ret = quantizer_pack_mult(encs[e], R->q, w, sc, rows, cols, e == 3 ? mult : NULL,
+                                       &packed, &len[e], &err)) < 0) {
             fprintf(stderr, "sluice bench unpack: %s\n", err.msg);
             goto fail;
         }
@@ -381,10 +398,10 @@ static int bench_mix(struct run *R, uint32_t avg, uint64_t *seed, cJSON *arr, in
     for (int i = 0; i < nc; i++) {
         memset(R->out, 0x55, n);
         unpack_tensor_rows(&ut[cs[i].enc], cs[i].kernel, 0, rows, R->out, NULL);
-        if (memcmp(R->out, R->q, n) != 0) {
+        if (memcmp(R->out, cs[i].enc == 3 ? qt : R->q, n) != 0) {
             fprintf(stderr, "sluice bench unpack: kernel %s on %s does not return the packed "
                             "codes\n",
-                    unpack_kernel_name(cs[i].kernel), format_encoding_traits(encs[cs[i].enc])->name);
+                    unpack_kernel_name(cs[i].kernel), enc_labels[cs[i].enc]);
             ret = -EIO;
             goto fail;
         }
@@ -420,7 +437,7 @@ static int bench_mix(struct run *R, uint32_t avg, uint64_t *seed, cJSON *arr, in
                "B/w", "GB/s med", "best", "cyc/w", "min", "cached", "hot med", "best", "warm med",
                "best");
     }
-    double med[3][UNPACK_KERNEL_COUNT][3];
+    double med[N_ENC][UNPACK_KERNEL_COUNT][3];
     for (int i = 0; i < nc; i++) {
         ret = add_result(arr, &cs[i], avg, (double)ut[cs[i].enc].layout.data_len / (double)n,
                          reps, R->ghz, R->perf_fd >= 0, json, med[cs[i].enc][cs[i].kernel]);
@@ -445,10 +462,12 @@ fail:
         free(cs[i].cached);
         free(cs[i].warm);
     }
-    for (int e = 0; e < 3; e++) {
+    for (int e = 0; e < N_ENC; e++) {
         unpack_tensor_fini(&ut[e]);
         sl_free_aligned(bytes[e]);
     }
+    free(qt);
+    free(mult);
     free(w);
     free(sc);
     return ret;

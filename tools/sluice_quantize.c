@@ -82,6 +82,12 @@ static void usage(FILE *f)
             "  --gptq                round the decoder linears' weights with GPTQ's error\n"
             "                        compensation (Hessian of the kept calibration rows; same\n"
             "                        grids and scales; O(cols^3) per tensor: small models)\n"
+            "  --block-mult          with --gptq: each decoder linear's int8 values are its\n"
+            "                        b-bit codes times a multiplier 1..4 per block of 32\n"
+            "                        weights of a row (2 bits per block; at most 2 at 7\n"
+            "                        bits, 1 at 8), the row's scale max|w| / (lim 4): block\n"
+            "                        scales the NPU never sees, as it still gets per-channel\n"
+            "                        int8 (a version 3 container; adaptive encoding only)\n"
             "  --shadow              shadow outlier execution (llm.npu 3.3; static activations):\n"
             "                        each decoder linear's activation scale covers the bulk\n"
             "                        of its calibration input (--shadow-quantile of |x|\n"
@@ -148,6 +154,8 @@ static void summary(const char *out, const struct quantizer_opts *o,
     printf("file %" PRIu64 " bytes (%.2f MB); %" PRIu64 " quantized weights in %" PRIu64
            " bytes: %.3f bits per weight (codes, widths, scales)\n",
            rep->file_bytes, (double)rep->file_bytes / 1e6, rep->weights, rep->code_bytes, bpw);
+    if (rep->mult_bytes)
+        printf("block multipliers: %" PRIu64 " bytes of them\n", rep->mult_bytes);
     if (rep->groups) {
         printf("smoothing: %u groups, mean alpha %.2f; groups per alpha:", rep->groups,
                rep->mean_alpha);
@@ -344,6 +352,8 @@ int cmd_quantize(int argc, char **argv)
             o.clip = (enum quantizer_clip)v;
         } else if (!strcmp(a, "--gptq")) {
             o.gptq = 1;
+        } else if (!strcmp(a, "--block-mult")) {
+            o.block_mult = 1;
         } else if (!strcmp(a, "--shadow")) {
             o.shadow = 1;
         } else if (!strcmp(a, "--shadow-quantile")) {

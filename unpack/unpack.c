@@ -125,6 +125,46 @@ int unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_
     return 0;
 }
 
+/* Row r's block multipliers, clamped for width b, into m [blocks]. */
+static void row_mults(const struct format_packed_layout *lay, uint32_t r, uint32_t b, uint8_t *m)
+{
+    uint32_t nb = format_packed_mult_blocks(lay->cols), mx = format_packed_mult_max(b), k = 0;
+    uint64_t bit = 2 * (uint64_t)r * nb;
+    if (bit % 8 == 0) { /* four at a time from whole bytes */
+        const uint8_t *src = lay->mult + bit / 8;
+        for (; k + 4 <= nb; k += 4) {
+            uint32_t v = src[k / 4];
+            if (mx == 4) { /* up to 6 bits: no clamping */
+                m[k] = (uint8_t)((v & 3) + 1);
+                m[k + 1] = (uint8_t)((v >> 2 & 3) + 1);
+                m[k + 2] = (uint8_t)((v >> 4 & 3) + 1);
+                m[k + 3] = (uint8_t)((v >> 6) + 1);
+                continue;
+            }
+            for (uint32_t i = 0; i < 4; i++, v >>= 2)
+                m[k + i] = (uint8_t)((v & 3) + 1 < mx ? (v & 3) + 1 : mx);
+        }
+    }
+    for (; k < nb; k++) {
+        uint32_t v = format_packed_mult(lay->mult, nb, r, k);
+        m[k] = (uint8_t)(v < mx ? v : mx);
+    }
+}
+
+int unpack_row_mult(const struct format_packed_layout *lay, uint32_t row, uint32_t width,
+                    int8_t *q)
+{
+    if (!lay->mult)
+        return 0;
+    uint8_t *m = malloc(format_packed_mult_blocks(lay->cols));
+    if (!m)
+        return -ENOMEM;
+    row_mults(lay, row, width, m);
+    kernel_tables[unpack_kernel_best()]->mult(q, lay->cols, m);
+    free(m);
+    return 0;
+}
+
 int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                              uint32_t r1, int8_t *q, int32_t *corr, enum unpack_store store)
 {
@@ -139,13 +179,26 @@ int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k
                  (store == UNPACK_STORE_STREAM ||
                   (store == UNPACK_STORE_AUTO &&
                    (uint64_t)(r1 - r0) * cols >= UNPACK_STREAM_MIN_BYTES));
+    uint8_t *m = NULL; /* a row's block multipliers (header version 2) */
+    if (u->layout.mult && !(m = malloc(format_packed_mult_blocks(cols))))
+        return -ENOMEM;
     for (uint32_t r = r0; r < r1; r++) {
         int8_t *dst = q + (size_t)(r - r0) * cols;
-        fn(u->layout.data + u->row_off[r], cols, format_packed_width(u->layout.widths, r), dst,
-           stream);
+        uint32_t b = format_packed_width(u->layout.widths, r);
+        if (m)
+            row_mults(&u->layout, r, b, m);
+        if (m && kt->adaptive_mult) { /* multiplied in registers, before the stores */
+            kt->adaptive_mult(u->layout.data + u->row_off[r], cols, b, dst, stream, m);
+        } else if (m) { /* the same in two steps, from L1 */
+            fn(u->layout.data + u->row_off[r], cols, b, dst, 0);
+            kt->mult(dst, cols, m);
+        } else {
+            fn(u->layout.data + u->row_off[r], cols, b, dst, stream);
+        }
         if (corr) /* the row was just written: summed from L1 */
             corr[r - r0] = 128 * kt->sum(dst, cols);
     }
+    free(m);
     return 0;
 }
 
@@ -175,15 +228,17 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
     const uint32_t cols = u->layout.cols;
     if (cols > UNPACK_CORR_MAX_COLS)
         return -EOVERFLOW;
-    if (u->layout.encoding != FORMAT_ENC_ADAPTIVE) {
-        /* the baselines: each row unpacked to a buffer, then multiplied */
+    if (u->layout.encoding != FORMAT_ENC_ADAPTIVE || u->layout.mult) {
+        /* the baselines and block multipliers: each row unpacked to a buffer,
+         * then multiplied */
         int8_t *q = malloc(cols);
         if (!q)
             return -ENOMEM;
-        unpack_row_fn *fn = row_fn(kernel_tables[k], u->layout.encoding);
         for (uint32_t r = r0; r < r1; r++) {
-            fn(u->layout.data + u->row_off[r], cols, format_packed_width(u->layout.widths, r),
-               q, 0);
+            if (unpack_tensor_rows(u, k, r, r + 1, q, NULL) < 0) {
+                free(q);
+                return -ENOMEM;
+            }
             for (uint32_t i = 0; i < m; i++)
                 acc[i * ldacc + (r - r0)] = unpack_dot_i8(q, x + (size_t)i * cols, cols);
         }

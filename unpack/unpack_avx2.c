@@ -127,6 +127,94 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
         _mm_sfence();
 }
 
+/* ---- block multipliers (header version 2) ------------------------------------------------
+ * 32 int8 values times one multiplier m in 1..4 (a 32-weight block): v m =
+ * v [m & 1] + 2v [m & 2] + 4v [m & 4], with the bracketed masks broadcast;
+ * |v m| <= 127, so no add wraps. */
+static const uint8_t mult_mask[3][5][32] __attribute__((aligned(32))) = {
+#define MM(x) {x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}
+    {MM(0), MM(0xff), MM(0), MM(0xff), MM(0)},    /* m & 1 */
+    {MM(0), MM(0), MM(0xff), MM(0xff), MM(0)},    /* m & 2 */
+    {MM(0), MM(0), MM(0), MM(0), MM(0xff)},       /* m & 4 */
+#undef MM
+};
+
+AI __m256i mul_block(__m256i v, uint32_t m)
+{
+    __m256i v2 = _mm256_add_epi8(v, v), v4 = _mm256_add_epi8(v2, v2);
+    __m256i r = _mm256_and_si256(v, _mm256_load_si256((const __m256i *)mult_mask[0][m]));
+    r = _mm256_add_epi8(r, _mm256_and_si256(v2, _mm256_load_si256((const __m256i *)mult_mask[1][m])));
+    return _mm256_add_epi8(r,
+                           _mm256_and_si256(v4, _mm256_load_si256((const __m256i *)mult_mask[2][m])));
+}
+
+void unpack_mult_avx2(int8_t *q, uint32_t n, const uint8_t *m)
+{
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        _mm256_storeu_si256((__m256i *)(q + i),
+                            mul_block(_mm256_loadu_si256((const __m256i *)(q + i)), m[i / 32]));
+    unpack_mult_scalar(q + i, n - i, m + i / 32);
+}
+
+/* adaptive_row_b with the multipliers applied before the stores: the
+ * 32-weight vectors of a full group are its blocks 2k + h */
+AI void adaptive_mult_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
+                        const int nt, const uint8_t *m)
+{
+    uint32_t full = cols / 512;
+    for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512, m += 16) {
+        unpack_adaptive_prefetch(src, b);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            store(dst + k * 64, mul_block(stripe(src, 64, k, b), m[2 * k]), nt);
+            store(dst + k * 64 + 32, mul_block(stripe(src + 32, 64, k, b), m[2 * k + 1]), nt);
+        }
+    }
+    uint32_t t = cols - full * 512;
+    if (t) { /* the tail group as in adaptive_row_b, then its blocks */
+        uint32_t S = (t + 7) / 8;
+        uint8_t in[8 * 64 + 32];
+        int8_t out[8 * 64 + 32];
+        memcpy(in, src, (size_t)b * S);
+        memset(in + (size_t)b * S, 0, 32);
+        for (int k = 0; k < 8; k++)
+            for (uint32_t c = 0; c < S; c += 32)
+                _mm256_storeu_si256((__m256i *)(out + k * S + c), stripe(in + c, S, k, b));
+        unpack_mult_scalar(out, t, m);
+        memcpy(dst, out, t);
+    }
+}
+
+#define DEFINE_MULT(B)                                                                        \
+    static void adaptive_mult_##B(const uint8_t *src, uint32_t cols, int8_t *dst, int nt,     \
+                                  const uint8_t *m)                                           \
+    {                                                                                        \
+        if (nt)                                                                              \
+            adaptive_mult_b(src, cols, dst, (B), 1, m);                                      \
+        else                                                                                 \
+            adaptive_mult_b(src, cols, dst, (B), 0, m);                                      \
+    }
+DEFINE_MULT(1)
+DEFINE_MULT(2)
+DEFINE_MULT(3)
+DEFINE_MULT(4)
+DEFINE_MULT(5)
+DEFINE_MULT(6)
+DEFINE_MULT(7)
+DEFINE_MULT(8)
+
+void unpack_adaptive_mult_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                               int stream, const uint8_t *m)
+{
+    static void (*const fns[9])(const uint8_t *, uint32_t, int8_t *, int, const uint8_t *) = {
+        NULL, adaptive_mult_1, adaptive_mult_2, adaptive_mult_3, adaptive_mult_4,
+        adaptive_mult_5, adaptive_mult_6, adaptive_mult_7, adaptive_mult_8};
+    fns[b](src, cols, dst, stream != 0, m);
+    if (stream)
+        _mm_sfence();
+}
+
 /* ---- dot products straight from the packed row (decode) -------------------------------
  * Per 32 weights: the unsigned codes (code()) times x with pmaddubsw (u8 x
  * s8, pairs added into int16: at most 2 * 126 * 128 < 2^15 for b <= 7, so no
@@ -406,5 +494,6 @@ static int32_t sum(const int8_t *q, uint32_t n)
     return (int32_t)s;
 }
 
-const struct unpack_kernels unpack_kernels_avx2 = {adaptive_row, int4int8_row, bitplane_row, sum,
-                                                   adaptive_dot};
+const struct unpack_kernels unpack_kernels_avx2 = {
+    adaptive_row, int4int8_row, bitplane_row, sum, adaptive_dot, unpack_mult_avx2,
+    unpack_adaptive_mult_avx2};

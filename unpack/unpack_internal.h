@@ -47,13 +47,30 @@ struct unpack_dot_args {
 typedef int32_t unpack_dot_fn(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
                               const struct unpack_dot_args *a);
 
+/* Multiplies n int8 values of a row (as the row kernels give them) by their
+ * blocks' multipliers: q[j] *= m[j / 32], m one byte per block of 32
+ * weights, already clamped to format_packed_mult_max (FORMAT-packed.md,
+ * header version 2), so that the products stay in [-127, 127]. */
+typedef void unpack_mult_fn(int8_t *q, uint32_t n, const uint8_t *m);
+
 struct unpack_kernels {
     unpack_row_fn *adaptive;
     unpack_row_fn *int4int8;
     unpack_row_fn *bitplane;
     unpack_sum_fn *sum;
     unpack_dot_fn *adaptive_dot;
+    unpack_mult_fn *mult;
+    /* an adaptive row of width b with block multipliers m, as adaptive then
+     * mult (NULL: unpack.c does just that) */
+    void (*adaptive_mult)(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                          int stream, const uint8_t *m);
 };
+void unpack_mult_scalar(int8_t *q, uint32_t n, const uint8_t *m);
+#if SLUICE_KERNELS_X86
+void unpack_mult_avx2(int8_t *q, uint32_t n, const uint8_t *m);
+void unpack_adaptive_mult_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                               int stream, const uint8_t *m);
+#endif
 /* (The AVX-512 table's adaptive_dot needs VNNI besides F+BW; without it
  * unpack.c uses the AVX2 one at that level.) */
 

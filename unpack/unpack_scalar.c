@@ -130,5 +130,12 @@ static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const
     return (int32_t)acc;
 }
 
-const struct unpack_kernels unpack_kernels_scalar = {adaptive_row, int4int8_row, bitplane_row,
-                                                     sum, adaptive_dot};
+/* ---- block multipliers (header version 2) ----------------------------------------------- */
+void unpack_mult_scalar(int8_t *q, uint32_t n, const uint8_t *m)
+{
+    for (uint32_t i = 0; i < n; i++)
+        q[i] = (int8_t)(q[i] * m[i / FORMAT_PACKED_MULT_BLOCK]);
+}
+
+const struct unpack_kernels unpack_kernels_scalar = {
+    adaptive_row, int4int8_row, bitplane_row, sum, adaptive_dot, unpack_mult_scalar, NULL};

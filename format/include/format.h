@@ -46,11 +46,16 @@
 extern "C" {
 #endif
 
-/* The version written. Version 2 adds the shadow outlier metadata
+/* The versions. Version 2 adds the shadow outlier metadata
  * (shadow.linears): a container with it has activation scales that cover
  * the bulk, not the maximum, and expects the clipped excess to be computed
- * on the CPU. A reader accepts versions FORMAT_VERSION_MIN..FORMAT_VERSION. */
-#define FORMAT_VERSION 2
+ * on the CPU. Version 3 adds packed adaptive tensors of header version 2
+ * (integer multipliers per block of a row, docs/FORMAT-packed.md). The
+ * writer writes 3 when a tensor has them, else 2 (FORMAT_VERSION_PLAIN), so
+ * that containers without them still load in version-2 readers. A reader
+ * accepts versions FORMAT_VERSION_MIN..FORMAT_VERSION. */
+#define FORMAT_VERSION 3
+#define FORMAT_VERSION_PLAIN 2
 #define FORMAT_VERSION_MIN 1
 #define FORMAT_ALIGN 4096        /* slice alignment and padding */
 #define FORMAT_TENSOR_ALIGN 64   /* tensor alignment inside a slice */
@@ -208,7 +213,35 @@ struct format_packed_layout {
     const uint8_t *scales;           /* rows little-endian float32 */
     const uint8_t *data;             /* row 0's codes */
     uint64_t data_len;
+    /* header version 2 (adaptive only): per block of mult_block weights of a
+     * row a multiplier m in 1..4 (2 bits; format_packed_mult) folded into the
+     * row's int8 values; NULL, 0: version 1, none */
+    const uint8_t *mult;
+    uint32_t mult_block;
 };
+
+#define FORMAT_PACKED_MULT_BLOCK 32 /* weights per multiplier (header version 2) */
+
+/* Blocks of a row of cols weights, and the multiplier (1..4) of block k of
+ * row r of a version 2 tensor: 2 bits at bit 2 (r * blocks + k) of the
+ * array, least significant first, holding m - 1. */
+static inline uint32_t format_packed_mult_blocks(uint64_t cols)
+{
+    return (uint32_t)((cols + FORMAT_PACKED_MULT_BLOCK - 1) / FORMAT_PACKED_MULT_BLOCK);
+}
+static inline uint32_t format_packed_mult(const uint8_t *mult, uint32_t blocks, uint32_t r,
+                                          uint32_t k)
+{
+    uint64_t bit = 2 * ((uint64_t)r * blocks + k);
+    return ((mult[bit / 8] >> (bit % 8)) & 3) + 1;
+}
+/* The largest multiplier a b-bit row may use: its int8 values code * m stay
+ * within [-127, 127] (larger stored ones decode as it). */
+static inline uint32_t format_packed_mult_max(uint32_t b)
+{
+    uint32_t lim = b == 1 ? 1 : (1u << (b - 1)) - 1, m = 127 / lim;
+    return m < 4 ? m : 4;
+}
 
 /* Width of row r (1..8). */
 static inline uint32_t format_packed_width(const uint8_t *widths, uint32_t r)
@@ -223,6 +256,9 @@ static inline uint32_t format_packed_width(const uint8_t *widths, uint32_t r)
  * format_packed_width may read two bytes). */
 uint64_t format_packed_row_bytes(uint32_t encoding, uint32_t width, uint64_t cols);
 uint64_t format_packed_prefix_bytes(uint64_t rows);
+/* The same for a header version 2 tensor (block multipliers after the
+ * scales); mult 0: version 1, as format_packed_prefix_bytes. */
+uint64_t format_packed_prefix_bytes_mult(uint64_t rows, uint64_t cols, int mult);
 
 /* Parses and validates a packed tensor of rows x cols: magic, header fields,
  * and the exact length implied by the widths. Fills *out with views into

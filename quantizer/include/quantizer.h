@@ -34,6 +34,12 @@ typedef void (*quantizer_progress_fn)(void *ctx, const char *what, uint64_t done
 int quantizer_pack(uint32_t encoding, const int8_t *q, const uint8_t *widths, const float *scales,
                    uint32_t rows, uint32_t cols, void **out, uint64_t *out_len,
                    struct sl_err *err);
+/* The same with block multipliers (header version 2, adaptive only):
+ * mult [rows][format_packed_mult_blocks(cols)] in 1..4 (NULL: quantizer_pack);
+ * the unpacker gives q * min(m, format_packed_mult_max(width)). */
+int quantizer_pack_mult(uint32_t encoding, const int8_t *q, const uint8_t *widths,
+                        const float *scales, uint32_t rows, uint32_t cols, const uint8_t *mult,
+                        void **out, uint64_t *out_len, struct sl_err *err);
 
 /* ==== quantization (EdgeFlow 4.1) =========================================== */
 
@@ -176,6 +182,14 @@ struct quantizer_opts {
                                      in [0, 1] (0: no limit) */
     int gptq;                     /* 1: decoder linears' codes rounded with GPTQ's error
                                      compensation on the calibration rows (same grids) */
+    /* experiment (quantizer_wsim.c): a simulated grid for the decoder
+     * linears with GPTQ, written as the 8-bit int8 values the NPU would see;
+     * the report's sim_bytes is the size the real format would have */
+    int block_mult;               /* 1 (with gptq): the decoder linears with calibration
+                                     rows get a multiplier 1..4 per block of 32 weights
+                                     of a row folded into their int8 values
+                                     (quantizer_mult.c; packed header version 2, a
+                                     version 3 container; adaptive only) */
     quantizer_progress_fn progress;
     void *progress_ctx;
 };
@@ -184,6 +198,7 @@ struct quantizer_report {
     uint64_t file_bytes;
     uint64_t weights;            /* quantized weights (linear layers and embedding) */
     uint64_t code_bytes;         /* their packed bytes (codes, widths, scales) */
+    uint64_t mult_bytes;         /* of code_bytes: the block multipliers' */
     uint32_t hist[FORMAT_ROLE_COUNT][FORMAT_MAX_BITS + 1]; /* channels per width per role */
     double mean_alpha;           /* mean chosen alpha over smoothing groups (edgeflow) */
     uint32_t alpha_hist[11];     /* groups per alpha decile (round(10 alpha)) */

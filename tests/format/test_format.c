@@ -330,7 +330,9 @@ static void test_wrong_version(void **state)
     sl_store_le32(buf + H_VERSION, FORMAT_VERSION + 1);
     reseal_header(buf);
     assert_int_equal(open_bytes(buf, len, &err), -EINVAL);
-    assert_non_null(strstr(err.msg, "version 3"));
+    char want[32];
+    snprintf(want, sizeof want, "version %u", FORMAT_VERSION + 1);
+    assert_non_null(strstr(err.msg, want));
     sl_store_le32(buf + H_VERSION, 0);
     reseal_header(buf);
     assert_int_equal(open_bytes(buf, len, &err), -EINVAL);
@@ -346,7 +348,7 @@ static void test_version1_loads(void **state)
     size_t len;
     uint8_t *buf = good_file(&len);
     struct sl_err err = {{0}};
-    assert_int_equal(sl_load_le32(buf + H_VERSION), FORMAT_VERSION);
+    assert_int_equal(sl_load_le32(buf + H_VERSION), FORMAT_VERSION_PLAIN); /* no code tables */
     sl_store_le32(buf + H_VERSION, 1);
     reseal_header(buf);
     assert_int_equal(open_bytes(buf, len, &err), 0);

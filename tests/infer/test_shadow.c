@@ -24,7 +24,7 @@
 #include "quantizer.h"
 #include "testutil.h"
 
-static char float_model[4096], shadow_model[4096], shadow5_model[4096];
+static char float_model[4096], shadow_model[4096], shadow5_model[4096], mult5_model[4096];
 
 static int *prompt(uint32_t n, uint32_t vocab, uint32_t salt)
 {
@@ -42,6 +42,7 @@ static int setup(void **st)
     snprintf(float_model, sizeof float_model, "%s/tiny.sluice", dir);
     snprintf(shadow_model, sizeof shadow_model, "%s/tiny-shadow8.sluice", dir);
     snprintf(shadow5_model, sizeof shadow5_model, "%s/tiny-shadow5.sluice", dir);
+    snprintf(mult5_model, sizeof mult5_model, "%s/tiny-mult5.sluice", dir);
     if (import_synth("tiny", 11, float_model, NULL, NULL, &err) < 0)
         return -1;
     struct infer_model *m;
@@ -74,20 +75,25 @@ static int setup(void **st)
     o.shadow_min_importance = 2.5; /* prunes some linears */
     if (ret == 0)
         ret = quantizer_quantize(float_model, calib, &o, shadow5_model, NULL, &err);
+    /* GPTQ with block multipliers (packed header version 2, a version 3 container) */
+    o.shadow_min_importance = 0;
+    o.gptq = 1;
+    o.block_mult = 1;
+    if (ret == 0)
+        ret = quantizer_quantize(float_model, calib, &o, mult5_model, NULL, &err);
     quantizer_calib_destroy(calib);
     if (ret < 0)
         fprintf(stderr, "%s\n", err.msg);
     return ret;
 }
 
-static void test_container(void **st)
+static void check_container(const char *path, uint32_t version)
 {
-    (void)st;
     struct sl_err err = {{0}};
     struct infer_model *m;
-    assert_int_equal(infer_model_load(shadow_model, NULL, &m, &err), 0);
+    assert_int_equal(infer_model_load(path, NULL, &m, &err), 0);
     const struct format_reader *r = infer_model_reader(m);
-    assert_int_equal(format_reader_version(r), 2);
+    assert_int_equal(format_reader_version(r), version);
     const void *v;
     size_t len;
     assert_int_equal(format_reader_meta_get(r, FORMAT_SHADOW_META_KEY, &v, &len), 0);
@@ -122,6 +128,53 @@ static void test_container(void **st)
     assert_true(on > 0);
     format_shadow_free(e, n);
     infer_model_destroy(m);
+}
+
+static void test_container(void **st)
+{
+    (void)st;
+    check_container(shadow_model, 2);
+}
+
+static void check(const char *model, enum infer_policy pol, uint32_t chunk, uint32_t split,
+                  uint32_t n, int shadow);
+
+/* Block multipliers: a version 3 container whose decoder linears' packed
+ * tensors are header version 2; the NPU's int8 weights are codes times
+ * multipliers (off the uniform 5-bit grid), the hot columns are still exactly
+ * the NPU's, and the pipeline gives the plain forward's bits. */
+static void test_block_mult(void **st)
+{
+    (void)st;
+    check_container(mult5_model, 3);
+    struct sl_err err = {{0}};
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(mult5_model, NULL, &m, &err), 0);
+    const struct format_reader *r = infer_model_reader(m);
+    uint32_t tables = 0, off_grid = 0;
+    for (uint32_t l = 0; l < infer_model_config(m)->n_layers; l++)
+        for (uint32_t role = FORMAT_ROLE_WQ; role <= FORMAT_ROLE_W_DOWN; role++) {
+            int i = format_reader_find(r, (int32_t)l, role);
+            if (role == FORMAT_ROLE_FFN_NORM || i < 0)
+                continue;
+            const struct format_tensor_info *t = format_reader_tensor(r, (uint32_t)i);
+            uint8_t *bytes = malloc(t->length);
+            assert_int_equal(format_reader_read_tensor(r, (uint32_t)i, bytes, t->length, &err), 0);
+            tables += sl_load_le32(bytes + 4) == 2;
+            free(bytes);
+            struct infer_linear *lin = infer_model_linear(m, (int)l, role);
+            int8_t *row = malloc(t->shape[1]);
+            for (uint32_t o = 0; o < lin->rows; o++) {
+                npu_weights_row(lin->npu, o, row);
+                for (uint64_t c = 0; c < t->shape[1]; c++)
+                    off_grid += row[c] > 15 || row[c] < -15;
+            }
+            free(row);
+        }
+    assert_int_equal(tables, infer_model_config(m)->n_layers * 7);
+    assert_true(off_grid > 0);
+    infer_model_destroy(m);
+    check(mult5_model, INFER_POLICY_FULL, 64, 48, 130, 1);
 }
 
 /* Largest |y - ref| / (sum_c |term_c| + tiny) over a shadowed linear's
@@ -558,6 +611,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_container),
+        cmocka_unit_test(test_block_mult),
         cmocka_unit_test(test_float_reference),
         cmocka_unit_test(test_pipeline_identical),
         cmocka_unit_test(test_pruned),

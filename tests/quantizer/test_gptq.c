@@ -85,6 +85,73 @@ static void test_gptq_beats_rtn(void **st)
     free(wid);
 }
 
+/* Block multipliers (quantizer_mult.c): codes stay on each row's grid, the
+ * multipliers are within 1..format_packed_mult_max(b), the NPU's values are
+ * code * m, and with weights whose magnitude varies from block to block the
+ * output error is below GPTQ on the plain grid of the same width. */
+static void test_block_mult(void **st)
+{
+    (void)st;
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 2);
+    const uint32_t rows = 24, cols = 128, n = 256, nb = cols / 32;
+    float *w = malloc(sizeof(float) * rows * cols), *x = malloc(sizeof(float) * n * cols);
+    float *sc0 = malloc(sizeof(float) * rows), *sc1 = malloc(sizeof(float) * rows);
+    float *tmp = malloc(sizeof(float) * cols);
+    int8_t *q0 = malloc(rows * cols), *q1 = malloc(rows * cols), *npu = malloc(rows * cols);
+    uint8_t *wid = malloc(rows), *m = malloc(rows * nb);
+    for (uint32_t i = 0; i < rows * cols; i++) /* blocks of 32 at scales 1, 1/2, 1/4, 1/8 */
+        w[i] = test_rng_normal(&g) / (float)(1u << ((i % cols) / 32 + i / cols) % 4);
+    for (uint32_t i = 0; i < n * cols; i++)
+        x[i] = test_rng_normal(&g);
+    for (uint32_t b = 3; b <= 8; b++) {
+        for (uint32_t r = 0; r < rows; r++)
+            wid[r] = r == 6 ? 1 : (uint8_t)b;
+        quantizer_tensor_quantize(w, rows, cols, NULL, wid, QUANTIZER_CLIP_MSE, q0, sc0, tmp);
+        memcpy(q1, q0, rows * cols);
+        memcpy(sc1, sc0, sizeof(float) * rows);
+        assert_int_equal(quantizer_gptq(w, rows, cols, x, n, NULL, wid, sc0, q0), 0);
+        assert_int_equal(quantizer_mult(w, rows, cols, x, n, NULL, wid, sc1, q1, m, npu), 0);
+        for (uint32_t r = 0; r < rows; r++) {
+            int l = wid[r] == 1 ? 1 : (1 << (wid[r] - 1)) - 1;
+            for (uint32_t c = 0; c < cols; c++) {
+                size_t e = (size_t)r * cols + c;
+                uint32_t mm = m[r * nb + c / 32];
+                assert_true(q1[e] >= -l && q1[e] <= l);
+                assert_true(mm >= 1 && mm <= (wid[r] == 1 ? 1 : format_packed_mult_max(wid[r])));
+                assert_int_equal(npu[e], q1[e] * (int)mm);
+            }
+        }
+        double e0 = 0, e1 = 0;
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t r = 0; r < rows; r++) {
+                if (wid[r] == 1)
+                    continue;
+                double a = 0, d0 = 0, d1 = 0;
+                for (uint32_t c = 0; c < cols; c++) {
+                    double xv = x[(size_t)i * cols + c];
+                    a += xv * w[(size_t)r * cols + c];
+                    d0 += xv * sc0[r] * q0[(size_t)r * cols + c];
+                    d1 += xv * sc1[r] * npu[(size_t)r * cols + c];
+                }
+                e0 += (a - d0) * (a - d0);
+                e1 += (a - d1) * (a - d1);
+            }
+        if (b < 8 && !(e1 < 0.8 * e0)) /* at 8 bits M = 1: no multipliers to gain from */
+            fail_msg("%u bits: block multipliers' error %g, plain grid %g", b, e1, e0);
+    }
+    free(w);
+    free(x);
+    free(sc0);
+    free(sc1);
+    free(tmp);
+    free(q0);
+    free(q1);
+    free(npu);
+    free(wid);
+    free(m);
+}
+
 static void test_shadow_calibration(void **st)
 {
     (void)st;
@@ -136,6 +203,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gptq_beats_rtn),
+        cmocka_unit_test(test_block_mult),
         cmocka_unit_test(test_shadow_calibration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -46,7 +46,7 @@ static void test_json(void **st)
     assert_true(cJSON_IsArray(res));
     enum unpack_kernel ks[UNPACK_KERNEL_COUNT];
     int nk = unpack_kernels_available(ks);
-    assert_int_equal(cJSON_GetArraySize(res), nk * 3 * 4);
+    assert_int_equal(cJSON_GetArraySize(res), nk * 4 * 4);
     static const char *const keys[] = {
         "bytes_per_weight", "gbps",     "gbps_best",     "cycles_per_weight",
         "cycles_per_weight_min", "ticks_per_weight", "gbps_cached_stores", "gbps_hot",
@@ -54,9 +54,9 @@ static void test_json(void **st)
     for (int k = 0; k < nk; k++) {
         const char *kn = unpack_kernel_name(ks[k]);
         for (int avg = 4; avg <= 7; avg++) {
-            const cJSON *e[3] = {find(res, kn, "adaptive", avg), find(res, kn, "int4int8", avg),
-                                 find(res, kn, "bitplane", avg)};
-            for (int i = 0; i < 3; i++) {
+            const cJSON *e[4] = {find(res, kn, "adaptive", avg), find(res, kn, "int4int8", avg),
+                                 find(res, kn, "bitplane", avg), find(res, kn, "adaptive+m", avg)};
+            for (int i = 0; i < 4; i++) {
                 for (size_t q = 0; q < sizeof keys / sizeof keys[0]; q++) {
                     const cJSON *v = cJSON_GetObjectItem(e[i], keys[q]);
                     if (!cJSON_IsNumber(v) || !(v->valuedouble > 0))
@@ -72,6 +72,8 @@ static void test_json(void **st)
             double bpw_i = cJSON_GetObjectItem(e[1], "bytes_per_weight")->valuedouble;
             double bpw_b = cJSON_GetObjectItem(e[2], "bytes_per_weight")->valuedouble;
             assert_true(bpw_a == bpw_b); /* equal size, by construction of the layouts */
+            /* the multipliers are not code bytes (data_len) */
+            assert_true(cJSON_GetObjectItem(e[3], "bytes_per_weight")->valuedouble == bpw_a);
             assert_true(bpw_i > bpw_a);
             /* the mix averages avg bits per weight of codes (scales and widths
              * add under 1%) */

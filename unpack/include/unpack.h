@@ -108,7 +108,8 @@ float unpack_tensor_scale(const struct unpack_tensor *u, uint32_t row);
 /* Unpacks rows [r0, r1) into q[(r - r0) * cols + c] with kernel k, and when
  * corr is not NULL writes corr[r - r0] = 128 * sum_c q[r][c]. Returns 0;
  * -EINVAL if k is not available or the range is not within the tensor;
- * -EOVERFLOW if corr is given and cols > UNPACK_CORR_MAX_COLS. One row
+ * -EOVERFLOW if corr is given and cols > UNPACK_CORR_MAX_COLS; -ENOMEM (a
+ * tensor with block multipliers: a row's worth of them). One row
  * (r1 = r0 + 1) unpacks one output channel. Stores as UNPACK_STORE_AUTO. */
 int unpack_tensor_rows(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                        uint32_t r1, int8_t *q, int32_t *corr);
@@ -160,6 +161,11 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
  * not available. */
 int unpack_row(uint32_t encoding, enum unpack_kernel k, const void *src, uint32_t cols,
                uint32_t width, int8_t *dst);
+/* After unpack_row of row `row` (width `width`) of the tensor whose prefix
+ * is lay: multiplies its lay->cols values by the row's block multipliers
+ * where the tensor has them (header version 2); else nothing. 0 or -ENOMEM. */
+int unpack_row_mult(const struct format_packed_layout *lay, uint32_t row, uint32_t width,
+                    int8_t *q);
 
 #ifdef __cplusplus
 }
