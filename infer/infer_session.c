@@ -158,14 +158,19 @@ const float *infer_session_logits(const struct infer_session *s)
     return s->has_logits ? s->logits : NULL;
 }
 
+size_t infer_session_drop_int8(struct infer_session *s)
+{
+    if (!s->drop_int8)
+        return 0;
+    s->drop_int8 = 0;
+    return infer_model_drop_int8(s->m);
+}
+
 /* Runs tokens as a chain after the cache; logits of the last. */
 static int run_chain(struct infer_session *s, const int *tokens, uint32_t n, struct sl_err *err)
 {
     uint32_t last = n - 1;
-    if (s->drop_int8) { /* after the first token, not before it (its TTFT) */
-        infer_model_drop_int8(s->m);
-        s->drop_int8 = 0;
-    }
+    infer_session_drop_int8(s); /* after the first token, not before it (its TTFT) */
     struct infer_batch b = {.n = n, .tokens = tokens, .logits_rows = &last, .n_logits = 1};
     s->has_logits = 0;
     s->next = -1;
@@ -309,10 +314,7 @@ int infer_session_run_multi(struct infer_multi *mb, const struct infer_session_r
                                      .logits = s->logits};
     }
     for (uint32_t i = 0; i < k && ret == 0; i++)
-        if (r[i].s->drop_int8) { /* as run_chain: after the first token, not before it */
-            infer_model_drop_int8(r[i].s->m);
-            r[i].s->drop_int8 = 0;
-        }
+        infer_session_drop_int8(r[i].s); /* as run_chain: after the first token */
     uint64_t t0 = sl_now_ns(), jobs = infer_multi_npu_jobs(mb);
     if (ret == 0) {
         for (uint32_t i = 0; i < k; i++) {

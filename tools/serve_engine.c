@@ -309,6 +309,11 @@ int serve_engine_settle(struct serve_engine *e, struct serve_slot *slot, struct 
     if (ret < 0) {
         *err = e->cold_err;
     } else {
+        /* packed residency: the int8 copies go now, while slot 0's session is
+         * the model's only one; its first step would drop them while other
+         * slots' steps (in another lane, or a speculating reply's own
+         * forward) read them */
+        infer_session_drop_int8(slots[0].s);
         struct infer_session_opts so;
         session_opts(e, &so);
         for (; k < e->o.parallel; k++) {

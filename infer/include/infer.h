@@ -897,6 +897,12 @@ int infer_spec_store_add(struct infer_spec_store *h, const int *tokens, uint32_t
  * PACKED calls it itself before its first step or prefill; returns the
  * bytes freed. Not while m is in use by another thread. */
 size_t infer_model_drop_int8(struct infer_model *m);
+/* Does now what s's first step or prefill would do: frees the int8 copies
+ * of a cold start with INFER_RESIDENT_PACKED (infer_model_drop_int8) and
+ * returns the bytes freed (0 for any other session). For a caller that
+ * shares s's model with other sessions: call it before any of them runs,
+ * since the model must not be in use by another thread when it is dropped. */
+size_t infer_session_drop_int8(struct infer_session *s);
 /* Bytes of weight memory m holds now: int8 (NPU layout) and packed. */
 void infer_model_weight_bytes(const struct infer_model *m, size_t *int8_bytes,
                               size_t *packed_bytes);
