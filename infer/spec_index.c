@@ -96,6 +96,28 @@ int spec_index_append(struct spec_index *ix, const int *t, uint32_t n)
     return 0;
 }
 
+void spec_index_truncate(struct spec_index *ix, uint32_t n)
+{
+    /* newest first: each dropped position heads its chain when it goes,
+     * so the head falls back to the position appended before it */
+    while (ix->n > n) {
+        uint32_t i = --ix->n;
+        for (uint32_t g = 1; g <= SPEC_MAX_ORDER; g++) {
+            if (i + 1 < g)
+                continue;
+            const int *w = ix->tok + i + 1 - g;
+            int sep = 0;
+            for (uint32_t j = 0; j < g; j++)
+                sep |= w[j] < 0;
+            if (sep)
+                continue;
+            uint32_t b = gram_hash(w, g) & ix->mask;
+            if (ix->head[g - 1][b] == i + 1)
+                ix->head[g - 1][b] = ix->next[g - 1][i];
+        }
+    }
+}
+
 void spec_index_match(const struct spec_index *ix, const int *q, uint32_t nq, uint32_t g,
                       uint32_t limit, spec_match_fn fn, void *ctx)
 {

@@ -27,6 +27,9 @@ int spec_index_init(struct spec_index *ix, uint32_t cap_hint);
 void spec_index_free(struct spec_index *ix);
 /* Appends tokens (-1 separates segments); -ENOMEM. */
 int spec_index_append(struct spec_index *ix, const int *t, uint32_t n);
+/* Drops the tokens from position n on (n <= ix->n), as if they had never
+ * been appended. */
+void spec_index_truncate(struct spec_index *ix, uint32_t n);
 
 /* Calls fn(ctx, end) for each position `end` where the last g tokens of
  * q[0..nq) occur as tok[end-g+1..end] (newest first) until fn returns

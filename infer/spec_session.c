@@ -19,7 +19,7 @@ struct infer_spec {
     struct infer_state *st;
     struct infer_spec_opts o;
     uint32_t vocab, n_prompt;
-    uint32_t n_fed; /* context tokens in the cache (the index may hold more after a cut) */
+    uint32_t n_fed; /* context tokens in the cache (the index holds them and no more) */
     struct spec_index src[SPEC_SRC_REUSE]; /* context, history, calibrated */
     struct spec_reuse reuse;
     int calibrated;
@@ -412,6 +412,7 @@ static void cut_after(struct infer_spec *sp, uint32_t len, uint32_t i, uint32_t 
 {
     sp->stats.tokens -= n_acc - i;
     sp->n_fed -= n_acc - i;
+    spec_index_truncate(&sp->src[SPEC_SRC_CONTEXT], sp->n_fed);
     infer_kv_truncate(infer_state_kv(sp->st), len + 1 + i);
     infer_session_after_verify(sp->s, sp->logits + (size_t)sp->path[i] * sp->vocab, tok, 0, 0, 0);
 }

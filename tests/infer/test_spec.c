@@ -80,6 +80,14 @@ static void test_index(void **st)
             assert_int_equal(spec_index_append(&ix, t + i, k), 0);
             i += k;
         }
+        if (round % 2) { /* cut at a random place and append other tokens after it */
+            uint32_t cut = test_rng_below(&r, n + 1);
+            spec_index_truncate(&ix, cut);
+            assert_int_equal(ix.n, cut);
+            for (uint32_t i = cut; i < n; i++)
+                t[i] = test_rng_below(&r, 20) == 0 ? -1 : (int)test_rng_below(&r, alpha);
+            assert_int_equal(spec_index_append(&ix, t + cut, n - cut), 0);
+        }
         int q[6];
         for (int j = 0; j < 6; j++)
             q[j] = (int)test_rng_below(&r, alpha);
