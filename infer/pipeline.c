@@ -502,8 +502,10 @@ join:
         npu_device_join(p->dev);
     if (ret < 0)
         goto out;
+    struct infer_pipeline_stats st_now; /* before pl_acts_fini: it counts the sets */
+    pl_stats_fill(p, &st_now);
     if (stats)
-        pl_stats_fill(p, stats);
+        *stats = st_now;
     if (o.first_logits)
         o.first_logits(o.ctx, logits);
     reclaim_join(p); /* after the first token: what is left to free is not in its way */
@@ -517,9 +519,7 @@ join:
     for (uint32_t l = 0; l < c->n_layers; l++)
         p->m->layers[l].loaded = 1;
     if (o.trace_path) {
-        struct infer_pipeline_stats tmp;
-        pl_stats_fill(p, &tmp);
-        if (pl_trace_write(p, o.trace_path, &tmp) < 0) {
+        if (pl_trace_write(p, o.trace_path, &st_now) < 0) {
             sl_err_set(err, "%s: cannot write the trace", o.trace_path);
             ret = -EIO;
             goto out;

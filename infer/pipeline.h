@@ -359,8 +359,8 @@ void pl_pool_fini(struct pl *p);
  * 0 or -ENOMEM. */
 int pl_acts_rows(struct pl *p, uint32_t n);
 /* After the graph, its reserve and the pool: the sets (sets: how many at
- * most, 0: PL_ACT_SETS; fewer where the pool could not hold a layer, see the
- * file), the first admitted. 0 or -ENOMEM. */
+ * most, 0: PL_ACT_SETS; one per chunk, whatever sets says, where the pool
+ * could not hold a layer: see the file), the first admitted. 0 or -ENOMEM. */
 int pl_acts_init(struct pl *p, uint32_t sets);
 /* Lock held: 1 if task t is the norm of a (layer, chunk) without a set yet
  * (it is parked: pl_acts_unpark hands it back). */
