@@ -20,6 +20,19 @@ static uint32_t gram_hash(const int *t, uint32_t g)
     return (uint32_t)(h >> 32);
 }
 
+/* 1 with its bucket if a g-gram ends at position i (no separator in it). */
+static int gram_bucket(const struct spec_index *ix, uint32_t i, uint32_t g, uint32_t *bucket)
+{
+    if (i + 1 < g)
+        return 0;
+    const int *w = ix->tok + i + 1 - g;
+    for (uint32_t j = 0; j < g; j++)
+        if (w[j] < 0)
+            return 0;
+    *bucket = gram_hash(w, g) & ix->mask;
+    return 1;
+}
+
 int spec_index_init(struct spec_index *ix, uint32_t cap_hint)
 {
     memset(ix, 0, sizeof *ix);
@@ -79,16 +92,10 @@ int spec_index_append(struct spec_index *ix, const int *t, uint32_t n)
         uint32_t i = ix->n++;
         ix->tok[i] = t[k];
         for (uint32_t g = 1; g <= SPEC_MAX_ORDER; g++) {
+            uint32_t b;
             ix->next[g - 1][i] = 0;
-            if (i + 1 < g)
+            if (!gram_bucket(ix, i, g, &b))
                 continue;
-            const int *w = ix->tok + i + 1 - g;
-            int sep = 0;
-            for (uint32_t j = 0; j < g; j++)
-                sep |= w[j] < 0;
-            if (sep)
-                continue;
-            uint32_t b = gram_hash(w, g) & ix->mask;
             ix->next[g - 1][i] = ix->head[g - 1][b];
             ix->head[g - 1][b] = i + 1;
         }
@@ -103,16 +110,8 @@ void spec_index_truncate(struct spec_index *ix, uint32_t n)
     while (ix->n > n) {
         uint32_t i = --ix->n;
         for (uint32_t g = 1; g <= SPEC_MAX_ORDER; g++) {
-            if (i + 1 < g)
-                continue;
-            const int *w = ix->tok + i + 1 - g;
-            int sep = 0;
-            for (uint32_t j = 0; j < g; j++)
-                sep |= w[j] < 0;
-            if (sep)
-                continue;
-            uint32_t b = gram_hash(w, g) & ix->mask;
-            if (ix->head[g - 1][b] == i + 1)
+            uint32_t b;
+            if (gram_bucket(ix, i, g, &b) && ix->head[g - 1][b] == i + 1)
                 ix->head[g - 1][b] = ix->next[g - 1][i];
         }
     }
