@@ -53,6 +53,23 @@ AI __m256i stripe(const uint8_t *src, const size_t S, const int k, const uint32_
     return _mm256_sub_epi8(code(src, S, k, b), _mm256_set1_epi8((char)UNPACK_DOT_OFF(b)));
 }
 
+/* A row's tail group of t < 512 weights (S = round_up(t, 8) / 8 < 64 bytes
+ * per block) into out[0..t). Without byte-masked loads, its b*S bytes are
+ * copied into a padded buffer (so no load leaves the row) and whole vectors
+ * computed stripe after stripe into out (each stripe's overhang is
+ * overwritten by the next stripe; out holds TAIL_OUT bytes). */
+#define TAIL_OUT (8 * 64 + 32)
+AI void tail_group(const uint8_t *src, uint32_t t, const uint32_t b, int8_t *out)
+{
+    uint32_t S = (t + 7) / 8;
+    uint8_t in[8 * 64 + 32];
+    memcpy(in, src, (size_t)b * S);
+    memset(in + (size_t)b * S, 0, 32);
+    for (int k = 0; k < 8; k++)
+        for (uint32_t c = 0; c < S; c += 32)
+            _mm256_storeu_si256((__m256i *)(out + k * S + c), stripe(in + c, S, k, b));
+}
+
 /* A full-vector store; non-temporal (dst 32-byte aligned) when streaming. */
 AI void store(int8_t *dst, __m256i v, const int nt)
 {
@@ -76,19 +93,8 @@ AI void adaptive_row_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uin
     }
     uint32_t t = cols - full * 512;
     if (t) {
-        /* Tail group, S = round_up(t, 8) / 8 < 64 bytes per block. Without
-         * byte-masked loads, copy its b*S bytes into a padded buffer (so no
-         * load leaves the row), compute whole vectors stripe after stripe
-         * into a buffer (each stripe's overhang is overwritten by the next
-         * stripe), and copy the t valid weights out. */
-        uint32_t S = (t + 7) / 8;
-        uint8_t in[8 * 64 + 32];
-        int8_t out[8 * 64 + 32];
-        memcpy(in, src, (size_t)b * S);
-        memset(in + (size_t)b * S, 0, 32);
-        for (int k = 0; k < 8; k++)
-            for (uint32_t c = 0; c < S; c += 32)
-                _mm256_storeu_si256((__m256i *)(out + k * S + c), stripe(in + c, S, k, b));
+        int8_t out[TAIL_OUT];
+        tail_group(src, t, b, out);
         memcpy(dst, out, t);
     }
 }
@@ -172,15 +178,9 @@ AI void adaptive_mult_b(const uint8_t *src, uint32_t cols, int8_t *dst, const ui
         }
     }
     uint32_t t = cols - full * 512;
-    if (t) { /* the tail group as in adaptive_row_b, then its blocks */
-        uint32_t S = (t + 7) / 8;
-        uint8_t in[8 * 64 + 32];
-        int8_t out[8 * 64 + 32];
-        memcpy(in, src, (size_t)b * S);
-        memset(in + (size_t)b * S, 0, 32);
-        for (int k = 0; k < 8; k++)
-            for (uint32_t c = 0; c < S; c += 32)
-                _mm256_storeu_si256((__m256i *)(out + k * S + c), stripe(in + c, S, k, b));
+    if (t) { /* the tail group, then its blocks */
+        int8_t out[TAIL_OUT];
+        tail_group(src, t, b, out);
         unpack_mult_scalar(out, t, m);
         memcpy(dst, out, t);
     }
