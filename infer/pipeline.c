@@ -84,8 +84,13 @@ static int open_stream(struct pl *p, struct sl_err *err)
      * at its file offset in one buffer the model keeps (the packed linears
      * point into it), so there is neither a ring nor a copy of the packed
      * bytes. Slices start on 4 KiB (format.h), so a slice's last O_DIRECT
-     * block ends before the next slice begins. Huge pages: faulted 2 MiB at
-     * a time, and decoding's reads miss the TLB less. */
+     * block ends before the next slice begins. Small pages: the O_DIRECT
+     * reads fault the buffer in on the loader's thread as they are
+     * submitted, beside the prefill's compute, and on the machine of
+     * docs/BENCHMARKS.md (issue 22, fourth session) fresh 2 MiB pages cost
+     * that thread 1.2-2.7 s of CPU for the 650 MB of the TinyLlama shape
+     * against 0.4 s for 4 KiB pages (the host backs a guest's fresh huge
+     * pages slowly); decoding's extra TLB misses cost less (measured there). */
     uint64_t file = format_reader_file_size(r);
     int in_place = p->o->resident == INFER_RESIDENT_PACKED;
     for (uint32_t i = 0; in_place && i < ns; i++)
@@ -98,7 +103,7 @@ static int open_stream(struct pl *p, struct sl_err *err)
             sl_err_set(err, "out of memory for the model's %" PRIu64 " bytes", file);
             return -ENOMEM;
         }
-        (void)madvise(p->m->slices, sl_align_up(file, huge), MADV_HUGEPAGE); /* advice */
+        (void)madvise(p->m->slices, sl_align_up(file, huge), MADV_NOHUGEPAGE); /* advice */
     }
     uint32_t k = 0;
     /* the untied embedding last; read in place, it is not asked for until
