@@ -316,6 +316,14 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         sl_err_set(err, "out of memory for the pipeline's buffers");
         goto out;
     }
+    /* the prompt's embedding rows into the chunks' x, before the stream: its
+     * small reads would otherwise wait behind the stream's queued ones
+     * wherever reads are throttled (flashrun: 0.16-0.74 s instead of a few
+     * ms; docs/BENCHMARKS.md, issue 22, fourth session), and no task can
+     * start without them */
+    ret = pl_embed_rows(p, p->act_x, err);
+    if (ret < 0)
+        goto out;
     /* the disk starts now; everything below overlaps with the first reads */
     if (o.load == INFER_LOAD_STREAM) {
         ret = open_stream(p, err);
@@ -400,10 +408,6 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
             if (p->tasks[i].op == PL_MM)
                 p->mm_left[p->tasks[i].layer + 1]++;
     }
-    /* the prompt's embedding rows, ahead of the stream, into the chunks' x */
-    ret = pl_embed_rows(p, p->act_x, err);
-    if (ret < 0)
-        goto out;
     /* the NPU's graphs: one per matmul shape, shared by every chunk and layer */
     if (o.device) {
         p->dev = o.device; /* the caller's (a session's): it stays running */
