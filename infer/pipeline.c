@@ -90,7 +90,8 @@ static int open_stream(struct pl *p, struct sl_err *err)
      * docs/BENCHMARKS.md (issue 22, fourth session) fresh 2 MiB pages cost
      * that thread 1.2-2.7 s of CPU for the 650 MB of the TinyLlama shape
      * against 0.4 s for 4 KiB pages (the host backs a guest's fresh huge
-     * pages slowly); decoding's extra TLB misses cost less (measured there). */
+     * pages slowly); decoding from 4 KiB pages showed no slowdown there
+     * (noisy runs: measure again where huge pages fault cheaply). */
     uint64_t file = format_reader_file_size(r);
     int in_place = p->o->resident == INFER_RESIDENT_PACKED;
     for (uint32_t i = 0; in_place && i < ns; i++)
