@@ -272,4 +272,4 @@ static int32_t sum(const int8_t *q, uint32_t n)
 }
 
 const struct unpack_kernels unpack_kernels_neon = {adaptive_row, int4int8_row, bitplane_row, sum,
-                                                   adaptive_dot, unpack_mult_scalar, NULL};
+                                                   adaptive_dot, unpack_mult_scalar, NULL, NULL};
