@@ -3,8 +3,9 @@
  * weight columns, resident and input-major (from the container's
  * shadow.linears), and a map from input channel to hot column. The term
  * multiplies each clipped excess by its channel's column (the hot copy, or
- * a column gathered from the NPU's weights) into one float accumulator per
- * input row, then adds acc[r] * (s * scale[r]) to y: the NPU's
+ * the NPU's packed weights read in place, infer_shadow_cols.c; the older
+ * path gathers whole columns first) into one float accumulator per input
+ * row, then adds acc[r] * (s * scale[r]) to y: the NPU's
  * s * scale[r] * sum xq W plus this is s * scale[r] * sum (x / s) W with
  * x / s unclipped (the float-reference identity; the products of int8 codes
  * and float excess are exact in float up to the sums' rounding). */
