@@ -296,6 +296,12 @@ struct infer_clipbuf {
 /* Every element of x [n][cols] whose x / s the int8 quantizer clips, in
  * row-major order, recorded in c (pointing into b, grown as needed), exactly
  * as infer_quantize_clipped finds them: -ENOMEM. */
+/* The offset of the first block of 8 elements of x [len] with one whose
+ * x * inv is beyond [-127, 127] (the quantizer's clip), or len rounded down
+ * to 8 when none is: how infer_find_clipped skips. The AVX2 kernel equals
+ * the scalar one (test_shadow). */
+size_t infer_clip_next_scalar(const float *x, size_t len, float inv);
+size_t infer_clip_next_avx2(const float *x, size_t len, float inv);
 int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint32_t cols,
                        float s, struct infer_clipped *c);
 void infer_clipbuf_free(struct infer_clipbuf *b);
@@ -316,5 +322,44 @@ void infer_shadow_axpy_s8(float *acc, float e, const int8_t *w, uint32_t n);
  * the NPU's blocks (default 32 MiB); the rest it reads one column at a time
  * (tests: both paths give the same bits). */
 void infer_shadow_set_gather_max(struct infer_shadow *sh, size_t bytes);
+/* 1 (the default): the term reads the weights in place, block by block
+ * (infer_shadow_cols); 0: it gathers whole columns first, then adds them
+ * row by row (the earlier path, kept as the reference: both give the same
+ * bits, test_shadow). */
+void infer_shadow_set_fused(struct infer_shadow *sh, int on);
+
+/* The shadow term's product read in place from the NPU's packed weights
+ * (npu_weights_packed), 16 output rows at a time: for each block of 16 rows,
+ * every clipped column's 16 codes are read once (one 64-byte line, or the
+ * resident hot copy) and multiplied into the block's accumulators of every
+ * token row that clipped it; then the token rows' 16 outputs are written.
+ * For token t and output o it computes, in float, acc = +0 then
+ * acc += ex[j] * (float)W[o][col[d]] for its elements in ascending column
+ * order (a multiply then an add), then out[t][o] = acc * (s * scale[o])
+ * (store) or out[t][o] += that: the row-by-row term's bits when each token
+ * row's elements are in ascending column order. */
+struct infer_shadow_cols {
+    uint32_t nd;                /* distinct clipped columns */
+    const uint32_t *col;        /* [nd] ascending */
+    const int8_t *const *hot;   /* [nd] the resident column ([rows] codes) or NULL */
+    const uint32_t *start;      /* [nd + 1] column d's elements: [start[d], start[d + 1]) */
+    const uint32_t *tok;        /* [elements] token row index, < nt */
+    const float *ex;            /* [elements] the clipped excess */
+    uint32_t nt;                /* token rows */
+    float *const *out;          /* [nt] output rows, [rows] each */
+    const int8_t *packed;       /* npu_weights_packed */
+    size_t block;               /* its block bytes */
+    uint32_t rows;
+    const float *scale;         /* [rows] */
+    float s;                    /* activation scale */
+    int store;
+    float *acc;                 /* [nt * 16 * INFER_SHADOW_COLS_GROUP] scratch */
+};
+#define INFER_SHADOW_COLS_GROUP 4 /* blocks of 16 rows the AVX2 kernel takes at a time */
+/* Blocks [b0, b1) of 16 rows (the last one may be partial). */
+void infer_shadow_cols_scalar(const struct infer_shadow_cols *k, uint32_t b0, uint32_t b1);
+void infer_shadow_cols_avx2(const struct infer_shadow_cols *k);
+/* Every block, with the best kernel (infer_matmul_kernel_used). */
+void infer_shadow_cols(const struct infer_shadow_cols *k);
 
 #endif

@@ -6,8 +6,13 @@
 #include <string.h>
 
 #include "infer_internal.h"
+#include "infer_matmul.h"
 #include "npu.h"
 #include "unpack.h"
+
+#ifndef SLUICE_KERNELS_X86
+#define SLUICE_KERNELS_X86 0
+#endif
 
 int infer_linear_init(struct infer_linear *lin, const struct format_tensor_info *t,
                       const void *data, int borrow, int force_dynamic_act, struct sl_err *err)
@@ -107,22 +112,38 @@ void infer_op_linear_int8(float *y, const float *x, const struct infer_linear *l
 }
 
 
-/* Whether x[i] * inv is beyond [-127, 127] for any i < 16: the same
- * products and comparisons as the scalar loop below, four at a time (GCC and
- * Clang vector extensions; any ISA). */
+/* The offset of the first block of 8 (from x) with an element whose x * inv
+ * is beyond [-127, 127], or len rounded down to 8 when there is none: the
+ * same products as the scalar loop below, and |u| > 127 is u > 127 or
+ * u < -127 (false for NaN). Four lanes at a time (GCC and Clang vector
+ * extensions; any ISA); infer_clip_next_avx2 equals it. */
 typedef float sl_v4f __attribute__((vector_size(16)));
 typedef int32_t sl_v4i __attribute__((vector_size(16)));
 
-static int clip16(const float *x, float inv)
+size_t infer_clip_next_scalar(const float *x, size_t len, float inv)
 {
-    sl_v4i any = {0, 0, 0, 0};
-    for (int j = 0; j < 16; j += 4) {
-        sl_v4f u;
-        memcpy(&u, x + j, sizeof u);
-        u = u * inv;
-        any |= (u > 127.0f) | (u < -127.0f);
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        sl_v4i any = {0, 0, 0, 0};
+        for (int j = 0; j < 8; j += 4) {
+            sl_v4f u;
+            memcpy(&u, x + i + j, sizeof u);
+            u = u * inv;
+            any |= (u > 127.0f) | (u < -127.0f);
+        }
+        if (any[0] | any[1] | any[2] | any[3])
+            return i;
     }
-    return (any[0] | any[1] | any[2] | any[3]) != 0;
+    return i;
+}
+
+static size_t clip_next(const float *x, size_t len, float inv)
+{
+#if SLUICE_KERNELS_X86
+    if (infer_matmul_kernel_used() != INFER_MATMUL_SCALAR)
+        return infer_clip_next_avx2(x, len, inv);
+#endif
+    return infer_clip_next_scalar(x, len, inv);
 }
 
 int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint32_t cols,
@@ -133,10 +154,13 @@ int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint
     c->n = 0;
     c->act_scale = s;
     c->store = 0;
+    size_t end = 0; /* the elements before end are checked one by one */
     for (size_t i = 0; i < len; i++) {
-        if (i % 16 == 0 && len - i >= 16 && !clip16(x + i, inv)) {
-            i += 15; /* a block of 16 with nothing clipped */
-            continue;
+        if (i >= end) { /* skip the blocks of 8 with nothing clipped */
+            i += clip_next(x + i, len - i, inv);
+            end = i + 8;
+            if (i >= len)
+                break;
         }
         float v = x[i] * inv; /* the quantizer's x / s (npu_quantize_act) */
         if (!(v > 127.0f || v < -127.0f))

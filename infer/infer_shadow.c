@@ -3,8 +3,9 @@
  * weight columns, resident and input-major (from the container's
  * shadow.linears), and a map from input channel to hot column. The term
  * multiplies each clipped excess by its channel's column (the hot copy, or
- * a column gathered from the NPU's weights) into one float accumulator per
- * input row, then adds acc[r] * (s * scale[r]) to y: the NPU's
+ * the NPU's packed weights read in place, infer_shadow_cols.c; the older
+ * path gathers whole columns first) into one float accumulator per input
+ * row, then adds acc[r] * (s * scale[r]) to y: the NPU's
  * s * scale[r] * sum xq W plus this is s * scale[r] * sum (x / s) W with
  * x / s unclipped (the float-reference identity; the products of int8 codes
  * and float excess are exact in float up to the sums' rounding). */
@@ -35,6 +36,7 @@ struct infer_shadow {
     struct shadow_lin *lin; /* [(n_layers + 1) * FORMAT_ROLE_COUNT], classifier last */
     size_t bytes;
     size_t gather_max; /* bytes of columns a call gathers in one pass */
+    int fused;         /* 1: the weights read in place (term_fused) */
     /* statistics, added to by concurrent terms (atomics) */
     uint64_t calls, elements, clipped, token_rows, cols_hot, cols_cold;
 };
@@ -71,6 +73,7 @@ int infer_shadow_create(struct infer_model *m, struct infer_shadow **out, struct
     }
     sh->m = m;
     sh->gather_max = SHADOW_GATHER_MAX;
+    sh->fused = 1;
     int ret = format_shadow_parse(&m->cfg, v, len, &sh->e, &sh->n, err);
     if (ret < 0) {
         sl_err_prefix(err, "%s", format_reader_path(r));
@@ -135,6 +138,8 @@ uint32_t infer_shadow_linears(const struct infer_shadow *sh, uint32_t *enabled)
 size_t infer_shadow_bytes(const struct infer_shadow *sh) { return sh->bytes; }
 
 void infer_shadow_set_gather_max(struct infer_shadow *sh, size_t bytes) { sh->gather_max = bytes; }
+
+void infer_shadow_set_fused(struct infer_shadow *sh, int on) { sh->fused = on; }
 
 void infer_shadow_get_stats(const struct infer_shadow *sh, struct infer_shadow_stats *st)
 {
@@ -237,6 +242,108 @@ static int cold_gather(struct cold_cols *cc, const struct shadow_lin *l, const s
     return 0;
 }
 
+static void count(struct infer_shadow *sh, uint32_t n, uint32_t cols, uint32_t clipped,
+                  uint64_t trows, uint64_t hot, uint64_t cold)
+{
+    __atomic_add_fetch(&sh->calls, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->elements, (uint64_t)n * cols, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->clipped, clipped, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->token_rows, trows, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->cols_hot, hot, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&sh->cols_cold, cold, __ATOMIC_RELAXED);
+}
+
+/* Whether the elements are in (row, column) order, each row's columns
+ * ascending, as infer_find_clipped gives them (the order term_fused keeps). */
+static int clip_sorted(const struct infer_clipped *clip, uint32_t n, uint32_t cols)
+{
+    for (uint32_t i = 0; i < clip->n; i++) {
+        if (clip->row[i] >= n || clip->col[i] >= cols)
+            return 0;
+        if (i && (clip->row[i] < clip->row[i - 1] ||
+                  (clip->row[i] == clip->row[i - 1] && clip->col[i] < clip->col[i - 1])))
+            return 0;
+    }
+    return 1;
+}
+
+/* The term reading the weights in place (infer_shadow_cols): the elements
+ * grouped by column (a stable counting sort), each token row's output
+ * written once. Returns 0 or -ENOMEM; counts into *hot, *cold, *trows. */
+static int term_fused(const struct shadow_lin *l, const struct npu_weights *nw,
+                      const struct infer_clipped *clip, float *y, uint32_t rows, uint64_t *hot,
+                      uint64_t *cold, uint64_t *trows)
+{
+    const struct format_shadow_linear *e = l->e;
+    uint32_t cols = e->cols, ne = clip->n;
+    uint32_t nt = 0;
+    for (uint32_t i = 0; i < ne; i++)
+        nt += i == 0 || clip->row[i] != clip->row[i - 1];
+    uint32_t *start = sl_calloc((size_t)cols + 1, sizeof *start);
+    uint32_t *dcol = sl_malloc(sizeof *dcol * ((size_t)cols + 1));
+    uint32_t *tok = sl_malloc(sizeof *tok * ((size_t)ne + 1));
+    float *ex = sl_malloc(sizeof *ex * ((size_t)ne + 1));
+    const int8_t **hotp = sl_malloc(sizeof *hotp * ((size_t)cols + 1));
+    float **out = sl_malloc(sizeof *out * nt);
+    float *acc = sl_alloc_aligned(sizeof(float) * 16 * INFER_SHADOW_COLS_GROUP * (size_t)nt, 64);
+    int ret = start && dcol && tok && ex && hotp && out && acc ? 0 : -ENOMEM;
+    if (ret == 0) {
+        for (uint32_t i = 0; i < ne; i++)
+            start[clip->col[i]]++;
+        uint32_t nd = 0, sum = 0;
+        for (uint32_t c = 0; c < cols; c++) { /* start[c]: column c's first place */
+            uint32_t k = start[c];
+            start[c] = sum;
+            sum += k;
+            if (k) {
+                dcol[nd] = c;
+                int32_t h = l->slot[c];
+                hotp[nd] = h >= 0 ? e->w + (size_t)h * rows : NULL;
+                if (h >= 0)
+                    *hot += k;
+                else
+                    (*cold)++;
+                nd++;
+            }
+        }
+        uint32_t t = 0;
+        for (uint32_t i = 0; i < ne; i++) {
+            if (i && clip->row[i] != clip->row[i - 1])
+                t++;
+            if (i == 0 || clip->row[i] != clip->row[i - 1])
+                out[t] = y + (size_t)clip->row[i] * rows;
+            uint32_t p = start[clip->col[i]]++;
+            tok[p] = t;
+            ex[p] = clip->excess[i];
+        }
+        /* start[c] is now column c's end: the distinct columns' bounds */
+        uint32_t *bound = start; /* in place: step d reads start[dcol[d]], dcol[d] >= d,
+                                    before it writes bound[d] */
+        uint32_t prev = 0;
+        for (uint32_t d = 0; d < nd; d++) {
+            uint32_t end = start[dcol[d]];
+            bound[d] = prev;
+            prev = end;
+        }
+        bound[nd] = prev;
+        struct infer_shadow_cols k = {.nd = nd, .col = dcol, .hot = hotp, .start = bound,
+                                      .tok = tok, .ex = ex, .nt = nt, .out = out,
+                                      .rows = rows, .scale = npu_weights_scales(nw),
+                                      .s = clip->act_scale, .store = clip->store, .acc = acc};
+        k.packed = npu_weights_packed(nw, &k.block);
+        infer_shadow_cols(&k);
+        *trows = nt;
+    }
+    free(start);
+    free(dcol);
+    free(tok);
+    free(ex);
+    free(hotp);
+    free(out);
+    sl_free_aligned(acc);
+    return ret;
+}
+
 int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_clipped *clip,
                       float *y, uint32_t n, uint32_t rows)
 {
@@ -249,6 +356,12 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
     if (!lin || !lin->npu || rows != e->rows)
         return -EINVAL;
     uint64_t hot = 0, cold = 0, trows = 0;
+    if (clip->n && sh->fused && clip_sorted(clip, n, e->cols)) {
+        int ret = term_fused(l, lin->npu, clip, y, rows, &hot, &cold, &trows);
+        if (ret == 0)
+            count(sh, n, e->cols, clip->n, trows, hot, cold);
+        return ret;
+    }
     float *acc = NULL, *acc_own = NULL;
     struct cold_cols cc = {0};
     if (clip->n) {
@@ -302,12 +415,7 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
     }
     free(acc_own);
     cold_free(&cc);
-    __atomic_add_fetch(&sh->calls, 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&sh->elements, (uint64_t)n * e->cols, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&sh->clipped, clip->n, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&sh->token_rows, trows, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&sh->cols_hot, hot, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&sh->cols_cold, cold, __ATOMIC_RELAXED);
+    count(sh, n, e->cols, clip->n, trows, hot, cold);
     return 0;
 }
 

@@ -89,9 +89,10 @@ int pl_acts_rows(struct pl *p, uint32_t n)
         if (!b->xh || !b->xq[FORMAT_ROLE_CLASSIFIER])
             return -ENOMEM;
         for (int k = 0; p->m->term && k < 8; k++) {
-            /* the linear term's output, per chunk (the classifier: its last row) */
+            /* the linear term's output, per chunk (the classifier: its last row);
+             * aligned, so that the shadow term can stream its rows there */
             size_t rk = k < 7 ? b->n : 1, ok = k < 7 ? out[k] : c->vocab_size;
-            b->delta[roles[k]] = sl_malloc(sizeof(float) * rk * ok);
+            b->delta[roles[k]] = sl_alloc_aligned(sizeof(float) * rk * ok, 64);
             b->touched[roles[k]] = sl_calloc(rk, 1);
             if (!b->delta[roles[k]] || !b->touched[roles[k]])
                 return -ENOMEM;
@@ -261,7 +262,7 @@ void pl_acts_fini(struct pl *p)
         free(b->xh);
         sl_free_aligned(b->xq[FORMAT_ROLE_CLASSIFIER]);
         for (int k = 0; k < FORMAT_ROLE_COUNT; k++) {
-            free(b->delta[k]);
+            sl_free_aligned(b->delta[k]);
             free(b->touched[k]);
         }
     }

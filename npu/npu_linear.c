@@ -107,6 +107,12 @@ void npu_weights_gather_cols(const struct npu_weights *w, const uint32_t *c, uin
 
 const float *npu_weights_scales(const struct npu_weights *w) { return w->scale; }
 
+const int8_t *npu_weights_packed(const struct npu_weights *w, size_t *block_bytes)
+{
+    *block_bytes = npu_gemm_b_block_bytes(w->b);
+    return w->b->packed;
+}
+
 int npu_weights_create(const int8_t *q, const float *scale, uint32_t rows, uint32_t cols,
                        struct npu_weights **out)
 {

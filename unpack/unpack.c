@@ -185,11 +185,15 @@ int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k
     for (uint32_t r = r0; r < r1; r++) {
         int8_t *dst = q + (size_t)(r - r0) * cols;
         uint32_t b = format_packed_width(u->layout.widths, r);
-        if (m)
+        uint64_t mbit = 2 * (uint64_t)r * format_packed_mult_blocks(cols);
+        if (m && kt->adaptive_mult_raw && mbit % 8 == 0) { /* multipliers read as stored */
+            kt->adaptive_mult_raw(u->layout.data + u->row_off[r], cols, b, dst, stream,
+                                  u->layout.mult + mbit / 8);
+        } else if (m && kt->adaptive_mult) { /* multiplied in registers, before the stores */
             row_mults(&u->layout, r, b, m);
-        if (m && kt->adaptive_mult) { /* multiplied in registers, before the stores */
             kt->adaptive_mult(u->layout.data + u->row_off[r], cols, b, dst, stream, m);
         } else if (m) { /* the same in two steps, from L1 */
+            row_mults(&u->layout, r, b, m);
             fn(u->layout.data + u->row_off[r], cols, b, dst, 0);
             kt->mult(dst, cols, m);
         } else {

@@ -135,23 +135,65 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
 
 /* ---- block multipliers (header version 2) ------------------------------------------------
  * 32 int8 values times one multiplier m in 1..4 (a 32-weight block): v m =
- * v [m & 1] + 2v [m & 2] + 4v [m & 4], with the bracketed masks broadcast;
- * |v m| <= 127, so no add wraps. */
-static const uint8_t mult_mask[3][5][32] __attribute__((aligned(32))) = {
+ * v + v [(m - 1) & 1] + 2v [(m - 1) & 2], with the bracketed masks
+ * broadcast; every partial sum lies between 0 and v m, |v m| <= 127, so no
+ * add wraps. */
+static const uint8_t mult_mask[2][5][32] __attribute__((aligned(32))) = {
 #define MM(x) {x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}
-    {MM(0), MM(0xff), MM(0), MM(0xff), MM(0)},    /* m & 1 */
-    {MM(0), MM(0), MM(0xff), MM(0xff), MM(0)},    /* m & 2 */
-    {MM(0), MM(0), MM(0), MM(0), MM(0xff)},       /* m & 4 */
+    {MM(0), MM(0), MM(0xff), MM(0), MM(0xff)},    /* (m - 1) & 1 */
+    {MM(0), MM(0), MM(0), MM(0xff), MM(0xff)},    /* (m - 1) & 2 */
 #undef MM
 };
 
 AI __m256i mul_block(__m256i v, uint32_t m)
 {
-    __m256i v2 = _mm256_add_epi8(v, v), v4 = _mm256_add_epi8(v2, v2);
-    __m256i r = _mm256_and_si256(v, _mm256_load_si256((const __m256i *)mult_mask[0][m]));
-    r = _mm256_add_epi8(r, _mm256_and_si256(v2, _mm256_load_si256((const __m256i *)mult_mask[1][m])));
-    return _mm256_add_epi8(r,
-                           _mm256_and_si256(v4, _mm256_load_si256((const __m256i *)mult_mask[2][m])));
+    __m256i a = _mm256_load_si256((const __m256i *)mult_mask[0][m]);
+    __m256i c = _mm256_load_si256((const __m256i *)mult_mask[1][m]);
+    __m256i r = _mm256_add_epi8(v, _mm256_and_si256(v, a));
+    return _mm256_add_epi8(r, _mm256_and_si256(_mm256_add_epi8(v, v), c));
+}
+
+/* Widths up to 5 by table, mult_lut[b - 1][m] (the same 16 bytes in both
+ * lanes, as pshufb indexes each lane with the low 4 bits):
+ * - b <= 4: entry u (the unsigned code, 0..14; 0 or 2 at b = 1) holds
+ *   (u - UNPACK_DOT_OFF(b)) m, the int8 value times m, straight from the
+ *   code (0 past the largest code);
+ * - b = 5: entry i holds i m, looked up with |v| (<= 15) of the int8 value v,
+ *   then given v's sign. */
+#define LUT_MAX(b) ((b) == 1 ? 2 : (1 << (b)) - 2)
+#define LUT_V(b, m, u) ((u) <= LUT_MAX(b) ? ((u) - UNPACK_DOT_OFF(b)) * (m) : 0)
+#define LUT_16(b, m)                                                                         \
+    LUT_V(b, m, 0), LUT_V(b, m, 1), LUT_V(b, m, 2), LUT_V(b, m, 3), LUT_V(b, m, 4),          \
+        LUT_V(b, m, 5), LUT_V(b, m, 6), LUT_V(b, m, 7), LUT_V(b, m, 8), LUT_V(b, m, 9),      \
+        LUT_V(b, m, 10), LUT_V(b, m, 11), LUT_V(b, m, 12), LUT_V(b, m, 13), LUT_V(b, m, 14), \
+        LUT_V(b, m, 15)
+#define LUT_B(b)                                                                             \
+    {{LUT_16(b, 0), LUT_16(b, 0)}, {LUT_16(b, 1), LUT_16(b, 1)}, {LUT_16(b, 2), LUT_16(b, 2)}, \
+     {LUT_16(b, 3), LUT_16(b, 3)}, {LUT_16(b, 4), LUT_16(b, 4)}}
+#define LUT_I(m)                                                                             \
+    0, (m), 2 * (m), 3 * (m), 4 * (m), 5 * (m), 6 * (m), 7 * (m), 8 * (m), 9 * (m), 10 * (m), \
+        11 * (m), 12 * (m), 13 * (m), 14 * (m), 15 * (m)
+static const int8_t mult_lut[5][5][32] __attribute__((aligned(32))) = {
+    LUT_B(1), LUT_B(2), LUT_B(3), LUT_B(4),
+    {{LUT_I(0), LUT_I(0)}, {LUT_I(1), LUT_I(1)}, {LUT_I(2), LUT_I(2)}, {LUT_I(3), LUT_I(3)},
+     {LUT_I(4), LUT_I(4)}}};
+#undef LUT_I
+#undef LUT_B
+#undef LUT_16
+#undef LUT_V
+#undef LUT_MAX
+
+/* 32 int8 weights of stripe k times m. */
+AI __m256i stripe_mult(const uint8_t *src, const size_t S, const int k, const uint32_t b,
+                       uint32_t m)
+{
+    const __m256i t = _mm256_load_si256((const __m256i *)mult_lut[b <= 5 ? b - 1 : 0][m]);
+    if (b <= 4)
+        return _mm256_shuffle_epi8(t, code(src, S, k, b));
+    __m256i v = stripe(src, S, k, b);
+    if (b == 5)
+        return _mm256_sign_epi8(_mm256_shuffle_epi8(t, _mm256_abs_epi8(v)), v);
+    return mul_block(v, m);
 }
 
 void unpack_mult_avx2(int8_t *q, uint32_t n, const uint8_t *m)
@@ -173,8 +215,8 @@ AI void adaptive_mult_b(const uint8_t *src, uint32_t cols, int8_t *dst, const ui
         unpack_adaptive_prefetch(src, b);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            store(dst + k * 64, mul_block(stripe(src, 64, k, b), m[2 * k]), nt);
-            store(dst + k * 64 + 32, mul_block(stripe(src + 32, 64, k, b), m[2 * k + 1]), nt);
+            store(dst + k * 64, stripe_mult(src, 64, k, b, m[2 * k]), nt);
+            store(dst + k * 64 + 32, stripe_mult(src + 32, 64, k, b, m[2 * k + 1]), nt);
         }
     }
     uint32_t t = cols - full * 512;
@@ -203,6 +245,74 @@ DEFINE_MULT(5)
 DEFINE_MULT(6)
 DEFINE_MULT(7)
 DEFINE_MULT(8)
+
+/* adaptive_mult_b with the multipliers as stored: a full group's 16 blocks
+ * are one 32-bit word (block j at bits 2j, value m - 1), clamped to mx;
+ * the tail group's decoded one by one. */
+AI void adaptive_mult_raw_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
+                            const int nt, const uint8_t *mr)
+{
+    const uint32_t mx = format_packed_mult_max(b);
+    uint32_t full = cols / 512;
+    for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512, mr += 4) {
+        unpack_adaptive_prefetch(src, b);
+        uint32_t w;
+        memcpy(&w, mr, 4); /* x86: the stored bytes in order */
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            uint32_t m0 = (w >> (4 * k) & 3) + 1, m1 = (w >> (4 * k + 2) & 3) + 1;
+            if (mx < 4) {
+                m0 = m0 < mx ? m0 : mx;
+                m1 = m1 < mx ? m1 : mx;
+            }
+            store(dst + k * 64, stripe_mult(src, 64, k, b, m0), nt);
+            store(dst + k * 64 + 32, stripe_mult(src + 32, 64, k, b, m1), nt);
+        }
+    }
+    uint32_t t = cols - full * 512;
+    if (t) { /* the tail group, then its blocks */
+        uint8_t m[16];
+        for (uint32_t j = 0; j < (t + 31) / 32; j++) {
+            uint32_t v = (mr[j / 4] >> (2 * (j % 4)) & 3) + 1;
+            m[j] = (uint8_t)(v < mx ? v : mx);
+        }
+        int8_t out[TAIL_OUT];
+        tail_group(src, t, b, out);
+        unpack_mult_scalar(out, t, m);
+        memcpy(dst, out, t);
+    }
+}
+
+#define DEFINE_MULT_RAW(B)                                                                    \
+    static void adaptive_mult_raw_##B(const uint8_t *src, uint32_t cols, int8_t *dst, int nt, \
+                                      const uint8_t *mr)                                      \
+    {                                                                                        \
+        if (nt)                                                                              \
+            adaptive_mult_raw_b(src, cols, dst, (B), 1, mr);                                 \
+        else                                                                                 \
+            adaptive_mult_raw_b(src, cols, dst, (B), 0, mr);                                 \
+    }
+DEFINE_MULT_RAW(1)
+DEFINE_MULT_RAW(2)
+DEFINE_MULT_RAW(3)
+DEFINE_MULT_RAW(4)
+DEFINE_MULT_RAW(5)
+DEFINE_MULT_RAW(6)
+DEFINE_MULT_RAW(7)
+
+void unpack_adaptive_mult_raw_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                                   int stream, const uint8_t *mr)
+{
+    static void (*const fns[8])(const uint8_t *, uint32_t, int8_t *, int, const uint8_t *) = {
+        NULL, adaptive_mult_raw_1, adaptive_mult_raw_2, adaptive_mult_raw_3,
+        adaptive_mult_raw_4, adaptive_mult_raw_5, adaptive_mult_raw_6, adaptive_mult_raw_7};
+    if (b == 8) /* multipliers clamped to 1: the plain row */
+        adaptive_rows[stream != 0][8](src, cols, dst);
+    else
+        fns[b](src, cols, dst, stream != 0, mr);
+    if (stream)
+        _mm_sfence();
+}
 
 void unpack_adaptive_mult_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
                                int stream, const uint8_t *m)
@@ -496,4 +606,4 @@ static int32_t sum(const int8_t *q, uint32_t n)
 
 const struct unpack_kernels unpack_kernels_avx2 = {
     adaptive_row, int4int8_row, bitplane_row, sum, adaptive_dot, unpack_mult_avx2,
-    unpack_adaptive_mult_avx2};
+    unpack_adaptive_mult_avx2, unpack_adaptive_mult_raw_avx2};

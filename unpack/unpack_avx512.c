@@ -379,4 +379,5 @@ static int32_t sum(const int8_t *q, uint32_t n)
 /* adaptive_dot needs VNNI: unpack.c hands it out only where the CPU has it */
 const struct unpack_kernels unpack_kernels_avx512 = {adaptive_row, int4int8_row, bitplane_row,
                                                      sum, adaptive_dot, unpack_mult_avx2,
-                                                     unpack_adaptive_mult_avx2};
+                                                     unpack_adaptive_mult_avx2,
+                                                     unpack_adaptive_mult_raw_avx2};

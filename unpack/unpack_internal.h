@@ -64,12 +64,19 @@ struct unpack_kernels {
      * mult (NULL: unpack.c does just that) */
     void (*adaptive_mult)(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
                           int stream, const uint8_t *m);
+    /* the same with the row's multipliers as stored (2 bits each, m - 1,
+     * four per byte from bit 0, starting at mraw's bit 0), clamped to
+     * format_packed_mult_max(b) in the kernel (NULL: decoded first) */
+    void (*adaptive_mult_raw)(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                              int stream, const uint8_t *mraw);
 };
 void unpack_mult_scalar(int8_t *q, uint32_t n, const uint8_t *m);
 #if SLUICE_KERNELS_X86
 void unpack_mult_avx2(int8_t *q, uint32_t n, const uint8_t *m);
 void unpack_adaptive_mult_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
                                int stream, const uint8_t *m);
+void unpack_adaptive_mult_raw_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
+                                   int stream, const uint8_t *mraw);
 #endif
 /* (The AVX-512 table's adaptive_dot needs VNNI besides F+BW; without it
  * unpack.c uses the AVX2 one at that level.) */

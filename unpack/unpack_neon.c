@@ -98,6 +98,66 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
     adaptive_rows[b](src, cols, dst);
 }
 
+/* ---- block multipliers (header version 2) ------------------------------------------------
+ * 16 int8 values times their block's multiplier m in 1..4 with one MUL
+ * (|v m| <= 127: the product fits, nothing wraps), a 32-weight block being
+ * two quarters. */
+static void mult(int8_t *q, uint32_t n, const uint8_t *m)
+{
+    uint32_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        int8x16_t f = vdupq_n_s8((int8_t)m[i / 32]);
+        vst1q_s8(q + i, vmulq_s8(vld1q_s8(q + i), f));
+        vst1q_s8(q + i + 16, vmulq_s8(vld1q_s8(q + i + 16), f));
+    }
+    unpack_mult_scalar(q + i, n - i, m + i / 32);
+}
+
+/* adaptive_row_b with each quarter stripe multiplied before its store:
+ * quarter c of stripe k holds weights 64 k + c .. +15, block 2 k + c / 32. */
+AI void adaptive_mult_b(const uint8_t *src, uint32_t cols, int8_t *dst, const uint32_t b,
+                        const uint8_t *m)
+{
+    uint32_t full = cols / 512;
+    for (uint32_t g = 0; g < full; g++, src += b * 64, dst += 512, m += 16) {
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+#pragma GCC unroll 4
+            for (int c = 0; c < 64; c += 16)
+                vst1q_s8(dst + k * 64 + c, vmulq_s8(stripe(src + c, 64, k, b),
+                                                    vdupq_n_s8((int8_t)m[2 * k + c / 32])));
+    }
+    uint32_t t = cols - full * 512;
+    if (t) { /* the tail group, then its blocks */
+        adaptive_row_b(src, t, dst, b);
+        unpack_mult_scalar(dst, t, m);
+    }
+}
+
+#define DEFINE_MULT(B)                                                                        \
+    static void adaptive_mult_##B(const uint8_t *src, uint32_t cols, int8_t *dst,            \
+                                  const uint8_t *m)                                           \
+    {                                                                                        \
+        adaptive_mult_b(src, cols, dst, (B), m);                                             \
+    }
+DEFINE_MULT(1)
+DEFINE_MULT(2)
+DEFINE_MULT(3)
+DEFINE_MULT(4)
+DEFINE_MULT(5)
+DEFINE_MULT(6)
+DEFINE_MULT(7)
+DEFINE_MULT(8)
+
+static void adaptive_mult(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream,
+                          const uint8_t *m)
+{
+    static void (*const fns[9])(const uint8_t *, uint32_t, int8_t *, const uint8_t *) = {
+        NULL, adaptive_mult_1, adaptive_mult_2, adaptive_mult_3, adaptive_mult_4,
+        adaptive_mult_5, adaptive_mult_6, adaptive_mult_7, adaptive_mult_8};
+    fns[b](src, cols, dst, m);
+}
+
 /* ---- dot products straight from the packed row (decode) -------------------------------
  * Per 16 weights: the int8 weights of a quarter stripe (stripe()) times x,
  * widening multiplies into int16 pairs (at most 2 * 127 * 128 < 2^15) and
@@ -272,4 +332,4 @@ static int32_t sum(const int8_t *q, uint32_t n)
 }
 
 const struct unpack_kernels unpack_kernels_neon = {adaptive_row, int4int8_row, bitplane_row, sum,
-                                                   adaptive_dot, unpack_mult_scalar, NULL};
+                                                   adaptive_dot, mult, adaptive_mult, NULL};

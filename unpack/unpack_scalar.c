@@ -138,4 +138,4 @@ void unpack_mult_scalar(int8_t *q, uint32_t n, const uint8_t *m)
 }
 
 const struct unpack_kernels unpack_kernels_scalar = {
-    adaptive_row, int4int8_row, bitplane_row, sum, adaptive_dot, unpack_mult_scalar, NULL};
+    adaptive_row, int4int8_row, bitplane_row, sum, adaptive_dot, unpack_mult_scalar, NULL, NULL};

@@ -170,6 +170,11 @@ void npu_weights_col(const struct npu_weights *w, uint32_t c, int8_t *out);
 void npu_weights_gather_cols(const struct npu_weights *w, const uint32_t *c, uint32_t n,
                              int8_t *out);
 const float *npu_weights_scales(const struct npu_weights *w);
+/* The packed codes, for readers that walk them in place (the shadow term):
+ * blocks of 16 rows, *block_bytes each; in block b, column c's codes of rows
+ * 16 b + i (i < 16) are at byte (c / 4) * 64 + 4 i + c % 4 (zero past the
+ * last row). Read only. */
+const int8_t *npu_weights_packed(const struct npu_weights *w, size_t *block_bytes);
 /* Bytes of memory the prepared weights hold. */
 size_t npu_weights_bytes(const struct npu_weights *w);
 /* Bytes of the packed weight storage that npu_weights_fill writes, and

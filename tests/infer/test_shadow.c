@@ -519,6 +519,123 @@ static void test_gather_cols(void **st)
     }
 }
 
+/* infer_shadow_cols (the term reading the NPU's packed weights in place,
+ * 16 rows at a time): the scalar and AVX2 kernels against the plain
+ * definition computed from the int8 matrix (per token row, in ascending
+ * column order: acc = +0, acc += ex * (float)W[o][c], then acc * (s *
+ * scale[o]) stored or added), bit for bit, on random shapes off the blocks
+ * of 16 rows and groups of 4 columns, random hot columns (resident copies),
+ * repeated columns and extreme values (seed printed). */
+static void test_cols_kernels(void **st)
+{
+    (void)st;
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 94);
+    int avx2 = 0;
+#if defined(__x86_64__)
+    avx2 = infer_matmul_kernel_available(INFER_MATMUL_AVX2);
+#endif
+    if (!avx2)
+        print_message("no AVX2 on this CPU or build: only the scalar kernel runs\n");
+    for (int it = 0; it < 300; it++) {
+        uint32_t rows = 1 + test_rng_below(&g, it < 100 ? 40 : 300);
+        uint32_t cols = 1 + test_rng_below(&g, 90);
+        int8_t *q = malloc((size_t)rows * cols);
+        float *sc = malloc(sizeof(float) * rows);
+        for (size_t i = 0; i < (size_t)rows * cols; i++)
+            q[i] = (int8_t)((int)test_rng_below(&g, 255) - 127);
+        for (uint32_t r = 0; r < rows; r++)
+            sc[r] = test_rng_below(&g, 10) == 0 ? 1e30f : 0.001f + test_rng_normal(&g) * 0.01f;
+        struct npu_weights *w;
+        assert_int_equal(npu_weights_create(q, sc, rows, cols, &w), 0);
+        /* distinct columns, their hot copies, elements per column */
+        uint32_t nt = 1 + test_rng_below(&g, 12), nd = 0;
+        uint32_t *col = malloc(sizeof(uint32_t) * cols);
+        const int8_t **hot = malloc(sizeof *hot * cols);
+        int8_t *hcopy = malloc((size_t)rows * cols);
+        uint32_t *start = malloc(sizeof(uint32_t) * (cols + 1));
+        uint32_t *tok = malloc(sizeof(uint32_t) * cols * 4);
+        float *ex = malloc(sizeof(float) * cols * 4);
+        uint32_t ne = 0;
+        for (uint32_t c = 0; c < cols; c++) {
+            if (test_rng_below(&g, 3) != 0)
+                continue;
+            col[nd] = c;
+            hot[nd] = NULL;
+            if (test_rng_below(&g, 4) == 0) {
+                npu_weights_col(w, c, hcopy + (size_t)nd * rows);
+                hot[nd] = hcopy + (size_t)nd * rows;
+            }
+            start[nd] = ne;
+            uint32_t k = 1 + test_rng_below(&g, 4); /* a token twice: allowed */
+            for (uint32_t j = 0; j < k; j++, ne++) {
+                tok[ne] = test_rng_below(&g, nt);
+                float v = test_rng_normal(&g) * 50;
+                ex[ne] = test_rng_below(&g, 20) == 0 ? -0.0f : v;
+            }
+            nd++;
+        }
+        start[nd] = ne;
+        float s = 0.02f + (float)test_rng_below(&g, 100) * 0.001f;
+        for (int store = 0; store < 2; store++) {
+            float *ref = malloc(sizeof(float) * nt * rows);
+            /* aligned rows (the AVX2 kernel streams them) or not */
+            size_t gsz = (sizeof(float) * ((size_t)nt * rows + 8) + 63) / 64 * 64;
+            float *gbuf[2] = {aligned_alloc(64, gsz), aligned_alloc(64, gsz)};
+            uint32_t off = test_rng_below(&g, 2) ? 0 : test_rng_below(&g, 8);
+            float *got[2] = {gbuf[0] + off, gbuf[1] + off};
+            for (uint32_t i = 0; i < nt * rows; i++)
+                ref[i] = got[0][i] = got[1][i] = store ? NAN : test_rng_normal(&g);
+            for (uint32_t t = 0; t < nt; t++) { /* the plain definition */
+                for (uint32_t o = 0; o < rows; o++) {
+                    float a = 0.0f;
+                    for (uint32_t d = 0; d < nd; d++)
+                        for (uint32_t j = start[d]; j < start[d + 1]; j++)
+                            if (tok[j] == t)
+                                a += ex[j] * (float)q[(size_t)o * cols + col[d]];
+                    float *y = ref + (size_t)t * rows + o;
+                    if (store)
+                        *y = a * (s * sc[o]);
+                    else
+                        *y += a * (s * sc[o]);
+                }
+            }
+            for (int kk = 0; kk < 1 + avx2; kk++) {
+                float **out = malloc(sizeof(float *) * nt);
+                for (uint32_t t = 0; t < nt; t++)
+                    out[t] = got[kk] + (size_t)t * rows;
+                float *acc = malloc(sizeof(float) * 16 * INFER_SHADOW_COLS_GROUP * nt);
+                struct infer_shadow_cols k = {.nd = nd, .col = col, .hot = hot, .start = start,
+                                              .tok = tok, .ex = ex, .nt = nt, .out = out,
+                                              .rows = rows, .scale = sc, .s = s,
+                                              .store = store, .acc = acc};
+                k.packed = npu_weights_packed(w, &k.block);
+                if (kk == 0)
+                    infer_shadow_cols_scalar(&k, 0, (rows + 15) / 16);
+#if defined(__x86_64__)
+                else
+                    infer_shadow_cols_avx2(&k);
+#endif
+                assert_memory_equal(got[kk], ref, sizeof(float) * nt * rows);
+                free(acc);
+                free(out);
+            }
+            free(ref);
+            free(gbuf[0]);
+            free(gbuf[1]);
+        }
+        npu_weights_destroy(w);
+        free(q);
+        free(sc);
+        free(col);
+        free(hot);
+        free(hcopy);
+        free(start);
+        free(tok);
+        free(ex);
+    }
+}
+
 /* infer_find_clipped (blocks of 16 skipped four lanes at a time) against
  * the plain definition, with NaN, infinities and lengths off the blocks. */
 static void test_find_clipped(void **st)
@@ -563,8 +680,60 @@ static void test_find_clipped(void **st)
     infer_clipbuf_free(&cb);
 }
 
+/* The skip of infer_find_clipped: infer_clip_next_avx2 against
+ * infer_clip_next_scalar and the plain definition (the first block of 8 with
+ * x * inv beyond +-127, else len rounded down to 8), on random lengths and
+ * offsets with the edge +-127, NaN and infinities (seed printed). */
+static void test_clip_next(void **st)
+{
+    (void)st;
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 95);
+    int avx2 = 0;
+#if defined(__x86_64__)
+    avx2 = infer_matmul_kernel_available(INFER_MATMUL_AVX2);
+#endif
+    if (!avx2)
+        print_message("no AVX2 on this CPU or build: only the scalar skip runs\n");
+    for (int t = 0; t < 2000; t++) {
+        size_t len = test_rng_below(&g, 200), off = test_rng_below(&g, 8);
+        float *x = malloc(sizeof(float) * (len + 8));
+        float s = 0.01f + test_rng_float(&g), inv = 1.0f / s;
+        uint32_t rate = 1 + test_rng_below(&g, 300);
+        for (size_t i = 0; i < len + 8; i++) {
+            x[i] = test_rng_normal(&g) * 30 * s;
+            uint32_t k = test_rng_below(&g, rate);
+            if (k == 0)
+                x[i] *= 10;
+            else if (k == 1)
+                x[i] = test_rng_below(&g, 3) == 0 ? NAN
+                       : test_rng_below(&g, 2)     ? INFINITY
+                                                   : -INFINITY;
+            else if (k == 2) /* the edge, and just past it */
+                x[i] = (test_rng_below(&g, 2) ? 127.0f : -127.0f) * s *
+                       (test_rng_below(&g, 2) ? 1.0f : 1.0000001f);
+        }
+        const float *p = x + off;
+        size_t want = len / 8 * 8;
+        for (size_t i = 0; i < len / 8 * 8; i++) {
+            float v = p[i] * inv;
+            if (v > 127.0f || v < -127.0f) {
+                want = i / 8 * 8;
+                break;
+            }
+        }
+        assert_int_equal(infer_clip_next_scalar(p, len, inv), want);
+#if defined(__x86_64__)
+        if (avx2)
+            assert_int_equal(infer_clip_next_avx2(p, len, inv), want);
+#endif
+        free(x);
+    }
+}
+
 /* The term with the cold columns gathered in one pass, one at a time past
- * a small budget, or one at a time throughout: the same bits. */
+ * a small budget, or one at a time throughout, and reading the weights in
+ * place (the default): the same bits. */
 static void test_gather_budget(void **st)
 {
     (void)st;
@@ -585,19 +754,21 @@ static void test_gather_budget(void **st)
             struct infer_linear *lin = infer_model_linear(m, l, role);
             uint32_t n = 9, rows = lin->rows, cols = lin->cols;
             float *x = malloc(sizeof(float) * n * cols);
-            float *y[3];
+            float *y[4];
             for (uint32_t i = 0; i < n * cols; i++)
                 x[i] = test_rng_normal(&g) * 60 * lin->act_scale *
                        (test_rng_below(&g, 8) == 0 ? 6.0f : 1.0f);
             size_t budget[3] = {(size_t)32 << 20, (size_t)rows * 2, 0};
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < 4; k++) { /* k 3: the fused path (default) */
                 y[k] = malloc(sizeof(float) * n * rows);
-                infer_shadow_set_gather_max(sh, budget[k]);
+                infer_shadow_set_fused(sh, k == 3);
+                infer_shadow_set_gather_max(sh, budget[k < 3 ? k : 0]);
                 assert_int_equal(infer_linear_exec(m, s, l, role, lin, y[k], x, n, &err), 0);
             }
             assert_memory_equal(y[0], y[1], sizeof(float) * n * rows);
             assert_memory_equal(y[0], y[2], sizeof(float) * n * rows);
-            for (int k = 0; k < 3; k++)
+            assert_memory_equal(y[0], y[3], sizeof(float) * n * rows);
+            for (int k = 0; k < 4; k++)
                 free(y[k]);
             free(x);
             checked++;
@@ -619,7 +790,9 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_axpy_kernels),
         cmocka_unit_test(test_gather_cols),
+        cmocka_unit_test(test_cols_kernels),
         cmocka_unit_test(test_find_clipped),
+        cmocka_unit_test(test_clip_next),
         cmocka_unit_test(test_gather_budget),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -147,6 +147,52 @@ static int dot_vs_scalar(long *checked)
     return 0;
 }
 
+/* Block multipliers: the NEON multiply and the adaptive row multiplied
+ * before its stores, against the scalar row then unpack_mult_scalar, on
+ * arbitrary code bytes and multipliers 1..format_packed_mult_max(b). */
+static int mult_vs_scalar(long *checked)
+{
+    static const uint32_t cols[] = {1,   7,   31,  32,  33,  64,  100, 172,  256,
+                                    504, 512, 513, 688, 1024, 1031, 1100, 2048};
+    const struct unpack_kernels *ks = &unpack_kernels_scalar, *kn = &unpack_kernels_neon;
+    CHECK(kn->mult && kn->adaptive_mult, "no NEON multiplier kernels");
+    for (uint32_t b = 1; b <= 8; b++)
+        for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
+            for (int rep = 0; rep < 3; rep++) {
+                uint32_t n = cols[c], nb = format_packed_mult_blocks(n);
+                uint32_t mx = format_packed_mult_max(b);
+                uint64_t len = format_packed_row_bytes(FORMAT_ENC_ADAPTIVE, b, n);
+                uint8_t *src = malloc(len), *m = malloc(nb);
+                int8_t *a = malloc(n + 64), *bb = malloc(n + 64), *cc = malloc(n + 64);
+                for (uint64_t i = 0; i < len; i++)
+                    src[i] = (uint8_t)next();
+                for (uint32_t k = 0; k < nb; k++)
+                    m[k] = (uint8_t)(1 + next() % mx);
+                memset(a, 0x11, n + 64);
+                memset(bb, 0x11, n + 64);
+                ks->adaptive(src, n, b, a, 0);
+                memcpy(cc, a, n + 64);
+                unpack_mult_scalar(a, n, m);
+                for (uint32_t j = 0; j < n; j++)
+                    CHECK(a[j] == cc[j] * m[j / 32], "scalar multiply width %u byte %u", b, j);
+                kn->adaptive_mult(src, n, b, bb, 0, m);
+                for (uint32_t j = 0; j < n + 64; j++)
+                    CHECK(a[j] == bb[j], "adaptive+m width %u cols %u byte %u: neon %d, scalar %d%s",
+                          b, n, j, bb[j], a[j], j >= n ? " (past the row)" : "");
+                kn->mult(cc, n, m);
+                for (uint32_t j = 0; j < n + 64; j++)
+                    CHECK(a[j] == cc[j], "mult width %u cols %u byte %u: neon %d, scalar %d", b, n,
+                          j, cc[j], a[j]);
+                *checked += n;
+                free(src);
+                free(m);
+                free(a);
+                free(bb);
+                free(cc);
+            }
+    return 0;
+}
+
 static int public_path(void)
 {
     CHECK(unpack_kernel_best() == UNPACK_KERNEL_NEON, "best kernel is %s, not neon",
@@ -205,11 +251,13 @@ int main(void)
     state = seed;
     printf("random seed: SLUICE_TEST_SEED=%llu\n", (unsigned long long)seed);
     long checked = 0;
-    long dotted = 0;
-    if (rows_vs_scalar(&checked) || dot_vs_scalar(&dotted) || public_path())
+    long dotted = 0, multiplied = 0;
+    if (rows_vs_scalar(&checked) || dot_vs_scalar(&dotted) || mult_vs_scalar(&multiplied) ||
+        public_path())
         return 1;
     printf("neon unpackers bit-exact with scalar on %ld weights; round trips and corrections ok\n",
            checked);
     printf("neon dot kernel bit-exact with scalar on %ld weights\n", dotted);
+    printf("neon block multiplier kernels bit-exact with scalar on %ld weights\n", multiplied);
     return 0;
 }
