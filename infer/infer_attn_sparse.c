@@ -52,7 +52,6 @@ struct infer_sparse {
     struct kslot *ks; /* [L * KV] */
     struct npu_device *dev;
     int own_dev;
-    struct npu_device *exec; /* bound (infer_attention.bind): launches run on its thread */
     pthread_mutex_t lock;
     pthread_mutex_t slock[SCRATCH_SLOTS]; /* the cached scratch blocks: one per concurrent call */
     void *sbuf[SCRATCH_SLOTS];
@@ -151,14 +150,6 @@ static int prepare_keys(struct infer_sparse *sp, const struct infer_kv *kv, uint
     return 0;
 }
 
-/* a launch on a bound device's thread: the job, run as the device would */
-static int launch_call(void *ctx)
-{
-    struct launch *la = ctx;
-    struct sl_err e = {{0}};
-    return npu_graph_run(la->job.graph, &la->job, NULL, &e);
-}
-
 static int start_launch(struct infer_sparse *sp, struct launch *la, const struct npu_graph *gr,
                         const struct npu_weights *w, uint32_t nr, struct sl_err *err)
 {
@@ -173,8 +164,6 @@ static int start_launch(struct infer_sparse *sp, struct launch *la, const struct
     la->ticket = NULL;
     if (sp->o.inline_npu)
         return 0;
-    if (sp->exec) /* the graph is this instance's, the thread the bound device's */
-        return npu_device_call(sp->exec, launch_call, la, &la->ticket, err);
     return npu_device_submit(sp->dev, &la->job, &la->ticket, err);
 }
 
@@ -589,12 +578,6 @@ out:
     return ret;
 }
 
-static void sparse_bind(const struct infer_attention *a, struct npu_device *dev)
-{
-    struct infer_sparse *sp = a->ctx;
-    sp->exec = dev;
-}
-
 int infer_sparse_create(const struct format_config *c, const struct infer_attn_profile *p,
                         const struct infer_sparse_opts *o, struct infer_sparse **out,
                         struct sl_err *err)
@@ -641,8 +624,7 @@ int infer_sparse_create(const struct format_config *c, const struct infer_attn_p
     sp->cfg = *c;
     sp->o = d;
     snprintf(sp->name, sizeof sp->name, "sparse keep %.2f%s", d.keep, d.uniform ? " uniform" : "");
-    sp->attn = (struct infer_attention){
-        .name = sp->name, .run = sparse_run, .ctx = sp, .bind = sparse_bind};
+    sp->attn = (struct infer_attention){.name = sp->name, .run = sparse_run, .ctx = sp};
     sp->buckets = p && p->buckets ? p->buckets : 9;
     sp->step = p && p->step > 0 ? p->step : 0.5f;
     float *fr = sl_malloc(N * sizeof(float));

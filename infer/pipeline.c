@@ -440,11 +440,6 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
             goto out;
         }
     }
-    /* the attention's NPU work (sparse estimates) runs on this device's
-     * thread between its matmuls, in its idle time (unbound after the join) */
-    npu_device_set_wake(p->dev, pl_npu_wake, p);
-    if (o.attn && o.attn->bind)
-        o.attn->bind(o.attn, p->dev);
     ret = npu_device_start(p->dev, pl_npu_next, pl_npu_done, p);
     if (ret < 0) {
         sl_err_set(err, "cannot start the NPU device thread");
@@ -505,9 +500,6 @@ join:
         pthread_join(p->pf_thread, NULL);
     if (dev_started)
         npu_device_join(p->dev);
-    if (o.attn && o.attn->bind)
-        o.attn->bind(o.attn, NULL);
-    npu_device_set_wake(p->dev, NULL, NULL);
     if (ret < 0)
         goto out;
     struct infer_pipeline_stats st_now; /* before pl_acts_fini: it counts the sets */
@@ -538,11 +530,6 @@ join:
     p->m = NULL;
     p->st = NULL;
 out:
-    if (p->dev) { /* a failure before the join: nothing runs now */
-        if (o.attn && o.attn->bind)
-            o.attn->bind(o.attn, NULL);
-        npu_device_set_wake(p->dev, NULL, NULL);
-    }
     reclaim_join(p);
     pl_pool_fini(p);
     loader_stream_close(p->ls);

@@ -452,7 +452,6 @@ void pl_prepare_job(struct pl *p, struct task *t);
 /* The NPU device thread's source and completion (npu_device_start). */
 struct npu_job *pl_npu_next(void *ctx);
 void pl_npu_done(void *ctx, struct npu_job *j);
-void pl_npu_wake(void *ctx);
 
 struct pl_worker_arg {
     struct pl *p;

@@ -14,12 +14,8 @@ struct npu_job *pl_npu_next(void *ctx)
 {
     struct pl *p = ctx;
     pthread_mutex_lock(&p->lock);
-    while (!p->npu_q.n && !p->done && !p->stop && !npu_device_queued(p->dev))
+    while (!p->npu_q.n && !p->done && !p->stop)
         pthread_cond_wait(&p->cv, &p->lock);
-    if (!p->npu_q.n && !p->done && !p->stop) { /* submitted work (the attention's): first */
-        pthread_mutex_unlock(&p->lock);
-        return NPU_PULL_AGAIN;
-    }
     struct npu_job *j = NULL;
     if (p->npu_q.n && !p->stop) {
         uint32_t ti = pl_queue_pop(p, &p->npu_q);
@@ -36,15 +32,6 @@ struct npu_job *pl_npu_next(void *ctx)
     }
     pthread_mutex_unlock(&p->lock);
     return j;
-}
-
-/* npu_device_set_wake's hook: a submission wakes pl_npu_next */
-void pl_npu_wake(void *ctx)
-{
-    struct pl *p = ctx;
-    pthread_mutex_lock(&p->lock);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->lock);
 }
 
 /* A job the NPU finished: its task completes, or the run fails. */

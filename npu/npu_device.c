@@ -49,8 +49,6 @@ struct npu_device {
     npu_source_fn next;
     npu_done_fn pull_done;
     void *pull_ctx;
-    void (*wake)(void *ctx); /* npu_device_set_wake: told of each submission */
-    void *wake_ctx;
     uint64_t t_create, run_start;
     uint64_t busy_ns, jobs_done, jobs_cancelled, jobs_refused, ops;
 
@@ -161,10 +159,6 @@ static void *worker_main(void *arg)
             void *ctx = d->pull_ctx;
             pthread_mutex_unlock(&d->mu);
             struct npu_job *job = next(ctx);
-            if (job == NPU_PULL_AGAIN) { /* submitted work came: it runs first */
-                pthread_mutex_lock(&d->mu);
-                continue;
-            }
             if (!job) {
                 pthread_mutex_lock(&d->mu);
                 d->pulling = 0;
@@ -418,28 +412,9 @@ static int enqueue(struct npu_device *d, struct npu_ticket *t, struct npu_ticket
     d->tail = t;
     atomic_fetch_add_explicit(&d->queued, 1, memory_order_release);
     pthread_cond_signal(&d->cv_work);
-    void (*wake)(void *) = d->wake;
-    void *wake_ctx = d->wake_ctx;
     pthread_mutex_unlock(&d->mu);
     *ticket = t;
-    if (wake) /* a source waiting in next() returns NPU_PULL_AGAIN */
-        wake(wake_ctx);
     return 0;
-}
-
-struct npu_job npu_pull_again;
-
-void npu_device_set_wake(struct npu_device *d, void (*wake)(void *ctx), void *ctx)
-{
-    pthread_mutex_lock(&d->mu);
-    d->wake = wake;
-    d->wake_ctx = ctx;
-    pthread_mutex_unlock(&d->mu);
-}
-
-uint32_t npu_device_queued(struct npu_device *d)
-{
-    return atomic_load_explicit(&d->queued, memory_order_acquire);
 }
 
 int npu_ticket_wait(struct npu_ticket *t)

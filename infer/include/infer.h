@@ -259,12 +259,6 @@ struct infer_attention {
                const struct infer_kv *kv, uint32_t layer, const struct infer_attn_rows *rows,
                const float *q, uint32_t h0, uint32_t h1, float *out, float *scratch);
     void *ctx;
-    /* Optional (NULL: none): from now on, run the attention's NPU work on
-     * dev's thread (npu_device_call), between dev's own jobs; NULL: back on
-     * its own. The pipeline binds its device for the prompt, so the sparse
-     * estimate fills the NPU thread's idle time instead of a third thread
-     * competing for the cores. Called while no run() is in progress. */
-    void (*bind)(const struct infer_attention *a, struct npu_device *dev);
 };
 
 /* Dense attention: exact float softmax(Q K^T / sqrt(d)) V over every

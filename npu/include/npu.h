@@ -370,19 +370,6 @@ int npu_device_run(struct npu_device *dev, const struct npu_job *job, struct sl_
  * on a ticket of the same device meanwhile (it would deadlock), and a
  * source that may block long delays submitted work by as much. */
 typedef struct npu_job *(*npu_source_fn)(void *ctx);
-/* next() may also return NPU_PULL_AGAIN: no job of its own now, but the
- * pull mode goes on (the worker runs the submitted jobs, then calls next
- * again): a source that waits for work wakes up on a submission (see
- * npu_device_set_wake) and returns it when npu_device_queued is not 0. */
-extern struct npu_job npu_pull_again;
-#define NPU_PULL_AGAIN (&npu_pull_again)
-/* wake(ctx) is called after each npu_device_submit and npu_device_call (on
- * the submitting thread, no device lock held), so that a job source
- * blocked in next() can return NPU_PULL_AGAIN; NULL: none. Set it before
- * submissions begin, or while none can be made. */
-void npu_device_set_wake(struct npu_device *dev, void (*wake)(void *ctx), void *ctx);
-/* Submitted jobs and calls not yet taken by the worker. */
-uint32_t npu_device_queued(struct npu_device *dev);
 typedef void (*npu_done_fn)(void *ctx, struct npu_job *job);
 int npu_device_start(struct npu_device *dev, npu_source_fn next, npu_done_fn done, void *ctx);
 /* Waits until the pull mode has ended (next returned NULL, its last job done). */

@@ -575,112 +575,6 @@ static void test_pull(void **st)
     layer_fini(&L);
 }
 
-/* Pull mode with a wake hook: a source blocked in next() with nothing of
- * its own (a scheduler whose queue is empty, waiting for work that only the
- * submitter's job will unblock) is woken by a submission, returns
- * NPU_PULL_AGAIN, the submitted job and a call run, then the source hands
- * out its job and ends. Without the hook this would deadlock. */
-struct wsrc {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct npu_device *d;
-    struct npu_job job;
-    int handed, again, wakes, release;
-};
-
-static void wsrc_wake(void *ctx)
-{
-    struct wsrc *s = ctx;
-    pthread_mutex_lock(&s->mu);
-    s->wakes++;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-}
-
-static struct npu_job *wsrc_next(void *ctx)
-{
-    struct wsrc *s = ctx;
-    pthread_mutex_lock(&s->mu);
-    while (!s->release && !npu_device_queued(s->d))
-        pthread_cond_wait(&s->cv, &s->mu);
-    struct npu_job *j = NULL;
-    if (!s->release) {
-        s->again++;
-        j = NPU_PULL_AGAIN;
-    } else if (!s->handed) {
-        s->handed = 1;
-        j = &s->job;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return j;
-}
-
-static void wsrc_done(void *ctx, struct npu_job *j)
-{
-    (void)ctx;
-    (void)j;
-}
-
-static int count_call(void *ctx)
-{
-    int *n = ctx;
-    (*n)++;
-    return 7;
-}
-
-static void test_pull_wake(void **st)
-{
-    (void)st;
-    struct layer L;
-    layer_init(&L, 20, 64, 48);
-    struct npu_device *d;
-    struct sl_err err = {{0}};
-    assert_int_equal(npu_device_create(&d), 0);
-    const struct npu_graph *g;
-    assert_int_equal(npu_device_graph(d, 20, 64, 48, &g, &err), 0);
-    struct wsrc s;
-    memset(&s, 0, sizeof s);
-    pthread_mutex_init(&s.mu, NULL);
-    pthread_cond_init(&s.cv, NULL);
-    s.d = d;
-    float *y_pull = nan_buf(20 * 48), *y_sub = nan_buf(20 * 48);
-    float *want = expect(&L, 20, 0, 48);
-    s.job = job_for(g, &L, 20, y_pull);
-    npu_device_set_wake(d, wsrc_wake, &s);
-    assert_int_equal(npu_device_queued(d), 0);
-    assert_int_equal(npu_device_start(d, wsrc_next, wsrc_done, &s), 0);
-    for (int round = 0; round < 3; round++) { /* the source never releases on its own */
-        struct npu_job js = job_for(g, &L, 20, y_sub);
-        struct npu_ticket *t, *tc;
-        int calls = 0;
-        assert_int_equal(npu_device_submit(d, &js, &t, &err), 0);
-        assert_int_equal(npu_ticket_wait(t), 0);
-        assert_memory_equal(y_sub, want, sizeof(float) * 20 * 48);
-        assert_int_equal(npu_device_call(d, count_call, &calls, &tc, &err), 0);
-        assert_int_equal(npu_ticket_wait(tc), 7);
-        assert_int_equal(calls, 1);
-    }
-    pthread_mutex_lock(&s.mu);
-    assert_int_equal(s.wakes, 6);
-    assert_true(s.again >= 1 && s.again <= 6);
-    s.release = 1;
-    pthread_cond_broadcast(&s.cv);
-    pthread_mutex_unlock(&s.mu);
-    npu_device_join(d);
-    assert_int_equal(s.handed, 1);
-    assert_int_equal(s.job.status, 0);
-    assert_memory_equal(y_pull, want, sizeof(float) * 20 * 48);
-    assert_int_equal(npu_device_queued(d), 0);
-    npu_device_set_wake(d, NULL, NULL);
-    free(y_pull);
-    free(y_sub);
-    free(want);
-    npu_device_destroy(d);
-    pthread_cond_destroy(&s.cv);
-    pthread_mutex_destroy(&s.mu);
-    layer_fini(&L);
-}
-
 /* Stopping with jobs pending: no hang, each job completed exactly once (run
  * or cancelled), in the order submitted (the ones that ran first), every
  * ticket wakes, nothing leaks (ASan). */
@@ -744,7 +638,6 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_equal_direct),   cmocka_unit_test(test_submit_overlap),
         cmocka_unit_test(test_pull),           cmocka_unit_test(test_stop_pending),
-        cmocka_unit_test(test_pull_wake),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
