@@ -126,7 +126,9 @@ void attn_sel_rows(uint32_t R, const struct attn_sel_pair *p, const float *kh, c
     for (uint32_t r = 0; r < R && ok; r++)
         ok = p[r].len > 0;
     if (ok) {
-        attn_sel_rows_avx2(R, p, kh, vh, kv_dim, hs, kb, T, cur, R >= 16 ? gather : NULL);
+        /* rows already consecutive (kv_dim == hs): read in place */
+        attn_sel_rows_avx2(R, p, kh, vh, kv_dim, hs, kb, T, cur,
+                           R >= 16 && kv_dim != hs ? gather : NULL);
         return;
     }
 #else

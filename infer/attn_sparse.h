@@ -65,7 +65,8 @@ void attn_sel_row_avx2(float *out, const float *qh, const float *kh, const float
  * the AVX2 kernel walks the keys in blocks of kb slots for all pairs, so a
  * block's keys and values are read from memory once for the R pairs (the
  * keys gathered once per head group: with 16 pairs or more, each block is
- * copied into consecutive rows first). cur: R uint32_t; gather: at least
+ * copied into consecutive rows first, unless they are already: kv_dim ==
+ * hs). cur: R uint32_t; gather: at least
  * max(kb, max len) * hs floats (the block copy, and the fallback's). */
 struct attn_sel_pair {
     const float *q;
