@@ -211,7 +211,8 @@ static inline uint32_t pop8(unsigned x)
  * 8-lane store (the table's shuffle of the mask) and the count advanced by
  * its popcount: no branch per set bit (at 20% kept, one mispredicted branch
  * per vector cost more than the compares) */
-uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, int *nan)
+uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
+                         int *nan)
 {
     const __m256 t = _mm256_set1_ps(th);
     __m256 un = _mm256_setzero_ps();
@@ -223,12 +224,16 @@ uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, in
         __m256i pos = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)pack_lut[bits]));
         /* m <= i: the 8 lanes stored land below i + 8 <= n */
         _mm256_storeu_si256((__m256i *)(idx + m), _mm256_add_epi32(pos, _mm256_set1_epi32((int)i)));
+        if (val)
+            _mm256_storeu_ps(val + m, _mm256_permutevar8x32_ps(v, pos));
         m += pop8(bits);
     }
     int any = _mm256_movemask_ps(un) != 0;
     for (; i < n; i++) {
         any |= s[i] != s[i];
         idx[m] = i;
+        if (val)
+            val[m] = s[i];
         m += s[i] >= th;
     }
     *nan = any;

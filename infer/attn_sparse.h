@@ -28,12 +28,15 @@ void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32
 void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work,
                     float *hint);
 
-/* The indices i < n with s[i] >= th, ascending, into idx (room for n);
- * returns their count, *nan = whether any s[i] is NaN. The AVX2 kernel and
- * its scalar twin give the same result. */
-uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, int *nan);
-uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, int *nan);
-uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, int *nan);
+/* The indices i < n with s[i] >= th, ascending, into idx (room for n),
+ * and their scores in the same order into val (room for n; NULL: not
+ * written); returns their count, *nan = whether any s[i] is NaN. The AVX2
+ * kernel and its scalar twin give the same result. */
+uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, float *val, int *nan);
+uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
+                           int *nan);
+uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
+                         int *nan);
 /* How many s[i] (i < n) are >= th; and the smallest and largest of s (NaN
  * ignored; +INFINITY and -INFINITY when n is 0), *nan = whether any is NaN.
  * AVX2 kernels and scalar twins, the same results. */
