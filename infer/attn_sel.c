@@ -53,26 +53,29 @@ void attn_sel_row(float *out, const float *qh, const float *kh, const float *vh,
     infer_attn_list(out, qh, kh, vh, kv_dim, hs, list, len, a, gather);
 }
 
-uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, int *nan)
+uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
+                           int *nan)
 {
     uint32_t m = 0;
     int any = 0;
     for (uint32_t i = 0; i < n; i++) {
         any |= s[i] != s[i];
         idx[m] = i;
+        if (val)
+            val[m] = s[i];
         m += s[i] >= th;
     }
     *nan = any;
     return m;
 }
 
-uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, int *nan)
+uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, float *val, int *nan)
 {
 #if SLUICE_KERNELS_X86
     if (infer_matmul_kernel_available(INFER_MATMUL_AVX2))
-        return attn_above_avx2(s, n, th, idx, nan);
+        return attn_above_avx2(s, n, th, idx, val, nan);
 #endif
-    return attn_above_scalar(s, n, th, idx, nan);
+    return attn_above_scalar(s, n, th, idx, val, nan);
 }
 
 uint32_t attn_count_scalar(const float *s, uint32_t n, float th)
@@ -126,7 +129,9 @@ void attn_sel_rows(uint32_t R, const struct attn_sel_pair *p, const float *kh, c
     for (uint32_t r = 0; r < R && ok; r++)
         ok = p[r].len > 0;
     if (ok) {
-        attn_sel_rows_avx2(R, p, kh, vh, kv_dim, hs, kb, T, cur, R >= 16 ? gather : NULL);
+        /* rows already consecutive (kv_dim == hs): read in place */
+        attn_sel_rows_avx2(R, p, kh, vh, kv_dim, hs, kb, T, cur,
+                           R >= 16 && kv_dim != hs ? gather : NULL);
         return;
     }
 #else

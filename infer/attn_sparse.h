@@ -28,12 +28,15 @@ void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32
 void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work,
                     float *hint);
 
-/* The indices i < n with s[i] >= th, ascending, into idx (room for n);
- * returns their count, *nan = whether any s[i] is NaN. The AVX2 kernel and
- * its scalar twin give the same result. */
-uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, int *nan);
-uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, int *nan);
-uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, int *nan);
+/* The indices i < n with s[i] >= th, ascending, into idx (room for n),
+ * and their scores in the same order into val (room for n; NULL: not
+ * written); returns their count, *nan = whether any s[i] is NaN. The AVX2
+ * kernel and its scalar twin give the same result. */
+uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, float *val, int *nan);
+uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
+                           int *nan);
+uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
+                         int *nan);
 /* How many s[i] (i < n) are >= th; and the smallest and largest of s (NaN
  * ignored; +INFINITY and -INFINITY when n is 0), *nan = whether any is NaN.
  * AVX2 kernels and scalar twins, the same results. */
@@ -65,7 +68,8 @@ void attn_sel_row_avx2(float *out, const float *qh, const float *kh, const float
  * the AVX2 kernel walks the keys in blocks of kb slots for all pairs, so a
  * block's keys and values are read from memory once for the R pairs (the
  * keys gathered once per head group: with 16 pairs or more, each block is
- * copied into consecutive rows first). cur: R uint32_t; gather: at least
+ * copied into consecutive rows first, unless they are already: kv_dim ==
+ * hs). cur: R uint32_t; gather: at least
  * max(kb, max len) * hs floats (the block copy, and the fallback's). */
 struct attn_sel_pair {
     const float *q;

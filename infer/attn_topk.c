@@ -176,16 +176,30 @@ static void nth_desc(float *v, uint32_t n, uint32_t kth)
     }
 }
 
-/* The s1-th smallest of score[cidx[0..m)] (s1 <= SMALL, s1 <= m): the s1
- * smallest so far kept sorted in a small buffer (a value enters only when
- * below its largest, which few are). */
+/* The s1-th smallest of v[0..m) (s1 <= SMALL, s1 <= m): the s1 smallest
+ * so far kept sorted in a small buffer; 8 values at a time are skipped when
+ * none is below its largest (once it is full, few are), the rest enter
+ * one by one in order. */
 #define SMALL 64
-static float smallest_small(const float *score, const uint32_t *cidx, uint32_t m, uint32_t s1)
+static float smallest_small(const float *v, uint32_t m, uint32_t s1)
 {
     float buf[SMALL];
-    uint32_t nb = 0;
-    for (uint32_t j = 0; j < m; j++) {
-        float x = score[cidx[j]];
+    uint32_t nb = 0, j = 0;
+    for (;;) {
+        if (nb == s1) { /* full: skip the blocks of 8 with nothing below buf[s1 - 1] */
+            while (j + 8 <= m) {
+                float top = buf[s1 - 1];
+                int any = 0;
+                for (uint32_t e = 0; e < 8; e++)
+                    any |= v[j + e] < top;
+                if (any)
+                    break;
+                j += 8;
+            }
+        }
+        if (j == m)
+            break;
+        float x = v[j++];
         if (nb == s1 && !(x < buf[nb - 1]))
             continue;
         uint32_t at = nb < s1 ? nb++ : nb - 1; /* the slot freed (the largest drops out) */
@@ -207,7 +221,9 @@ static void topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32
                     uint32_t *work)
 {
     int nan;
-    uint32_t *cidx = work, m = attn_above(score, n, th, cidx, &nan);
+    uint32_t *cidx = work;
+    float *cval = (float *)(work + n); /* the candidates' scores, in index order */
+    uint32_t m = attn_above(score, n, th, cidx, cval, &nan);
     if (m == k) {
         for (uint32_t j = 0; j < k; j++)
             idx[j] = cidx[j];
@@ -215,20 +231,19 @@ static void topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32
     }
     float tau;
     if (m - k < SMALL) {
-        tau = smallest_small(score, cidx, m, m - k + 1);
+        tau = smallest_small(cval, m, m - k + 1);
     } else {
-        float *cval = (float *)(work + n);
+        nth_desc(cval, m, k - 1); /* reorders cval: the scores are read again below */
+        tau = cval[k - 1];
         for (uint32_t j = 0; j < m; j++)
             cval[j] = score[cidx[j]];
-        nth_desc(cval, m, k - 1);
-        tau = cval[k - 1];
     }
     /* every candidate >= tau, then the last of those equal to tau dropped
      * while there are more than k */
     uint32_t o = 0;
     for (uint32_t j = 0; j < m; j++) {
         idx[o] = cidx[j];
-        o += score[cidx[j]] >= tau;
+        o += cval[j] >= tau;
     }
     if (o > k) {
         uint32_t drop = o - k, w = o;

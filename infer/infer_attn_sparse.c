@@ -237,21 +237,21 @@ struct attend_buf {
     uint32_t *i1, *i2;
 };
 
-/* Top-k and softmax.V for every row of every head of a finished launch,
+/* Top-k and softmax.V for every row of every head of a finished launch
+ * (kv head l->g's keys and values at kh, vh, rows kv_dim apart),
  * PAIRS (row, head) pairs at a time: each pair's keys picked (the previous
  * row's threshold the guess for the next: hint[h - h0], carried across
  * launches), then the block's exact softmax.V. */
-static void attend_launch(struct infer_sparse *sp, const struct infer_kv *kv, uint32_t layer,
+static void attend_launch(struct infer_sparse *sp, uint32_t layer,
                           const struct infer_attn_rows *rows, const float *q,
                           const struct launch *l, size_t ld, float *out, uint32_t h0, float *hint,
+                          const float *kh, const float *vh, size_t kv_dim,
                           const struct attend_buf *b, struct call_stats *cs)
 {
     const struct format_config *c = &sp->cfg;
     uint32_t hd = c->head_dim, H = c->n_heads, kv_mul = H / c->n_kv_heads;
     uint32_t n = rows->n, T = rows->base + n;
-    size_t kv_dim = (size_t)c->n_kv_heads * hd, qdim = (size_t)H * hd;
-    const float *kh = infer_kv_keys(kv, layer) + (size_t)l->g * hd;
-    const float *vh = infer_kv_values(kv, layer) + (size_t)l->g * hd;
+    size_t qdim = (size_t)H * hd;
     uint32_t sinks = sp->o.sinks == UINT32_MAX ? 0 : sp->o.sinks;
     uint32_t window = sp->o.window == UINT32_MAX ? 0 : sp->o.window;
     uint32_t rb = PAIRS / l->cnt ? PAIRS / l->cnt : 1; /* rows per block */
@@ -498,8 +498,15 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     size_t pb = up64(sizeof(float) * (size_t)PAIRS * T); /* sel or a */
     size_t sb = up64(sizeof(uint32_t) * ((size_t)T * 4 + PAIRS)), ab = up64(sizeof(float) * T);
     size_t gb = up64(sizeof(float) * (size_t)(T > KEY_TILE ? T : KEY_TILE) * hd);
+    /* with many pairs per kv head, its keys and values are copied once per
+     * call into consecutive rows (cache rows are kv_dim apart: at a stride
+     * of a power of two they share few cache sets), which every job of the
+     * kv head then reads in place: the same values, the same bits */
+    uint32_t g0 = h0 / kv_mul, ngk = (h1 - 1) / kv_mul + 1 - g0;
+    int pack_kv = n * kv_mul >= 64; /* 64 pairs keep about 13 T rows: the copy (2 T) pays */
+    size_t kvb = pack_kv ? up64(sizeof(float) * 2 * (size_t)T * hd) : 0;
     int cached;
-    uint8_t *blk = scratch_get(sp, AHEAD * (yb + xb) + 2 * pb + sb + ab + gb, &cached);
+    uint8_t *blk = scratch_get(sp, AHEAD * (yb + xb) + 2 * pb + sb + ab + gb + ngk * kvb, &cached);
     if (!blk) {
         ret = -ENOMEM;
         goto out;
@@ -517,6 +524,10 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     ab_.cur = u + 4 * (size_t)T;
     ab_.fs = (float *)(rest + 2 * pb + sb);
     ab_.gather = (float *)(rest + 2 * pb + sb + ab);
+    float *kvpack = (float *)(rest + 2 * pb + sb + ab + gb); /* [ngk][2][T][hd] */
+    uint32_t packed = 0; /* bit g - g0: kv head g's copy is made (KV <= 32 when packing) */
+    if (ngk > 32)
+        pack_kv = 0;
     uint32_t started = 0;
     for (uint32_t done = 0; done < nj && ret == 0; done++) {
         /* keep AHEAD jobs in flight */
@@ -546,7 +557,23 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
             break;
         cs.wait_ns += sl_now_ns() - t0;
         uint32_t L = sp->ks[(size_t)layer * KV + l->g].L;
-        attend_launch(sp, kv, layer, rows, q, l, L, out, h0, hint, &ab_, &cs);
+        const float *kh = infer_kv_keys(kv, layer) + (size_t)l->g * hd;
+        const float *vh = infer_kv_values(kv, layer) + (size_t)l->g * hd;
+        size_t ld = (size_t)KV * hd;
+        if (pack_kv) {
+            float *pk = kvpack + (size_t)(l->g - g0) * 2 * T * hd, *pv = pk + (size_t)T * hd;
+            if (!(packed >> (l->g - g0) & 1)) {
+                for (uint32_t t = 0; t < T; t++) {
+                    memcpy(pk + (size_t)t * hd, kh + (size_t)t * ld, sizeof(float) * hd);
+                    memcpy(pv + (size_t)t * hd, vh + (size_t)t * ld, sizeof(float) * hd);
+                }
+                packed |= 1u << (l->g - g0);
+            }
+            kh = pk;
+            vh = pv;
+            ld = hd;
+        }
+        attend_launch(sp, layer, rows, q, l, L, out, h0, hint, kh, vh, ld, &ab_, &cs);
     }
     /* on an error, let every submitted job finish before freeing its buffers */
     for (uint32_t i = 0; i < nj; i++)

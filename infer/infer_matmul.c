@@ -48,11 +48,11 @@ void infer_matmul_tile_scalar(float *y, size_t ldy, const float *x, size_t ldx, 
 }
 
 void infer_matmul_nn_scalar(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
-                            const float *v, size_t ldv, uint32_t T, uint32_t cols)
+                            const float *v, size_t ldv, uint32_t T, uint32_t cols, int add)
 {
     for (uint32_t i = 0; i < mr; i++) {
         float *yi = y + i * ldy;
-        for (uint32_t c = 0; c < cols; c++)
+        for (uint32_t c = 0; c < cols && !add; c++)
             yi[c] = 0.0f;
         for (uint32_t t = 0; t < T; t++) {
             float a = p[i * ldp + t];
@@ -167,9 +167,23 @@ void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
                      const float *v, size_t ldv, uint32_t n, uint32_t T, uint32_t cols)
 {
     infer_matmul_nn_fn *nn = nn_fn(k);
-    for (uint32_t i = 0; i < n; i += INFER_MATMUL_MR) {
-        uint32_t mr = n - i < INFER_MATMUL_MR ? n - i : INFER_MATMUL_MR;
-        nn(y + i * ldy, ldy, p + i * ldp, ldp, mr, v, ldv, T, cols);
+    /* Keys in blocks of about 32 KiB of values, each block met by every
+     * row before the next is read: the values cross the memory bus once per
+     * call instead of once per few rows (the sums resume from y: the same
+     * bits as one pass). */
+    uint32_t tb = (uint32_t)((32u << 10) / ((size_t)cols * sizeof(float) + 1));
+    tb = tb < 16 ? 16 : tb;
+    if (n <= INFER_MATMUL_MR)
+        tb = T; /* one pass of the rows: nothing to share */
+    for (uint32_t t0 = 0; t0 < T || t0 == 0; t0 += tb) {
+        uint32_t nt = T - t0 < tb ? T - t0 : tb;
+        for (uint32_t i = 0; i < n; i += INFER_MATMUL_MR) {
+            uint32_t mr = n - i < INFER_MATMUL_MR ? n - i : INFER_MATMUL_MR;
+            nn(y + i * ldy, ldy, p + i * ldp + t0, ldp, mr, v + (size_t)t0 * ldv, ldv, nt, cols,
+               t0 > 0);
+        }
+        if (nt == 0)
+            break;
     }
 }
 

@@ -48,9 +48,12 @@ typedef void infer_matmul_tile_fn(float *y, size_t ldy, const float *x, size_t l
                                   const void *w, size_t ldw, uint32_t nr, uint32_t cols,
                                   uint32_t wt);
 /* NN rows: y[i * ldy + c] = sum_{t < T} p[i * ldp + t] * v[t * ldv + c], for
- * i < mr, c < cols (t ascending). */
+ * i < mr, c < cols (t ascending). add: the sums start from y's values
+ * instead of 0 (a sum over keys cut into blocks, resumed block by block,
+ * has the bits of the sum in one piece: each step is the same operation on
+ * the same running value). */
 typedef void infer_matmul_nn_fn(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
-                                const float *v, size_t ldv, uint32_t T, uint32_t cols);
+                                const float *v, size_t ldv, uint32_t T, uint32_t cols, int add);
 
 infer_matmul_tile_fn infer_matmul_tile_scalar;
 infer_matmul_tile_fn infer_matmul_tile_avx2;

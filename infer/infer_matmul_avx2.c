@@ -131,7 +131,7 @@ void infer_matmul_tile_avx2(float *y, size_t ldy, const float *x, size_t ldx, ui
 
 static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const float *p,
                                                      size_t ldp, const uint32_t mr, const float *v,
-                                                     size_t ldv, uint32_t T, uint32_t cols)
+                                                     size_t ldv, uint32_t T, uint32_t cols, int add)
 {
     for (uint32_t c0 = 0; c0 < cols; c0 += 32) {
         __m256i m[4];
@@ -142,7 +142,8 @@ static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const
         for (uint32_t a = 0; a < mr; a++)
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++)
-                acc[a][j] = _mm256_setzero_ps();
+                acc[a][j] = add ? _mm256_maskload_ps(y + a * ldy + c0 + 8 * j, m[j])
+                                : _mm256_setzero_ps();
         for (uint32_t t = 0; t < T; t++) {
             const float *vt = v + t * ldv + c0;
             __m256 vv[4];
@@ -166,28 +167,28 @@ static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const
 }
 
 static void nn_1(float *y, size_t ldy, const float *p, size_t ldp, const float *v, size_t ldv,
-                 uint32_t T, uint32_t cols)
+                 uint32_t T, uint32_t cols, int add)
 {
-    nn(y, ldy, p, ldp, 1, v, ldv, T, cols);
+    nn(y, ldy, p, ldp, 1, v, ldv, T, cols, add);
 }
 
 static void nn_2(float *y, size_t ldy, const float *p, size_t ldp, const float *v, size_t ldv,
-                 uint32_t T, uint32_t cols)
+                 uint32_t T, uint32_t cols, int add)
 {
-    nn(y, ldy, p, ldp, 2, v, ldv, T, cols);
+    nn(y, ldy, p, ldp, 2, v, ldv, T, cols, add);
 }
 
 void infer_matmul_nn_avx2(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
-                          const float *v, size_t ldv, uint32_t T, uint32_t cols)
+                          const float *v, size_t ldv, uint32_t T, uint32_t cols, int add)
 {
     if (mr >= 2)
-        nn_2(y, ldy, p, ldp, v, ldv, T, cols);
+        nn_2(y, ldy, p, ldp, v, ldv, T, cols, add);
     else
-        nn_1(y, ldy, p, ldp, v, ldv, T, cols);
+        nn_1(y, ldy, p, ldp, v, ldv, T, cols, add);
     if (mr == 3)
-        nn_1(y + 2 * ldy, ldy, p + 2 * ldp, ldp, v, ldv, T, cols);
+        nn_1(y + 2 * ldy, ldy, p + 2 * ldp, ldp, v, ldv, T, cols, add);
     else if (mr == 4)
-        nn_2(y + 2 * ldy, ldy, p + 2 * ldp, ldp, v, ldv, T, cols);
+        nn_2(y + 2 * ldy, ldy, p + 2 * ldp, ldp, v, ldv, T, cols, add);
 }
 
 /* ---- exp for softmax: infer_exp_sum_scalar's definition, 8 lanes ----------------------------- */

@@ -116,7 +116,7 @@ static inline __mmask16 lanes(uint32_t c, uint32_t cols)
 
 static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const float *p,
                                                      size_t ldp, const uint32_t mr, const float *v,
-                                                     size_t ldv, uint32_t T, uint32_t cols)
+                                                     size_t ldv, uint32_t T, uint32_t cols, int add)
 {
     for (uint32_t c0 = 0; c0 < cols; c0 += 64) {
         __mmask16 m[4];
@@ -127,7 +127,8 @@ static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const
         for (uint32_t a = 0; a < mr; a++)
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++)
-                acc[a][j] = _mm512_setzero_ps();
+                acc[a][j] = add ? _mm512_maskz_loadu_ps(m[j], y + a * ldy + c0 + 16 * j)
+                                : _mm512_setzero_ps();
         for (uint32_t t = 0; t < T; t++) {
             const float *vt = v + t * ldv + c0;
             __m512 vv[4];
@@ -152,9 +153,9 @@ static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const
 
 #define NN(M)                                                                                      \
     static void nn_##M(float *y, size_t ldy, const float *p, size_t ldp, const float *v,           \
-                       size_t ldv, uint32_t T, uint32_t cols)                                      \
+                       size_t ldv, uint32_t T, uint32_t cols, int add)                             \
     {                                                                                              \
-        nn(y, ldy, p, ldp, M, v, ldv, T, cols);                                                    \
+        nn(y, ldy, p, ldp, M, v, ldv, T, cols, add);                                               \
     }
 NN(1)
 NN(2)
@@ -162,13 +163,13 @@ NN(3)
 NN(4)
 
 typedef void nn_fixed_fn(float *y, size_t ldy, const float *p, size_t ldp, const float *v,
-                         size_t ldv, uint32_t T, uint32_t cols);
+                         size_t ldv, uint32_t T, uint32_t cols, int add);
 static nn_fixed_fn *const nns[4] = {nn_1, nn_2, nn_3, nn_4};
 
 void infer_matmul_nn_avx512(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
-                            const float *v, size_t ldv, uint32_t T, uint32_t cols)
+                            const float *v, size_t ldv, uint32_t T, uint32_t cols, int add)
 {
-    nns[mr - 1](y, ldy, p, ldp, v, ldv, T, cols);
+    nns[mr - 1](y, ldy, p, ldp, v, ldv, T, cols, add);
 }
 
 /* ---- exp for softmax: infer_exp_sum_scalar's definition, 16 lanes ---------------------------- */

@@ -502,6 +502,52 @@ static void test_linear_int8(void **st)
     npu_weights_destroy(lin.npu);
 }
 
+/* infer_matmul_nn walks the keys in blocks shared by all rows, each row's
+ * sums resumed block by block (add = 1): the bits of the kernel run over
+ * all keys in one pass, on every kernel (random shapes past the block size,
+ * strided operands, column tails) */
+static void test_matmul_nn_blocked(void **st)
+{
+    (void)st;
+    static const uint32_t colss[] = {1, 8, 33, 64, 65, 128, 130};
+    infer_matmul_nn_fn *const fns[INFER_MATMUL_COUNT] = {
+        infer_matmul_nn_scalar, infer_matmul_nn_avx2, infer_matmul_nn_avx512};
+    int blocked = 0;
+    for (int it = 0; it < 24; it++) {
+        uint32_t n = 1 + test_rng_below(&rng, 40), T = 1 + test_rng_below(&rng, 900);
+        uint32_t C = colss[test_rng_below(&rng, sizeof colss / sizeof colss[0])];
+        size_t ldp = T + test_rng_below(&rng, 4), ldv = C + test_rng_below(&rng, 70);
+        size_t ldy = C + test_rng_below(&rng, 3);
+        float *p = malloc(sizeof(float) * n * ldp), *v = malloc(sizeof(float) * T * ldv);
+        float *r0 = malloc(sizeof(float) * n * ldy), *r1 = malloc(sizeof(float) * n * ldy);
+        assert_non_null(p);
+        assert_non_null(v);
+        assert_non_null(r0);
+        assert_non_null(r1);
+        fill(p, n * ldp, 1.0f);
+        fill(v, T * ldv, 1.0f);
+        blocked += n > INFER_MATMUL_MR && (size_t)T * C * sizeof(float) > (32u << 10);
+        for (int k = 0; k < INFER_MATMUL_COUNT; k++) {
+            if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
+                continue;
+            for (size_t i = 0; i < n * ldy; i++)
+                r0[i] = r1[i] = -9.0f;
+            for (uint32_t i = 0; i < n; i += INFER_MATMUL_MR) /* one pass over the keys */
+                fns[k](r0 + i * ldy, ldy, p + i * ldp, ldp,
+                       n - i < INFER_MATMUL_MR ? n - i : INFER_MATMUL_MR, v, ldv, T, C, 0);
+            infer_matmul_nn((enum infer_matmul_kernel)k, r1, ldy, p, ldp, v, ldv, n, T, C);
+            if (memcmp(r0, r1, sizeof(float) * n * ldy) != 0)
+                fail_msg("nn blocked %s n=%u T=%u cols=%u: not the one-pass bits",
+                         infer_matmul_kernel_name((enum infer_matmul_kernel)k), n, T, C);
+        }
+        free(p);
+        free(v);
+        free(r0);
+        free(r1);
+    }
+    assert_true(blocked > 0);
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -510,7 +556,7 @@ int main(void)
         cmocka_unit_test(test_attention_gqa), cmocka_unit_test(test_swiglu_add),
         cmocka_unit_test(test_matmul),        cmocka_unit_test(test_matmul_kernels),
         cmocka_unit_test(test_linear_int8),   cmocka_unit_test(test_exp_sum),
-        cmocka_unit_test(test_div_max),
+        cmocka_unit_test(test_div_max),       cmocka_unit_test(test_matmul_nn_blocked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
