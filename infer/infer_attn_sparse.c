@@ -503,7 +503,9 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
      * of a power of two they share few cache sets), which every job of the
      * kv head then reads in place: the same values, the same bits */
     uint32_t g0 = h0 / kv_mul, ngk = (h1 - 1) / kv_mul + 1 - g0;
-    int pack_kv = n * kv_mul >= 64; /* 64 pairs keep about 13 T rows: the copy (2 T) pays */
+    /* 64 pairs keep about 13 T rows: the copy (2 T) pays; the copies made
+     * are one bit each of a 32-bit mask, so more kv heads go uncopied */
+    int pack_kv = n * kv_mul >= 64 && ngk <= 32;
     size_t kvb = pack_kv ? up64(sizeof(float) * 2 * (size_t)T * hd) : 0;
     int cached;
     uint8_t *blk = scratch_get(sp, AHEAD * (yb + xb) + 2 * pb + sb + ab + gb + ngk * kvb, &cached);
@@ -525,9 +527,7 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     ab_.fs = (float *)(rest + 2 * pb + sb);
     ab_.gather = (float *)(rest + 2 * pb + sb + ab);
     float *kvpack = (float *)(rest + 2 * pb + sb + ab + gb); /* [ngk][2][T][hd] */
-    uint32_t packed = 0; /* bit g - g0: kv head g's copy is made (KV <= 32 when packing) */
-    if (ngk > 32)
-        pack_kv = 0;
+    uint32_t packed = 0; /* bit g - g0: kv head g's copy is made (ngk <= 32 when packing) */
     uint32_t started = 0;
     for (uint32_t done = 0; done < nj && ret == 0; done++) {
         /* keep AHEAD jobs in flight */
