@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "infer_internal.h"
+#include "infer_matmul.h"
 #include "npu.h"
 #include "unpack.h"
 
@@ -264,13 +265,23 @@ static int float_part_run(void *arg)
 
 /* A float linear: the first npu_share of the output channels on the state's
  * device thread (host work, npu_device_call) beside the calling thread,
- * for a multi-sequence step's states (split_work); else the calling thread. */
+ * for a multi-sequence step's states (split_work) and for a few rows (a
+ * draft tree's verification: INFER_MATMUL_ROWS_MAX at most), once the
+ * multiply-adds of all rows reach npu_min_weights (FEW_SPLIT_MIN for a few
+ * rows: measured on kjv6L-1k, where a 4-row tree's 256 x 688 linears gain
+ * from it); else the calling thread (a one-row step's linear is worth less
+ * than the hand-off). */
+#define FEW_SPLIT_MIN (1u << 19)
 static int linear_float(struct infer_state *s, const struct infer_linear *lin, const float *x,
                         uint32_t n, float *y, struct sl_err *err)
 {
     uint32_t rows = lin->rows, r_dev = 0;
-    if (s && s->dev && s->split_work && rows >= 32 &&
-        infer_split_work(s, lin, n) >= s->npu_min_weights)
+    int few = n > 1 && n <= INFER_MATMUL_ROWS_MAX;
+    uint64_t least = s ? s->npu_min_weights : 0;
+    if (s && !s->split_work && FEW_SPLIT_MIN < least)
+        least = FEW_SPLIT_MIN;
+    if (s && s->dev && (s->split_work || few) && rows >= 32 &&
+        (uint64_t)rows * lin->cols * n >= least)
         r_dev = (uint32_t)(rows * s->npu_share) / 16 * 16;
     struct float_part dev = {lin, x, n, 0, r_dev, y}, own = {lin, x, n, r_dev, rows, y};
     struct npu_ticket *t = NULL;
