@@ -9,7 +9,8 @@
  * each tile of 3 w rows stays in registers and L1 while every x row passes
  * over it, 4 at a time: 12 accumulators, 3 weight vectors and one x vector
  * (all 16 ymm registers), 7 loads per 12 FMAs, pointers stepped in the
- * loop. The weights cross the memory bus once per call whatever the rows.
+ * loop, the weights two tiles ahead prefetched. The weights cross the
+ * memory bus once per call whatever the rows.
  *
  * Every output is the AVX2 tile's: 8 lanes summed with FMA in column order
  * from zero, the column tail masked to zeros, then the same horizontal sum
@@ -29,6 +30,10 @@ static inline float hsum(__m256 v)
 
 #define ROWS_NR 3 /* w rows per tile */
 #define ROWS_MR 4 /* x rows per pass over it */
+/* Weights are asked for this many rows ahead (two tiles): without it the
+ * tile's first pass over 3 rows streams at 6-8 GB/s; with it at 17-40 GB/s
+ * (2-16 rows, measured on this AVX2 machine). */
+#define PF_ROWS 6
 
 /* y[a * ldy + b] = dot(x row a, w row b) for a < mr, b < nr. */
 static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, const float *x,
@@ -52,6 +57,7 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
         __m256 wv[ROWS_NR];
 #pragma GCC unroll 3
         for (uint32_t b = 0; b < nr; b++) {
+            _mm_prefetch((const char *)(wp[b] + PF_ROWS * ldw), _MM_HINT_T0);
             wv[b] = _mm256_loadu_ps(wp[b]);
             wp[b] += 8;
         }
