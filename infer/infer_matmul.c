@@ -145,8 +145,10 @@ void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
     infer_matmul_tile_fn *tile = tile_fn(k);
     size_t esz = wt == INFER_W_F32 ? 4 : 2;
 #if SLUICE_KERNELS_X86
-    if (tile == infer_matmul_tile_avx2 && wt == INFER_W_F32 && n >= 2 &&
-        n <= INFER_MATMUL_ROWS_MAX) { /* a few rows: each weight read once for all */
+    /* One to a few rows (a decode step, a draft tree): each weight read once
+     * for all, prefetched; the same bits as the tile below. */
+    if (tile == infer_matmul_tile_avx2 && wt == INFER_W_F32 && n >= 1 &&
+        n <= INFER_MATMUL_ROWS_MAX) {
         infer_matmul_rows_avx2(y, ldy, x, ldx, n, w, ldw, cols, r0, r1);
         return;
     }

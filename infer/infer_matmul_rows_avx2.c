@@ -1,5 +1,6 @@
 /* infer_matmul_rows_avx2.c: the float NT matmul for a few x rows (a draft
- * tree's verification, a multi-sequence step: 2..INFER_MATMUL_ROWS_MAX rows)
+ * tree's verification, a multi-sequence step, a plain decode step:
+ * 1..INFER_MATMUL_ROWS_MAX rows)
  * with AVX2 + FMA, on float32 weights.
  *
  * The blocked kernel (infer_matmul.c + infer_matmul_avx2.c) runs 2 x rows by

@@ -62,7 +62,7 @@ static void test_rows_kernel(void **st)
     float *one = malloc(sizeof(float) * 4);
     assert_true(x && w && y && one);
     for (int it = 0; it < 400; it++) {
-        uint32_t n = 2 + test_rng_below(&rng, MAXN - 1), R = 1 + test_rng_below(&rng, MAXR);
+        uint32_t n = 1 + test_rng_below(&rng, MAXN), R = 1 + test_rng_below(&rng, MAXR);
         uint32_t C = 1 + test_rng_below(&rng, MAXC);
         size_t ldx = C + test_rng_below(&rng, PAD), ldw = C + test_rng_below(&rng, PAD);
         size_t ldy = R + test_rng_below(&rng, PAD);
