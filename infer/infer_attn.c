@@ -105,6 +105,8 @@ static int dense_run(const struct infer_attention *a, const struct format_config
         infer_op_attention(out, q, kc, vc, rows->n, rows->base, c, h0, h1, scratch);
         return 0;
     }
+    if (!rows->sel) /* a draft tree: its rows' scores and values together */
+        return infer_attn_tree(c, kc, vc, rows, q, h0, h1, out);
     uint32_t hs = c->head_dim, qdim = c->n_heads * hs, kv_mul = c->n_heads / c->n_kv_heads;
     size_t kv_dim = (size_t)c->n_kv_heads * hs;
     uint32_t most = rows->base + rows->n;

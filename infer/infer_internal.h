@@ -170,6 +170,12 @@ void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, ui
  * gather: len * hs floats. */
 void infer_attn_list(float *out, const float *qh, const float *kh, const float *vh, size_t kv_dim,
                      uint32_t hs, const uint32_t *list, uint32_t len, float *a, float *gather);
+/* Dense attention of a tree's rows (rows->parent set, no selection) for the
+ * query heads [h0, h1), into out [n][Q]: the bits infer_attn_list gives each
+ * row over its visible slots (attn_tree.c). 0 or -ENOMEM. */
+int infer_attn_tree(const struct format_config *c, const float *kc, const float *vc,
+                    const struct infer_attn_rows *rows, const float *q, uint32_t h0, uint32_t h1,
+                    float *out);
 void infer_op_attention(float *out, const float *q, const float *key_cache,
                         const float *value_cache, uint32_t n, uint32_t pos0,
                         const struct format_config *c, uint32_t h0, uint32_t h1, float *att);

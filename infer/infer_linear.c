@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -278,30 +279,71 @@ struct float_part {
     float *y;
 };
 
-static int float_part_run(void *arg)
+static void float_part_do(const struct float_part *p, uint32_t r0, uint32_t r1)
 {
-    const struct float_part *p = arg;
-    infer_op_matmul(p->y, p->x, p->lin->w, p->lin->wtype, p->n, p->lin->rows, p->lin->cols, p->r0,
-                    p->r1);
+    infer_op_matmul(p->y, p->x, p->lin->w, p->lin->wtype, p->n, p->lin->rows, p->lin->cols, r0, r1);
+}
+
+/* The device thread's share [0, r_dev), handed out in chunks from an atomic
+ * counter: the device thread takes them, and so does the calling thread once
+ * its own share is done, so a device thread that starts late (a busy
+ * machine) costs at most one chunk of waiting. */
+struct float_shared {
+    struct float_part part;
+    uint32_t chunk;
+    _Atomic uint32_t next;
+};
+
+static void float_shared_drain(struct float_shared *sh)
+{
+    uint32_t r0;
+    while ((r0 = atomic_fetch_add(&sh->next, sh->chunk)) < sh->part.r1)
+        float_part_do(&sh->part, r0, sh->part.r1 - r0 < sh->chunk ? sh->part.r1 : r0 + sh->chunk);
+}
+
+static int float_shared_run(void *arg)
+{
+    float_shared_drain(arg);
     return 0;
 }
 
 /* A float linear: the first npu_share of the output channels on the state's
  * device thread (host work, npu_device_call) beside the calling thread,
- * for a multi-sequence step's states (split_work); else the calling thread. */
+ * for a multi-sequence step's states (split_work) and for a few rows (a
+ * draft tree's verification: INFER_MATMUL_ROWS_MAX at most), once the
+ * multiply-adds of all rows reach npu_min_weights (FEW_SPLIT_MIN for a few
+ * rows: measured on kjv6L-1k, where a 4-row tree's 256 x 688 linears gain
+ * from it); else the calling thread (a one-row step's linear is worth less
+ * than the hand-off). The calling thread then takes what the device thread
+ * has not started of its share (float_shared). */
+#define FEW_SPLIT_MIN (1u << 19)
+#define SHARE_CHUNK 48 /* output channels: a multiple of the tiles' 3 and 4 */
 static int linear_float(struct infer_state *s, const struct infer_linear *lin, const float *x,
                         uint32_t n, float *y, struct sl_err *err)
 {
     uint32_t rows = lin->rows, r_dev = 0;
-    if (s && s->dev && s->split_work && rows >= 32 &&
-        infer_split_work(s, lin, n) >= s->npu_min_weights)
+    int few = n > 1 && n <= INFER_MATMUL_ROWS_MAX;
+    uint64_t least = s ? s->npu_min_weights : 0;
+    if (s && !s->split_work && FEW_SPLIT_MIN < least)
+        least = FEW_SPLIT_MIN;
+    if (s && s->dev && (s->split_work || few) && rows >= 32 &&
+        (uint64_t)rows * lin->cols * n >= least)
         r_dev = (uint32_t)(rows * s->npu_share) / 16 * 16;
-    struct float_part dev = {lin, x, n, 0, r_dev, y}, own = {lin, x, n, r_dev, rows, y};
+    struct float_part own = {lin, x, n, r_dev, rows, y};
+    if (r_dev == 0) {
+        float_part_do(&own, 0, rows);
+        return 0;
+    }
+    uint32_t chunk = r_dev / 8 / SHARE_CHUNK * SHARE_CHUNK;
+    struct float_shared sh = {.part = {lin, x, n, 0, r_dev, y},
+                             .chunk = chunk < SHARE_CHUNK ? SHARE_CHUNK : chunk};
+    atomic_init(&sh.next, 0);
     struct npu_ticket *t = NULL;
     int ret;
-    if (r_dev > 0 && (ret = npu_device_call(s->dev, float_part_run, &dev, &t, err)) < 0)
+    if ((ret = npu_device_call(s->dev, float_shared_run, &sh, &t, err)) < 0)
         return ret;
-    float_part_run(&own);
+    float_part_do(&own, r_dev, rows);
+    float_shared_drain(&sh);
     if (t) {
         if ((ret = npu_ticket_wait(t)) < 0) {
             sl_err_set(err, "the device thread did not run its part of a matmul (%d)", ret);

@@ -144,6 +144,15 @@ void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
 {
     infer_matmul_tile_fn *tile = tile_fn(k);
     size_t esz = wt == INFER_W_F32 ? 4 : 2;
+#if SLUICE_KERNELS_X86
+    /* One to a few rows (a decode step, a draft tree): each weight read once
+     * for all, prefetched; the same bits as the tile below. */
+    if (tile == infer_matmul_tile_avx2 && wt == INFER_W_F32 && n >= 1 &&
+        n <= INFER_MATMUL_ROWS_MAX) {
+        infer_matmul_rows_avx2(y, ldy, x, ldx, n, w, ldw, cols, r0, r1);
+        return;
+    }
+#endif
     /* A block of w rows (about 128 KiB, so it stays in L2) meets every x row
      * before the next block is read: w crosses the memory bus once per call.
      * Within the block, tiles of 4 x rows by 4 w rows reuse each loaded

@@ -58,6 +58,13 @@ typedef void infer_matmul_nn_fn(float *y, size_t ldy, const float *p, size_t ldp
 infer_matmul_tile_fn infer_matmul_tile_scalar;
 infer_matmul_tile_fn infer_matmul_tile_avx2;
 infer_matmul_tile_fn infer_matmul_tile_avx512;
+/* The NT matmul for a few x rows (1..INFER_MATMUL_ROWS_MAX) on float32
+ * weights, with the AVX2 tile's arithmetic (the same bits for every
+ * output), w rows [r0, r1) each read once for all n x rows
+ * (infer_matmul_rows_avx2.c); infer_matmul_nt takes it for such calls. */
+#define INFER_MATMUL_ROWS_MAX 16
+void infer_matmul_rows_avx2(float *y, size_t ldy, const float *x, size_t ldx, uint32_t n,
+                            const float *w, size_t ldw, uint32_t cols, uint32_t r0, uint32_t r1);
 infer_matmul_nn_fn infer_matmul_nn_scalar;
 infer_matmul_nn_fn infer_matmul_nn_avx2;
 infer_matmul_nn_fn infer_matmul_nn_avx512;

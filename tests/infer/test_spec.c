@@ -12,9 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "import.h"
 #include "infer_internal.h"
+#include "npu.h"
 #include "spec_internal.h"
 #include "testutil.h"
 
@@ -158,7 +160,17 @@ static void test_tree_build(void **st)
 /* Random draft trees after a prompt: each row's logits equal plain
  * decoding of its path, bit for bit (the tree mask), and committing a path
  * leaves the cache as plain decoding of it does. */
-static void tree_forward(const char *path)
+static int sleep_20ms(void *arg)
+{
+    (void)arg;
+    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    return 0;
+}
+
+/* dev: the tree's float linears are split with its thread; late: each
+ * verification is queued behind 20 ms of other work on it, so the calling
+ * thread takes the device thread's share (float_shared in infer_linear.c) */
+static void tree_forward_dev(const char *path, struct npu_device *dev, int late)
 {
     struct sl_err err;
     struct infer_model *m;
@@ -167,6 +179,7 @@ static void tree_forward(const char *path)
     struct infer_state *s, *p;
     assert_int_equal(infer_state_create(m, 32, &s, &err), 0);
     assert_int_equal(infer_state_create(m, 32, &p, &err), 0);
+    s->dev = dev;
     struct test_rng r;
     test_rng_init(&r, test_seed() + 2);
     int prompt[12];
@@ -194,7 +207,15 @@ static void tree_forward(const char *path)
                                 .parent = t.parent,
                                 .logits_rows = rows,
                                 .n_logits = t.n};
+        struct npu_ticket *blk = NULL;
+        uint64_t jobs = s->npu_jobs;
+        if (late)
+            assert_int_equal(npu_device_call(dev, sleep_20ms, NULL, &blk, &err), 0);
         assert_int_equal(infer_forward_batch(m, s, &b, lt, &err), 0);
+        if (blk)
+            assert_int_equal(npu_ticket_wait(blk), 0);
+        if (dev) /* the tree's 352 x 128 linears are split */
+            assert_true(s->npu_jobs > jobs);
         for (uint32_t i = 0; i < t.n; i++) {
             uint32_t chain[SPEC_MAX_ROWS], d = 0;
             for (int32_t q = (int32_t)i; q >= 0; q = t.parent[q])
@@ -231,11 +252,26 @@ static void tree_forward(const char *path)
     infer_model_destroy(m);
 }
 
+static void tree_forward(const char *path)
+{
+    tree_forward_dev(path, NULL, 0);
+}
+
 static void test_tree_forward(void **st)
 {
     (void)st;
     tree_forward(float_model);
     tree_forward(q_model);
+}
+
+static void test_tree_forward_split(void **st)
+{
+    (void)st;
+    struct npu_device *dev;
+    assert_int_equal(npu_device_create(&dev), 0);
+    tree_forward_dev(float_model, dev, 0);
+    tree_forward_dev(float_model, dev, 1);
+    npu_device_destroy(dev);
 }
 
 /* ---- acceptance: the output distribution ------------------------------------------ */
@@ -698,6 +734,7 @@ int main(void)
         cmocka_unit_test(test_index),
         cmocka_unit_test(test_tree_build),
         cmocka_unit_test(test_tree_forward),
+        cmocka_unit_test(test_tree_forward_split),
         cmocka_unit_test(test_accept),
         cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_store),

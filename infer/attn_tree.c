@@ -1,0 +1,99 @@
+/* attn_tree.c: dense attention for a draft tree's rows (the verification of
+ * speculative decoding): row i sees the slots [0, base), its ancestors and
+ * itself (slots base + r).
+ *
+ * infer_attn_list runs each (row, head) on its own: a one-row dot product
+ * per key, and every value row of the list copied before the sum. Here,
+ * for each query head, the scores of all rows against every slot
+ * [0, base + n) come from one matmul (each key read once for the tree: the
+ * few-rows kernel), each row's list scores are packed in place (the shared
+ * slots, then its ancestors in order) and go through the same softmax
+ * steps; for the values, each kv head's shared slots are copied once into
+ * a buffer, a row's ancestors written after them, and one probabilities x
+ * values matmul runs for all the query heads of that kv head.
+ *
+ * The arithmetic is infer_attn_list's: every score is its own dot product
+ * (the kernels give a row's bits whatever the batch), the softmax runs over
+ * the same array, and values are summed in list order by the same NN
+ * kernel. So a tree row gets the bits plain decoding gives at its position
+ * (test_spec, test_attn_tree). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer_internal.h"
+#include "infer_matmul.h"
+
+int infer_attn_tree(const struct format_config *c, const float *kc, const float *vc,
+                    const struct infer_attn_rows *rows, const float *q, uint32_t h0, uint32_t h1,
+                    float *out)
+{
+    enum infer_matmul_kernel k = infer_matmul_kernel_used();
+    uint32_t n = rows->n, base = rows->base, T = base + n;
+    uint32_t hs = c->head_dim, qdim = c->n_heads * hs, kv_mul = c->n_heads / c->n_kv_heads;
+    size_t kv_dim = (size_t)c->n_kv_heads * hs;
+    if (n == 0 || h0 >= h1)
+        return 0;
+    /* scores of head h (h0 <= h < h1), row i at s + ((h - h0) * n + i) * T */
+    float *s = sl_malloc(sizeof(float) * (size_t)(h1 - h0) * n * T);
+    float *vb = sl_malloc(sizeof(float) * (size_t)T * hs);
+    uint32_t *anc = sl_malloc(sizeof(uint32_t) * (size_t)n * (n + 1));
+    uint32_t *depth = sl_malloc(sizeof(uint32_t) * n);
+    if (!s || !vb || !anc || !depth) {
+        free(s);
+        free(vb);
+        free(anc);
+        free(depth);
+        return -ENOMEM;
+    }
+    /* row i's ancestors and itself, ascending: anc[i * (n + 1) ..] */
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t d = 0;
+        for (int32_t r = (int32_t)i; r >= 0; r = rows->parent[r])
+            d++;
+        depth[i] = d;
+        uint32_t at = d;
+        for (int32_t r = (int32_t)i; r >= 0; r = rows->parent[r])
+            anc[i * (n + 1) + --at] = (uint32_t)r;
+    }
+    float sq = sqrtf((float)hs);
+    for (uint32_t h = h0; h < h1; h++) {
+        float *sh = s + (size_t)(h - h0) * n * T;
+        const float *kh = kc + (size_t)(h / kv_mul) * hs;
+        infer_matmul_nt(k, sh, T, q + (size_t)h * hs, qdim, kh, INFER_W_F32, kv_dim, n, hs, 0, T);
+        for (uint32_t i = 0; i < n; i++) {
+            float *a = sh + (size_t)i * T;
+            const uint32_t *ai = anc + (size_t)i * (n + 1);
+            for (uint32_t j = 0; j < depth[i]; j++) /* ai[j] >= j: packs in place */
+                a[base + j] = a[base + ai[j]];
+            uint32_t len = base + depth[i];
+            float maxv = infer_div_max(k, a, len, sq);
+            float sum = infer_exp_sum(k, a, len, maxv);
+            (void)infer_div_max(k, a, len, sum);
+        }
+    }
+    /* values: per kv head, the shared slots once, then each row's ancestors */
+    for (uint32_t g = h0 / kv_mul; g * kv_mul < h1; g++) {
+        uint32_t ha = g * kv_mul > h0 ? g * kv_mul : h0;
+        uint32_t hb = (g + 1) * kv_mul < h1 ? (g + 1) * kv_mul : h1;
+        const float *vh = vc + (size_t)g * hs;
+        for (uint32_t t = 0; t < base; t++)
+            memcpy(vb + (size_t)t * hs, vh + t * kv_dim, sizeof(float) * hs);
+        for (uint32_t i = 0; i < n; i++) {
+            const uint32_t *ai = anc + (size_t)i * (n + 1);
+            for (uint32_t j = 0; j < depth[i]; j++)
+                memcpy(vb + (size_t)(base + j) * hs, vh + (size_t)(base + ai[j]) * kv_dim,
+                       sizeof(float) * hs);
+            /* the heads [ha, hb) of row i: probabilities at stride n * T */
+            infer_matmul_nn(k, out + (size_t)i * qdim + (size_t)ha * hs, hs,
+                            s + ((size_t)(ha - h0) * n + i) * T, (size_t)n * T, vb, hs, hb - ha,
+                            base + depth[i], hs);
+        }
+    }
+    free(s);
+    free(vb);
+    free(anc);
+    free(depth);
+    return 0;
+}

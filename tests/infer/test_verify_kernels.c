@@ -1,0 +1,223 @@
+/* test_verify_kernels.c: the kernels that make a draft tree's verification
+ * cheap (speculative decoding) give every row the bits a one-row decode
+ * step gives it, on random shapes (seed printed):
+ * - the few-rows AVX2 float kernel (infer_matmul_rows_avx2) against a
+ *   scalar reference of the AVX2 tile's arithmetic (8 FMA lanes from zero,
+ *   the column tail as zeros, lanes j + j+4, then j + j+2, then 0 + 1) and
+ *   against the one-row tile; strides, row ranges and column tails;
+ * - infer_matmul_nt for 1..16 rows against one call per row (any kernel);
+ * - tree attention (infer_attn_tree) against infer_attn_list run on each
+ *   row's visible slots, for random trees, contexts and head ranges. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "infer_internal.h"
+#include "infer_matmul.h"
+#include "testutil.h"
+
+static struct test_rng rng;
+
+static void fill(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = scale * test_rng_normal(&rng);
+}
+
+/* The AVX2 tile's dot product, one operation at a time. */
+static float dot_avx2_order(const float *x, const float *w, uint32_t cols)
+{
+    float lane[8] = {0};
+    for (uint32_t c = 0; c < cols; c += 8)
+        for (uint32_t j = 0; j < 8; j++) {
+            float a = c + j < cols ? x[c + j] : 0.0f, b = c + j < cols ? w[c + j] : 0.0f;
+            lane[j] = fmaf(a, b, lane[j]);
+        }
+    float s[4];
+    for (int j = 0; j < 4; j++)
+        s[j] = lane[j] + lane[j + 4];
+    float t0 = s[0] + s[2], t1 = s[1] + s[3];
+    return t0 + t1;
+}
+
+static int same_bits(float a, float b)
+{
+    return !memcmp(&a, &b, sizeof a);
+}
+
+static void test_rows_kernel(void **st)
+{
+    (void)st;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX2)) {
+        fprintf(stderr, "no AVX2 here: the few-rows kernel is not tested\n");
+        skip();
+    }
+    enum { MAXN = INFER_MATMUL_ROWS_MAX, MAXR = 40, MAXC = 300, PAD = 5 };
+    float *x = malloc(sizeof(float) * MAXN * (MAXC + PAD));
+    float *w = malloc(sizeof(float) * MAXR * (MAXC + PAD));
+    float *y = malloc(sizeof(float) * MAXN * (MAXR + PAD));
+    float *one = malloc(sizeof(float) * 4);
+    assert_true(x && w && y && one);
+    for (int it = 0; it < 400; it++) {
+        uint32_t n = 1 + test_rng_below(&rng, MAXN), R = 1 + test_rng_below(&rng, MAXR);
+        uint32_t C = 1 + test_rng_below(&rng, MAXC);
+        size_t ldx = C + test_rng_below(&rng, PAD), ldw = C + test_rng_below(&rng, PAD);
+        size_t ldy = R + test_rng_below(&rng, PAD);
+        uint32_t r0 = test_rng_below(&rng, R), r1 = r0 + 1 + test_rng_below(&rng, R - r0);
+        fill(x, (size_t)n * ldx, 1.0f);
+        fill(w, (size_t)R * ldw, 0.5f);
+        if (it % 7 == 0) /* exact zeros and signed zeros in the products */
+            for (uint32_t c = 0; c < C; c += 3)
+                x[c] = (c & 1) ? -0.0f : 0.0f;
+        for (size_t i = 0; i < (size_t)n * ldy; i++)
+            y[i] = -9.0f;
+        infer_matmul_rows_avx2(y, ldy, x, ldx, n, w, ldw, C, r0, r1);
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t r = 0; r < ldy; r++) {
+                float got = y[i * ldy + r];
+                if (r < r0 || r >= r1) {
+                    if (got != -9.0f)
+                        fail_msg("n=%u R=%u C=%u: [%u][%u] outside [%u, %u) written", n, R, C, i, r,
+                                 r0, r1);
+                    continue;
+                }
+                float ref = dot_avx2_order(x + i * ldx, w + r * ldw, C);
+                infer_matmul_tile_avx2(one, 1, x + i * ldx, ldx, 1, w + r * ldw, ldw, 1, C,
+                                       INFER_W_F32);
+                if (!same_bits(got, ref) || !same_bits(got, one[0]))
+                    fail_msg("n=%u R=%u C=%u [%u][%u]: %a, reference %a, one-row tile %a", n, R, C,
+                             i, r, (double)got, (double)ref, (double)one[0]);
+            }
+    }
+    free(x);
+    free(w);
+    free(y);
+    free(one);
+#else
+    fprintf(stderr, "not x86: the few-rows AVX2 kernel is not built\n");
+    skip();
+#endif
+}
+
+/* Through the dispatcher: n rows at once equal n calls of one row. */
+static void test_nt_rows_invariant(void **st)
+{
+    (void)st;
+    enum { MAXN = 16, MAXR = 37, MAXC = 140 };
+    float *x = malloc(sizeof(float) * MAXN * MAXC), *w = malloc(sizeof(float) * MAXR * MAXC);
+    float *y = malloc(sizeof(float) * MAXN * MAXR), *y1 = malloc(sizeof(float) * MAXR);
+    assert_true(x && w && y && y1);
+    for (int k = 0; k < INFER_MATMUL_COUNT; k++) {
+        if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
+            continue;
+        for (int it = 0; it < 60; it++) {
+            uint32_t n = 1 + test_rng_below(&rng, MAXN), R = 1 + test_rng_below(&rng, MAXR);
+            uint32_t C = 1 + test_rng_below(&rng, MAXC);
+            fill(x, (size_t)n * C, 1.0f);
+            fill(w, (size_t)R * C, 0.5f);
+            infer_matmul_linear_kernel((enum infer_matmul_kernel)k, y, x, w, INFER_W_F32, n, R, C,
+                                       0, R);
+            for (uint32_t i = 0; i < n; i++) {
+                infer_matmul_linear_kernel((enum infer_matmul_kernel)k, y1, x + i * C, w,
+                                           INFER_W_F32, 1, R, C, 0, R);
+                if (memcmp(y1, y + i * R, sizeof(float) * R))
+                    fail_msg("kernel %s n=%u R=%u C=%u: row %u differs from its one-row run",
+                             infer_matmul_kernel_name((enum infer_matmul_kernel)k), n, R, C, i);
+            }
+        }
+    }
+    free(x);
+    free(w);
+    free(y);
+    free(y1);
+}
+
+/* Tree attention against infer_attn_list on each row's visible slots. */
+static void test_tree_attention(void **st)
+{
+    (void)st;
+    struct format_config c = {.n_heads = 8, .n_kv_heads = 2, .head_dim = 32};
+    for (int it = 0; it < 120; it++) {
+        static const uint32_t shapes[][3] = {{8, 2, 32}, {4, 4, 16}, {6, 3, 8}, {2, 1, 64}};
+        const uint32_t *sh = shapes[it % 4];
+        c.n_heads = sh[0];
+        c.n_kv_heads = sh[1];
+        c.head_dim = sh[2];
+        c.dim = c.n_heads * c.head_dim;
+        uint32_t hs = c.head_dim, qdim = c.dim, kv_mul = c.n_heads / c.n_kv_heads;
+        size_t kv_dim = (size_t)c.n_kv_heads * hs;
+        uint32_t n = 1 + test_rng_below(&rng, 16), base = test_rng_below(&rng, it % 3 ? 90 : 3);
+        uint32_t T = base + n;
+        int32_t parent[16];
+        for (uint32_t i = 0; i < n; i++) /* any earlier row, or none */
+            parent[i] = (int32_t)test_rng_below(&rng, i + 1) - 1;
+        if (it % 5 == 0)
+            for (uint32_t i = 0; i < n; i++) /* a chain */
+                parent[i] = (int32_t)i - 1;
+        float *kc = malloc(sizeof(float) * T * kv_dim), *vc = malloc(sizeof(float) * T * kv_dim);
+        float *q = malloc(sizeof(float) * n * qdim);
+        float *out = malloc(sizeof(float) * n * qdim), *ref = malloc(sizeof(float) * n * qdim);
+        float *a = malloc(sizeof(float) * T), *gather = malloc(sizeof(float) * T * hs);
+        uint32_t *list = malloc(sizeof(uint32_t) * T);
+        assert_true(kc && vc && q && out && ref && a && gather && list);
+        fill(kc, T * kv_dim, 1.0f);
+        fill(vc, T * kv_dim, 1.0f);
+        fill(q, (size_t)n * qdim, 1.0f);
+        /* a head range on kv-head bounds, as the attention's thread split makes */
+        uint32_t g0 = test_rng_below(&rng, c.n_kv_heads);
+        uint32_t g1 = g0 + 1 + test_rng_below(&rng, c.n_kv_heads - g0);
+        uint32_t h0 = g0 * kv_mul, h1 = g1 * kv_mul;
+        for (size_t i = 0; i < (size_t)n * qdim; i++)
+            out[i] = ref[i] = -7.0f;
+        struct infer_attn_rows rows = {.n = n, .base = base, .parent = parent};
+        assert_int_equal(infer_attn_tree(&c, kc, vc, &rows, q, h0, h1, out), 0);
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t len = 0, depth = 0;
+            for (uint32_t s = 0; s < base; s++)
+                list[len++] = s;
+            for (int32_t r = (int32_t)i; r >= 0; r = parent[r])
+                depth++;
+            for (int32_t r = (int32_t)i, at = (int32_t)(len + depth); r >= 0; r = parent[r])
+                list[--at] = base + (uint32_t)r;
+            len += depth;
+            for (uint32_t h = h0; h < h1; h++)
+                infer_attn_list(ref + (size_t)i * qdim + (size_t)h * hs,
+                                q + (size_t)i * qdim + (size_t)h * hs,
+                                kc + (size_t)(h / kv_mul) * hs, vc + (size_t)(h / kv_mul) * hs,
+                                kv_dim, hs, list, len, a, gather);
+        }
+        if (memcmp(out, ref, sizeof(float) * n * qdim)) {
+            for (size_t j = 0; j < (size_t)n * qdim; j++)
+                if (!same_bits(out[j], ref[j]))
+                    fail_msg("heads %u/%u hs %u, %u rows after %u slots, heads [%u, %u): "
+                             "row %zu col %zu: %a vs infer_attn_list %a",
+                             c.n_heads, c.n_kv_heads, hs, n, base, h0, h1, j / qdim, j % qdim,
+                             (double)out[j], (double)ref[j]);
+        }
+        free(kc);
+        free(vc);
+        free(q);
+        free(out);
+        free(ref);
+        free(a);
+        free(gather);
+        free(list);
+    }
+}
+
+int main(void)
+{
+    uint64_t seed = test_seed();
+    fprintf(stderr, "test_verify_kernels seed %llu (matmul kernel in use: %s)\n",
+            (unsigned long long)seed, infer_matmul_kernel_name(infer_matmul_kernel_used()));
+    test_rng_init(&rng, seed);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rows_kernel),
+        cmocka_unit_test(test_nt_rows_invariant),
+        cmocka_unit_test(test_tree_attention),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
