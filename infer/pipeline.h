@@ -225,6 +225,8 @@ struct pl {
     size_t int8_used, int8_budget, int8_alloc, int8_peak;
     struct npu_weights **pool; /* free storage */
     uint32_t n_pool, cap_pool;
+    struct npu_weights *unmap; /* storage no longer needed, freed by whoever
+                                * completed its matmul once it has unlocked */
     uint32_t *parked;       /* unpacking tasks whose linear is not admitted yet */
     uint32_t n_parked;
     int cls_packed;         /* the classifier's matmul straight from its packed bytes (CPU) */
@@ -349,6 +351,10 @@ int pl_pool_admit(struct pl *p);
 /* Lock held: matmul t finished; 1 if its linear's storage went back to the
  * pool (call pl_pool_admit). */
 int pl_pool_mm_done(struct pl *p, const struct task *t);
+/* Lock held: the storage a completion left to free (NULL if none); the
+ * caller frees it with npu_weights_destroy after unlocking, so that
+ * unmapping it does not hold the other units at the lock. */
+struct npu_weights *pl_pool_take_unmap(struct pl *p);
 /* Frees the pool (every linear's storage must be back, or owned by its
  * linear). */
 void pl_pool_fini(struct pl *p);

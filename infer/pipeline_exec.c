@@ -59,7 +59,9 @@ void pl_npu_done(void *ctx, struct npu_job *j)
         pl_complete(p, (uint32_t)(t - p->tasks));
     }
     pl_stall_update(p);
+    struct npu_weights *unmap = pl_pool_take_unmap(p);
     pthread_mutex_unlock(&p->lock);
+    npu_weights_destroy(unmap);
 }
 
 /* The prefault thread (full): while a CPU worker is idle, faults in the
@@ -172,6 +174,12 @@ void *pl_cpu_worker(void *arg)
         if (ret == 0)
             pl_complete(p, ti);
         pl_stall_update(p);
+        struct npu_weights *unmap = pl_pool_take_unmap(p);
+        if (unmap) { /* the state is read again under the lock at the top */
+            pthread_mutex_unlock(&p->lock);
+            npu_weights_destroy(unmap);
+            pthread_mutex_lock(&p->lock);
+        }
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;

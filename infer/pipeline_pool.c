@@ -163,7 +163,9 @@ int pl_pool_mm_done(struct pl *p, const struct task *t)
     p->int8_used -= p->acq[p->lin_acq[li]].bytes;
     if (p->acq_next == p->n_acq) { /* nothing left to admit: freed (pl_pool_admit) */
         p->int8_alloc -= p->acq[p->lin_acq[li]].bytes;
-        npu_weights_destroy(lin->npu);
+        if (p->unmap) /* not taken yet (each completion takes its own): free it here */
+            npu_weights_destroy(p->unmap);
+        p->unmap = lin->npu; /* freed by the completing thread once it unlocks */
         lin->npu = NULL;
         return 0;
     }
@@ -172,8 +174,17 @@ int pl_pool_mm_done(struct pl *p, const struct task *t)
     return 1;
 }
 
+struct npu_weights *pl_pool_take_unmap(struct pl *p)
+{
+    struct npu_weights *w = p->unmap;
+    p->unmap = NULL;
+    return w;
+}
+
 void pl_pool_fini(struct pl *p)
 {
+    npu_weights_destroy(p->unmap);
+    p->unmap = NULL;
     for (uint32_t i = 0; i < p->n_pool; i++)
         npu_weights_destroy(p->pool[i]);
     p->n_pool = 0;
