@@ -270,12 +270,13 @@ uint64_t infer_split_work(const struct infer_state *s, const struct infer_linear
     return (uint64_t)lin->rows * lin->cols * (s->split_work ? n : 1);
 }
 
-/* Output channels [r0, r1) of a float linear (infer_op_matmul computes each
- * channel the same way whatever the range, so a split gives the same bits). */
+/* A float linear's operands; float_part_do computes output channels
+ * [r0, r1) (infer_op_matmul computes each channel the same way whatever the
+ * range, so a split gives the same bits). */
 struct float_part {
     const struct infer_linear *lin;
     const float *x;
-    uint32_t n, r0, r1;
+    uint32_t n;
     float *y;
 };
 
@@ -290,15 +291,15 @@ static void float_part_do(const struct float_part *p, uint32_t r0, uint32_t r1)
  * machine) costs at most one chunk of waiting. */
 struct float_shared {
     struct float_part part;
-    uint32_t chunk;
+    uint32_t end, chunk; /* the share is [0, end) */
     _Atomic uint32_t next;
 };
 
 static void float_shared_drain(struct float_shared *sh)
 {
     uint32_t r0;
-    while ((r0 = atomic_fetch_add(&sh->next, sh->chunk)) < sh->part.r1)
-        float_part_do(&sh->part, r0, sh->part.r1 - r0 < sh->chunk ? sh->part.r1 : r0 + sh->chunk);
+    while ((r0 = atomic_fetch_add(&sh->next, sh->chunk)) < sh->end)
+        float_part_do(&sh->part, r0, sh->end - r0 < sh->chunk ? sh->end : r0 + sh->chunk);
 }
 
 static int float_shared_run(void *arg)
@@ -329,13 +330,13 @@ static int linear_float(struct infer_state *s, const struct infer_linear *lin, c
     if (s && s->dev && (s->split_work || few) && rows >= 32 &&
         (uint64_t)rows * lin->cols * n >= least)
         r_dev = (uint32_t)(rows * s->npu_share) / 16 * 16;
-    struct float_part own = {lin, x, n, r_dev, rows, y};
+    struct float_part own = {lin, x, n, y};
     if (r_dev == 0) {
         float_part_do(&own, 0, rows);
         return 0;
     }
     uint32_t chunk = r_dev / 8 / SHARE_CHUNK * SHARE_CHUNK;
-    struct float_shared sh = {.part = {lin, x, n, 0, r_dev, y},
+    struct float_shared sh = {.part = own, .end = r_dev,
                              .chunk = chunk < SHARE_CHUNK ? SHARE_CHUNK : chunk};
     atomic_init(&sh.next, 0);
     struct npu_ticket *t = NULL;
