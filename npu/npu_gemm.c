@@ -108,16 +108,6 @@ int npu_gemm_b_set_rows(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, ui
         return -EINVAL;
     const struct npu_kernel_ops *ops = npu_kernel_ops(npu_kernel_best());
     npu_pack_fn *pack = ops->pack ? ops->pack : npu_ops_scalar.pack;
-    /* each block of the range: any code beyond +-64? (blocks are whole here:
-     * r0 % 16 == 0, and r1 is a multiple of 16 or n) */
-    for (uint32_t r = r0; r < r1; r += 16) {
-        const int8_t *q = src + (size_t)(r - r0) * b->k;
-        size_t len = (size_t)((r1 - r < 16) ? r1 - r : 16) * b->k;
-        int big = 0;
-        for (size_t i = 0; i < len; i++)
-            big |= q[i] > 64 || q[i] < -64;
-        b->wide[r / 16] = (uint8_t)big;
-    }
     /* the AVX2 kernel negates weights: -128 has no int8 negation */
     return pack(b, src, r0, r1) ? -ERANGE : 0;
 }

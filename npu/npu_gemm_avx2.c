@@ -169,6 +169,104 @@ static void gemm_avx2(const struct npu_gemm_args *g)
     }
 }
 
+/* Packing 8 rows x 32 bytes at a time: each row is one ymm of 8 dwords (the
+ * 4-byte k groups) and the packed unit of group g holds dword g of the
+ * block's 16 rows, rows 0-7 in its first 32 bytes and 8-15 in the second, so
+ * each half block is an 8 x 8 dword transpose (unpack 32, unpack 64, then
+ * 128-bit lane swaps). Along the way, per row: the sum of (code XOR 0x80)
+ * (unsigned, by vpsadbw; the row sum is that less 128 per byte summed) and
+ * the unsigned maximum of |code| over the block: its wide flag (|-128| reads
+ * as 128: wide, as the scalar's q < -64), and 128 only where a code is -128
+ * (no other code has that magnitude). The last
+ * columns (k % 32) go through a zero-padded copy, counted as such.
+ * Bit-identical with the scalar packer (tested). */
+AI void transpose8_store(__m256i r[8], int8_t *dst)
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int q = 0; q < 2; q++) { /* rows 4q..4q+3 */
+        u[4 * q + 0] = _mm256_unpacklo_epi64(t[4 * q], t[4 * q + 2]);
+        u[4 * q + 1] = _mm256_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
+        u[4 * q + 2] = _mm256_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
+        u[4 * q + 3] = _mm256_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
+    }
+    /* u[c], lane L: group c + 4L of rows 4q..4q+3 */
+    for (int c = 0; c < 4; c++) {
+        _mm256_storeu_si256((__m256i *)(dst + (size_t)c * 64),
+                            _mm256_permute2x128_si256(u[c], u[4 + c], 0x20));
+        _mm256_storeu_si256((__m256i *)(dst + (size_t)(c + 4) * 64),
+                            _mm256_permute2x128_si256(u[c], u[4 + c], 0x31));
+    }
+}
+
+static int pack_avx2(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1)
+{
+    static const int8_t zero[32];
+    const size_t bstride = npu_gemm_b_block_bytes(b);
+    const uint32_t k = b->k, kf = k & ~31u, rend = r1 == b->n ? b->n16 : r1;
+    const __m256i flip = _mm256_set1_epi8((char)0x80), z = _mm256_setzero_si256();
+    __m256i bad = z;
+    for (uint32_t rb = r0; rb < rend; rb += 16) {
+        const uint32_t nv = rb >= b->n ? 0 : b->n - rb < 16 ? b->n - rb : 16;
+        int8_t *blk = b->packed + (size_t)(rb / 16) * bstride;
+        __m256i mx = z; /* max |code| over the block */
+        for (uint32_t h = 0; h < 2; h++) {
+            const int8_t *row[8];
+            size_t step[8];
+            __m256i sum[8];
+            for (uint32_t i = 0; i < 8; i++) {
+                const int real = 8 * h + i < nv;
+                row[i] = real ? src + (size_t)(rb - r0 + 8 * h + i) * k : zero;
+                step[i] = real ? 32 : 0;
+                sum[i] = z;
+            }
+            int8_t *dst = blk + 32 * h;
+            uint32_t c0 = 0;
+            __m256i r[8];
+            for (; c0 < kf; c0 += 32) {
+                for (int i = 0; i < 8; i++) {
+                    r[i] = _mm256_loadu_si256((const __m256i *)row[i]);
+                    row[i] += step[i];
+                    sum[i] = _mm256_add_epi64(sum[i], _mm256_sad_epu8(_mm256_xor_si256(r[i], flip), z));
+                    mx = _mm256_max_epu8(mx, _mm256_abs_epi8(r[i]));
+                }
+                transpose8_store(r, dst + (size_t)(c0 / 4) * 64);
+            }
+            if (c0 < k) { /* the last k - c0 columns, zero-padded to 32 */
+                int8_t t[8][32];
+                memset(t, 0, sizeof t);
+                for (int i = 0; i < 8; i++) {
+                    if (step[i])
+                        memcpy(t[i], row[i], k - c0);
+                    r[i] = _mm256_loadu_si256((const __m256i *)t[i]);
+                    sum[i] = _mm256_add_epi64(sum[i], _mm256_sad_epu8(_mm256_xor_si256(r[i], flip), z));
+                    mx = _mm256_max_epu8(mx, _mm256_abs_epi8(r[i]));
+                }
+                /* only the groups inside k4 (the rest is the next block's) */
+                int8_t o[8][64];
+                transpose8_store(r, &o[0][0]);
+                for (uint32_t g = 0; g < (k - c0 + 3) / 4; g++)
+                    memcpy(dst + (size_t)(c0 / 4 + g) * 64, o[g], 32);
+            }
+            /* sum of (code + 128) over the padded columns, less 128 each */
+            const int64_t cols = (int64_t)kf + (c0 < k ? 32 : 0);
+            for (uint32_t i = 0; i < 8; i++) {
+                int64_t v[4];
+                _mm256_storeu_si256((__m256i *)v, sum[i]);
+                b->rowsum[rb + 8 * h + i] = (int32_t)(v[0] + v[1] + v[2] + v[3] - 128 * cols);
+            }
+        }
+        /* any byte of |code| above 64 (unsigned: |-128| is 128) */
+        const __m256i over = _mm256_cmpeq_epi8(_mm256_max_epu8(mx, _mm256_set1_epi8(65)), mx);
+        b->wide[rb / 16] = (uint8_t)(_mm256_movemask_epi8(over) != 0);
+        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi8(mx, flip));
+    }
+    return _mm256_movemask_epi8(bad) != 0;
+}
+
 /* The scalar quantization's math on 8 lanes: rint by vroundps (nearest
  * even), clamp, NaN to 0 (an ordered-compare mask), then the int32 ->
  * int8 narrowing by packs (exact: values are already in [-127, 127]). */
@@ -216,8 +314,8 @@ static float absmax_avx2(const float *x, size_t n)
     return r;
 }
 
-const struct npu_kernel_ops npu_ops_avx2 = {prep_avx2, gemm_avx2,   NULL, quant_avx2,
-                                            absmax_avx2, 1, tile_names};
+const struct npu_kernel_ops npu_ops_avx2 = {prep_avx2,   gemm_avx2, pack_avx2, quant_avx2,
+                                            absmax_avx2, 1,         tile_names};
 
 /* Peak of this kernel's fastest inner step, as the kernel runs it: the
  * narrow step (maddubs of unsigned activations and codes within +-64, madd,

@@ -209,9 +209,10 @@ static void gemm_vnni(const struct npu_gemm_args *g)
  * so the block is a 16 x 16 dword transpose (unpack 32, unpack 64, then two
  * rounds of 128-bit lane shuffles). Row sums come from vpdpbusd against
  * bytes of 1 (sums of 4 signed bytes per dword), -128 from a byte compare.
- * Bit-identical with the scalar packer (tested). */
+ * Bit-identical with the scalar packer (tested); wide by its definition. */
 static int pack_vnni(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1)
 {
+    npu_pack_wide_scalar(b, src, r0, r1);
     const size_t bstride = npu_gemm_b_block_bytes(b);
     const uint32_t k = b->k, rend = r1 == b->n ? b->n16 : r1;
     const __m512i ones = _mm512_set1_epi8(1), m128 = _mm512_set1_epi8(-128);

@@ -33,7 +33,7 @@ struct npu_gemm_b {
     int8_t *packed;        /* [n16/16][k4/4][16][4], zero beyond n and k */
     int32_t *rowsum;       /* [n16] sum of each row's codes (the +128 correction / 128) */
     /* [n16 / 16] 1 where a code of the 16-channel block is beyond +-64 (set
-     * by npu_gemm_b_set_rows whatever the packer): blocks within it take the
+     * by every packer, as npu_pack_wide_scalar defines it): blocks within it take the
      * AVX2 kernel's shorter step, unsigned activations times codes whose
      * pair sums cannot saturate (2 x 255 x 64 < 32768), then the rowsum
      * correction, as the VNNI kernels do */
@@ -78,9 +78,14 @@ typedef void npu_prep_fn(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k,
                          int tile, uint8_t *out);
 typedef void npu_gemm_fn(const struct npu_gemm_args *g);
 /* Packs rows [r0, r1) of B from src [r1 - r0][k] (r0 % 16 == 0; r1 % 16 == 0
- * or r1 == n, then the padding rows up to n16 are zeroed too): packed codes
- * and rowsum. Returns 1 when a code is -128, else 0. */
+ * or r1 == n, then the padding rows up to n16 are zeroed too): packed codes,
+ * rowsum, and wide of every block of the range. Returns 1 when a code is
+ * -128, else 0. */
 typedef int npu_pack_fn(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1);
+/* The definition of wide (npu_gemm_scalar.c): for each 16-row block of
+ * [r0, r1) (whole blocks, as npu_pack_fn's ranges), 1 when one of its codes
+ * is beyond +-64, else 0. */
+void npu_pack_wide_scalar(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1);
 
 /* What a kernel variant provides. tiles: how many register tilings it has
  * (npu_gemm_args.tile < tiles); tile_names: "6x64" = rows x channels. */

@@ -36,11 +36,24 @@ static void gemm_scalar(const struct npu_gemm_args *g)
     }
 }
 
+void npu_pack_wide_scalar(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1)
+{
+    for (uint32_t r = r0; r < r1; r += 16) {
+        const int8_t *q = src + (size_t)(r - r0) * b->k;
+        size_t len = (size_t)((r1 - r < 16) ? r1 - r : 16) * b->k;
+        int big = 0;
+        for (size_t i = 0; i < len; i++)
+            big |= q[i] > 64 || q[i] < -64;
+        b->wide[r / 16] = (uint8_t)big;
+    }
+}
+
 /* The packed layout (npu_gemm_internal.h): one pass per row, its 4-byte
  * groups to stride 64 within the block; the row sum and the -128 check ride
- * along. */
+ * along; wide by its definition. */
 static int pack_scalar(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1)
 {
+    npu_pack_wide_scalar(b, src, r0, r1);
     const size_t bstride = npu_gemm_b_block_bytes(b);
     const uint32_t k = b->k, kf = k & ~3u;
     const uint32_t rend = r1 == b->n ? b->n16 : r1;

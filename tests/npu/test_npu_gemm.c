@@ -156,29 +156,51 @@ static void test_extremes(void **st)
     check(9, 129, 777, 0, 129, 5);  /* narrow and wide blocks mixed */
 }
 
-/* Every kernel's weight packer against the scalar one: packed bytes and
- * row sums identical, pieces in any order, -128 reported. */
+/* Every kernel's weight packer against the scalar one: packed bytes, row
+ * sums and wide flags identical, pieces in any order, -128 reported. Codes
+ * are full-range, or within +-64 (narrow blocks) with single codes at the
+ * edges (+-64, +-65, -128) planted; k from 1 to 300 (tails of every length
+ * under 32 and 4) and the model's multiples of 32. */
 static void test_pack(void **st)
 {
     (void)st;
-    for (int t = 0; t < 60; t++) {
+    for (int t = 0; t < 120; t++) {
         uint32_t n = 1 + test_rng_below(&rng, 100), k = 1 + test_rng_below(&rng, 300);
         if (t == 0)
             n = 16, k = 64;
+        if (t % 7 == 3)
+            k = 32 * (1 + test_rng_below(&rng, 12));
         int8_t *q = malloc((size_t)n * k);
-        fill(q, (size_t)n * k, t % 3 == 2 ? 2 : 0);
+        if (t % 3 == 1) { /* narrow: within +-64 */
+            for (size_t i = 0; i < (size_t)n * k; i++)
+                q[i] = (int8_t)((int)test_rng_below(&rng, 129) - 64);
+            static const int8_t edge[] = {64, -64, 65, -65};
+            for (int e = 0; e < 2; e++)
+                q[test_rng_below(&rng, n * k)] = edge[test_rng_below(&rng, 4)];
+        } else {
+            fill(q, (size_t)n * k, t % 3 == 2 ? 2 : 0);
+        }
         int want_bad = t % 5 == 4;
         if (want_bad)
             q[test_rng_below(&rng, n * k)] = -128;
         struct npu_gemm_b *ref, *got;
         assert_int_equal(npu_gemm_b_alloc(n, k, &ref), 0);
         assert_int_equal(npu_ops_scalar.pack(ref, q, 0, n), want_bad);
+        for (uint32_t r = 0; r < n; r += 16) { /* wide: its definition */
+            int big = 0;
+            for (uint32_t i = r; i < n && i < r + 16; i++)
+                for (uint32_t j = 0; j < k; j++)
+                    big |= q[(size_t)i * k + j] > 64 || q[(size_t)i * k + j] < -64;
+            assert_int_equal(ref->wide[r / 16], big);
+        }
         for (int kern = 1; kern < NPU_KERNEL_COUNT; kern++) {
             const struct npu_kernel_ops *ops = npu_kernel_ops((enum npu_kernel)kern);
             if (!npu_kernel_available((enum npu_kernel)kern) || !ops->pack)
                 continue;
             assert_int_equal(npu_gemm_b_alloc(n, k, &got), 0);
             memset(got->packed, 0x5a, (size_t)got->n16 * got->k4);
+            memset(got->rowsum, 0x5a, sizeof(int32_t) * got->n16);
+            memset(got->wide, 0x5a, got->n16 / 16);
             /* in two pieces, the later one first */
             uint32_t cut = n > 16 ? 16 * (1 + test_rng_below(&rng, (n - 1) / 16)) : n;
             int bad = 0;
@@ -188,6 +210,7 @@ static void test_pack(void **st)
             assert_int_equal(bad, want_bad);
             assert_memory_equal(got->packed, ref->packed, (size_t)ref->n16 * ref->k4);
             assert_memory_equal(got->rowsum, ref->rowsum, sizeof(int32_t) * ref->n16);
+            assert_memory_equal(got->wide, ref->wide, ref->n16 / 16);
             npu_gemm_b_destroy(got);
         }
         /* and the layout is what npu_gemm_b_at reads */
