@@ -441,10 +441,22 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     if (c->n_heads * c->head_dim > fill_cols)
         fill_cols = c->n_heads * c->head_dim;
     p->fill_cols = fill_cols;
+    /* stolen jobs' staging: the largest of the graphs', kept per worker so
+     * that a chunk's activations are staged once for its pieces */
+    size_t steal_bytes = 0;
+    for (uint32_t r = 0; r < FORMAT_ROLE_COUNT; r++) {
+        struct npu_graph_info gi;
+        if (!p->graph[r])
+            continue;
+        npu_graph_info(p->graph[r], &gi);
+        steal_bytes = gi.scratch_bytes > steal_bytes ? gi.scratch_bytes : steal_bytes;
+    }
+    p->stage_key0 = npu_stage_keys((uint64_t)(c->n_layers + 1) * p->n_chunks * FORMAT_ROLE_COUNT);
     for (uint32_t w = 0; w <= p->n_workers; w++) {
         p->att_scratch[w] = sl_malloc(sizeof(float) * INFER_ATT_ROWS * c->seq_len);
         p->fill_scratch[w] = w ? sl_alloc_aligned((size_t)PL_FILL_ROWS * fill_cols, 64) : NULL;
-        if (!p->att_scratch[w] || (w && !p->fill_scratch[w])) {
+        p->steal_stage[w] = w ? sl_alloc_aligned(steal_bytes, 64) : NULL;
+        if (!p->att_scratch[w] || (w && (!p->fill_scratch[w] || !p->steal_stage[w]))) {
             ret = -ENOMEM;
             sl_err_set(err, "out of memory for the executors' scratch");
             goto out;
@@ -554,6 +566,7 @@ out:
     for (uint32_t w = 0; w <= PL_MAX_CPU_WORKERS; w++) {
         free(p->att_scratch[w]);
         sl_free_aligned(p->fill_scratch[w]);
+        sl_free_aligned(p->steal_stage[w]);
     }
     pl_acts_fini(p);
     infer_state_destroy(p->st);

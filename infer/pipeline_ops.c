@@ -335,11 +335,13 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
             break;
         }
         /* an NPU job on a CPU worker: stolen work, run with the same code as
-         * the device (the device thread itself never comes here) */
-        ret = npu_job_execute(&t->job);
+         * the device (the device thread itself never comes here), on the
+         * worker's staging (kept for the chunk's next piece) */
+        ret = npu_graph_run_cached(t->job.graph, &t->job, p->steal_stage[w], &p->steal_held[w],
+                                   &err);
         t->job.stolen = 1;
         if (ret < 0)
-            sl_err_set(&err, "the NPU refused a stolen job (shape or operand mismatch)");
+            sl_err_prefix(&err, "the NPU refused a stolen job");
         else
             pl_mm_residual(p, t);
         (void)x;
@@ -375,4 +377,8 @@ void pl_prepare_job(struct pl *p, struct task *t)
     t->job.r0 = t->r0;
     t->job.r1 = t->r1;
     t->job.user = t;
+    /* every piece of a (layer, chunk, role) reads the same activations */
+    t->job.stage_key = p->stage_key0 +
+                       ((uint64_t)(t->layer + 1) * p->n_chunks + t->chunk) * FORMAT_ROLE_COUNT +
+                       t->role;
 }

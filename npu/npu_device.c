@@ -93,7 +93,7 @@ static void worker_exec(struct npu_device *d, struct npu_job *job)
     pthread_mutex_unlock(&d->mu);
     job->stolen = 0;
     /* only this thread uses g->stage: the graph's mutable part */
-    npu_graph_exec(g, job, g->stage);
+    npu_graph_exec(g, job, g->stage, g->held);
     uint64_t t1 = sl_now_ns(), ops = job_ops(g, job);
     pthread_mutex_lock(&d->mu);
     d->busy_ns += t1 - d->run_start;

@@ -5,6 +5,7 @@
  * against it, and running it on any thread with identical results. */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,7 +119,8 @@ int npu_job_check(const struct npu_graph *g, const struct npu_job *job, struct s
     return 0;
 }
 
-void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *stage)
+void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *stage,
+                    uint64_t *held)
 {
     const struct npu_graph_desc *d = &g->desc;
     const struct npu_weights *w = job->w;
@@ -134,7 +136,11 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *sta
                               .act_scale = job->act_scale,
                               .scale = w->scale,
                               .tile = g->tile};
-    g->ops->prep(job->xq, d->k, job->rows, d->k, g->k4, g->tile, stage);
+    /* a chunk's activations staged once for all its jobs (npu_job.stage_key) */
+    if (!job->stage_key || !held || *held != job->stage_key)
+        g->ops->prep(job->xq, d->k, job->rows, d->k, g->k4, g->tile, stage);
+    if (held)
+        *held = job->stage_key;
     g->ops->gemm(&a);
     if (!g->pad_rows || job->rows == d->m) {
         job->t_end = sl_now_ns();
@@ -145,6 +151,8 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *sta
     uintptr_t end = (uintptr_t)(stage + npu_gemm_prep_bytes(g->k4, d->m));
     float *sink = (float *)((end + 63) & ~(uintptr_t)63);
     uint32_t pad = d->m - job->rows;
+    if (held) /* the zero rows go over the staged ones */
+        *held = 0;
     g->ops->prep(zero_row, 0, pad, d->k, g->k4, g->tile, stage);
     for (uint32_t i = 0; i < pad; i += PAD_SLICE) {
         a.a = stage + (size_t)i * g->k4;
@@ -298,6 +306,12 @@ int npu_graph_create(const struct npu_device *dev, const struct npu_device_confi
         goto fail;
     }
     memset(g->stage, 0, g->scratch_bytes);
+    g->held = sl_calloc(1, sizeof *g->held);
+    if (!g->held) {
+        sl_err_set(err, "npu: out of memory for a graph");
+        ret = -ENOMEM;
+        goto fail;
+    }
     ret = choose_and_check(g, cfg->tile, err);
     if (ret < 0)
         goto fail;
@@ -314,6 +328,7 @@ void npu_graph_destroy(struct npu_graph *g)
     if (!g)
         return;
     sl_free_aligned(g->stage);
+    free(g->held);
     free(g);
 }
 
@@ -358,8 +373,33 @@ int npu_graph_run(const struct npu_graph *g, struct npu_job *job, void *scratch,
         }
     }
     job->stolen = 1;
-    npu_graph_exec(g, job, stage);
+    npu_graph_exec(g, job, stage, NULL);
     if (stage != scratch)
         sl_free_aligned(stage);
+    return 0;
+}
+
+uint64_t npu_stage_keys(uint64_t n)
+{
+    static _Atomic uint64_t next = 1;
+    return atomic_fetch_add(&next, n);
+}
+
+int npu_graph_run_cached(const struct npu_graph *g, struct npu_job *job, void *scratch,
+                         uint64_t *held, struct sl_err *err)
+{
+    if (!scratch || !held) {
+        sl_err_set(err, "npu: a cached run needs its scratch and its key");
+        if (job)
+            job->status = -EINVAL;
+        return -EINVAL;
+    }
+    int ret = npu_job_check(g, job, err);
+    if (job)
+        job->status = ret;
+    if (ret < 0)
+        return ret;
+    job->stolen = 1;
+    npu_graph_exec(g, job, scratch, held);
     return 0;
 }

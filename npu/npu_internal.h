@@ -24,6 +24,7 @@ struct npu_graph {
     uint32_t k4;
     size_t scratch_bytes;          /* staging for m rows */
     uint8_t *stage;                /* the device worker's staging, touched at build */
+    uint64_t *held;                /* the stage_key of the job staged there (0: none) */
     uint64_t build_ns;
 };
 
@@ -38,8 +39,11 @@ int npu_graph_desc_check(const struct npu_graph_desc *desc, struct sl_err *err);
 /* The job checks of npu_device_submit against graph g. */
 int npu_job_check(const struct npu_graph *g, const struct npu_job *job, struct sl_err *err);
 /* Runs a checked job on stage (scratch_bytes: the graph's own for the
- * device's worker, the caller's elsewhere); sets t_start and t_end. */
-void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *stage);
+ * device's worker, the caller's elsewhere); sets t_start and t_end. held
+ * (or NULL): the stage_key of what stage holds, reused when the job's key
+ * (nonzero) is that one, and updated. */
+void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *stage,
+                    uint64_t *held);
 /* The end of the channel range a checked job computes (r1 = 0 means n). */
 static inline uint32_t npu_job_r1(const struct npu_graph *g, const struct npu_job *job)
 {

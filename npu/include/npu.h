@@ -316,6 +316,13 @@ struct npu_job {
     float *y;                    /* output, row stride ldy */
     size_t ldy;                  /* 0: graph n */
     void *user;                  /* the caller's */
+    /* 0, or a key from npu_stage_keys naming the job's activations: jobs with
+     * one key have the same graph, rows and xq contents (a chunk's input of
+     * one linear, cut into channel ranges). Whoever runs them stages the
+     * activations into the kernel's layout once and reuses them while its
+     * staging holds that key: the device per graph, npu_graph_run_cached per
+     * caller's buffer. */
+    uint64_t stage_key;
     /* filled by whoever runs the job */
     int status;                  /* 0, or the negative errno it was refused with */
     int stolen;                  /* 1 when it ran off the device's worker */
@@ -391,6 +398,19 @@ int npu_job_execute(struct npu_job *job);
  * err gets the sentence of a refusal. */
 int npu_graph_run(const struct npu_graph *g, struct npu_job *job, void *scratch,
                   struct sl_err *err);
+
+/* n fresh staging keys (npu_job.stage_key): [first, first + n), returned;
+ * never 0 and never handed out twice in the process. Any thread. */
+uint64_t npu_stage_keys(uint64_t n);
+
+/* npu_graph_run with staging kept between calls: scratch (not NULL) of at
+ * least npu_graph_info().scratch_bytes holds the staged activations of the
+ * job whose key *held names (0: nothing; the caller sets it to 0 with fresh
+ * scratch and keeps it with the scratch). A job with a nonzero stage_key
+ * equal to *held reuses them instead of staging; afterwards *held is the
+ * key of what the scratch holds. Same results as npu_graph_run. */
+int npu_graph_run_cached(const struct npu_graph *g, struct npu_job *job, void *scratch,
+                         uint64_t *held, struct sl_err *err);
 
 struct npu_device_stats {
     uint64_t start_ns;       /* sl_now_ns() at npu_device_create */

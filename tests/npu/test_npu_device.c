@@ -387,6 +387,103 @@ static void test_equal_direct(void **st)
     layer_fini(&L);
 }
 
+/* Staging keys (npu_job.stage_key): a chunk cut into channel ranges whose
+ * jobs share a key gives the direct call's bits, on the device (padded rows
+ * too: the zero rows overwrite the staging, which must then be redone) and
+ * through npu_graph_run_cached; the staging is really reused: with the
+ * activations changed under the same key, the old ones are still what is
+ * computed, and a new key (or key 0) stages the new ones. Keys are fresh. */
+static void test_stage_keys(void **st)
+{
+    (void)st;
+    struct layer L;
+    layer_init(&L, 30, 75, 53);
+    uint64_t k1 = npu_stage_keys(3), k2 = npu_stage_keys(1);
+    assert_true(k1 != 0 && k2 >= k1 + 3);
+    for (int kern = 0; kern < NPU_KERNEL_COUNT; kern++) {
+        if (!npu_kernel_available((enum npu_kernel)kern))
+            continue;
+        for (int pad = 0; pad < 2; pad++) {
+            struct npu_device_config cfg;
+            npu_device_config_init(&cfg);
+            cfg.kernel = kern;
+            cfg.pad_rows = pad;
+            struct npu_device *d;
+            struct sl_err err = {{0}};
+            assert_int_equal(npu_device_create_config(&cfg, &d, &err), 0);
+            const struct npu_graph *g;
+            assert_int_equal(npu_device_graph(d, L.m, L.k, L.n, &g, &err), 0);
+            struct npu_graph_info gi;
+            npu_graph_info(g, &gi);
+            uint8_t *scratch = malloc(gi.scratch_bytes);
+            uint64_t held = 0;
+            for (uint32_t rows = 30; rows >= 29; rows--) {
+                float *want = expect(&L, rows, 0, L.n);
+                float *y1 = nan_buf(rows * L.n), *y2 = nan_buf(rows * L.n);
+                /* three ranges (inside 16-channel blocks) under one key */
+                static const uint32_t cut[4] = {0, 5, 37, 53};
+                for (int q = 0; q < 3; q++) {
+                    struct npu_job j = job_for(g, &L, rows, y1);
+                    j.r0 = cut[q], j.r1 = cut[q + 1], j.stage_key = k1 + (30 - rows);
+                    assert_int_equal(npu_device_run(d, &j, &err), 0);
+                    j.y = y2;
+                    assert_int_equal(npu_graph_run_cached(g, &j, scratch, &held, &err), 0);
+                    /* a short job on a padded graph: the zero rows went over it */
+                    assert_int_equal(held, pad && rows < L.m ? 0 : j.stage_key);
+                }
+                assert_memory_equal(y1, want, sizeof(float) * rows * L.n);
+                assert_memory_equal(y2, want, sizeof(float) * rows * L.n);
+                free(want);
+                free(y1);
+                free(y2);
+            }
+            /* the activations change under the last key: the cached run still
+             * computes the old ones (reused; padded: staged again, the new
+             * ones), a new key the new ones */
+            int8_t *old = malloc((size_t)L.m * L.k);
+            memcpy(old, L.xq, (size_t)L.m * L.k);
+            for (size_t i = 0; i < (size_t)L.m * L.k; i++)
+                L.xq[i] = (int8_t)(-L.xq[i]);
+            float *want_new = expect(&L, 29, 0, L.n);
+            memcpy(L.xq, old, (size_t)L.m * L.k);
+            float *want_old = expect(&L, 29, 0, L.n);
+            for (size_t i = 0; i < (size_t)L.m * L.k; i++)
+                L.xq[i] = (int8_t)(-L.xq[i]);
+            float *y = nan_buf(29 * L.n);
+            struct npu_job j = job_for(g, &L, 29, y);
+            j.stage_key = k1 + 1;
+            assert_int_equal(npu_graph_run_cached(g, &j, scratch, &held, &err), 0);
+            assert_memory_equal(y, pad ? want_new : want_old, sizeof(float) * 29 * L.n);
+            j.stage_key = k2;
+            assert_int_equal(npu_graph_run_cached(g, &j, scratch, &held, &err), 0);
+            assert_memory_equal(y, want_new, sizeof(float) * 29 * L.n);
+            j.stage_key = 0; /* no key: always staged, nothing held */
+            memcpy(L.xq, old, (size_t)L.m * L.k);
+            assert_int_equal(npu_graph_run_cached(g, &j, scratch, &held, &err), 0);
+            assert_memory_equal(y, want_old, sizeof(float) * 29 * L.n);
+            assert_int_equal(held, 0);
+            /* the device's own staging last held k1 + 1 (29 rows; padded:
+             * nothing) */
+            for (size_t i = 0; i < (size_t)L.m * L.k; i++)
+                L.xq[i] = (int8_t)(-L.xq[i]);
+            j.stage_key = k1 + 1;
+            assert_int_equal(npu_device_run(d, &j, &err), 0);
+            assert_memory_equal(y, pad ? want_new : want_old, sizeof(float) * 29 * L.n);
+            memcpy(L.xq, old, (size_t)L.m * L.k);
+            /* refusals */
+            assert_int_equal(npu_graph_run_cached(g, &j, NULL, &held, &err), -EINVAL);
+            assert_int_equal(npu_graph_run_cached(g, &j, scratch, NULL, &err), -EINVAL);
+            free(y);
+            free(want_new);
+            free(want_old);
+            free(old);
+            free(scratch);
+            npu_device_destroy(d);
+        }
+    }
+    layer_fini(&L);
+}
+
 /* The session's way to use the device: submit, compute something else on
  * the calling thread, then wait. Several threads at once, each with its own
  * jobs; every result equals the direct call. */
@@ -636,7 +733,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_graphs),         cmocka_unit_test(test_graph_shapes),
         cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_equal_direct),   cmocka_unit_test(test_submit_overlap),
+        cmocka_unit_test(test_equal_direct),   cmocka_unit_test(test_stage_keys),
+        cmocka_unit_test(test_submit_overlap),
         cmocka_unit_test(test_pull),           cmocka_unit_test(test_stop_pending),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
