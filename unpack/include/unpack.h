@@ -151,6 +151,12 @@ int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k
 int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                       uint32_t r1, const int8_t *x, uint32_t m, int32_t *acc, size_t ldacc);
 
+/* Column c of the tensor: out[r] = q[r][c] for every row r (the codes
+ * unpack_tensor_rows gives, block multipliers applied), decoded element by
+ * element without unpacking the rows (the shadow outlier term's weight
+ * columns with packed residency). Returns 0, or -EINVAL for c >= cols. */
+int unpack_tensor_col(const struct unpack_tensor *u, uint32_t c, int8_t *out);
+
 /* Unpacks one row (output channel) given only its code bytes, as stored in
  * a packed tensor of `encoding` (adaptive, int4int8 or bitplane) with width
  * 1..8: src holds format_packed_row_bytes(encoding, width, cols) bytes (the
