@@ -16,6 +16,7 @@
 #include "infer_internal.h"
 #include "infer_matmul.h"
 #include "npu.h"
+#include "unpack.h"
 
 #ifndef SLUICE_KERNELS_X86
 #define SLUICE_KERNELS_X86 0
@@ -180,6 +181,50 @@ void infer_shadow_axpy_s8(float *acc, float e, const int8_t *w, uint32_t n)
     infer_shadow_axpy_s8_scalar(acc, e, w, n);
 }
 
+/* Where the term reads a linear's weights: its packed codes where they are
+ * kept (packed residency: after the cold start there is no int8 copy, and
+ * during it the pipeline's pool frees the copy once the matmuls are done,
+ * maybe while a term still runs), column by column (unpack_tensor_col), else
+ * the NPU's int8 copy. Both hold the same codes and scales (the copy is
+ * unpacked from the same bytes), so the term's bits are the same. */
+struct wsrc {
+    const struct npu_weights *nw; /* NULL: the packed codes */
+    const struct unpack_tensor *upk;
+    const float *scale;           /* [rows] */
+    float *scale_own;
+};
+
+static int wsrc_init(struct wsrc *w, const struct infer_linear *lin, uint32_t rows)
+{
+    memset(w, 0, sizeof *w);
+    if (lin->upk) {
+        w->upk = lin->upk;
+        if (lin->upk->layout.rows != rows || !(w->scale_own = sl_malloc(sizeof(float) * rows)))
+            return lin->upk->layout.rows != rows ? -EINVAL : -ENOMEM;
+        for (uint32_t r = 0; r < rows; r++)
+            w->scale_own[r] = unpack_tensor_scale(lin->upk, r);
+        w->scale = w->scale_own;
+        return 0;
+    }
+    if (!lin->npu)
+        return -EINVAL;
+    w->nw = lin->npu;
+    w->scale = npu_weights_scales(lin->npu);
+    return 0;
+}
+
+static int wsrc_packed(const struct wsrc *w) { return w->nw == NULL; }
+static const struct npu_weights *wsrc_npu(const struct wsrc *w) { return w->nw; }
+
+/* Column c's rows codes into out. */
+static void wsrc_col(const struct wsrc *w, uint32_t c, int8_t *out)
+{
+    if (w->nw)
+        npu_weights_col(w->nw, c, out);
+    else
+        (void)unpack_tensor_col(w->upk, c, out); /* c < cols: cannot fail */
+}
+
 /* The columns a call reads that are not resident: each gathered once from
  * the NPU's copy, in one pass over its blocks (npu_weights_gather_cols),
  * up to gather_max bytes; past that, one at a time into a small
@@ -202,7 +247,7 @@ static void cold_free(struct cold_cols *cc)
     free(cc->cache);
 }
 
-static int cold_gather(struct cold_cols *cc, const struct shadow_lin *l, const struct npu_weights *nw,
+static int cold_gather(struct cold_cols *cc, const struct shadow_lin *l, const struct wsrc *ws,
                        const struct infer_clipped *clip, uint32_t rows, uint32_t cols,
                        size_t gather_max)
 {
@@ -231,8 +276,10 @@ static int cold_gather(struct cold_cols *cc, const struct shadow_lin *l, const s
     cc->n = n;
     if (n && !(cc->w = sl_malloc((size_t)n * rows)))
         return -ENOMEM;
-    if (n)
-        npu_weights_gather_cols(nw, cc->list, n, cc->w);
+    if (n && !wsrc_packed(ws))
+        npu_weights_gather_cols(wsrc_npu(ws), cc->list, n, cc->w);
+    for (uint32_t k = 0; n && wsrc_packed(ws) && k < n; k++)
+        wsrc_col(ws, cc->list[k], cc->w + (size_t)k * rows);
     if (over) {
         if (!(cc->cache = sl_malloc((size_t)SHADOW_CACHE * rows)))
             return -ENOMEM;
@@ -270,10 +317,12 @@ static int clip_sorted(const struct infer_clipped *clip, uint32_t n, uint32_t co
 /* The term reading the weights in place (infer_shadow_cols): the elements
  * grouped by column (a stable counting sort), each token row's output
  * written once. Returns 0 or -ENOMEM; counts into *hot, *cold, *trows. */
-static int term_fused(const struct shadow_lin *l, const struct npu_weights *nw,
+static int term_fused(const struct shadow_lin *l, const struct wsrc *ws,
                       const struct infer_clipped *clip, float *y, uint32_t rows, uint64_t *hot,
                       uint64_t *cold, uint64_t *trows)
 {
+    static const int8_t no_blocks[64]; /* packed source: every column is a copy */
+    int8_t *cols_own = NULL;
     const struct format_shadow_linear *e = l->e;
     uint32_t cols = e->cols, ne = clip->n;
     uint32_t nt = 0;
@@ -328,12 +377,30 @@ static int term_fused(const struct shadow_lin *l, const struct npu_weights *nw,
         bound[nd] = prev;
         struct infer_shadow_cols k = {.nd = nd, .col = dcol, .hot = hotp, .start = bound,
                                       .tok = tok, .ex = ex, .nt = nt, .out = out,
-                                      .rows = rows, .scale = npu_weights_scales(nw),
+                                      .rows = rows, .scale = ws->scale,
                                       .s = clip->act_scale, .store = clip->store, .acc = acc};
-        k.packed = npu_weights_packed(nw, &k.block);
-        infer_shadow_cols(&k);
-        *trows = nt;
+        if (!wsrc_packed(ws)) {
+            k.packed = npu_weights_packed(ws->nw, &k.block);
+        } else { /* the cold columns decoded from the packed codes, read as copies */
+            uint32_t ncold = 0;
+            for (uint32_t d = 0; d < nd; d++)
+                ncold += !hotp[d];
+            if (ncold && !(cols_own = sl_malloc((size_t)ncold * rows)))
+                ret = -ENOMEM;
+            for (uint32_t d = 0, j = 0; ret == 0 && d < nd; d++)
+                if (!hotp[d]) {
+                    wsrc_col(ws, dcol[d], cols_own + (size_t)j * rows);
+                    hotp[d] = cols_own + (size_t)j++ * rows;
+                }
+            k.packed = no_blocks;
+            k.block = 0;
+        }
+        if (ret == 0) {
+            infer_shadow_cols(&k);
+            *trows = nt;
+        }
     }
+    free(cols_own);
     free(start);
     free(dcol);
     free(tok);
@@ -353,13 +420,18 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
         return 0;
     const struct format_shadow_linear *e = l->e;
     struct infer_linear *lin = infer_model_linear(sh->m, layer, role);
-    if (!lin || !lin->npu || rows != e->rows)
+    if (!lin || rows != e->rows)
         return -EINVAL;
+    struct wsrc ws;
+    int wret = wsrc_init(&ws, lin, rows);
+    if (wret < 0)
+        return wret;
     uint64_t hot = 0, cold = 0, trows = 0;
     if (clip->n && sh->fused && clip_sorted(clip, n, e->cols)) {
-        int ret = term_fused(l, lin->npu, clip, y, rows, &hot, &cold, &trows);
+        int ret = term_fused(l, &ws, clip, y, rows, &hot, &cold, &trows);
         if (ret == 0)
             count(sh, n, e->cols, clip->n, trows, hot, cold);
+        free(ws.scale_own);
         return ret;
     }
     float *acc = NULL, *acc_own = NULL;
@@ -368,16 +440,17 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
         if (!clip->store)
             acc = acc_own = sl_malloc(sizeof(float) * rows);
         int ret = acc || clip->store
-                      ? cold_gather(&cc, l, lin->npu, clip, rows, e->cols, sh->gather_max)
+                      ? cold_gather(&cc, l, &ws, clip, rows, e->cols, sh->gather_max)
                       : -ENOMEM;
         if (ret < 0) {
             free(acc_own);
             cold_free(&cc);
+            free(ws.scale_own);
             return ret;
         }
         cold = cc.n;
     }
-    const float *scale = npu_weights_scales(lin->npu);
+    const float *scale = ws.scale;
     float s = clip->act_scale;
     for (uint32_t i = 0; i < clip->n;) {
         uint32_t r = clip->row[i];
@@ -398,7 +471,7 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
                 uint32_t slot = c % SHADOW_CACHE;
                 w = cc.cache + (size_t)slot * rows;
                 if (cc.tag[slot] != (int32_t)c) {
-                    npu_weights_col(lin->npu, c, cc.cache + (size_t)slot * rows);
+                    wsrc_col(&ws, c, cc.cache + (size_t)slot * rows);
                     cc.tag[slot] = (int32_t)c;
                     cold++;
                 }
@@ -415,6 +488,7 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
     }
     free(acc_own);
     cold_free(&cc);
+    free(ws.scale_own);
     count(sh, n, e->cols, clip->n, trows, hot, cold);
     return 0;
 }

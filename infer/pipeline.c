@@ -287,14 +287,9 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     memset(err, 0, sizeof *err);
     p->c = infer_model_config(p->m);
     p->r = infer_model_reader(p->m);
+    /* with packed residency the shadow term reads its weight columns from the
+     * packed codes (infer_shadow.c), not the int8 copies the pool frees */
     o.resident = infer_resident_resolve(o.resident, p->r, o.no_shadow);
-    if (o.resident == INFER_RESIDENT_PACKED && infer_model_shadow(p->m)) {
-        ret = -EINVAL;
-        sl_err_set(err, "%s: packed residency cannot run its shadow outlier term (the term "
-                        "reads the int8 weights, which packed residency frees): use int8 "
-                        "residency or no shadow execution", path);
-        goto out;
-    }
     const struct format_config *c = p->c;
     ret = -EINVAL;
     if (n == 0 || n > c->seq_len) {

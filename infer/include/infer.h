@@ -589,8 +589,9 @@ int infer_resident_parse(const char *s, enum infer_resident *out); /* 0 or -EINV
 /* AUTO resolved for the container r (INT8 and PACKED are returned as
  * they are); the cache size from sysconf (L3, else L2; 0 known: 32 MiB).
  * AUTO is INT8 for a container with shadow outlier metadata unless
- * no_shadow: the shadow term reads the int8 weights' columns, which packed
- * residency does not keep (the pipeline refuses PACKED with the term on). */
+ * no_shadow: the shadow term reads weight columns, from the int8 copies, or
+ * with PACKED decoded one by one from the packed codes (the same bits, a
+ * slower decode). */
 enum infer_resident infer_resident_resolve(enum infer_resident res, const struct format_reader *r,
                                            int no_shadow);
 

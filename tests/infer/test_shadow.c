@@ -260,6 +260,9 @@ static void test_float_reference(void **st)
     infer_model_destroy(m);
 }
 
+/* The pipeline's residency (test_packed_residency sets PACKED). */
+static enum infer_resident check_resident = INFER_RESIDENT_AUTO;
+
 /* The pipeline against infer_forward with the shadow attached (shadow 1)
  * or without it and the pipeline's no_shadow (shadow 0). */
 static void check(const char *model, enum infer_policy pol, uint32_t chunk, uint32_t split,
@@ -283,6 +286,7 @@ static void check(const char *model, enum infer_policy pol, uint32_t chunk, uint
     o.split = split;
     o.cpu_workers = 2;
     o.no_shadow = !shadow;
+    o.resident = check_resident;
     struct infer_model *pm;
     struct infer_state *ps;
     if (infer_pipeline_prefill(model, ids, n, &o, &pm, &ps, b, NULL, &err) < 0)
@@ -297,6 +301,14 @@ static void check(const char *model, enum infer_policy pol, uint32_t chunk, uint
         infer_shadow_get_stats(infer_model_shadow(pm), &sb);
         assert_true(sa.clipped > 0);
         assert_true(sb.clipped == sa.clipped); /* the same outliers, found by each */
+        if (check_resident == INFER_RESIDENT_PACKED) {
+            /* the int8 copies are gone: the term read cold columns from the
+             * packed codes */
+            size_t i8, pk;
+            infer_model_weight_bytes(pm, &i8, &pk);
+            assert_true(pk > 0 && sb.cols_cold > 0);
+            assert_true(i8 < pk / 4); /* at most what is not kept packed */
+        }
     }
     int t = 5; /* a decoding step after both */
     assert_int_equal(infer_forward(m, s, &t, 1, n, a, INFER_LOGITS_LAST, &err), 0);
@@ -325,44 +337,32 @@ static void test_pipeline_identical(void **st)
     check(shadow_model, INFER_POLICY_FULL, 64, 48, 150, 0);
 }
 
-/* Packed residency frees the int8 weights the shadow term reads: the
- * pipeline refuses PACKED with the term on, runs it with no_shadow (equal to
- * the plain forward without the term), and AUTO resolves to INT8 for a
- * container with shadow metadata unless no_shadow. */
+/* Packed residency with the shadow term: the term reads its weight columns
+ * from the packed codes (the int8 copies are freed as the prefill goes and
+ * are gone for decoding), with the same bits as int8 residency: the
+ * pipeline's logits equal the plain forward with the shadow attached, for
+ * several chunkings, policies and containers (5-bit, block multipliers),
+ * and so does a decoding step after it; no_shadow still equals the plain
+ * forward without the term. AUTO resolves to INT8 for a container with
+ * shadow metadata unless no_shadow. */
 static void test_packed_residency(void **st)
 {
     (void)st;
+    check_resident = INFER_RESIDENT_PACKED;
+    check(shadow_model, INFER_POLICY_FULL, 64, 48, 150, 1);
+    check(shadow_model, INFER_POLICY_FULL, 256, 0, 40, 1);
+    check(shadow_model, INFER_POLICY_SEQUENTIAL, 32, 0, 70, 1);
+    check(shadow5_model, INFER_POLICY_FULL, 64, 48, 130, 1);
+    check(mult5_model, INFER_POLICY_FULL, 64, 48, 130, 1);
+    check(shadow_model, INFER_POLICY_FULL, 64, 48, 150, 0);
+    check_resident = INFER_RESIDENT_AUTO;
     struct sl_err err = {{0}};
-    struct infer_model *pm = NULL, *m;
-    struct infer_state *ps = NULL, *s;
+    struct infer_model *m;
     assert_int_equal(infer_model_load(shadow_model, NULL, &m, &err), 0);
-    uint32_t V = infer_model_config(m)->vocab_size;
-    int *ids = prompt(40, V, 7);
-    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
-    struct infer_pipeline_opts o;
-    infer_pipeline_opts_init(&o);
-    o.resident = INFER_RESIDENT_PACKED;
-    assert_int_equal(infer_pipeline_prefill(shadow_model, ids, 40, &o, &pm, &ps, b, NULL, &err),
-                     -EINVAL);
-    assert_non_null(strstr(err.msg, "shadow"));
-    assert_null(pm);
-    o.no_shadow = 1;
-    memset(&err, 0, sizeof err);
-    if (infer_pipeline_prefill(shadow_model, ids, 40, &o, &pm, &ps, b, NULL, &err) < 0)
-        fail_msg("packed, no shadow: %s", err.msg);
-    assert_int_equal(infer_state_create(m, 64, &s, &err), 0);
-    assert_int_equal(infer_forward(m, s, ids, 40, 0, a, INFER_LOGITS_LAST, &err), 0);
-    assert_memory_equal(a, b, sizeof(float) * V);
     const struct format_reader *r = infer_model_reader(m);
     assert_int_equal(infer_resident_resolve(INFER_RESIDENT_AUTO, r, 0), INFER_RESIDENT_INT8);
     assert_int_equal(infer_resident_resolve(INFER_RESIDENT_PACKED, r, 0), INFER_RESIDENT_PACKED);
-    infer_state_destroy(s);
-    infer_state_destroy(ps);
-    infer_model_destroy(pm);
     infer_model_destroy(m);
-    free(ids);
-    free(a);
-    free(b);
 }
 
 static void test_pruned(void **st)
