@@ -129,41 +129,59 @@ void infer_matmul_tile_avx2(float *y, size_t ldy, const float *x, size_t ldx, ui
         tiles[wt][mr - 3][nr - 1](y + 2 * ldy, ldy, x + 2 * ldx, ldx, w, ldw, cols);
 }
 
+/* 32 columns of 1-2 rows; FULL: all 32 inside cols, plain loads and stores
+ * (masked stores are slow on some cores), else masked: the same values. */
+static inline __attribute__((always_inline)) void nn32(float *y, size_t ldy, const float *p,
+                                                       size_t ldp, const uint32_t mr,
+                                                       const float *v, size_t ldv, uint32_t T,
+                                                       uint32_t cols, int add, uint32_t c0,
+                                                       const int FULL)
+{
+    __m256i m[4];
+    for (int j = 0; j < 4; j++)
+        m[j] = lanes((int)cols - (int)(c0 + 8 * (uint32_t)j));
+    __m256 acc[2][4];
+#pragma GCC unroll 2
+    for (uint32_t a = 0; a < mr; a++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            acc[a][j] = !add ? _mm256_setzero_ps()
+                        : FULL ? _mm256_loadu_ps(y + a * ldy + c0 + 8 * j)
+                               : _mm256_maskload_ps(y + a * ldy + c0 + 8 * j, m[j]);
+    for (uint32_t t = 0; t < T; t++) {
+        const float *vt = v + t * ldv + c0;
+        __m256 vv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            vv[j] = FULL ? _mm256_loadu_ps(vt + 8 * j) : _mm256_maskload_ps(vt + 8 * j, m[j]);
+#pragma GCC unroll 2
+        for (uint32_t a = 0; a < mr; a++) {
+            __m256 pa = _mm256_set1_ps(p[a * ldp + t]);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                acc[a][j] = _mm256_fmadd_ps(pa, vv[j], acc[a][j]);
+        }
+    }
+#pragma GCC unroll 2
+    for (uint32_t a = 0; a < mr; a++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            if (FULL)
+                _mm256_storeu_ps(y + a * ldy + c0 + 8 * j, acc[a][j]);
+            else
+                _mm256_maskstore_ps(y + a * ldy + c0 + 8 * j, m[j], acc[a][j]);
+        }
+}
+
 static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const float *p,
                                                      size_t ldp, const uint32_t mr, const float *v,
                                                      size_t ldv, uint32_t T, uint32_t cols, int add)
 {
-    for (uint32_t c0 = 0; c0 < cols; c0 += 32) {
-        __m256i m[4];
-        for (int j = 0; j < 4; j++)
-            m[j] = lanes((int)cols - (int)(c0 + 8 * (uint32_t)j));
-        __m256 acc[2][4];
-#pragma GCC unroll 2
-        for (uint32_t a = 0; a < mr; a++)
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                acc[a][j] = add ? _mm256_maskload_ps(y + a * ldy + c0 + 8 * j, m[j])
-                                : _mm256_setzero_ps();
-        for (uint32_t t = 0; t < T; t++) {
-            const float *vt = v + t * ldv + c0;
-            __m256 vv[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                vv[j] = _mm256_maskload_ps(vt + 8 * j, m[j]);
-#pragma GCC unroll 2
-            for (uint32_t a = 0; a < mr; a++) {
-                __m256 pa = _mm256_set1_ps(p[a * ldp + t]);
-#pragma GCC unroll 4
-                for (int j = 0; j < 4; j++)
-                    acc[a][j] = _mm256_fmadd_ps(pa, vv[j], acc[a][j]);
-            }
-        }
-#pragma GCC unroll 2
-        for (uint32_t a = 0; a < mr; a++)
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                _mm256_maskstore_ps(y + a * ldy + c0 + 8 * j, m[j], acc[a][j]);
-    }
+    uint32_t c0 = 0;
+    for (; c0 + 32 <= cols; c0 += 32)
+        nn32(y, ldy, p, ldp, mr, v, ldv, T, cols, add, c0, 1);
+    if (c0 < cols)
+        nn32(y, ldy, p, ldp, mr, v, ldv, T, cols, add, c0, 0);
 }
 
 static void nn_1(float *y, size_t ldy, const float *p, size_t ldp, const float *v, size_t ldv,
@@ -255,11 +273,32 @@ float infer_exp_sum_avx2(float *a, uint32_t n, float sub)
 
 static __m256 div_part(float *a, uint32_t left, __m256 dv, __m256 acc)
 {
-    __m256i m = left >= 8 ? _mm256_set1_epi32(-1) : first_lanes(left);
+    if (left >= 8) { /* plain load and store: masked stores are slow on some cores */
+        __m256 x = _mm256_div_ps(_mm256_loadu_ps(a), dv);
+        _mm256_storeu_ps(a, x);
+        return _mm256_blendv_ps(acc, x, _mm256_cmp_ps(x, acc, _CMP_GT_OQ));
+    }
+    __m256i m = first_lanes(left);
     __m256 x = _mm256_div_ps(_mm256_maskload_ps(a, m), dv);
     _mm256_maskstore_ps(a, m, x);
     __m256 gt = _mm256_and_ps(_mm256_cmp_ps(x, acc, _CMP_GT_OQ), _mm256_castsi256_ps(m));
     return _mm256_blendv_ps(acc, x, gt);
+}
+
+/* infer_div_max_reduce16 of lanes lo (m[0..8)) and hi (m[8..16)) in
+ * registers: each step keeps m[i + w] where it is greater than m[i] (an
+ * ordered compare: NaN and ties keep m[i]), w = 8, 4, 2, 1, as the scalar
+ * loop does. */
+static float reduce16(__m256 lo, __m256 hi)
+{
+    __m256 m8 = _mm256_blendv_ps(lo, hi, _mm256_cmp_ps(hi, lo, _CMP_GT_OQ));
+    __m128 a = _mm256_castps256_ps128(m8), b = _mm256_extractf128_ps(m8, 1);
+    __m128 m4 = _mm_blendv_ps(a, b, _mm_cmp_ps(b, a, _CMP_GT_OQ));
+    __m128 c = _mm_movehl_ps(m4, m4); /* m[i + 2] at lane i */
+    __m128 m2 = _mm_blendv_ps(m4, c, _mm_cmp_ps(c, m4, _CMP_GT_OQ));
+    __m128 d = _mm_movehdup_ps(m2); /* m[1] at lane 0 */
+    __m128 m1 = _mm_blendv_ps(m2, d, _mm_cmp_ps(d, m2, _CMP_GT_OQ));
+    return _mm_cvtss_f32(m1);
 }
 
 float infer_div_max_avx2(float *a, uint32_t n, float d)
@@ -271,8 +310,5 @@ float infer_div_max_avx2(float *a, uint32_t n, float d)
         if (n - t > 8)
             hi = div_part(a + t + 8, n - t - 8, dv, hi);
     }
-    float lanes[16];
-    _mm256_storeu_ps(lanes, lo);
-    _mm256_storeu_ps(lanes + 8, hi);
-    return infer_div_max_reduce16(lanes);
+    return reduce16(lo, hi);
 }
