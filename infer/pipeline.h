@@ -174,12 +174,12 @@ struct pl {
     uint32_t n_workers;
     float *att_scratch[PL_MAX_CPU_WORKERS + 1];
     int8_t *fill_scratch[PL_MAX_CPU_WORKERS + 1]; /* pl_weights_fill's, per CPU worker */
+    uint32_t fill_cols;                           /* ... for rows of up to this many */
     /* stolen NPU jobs' staging, per CPU worker, and the stage_key it holds;
      * a (layer, chunk, role)'s key is stage_key0 + its index (pl_prepare_job) */
     uint8_t *steal_stage[PL_MAX_CPU_WORKERS + 1];
     uint64_t steal_held[PL_MAX_CPU_WORKERS + 1];
     uint64_t stage_key0;
-    uint32_t fill_cols;                           /* ... for rows of up to this many */
 
     /* per (layer + 1, role): int8 weights? and their static activation scale,
      * from the index, so operators need not wait for the unpacking */
