@@ -15,7 +15,10 @@
  * once for the heads), each head's softmax with the kernel's steps, and the
  * NN matmul over the values gathered once (each head's sum in list order).
  * Every head's output is the bits infer_attn_list gives for that head and
- * list: the same dots, the same softmax, the same sums (test_attn_group). */
+ * list: the same dots, the same softmax, the same sums (test_attn_group).
+ * With the AVX2 matmul kernel (and hs % 8 == 0) attn_group_rows_avx2 does
+ * it without gathering (attn_sel_avx2.c; its scalar twin
+ * attn_group_rows_ref). */
 #include <math.h>
 
 #include "attn_sparse.h"
@@ -69,6 +72,12 @@ void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_
                      uint32_t len, float *s, float *gather)
 {
     enum infer_matmul_kernel k = infer_matmul_kernel_used();
+#if SLUICE_KERNELS_X86
+    if (hs % 8 == 0 && len > 0 && k == INFER_MATMUL_AVX2) {
+        attn_group_rows_avx2(out, ldo, q, ldq, G, hs, kh, vh, kv_dim, list, len, s);
+        return;
+    }
+#endif
     float sq = sqrtf((float)hs);
     gather_rows(gather, kh, kv_dim, hs, list, len);
     infer_matmul_nt(k, s, len, q, ldq, gather, INFER_W_F32, hs, G, hs, 0, len);
@@ -80,4 +89,13 @@ void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_
     }
     gather_rows(gather, vh, kv_dim, hs, list, len);
     infer_matmul_nn(k, out, ldo, s, len, gather, hs, G, len, hs);
+}
+
+void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                         uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                         const uint32_t *list, uint32_t len, float *s)
+{
+    for (uint32_t j = 0; j < G; j++)
+        attn_sel_row_ref(out + (size_t)j * ldo, q + (size_t)j * ldq, kh, vh, kv_dim, hs, list, len,
+                         s + (size_t)j * len);
 }

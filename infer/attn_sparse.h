@@ -99,6 +99,16 @@ void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visibl
 void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G, uint32_t hs,
                      const float *kh, const float *vh, size_t kv_dim, const uint32_t *list,
                      uint32_t len, float *s, float *gather);
+/* Its AVX2 kernel (hs % 8 == 0; the AVX2 matmul kernel's bits: attn_group_rows
+ * takes it when that is the dense kernel), reading the keys and values in
+ * place, and the kernel's scalar twin (attn_sel_row_ref per head: the same
+ * bits). s: G * len floats. */
+void attn_group_rows_avx2(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                          uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                          const uint32_t *list, uint32_t len, float *s);
+void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                         uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                         const uint32_t *list, uint32_t len, float *s);
 
 /* How many of `visible` keys (slots 0..visible-1) a row of a head with keep
  * ratio r attends: ceil(r * visible), at least 1, at most visible. */

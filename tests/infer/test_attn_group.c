@@ -3,7 +3,7 @@
  * - attn_group_combine against its definition, max_h(est_h - max est_h);
  * - attn_group_rows: every head's output bit-identical to infer_attn_list
  *   for that head over the shared list (random head counts, head sizes,
- *   lists, strides);
+ *   lists, strides), and its AVX2 kernel to the kernel's scalar twin;
  * - sparse attention with the shared selection at keep 1 bit-identical to
  *   dense (prefill chunk and decode row, estimates inline and on the
  *   device), and at keep < 1 equal to infer_attn_list over the keys a
@@ -16,6 +16,7 @@
 
 #include "attn_sparse.h"
 #include "infer_internal.h"
+#include "infer_matmul.h"
 #include "testutil.h"
 
 static struct test_rng rng;
@@ -50,6 +51,7 @@ static void test_combine(void **state)
 static void test_group_rows(void **state)
 {
     (void)state;
+    int avx2_checked = 0;
     static const uint32_t sizes[] = {8, 24, 32, 64, 72, 128, 13};
     for (int it = 0; it < 120; it++) {
         uint32_t G = 1 + test_rng_below(&rng, 8), hs = sizes[it % 7];
@@ -77,6 +79,20 @@ static void test_group_rows(void **state)
             list[len++] = test_rng_below(&rng, T);
         const float *kh = k + (size_t)g * hs, *vh = v + (size_t)g * hs;
         attn_group_rows(out, ldq, q, ldq, G, hs, kh, vh, kv_dim, list, len, s, gather);
+        /* the AVX2 kernel against its scalar twin, where this CPU has it */
+        if (hs % 8 == 0 && infer_matmul_kernel_available(INFER_MATMUL_AVX2)) {
+            float *o2 = malloc(sizeof(float) * G * ldq), *o3 = malloc(sizeof(float) * G * ldq);
+            assert_true(o2 && o3);
+            attn_group_rows_avx2(o2, ldq, q, ldq, G, hs, kh, vh, kv_dim, list, len, s);
+            attn_group_rows_ref(o3, ldq, q, ldq, G, hs, kh, vh, kv_dim, list, len, s);
+            for (uint32_t j = 0; j < G; j++)
+                if (memcmp(o2 + (size_t)j * ldq, o3 + (size_t)j * ldq, sizeof(float) * hs))
+                    fail_msg("avx2 vs twin: G %u hs %u len %u head %u: %.9g vs %.9g", G, hs, len,
+                             j, o2[(size_t)j * ldq], o3[(size_t)j * ldq]);
+            free(o2);
+            free(o3);
+            avx2_checked++;
+        }
         for (uint32_t j = 0; j < G; j++) {
             infer_attn_list(ref, q + (size_t)j * ldq, kh, vh, kv_dim, hs, list, len, a, gather);
             if (memcmp(ref, out + (size_t)j * ldq, sizeof(float) * hs))
@@ -93,6 +109,10 @@ static void test_group_rows(void **state)
         free(a);
         free(list);
     }
+    if (infer_matmul_kernel_available(INFER_MATMUL_AVX2))
+        assert_true(avx2_checked > 50);
+    else
+        printf("test_group_rows: no AVX2 here, the kernel's twin check skipped\n");
 }
 
 static struct format_config shape(uint32_t H, uint32_t KV, uint32_t hd, uint32_t seq)
