@@ -373,3 +373,108 @@ void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *
         }
     }
 }
+
+/* attn_group_rows_avx2: G query heads of one kv head over one shared list
+ * (attn_group_rows; the shared selection), keys and values read in place.
+ * Scores two keys x four heads at a time (eight FMA chains, each key row
+ * loaded once for the four heads, each query chunk once for the two keys),
+ * every dot the 8-lane chain and fold of scores_at (hsum4 folds four heads'
+ * lanes as it folds four keys'); each head's softmax by the kernels' steps;
+ * then per head its sum over the values in list order, 64 columns (8
+ * accumulators) at a time, the list walked in chunks of 32 slots so that a
+ * chunk's value rows stay in L1 for all G heads (sums resumed: the same FMA
+ * chain as values()). So every head gets attn_sel_row_avx2's bits. s: G *
+ * len floats. */
+#define GROUP_CHUNK 32u
+void attn_group_rows_avx2(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                          uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                          const uint32_t *list, uint32_t len, float *s)
+{
+    uint32_t j = 0;
+    for (; j + 2 <= len; j += 2) {
+        if (j + AHEAD + 2 <= len) {
+            prefetch_row(kh + (size_t)list[j + AHEAD] * kv_dim, hs);
+            prefetch_row(kh + (size_t)list[j + AHEAD + 1] * kv_dim, hs);
+        }
+        const float *k0 = kh + (size_t)list[j] * kv_dim, *k1 = kh + (size_t)list[j + 1] * kv_dim;
+        for (uint32_t h0 = 0; h0 < G; h0 += 4) {
+            uint32_t nh = G - h0 < 4 ? G - h0 : 4;
+            const float *q0 = q + (size_t)h0 * ldq;
+            const float *q1 = nh > 1 ? q0 + ldq : q0, *q2 = nh > 2 ? q0 + 2 * ldq : q0;
+            const float *q3 = nh > 3 ? q0 + 3 * ldq : q0;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            for (uint32_t c = 0; c < hs; c += 8) {
+                __m256 x0 = _mm256_loadu_ps(k0 + c), x1 = _mm256_loadu_ps(k1 + c);
+                __m256 y0 = _mm256_loadu_ps(q0 + c), y1 = _mm256_loadu_ps(q1 + c);
+                __m256 y2 = _mm256_loadu_ps(q2 + c), y3 = _mm256_loadu_ps(q3 + c);
+                a0 = _mm256_fmadd_ps(y0, x0, a0);
+                a1 = _mm256_fmadd_ps(y1, x0, a1);
+                a2 = _mm256_fmadd_ps(y2, x0, a2);
+                a3 = _mm256_fmadd_ps(y3, x0, a3);
+                b0 = _mm256_fmadd_ps(y0, x1, b0);
+                b1 = _mm256_fmadd_ps(y1, x1, b1);
+                b2 = _mm256_fmadd_ps(y2, x1, b2);
+                b3 = _mm256_fmadd_ps(y3, x1, b3);
+            }
+            float ra[4], rb[4];
+            _mm_storeu_ps(ra, hsum4(a0, a1, a2, a3));
+            _mm_storeu_ps(rb, hsum4(b0, b1, b2, b3));
+            for (uint32_t e = 0; e < nh; e++) {
+                s[(size_t)(h0 + e) * len + j] = ra[e];
+                s[(size_t)(h0 + e) * len + j + 1] = rb[e];
+            }
+        }
+    }
+    for (; j < len; j++) {
+        const float *k0 = kh + (size_t)list[j] * kv_dim;
+        for (uint32_t h = 0; h < G; h++) {
+            __m256 a0 = _mm256_setzero_ps();
+            for (uint32_t c = 0; c < hs; c += 8)
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * ldq + c),
+                                     _mm256_loadu_ps(k0 + c), a0);
+            /* hsum1's fold differs from hsum4's: fold as hsum4 does */
+            float r[4];
+            _mm_storeu_ps(r, hsum4(a0, a0, a0, a0));
+            s[(size_t)h * len + j] = r[0];
+        }
+    }
+    for (uint32_t h = 0; h < G; h++) {
+        float *a = s + (size_t)h * len;
+        float maxv = infer_div_max_avx2(a, len, sqrtf((float)hs));
+        float sum = infer_exp_sum_avx2(a, len, maxv);
+        (void)infer_div_max_avx2(a, len, sum);
+    }
+    for (uint32_t j0 = 0; j0 < len; j0 += GROUP_CHUNK) {
+        uint32_t j1 = len - j0 < GROUP_CHUNK ? len : j0 + GROUP_CHUNK;
+        for (uint32_t h = 0; h < G; h++) {
+            const float *a = s + (size_t)h * len;
+            float *o = out + (size_t)h * ldo;
+            uint32_t c0 = 0;
+            for (; c0 + 64 <= hs; c0 += 64) {
+                __m256 acc[8];
+                for (int i = 0; i < 8; i++)
+                    acc[i] = j0 ? _mm256_loadu_ps(o + c0 + 8 * i) : _mm256_setzero_ps();
+                for (uint32_t jj = j0; jj < j1; jj++) {
+                    if (h == 0 && c0 == 0 && jj + AHEAD < len)
+                        prefetch_row(vh + (size_t)list[jj + AHEAD] * kv_dim, hs);
+                    const float *v = vh + (size_t)list[jj] * kv_dim + c0;
+                    __m256 p = _mm256_set1_ps(a[jj]);
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++)
+                        acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), acc[i]);
+                }
+                for (int i = 0; i < 8; i++)
+                    _mm256_storeu_ps(o + c0 + 8 * i, acc[i]);
+            }
+            for (; c0 < hs; c0 += 8) {
+                __m256 acc = j0 ? _mm256_loadu_ps(o + c0) : _mm256_setzero_ps();
+                for (uint32_t jj = j0; jj < j1; jj++)
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[jj]),
+                                          _mm256_loadu_ps(vh + (size_t)list[jj] * kv_dim + c0),
+                                          acc);
+                _mm256_storeu_ps(o + c0, acc);
+            }
+        }
+    }
+}

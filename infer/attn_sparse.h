@@ -86,6 +86,30 @@ void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *
                         const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
                         uint32_t *cur, float *pack);
 
+/* The shared selection (infer_sparse_opts.select_group): G heads' estimates
+ * (rows est + j * ld, j < G) folded into one score per slot t < visible:
+ * c[t] = max_j (est_j[t] - max_t' est_j[t']). */
+void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float *c);
+
+/* G query heads (rows q + j * ldq, outputs out + j * ldo, j < G) of one kv
+ * head over one shared list of slots (ascending, len >= 1; keys and values
+ * read from kh, vh, rows kv_dim apart): each head's output has the bits of
+ * infer_attn_list for that head and list; the keys and values are gathered
+ * once for the G heads. s: G * len floats, gather: len * hs floats. */
+void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G, uint32_t hs,
+                     const float *kh, const float *vh, size_t kv_dim, const uint32_t *list,
+                     uint32_t len, float *s, float *gather);
+/* Its AVX2 kernel (hs % 8 == 0; the AVX2 matmul kernel's bits: attn_group_rows
+ * takes it when that is the dense kernel), reading the keys and values in
+ * place, and the kernel's scalar twin (attn_sel_row_ref per head: the same
+ * bits). s: G * len floats. */
+void attn_group_rows_avx2(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                          uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                          const uint32_t *list, uint32_t len, float *s);
+void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                         uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                         const uint32_t *list, uint32_t len, float *s);
+
 /* How many of `visible` keys (slots 0..visible-1) a row of a head with keep
  * ratio r attends: ceil(r * visible), at least 1, at most visible. */
 uint32_t attn_keep_count(double r, uint32_t visible);

@@ -237,6 +237,56 @@ struct attend_buf {
     uint32_t *i1, *i2;
 };
 
+/* The shared selection: per row, one list for the launch's heads (the call's
+ * heads of kv head l->g, consecutive: one bucket), from their combined
+ * estimates; the heads attend it together. Their keep: the mean of their
+ * ratios. */
+static void attend_group(struct infer_sparse *sp, uint32_t layer,
+                         const struct infer_attn_rows *rows, const float *q,
+                         const struct launch *l, size_t ld, float *out, uint32_t h0, float *hint,
+                         const float *kh, const float *vh, size_t kv_dim,
+                         const struct attend_buf *b, struct call_stats *cs)
+{
+    const struct format_config *c = &sp->cfg;
+    uint32_t hd = c->head_dim, H = c->n_heads, G = l->cnt, ha = l->head[0];
+    size_t qdim = (size_t)H * hd;
+    uint32_t sinks = sp->o.sinks == UINT32_MAX ? 0 : sp->o.sinks;
+    uint32_t window = sp->o.window == UINT32_MAX ? 0 : sp->o.window;
+    double r = 0;
+    for (uint32_t j = 0; j < G; j++) {
+        r += sp->ratio[(size_t)layer * H + l->head[j]];
+        ha = l->head[j] < ha ? l->head[j] : ha;
+    }
+    r /= G;
+    for (uint32_t i = l->i0; i < l->i0 + l->nr; i++) {
+        uint64_t t0 = sl_now_ns();
+        uint32_t visible = rows->base + i + 1, k = attn_keep_count(r, visible);
+        const float *e = l->y + (size_t)(i - l->i0) * ld;
+        attn_group_combine(e, (size_t)l->nr * ld, G, visible, b->fs);
+        uint32_t ns = attn_select_row_hint(b->fs, visible, k, sinks, window, b->sel, b->work,
+                                           &hint[ha - h0]);
+        uint64_t t1 = sl_now_ns();
+        attn_group_rows(out + (size_t)i * qdim + (size_t)ha * hd, hd,
+                        q + (size_t)i * qdim + (size_t)ha * hd, hd, G, hd, kh, vh, kv_dim, b->sel,
+                        ns, b->a, b->gather);
+        cs->topk_ns += t1 - t0;
+        cs->qkv_ns += sl_now_ns() - t1;
+        cs->row_heads += G;
+        cs->visible += (uint64_t)G * visible;
+        cs->kept += (uint64_t)G * ns;
+        if (sp->o.measure)
+            for (uint32_t j = 0; j < G; j++) {
+                double rc, ms;
+                measure_row(q + (size_t)i * qdim + (size_t)l->head[j] * hd, kh, kv_dim, hd,
+                            e + (size_t)j * l->nr * ld, visible, k, b->sel, ns, b->fs, b->i1,
+                            b->i2, b->work, &rc, &ms);
+                cs->recall += rc;
+                cs->mass += ms;
+                cs->recall_n++;
+            }
+    }
+}
+
 /* Top-k and softmax.V for every row of every head of a finished launch
  * (kv head l->g's keys and values at kh, vh, rows kv_dim apart),
  * PAIRS (row, head) pairs at a time: each pair's keys picked (the previous
@@ -259,6 +309,10 @@ static void attend_launch(struct infer_sparse *sp, uint32_t layer,
     struct attn_sel_pair pr[PAIRS];
     (void)kv_mul;
     (void)n;
+    if (sp->o.select_group) {
+        attend_group(sp, layer, rows, q, l, ld, out, h0, hint, kh, vh, kv_dim, b, cs);
+        return;
+    }
     for (uint32_t i0 = l->i0; i0 < end; i0 += rb) {
         uint32_t i1 = end - i0 < rb ? end : i0 + rb, np = 0, tmax = rows->base + i1;
         uint64_t t0 = sl_now_ns();
@@ -347,6 +401,18 @@ static float head_scale(const float *q, uint32_t n, size_t qdim, uint32_t hd, ui
     return mx > 0.0f ? mx / 127.0f : 1.0f;
 }
 
+/* the largest Q scale of heads [a0, a1) (the shared selection's bucket) */
+static float group_scale(const float *q, uint32_t n, size_t qdim, uint32_t hd, uint32_t a0,
+                         uint32_t a1)
+{
+    float s = 0.0f;
+    for (uint32_t h = a0; h < a1; h++) {
+        float v = head_scale(q, n, qdim, hd, h);
+        s = v > s ? v : s;
+    }
+    return s;
+}
+
 /* The centre of kv head g's bucket grid: the geometric mean of its heads'
  * profiled mean Q scales (without a profile, of their first call's), so
  * that heads in one bucket share its scale and can share a launch. */
@@ -400,6 +466,9 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     }
     for (uint32_t h = h0; h < h1; h++) {
         float s = head_scale(q, n, qdim, hd, h);
+        if (sp->o.select_group) /* one bucket for the call's heads of the kv head */
+            s = group_scale(q, n, qdim, hd, h / kv_mul * kv_mul > h0 ? h / kv_mul * kv_mul : h0,
+                            (h / kv_mul + 1) * kv_mul < h1 ? (h / kv_mul + 1) * kv_mul : h1);
         float mu = group_center(sp, layer, h / kv_mul, q, n);
         bucket[h - h0] = attn_bucket_pick(mu, sp->step, sp->buckets, s);
         qs[h - h0] = attn_bucket_scale(mu, sp->step, sp->buckets, bucket[h - h0]);
@@ -741,7 +810,8 @@ int attn_sparse_estimate(struct infer_sparse *sp, const struct infer_kv *kv, uin
     const struct format_config *c = &sp->cfg;
     uint32_t hd = c->head_dim, H = c->n_heads, kv_mul = H / c->n_kv_heads, g = h / kv_mul;
     size_t qdim = (size_t)H * hd;
-    float s = head_scale(q, n, qdim, hd, h);
+    float s = sp->o.select_group ? group_scale(q, n, qdim, hd, g * kv_mul, (g + 1) * kv_mul)
+                                 : head_scale(q, n, qdim, hd, h);
     float mu = group_center(sp, layer, g, q, n);
     struct launch la = {.g = g, .cnt = 1};
     la.scale = attn_bucket_scale(mu, sp->step, sp->buckets,

@@ -19,7 +19,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice bench attn [--shape S] [--ctx N[,N...]] [--mode M] [--keep R]\n"
-            "                         [--reps N] [--threads N] [--ablate-plan] [--json]\n\n"
+            "                         [--reps N] [--threads N] [--select S] [--estimate E]\n"
+            "                         [--ablate-plan] [--json]\n\n"
             "Times one layer's attention over a KV cache of N slots: dense float attention\n"
             "(the runtime's blocked kernel) against sparse attention (int8 Q.K estimated on\n"
             "the emulated NPU's thread, top-k and exact softmax.V on the CPU), interleaved,\n"
@@ -39,6 +40,17 @@ static void usage(FILE *f)
             "  --reps N      timed runs of each, 1..1000 (default 3; decode runs 10 times as\n"
             "                many: a step is short)\n"
             "  --threads N   CPU threads for each contender, 1 or 2 (default 2)\n"
+            "  --select S    sparse's key lists: head (one per query head and row; default),\n"
+            "                group (one per kv head and row, shared by its query heads), or\n"
+            "                both (group timed as a third contender, interleaved; JSON\n"
+            "                group_ms, group_ms_min, group_speedup (dense / group medians),\n"
+            "                group_recall, group_mass)\n"
+            "  --estimate E  where sparse's int8 estimates run: device (the emulated NPU's own\n"
+            "                thread, launches pipelined two ahead of the CPU side; default),\n"
+            "                inline (the same graphs on the calling thread: no third thread\n"
+            "                on the two cores, the same bits), or both (inline timed as\n"
+            "                another contender, interleaved; JSON inline_ms, inline_ms_min,\n"
+            "                inline_speedup (dense / inline medians))\n"
             "  --ablate-plan also time sparse attention with its NPU launches in head order\n"
             "                instead of Algorithm 1's plan (interleaved with the others)\n"
             "  --json        one JSON object per line: shape, context, mode, rows, threads,\n"
@@ -142,17 +154,18 @@ static int cmp_d(const void *x, const void *y)
 }
 
 /* warm-up (graphs built, int8 keys prepared, memory touched), then reps
- * interleaved runs of each contender (dense, sparse, and sparse without
- * the plan when timed: t[2] non-NULL) */
-static int time_all(struct pool *pl, struct dense_arg ca[3][2], uint32_t threads, uint32_t reps,
-                    double *t[3])
+ * interleaved runs of each contender (dense, sparse, sparse without the
+ * plan when timed: t[2] non-NULL, the shared selection: t[3], the estimates
+ * inline: t[4]) */
+static int time_all(struct pool *pl, struct dense_arg ca[5][2], uint32_t threads, uint32_t reps,
+                    double *t[5])
 {
     int ret;
-    for (int c = 0; c < 3; c++)
+    for (int c = 0; c < 5; c++)
         if (t[c] && (ret = split_run(pl, ca[c], threads)) < 0)
             return ret;
     for (uint32_t r = 0; r < reps; r++)
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < 5; c++) {
             if (!t[c])
                 continue;
             uint64_t t0 = sl_now_ns();
@@ -166,7 +179,8 @@ static int time_all(struct pool *pl, struct dense_arg ca[3][2], uint32_t threads
 struct bench_opts {
     double keep;
     uint32_t reps, threads;
-    int json, ablate_plan;
+    int json, ablate_plan, select; /* select: 0 head, 1 group, 2 both */
+    int estimate;                  /* 0 device, 1 inline, 2 both */
 };
 
 static int one_case(const struct shape *sh, uint32_t T, int decode, const struct bench_opts *bo,
@@ -185,16 +199,18 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
     uint32_t H = sh->heads, KV = sh->kv_heads, hd = sh->head_dim;
     size_t kv_dim = (size_t)KV * hd, qdim = (size_t)H * hd;
     struct infer_kv *kv = NULL;
-    struct infer_sparse *sp = NULL, *spm = NULL, *spn = NULL;
+    struct infer_sparse *sp = NULL, *spm = NULL, *spn = NULL, *spg = NULL, *spgm = NULL, *spi = NULL;
     float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
     float *q = malloc(sizeof(float) * n * qdim), *od = malloc(sizeof(float) * n * qdim);
     float *os = malloc(sizeof(float) * n * qdim);
-    float *on = malloc(sizeof(float) * n * qdim);
-    float *scr = malloc(sizeof(float) * 64 * (size_t)T * 7);
+    float *on = malloc(sizeof(float) * n * qdim), *og = malloc(sizeof(float) * n * qdim);
+    float *scr = malloc(sizeof(float) * 64 * (size_t)T * 11);
     double *td = malloc(sizeof(double) * reps), *ts = malloc(sizeof(double) * reps);
-    double *tn = malloc(sizeof(double) * reps);
+    double *tn = malloc(sizeof(double) * reps), *tg = malloc(sizeof(double) * reps);
+    double *ti = malloc(sizeof(double) * reps);
+    float *oi = malloc(sizeof(float) * n * qdim);
     int ret = -ENOMEM;
-    if (!k || !v || !q || !od || !os || !on || !scr || !td || !ts || !tn) {
+    if (!k || !v || !q || !od || !os || !on || !og || !scr || !td || !ts || !tn || !tg || !ti || !oi) {
         sl_err_set(err, "out of memory");
         goto out;
     }
@@ -233,9 +249,28 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
         sl_err_set(err, "cannot fill the KV cache");
         goto out;
     }
-    struct infer_sparse_opts so = {.keep = keep, .sinks = 4, .window = 16, .uniform = 1};
+    struct infer_sparse_opts so = {.keep = keep, .sinks = 4, .window = 16, .uniform = 1,
+                                   .select_group = bo->select == 1,
+                                   .inline_npu = bo->estimate == 1};
     if ((ret = infer_sparse_create(&c, NULL, &so, &sp, err)) < 0)
         goto out;
+    if (bo->estimate == 2) { /* the estimates inline as another contender */
+        so.inline_npu = 1;
+        if ((ret = infer_sparse_create(&c, NULL, &so, &spi, err)) < 0)
+            goto out;
+        so.inline_npu = 0;
+    }
+    if (bo->select == 2) { /* the shared selection as a third contender */
+        so.select_group = 1;
+        if ((ret = infer_sparse_create(&c, NULL, &so, &spg, err)) < 0)
+            goto out;
+        so.measure = 1;
+        so.inline_npu = 1;
+        if ((ret = infer_sparse_create(&c, NULL, &so, &spgm, err)) < 0)
+            goto out;
+        so = (struct infer_sparse_opts){.keep = keep, .sinks = 4, .window = 16, .uniform = 1,
+                                        .inline_npu = bo->estimate == 1};
+    }
     if (bo->ablate_plan) {
         so.no_plan = 1;
         if ((ret = infer_sparse_create(&c, NULL, &so, &spn, err)) < 0)
@@ -250,15 +285,21 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
     uint32_t half = KV / 2 * (H / KV);
     const struct infer_attention *sa = infer_sparse_attention(sp);
     const struct infer_attention *na = spn ? infer_sparse_attention(spn) : sa;
+    const struct infer_attention *ga = spg ? infer_sparse_attention(spg) : sa;
+    const struct infer_attention *ia = spi ? infer_sparse_attention(spi) : sa;
     size_t sT = 64 * (size_t)T;
-    struct dense_arg ca[3][2] = {
+    struct dense_arg ca[5][2] = {
         {{&infer_attention_dense, &c, kv, &rows, q, 0, half, od, scr, 0},
          {&infer_attention_dense, &c, kv, &rows, q, half, H, od, scr + sT, 0}},
         {{sa, &c, kv, &rows, q, 0, half, os, scr + 2 * sT, 0},
          {sa, &c, kv, &rows, q, half, H, os, scr + 3 * sT, 0}},
         {{na, &c, kv, &rows, q, 0, half, on, scr + 4 * sT, 0},
-         {na, &c, kv, &rows, q, half, H, on, scr + 5 * sT, 0}}};
-    double *tt[3] = {td, ts, spn ? tn : NULL};
+         {na, &c, kv, &rows, q, half, H, on, scr + 5 * sT, 0}},
+        {{ga, &c, kv, &rows, q, 0, half, og, scr + 7 * sT, 0},
+         {ga, &c, kv, &rows, q, half, H, og, scr + 8 * sT, 0}},
+        {{ia, &c, kv, &rows, q, 0, half, oi, scr + 9 * sT, 0},
+         {ia, &c, kv, &rows, q, half, H, oi, scr + 10 * sT, 0}}};
+    double *tt[5] = {td, ts, spn ? tn : NULL, spg ? tg : NULL, spi ? ti : NULL};
     struct pool pl = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     pthread_t worker;
     if (pthread_create(&worker, NULL, pool_main, &pl) != 0) {
@@ -278,8 +319,23 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
     const struct infer_attention *ma = infer_sparse_attention(spm);
     if ((ret = ma->run(ma, &c, kv, 0, &rows, q, 0, H, os, scr + 6 * sT)) < 0)
         goto out;
-    struct infer_sparse_stats st, sst;
+    struct infer_sparse_stats st, sst, gst = {0};
     infer_sparse_stats(spm, &st);
+    if (spgm) {
+        if ((ret = infer_sparse_attention(spgm)->run(infer_sparse_attention(spgm), &c, kv, 0,
+                                                     &rows, q, 0, H, og, scr + 6 * sT)) < 0)
+            goto out;
+        infer_sparse_stats(spgm, &gst);
+        qsort(tg, reps, sizeof *tg, cmp_d);
+    }
+    if (spi) {
+        qsort(ti, reps, sizeof *ti, cmp_d);
+        if (memcmp(oi, os, sizeof(float) * n * qdim)) { /* the same bits, or a bug */
+            sl_err_set(err, "the inline estimates gave another output than the device's");
+            ret = -EPROTO;
+            goto out;
+        }
+    }
     infer_sparse_stats(sp, &sst);
     double calls = (double)(reps + 1), per = 1e6 * calls;
     double w_ms = (double)sst.wait_ns / per, k_ms = (double)sst.topk_ns / per,
@@ -310,6 +366,18 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
             cJSON_AddNumberToObject(o, "noplan_ms_min", tn[0]);
             cJSON_AddNumberToObject(o, "plan_speedup", tn[reps / 2] / smed);
         }
+        if (spi) {
+            cJSON_AddNumberToObject(o, "inline_ms", ti[reps / 2]);
+            cJSON_AddNumberToObject(o, "inline_ms_min", ti[0]);
+            cJSON_AddNumberToObject(o, "inline_speedup", dmed / ti[reps / 2]);
+        }
+        if (spg) {
+            cJSON_AddNumberToObject(o, "group_ms", tg[reps / 2]);
+            cJSON_AddNumberToObject(o, "group_ms_min", tg[0]);
+            cJSON_AddNumberToObject(o, "group_speedup", dmed / tg[reps / 2]);
+            cJSON_AddNumberToObject(o, "group_recall", gst.recall);
+            cJSON_AddNumberToObject(o, "group_mass", gst.mass);
+        }
         cJSON_AddNumberToObject(o, "sparse_wait_ms", w_ms);
         cJSON_AddNumberToObject(o, "sparse_topk_ms", k_ms);
         cJSON_AddNumberToObject(o, "sparse_qkv_ms", v_ms);
@@ -329,6 +397,16 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
                    "plan x%.3f\n",
                    sh->name, T, decode ? "decode" : "prefill", n, tn[reps / 2], tn[0],
                    tn[reps / 2] / smed);
+        if (spi)
+            printf("%-10s %6u %-8s %4u rows  sparse, estimates inline (--estimate inline) %9.3f "
+                   "ms (min %9.3f)  x%.2f\n",
+                   sh->name, T, decode ? "decode" : "prefill", n, ti[reps / 2], ti[0],
+                   dmed / ti[reps / 2]);
+        if (spg)
+            printf("%-10s %6u %-8s %4u rows  sparse, shared lists (--select group) %9.3f ms "
+                   "(min %9.3f)  x%.2f  recall %.4f  mass %.4f\n",
+                   sh->name, T, decode ? "decode" : "prefill", n, tg[reps / 2], tg[0],
+                   dmed / tg[reps / 2], gst.recall, gst.mass);
         fflush(stdout);
     }
     ret = 0;
@@ -336,6 +414,9 @@ out:
     infer_sparse_destroy(sp);
     infer_sparse_destroy(spm);
     infer_sparse_destroy(spn);
+    infer_sparse_destroy(spg);
+    infer_sparse_destroy(spgm);
+    infer_sparse_destroy(spi);
     infer_kv_destroy(kv);
     free(k);
     free(v);
@@ -343,7 +424,11 @@ out:
     free(od);
     free(os);
     free(on);
+    free(og);
     free(tn);
+    free(tg);
+    free(ti);
+    free(oi);
     free(scr);
     free(td);
     free(ts);
@@ -373,6 +458,12 @@ int bench_attn(int argc, char **argv)
             bad = tools_args_u32(&a, 1, 1000, &bo.reps);
         } else if (!strcmp(s, "--threads")) {
             bad = tools_args_u32(&a, 1, 2, &bo.threads);
+        } else if (!strcmp(s, "--select")) {
+            static const char *const sel[] = {"head", "group", "both"};
+            bad = tools_args_choice(&a, sel, 3, &bo.select);
+        } else if (!strcmp(s, "--estimate")) {
+            static const char *const est[] = {"device", "inline", "both"};
+            bad = tools_args_choice(&a, est, 3, &bo.estimate);
         } else if (!strcmp(s, "--ablate-plan")) {
             bo.ablate_plan = 1;
         } else if (!strcmp(s, "--json")) {

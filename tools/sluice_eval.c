@@ -98,7 +98,8 @@ int cmd_eval(int argc, char **argv)
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--attn") || !strcmp(a, "--keep") || !strcmp(a, "--keep-uniform") ||
-                   !strcmp(a, "--keep-floor") || !strcmp(a, "--sinks") || !strcmp(a, "--window")) {
+                   !strcmp(a, "--keep-floor") || !strcmp(a, "--sinks") || !strcmp(a, "--window") ||
+                   !strcmp(a, "--select") || !strcmp(a, "--estimate")) {
             bad = tools_attn_arg(&args, &at) < 0;
         } else if (a[0] == '-' || model) {
             bad = tools_args_unexpected(&args);

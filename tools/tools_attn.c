@@ -35,6 +35,14 @@ int tools_attn_arg(struct tools_args *a, struct tools_attn *t)
         return tools_args_double(a, 0, 1, 0, &t->floor) < 0 ? -1 : 1;
     if (!strcmp(s, "--sinks"))
         return tools_args_u32(a, 0, UINT32_MAX - 1, &t->sinks) < 0 ? -1 : 1;
+    if (!strcmp(s, "--select")) {
+        static const char *const names[] = {"head", "group"};
+        return tools_args_choice(a, names, 2, &t->group) < 0 ? -1 : 1;
+    }
+    if (!strcmp(s, "--estimate")) {
+        static const char *const names[] = {"device", "inline"};
+        return tools_args_choice(a, names, 2, &t->inline_est) < 0 ? -1 : 1;
+    }
     if (!strcmp(s, "--window"))
         return tools_args_u32(a, 0, UINT32_MAX - 1, &t->window) < 0 ? -1 : 1;
     return 0;
@@ -58,7 +66,8 @@ int tools_attn_create(const struct tools_attn *t, const struct format_reader *r,
     }
     struct infer_sparse_opts o = {.keep = tools_attn_keep(t), .sinks = t->sinks, .window = t->window,
                                   .uniform = t->uniform, .floor_share = t->floor,
-                                  .measure = measure};
+                                  .measure = measure, .select_group = t->group,
+                                  .inline_npu = t->inline_est};
     if (t->sparse == 2) {
         o.min_keys = TOOLS_ATTN_AUTO_MIN_KEYS;
         o.max_rows = 1;

@@ -1,5 +1,6 @@
 /* tools_attn.h: the attention options run, eval and bench share
- * (--attn dense|sparse, --keep R, --keep-uniform, --sinks N, --window N)
+ * (--attn dense|sparse, --keep R, --keep-uniform, --sinks N, --window N,
+ * --select head|group, --estimate device|inline)
  * and the sparse attention they make from a container's profile. */
 #ifndef SLUICE_TOOLS_ATTN_H
 #define SLUICE_TOOLS_ATTN_H
@@ -15,6 +16,8 @@ struct tools_attn {
     double floor;    /* --keep-floor */
     uint32_t sinks;  /* --sinks (default 4) */
     uint32_t window; /* --window (default 16) */
+    int group;       /* --select group */
+    int inline_est;  /* --estimate inline */
 };
 
 #define TOOLS_ATTN_DEFAULTS {.sparse = 2, .keep = 0, .floor = 1.0, .sinks = 4, .window = 16}
@@ -43,7 +46,16 @@ struct tools_attn {
     "                   goes by the profile's eq. 3 (0..1; default 1: uniform,\n"    \
     "                   measured best on kjv6L-1k; 0: eq. 3 alone)\n"  \
     "  --sinks N        sparse: first slots always kept (default 4)\n"                         \
-    "  --window N       sparse: most recent slots always kept (default 16)\n"
+    "  --window N       sparse: most recent slots always kept (default 16)\n"                \
+    "  --select S       sparse: head (default: a key list per query head and row) or\n"      \
+    "                   group (one list per kv head and row, shared by its query heads\n"   \
+    "                   (GQA): the top of max over the heads of estimate - row max;\n"      \
+    "                   keys and values gathered once for the heads; faster, less\n"        \
+    "                   accurate at equal keep: docs/BENCHMARKS.md)\n"                  \
+    "  --estimate E     sparse: where the int8 estimates run: device (the emulated NPU's\n"   \
+    "                   own thread, pipelined ahead of the CPU side; default) or inline\n"  \
+    "                   (the same graphs on the attention's thread: the same results, one\n" \
+    "                   thread less; faster on a 2-core machine: docs/BENCHMARKS.md)\n"
 
 /* "dense", "sparse" or "auto", and the keep ratio sparse calls use. */
 const char *tools_attn_name(const struct tools_attn *t);

@@ -347,6 +347,9 @@ struct infer_sparse_opts {
     int measure;       /* 1: recall and kept attention mass against float scores (slow) */
     int inline_npu;    /* 1: estimates on the calling thread (bit-identical results) */
     int no_plan;       /* 1: launches in head order instead of Algorithm 1's */
+    int select_group;  /* 1: one key list per query row and kv head, shared by its query
+                          heads (GQA): the top of max_h(estimate_h - its row max), one
+                          Q bucket per kv head (its heads' largest scale); 0: per head */
     struct npu_device *device; /* NULL: one of its own */
 };
 

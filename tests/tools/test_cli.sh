@@ -172,11 +172,16 @@ run m.sluice --attn fast|sluice run: --attn wants one of dense, sparse or auto, 
 run m.sluice --keep 0|sluice run: --keep wants a number in (0, 1], not '0'
 eval m.sluice --keep 1.5|sluice eval: --keep wants a number in (0, 1], not '1.5'
 eval m.sluice --keep-floor 2|sluice eval: --keep-floor wants a number in [0, 1], not '2'
+eval m.sluice --select kv|sluice eval: --select wants one of head or group, not 'kv'
+run m.sluice --select all|sluice run: --select wants one of head or group, not 'all'
+run m.sluice --estimate npu|sluice run: --estimate wants one of device or inline, not 'npu'
 profile-attn m.sluice --buckets 0|sluice profile-attn: --buckets wants a whole number in 1..64, not '0'
 profile-attn m.sluice --step 1|sluice profile-attn: --step wants a number in (0, 1), not '1'
 bench attn --ctx 8|sluice bench attn: --ctx: '8' is not a length in 16..65536
 bench attn --shape gpt|sluice bench attn: unknown shape 'gpt'
 bench attn --threads 3|sluice bench attn: --threads wants a whole number in 1..2, not '3'
+bench attn --select kv|sluice bench attn: --select wants one of head, group or both, not 'kv'
+bench attn --estimate gpu|sluice bench attn: --estimate wants one of device, inline or both, not 'gpu'
 bench serve m.sluice --clients 0|sluice bench serve: --clients wants up to 8 numbers in 1..1024
 bench serve m.sluice --llama-server x|sluice bench serve: --llama-server and --gguf go together
 bench serve m.sluice --cold 3|sluice bench serve: --cold needs --flashrun PATH

@@ -1,0 +1,101 @@
+/* attn_group.c: sparse attention's shared selection (`select_group`): one
+ * key list per query row and kv head, shared by the query heads of that kv
+ * head (GQA's group).
+ *
+ * attn_group_combine folds the group's int8 estimates into one score per
+ * slot: c[t] = max over the heads h of (est_h[t] - max_t' est_h[t']), each
+ * head's scores relative to its own largest, so a key a head ranks near its
+ * top stays near the top of the group whatever the other heads' scales.
+ * Only subtractions and maxima: exact in any order, plain C (the compiler's
+ * vectors give the same bits as a loop over scalars).
+ *
+ * attn_group_rows runs the group's heads over the shared list together: the
+ * list's keys gathered into consecutive rows once for all heads, the dense
+ * kernel's NT matmul (every score its own dot product, each key row read
+ * once for the heads), each head's softmax with the kernel's steps, and the
+ * NN matmul over the values gathered once (each head's sum in list order).
+ * Every head's output is the bits infer_attn_list gives for that head and
+ * list: the same dots, the same softmax, the same sums (test_attn_group).
+ * With the AVX2 matmul kernel (and hs % 8 == 0) attn_group_rows_avx2 does
+ * it without gathering (attn_sel_avx2.c; its scalar twin
+ * attn_group_rows_ref). */
+#include <math.h>
+
+#include "attn_sparse.h"
+#include "infer_internal.h"
+#include "infer_matmul.h"
+
+void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float *c)
+{
+    for (uint32_t j = 0; j < G; j++) {
+        const float *e = est + (size_t)j * ld;
+        float m = -INFINITY;
+        for (uint32_t t = 0; t < visible; t++)
+            m = e[t] > m ? e[t] : m;
+        if (j == 0) {
+            for (uint32_t t = 0; t < visible; t++)
+                c[t] = e[t] - m;
+        } else {
+            for (uint32_t t = 0; t < visible; t++) {
+                float d = e[t] - m;
+                c[t] = d > c[t] ? d : c[t];
+            }
+        }
+    }
+}
+
+/* a key's row (a library memcpy per 256-byte row costs more than the copy) */
+static inline void copy_row(float *restrict dst, const float *restrict src, uint32_t n)
+{
+    uint32_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (uint32_t j = 0; j < 8; j++)
+            dst[c + j] = src[c + j];
+    for (; c < n; c++)
+        dst[c] = src[c];
+}
+
+#define PREFETCH_AHEAD 8
+static void gather_rows(float *dst, const float *src, size_t ld, uint32_t hs,
+                        const uint32_t *list, uint32_t len)
+{
+    for (uint32_t j = 0; j < len; j++) {
+        if (j + PREFETCH_AHEAD < len)
+            for (uint32_t c = 0; c < hs; c += 16)
+                __builtin_prefetch(src + (size_t)list[j + PREFETCH_AHEAD] * ld + c, 0, 1);
+        copy_row(dst + (size_t)j * hs, src + (size_t)list[j] * ld, hs);
+    }
+}
+
+void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G, uint32_t hs,
+                     const float *kh, const float *vh, size_t kv_dim, const uint32_t *list,
+                     uint32_t len, float *s, float *gather)
+{
+    enum infer_matmul_kernel k = infer_matmul_kernel_used();
+#if SLUICE_KERNELS_X86
+    if (hs % 8 == 0 && len > 0 && k == INFER_MATMUL_AVX2) {
+        attn_group_rows_avx2(out, ldo, q, ldq, G, hs, kh, vh, kv_dim, list, len, s);
+        return;
+    }
+#endif
+    float sq = sqrtf((float)hs);
+    gather_rows(gather, kh, kv_dim, hs, list, len);
+    infer_matmul_nt(k, s, len, q, ldq, gather, INFER_W_F32, hs, G, hs, 0, len);
+    for (uint32_t j = 0; j < G; j++) {
+        float *a = s + (size_t)j * len;
+        float maxv = infer_div_max(k, a, len, sq);
+        float sum = infer_exp_sum(k, a, len, maxv);
+        (void)infer_div_max(k, a, len, sum);
+    }
+    gather_rows(gather, vh, kv_dim, hs, list, len);
+    infer_matmul_nn(k, out, ldo, s, len, gather, hs, G, len, hs);
+}
+
+void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                         uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                         const uint32_t *list, uint32_t len, float *s)
+{
+    for (uint32_t j = 0; j < G; j++)
+        attn_sel_row_ref(out + (size_t)j * ldo, q + (size_t)j * ldq, kh, vh, kv_dim, hs, list, len,
+                         s + (size_t)j * len);
+}

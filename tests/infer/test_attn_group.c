@@ -1,0 +1,287 @@
+/* test_attn_group.c: sparse attention's shared selection (select_group:
+ * one key list per query row and kv head, shared by its query heads):
+ * - attn_group_combine against its definition, max_h(est_h - max est_h);
+ * - attn_group_rows: every head's output bit-identical to infer_attn_list
+ *   for that head over the shared list (random head counts, head sizes,
+ *   lists, strides), and its AVX2 kernel to the kernel's scalar twin;
+ * - sparse attention with the shared selection at keep 1 bit-identical to
+ *   dense (prefill chunk and decode row, estimates inline and on the
+ *   device), and at keep < 1 equal to infer_attn_list over the keys a
+ *   reference picks from the combined NPU estimates (every head of a kv
+ *   head the same keys), and != the per-head selection's output. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_sparse.h"
+#include "infer_internal.h"
+#include "infer_matmul.h"
+#include "testutil.h"
+
+static struct test_rng rng;
+
+static void test_combine(void **state)
+{
+    (void)state;
+    for (int it = 0; it < 200; it++) {
+        uint32_t G = 1 + test_rng_below(&rng, 8), vis = 1 + test_rng_below(&rng, 300);
+        size_t ld = vis + test_rng_below(&rng, 40);
+        float *e = malloc(sizeof(float) * G * ld), *c = malloc(sizeof(float) * vis);
+        assert_true(e && c);
+        for (size_t i = 0; i < G * ld; i++)
+            e[i] = (test_rng_float(&rng) - 0.5f) * (float)(1 + it % 9) * 10.0f;
+        attn_group_combine(e, ld, G, vis, c);
+        for (uint32_t t = 0; t < vis; t++) {
+            float best = -INFINITY;
+            for (uint32_t j = 0; j < G; j++) {
+                float m = -INFINITY;
+                for (uint32_t u = 0; u < vis; u++)
+                    m = fmaxf(m, e[j * ld + u]);
+                best = fmaxf(best, e[j * ld + t] - m);
+            }
+            if (c[t] != best)
+                fail_msg("G %u vis %u t %u: %g vs %g", G, vis, t, c[t], best);
+        }
+        free(e);
+        free(c);
+    }
+}
+
+static void test_group_rows(void **state)
+{
+    (void)state;
+    int avx2_checked = 0;
+    static const uint32_t sizes[] = {8, 24, 32, 64, 72, 128, 13};
+    for (int it = 0; it < 120; it++) {
+        uint32_t G = 1 + test_rng_below(&rng, 8), hs = sizes[it % 7];
+        uint32_t KV = 1 + test_rng_below(&rng, 3), g = test_rng_below(&rng, KV);
+        uint32_t T = 1 + test_rng_below(&rng, 700);
+        size_t kv_dim = (size_t)KV * hs, ldq = hs + test_rng_below(&rng, 3) * 8; /* row stride */
+        float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
+        float *q = malloc(sizeof(float) * G * ldq), *out = malloc(sizeof(float) * G * ldq);
+        float *ref = malloc(sizeof(float) * hs), *s = malloc(sizeof(float) * G * T);
+        float *gather = malloc(sizeof(float) * T * hs), *a = malloc(sizeof(float) * T);
+        uint32_t *list = malloc(sizeof(uint32_t) * T);
+        assert_true(k && v && q && out && ref && s && gather && a && list);
+        for (size_t i = 0; i < T * kv_dim; i++) {
+            k[i] = test_rng_normal(&rng);
+            v[i] = test_rng_normal(&rng);
+        }
+        for (size_t i = 0; i < G * ldq; i++)
+            q[i] = test_rng_normal(&rng) * 0.5f;
+        /* a random ascending list, sometimes every slot, sometimes one */
+        uint32_t len = 0, mode = test_rng_below(&rng, 4);
+        for (uint32_t t = 0; t < T; t++)
+            if (mode == 0 || test_rng_below(&rng, 5) == 0)
+                list[len++] = t;
+        if (len == 0)
+            list[len++] = test_rng_below(&rng, T);
+        const float *kh = k + (size_t)g * hs, *vh = v + (size_t)g * hs;
+        attn_group_rows(out, ldq, q, ldq, G, hs, kh, vh, kv_dim, list, len, s, gather);
+        /* the AVX2 kernel against its scalar twin, where this CPU has it */
+        if (hs % 8 == 0 && infer_matmul_kernel_available(INFER_MATMUL_AVX2)) {
+            float *o2 = malloc(sizeof(float) * G * ldq), *o3 = malloc(sizeof(float) * G * ldq);
+            assert_true(o2 && o3);
+            attn_group_rows_avx2(o2, ldq, q, ldq, G, hs, kh, vh, kv_dim, list, len, s);
+            attn_group_rows_ref(o3, ldq, q, ldq, G, hs, kh, vh, kv_dim, list, len, s);
+            for (uint32_t j = 0; j < G; j++)
+                if (memcmp(o2 + (size_t)j * ldq, o3 + (size_t)j * ldq, sizeof(float) * hs))
+                    fail_msg("avx2 vs twin: G %u hs %u len %u head %u: %.9g vs %.9g", G, hs, len,
+                             j, o2[(size_t)j * ldq], o3[(size_t)j * ldq]);
+            free(o2);
+            free(o3);
+            avx2_checked++;
+        }
+        for (uint32_t j = 0; j < G; j++) {
+            infer_attn_list(ref, q + (size_t)j * ldq, kh, vh, kv_dim, hs, list, len, a, gather);
+            if (memcmp(ref, out + (size_t)j * ldq, sizeof(float) * hs))
+                fail_msg("G %u hs %u T %u len %u head %u: %.9g vs %.9g", G, hs, T, len, j,
+                         out[(size_t)j * ldq], ref[0]);
+        }
+        free(k);
+        free(v);
+        free(q);
+        free(out);
+        free(ref);
+        free(s);
+        free(gather);
+        free(a);
+        free(list);
+    }
+    if (infer_matmul_kernel_available(INFER_MATMUL_AVX2))
+        assert_true(avx2_checked > 50);
+    else
+        printf("test_group_rows: no AVX2 here, the kernel's twin check skipped\n");
+}
+
+static struct format_config shape(uint32_t H, uint32_t KV, uint32_t hd, uint32_t seq)
+{
+    return (struct format_config){.dim = H * hd, .hidden_dim = 64, .n_layers = 2, .n_heads = H,
+                                  .n_kv_heads = KV, .head_dim = hd, .vocab_size = 32,
+                                  .seq_len = seq, .rope_theta = 10000, .norm_eps = 1e-5f};
+}
+
+static struct infer_kv *random_cache(const struct format_config *c, uint32_t T)
+{
+    size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
+    assert_true(k && v);
+    for (size_t i = 0; i < T * kv_dim; i++) {
+        k[i] = test_rng_normal(&rng) * (i % 7 == 0 ? 3.0f : 1.0f);
+        v[i] = test_rng_normal(&rng);
+    }
+    struct infer_kv *kv;
+    struct sl_err err;
+    assert_int_equal(infer_kv_create(c, 0, INFER_KV_K8, &kv, &err), 0);
+    assert_int_equal(infer_kv_append(kv, k, v, T), 0);
+    free(k);
+    free(v);
+    return kv;
+}
+
+static float *random_q(const struct format_config *c, uint32_t n)
+{
+    size_t qdim = (size_t)c->n_heads * c->head_dim;
+    float *q = malloc(sizeof(float) * n * qdim);
+    assert_non_null(q);
+    for (size_t i = 0; i < n * qdim; i++)
+        q[i] = test_rng_normal(&rng) * 0.4f * (i % 96 < 32 ? 2.0f : 1.0f);
+    return q;
+}
+
+static void run_attn(const struct infer_attention *a, const struct format_config *c,
+                     const struct infer_kv *kv, uint32_t layer, uint32_t n, uint32_t base,
+                     const float *q, float *out)
+{
+    struct infer_attn_rows rows = {.n = n, .base = base};
+    float *scratch = malloc(sizeof(float) * 16 * (base + n));
+    assert_non_null(scratch);
+    assert_int_equal(a->run(a, c, kv, layer, &rows, q, 0, c->n_heads, out, scratch), 0);
+    free(scratch);
+}
+
+static void test_keep_all_is_dense(void **state)
+{
+    (void)state;
+    struct format_config c = shape(8, 2, 32, 1024);
+    uint32_t T = 600;
+    struct infer_kv *kv = random_cache(&c, T);
+    size_t qdim = (size_t)c.n_heads * c.head_dim;
+    for (int inl = 0; inl < 2; inl++) {
+        struct infer_sparse_opts o = {.keep = 1.0, .sinks = 4, .window = 16, .inline_npu = inl,
+                                      .select_group = 1};
+        struct infer_sparse *sp;
+        struct sl_err err;
+        assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
+        uint32_t ns[2] = {37, 1};
+        for (int j = 0; j < 2; j++) {
+            uint32_t n = ns[j], base = T - n;
+            float *q = random_q(&c, n), *od = malloc(sizeof(float) * n * qdim),
+                  *os = malloc(sizeof(float) * n * qdim);
+            run_attn(&infer_attention_dense, &c, kv, 1, n, base, q, od);
+            run_attn(infer_sparse_attention(sp), &c, kv, 1, n, base, q, os);
+            assert_memory_equal(od, os, sizeof(float) * n * qdim);
+            free(q);
+            free(od);
+            free(os);
+        }
+        struct infer_sparse_stats st;
+        infer_sparse_stats(sp, &st);
+        assert_int_equal(st.dense_calls, 0); /* the sparse path ran */
+        assert_true(st.launches > 0 && st.keys_kept == st.keys_visible);
+        infer_sparse_destroy(sp);
+    }
+    infer_kv_destroy(kv);
+}
+
+/* keep < 1: per row and kv head, the keys the combined estimates pick (a
+ * reference: the NPU path's estimates of each head, combined, selected),
+ * and every head of the kv head over them through infer_attn_list */
+static void test_group_reference(void **state)
+{
+    (void)state;
+    struct format_config c = shape(8, 2, 32, 1024);
+    uint32_t T = 530, n = 30, base = T - n, hd = c.head_dim, H = c.n_heads;
+    uint32_t G = H / c.n_kv_heads;
+    size_t qdim = (size_t)H * hd, kv_dim = (size_t)c.n_kv_heads * hd;
+    struct infer_kv *kv = random_cache(&c, T);
+    float *q = random_q(&c, n), *os = malloc(sizeof(float) * n * qdim);
+    float *oh = malloc(sizeof(float) * n * qdim);
+    struct infer_sparse_opts o = {.keep = 0.15, .sinks = 3, .window = 10, .select_group = 1};
+    struct infer_sparse *sp, *sp2, *sph;
+    struct sl_err err;
+    assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
+    assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp2, &err), 0);
+    o.select_group = 0;
+    assert_int_equal(infer_sparse_create(&c, NULL, &o, &sph, &err), 0);
+    run_attn(infer_sparse_attention(sp), &c, kv, 0, n, base, q, os);
+    run_attn(infer_sparse_attention(sph), &c, kv, 0, n, base, q, oh);
+    assert_true(memcmp(os, oh, sizeof(float) * n * qdim) != 0); /* another selection */
+    float *est = malloc(sizeof(float) * G * n * 1024), *comb = malloc(sizeof(float) * T);
+    float *a = malloc(sizeof(float) * T), *gather = malloc(sizeof(float) * T * hd), out[32];
+    uint32_t *sel = malloc(sizeof(uint32_t) * T), *work = malloc(sizeof(uint32_t) * 2 * T);
+    assert_true(est && comb && a && gather && sel && work);
+    for (uint32_t g = 0; g < c.n_kv_heads; g++) {
+        uint32_t L = 0;
+        float qs, qs0 = 0;
+        /* sp2 saw no call before: its bucket grid is centred the same way */
+        for (uint32_t j = 0; j < G; j++) {
+            assert_int_equal(attn_sparse_estimate(sp2, kv, 0, q, n, base, g * G + j,
+                                                  est + (size_t)j * n * 1024, &L, &qs, &err),
+                             0);
+            if (j == 0)
+                qs0 = qs;
+            assert_true(qs == qs0); /* one bucket for the kv head's heads */
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t vis = base + i + 1, k = attn_keep_count(0.15, vis);
+            /* the heads' rows, n * 1024 apart, each of stride L */
+            float *rowsj = malloc(sizeof(float) * G * vis);
+            for (uint32_t j = 0; j < G; j++)
+                memcpy(rowsj + (size_t)j * vis, est + (size_t)j * n * 1024 + (size_t)i * L,
+                       sizeof(float) * vis);
+            attn_group_combine(rowsj, vis, G, vis, comb);
+            free(rowsj);
+            uint32_t m = attn_select_row(comb, vis, k, 3, 10, sel, work);
+            for (uint32_t j = 0; j < G; j++) {
+                uint32_t h = g * G + j;
+                infer_attn_list(out, q + i * qdim + (size_t)h * hd,
+                                infer_kv_keys(kv, 0) + (size_t)g * hd,
+                                infer_kv_values(kv, 0) + (size_t)g * hd, kv_dim, hd, sel, m, a,
+                                gather);
+                if (memcmp(out, os + i * qdim + (size_t)h * hd, sizeof(float) * hd))
+                    fail_msg("head %u row %u: k %u m %u out %g vs %g", h, i, k, m, out[0],
+                             os[i * qdim + (size_t)h * hd]);
+            }
+        }
+    }
+    struct infer_sparse_stats st;
+    infer_sparse_stats(sp, &st);
+    assert_true(st.keys_kept < st.keys_visible / 5 && st.keys_kept > 0);
+    infer_sparse_destroy(sp);
+    infer_sparse_destroy(sp2);
+    infer_sparse_destroy(sph);
+    infer_kv_destroy(kv);
+    free(q);
+    free(os);
+    free(oh);
+    free(est);
+    free(comb);
+    free(a);
+    free(gather);
+    free(sel);
+    free(work);
+}
+
+int main(void)
+{
+    test_rng_init(&rng, test_seed());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_combine),
+        cmocka_unit_test(test_group_rows),
+        cmocka_unit_test(test_keep_all_is_dense),
+        cmocka_unit_test(test_group_reference),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
