@@ -80,10 +80,11 @@ int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out)
     b->n16 = (n + 15) & ~15u;
     b->rowsum = sl_alloc_aligned(sizeof(int32_t) * b->n16, 64);
     b->wide = sl_calloc(b->n16 / 16, 1);
+    b->tiny = sl_calloc(b->n16 / 16, 1);
     const size_t bytes = (size_t)b->n16 * b->k4;
     const uintptr_t huge = (uintptr_t)2 << 20;
     b->packed = sl_alloc_aligned(bytes, bytes >= huge ? huge : 64);
-    if (!b->rowsum || !b->packed || !b->wide) {
+    if (!b->rowsum || !b->packed || !b->wide || !b->tiny) {
         npu_gemm_b_destroy(b);
         return -ENOMEM;
     }
@@ -113,10 +114,13 @@ int npu_gemm_b_set_rows(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, ui
     for (uint32_t r = r0; r < r1; r += 16) {
         const int8_t *q = src + (size_t)(r - r0) * b->k;
         size_t len = (size_t)((r1 - r < 16) ? r1 - r : 16) * b->k;
-        int big = 0;
-        for (size_t i = 0; i < len; i++)
+        int big = 0, small = 1;
+        for (size_t i = 0; i < len; i++) {
             big |= q[i] > 64 || q[i] < -64;
+            small &= q[i] <= NPU_GEMM_TINY && q[i] >= -NPU_GEMM_TINY;
+        }
         b->wide[r / 16] = (uint8_t)big;
+        b->tiny[r / 16] = (uint8_t)small;
     }
     /* the AVX2 kernel negates weights: -128 has no int8 negation */
     return pack(b, src, r0, r1) ? -ERANGE : 0;
@@ -147,6 +151,7 @@ void npu_gemm_b_destroy(struct npu_gemm_b *b)
     sl_free_aligned(b->rowsum);
     sl_free_aligned(b->packed);
     free(b->wide);
+    free(b->tiny);
     free(b);
 }
 
