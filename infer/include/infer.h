@@ -828,7 +828,8 @@ struct infer_spec_opts {
     float calib_min_p;   /* 0: 0.2 */
     float row_cost;      /* the time of one more verification row relative to a
                             one-row step, for the cost model that sizes the tree
-                            (0: measured as it runs, starting at 0.25) */
+                            (0: fitted as it runs, with a verification's fixed
+                            cost beside it; set: that price, no fixed cost) */
     const int *history;  /* earlier generations (-1 separates them), or NULL */
     uint32_t n_history;
     /* called after every verification (for a trace): its start and end
