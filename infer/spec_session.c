@@ -41,6 +41,7 @@ struct infer_spec {
 };
 
 #define ACC_RATE 0.1f /* moving-average weight of one observation */
+#define BETA_PRIOR 0.3f /* a verification's fixed cost at first (kjv6L-1k: 0.1-0.4) */
 
 int infer_spec_exact(const struct infer_model *m)
 {
@@ -92,7 +93,7 @@ int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
     if (!(sp->o.calib_min_p > 0))
         sp->o.calib_min_p = 0.2f;
     sp->alpha = sp->o.row_cost > 0 ? sp->o.row_cost : 0.15f;
-    sp->beta = sp->o.row_cost > 0 ? 0.0f : 0.3f; /* measured on kjv6L-1k: 0.4 and 0.1 */
+    sp->beta = sp->o.row_cost > 0 ? 0.0f : BETA_PRIOR;
     for (int src = 0; src < SPEC_SRC_COUNT; src++)
         for (int g = 0; g <= SPEC_MAX_ORDER; g++) {
             /* priors: longer matches are likelier; a token after an accepted
@@ -403,8 +404,18 @@ int infer_spec_round(struct infer_spec *sp, int token, uint32_t depth, const int
      * one-row steps (1 + beta + alpha (n - 1)) is not worth verifying: a
      * one-row step instead (the greedy rows above price each row at alpha
      * alone) */
-    if (sp->tree.n > 1 && sp->tree.sum_p < sp->beta + sp->alpha * (float)(sp->tree.n - 1))
+    if (sp->tree.n > 1 && sp->tree.sum_p < sp->beta + sp->alpha * (float)(sp->tree.n - 1)) {
         spec_tree_reset(&sp->tree, token, len);
+        /* a fixed cost measured while the machine was busy would stop
+         * verification for good (nothing re-measures it): each skipped tree
+         * moves it back toward the prior and weakens the old rounds' fit */
+        if (sp->beta > BETA_PRIOR && sp->o.row_cost <= 0) {
+            sp->beta += ACC_RATE * (BETA_PRIOR - sp->beta);
+            double keep = 1.0 - ACC_RATE;
+            sp->fit_w *= keep, sp->fit_x *= keep, sp->fit_y *= keep;
+            sp->fit_xx *= keep, sp->fit_xy *= keep;
+        }
+    }
     sp->stats.draft_s += (double)(sl_now_ns() - t0) / 1e9;
     if (sp->tree.n == 1) {
         t0 = sl_now_ns();
