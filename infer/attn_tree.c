@@ -25,6 +25,14 @@
 #include "infer_internal.h"
 #include "infer_matmul.h"
 
+size_t infer_attn_tree_floats(const struct format_config *c, uint32_t n, uint32_t T)
+{
+    return ((size_t)c->n_heads * n + c->n_kv_heads * (size_t)c->head_dim) * T;
+}
+
+/* Rows whose ancestor lists go on the stack; larger trees allocate them. */
+#define TREE_STACK_ROWS 16
+
 int infer_attn_tree(const struct format_config *c, const float *kc, const float *vc,
                     const struct infer_attn_rows *rows, const float *q, uint32_t h0, uint32_t h1,
                     float *out)
@@ -35,16 +43,27 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
     size_t kv_dim = (size_t)c->n_kv_heads * hs;
     if (n == 0 || h0 >= h1)
         return 0;
-    /* scores of head h (h0 <= h < h1), row i at s + ((h - h0) * n + i) * T */
-    float *s = sl_malloc(sizeof(float) * (size_t)(h1 - h0) * n * T);
-    float *vb = sl_malloc(sizeof(float) * (size_t)T * hs);
-    uint32_t *anc = sl_malloc(sizeof(uint32_t) * (size_t)n * (n + 1));
-    uint32_t *depth = sl_malloc(sizeof(uint32_t) * n);
-    if (!s || !vb || !anc || !depth) {
-        free(s);
-        free(vb);
-        free(anc);
-        free(depth);
+    /* scores of head h, row i at s + ((h - hoff) * n + i) * T; kv head g's
+     * gathered values at vbs + (g - goff) * T * hs. In the shared scratch
+     * every head and kv head has its own place (hoff = goff = 0); memory of
+     * this call's own holds only [h0, h1) and their kv heads. */
+    uint32_t g0 = h0 / kv_mul, g1 = (h1 + kv_mul - 1) / kv_mul, hoff = 0, goff = 0;
+    float *own = NULL, *s = rows->tree_scratch;
+    if (!s || rows->tree_floats < infer_attn_tree_floats(c, n, T)) {
+        hoff = h0;
+        goff = g0;
+        s = own = sl_malloc(sizeof(float) * ((size_t)(h1 - h0) * n + (size_t)(g1 - g0) * hs) * T);
+    }
+    float *vbs = s ? s + (size_t)(own ? h1 - h0 : c->n_heads) * n * T : NULL;
+    uint32_t anc_st[TREE_STACK_ROWS * (TREE_STACK_ROWS + 1)], depth_st[TREE_STACK_ROWS];
+    uint32_t *anc = anc_st, *depth = depth_st, *anc_own = NULL;
+    if (n > TREE_STACK_ROWS) {
+        anc = anc_own = sl_malloc(sizeof(uint32_t) * (size_t)n * (n + 2));
+        depth = anc ? anc + (size_t)n * (n + 1) : NULL;
+    }
+    if (!s || !anc) {
+        free(own);
+        free(anc_own);
         return -ENOMEM;
     }
     /* row i's ancestors and itself, ascending: anc[i * (n + 1) ..] */
@@ -59,7 +78,7 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
     }
     float sq = sqrtf((float)hs);
     for (uint32_t h = h0; h < h1; h++) {
-        float *sh = s + (size_t)(h - h0) * n * T;
+        float *sh = s + (size_t)(h - hoff) * n * T;
         const float *kh = kc + (size_t)(h / kv_mul) * hs;
         infer_matmul_nt(k, sh, T, q + (size_t)h * hs, qdim, kh, INFER_W_F32, kv_dim, n, hs, 0, T);
         for (uint32_t i = 0; i < n; i++) {
@@ -78,6 +97,7 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
         uint32_t ha = g * kv_mul > h0 ? g * kv_mul : h0;
         uint32_t hb = (g + 1) * kv_mul < h1 ? (g + 1) * kv_mul : h1;
         const float *vh = vc + (size_t)g * hs;
+        float *vb = vbs + (size_t)(g - goff) * T * hs;
         for (uint32_t t = 0; t < base; t++)
             memcpy(vb + (size_t)t * hs, vh + t * kv_dim, sizeof(float) * hs);
         for (uint32_t i = 0; i < n; i++) {
@@ -87,13 +107,11 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
                        sizeof(float) * hs);
             /* the heads [ha, hb) of row i: probabilities at stride n * T */
             infer_matmul_nn(k, out + (size_t)i * qdim + (size_t)ha * hs, hs,
-                            s + ((size_t)(ha - h0) * n + i) * T, (size_t)n * T, vb, hs, hb - ha,
+                            s + ((size_t)(ha - hoff) * n + i) * T, (size_t)n * T, vb, hs, hb - ha,
                             base + depth[i], hs);
         }
     }
-    free(s);
-    free(vb);
-    free(anc);
-    free(depth);
+    free(own);
+    free(anc_own);
     return 0;
 }

@@ -239,6 +239,29 @@ static int check_batch(const struct infer_model *m, const struct infer_state *s,
     return 0;
 }
 
+/* A tree's attention scratch in the state (infer_attn_tree), grown by half
+ * again past what this call needs, so that a growing context reallocates
+ * it seldom. */
+static int tree_scratch(const struct format_config *c, struct infer_state *s,
+                        struct infer_attn_rows *vis, struct sl_err *err)
+{
+    size_t need = infer_attn_tree_floats(c, vis->n, vis->base + vis->n);
+    if (s->tree_cap < need) {
+        size_t most = infer_attn_tree_floats(c, vis->n, c->seq_len);
+        size_t cap = need + need / 2 < most ? need + need / 2 : most;
+        free(s->tree);
+        s->tree_cap = 0;
+        if (!(s->tree = sl_malloc(sizeof(float) * cap))) {
+            sl_err_set(err, "out of memory for a draft tree's attention scores (%zu floats)", cap);
+            return -ENOMEM;
+        }
+        s->tree_cap = cap;
+    }
+    vis->tree_scratch = s->tree;
+    vis->tree_floats = s->tree_cap;
+    return 0;
+}
+
 int infer_forward_batch(struct infer_model *m, struct infer_state *s, const struct infer_batch *b,
                         float *logits, struct sl_err *err)
 {
@@ -257,6 +280,8 @@ int infer_forward_batch(struct infer_model *m, struct infer_state *s, const stru
             ret = infer_embed(m, b->tokens + done, nb, s->x, err);
         struct infer_rows r = {.n = nb, .slot0 = slot0, .pos = s->pos,
                                .vis = {.n = nb, .base = slot0, .parent = b->parent}};
+        if (ret == 0 && b->parent)
+            ret = tree_scratch(c, s, &r.vis, err);
         for (uint32_t l = 0; ret == 0 && l < c->n_layers; l++)
             ret = layer_rows(m, s, (int)l, s->x, &r, err);
         if (ret == 0)

@@ -106,6 +106,8 @@ struct infer_state {
     float *att_out; /* [n][Q] */
     float *att;     /* [INFER_ATT_ROWS][seq_len] attention scores */
     float *att_dev; /* the same for the device thread's heads (allocated when first split) */
+    float *tree;    /* a draft tree's attention scores and values (infer_attn_tree), grown */
+    size_t tree_cap; /* floats */
     float *hb;      /* [n][F] */
     float *hb2;     /* [n][F] */
     int8_t *xq;     /* [n][max(D, Q, F)] quantized activations */
@@ -172,10 +174,15 @@ void infer_attn_list(float *out, const float *qh, const float *kh, const float *
                      uint32_t hs, const uint32_t *list, uint32_t len, float *a, float *gather);
 /* Dense attention of a tree's rows (rows->parent set, no selection) for the
  * query heads [h0, h1), into out [n][Q]: the bits infer_attn_list gives each
- * row over its visible slots (attn_tree.c). 0 or -ENOMEM. */
+ * row over its visible slots (attn_tree.c). Its scores and gathered values
+ * go in rows->tree_scratch when that holds infer_attn_tree_floats(c, n,
+ * base + n) floats (head h's scores and kv head g's values at fixed places,
+ * so threads running disjoint kv heads share it), else in memory of its own
+ * for the call. 0 or -ENOMEM. */
 int infer_attn_tree(const struct format_config *c, const float *kc, const float *vc,
                     const struct infer_attn_rows *rows, const float *q, uint32_t h0, uint32_t h1,
                     float *out);
+size_t infer_attn_tree_floats(const struct format_config *c, uint32_t n, uint32_t T);
 void infer_op_attention(float *out, const float *q, const float *key_cache,
                         const float *value_cache, uint32_t n, uint32_t pos0,
                         const struct format_config *c, uint32_t h0, uint32_t h1, float *att);

@@ -303,6 +303,7 @@ void infer_state_destroy(struct infer_state *s)
     free(s->att_out);
     free(s->att);
     free(s->att_dev);
+    free(s->tree);
     free(s->hb);
     free(s->hb2);
     sl_free_aligned(s->xq);

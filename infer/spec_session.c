@@ -30,13 +30,18 @@ struct infer_spec {
     struct infer_spec_stats stats;
     /* the cost model: per source, match order and first/later token, the
      * estimated acceptance (moving averages of what verification found);
-     * alpha = the cost of one more row relative to a one-row step (measured:
-     * one-row steps' and verifications' times) */
+     * alpha = the cost of one more row relative to a one-row step and beta
+     * the fixed cost of a verification beside it (a verification of n rows
+     * costs 1 + beta + alpha (n - 1) one-row steps), fitted to the measured
+     * times of one-row steps (t1) and verifications: a least-squares line
+     * through (n - 1, dt / t1 - 1), the sums decayed by ACC_RATE per round */
     float acc[SPEC_SRC_COUNT][SPEC_MAX_ORDER + 1][2];
-    float alpha, t1;
+    float alpha, beta, t1;
+    double fit_w, fit_x, fit_y, fit_xx, fit_xy;
 };
 
 #define ACC_RATE 0.1f /* moving-average weight of one observation */
+#define BETA_PRIOR 0.3f /* a verification's fixed cost at first (kjv6L-1k: 0.1-0.4) */
 
 int infer_spec_exact(const struct infer_model *m)
 {
@@ -87,7 +92,8 @@ int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
         sp->o.calib_depth = 4;
     if (!(sp->o.calib_min_p > 0))
         sp->o.calib_min_p = 0.2f;
-    sp->alpha = sp->o.row_cost > 0 ? sp->o.row_cost : 0.25f;
+    sp->alpha = sp->o.row_cost > 0 ? sp->o.row_cost : 0.15f;
+    sp->beta = sp->o.row_cost > 0 ? 0.0f : BETA_PRIOR;
     for (int src = 0; src < SPEC_SRC_COUNT; src++)
         for (int g = 0; g <= SPEC_MAX_ORDER; g++) {
             /* priors: longer matches are likelier; a token after an accepted
@@ -269,9 +275,22 @@ static void learn(struct infer_spec *sp, const uint32_t *path, uint32_t np, doub
     }
     if (sp->o.row_cost > 0 || sp->t1 <= 0 || t->n < 2)
         return;
-    float obs = (float)(dt / sp->t1 - 1.0) / (float)(t->n - 1);
-    obs = obs < 0.01f ? 0.01f : obs > 2.0f ? 2.0f : obs;
-    sp->alpha += ACC_RATE * (obs - sp->alpha);
+    double x = t->n - 1, y = dt / sp->t1 - 1.0, keep = 1.0 - ACC_RATE;
+    y = y < 0 ? 0 : y > 8 ? 8 : y;
+    sp->fit_w = keep * sp->fit_w + 1;
+    sp->fit_x = keep * sp->fit_x + x;
+    sp->fit_y = keep * sp->fit_y + y;
+    sp->fit_xx = keep * sp->fit_xx + x * x;
+    sp->fit_xy = keep * sp->fit_xy + x * y;
+    double mx = sp->fit_x / sp->fit_w, my = sp->fit_y / sp->fit_w;
+    double var = sp->fit_xx / sp->fit_w - mx * mx, cov = sp->fit_xy / sp->fit_w - mx * my;
+    /* the slope once the rounds' sizes spread (else the prior's, or the
+     * last fitted one), the intercept through the mean */
+    double a = var > 0.5 && sp->fit_w > 3 ? cov / var : sp->alpha;
+    a = a < 0.01 ? 0.01 : a > 2 ? 2 : a;
+    double b = my - a * mx;
+    sp->alpha = (float)a;
+    sp->beta = (float)(b < 0 ? 0 : b > 2 ? 2 : b);
 }
 
 /* One verification of the tree (root = the pending token, already in the
@@ -381,6 +400,22 @@ int infer_spec_round(struct infer_spec *sp, int token, uint32_t depth, const int
     if (rows > cap - len)
         rows = cap - len;
     draft(sp, token, len, depth, rows, stop, n_stop);
+    /* a tree expected to bring fewer tokens than a verification costs in
+     * one-row steps (1 + beta + alpha (n - 1)) is not worth verifying: a
+     * one-row step instead (the greedy rows above price each row at alpha
+     * alone) */
+    if (sp->tree.n > 1 && sp->tree.sum_p < sp->beta + sp->alpha * (float)(sp->tree.n - 1)) {
+        spec_tree_reset(&sp->tree, token, len);
+        /* a fixed cost measured while the machine was busy would stop
+         * verification for good (nothing re-measures it): each skipped tree
+         * moves it back toward the prior and weakens the old rounds' fit */
+        if (sp->beta > BETA_PRIOR && sp->o.row_cost <= 0) {
+            sp->beta += ACC_RATE * (BETA_PRIOR - sp->beta);
+            double keep = 1.0 - ACC_RATE;
+            sp->fit_w *= keep, sp->fit_x *= keep, sp->fit_y *= keep;
+            sp->fit_xx *= keep, sp->fit_xy *= keep;
+        }
+    }
     sp->stats.draft_s += (double)(sl_now_ns() - t0) / 1e9;
     if (sp->tree.n == 1) {
         t0 = sl_now_ns();

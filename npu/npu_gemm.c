@@ -80,10 +80,11 @@ int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out)
     b->n16 = (n + 15) & ~15u;
     b->rowsum = sl_alloc_aligned(sizeof(int32_t) * b->n16, 64);
     b->wide = sl_calloc(b->n16 / 16, 1);
+    b->tiny = sl_calloc(b->n16 / 16, 1);
     const size_t bytes = (size_t)b->n16 * b->k4;
     const uintptr_t huge = (uintptr_t)2 << 20;
     b->packed = sl_alloc_aligned(bytes, bytes >= huge ? huge : 64);
-    if (!b->rowsum || !b->packed || !b->wide) {
+    if (!b->rowsum || !b->packed || !b->wide || !b->tiny) {
         npu_gemm_b_destroy(b);
         return -ENOMEM;
     }
@@ -137,6 +138,7 @@ void npu_gemm_b_destroy(struct npu_gemm_b *b)
     sl_free_aligned(b->rowsum);
     sl_free_aligned(b->packed);
     free(b->wide);
+    free(b->tiny);
     free(b);
 }
 

@@ -19,6 +19,10 @@
 #define AI static inline __attribute__((always_inline))
 #define LR 3 /* rows per tile */
 #define NB 2 /* 16-channel blocks per tile */
+/* the fewest rows that take the few-rows kernel (npu_gemm_rows_avx2.c) */
+#ifndef NPU_GEMM_ROWS_MIN
+#define NPU_GEMM_ROWS_MIN 4
+#endif
 
 static const char *const tile_names[] = {"3x32"};
 
@@ -147,16 +151,20 @@ AI void tiles_col(const int NBK, const int NARROW, const struct npu_gemm_args *g
         tile(1, NBK, NARROW, g->a + (size_t)mfull * k4, bp, bstride, g, mfull, c0);
 }
 
-static void gemm_avx2(const struct npu_gemm_args *g)
+/* rows: whether columns of tiny blocks take the few-rows kernel */
+static void gemm_cols(const struct npu_gemm_args *g, int rows)
 {
     if (g->m == 0 || g->r1 <= g->r0)
         return;
+    rows = rows && g->m >= NPU_GEMM_ROWS_MIN && g->m <= NPU_GEMM_ROWS_MAX;
     const size_t bstride = npu_gemm_b_block_bytes(g->b);
     const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
     for (uint32_t bl = blk0; bl < blk1; bl += NB) {
         const int8_t *bp = g->b->packed + (size_t)bl * bstride;
         const uint32_t c0 = bl * 16;
-        if (blk1 - bl >= NB) {
+        if (rows && g->b->tiny[bl] && (blk1 - bl < NB || g->b->tiny[bl + 1])) {
+            npu_gemm_rows_avx2(g, bl, blk1 - bl >= NB ? NB : 1);
+        } else if (blk1 - bl >= NB) {
             if (!g->b->wide[bl] && !g->b->wide[bl + 1])
                 tiles_col(NB, 1, g, bp, bstride, c0);
             else
@@ -168,6 +176,10 @@ static void gemm_avx2(const struct npu_gemm_args *g)
         }
     }
 }
+
+static void gemm_avx2(const struct npu_gemm_args *g) { gemm_cols(g, 1); }
+
+void npu_gemm_avx2_tiles(const struct npu_gemm_args *g) { gemm_cols(g, 0); }
 
 /* Packing 8 rows x 32 bytes at a time: each row is one ymm of 8 dwords (the
  * 4-byte k groups) and the packed unit of group g holds dword g of the
@@ -262,6 +274,10 @@ static int pack_avx2(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint3
         /* any byte of |code| above 64 (unsigned: |-128| is 128) */
         const __m256i over = _mm256_cmpeq_epi8(_mm256_max_epu8(mx, _mm256_set1_epi8(65)), mx);
         b->wide[rb / 16] = (uint8_t)(_mm256_movemask_epi8(over) != 0);
+        /* and tiny: no byte of |code| above NPU_GEMM_TINY */
+        const __m256i big = _mm256_cmpeq_epi8(
+            _mm256_max_epu8(mx, _mm256_set1_epi8(NPU_GEMM_TINY + 1)), mx);
+        b->tiny[rb / 16] = (uint8_t)(_mm256_movemask_epi8(big) == 0);
         bad = _mm256_or_si256(bad, _mm256_cmpeq_epi8(mx, flip));
     }
     return _mm256_movemask_epi8(bad) != 0;

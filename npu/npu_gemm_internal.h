@@ -38,7 +38,15 @@ struct npu_gemm_b {
      * pair sums cannot saturate (2 x 255 x 64 < 32768), then the rowsum
      * correction, as the VNNI kernels do */
     uint8_t *wide;
+    /* [n16 / 16] 1 where every code of the block is within +-NPU_GEMM_TINY
+     * (set with wide, by every packer): the few-rows AVX2 kernel adds four maddubs in int16 */
+    uint8_t *tiny;
 };
+
+/* The few-rows kernel (npu_gemm_rows_avx2.c): 1..NPU_GEMM_ROWS_MAX rows, on
+ * blocks whose codes are within +-NPU_GEMM_TINY (4 x 2 x 255 x 16 < 2^15). */
+#define NPU_GEMM_ROWS_MAX 16
+#define NPU_GEMM_TINY 16
 
 /* Two-step preparation (npu_gemm_b_create is both): allocate, then fill
  * rows [r0, r1) from src [r1 - r0][k]; r0 a multiple of 16 and r1 a multiple
@@ -82,9 +90,10 @@ typedef void npu_gemm_fn(const struct npu_gemm_args *g);
  * rowsum, and wide of every block of the range. Returns 1 when a code is
  * -128, else 0. */
 typedef int npu_pack_fn(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1);
-/* The definition of wide (npu_gemm_scalar.c): for each 16-row block of
- * [r0, r1) (whole blocks, as npu_pack_fn's ranges), 1 when one of its codes
- * is beyond +-64, else 0. */
+/* The definition of wide and tiny (npu_gemm_scalar.c): for each 16-row
+ * block of [r0, r1) (whole blocks, as npu_pack_fn's ranges), wide 1 when one
+ * of its codes is beyond +-64, else 0; tiny 1 when every code is within
+ * +-NPU_GEMM_TINY, else 0. */
 void npu_pack_wide_scalar(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1);
 
 /* What a kernel variant provides. tiles: how many register tilings it has
@@ -124,6 +133,19 @@ static inline size_t npu_gemm_a_off(uint32_t i, uint32_t gq, uint32_t k4, uint32
 {
     return (size_t)(i / R) * R * k4 + (size_t)gq * R * 4 + (size_t)(i % R) * 4;
 }
+
+/* Output channels of blocks [bl, bl + nb) (nb 1 or 2; the rest of the
+ * contract as npu_gemm_args, m <= NPU_GEMM_ROWS_MAX, every code of the blocks
+ * within +-NPU_GEMM_TINY, a staged by the AVX2 kernel's prep): the AVX2
+ * few-rows kernel, and its scalar reference, which computes the kernel's own
+ * steps (int16 pair sums with maddubs' saturation, four groups added in
+ * int16 with wrap-around, then int32), so the tests can tell that those steps
+ * never saturate or wrap. */
+void npu_gemm_rows_avx2(const struct npu_gemm_args *g, uint32_t bl, int nb);
+void npu_gemm_rows_ref(const struct npu_gemm_args *g, uint32_t bl, int nb);
+/* The AVX2 GEMM without the few-rows kernel (its 3x32 tiles everywhere): the
+ * tests compare the two. */
+void npu_gemm_avx2_tiles(const struct npu_gemm_args *g);
 
 /* Register-only peak loops: iters x (16 x 64 | 12 x 32) multiply-adds. */
 uint64_t npu_peak_avx512vnni(uint64_t iters);

@@ -41,10 +41,13 @@ void npu_pack_wide_scalar(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, 
     for (uint32_t r = r0; r < r1; r += 16) {
         const int8_t *q = src + (size_t)(r - r0) * b->k;
         size_t len = (size_t)((r1 - r < 16) ? r1 - r : 16) * b->k;
-        int big = 0;
-        for (size_t i = 0; i < len; i++)
+        int big = 0, small = 1;
+        for (size_t i = 0; i < len; i++) {
             big |= q[i] > 64 || q[i] < -64;
+            small &= q[i] <= NPU_GEMM_TINY && q[i] >= -NPU_GEMM_TINY;
+        }
         b->wide[r / 16] = (uint8_t)big;
+        b->tiny[r / 16] = (uint8_t)small;
     }
 }
 
@@ -104,6 +107,47 @@ static float absmax_scalar(const float *x, size_t n)
             m = a;
     }
     return m;
+}
+
+/* int16 helpers of the few-rows reference: maddubs' saturating pair sum,
+ * and a wrapping add (vpaddw), in defined C */
+static int16_t sat16(int32_t v) { return (int16_t)(v > 32767 ? 32767 : v < -32768 ? -32768 : v); }
+static int16_t wrap16(int32_t v) { return (int16_t)(uint16_t)(uint32_t)v; }
+
+/* The few-rows kernel's steps (npu_gemm_rows_avx2.c), one channel at a
+ * time: a + 128 from the signed 3-row staging; per group two int16 pair sums
+ * (bytes 0-1, 2-3); four groups (rounds aligned to multiples of 4 groups)
+ * added in int16; each round's two lanes into int32; then - 128 rowsum. */
+void npu_gemm_rows_ref(const struct npu_gemm_args *g, uint32_t bl, int nb)
+{
+    const struct npu_gemm_b *b = g->b;
+    const uint32_t groups = b->k4 / 4;
+    for (uint32_t i = 0; i < g->m; i++)
+        for (uint32_t r = bl * 16; r < (bl + (uint32_t)nb) * 16; r++) {
+            int32_t acc = 0;
+            for (uint32_t q0 = 0; q0 < groups; q0 += 4) {
+                int16_t lane[2] = {0, 0};
+                for (uint32_t q = q0; q < q0 + 4 && q < groups; q++) {
+                    const uint8_t *aq = g->a + npu_gemm_a_off(i, q, b->k4, 3);
+                    for (int h = 0; h < 2; h++) {
+                        int32_t u0 = (aq[2 * h] ^ 0x80), u1 = (aq[2 * h + 1] ^ 0x80);
+                        int32_t p = u0 * npu_gemm_b_at(b, r, 4 * q + 2 * (uint32_t)h) +
+                                    u1 * npu_gemm_b_at(b, r, 4 * q + 2 * (uint32_t)h + 1);
+                        lane[h] = wrap16(lane[h] + sat16(p));
+                    }
+                }
+                acc += (int32_t)lane[0] + lane[1];
+            }
+            acc -= b->rowsum[r] * 128;
+            if (r < g->r0 || r >= g->r1)
+                continue;
+            if (g->c) {
+                g->c[(size_t)i * g->ldc + (r - g->r0)] = acc;
+            } else {
+                float s = g->act_scale * g->scale[r];
+                g->y[(size_t)i * g->ldy + (r - g->r0)] = s * (float)acc;
+            }
+        }
 }
 
 static const char *const tile_names[] = {"1x1"};

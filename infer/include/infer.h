@@ -251,6 +251,12 @@ struct infer_attn_rows {
     const uint32_t *sel;
     const uint32_t *n_sel;
     uint32_t sel_stride;
+    /* Optional scratch for a tree's rows (parent set, no selection) shared by
+     * the threads that run disjoint kv heads of one call: the dense attention's
+     * scores and gathered values, tree_floats floats (the forward pass sizes
+     * it; NULL or too few: the attention allocates its own per call). */
+    float *tree_scratch;
+    size_t tree_floats;
 };
 
 struct infer_attention {
@@ -826,7 +832,8 @@ struct infer_spec_opts {
     float calib_min_p;   /* 0: 0.2 */
     float row_cost;      /* the time of one more verification row relative to a
                             one-row step, for the cost model that sizes the tree
-                            (0: measured as it runs, starting at 0.25) */
+                            (0: fitted as it runs, with a verification's fixed
+                            cost beside it; set: that price, no fixed cost) */
     const int *history;  /* earlier generations (-1 separates them), or NULL */
     uint32_t n_history;
     /* called after every verification (for a trace): its start and end

@@ -7,7 +7,8 @@
  *   against the one-row tile; strides, row ranges and column tails;
  * - infer_matmul_nt for 1..16 rows against one call per row (any kernel);
  * - tree attention (infer_attn_tree) against infer_attn_list run on each
- *   row's visible slots, for random trees, contexts and head ranges. */
+ *   row's visible slots, for random trees, contexts and head ranges, with
+ *   memory of its own and through a shared scratch (two head ranges). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +198,29 @@ static void test_tree_attention(void **st)
                              c.n_heads, c.n_kv_heads, hs, n, base, h0, h1, j / qdim, j % qdim,
                              (double)out[j], (double)ref[j]);
         }
+        /* again through a shared scratch (the state's, as the forward pass
+         * passes it; filled with NaN first): the heads in two calls on
+         * kv-head bounds that share it, as the attention's two threads do;
+         * a scratch one float short is not used (memory of the call's own) */
+        size_t fl = infer_attn_tree_floats(&c, n, T);
+        float *scr = malloc(sizeof(float) * fl);
+        assert_non_null(scr);
+        memset(scr, 0xff, sizeof(float) * fl);
+        rows.tree_scratch = scr;
+        rows.tree_floats = it % 4 == 3 ? fl - 1 : fl;
+        uint32_t hm = (g0 + (g1 - g0) / 2) * kv_mul;
+        for (size_t i = 0; i < (size_t)n * qdim; i++)
+            out[i] = -7.0f;
+        if (hm > h0)
+            assert_int_equal(infer_attn_tree(&c, kc, vc, &rows, q, h0, hm, out), 0);
+        assert_int_equal(infer_attn_tree(&c, kc, vc, &rows, q, hm, h1, out), 0);
+        for (size_t j = 0; j < (size_t)n * qdim; j++)
+            if (!same_bits(out[j], ref[j]))
+                fail_msg("shared scratch (%zu floats): %u rows after %u slots, heads [%u, %u) "
+                         "split at %u: row %zu col %zu: %a vs infer_attn_list %a",
+                         rows.tree_floats, n, base, h0, h1, hm, j / qdim, j % qdim,
+                         (double)out[j], (double)ref[j]);
+        free(scr);
         free(kc);
         free(vc);
         free(q);

@@ -171,12 +171,13 @@ static void test_pack(void **st)
         if (t % 7 == 3)
             k = 32 * (1 + test_rng_below(&rng, 12));
         int8_t *q = malloc((size_t)n * k);
-        if (t % 3 == 1) { /* narrow: within +-64 */
+        if (t % 3 == 1) { /* narrow: within +-64, or tiny: within +-16 */
+            int lim = t % 2 ? 64 : 16;
             for (size_t i = 0; i < (size_t)n * k; i++)
-                q[i] = (int8_t)((int)test_rng_below(&rng, 129) - 64);
-            static const int8_t edge[] = {64, -64, 65, -65};
+                q[i] = (int8_t)((int)test_rng_below(&rng, 2 * lim + 1) - lim);
+            static const int8_t edge[] = {64, -64, 65, -65, 16, -16, 17, -17};
             for (int e = 0; e < 2; e++)
-                q[test_rng_below(&rng, n * k)] = edge[test_rng_below(&rng, 4)];
+                q[test_rng_below(&rng, n * k)] = edge[test_rng_below(&rng, 8)];
         } else {
             fill(q, (size_t)n * k, t % 3 == 2 ? 2 : 0);
         }
@@ -186,12 +187,16 @@ static void test_pack(void **st)
         struct npu_gemm_b *ref, *got;
         assert_int_equal(npu_gemm_b_alloc(n, k, &ref), 0);
         assert_int_equal(npu_ops_scalar.pack(ref, q, 0, n), want_bad);
-        for (uint32_t r = 0; r < n; r += 16) { /* wide: its definition */
-            int big = 0;
+        for (uint32_t r = 0; r < n; r += 16) { /* wide and tiny: their definitions */
+            int big = 0, small = 1;
             for (uint32_t i = r; i < n && i < r + 16; i++)
-                for (uint32_t j = 0; j < k; j++)
-                    big |= q[(size_t)i * k + j] > 64 || q[(size_t)i * k + j] < -64;
+                for (uint32_t j = 0; j < k; j++) {
+                    int v = q[(size_t)i * k + j];
+                    big |= v > 64 || v < -64;
+                    small &= v <= NPU_GEMM_TINY && v >= -NPU_GEMM_TINY;
+                }
             assert_int_equal(ref->wide[r / 16], big);
+            assert_int_equal(ref->tiny[r / 16], small);
         }
         for (int kern = 1; kern < NPU_KERNEL_COUNT; kern++) {
             const struct npu_kernel_ops *ops = npu_kernel_ops((enum npu_kernel)kern);
@@ -201,6 +206,7 @@ static void test_pack(void **st)
             memset(got->packed, 0x5a, (size_t)got->n16 * got->k4);
             memset(got->rowsum, 0x5a, sizeof(int32_t) * got->n16);
             memset(got->wide, 0x5a, got->n16 / 16);
+            memset(got->tiny, 0x5a, got->n16 / 16);
             /* in two pieces, the later one first */
             uint32_t cut = n > 16 ? 16 * (1 + test_rng_below(&rng, (n - 1) / 16)) : n;
             int bad = 0;
@@ -211,6 +217,7 @@ static void test_pack(void **st)
             assert_memory_equal(got->packed, ref->packed, (size_t)ref->n16 * ref->k4);
             assert_memory_equal(got->rowsum, ref->rowsum, sizeof(int32_t) * ref->n16);
             assert_memory_equal(got->wide, ref->wide, ref->n16 / 16);
+            assert_memory_equal(got->tiny, ref->tiny, ref->n16 / 16);
             npu_gemm_b_destroy(got);
         }
         /* and the layout is what npu_gemm_b_at reads */
