@@ -120,3 +120,27 @@ size_t infer_clip_next_avx2(const float *x, size_t len, float inv)
     }
     return i;
 }
+
+/* infer_clip_next_q_scalar with AVX2: |code| == 127 (vpabsb keeps -128 as
+ * itself). Four blocks of 32 are tested at once, then the first of them
+ * with one is found. */
+size_t infer_clip_next_q_avx2(const int8_t *xq, size_t len)
+{
+    const __m256i lim = _mm256_set1_epi8(127);
+    size_t i = 0;
+    for (; i + 128 <= len; i += 128) {
+        const __m256i *p = (const __m256i *)(xq + i);
+        __m256i a = _mm256_cmpeq_epi8(_mm256_abs_epi8(_mm256_loadu_si256(p)), lim);
+        __m256i b = _mm256_cmpeq_epi8(_mm256_abs_epi8(_mm256_loadu_si256(p + 1)), lim);
+        __m256i c = _mm256_cmpeq_epi8(_mm256_abs_epi8(_mm256_loadu_si256(p + 2)), lim);
+        __m256i d = _mm256_cmpeq_epi8(_mm256_abs_epi8(_mm256_loadu_si256(p + 3)), lim);
+        if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_or_si256(a, b), _mm256_or_si256(c, d))))
+            break;
+    }
+    for (; i + 32 <= len; i += 32) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(xq + i));
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_abs_epi8(a), lim)))
+            return i;
+    }
+    return i;
+}

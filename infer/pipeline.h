@@ -57,8 +57,8 @@ enum pl_op {
     PL_SWIGLU,      /* CPU: silu(gate) * up, quantize for down */
     PL_HEAD,        /* CPU: x += down, final RMSNorm of the last row, quantize */
     PL_SHADOW,      /* CPU: the linear term of the linears of one input (shadow
-                       outliers) into its chunk's delta buffers, beside the NPU's
-                       matmuls; the matmuls' consumers add the buffers */
+                       outliers) added to their matmuls' output, after them and
+                       before their consumers */
     PL_OP_COUNT
 };
 
@@ -104,10 +104,6 @@ struct chunkbuf {
     float *q, *k, *v, *att, *o, *g, *u;
     float *xh;                  /* the head's normed last row (D) */
     int8_t *xq[FORMAT_ROLE_COUNT]; /* quantized input of each linear (the classifier's: own) */
-    /* the linear term's output for each role (only with a term), rows of the
-     * matmul's output; touched[r]: row r has clipped inputs (else untouched) */
-    float *delta[FORMAT_ROLE_COUNT];
-    uint8_t *touched[FORMAT_ROLE_COUNT];
     float act[FORMAT_ROLE_COUNT];  /* its activation scale */
 };
 

@@ -73,12 +73,6 @@ int pl_acts_rows(struct pl *p, uint32_t n)
     p->act_x = map(p->act_x_len);
     if (!p->act_x)
         return -ENOMEM;
-    size_t Q = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
-    size_t F = c->hidden_dim;
-    size_t out[7] = {Q, KV, KV, D, F, F, D};
-    uint32_t roles[8] = {FORMAT_ROLE_WQ,     FORMAT_ROLE_WK,     FORMAT_ROLE_WV,
-                         FORMAT_ROLE_WO,     FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP,
-                         FORMAT_ROLE_W_DOWN, FORMAT_ROLE_CLASSIFIER};
     for (uint32_t ch = 0; ch < p->n_chunks; ch++) {
         struct chunkbuf *b = &p->cb[ch];
         b->pos0 = ch * chunk;
@@ -88,15 +82,6 @@ int pl_acts_rows(struct pl *p, uint32_t n)
         b->xq[FORMAT_ROLE_CLASSIFIER] = sl_alloc_aligned(D, 64);
         if (!b->xh || !b->xq[FORMAT_ROLE_CLASSIFIER])
             return -ENOMEM;
-        for (int k = 0; p->m->term && k < 8; k++) {
-            /* the linear term's output, per chunk (the classifier: its last row);
-             * aligned, so that the shadow term can stream its rows there */
-            size_t rk = k < 7 ? b->n : 1, ok = k < 7 ? out[k] : c->vocab_size;
-            b->delta[roles[k]] = sl_alloc_aligned(sizeof(float) * rk * ok, 64);
-            b->touched[roles[k]] = sl_calloc(rk, 1);
-            if (!b->delta[roles[k]] || !b->touched[roles[k]])
-                return -ENOMEM;
-        }
     }
     return 0;
 }
@@ -261,10 +246,6 @@ void pl_acts_fini(struct pl *p)
         struct chunkbuf *b = &p->cb[ch];
         free(b->xh);
         sl_free_aligned(b->xq[FORMAT_ROLE_CLASSIFIER]);
-        for (int k = 0; k < FORMAT_ROLE_COUNT; k++) {
-            sl_free_aligned(b->delta[k]);
-            free(b->touched[k]);
-        }
     }
     free(p->cb);
     p->cb = NULL;

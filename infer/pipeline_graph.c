@@ -221,15 +221,17 @@ static int add_prefault(struct pl *p, struct npu_weights *w, int layer)
 }
 
 /* The linear term's task of (layer, role) for a chunk where the model's
- * term wants it (lin_info term): after the n producers at `prod` (the
- * tasks that wrote the matmul's input) and the linear's unpacking; its
- * index in *out, or -1 without a term. `lead` (-1: none) is the shadow task
- * of a linear of the same chunk and layer reading the same input: where its
- * activation scale is the same, that task runs this term too (the clipped
- * elements are found once) and *out is `lead`. Its consumers get their
- * edges from add_shadow_edges. 0 or a negative errno. */
-static int add_shadow(struct pl *p, int layer, uint32_t chunk, uint32_t role, int prod, int n_prod,
-                      const struct weight_tasks *uw, int lead, int *out)
+ * term wants it (lin_info term): after the n pieces of its matmul at
+ * `mm` (so it adds into their output in place, reading weights the NPU has
+ * just read; the pieces come after the input's producers and the
+ * unpacking); its index in *out, or -1 without a term. `lead` (-1: none)
+ * is the shadow task of a linear of the same chunk and layer reading the
+ * same input: where its activation scale is the same, that task runs this
+ * term too (the clipped elements are found once), after this matmul's
+ * pieces as well, and *out is `lead`. Its consumers get their edges from
+ * add_shadow_edges. 0 or a negative errno. */
+static int add_shadow(struct pl *p, int layer, uint32_t chunk, uint32_t role, int mm, int n_mm,
+                      int lead, int *out)
 {
     *out = -1;
     if (!p->lin_info[layer + 1][role].term)
@@ -238,18 +240,15 @@ static int add_shadow(struct pl *p, int layer, uint32_t chunk, uint32_t role, in
         p->lin_info[layer + 1][p->tasks[lead].role].act == p->lin_info[layer + 1][role].act) {
         p->tasks[lead].roles |= (uint16_t)(1u << role);
         *out = lead;
-        return add_edges_from(p, uw->first, uw->n, lead);
+        return add_edges_from(p, mm, n_mm, lead);
     }
     int t = add_task(p, PL_SHADOW, PL_DEV_CPU, layer, chunk);
     if (t < 0)
         return t;
     p->tasks[t].role = (uint8_t)role;
     p->tasks[t].roles = (uint16_t)(1u << role);
-    int ret = add_edges_from(p, prod, n_prod, t);
-    if (ret == 0)
-        ret = add_edges_from(p, uw->first, uw->n, t);
     *out = t;
-    return ret;
+    return add_edges_from(p, mm, n_mm, t);
 }
 
 /* Edges from a shadow task (-1: none) to the n tasks at `first`. */
@@ -413,7 +412,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 if (ret < 0 || (ret = add_edges_to(p, norm, qkv_first[k], qkv_n[k])) < 0 ||
                     (ret = add_weight_edges(p, uw[l][qkv_roles[k]].first, uw[l][qkv_roles[k]].n,
                                             qkv_first[k], qkv_n[k])) < 0 ||
-                    (ret = add_shadow(p, (int)l, ch, qkv_roles[k], norm, 1, &uw[l][qkv_roles[k]],
+                    (ret = add_shadow(p, (int)l, ch, qkv_roles[k], qkv_first[k], qkv_n[k],
                                       k == 0 ? -1 : qkv_sh[0] >= 0 ? qkv_sh[0] : qkv_sh[1],
                                       &qkv_sh[k])) < 0)
                     return ret;
@@ -454,8 +453,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                     return ret;
             int o_first, o_n, o_sh;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_WO, D, &o_first, &o_n)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_WO, attn_first, attn_n,
-                                  &uw[l][FORMAT_ROLE_WO], -1, &o_sh)) < 0)
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_WO, o_first, o_n, -1, &o_sh)) < 0)
                 return ret;
             for (int j = 0; j < o_n; j++)
                 if ((ret = add_edges_from(p, attn_first, attn_n, o_first + j)) < 0)
@@ -475,10 +473,8 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 (ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_UP, F, &u_first, &u_n)) < 0 ||
                 (ret = add_edges_to(p, fn, g_first, g_n)) < 0 ||
                 (ret = add_edges_to(p, fn, u_first, u_n)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_GATE, fn, 1,
-                                  &uw[l][FORMAT_ROLE_W_GATE], -1, &g_sh)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_UP, fn, 1, &uw[l][FORMAT_ROLE_W_UP],
-                                  g_sh, &u_sh)) < 0)
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_GATE, g_first, g_n, -1, &g_sh)) < 0 ||
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_UP, u_first, u_n, g_sh, &u_sh)) < 0)
                 return ret;
             /* SwiGLU piece by piece of gate/up where they are split */
             int sw_split = g_n > 1 && g_n == u_n && input_splits(p, (int)l, FORMAT_ROLE_W_DOWN);
@@ -505,8 +501,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 return ret;
             int d_first, d_n;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_DOWN, D, &d_first, &d_n)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_DOWN, sw_first, sw_n,
-                                  &uw[l][FORMAT_ROLE_W_DOWN], -1, &d_sh)) < 0)
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_DOWN, d_first, d_n, -1, &d_sh)) < 0)
                 return ret;
             for (int j = 0; j < d_n; j++)
                 if ((ret = add_edges_from(p, sw_first, sw_n, d_first + j)) < 0)
@@ -532,12 +527,9 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 (ret = add_weight_edges(p, uw[L][FORMAT_ROLE_CLASSIFIER].first,
                                         uw[L][FORMAT_ROLE_CLASSIFIER].n, c_first, c_n)) < 0)
                 return ret;
-            /* the classifier's term: after its matmul (nothing consumes the
-             * logits in the graph: the task adds its output itself) */
+            /* the classifier's term: after its matmul, like every term */
             int c_sh;
-            if ((ret = add_shadow(p, -1, ch, FORMAT_ROLE_CLASSIFIER, head, 1,
-                                  &uw[L][FORMAT_ROLE_CLASSIFIER], -1, &c_sh)) < 0 ||
-                (c_sh >= 0 && (ret = add_edges_from(p, c_first, c_n, c_sh)) < 0))
+            if ((ret = add_shadow(p, -1, ch, FORMAT_ROLE_CLASSIFIER, c_first, c_n, -1, &c_sh)) < 0)
                 return ret;
         }
     }

@@ -731,6 +731,86 @@ static void test_clip_next(void **st)
     }
 }
 
+/* infer_find_clipped_q (from the quantizer's codes) against
+ * infer_find_clipped (from the floats): the same elements, order and
+ * excesses, on random shapes with outliers, NaN, infinities and the +-127
+ * edge, at bad scales too; and its skip, infer_clip_next_q_avx2 against
+ * infer_clip_next_q_scalar and the definition. */
+static void test_find_clipped_q(void **st)
+{
+    (void)st;
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 96);
+    int avx2 = 0;
+#if defined(__x86_64__)
+    avx2 = infer_matmul_kernel_available(INFER_MATMUL_AVX2);
+#endif
+    struct infer_clipbuf ba = {0}, bb = {0};
+    for (int t = 0; t < 1500; t++) {
+        uint32_t n = 1 + test_rng_below(&g, 9), cols = 1 + test_rng_below(&g, 150);
+        size_t len = (size_t)n * cols, off = test_rng_below(&g, 32);
+        float *x = malloc(sizeof(float) * len);
+        int8_t *xq = malloc(len + 32);
+        float s = 0.01f + test_rng_float(&g);
+        uint32_t pick = test_rng_below(&g, 20);
+        if (pick == 0)
+            s = 0.0f;
+        else if (pick == 1)
+            s = INFINITY;
+        else if (pick == 2)
+            s = NAN;
+        else if (pick == 3)
+            s = 1e-30f;
+        uint32_t rate = 1 + test_rng_below(&g, 300);
+        for (size_t i = 0; i < len; i++) {
+            x[i] = test_rng_normal(&g) * 30 * (isfinite(s) && s > 0 ? s : 0.5f);
+            uint32_t k = test_rng_below(&g, rate);
+            if (k == 0)
+                x[i] *= 10;
+            else if (k == 1)
+                x[i] = test_rng_below(&g, 3) == 0 ? NAN
+                       : test_rng_below(&g, 2)     ? INFINITY
+                                                   : -INFINITY;
+            else if (k == 2) /* the edges: 126.5, 127, just past, 127.5 */
+                x[i] = (test_rng_below(&g, 2) ? 1.0f : -1.0f) * s *
+                       (test_rng_below(&g, 4) == 0   ? 126.5f
+                        : test_rng_below(&g, 3) == 0 ? 127.5f
+                        : test_rng_below(&g, 2)      ? 127.0f
+                                                     : 127.00001f);
+        }
+        npu_quantize_act(x, len, s, xq);
+        struct infer_clipped a, b;
+        assert_int_equal(infer_find_clipped(&ba, x, n, cols, s, &a), 0);
+        assert_int_equal(infer_find_clipped_q(&bb, x, xq, n, cols, s, &b), 0);
+        assert_int_equal(a.n, b.n);
+        assert_int_equal(a.store, b.store);
+        assert_memory_equal(&a.act_scale, &b.act_scale, sizeof a.act_scale);
+        if (a.n) {
+            assert_memory_equal(a.row, b.row, sizeof *a.row * a.n);
+            assert_memory_equal(a.col, b.col, sizeof *a.col * a.n);
+            assert_memory_equal(a.excess, b.excess, sizeof *a.excess * a.n);
+        }
+        /* the skip alone, from an unaligned start */
+        memmove(xq + off, xq, len);
+        const int8_t *p = xq + off;
+        size_t want = len / 32 * 32;
+        for (size_t i = 0; i < len / 32 * 32; i++)
+            if (p[i] == 127 || p[i] == -127) {
+                want = i / 32 * 32;
+                break;
+            }
+        assert_int_equal(infer_clip_next_q_scalar(p, len), want);
+#if defined(__x86_64__)
+        if (avx2)
+            assert_int_equal(infer_clip_next_q_avx2(p, len), want);
+#endif
+        free(x);
+        free(xq);
+    }
+    infer_clipbuf_free(&ba);
+    infer_clipbuf_free(&bb);
+}
+
 /* The term with the cold columns gathered in one pass, one at a time past
  * a small budget, or one at a time throughout, and reading the weights in
  * place (the default): the same bits. */
@@ -793,6 +873,7 @@ int main(void)
         cmocka_unit_test(test_cols_kernels),
         cmocka_unit_test(test_find_clipped),
         cmocka_unit_test(test_clip_next),
+        cmocka_unit_test(test_find_clipped_q),
         cmocka_unit_test(test_gather_budget),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
