@@ -368,6 +368,7 @@ struct infer_shadow_cols {
     const int8_t *packed;       /* npu_weights_packed */
     size_t block;               /* its block bytes */
     uint32_t rows;
+    uint32_t b0, b1;            /* the blocks of 16 rows computed: [b0, b1) (infer_shadow_cols) */
     const float *scale;         /* [rows] */
     float s;                    /* activation scale */
     int store;
@@ -377,7 +378,8 @@ struct infer_shadow_cols {
 /* Blocks [b0, b1) of 16 rows (the last one may be partial). */
 void infer_shadow_cols_scalar(const struct infer_shadow_cols *k, uint32_t b0, uint32_t b1);
 void infer_shadow_cols_avx2(const struct infer_shadow_cols *k);
-/* Every block, with the best kernel (infer_matmul_kernel_used). */
+/* Blocks [k->b0, k->b1), with the best kernel (infer_matmul_kernel_used);
+ * the AVX2 kernel computes the same blocks. */
 void infer_shadow_cols(const struct infer_shadow_cols *k);
 
 #endif

@@ -180,6 +180,7 @@ int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint
     c->n = 0;
     c->act_scale = s;
     c->store = 0;
+    c->r0 = c->r1 = 0;
     size_t end = 0; /* the elements before end are checked one by one */
     int ret = 0;
     for (size_t i = 0; ret == 0 && i < len; i++) {
@@ -234,6 +235,7 @@ int infer_find_clipped_q(struct infer_clipbuf *b, const float *x, const int8_t *
     c->n = 0;
     c->act_scale = s;
     c->store = 0;
+    c->r0 = c->r1 = 0;
     size_t end = 0; /* the codes before end are looked at one by one */
     int ret = 0;
     for (size_t i = 0; ret == 0 && i < len; i++) {

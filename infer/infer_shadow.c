@@ -271,8 +271,8 @@ static int clip_sorted(const struct infer_clipped *clip, uint32_t n, uint32_t co
  * grouped by column (a stable counting sort), each token row's output
  * written once. Returns 0 or -ENOMEM; counts into *hot, *cold, *trows. */
 static int term_fused(const struct shadow_lin *l, const struct npu_weights *nw,
-                      const struct infer_clipped *clip, float *y, uint32_t rows, uint64_t *hot,
-                      uint64_t *cold, uint64_t *trows)
+                      const struct infer_clipped *clip, float *y, uint32_t rows, uint32_t r0,
+                      uint32_t r1, uint64_t *hot, uint64_t *cold, uint64_t *trows)
 {
     const struct format_shadow_linear *e = l->e;
     uint32_t cols = e->cols, ne = clip->n;
@@ -328,7 +328,8 @@ static int term_fused(const struct shadow_lin *l, const struct npu_weights *nw,
         bound[nd] = prev;
         struct infer_shadow_cols k = {.nd = nd, .col = dcol, .hot = hotp, .start = bound,
                                       .tok = tok, .ex = ex, .nt = nt, .out = out,
-                                      .rows = rows, .scale = npu_weights_scales(nw),
+                                      .rows = rows, .b0 = r0 / 16, .b1 = (r1 + 15) / 16,
+                                      .scale = npu_weights_scales(nw),
                                       .s = clip->act_scale, .store = clip->store, .acc = acc};
         k.packed = npu_weights_packed(nw, &k.block);
         infer_shadow_cols(&k);
@@ -353,12 +354,15 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
         return 0;
     const struct format_shadow_linear *e = l->e;
     struct infer_linear *lin = infer_model_linear(sh->m, layer, role);
-    if (!lin || !lin->npu || rows != e->rows)
+    uint32_t r0 = clip->r1 ? clip->r0 : 0, r1 = clip->r1 ? clip->r1 : rows;
+    if (!lin || !lin->npu || rows != e->rows || r0 >= r1 || r1 > rows)
         return -EINVAL;
     uint64_t hot = 0, cold = 0, trows = 0;
-    if (clip->n && sh->fused && clip_sorted(clip, n, e->cols)) {
-        int ret = term_fused(l, lin->npu, clip, y, rows, &hot, &cold, &trows);
-        if (ret == 0)
+    /* in place: whole blocks of 16 output rows (the last may be short) */
+    if (clip->n && sh->fused && clip_sorted(clip, n, e->cols) && r0 % 16 == 0 &&
+        (r1 % 16 == 0 || r1 == rows)) {
+        int ret = term_fused(l, lin->npu, clip, y, rows, r0, r1, &hot, &cold, &trows);
+        if (ret == 0 && r0 == 0) /* the pieces of a call count once */
             count(sh, n, e->cols, clip->n, trows, hot, cold);
         return ret;
     }
@@ -384,7 +388,7 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
         float *yr = y + (size_t)r * rows;
         if (clip->store)
             acc = yr; /* accumulated in place, then scaled: one pass less */
-        memset(acc, 0, sizeof(float) * rows);
+        memset(acc + r0, 0, sizeof(float) * (r1 - r0));
         for (; i < clip->n && clip->row[i] == r; i++) {
             uint32_t c = clip->col[i];
             int32_t k = l->slot[c];
@@ -403,19 +407,20 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
                     cold++;
                 }
             }
-            infer_shadow_axpy_s8(acc, clip->excess[i], w, rows);
+            infer_shadow_axpy_s8(acc + r0, clip->excess[i], w + r0, r1 - r0);
         }
         if (clip->store)
-            for (uint32_t o = 0; o < rows; o++)
+            for (uint32_t o = r0; o < r1; o++)
                 yr[o] = acc[o] * (s * scale[o]); /* = -0.0f + that */
         else
-            for (uint32_t o = 0; o < rows; o++)
+            for (uint32_t o = r0; o < r1; o++)
                 yr[o] += acc[o] * (s * scale[o]);
         trows++;
     }
     free(acc_own);
     cold_free(&cc);
-    count(sh, n, e->cols, clip->n, trows, hot, cold);
+    if (r0 == 0) /* the pieces of a call count once */
+        count(sh, n, e->cols, clip->n, trows, hot, cold);
     return 0;
 }
 

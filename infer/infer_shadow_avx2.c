@@ -31,12 +31,12 @@ void infer_shadow_cols_avx2(const struct infer_shadow_cols *k)
      * same columns: each read prefetches its column's line pb blocks ahead,
      * at least PF lines ahead in all */
     enum { PF = 32, G = INFER_SHADOW_COLS_GROUP };
-    uint32_t nb = (k->rows + 15) / 16, full = k->rows / 16;
+    uint32_t nb = k->b1, full = k->rows / 16 < k->b1 ? k->rows / 16 : k->b1;
     uint32_t pb = k->nd ? (PF + k->nd - 1) / k->nd : 1;
     size_t pstep = (size_t)pb * k->block;
     const __m256 vs = _mm256_set1_ps(k->s);
     const __m128i down = _mm_cvtsi32_si128(24);
-    for (uint32_t g0 = 0; g0 < full; g0 += G) {
+    for (uint32_t g0 = k->b0; g0 < full; g0 += G) {
         uint32_t gb = full - g0 < G ? full - g0 : G, r0 = g0 * 16;
         for (uint32_t t = 0; t < k->nt; t++)
             for (uint32_t i = 0; i < 16 * gb; i += 8)
@@ -90,7 +90,7 @@ void infer_shadow_cols_avx2(const struct infer_shadow_cols *k)
     }
     _mm_sfence();
     if (full < nb)
-        infer_shadow_cols_scalar(k, full, nb);
+        infer_shadow_cols_scalar(k, full > k->b0 ? full : k->b0, nb);
 }
 
 /* infer_clip_next_scalar with AVX2: the same products; |u| > 127 (the sign

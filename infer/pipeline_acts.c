@@ -39,6 +39,7 @@
  * once. Lock held in pl_acts_waits/done/unpark; calls no other pipeline
  * file. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -78,6 +79,11 @@ int pl_acts_rows(struct pl *p, uint32_t n)
         b->pos0 = ch * chunk;
         b->n = n - b->pos0 < chunk ? n - b->pos0 : chunk;
         b->x = p->act_x + (size_t)b->pos0 * D;
+        for (int k = 0; k < FORMAT_ROLE_COUNT; k++) {
+            pthread_mutex_init(&b->clips[k].mu, NULL);
+            b->clips[k].layer = INT_MIN;
+        }
+        b->clips_init = 1;
         b->xh = sl_malloc(sizeof(float) * D);
         b->xq[FORMAT_ROLE_CLASSIFIER] = sl_alloc_aligned(D, 64);
         if (!b->xh || !b->xq[FORMAT_ROLE_CLASSIFIER])
@@ -246,6 +252,10 @@ void pl_acts_fini(struct pl *p)
         struct chunkbuf *b = &p->cb[ch];
         free(b->xh);
         sl_free_aligned(b->xq[FORMAT_ROLE_CLASSIFIER]);
+        for (int k = 0; b->clips_init && k < FORMAT_ROLE_COUNT; k++) {
+            pthread_mutex_destroy(&b->clips[k].mu);
+            infer_clipbuf_free(&b->clips[k].buf);
+        }
     }
     free(p->cb);
     p->cb = NULL;

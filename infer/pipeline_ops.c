@@ -90,39 +90,62 @@ static float *mm_output(struct pl *p, struct chunkbuf *b, uint32_t role)
 }
 
 
+/* The role whose clipped elements (layer, role)'s term reads: the first
+ * linear with a term of the same input (Q/K/V; gate/up) at the same
+ * activation scale (the same elements), else its own. */
+static uint32_t clip_lead(const struct pl *p, int layer, uint32_t role)
+{
+    static const uint32_t qkv[] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
+    static const uint32_t gu[] = {FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP};
+    int is_qkv = role >= FORMAT_ROLE_WQ && role <= FORMAT_ROLE_WV;
+    int n = is_qkv ? 3 : role == FORMAT_ROLE_W_GATE || role == FORMAT_ROLE_W_UP ? 2 : 0;
+    const uint32_t *g = is_qkv ? qkv : gu;
+    for (int k = 0; k < n && g[k] != role; k++)
+        if (p->lin_info[layer + 1][g[k]].term &&
+            p->lin_info[layer + 1][g[k]].act == p->lin_info[layer + 1][role].act)
+            return g[k];
+    return role;
+}
+
 /* PL_SHADOW: the model's linear term on what the quantizer clips of the
- * matmul's input (found exactly as infer_linear_exec finds it), added in
- * place to the matmul's output (the task comes after every piece of the
- * matmul and before its consumers: the same float sums as the forward's
- * y += term). For every linear of the task's roles: they read one input at
- * one scale (add_shadow), so the clipped elements are found once. */
+ * matmul's input, for the task's piece of output channels, added in place
+ * to the matmul's output (the task comes after that piece of the matmul and
+ * before its consumers: the same float sums as the forward's y += term).
+ * The clipped elements are found once per input and scale (clip_lead), from
+ * the codes quantize_for wrote (infer_find_clipped_q: what
+ * infer_linear_exec finds), by the first piece to run. */
 static int run_shadow(struct pl *p, struct chunkbuf *b, const struct task *t, struct sl_err *err)
 {
     int layer = t->layer;
-    uint32_t role = t->role;
-    uint32_t cols;
-    const float *x = mm_input(b, role, &cols, p->c);
-    uint32_t n = role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n; /* the head: the last row */
-    float act = p->lin_info[layer + 1][role].act;
-    float s = act > 0 ? act : npu_act_scale_dynamic(x, (size_t)n * cols);
-    struct infer_clipbuf cb = {0};
-    struct infer_clipped clip;
-    /* from the codes quantize_for wrote with this scale (the matmul's input) */
-    int ret = infer_find_clipped_q(&cb, x, b->xq[role], n, cols, s, &clip);
-    for (uint32_t r = role; ret == 0 && r < FORMAT_ROLE_COUNT; r++) {
-        if (!(t->roles >> r & 1))
-            continue;
-        const struct infer_linear *lin = pl_graph_linear(p, layer, r);
-        clip.store = 0; /* added to the NPU's output rows */
-        ret = p->m->term(p->m->term_ctx, layer, r, &clip, mm_output(p, b, r), n, lin->rows);
-        if (ret < 0)
-            sl_err_set(err, "the linear term of layer %d %s failed (%d)", layer,
-                       format_role_name(r), ret);
+    uint32_t role = t->role, lead = clip_lead(p, layer, role);
+    struct pl_clips *pc = &b->clips[lead];
+    pthread_mutex_lock(&pc->mu);
+    if (pc->layer != layer) {
+        uint32_t cols;
+        const float *x = mm_input(b, lead, &cols, p->c);
+        uint32_t n = lead == FORMAT_ROLE_CLASSIFIER ? 1 : b->n; /* the head: the last row */
+        float act = p->lin_info[layer + 1][lead].act;
+        float s = act > 0 ? act : npu_act_scale_dynamic(x, (size_t)n * cols);
+        pc->ret = infer_find_clipped_q(&pc->buf, x, b->xq[lead], n, cols, s, &pc->clip);
+        pc->layer = layer;
     }
-    if (ret < 0 && !err->msg[0])
+    int ret = pc->ret;
+    pthread_mutex_unlock(&pc->mu);
+    if (ret < 0) {
         sl_err_set(err, "out of memory finding the clipped inputs of layer %d %s", layer,
                    format_role_name(role));
-    infer_clipbuf_free(&cb);
+        return ret;
+    }
+    const struct infer_linear *lin = pl_graph_linear(p, layer, role);
+    struct infer_clipped clip = pc->clip; /* read only once found */
+    clip.store = 0;                       /* added to the NPU's output rows */
+    clip.r0 = t->r0;
+    clip.r1 = t->r1;
+    uint32_t n = role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n;
+    ret = p->m->term(p->m->term_ctx, layer, role, &clip, mm_output(p, b, role), n, lin->rows);
+    if (ret < 0)
+        sl_err_set(err, "the linear term of layer %d %s failed (%d)", layer,
+                   format_role_name(role), ret);
     return ret;
 }
 

@@ -524,8 +524,9 @@ static void test_gather_cols(void **st)
  * definition computed from the int8 matrix (per token row, in ascending
  * column order: acc = +0, acc += ex * (float)W[o][c], then acc * (s *
  * scale[o]) stored or added), bit for bit, on random shapes off the blocks
- * of 16 rows and groups of 4 columns, random hot columns (resident copies),
- * repeated columns and extreme values (seed printed). */
+ * of 16 rows and groups of 4 columns, all blocks or a random range of them
+ * (the rest left alone), random hot columns (resident copies), repeated
+ * columns and extreme values (seed printed). */
 static void test_cols_kernels(void **st)
 {
     (void)st;
@@ -577,6 +578,13 @@ static void test_cols_kernels(void **st)
         }
         start[nd] = ne;
         float s = 0.02f + (float)test_rng_below(&g, 100) * 0.001f;
+        /* the blocks of 16 rows computed: all, or a random range (a piece) */
+        uint32_t nb = (rows + 15) / 16, b0 = 0, b1 = nb;
+        if (test_rng_below(&g, 2)) {
+            b0 = test_rng_below(&g, nb);
+            b1 = b0 + 1 + test_rng_below(&g, nb - b0);
+        }
+        uint32_t o0 = b0 * 16, o1 = b1 * 16 < rows ? b1 * 16 : rows;
         for (int store = 0; store < 2; store++) {
             float *ref = malloc(sizeof(float) * nt * rows);
             /* aligned rows (the AVX2 kernel streams them) or not */
@@ -587,7 +595,7 @@ static void test_cols_kernels(void **st)
             for (uint32_t i = 0; i < nt * rows; i++)
                 ref[i] = got[0][i] = got[1][i] = store ? NAN : test_rng_normal(&g);
             for (uint32_t t = 0; t < nt; t++) { /* the plain definition */
-                for (uint32_t o = 0; o < rows; o++) {
+                for (uint32_t o = o0; o < o1; o++) { /* the others left alone */
                     float a = 0.0f;
                     for (uint32_t d = 0; d < nd; d++)
                         for (uint32_t j = start[d]; j < start[d + 1]; j++)
@@ -607,11 +615,11 @@ static void test_cols_kernels(void **st)
                 float *acc = malloc(sizeof(float) * 16 * INFER_SHADOW_COLS_GROUP * nt);
                 struct infer_shadow_cols k = {.nd = nd, .col = col, .hot = hot, .start = start,
                                               .tok = tok, .ex = ex, .nt = nt, .out = out,
-                                              .rows = rows, .scale = sc, .s = s,
-                                              .store = store, .acc = acc};
+                                              .rows = rows, .b0 = b0, .b1 = b1, .scale = sc,
+                                              .s = s, .store = store, .acc = acc};
                 k.packed = npu_weights_packed(w, &k.block);
                 if (kk == 0)
-                    infer_shadow_cols_scalar(&k, 0, (rows + 15) / 16);
+                    infer_shadow_cols_scalar(&k, b0, b1);
 #if defined(__x86_64__)
                 else
                     infer_shadow_cols_avx2(&k);
@@ -811,6 +819,79 @@ static void test_find_clipped_q(void **st)
     infer_clipbuf_free(&bb);
 }
 
+/* The term on pieces of the output channels (infer_clipped r0, r1: the
+ * pipeline's matmul pieces): pieces on blocks of 16 (read in place) and off
+ * them (the gather path), in any order, give the whole call's bits, each
+ * leaving the other channels alone; a bad range is refused. */
+static void test_term_pieces(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(shadow_model, NULL, &m, &err), 0);
+    assert_int_equal(infer_model_shadow_enable(m, &err), 0);
+    struct infer_shadow *sh = (struct infer_shadow *)infer_model_shadow(m);
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 97);
+    struct infer_clipbuf cb = {0};
+    uint32_t checked = 0;
+    for (int l = -1; l < (int)infer_model_config(m)->n_layers; l++)
+        for (uint32_t role = FORMAT_ROLE_WQ; role <= FORMAT_ROLE_CLASSIFIER; role++) {
+            if (!infer_shadow_wants(sh, l, role))
+                continue;
+            struct infer_linear *lin = infer_model_linear(m, l, role);
+            uint32_t n = 7, rows = lin->rows, cols = lin->cols;
+            float *x = malloc(sizeof(float) * n * cols);
+            float *base = malloc(sizeof(float) * n * rows), *want = malloc(sizeof(float) * n * rows);
+            float *got = malloc(sizeof(float) * n * rows);
+            for (uint32_t i = 0; i < n * cols; i++)
+                x[i] = test_rng_normal(&g) * 60 * lin->act_scale *
+                       (test_rng_below(&g, 8) == 0 ? 6.0f : 1.0f);
+            for (uint32_t i = 0; i < n * rows; i++)
+                base[i] = want[i] = test_rng_normal(&g);
+            struct infer_clipped clip;
+            assert_int_equal(infer_find_clipped(&cb, x, n, cols, lin->act_scale, &clip), 0);
+            assert_true(clip.n > 0);
+            for (int pass = 0; pass < 3; pass++) {
+                memcpy(got, base, sizeof(float) * n * rows);
+                if (pass == 0) /* the whole call: the reference */
+                    assert_int_equal(infer_shadow_term(sh, l, role, &clip, want, n, rows), 0);
+                infer_shadow_set_fused(sh, pass < 2);
+                uint32_t r0 = 0;
+                while (pass && r0 < rows) {
+                    /* pass 1: pieces on blocks of 16; pass 2: any (the gather path) */
+                    uint32_t len = 1 + test_rng_below(&g, rows / 3 + 1);
+                    if (pass == 1)
+                        len = 16 * (1 + test_rng_below(&g, rows / 48 + 1));
+                    struct infer_clipped c = clip;
+                    c.r0 = r0;
+                    c.r1 = rows - r0 < len ? rows : r0 + len;
+                    assert_int_equal(infer_shadow_term(sh, l, role, &c, got, n, rows), 0);
+                    r0 = c.r1;
+                }
+                if (pass)
+                    assert_memory_equal(got, want, sizeof(float) * n * rows);
+            }
+            struct infer_clipped bad = clip;
+            bad.r0 = 5;
+            bad.r1 = 5;
+            assert_int_equal(infer_shadow_term(sh, l, role, &bad, got, n, rows), -EINVAL);
+            bad.r0 = 0;
+            bad.r1 = rows + 1;
+            assert_int_equal(infer_shadow_term(sh, l, role, &bad, got, n, rows), -EINVAL);
+            assert_memory_equal(got, want, sizeof(float) * n * rows);
+            free(x);
+            free(base);
+            free(want);
+            free(got);
+            checked++;
+        }
+    assert_true(checked >= 8);
+    infer_shadow_set_fused(sh, 1);
+    infer_clipbuf_free(&cb);
+    infer_model_destroy(m);
+}
+
 /* The term with the cold columns gathered in one pass, one at a time past
  * a small budget, or one at a time throughout, and reading the weights in
  * place (the default): the same bits. */
@@ -875,6 +956,7 @@ int main(void)
         cmocka_unit_test(test_clip_next),
         cmocka_unit_test(test_find_clipped_q),
         cmocka_unit_test(test_gather_budget),
+        cmocka_unit_test(test_term_pieces),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
