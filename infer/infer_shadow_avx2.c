@@ -38,9 +38,15 @@ void infer_shadow_cols_avx2(const struct infer_shadow_cols *k)
     const __m128i down = _mm_cvtsi32_si128(24);
     for (uint32_t g0 = k->b0; g0 < full; g0 += G) {
         uint32_t gb = full - g0 < G ? full - g0 : G, r0 = g0 * 16;
-        for (uint32_t t = 0; t < k->nt; t++)
+        for (uint32_t t = 0; t < k->nt; t++) {
             for (uint32_t i = 0; i < 16 * gb; i += 8)
                 _mm256_storeu_ps(k->acc + (size_t)t * 16 * G + i, _mm256_setzero_ps());
+            /* the outputs this group adds to, scattered rows written by the
+             * matmul on another core: asked for now, used after the blocks */
+            if (!k->store)
+                for (uint32_t i = 0; i < 16 * gb; i += 16)
+                    _mm_prefetch((const char *)(k->out[t] + r0 + i), _MM_HINT_T0);
+        }
         for (uint32_t bi = 0; bi < gb; bi++) {
             uint32_t b = g0 + bi;
             const int8_t *blk = k->packed + (size_t)b * k->block;
