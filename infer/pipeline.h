@@ -238,7 +238,7 @@ struct pl {
      * a down projection has a linear term), and n_sets sets of scratch, each
      * held by one (layer, chunk) from its norm to its last task, admitted in
      * the order (layer, chunk) */
-    float *act_x, *act_d;   /* [n][D] each, mapped (act_d: NULL without a term) */
+    float *act_x;           /* [n][D], mapped */
     size_t act_x_len;
     uint8_t *set_mem;       /* n_sets x set_bytes, mapped */
     size_t set_bytes, set_len;

@@ -107,17 +107,15 @@ static uint32_t clip_lead(const struct pl *p, int layer, uint32_t role)
     return role;
 }
 
-/* PL_SHADOW: the model's linear term on what the quantizer clips of the
- * matmul's input, for the task's piece of output channels, added in place
- * to the matmul's output (the task comes after that piece of the matmul and
- * before its consumers: the same float sums as the forward's y += term).
- * The clipped elements are found once per input and scale (clip_lead), from
- * the codes quantize_for wrote (infer_find_clipped_q: what
- * infer_linear_exec finds), by the first piece to run. */
-static int run_shadow(struct pl *p, struct chunkbuf *b, const struct task *t, struct sl_err *err)
+/* The clipped elements of (layer, role)'s input, found once per input and
+ * scale (clip_lead) into the chunk's cache, from the codes quantize_for
+ * wrote (infer_find_clipped_q: what infer_linear_exec finds), by the first
+ * shadow piece to run (gate/up: by PL_FFN_NORM, whose float output the up
+ * matmul overwrites): *out, or -ENOMEM. */
+static int find_clips(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
+                      const struct pl_clips **out)
 {
-    int layer = t->layer;
-    uint32_t role = t->role, lead = clip_lead(p, layer, role);
+    uint32_t lead = clip_lead(p, layer, role);
     struct pl_clips *pc = &b->clips[lead];
     pthread_mutex_lock(&pc->mu);
     if (pc->layer != layer) {
@@ -131,6 +129,22 @@ static int run_shadow(struct pl *p, struct chunkbuf *b, const struct task *t, st
     }
     int ret = pc->ret;
     pthread_mutex_unlock(&pc->mu);
+    *out = pc;
+    return ret;
+}
+
+/* PL_SHADOW: the model's linear term on what the quantizer clips of the
+ * matmul's input, for the task's piece of output channels, added in place
+ * to the matmul's output (the task comes after that piece of the matmul and
+ * before its consumers: the same float sums as the forward's y += term);
+ * a down projection's piece is then added to the residual stream x (the
+ * forward's x += y, the chunk's d being the set's scratch). */
+static int run_shadow(struct pl *p, struct chunkbuf *b, const struct task *t, struct sl_err *err)
+{
+    int layer = t->layer;
+    uint32_t role = t->role;
+    const struct pl_clips *pc;
+    int ret = find_clips(p, b, layer, role, &pc);
     if (ret < 0) {
         sl_err_set(err, "out of memory finding the clipped inputs of layer %d %s", layer,
                    format_role_name(role));
@@ -146,6 +160,10 @@ static int run_shadow(struct pl *p, struct chunkbuf *b, const struct task *t, st
     if (ret < 0)
         sl_err_set(err, "the linear term of layer %d %s failed (%d)", layer,
                    format_role_name(role), ret);
+    else if (role == FORMAT_ROLE_W_DOWN) /* the piece with its term, to x (the forward's sums) */
+        for (uint32_t r = 0; r < b->n; r++)
+            infer_op_add(b->x + (size_t)r * lin->rows + t->r0, b->d + (size_t)r * lin->rows + t->r0,
+                         t->r1 - t->r0);
     return ret;
 }
 
@@ -243,10 +261,6 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_NORM: {
-        if (t->layer > 0 && p->lin_info[t->layer][FORMAT_ROLE_W_DOWN].term)
-            /* the previous layer's down projection with its term, added here
-             * (b->d: still the previous layer's, the chunk's own) */
-            infer_step_residual(b->x, b->d, b->n, D);
         pl_acts_bind(p, t->chunk, t->layer);
         infer_step_attn_norm(p->m, t->layer, b->xb, b->x, b->n);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WQ, b->xb, b->n, D);
@@ -272,6 +286,15 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         infer_step_ffn_norm(p->m, t->layer, b->x, b->o, b->xf, b->n); /* xf may be o */
         quantize_for(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xf, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_W_UP, b->xf, b->n, D);
+        /* their clipped elements now: the up matmul's output takes xf's memory */
+        for (uint32_t r = FORMAT_ROLE_W_GATE; ret == 0 && r <= FORMAT_ROLE_W_UP; r++) {
+            const struct pl_clips *pc;
+            if (p->lin_info[t->layer + 1][r].term && find_clips(p, b, t->layer, r, &pc) < 0) {
+                sl_err_set(&err, "out of memory finding the clipped inputs of layer %d",
+                           t->layer);
+                ret = -ENOMEM;
+            }
+        }
         break;
     case PL_SWIGLU: {
         uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
@@ -282,8 +305,6 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
     case PL_HEAD: {
         /* the first token needs the last row only */
         float *xl = b->x + (size_t)(b->n - 1) * D;
-        if (p->lin_info[c->n_layers][FORMAT_ROLE_W_DOWN].term)
-            infer_step_residual(xl, b->d + (size_t)(b->n - 1) * D, 1, D);
         infer_step_head_norm(p->m, b->xh, xl, 1);
         quantize_for(p, b, -1, FORMAT_ROLE_CLASSIFIER, b->xh, 1, D);
         break;
