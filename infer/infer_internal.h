@@ -317,6 +317,18 @@ size_t infer_clip_next_scalar(const float *x, size_t len, float inv);
 size_t infer_clip_next_avx2(const float *x, size_t len, float inv);
 int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint32_t cols,
                        float s, struct infer_clipped *c);
+/* infer_find_clipped's result (the same elements, order and excesses), found
+ * from xq, the codes npu_quantize_act(x, n * cols, s) gave: a clipped
+ * element's code is -127 or 127, so only those are tested, and the rest is
+ * skipped 32 codes a step (a quarter of the floats' bytes, and the codes
+ * were read by the matmul just before). */
+int infer_find_clipped_q(struct infer_clipbuf *b, const float *x, const int8_t *xq, uint32_t n,
+                         uint32_t cols, float s, struct infer_clipped *c);
+/* The offset of the first block of 32 codes of xq [len] with a -127 or 127,
+ * or len rounded down to 32 when none has one: how infer_find_clipped_q
+ * skips. The AVX2 kernel equals the scalar one (test_shadow). */
+size_t infer_clip_next_q_scalar(const int8_t *xq, size_t len);
+size_t infer_clip_next_q_avx2(const int8_t *xq, size_t len);
 void infer_clipbuf_free(struct infer_clipbuf *b);
 /* Whether the model's term wants (layer, role). */
 int infer_term_wants(const struct infer_model *m, int layer, uint32_t role);
@@ -363,6 +375,7 @@ struct infer_shadow_cols {
     const int8_t *packed;       /* npu_weights_packed */
     size_t block;               /* its block bytes */
     uint32_t rows;
+    uint32_t b0, b1;            /* the blocks of 16 rows computed: [b0, b1) (infer_shadow_cols) */
     const float *scale;         /* [rows] */
     float s;                    /* activation scale */
     int store;
@@ -372,7 +385,8 @@ struct infer_shadow_cols {
 /* Blocks [b0, b1) of 16 rows (the last one may be partial). */
 void infer_shadow_cols_scalar(const struct infer_shadow_cols *k, uint32_t b0, uint32_t b1);
 void infer_shadow_cols_avx2(const struct infer_shadow_cols *k);
-/* Every block, with the best kernel (infer_matmul_kernel_used). */
+/* Blocks [k->b0, k->b1), with the best kernel (infer_matmul_kernel_used);
+ * the AVX2 kernel computes the same blocks. */
 void infer_shadow_cols(const struct infer_shadow_cols *k);
 
 #endif

@@ -147,6 +147,31 @@ static size_t clip_next(const float *x, size_t len, float inv)
     return infer_clip_next_scalar(x, len, inv);
 }
 
+/* Records element i (v = x[i] * inv, clipped) in c, growing b: -ENOMEM. */
+static int clip_push(struct infer_clipbuf *b, struct infer_clipped *c, size_t i, uint32_t cols,
+                     float v)
+{
+    if (c->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        uint32_t *r = sl_realloc(b->row, cap * sizeof *r);
+        if (r)
+            b->row = r;
+        uint32_t *cc = r ? sl_realloc(b->col, cap * sizeof *cc) : NULL;
+        if (cc)
+            b->col = cc;
+        float *e = cc ? sl_realloc(b->excess, cap * sizeof *e) : NULL;
+        if (!e)
+            return -ENOMEM;
+        b->excess = e;
+        b->cap = cap;
+    }
+    b->row[c->n] = (uint32_t)(i / cols);
+    b->col[c->n] = (uint32_t)(i % cols);
+    b->excess[c->n] = v > 0 ? v - 127.0f : v + 127.0f;
+    c->n++;
+    return 0;
+}
+
 int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint32_t cols,
                        float s, struct infer_clipped *c)
 {
@@ -155,8 +180,10 @@ int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint
     c->n = 0;
     c->act_scale = s;
     c->store = 0;
+    c->r0 = c->r1 = 0;
     size_t end = 0; /* the elements before end are checked one by one */
-    for (size_t i = 0; i < len; i++) {
+    int ret = 0;
+    for (size_t i = 0; ret == 0 && i < len; i++) {
         if (i >= end) { /* skip the blocks of 8 with nothing clipped */
             i += clip_next(x + i, len - i, inv);
             end = i + 8;
@@ -164,31 +191,70 @@ int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint
                 break;
         }
         float v = x[i] * inv; /* the quantizer's x / s (npu_quantize_act) */
-        if (!(v > 127.0f || v < -127.0f))
-            continue; /* inside the range, or NaN (quantized to 0, nothing to add) */
-        if (c->n == b->cap) {
-            size_t cap = b->cap ? b->cap * 2 : 256;
-            uint32_t *r = sl_realloc(b->row, cap * sizeof *r);
-            if (r)
-                b->row = r;
-            uint32_t *cc = r ? sl_realloc(b->col, cap * sizeof *cc) : NULL;
-            if (cc)
-                b->col = cc;
-            float *e = cc ? sl_realloc(b->excess, cap * sizeof *e) : NULL;
-            if (!e)
-                return -ENOMEM;
-            b->excess = e;
-            b->cap = cap;
-        }
-        b->row[c->n] = (uint32_t)(i / cols);
-        b->col[c->n] = (uint32_t)(i % cols);
-        b->excess[c->n] = v > 0 ? v - 127.0f : v + 127.0f;
-        c->n++;
+        if (v > 127.0f || v < -127.0f) /* not inside the range, nor NaN (quantized to 0) */
+            ret = clip_push(b, c, i, cols, v);
     }
     c->row = b->row;
     c->col = b->col;
     c->excess = b->excess;
-    return 0;
+    return ret;
+}
+
+size_t infer_clip_next_q_scalar(const int8_t *xq, size_t len)
+{
+    size_t i = 0;
+    for (; i + 32 <= len; i += 32) {
+        int any = 0;
+        for (int j = 0; j < 32; j++)
+            any |= xq[i + j] == 127 || xq[i + j] == -127;
+        if (any)
+            return i;
+    }
+    return i;
+}
+
+static size_t clip_next_q(const int8_t *xq, size_t len)
+{
+#if SLUICE_KERNELS_X86
+    if (infer_matmul_kernel_used() != INFER_MATMUL_SCALAR)
+        return infer_clip_next_q_avx2(xq, len);
+#endif
+    return infer_clip_next_q_scalar(xq, len);
+}
+
+/* x * inv > 127 rounds to 127 or more and x * inv < -127 to -127 or less,
+ * which the quantizer clamps to +-127: only those codes are looked at, the
+ * test on each being infer_find_clipped's (the same products). */
+int infer_find_clipped_q(struct infer_clipbuf *b, const float *x, const int8_t *xq, uint32_t n,
+                         uint32_t cols, float s, struct infer_clipped *c)
+{
+    if (!(s > 0) || !isfinite(s)) /* npu_quantize_act zeroes the codes */
+        return infer_find_clipped(b, x, n, cols, s, c);
+    size_t len = (size_t)n * cols;
+    float inv = 1.0f / s;
+    c->n = 0;
+    c->act_scale = s;
+    c->store = 0;
+    c->r0 = c->r1 = 0;
+    size_t end = 0; /* the codes before end are looked at one by one */
+    int ret = 0;
+    for (size_t i = 0; ret == 0 && i < len; i++) {
+        if (i >= end) { /* skip the blocks of 32 without +-127 */
+            i += clip_next_q(xq + i, len - i);
+            end = i + 32;
+            if (i >= len)
+                break;
+        }
+        if (xq[i] != 127 && xq[i] != -127)
+            continue;
+        float v = x[i] * inv;
+        if (v > 127.0f || v < -127.0f)
+            ret = clip_push(b, c, i, cols, v);
+    }
+    c->row = b->row;
+    c->col = b->col;
+    c->excess = b->excess;
+    return ret;
 }
 
 void infer_clipbuf_free(struct infer_clipbuf *b)
@@ -204,7 +270,7 @@ int infer_quantize_clipped(struct infer_state *st, const float *x, uint32_t n, u
 {
     npu_quantize_act(x, (size_t)n * cols, s, xq);
     struct infer_clipbuf b = {st->clip_row, st->clip_col, st->clip_excess, st->clip_cap};
-    int ret = infer_find_clipped(&b, x, n, cols, s, c);
+    int ret = infer_find_clipped_q(&b, x, xq, n, cols, s, c);
     st->clip_row = b.row;
     st->clip_col = b.col;
     st->clip_excess = b.excess;

@@ -318,8 +318,8 @@ static int clip_sorted(const struct infer_clipped *clip, uint32_t n, uint32_t co
  * grouped by column (a stable counting sort), each token row's output
  * written once. Returns 0 or -ENOMEM; counts into *hot, *cold, *trows. */
 static int term_fused(const struct shadow_lin *l, const struct wsrc *ws,
-                      const struct infer_clipped *clip, float *y, uint32_t rows, uint64_t *hot,
-                      uint64_t *cold, uint64_t *trows)
+                      const struct infer_clipped *clip, float *y, uint32_t rows, uint32_t r0,
+                      uint32_t r1, uint64_t *hot, uint64_t *cold, uint64_t *trows)
 {
     static const int8_t no_blocks[64]; /* packed source: every column is a copy */
     int8_t *cols_own = NULL;
@@ -377,7 +377,8 @@ static int term_fused(const struct shadow_lin *l, const struct wsrc *ws,
         bound[nd] = prev;
         struct infer_shadow_cols k = {.nd = nd, .col = dcol, .hot = hotp, .start = bound,
                                       .tok = tok, .ex = ex, .nt = nt, .out = out,
-                                      .rows = rows, .scale = ws->scale,
+                                      .rows = rows, .b0 = r0 / 16, .b1 = (r1 + 15) / 16,
+                                      .scale = ws->scale,
                                       .s = clip->act_scale, .store = clip->store, .acc = acc};
         if (!wsrc_packed(ws)) {
             k.packed = npu_weights_packed(ws->nw, &k.block);
@@ -420,16 +421,19 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
         return 0;
     const struct format_shadow_linear *e = l->e;
     struct infer_linear *lin = infer_model_linear(sh->m, layer, role);
-    if (!lin || rows != e->rows)
+    uint32_t r0 = clip->r1 ? clip->r0 : 0, r1 = clip->r1 ? clip->r1 : rows;
+    if (!lin || rows != e->rows || r0 >= r1 || r1 > rows)
         return -EINVAL;
     struct wsrc ws;
     int wret = wsrc_init(&ws, lin, rows);
     if (wret < 0)
         return wret;
     uint64_t hot = 0, cold = 0, trows = 0;
-    if (clip->n && sh->fused && clip_sorted(clip, n, e->cols)) {
-        int ret = term_fused(l, &ws, clip, y, rows, &hot, &cold, &trows);
-        if (ret == 0)
+    /* in place: whole blocks of 16 output rows (the last may be short) */
+    if (clip->n && sh->fused && clip_sorted(clip, n, e->cols) && r0 % 16 == 0 &&
+        (r1 % 16 == 0 || r1 == rows)) {
+        int ret = term_fused(l, &ws, clip, y, rows, r0, r1, &hot, &cold, &trows);
+        if (ret == 0 && r0 == 0) /* the pieces of a call count once */
             count(sh, n, e->cols, clip->n, trows, hot, cold);
         free(ws.scale_own);
         return ret;
@@ -457,7 +461,7 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
         float *yr = y + (size_t)r * rows;
         if (clip->store)
             acc = yr; /* accumulated in place, then scaled: one pass less */
-        memset(acc, 0, sizeof(float) * rows);
+        memset(acc + r0, 0, sizeof(float) * (r1 - r0));
         for (; i < clip->n && clip->row[i] == r; i++) {
             uint32_t c = clip->col[i];
             int32_t k = l->slot[c];
@@ -476,20 +480,21 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
                     cold++;
                 }
             }
-            infer_shadow_axpy_s8(acc, clip->excess[i], w, rows);
+            infer_shadow_axpy_s8(acc + r0, clip->excess[i], w + r0, r1 - r0);
         }
         if (clip->store)
-            for (uint32_t o = 0; o < rows; o++)
+            for (uint32_t o = r0; o < r1; o++)
                 yr[o] = acc[o] * (s * scale[o]); /* = -0.0f + that */
         else
-            for (uint32_t o = 0; o < rows; o++)
+            for (uint32_t o = r0; o < r1; o++)
                 yr[o] += acc[o] * (s * scale[o]);
         trows++;
     }
     free(acc_own);
     cold_free(&cc);
     free(ws.scale_own);
-    count(sh, n, e->cols, clip->n, trows, hot, cold);
+    if (r0 == 0) /* the pieces of a call count once */
+        count(sh, n, e->cols, clip->n, trows, hot, cold);
     return 0;
 }
 

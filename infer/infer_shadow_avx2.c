@@ -31,16 +31,22 @@ void infer_shadow_cols_avx2(const struct infer_shadow_cols *k)
      * same columns: each read prefetches its column's line pb blocks ahead,
      * at least PF lines ahead in all */
     enum { PF = 32, G = INFER_SHADOW_COLS_GROUP };
-    uint32_t nb = (k->rows + 15) / 16, full = k->rows / 16;
+    uint32_t nb = k->b1, full = k->rows / 16 < k->b1 ? k->rows / 16 : k->b1;
     uint32_t pb = k->nd ? (PF + k->nd - 1) / k->nd : 1;
     size_t pstep = (size_t)pb * k->block;
     const __m256 vs = _mm256_set1_ps(k->s);
     const __m128i down = _mm_cvtsi32_si128(24);
-    for (uint32_t g0 = 0; g0 < full; g0 += G) {
+    for (uint32_t g0 = k->b0; g0 < full; g0 += G) {
         uint32_t gb = full - g0 < G ? full - g0 : G, r0 = g0 * 16;
-        for (uint32_t t = 0; t < k->nt; t++)
+        for (uint32_t t = 0; t < k->nt; t++) {
             for (uint32_t i = 0; i < 16 * gb; i += 8)
                 _mm256_storeu_ps(k->acc + (size_t)t * 16 * G + i, _mm256_setzero_ps());
+            /* the outputs this group adds to, scattered rows written by the
+             * matmul on another core: asked for now, used after the blocks */
+            if (!k->store)
+                for (uint32_t i = 0; i < 16 * gb; i += 16)
+                    _mm_prefetch((const char *)(k->out[t] + r0 + i), _MM_HINT_T0);
+        }
         for (uint32_t bi = 0; bi < gb; bi++) {
             uint32_t b = g0 + bi;
             const int8_t *blk = k->packed + (size_t)b * k->block;
@@ -90,7 +96,7 @@ void infer_shadow_cols_avx2(const struct infer_shadow_cols *k)
     }
     _mm_sfence();
     if (full < nb)
-        infer_shadow_cols_scalar(k, full, nb);
+        infer_shadow_cols_scalar(k, full > k->b0 ? full : k->b0, nb);
 }
 
 /* infer_clip_next_scalar with AVX2: the same products; |u| > 127 (the sign
@@ -116,6 +122,30 @@ size_t infer_clip_next_avx2(const float *x, size_t len, float inv)
     for (; i + 8 <= len; i += 8) {
         __m256 a = _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi), abs);
         if (_mm256_movemask_ps(_mm256_cmp_ps(a, lim, _CMP_GT_OQ)))
+            return i;
+    }
+    return i;
+}
+
+/* infer_clip_next_q_scalar with AVX2: |code| == 127 (vpabsb keeps -128 as
+ * itself). Four blocks of 32 are tested at once, then the first of them
+ * with one is found. */
+size_t infer_clip_next_q_avx2(const int8_t *xq, size_t len)
+{
+    const __m256i lim = _mm256_set1_epi8(127);
+    size_t i = 0;
+    for (; i + 128 <= len; i += 128) {
+        const __m256i *p = (const __m256i *)(xq + i);
+        __m256i a = _mm256_cmpeq_epi8(_mm256_abs_epi8(_mm256_loadu_si256(p)), lim);
+        __m256i b = _mm256_cmpeq_epi8(_mm256_abs_epi8(_mm256_loadu_si256(p + 1)), lim);
+        __m256i c = _mm256_cmpeq_epi8(_mm256_abs_epi8(_mm256_loadu_si256(p + 2)), lim);
+        __m256i d = _mm256_cmpeq_epi8(_mm256_abs_epi8(_mm256_loadu_si256(p + 3)), lim);
+        if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_or_si256(a, b), _mm256_or_si256(c, d))))
+            break;
+    }
+    for (; i + 32 <= len; i += 32) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(xq + i));
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_abs_epi8(a), lim)))
             return i;
     }
     return i;

@@ -56,5 +56,5 @@ void infer_shadow_cols(const struct infer_shadow_cols *k)
         break;
     }
 #endif
-    infer_shadow_cols_scalar(k, 0, (k->rows + 15) / 16);
+    infer_shadow_cols_scalar(k, k->b0, k->b1);
 }

@@ -56,9 +56,9 @@ enum pl_op {
     PL_FFN_NORM,    /* CPU: x += o, RMSNorm, quantize for gate/up */
     PL_SWIGLU,      /* CPU: silu(gate) * up, quantize for down */
     PL_HEAD,        /* CPU: x += down, final RMSNorm of the last row, quantize */
-    PL_SHADOW,      /* CPU: the linear term of the linears of one input (shadow
-                       outliers) into its chunk's delta buffers, beside the NPU's
-                       matmuls; the matmuls' consumers add the buffers */
+    PL_SHADOW,      /* CPU: a linear's term (shadow outliers) on a piece of its
+                       output channels, added to that matmul piece's output
+                       after it and before its consumers */
     PL_OP_COUNT
 };
 
@@ -73,9 +73,6 @@ enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
 struct task {
     uint8_t op, dev;
     uint8_t role;           /* PL_MM, PL_UNPACK, PL_SHADOW: enum format_role */
-    uint16_t roles;         /* PL_SHADOW: 1 << role of each linear whose term it runs
-                               (Q/K/V, gate/up: one input, one activation scale, so one
-                               search for the clipped elements) */
     int16_t layer;          /* -1: head */
     uint32_t chunk;
     uint32_t r0, r1;        /* PL_MM: output channels; PL_UNPACK: rows (0, 0: all) */
@@ -104,11 +101,17 @@ struct chunkbuf {
     float *q, *k, *v, *att, *o, *g, *u;
     float *xh;                  /* the head's normed last row (D) */
     int8_t *xq[FORMAT_ROLE_COUNT]; /* quantized input of each linear (the classifier's: own) */
-    /* the linear term's output for each role (only with a term), rows of the
-     * matmul's output; touched[r]: row r has clipped inputs (else untouched) */
-    float *delta[FORMAT_ROLE_COUNT];
-    uint8_t *touched[FORMAT_ROLE_COUNT];
     float act[FORMAT_ROLE_COUNT];  /* its activation scale */
+    /* the clipped elements of a linear's input (PL_SHADOW), found by the
+     * first of its pieces to run, read by the others */
+    struct pl_clips {
+        pthread_mutex_t mu;
+        int layer; /* of the list; INT_MIN: none yet */
+        int ret;   /* infer_find_clipped_q's */
+        struct infer_clipbuf buf;
+        struct infer_clipped clip;
+    } clips[FORMAT_ROLE_COUNT];
+    int clips_init; /* the mutexes are initialized */
 };
 
 /* A ready queue: task indices in no order (the policy picks by scanning).
@@ -186,7 +189,7 @@ struct pl {
     struct {
         int int8;
         float act;
-        int term; /* the model's linear term wants it: a PL_SHADOW task per chunk */
+        int term; /* the model's linear term wants it: PL_SHADOW tasks per chunk */
     } (*lin_info)[FORMAT_ROLE_COUNT];
 
     uint64_t t_start, t_logits, t_loaded;
@@ -240,7 +243,7 @@ struct pl {
      * a down projection has a linear term), and n_sets sets of scratch, each
      * held by one (layer, chunk) from its norm to its last task, admitted in
      * the order (layer, chunk) */
-    float *act_x, *act_d;   /* [n][D] each, mapped (act_d: NULL without a term) */
+    float *act_x;           /* [n][D], mapped */
     size_t act_x_len;
     uint8_t *set_mem;       /* n_sets x set_bytes, mapped */
     size_t set_bytes, set_len;

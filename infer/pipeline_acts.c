@@ -22,23 +22,24 @@
  *   G: q, k, v, att (the attention's inputs and output), later g;
  *   U: xb and the quantized Q/K/V/O inputs, later o, later u;
  *   A: the quantized gate/up inputs; DQ: the quantized down input;
- *   B: gate/up's normed input, only where a gate or up takes floats or has a
- *      linear term (otherwise it is o's memory in U, as infer_forward does:
- *      nothing reads it once gate and up have their int8 inputs).
+ *   B: gate/up's normed input, only where a gate or up takes floats
+ *      (otherwise it is o's memory in U, as infer_forward does: nothing reads
+ *      it once gate and up have their int8 inputs and, with a linear term,
+ *      their clipped elements, found by PL_FFN_NORM).
  * Attention pieces write att and the O input while other Q/K/V pieces still
  * read xb and their inputs, SwiGLU pieces write the down input while other
  * gate/up pieces read theirs: those never share. The arithmetic is
  * unchanged, so the logits are bit-identical whatever the number of sets.
  *
- * A down projection without a linear term adds each computed piece to x at
- * once (pl_mm_residual), so its output d is scratch of the set too (U);
- * with a term, d is the chunk's own (the next layer's norm adds it with the
- * term's output).
+ * A down projection adds each computed piece to x at once (pl_mm_residual;
+ * with a linear term its shadow task, after adding the term), so its output
+ * d is scratch of the set too (U).
  *
  * Large buffers are mapped (not malloc'd): freed, they leave the process at
  * once. Lock held in pl_acts_waits/done/unpark; calls no other pipeline
  * file. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -73,30 +74,20 @@ int pl_acts_rows(struct pl *p, uint32_t n)
     p->act_x = map(p->act_x_len);
     if (!p->act_x)
         return -ENOMEM;
-    size_t Q = (size_t)c->n_heads * c->head_dim, KV = (size_t)c->n_kv_heads * c->head_dim;
-    size_t F = c->hidden_dim;
-    size_t out[7] = {Q, KV, KV, D, F, F, D};
-    uint32_t roles[8] = {FORMAT_ROLE_WQ,     FORMAT_ROLE_WK,     FORMAT_ROLE_WV,
-                         FORMAT_ROLE_WO,     FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP,
-                         FORMAT_ROLE_W_DOWN, FORMAT_ROLE_CLASSIFIER};
     for (uint32_t ch = 0; ch < p->n_chunks; ch++) {
         struct chunkbuf *b = &p->cb[ch];
         b->pos0 = ch * chunk;
         b->n = n - b->pos0 < chunk ? n - b->pos0 : chunk;
         b->x = p->act_x + (size_t)b->pos0 * D;
+        for (int k = 0; k < FORMAT_ROLE_COUNT; k++) {
+            pthread_mutex_init(&b->clips[k].mu, NULL);
+            b->clips[k].layer = INT_MIN;
+        }
+        b->clips_init = 1;
         b->xh = sl_malloc(sizeof(float) * D);
         b->xq[FORMAT_ROLE_CLASSIFIER] = sl_alloc_aligned(D, 64);
         if (!b->xh || !b->xq[FORMAT_ROLE_CLASSIFIER])
             return -ENOMEM;
-        for (int k = 0; p->m->term && k < 8; k++) {
-            /* the linear term's output, per chunk (the classifier: its last row);
-             * aligned, so that the shadow term can stream its rows there */
-            size_t rk = k < 7 ? b->n : 1, ok = k < 7 ? out[k] : c->vocab_size;
-            b->delta[roles[k]] = sl_alloc_aligned(sizeof(float) * rk * ok, 64);
-            b->touched[roles[k]] = sl_calloc(rk, 1);
-            if (!b->delta[roles[k]] || !b->touched[roles[k]])
-                return -ENOMEM;
-        }
     }
     return 0;
 }
@@ -138,14 +129,9 @@ static size_t pool_layer_max(const struct pl *p)
 int pl_acts_init(struct pl *p, uint32_t sets)
 {
     uint32_t L = p->c->n_layers, nc = p->n_chunks;
-    int need_b = 0, need_d = 0;
+    int need_b = 0;
     for (uint32_t l = 1; l <= L; l++)
-        need_d |= p->lin_info[l][FORMAT_ROLE_W_DOWN].term;
-    if (need_d && !(p->act_d = map(p->act_x_len)))
-        return -ENOMEM;
-    for (uint32_t l = 1; l <= L; l++)
-        need_b |= !p->lin_info[l][FORMAT_ROLE_W_GATE].int8 || p->lin_info[l][FORMAT_ROLE_W_GATE].term ||
-                  !p->lin_info[l][FORMAT_ROLE_W_UP].int8 || p->lin_info[l][FORMAT_ROLE_W_UP].term;
+        need_b |= !p->lin_info[l][FORMAT_ROLE_W_GATE].int8 || !p->lin_info[l][FORMAT_ROLE_W_UP].int8;
     layout(p, p->cb[0].n, need_b);
     uint32_t s = sets ? sets : PL_ACT_SETS;
     if (s > nc || (p->n_acq && pool_layer_max(p) > p->int8_budget))
@@ -249,10 +235,9 @@ void pl_acts_bind(struct pl *p, uint32_t chunk, int layer)
     b->xq[FORMAT_ROLE_W_DOWN] = (int8_t *)(s + p->set_dq);
     b->xf = p->set_bytes > p->set_b ? (float *)(s + p->set_b) : b->o;
     /* d: U's (u is dead once every SwiGLU piece is done, and each down piece
-     * adds its channels to x at once: pl_mm_residual), or with a linear term
-     * the chunk's own (the next layer's norm adds it, after this set is gone) */
-    b->d = p->lin_info[layer + 1][FORMAT_ROLE_W_DOWN].term ? p->act_d + (size_t)b->pos0 * D
-                                                           : (float *)u;
+     * adds its channels to x at once: pl_mm_residual, or with a linear term
+     * its shadow task after the term) */
+    b->d = (float *)u;
 }
 
 void pl_acts_fini(struct pl *p)
@@ -261,17 +246,16 @@ void pl_acts_fini(struct pl *p)
         struct chunkbuf *b = &p->cb[ch];
         free(b->xh);
         sl_free_aligned(b->xq[FORMAT_ROLE_CLASSIFIER]);
-        for (int k = 0; k < FORMAT_ROLE_COUNT; k++) {
-            sl_free_aligned(b->delta[k]);
-            free(b->touched[k]);
+        for (int k = 0; b->clips_init && k < FORMAT_ROLE_COUNT; k++) {
+            pthread_mutex_destroy(&b->clips[k].mu);
+            infer_clipbuf_free(&b->clips[k].buf);
         }
     }
     free(p->cb);
     p->cb = NULL;
     unmap(p->act_x, p->act_x_len);
-    unmap(p->act_d, p->act_x_len);
     unmap(p->set_mem, p->set_len);
-    p->act_x = p->act_d = NULL;
+    p->act_x = NULL;
     p->set_mem = NULL;
     free(p->cl_set);
     free(p->cl_left);

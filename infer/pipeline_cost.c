@@ -78,10 +78,7 @@ void pl_cost_assign(struct pl *p)
             double share = t->r1 > t->r0 ? (double)(t->r1 - t->r0) / c->n_kv_heads : 1.0;
             t->est = 4.0 * rows * ctx * Q * share / 5e10;
         } else if (t->op == PL_SHADOW) {
-            t->est = 0; /* a few outliers a row, per linear */
-            for (uint32_t r = 0; r < FORMAT_ROLE_COUNT; r++)
-                if (t->roles >> r & 1)
-                    t->est += rows * rows_of_role(c, r) * 0.01 / 1e10;
+            t->est = rows * (t->r1 - t->r0) * 0.01 / 1e10; /* a few outliers a row */
         } else if (t->op == PL_UNPACK) {
             t->est = (double)(t->r1 > t->r0 ? t->r1 - t->r0 : rows_of_role(c, t->role)) * D / 1e10;
         } else {

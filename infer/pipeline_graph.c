@@ -220,46 +220,35 @@ static int add_prefault(struct pl *p, struct npu_weights *w, int layer)
     return 0;
 }
 
-/* The linear term's task of (layer, role) for a chunk where the model's
- * term wants it (lin_info term): after the n producers at `prod` (the
- * tasks that wrote the matmul's input) and the linear's unpacking; its
- * index in *out, or -1 without a term. `lead` (-1: none) is the shadow task
- * of a linear of the same chunk and layer reading the same input: where its
- * activation scale is the same, that task runs this term too (the clipped
- * elements are found once) and *out is `lead`. Its consumers get their
- * edges from add_shadow_edges. 0 or a negative errno. */
-static int add_shadow(struct pl *p, int layer, uint32_t chunk, uint32_t role, int prod, int n_prod,
-                      const struct weight_tasks *uw, int lead, int *out)
+/* The linear term's tasks of (layer, role) for a chunk where the model's
+ * term wants it (lin_info term): one per piece of its matmul (the n tasks at
+ * `mm`), after that piece and over its output channels, so that it adds into
+ * the piece's output in place while both the output and the weights the NPU
+ * has just read are in the cache, and overlaps the NPU's next piece. Their
+ * first index and count in *first, *count (0: no term). Consumers get their
+ * edges from these like from the matmul's pieces. 0 or a negative errno. */
+static int add_shadow(struct pl *p, int layer, uint32_t chunk, uint32_t role, int mm, int n_mm,
+                      int *first, int *count)
 {
-    *out = -1;
+    *first = (int)p->n_tasks;
+    *count = 0;
     if (!p->lin_info[layer + 1][role].term)
         return 0;
-    if (lead >= 0 &&
-        p->lin_info[layer + 1][p->tasks[lead].role].act == p->lin_info[layer + 1][role].act) {
-        p->tasks[lead].roles |= (uint16_t)(1u << role);
-        *out = lead;
-        return add_edges_from(p, uw->first, uw->n, lead);
+    for (int j = 0; j < n_mm; j++) {
+        int t = add_task(p, PL_SHADOW, PL_DEV_CPU, layer, chunk);
+        if (t < 0)
+            return t;
+        p->tasks[t].role = (uint8_t)role;
+        p->tasks[t].r0 = p->tasks[mm + j].r0;
+        p->tasks[t].r1 = p->tasks[mm + j].r1;
+        (*count)++;
+        int ret = add_edge(p, mm + j, t);
+        if (ret < 0)
+            return ret;
     }
-    int t = add_task(p, PL_SHADOW, PL_DEV_CPU, layer, chunk);
-    if (t < 0)
-        return t;
-    p->tasks[t].role = (uint8_t)role;
-    p->tasks[t].roles = (uint16_t)(1u << role);
-    int ret = add_edges_from(p, prod, n_prod, t);
-    if (ret == 0)
-        ret = add_edges_from(p, uw->first, uw->n, t);
-    *out = t;
-    return ret;
+    return 0;
 }
 
-/* Edges from a shadow task (-1: none) to the n tasks at `first`. */
-static int add_shadow_edges(struct pl *p, int shadow, int first, int n)
-{
-    return shadow < 0 ? 0 : add_edges_to(p, shadow, first, n);
-}
-
-/* Edges to task `to` from those of the n tasks at `first` (pieces of a
- * matmul) whose output channels overlap [a, b). */
 static int add_overlap_edges(struct pl *p, int first, int n, uint32_t a, uint32_t b, int to)
 {
     for (int j = 0; j < n; j++) {
@@ -396,16 +385,16 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
     const uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads;
     for (uint32_t ch = 0; ch < p->n_chunks; ch++) {
         int prev_down_first = -1, prev_down_n = 0;
-        int d_sh = -1; /* the previous layer's down projection's shadow task */
+        int d_sh = 0, d_sn = 0; /* the previous layer's down projection's shadow tasks */
         for (uint32_t l = 0; l < L; l++) {
             int norm = add_task(p, PL_NORM, PL_DEV_CPU, (int)l, ch);
             if (norm < 0)
                 return norm;
             if ((ret = add_edge(p, verify_of_layer[l], norm)) < 0 ||
                 (ret = add_edges_from(p, prev_down_first, prev_down_n, norm)) < 0 ||
-                (ret = add_shadow_edges(p, d_sh, norm, 1)) < 0)
+                (ret = add_edges_from(p, d_sh, d_sn, norm)) < 0)
                 return ret;
-            int qkv_first[3], qkv_n[3], qkv_sh[3];
+            int qkv_first[3], qkv_n[3], qkv_sh[3], qkv_sn[3];
             uint32_t qkv_roles[3] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
             uint32_t qkv_rows[3] = {Q, KV, KV};
             for (int k = 0; k < 3; k++) {
@@ -413,9 +402,8 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 if (ret < 0 || (ret = add_edges_to(p, norm, qkv_first[k], qkv_n[k])) < 0 ||
                     (ret = add_weight_edges(p, uw[l][qkv_roles[k]].first, uw[l][qkv_roles[k]].n,
                                             qkv_first[k], qkv_n[k])) < 0 ||
-                    (ret = add_shadow(p, (int)l, ch, qkv_roles[k], norm, 1, &uw[l][qkv_roles[k]],
-                                      k == 0 ? -1 : qkv_sh[0] >= 0 ? qkv_sh[0] : qkv_sh[1],
-                                      &qkv_sh[k])) < 0)
+                    (ret = add_shadow(p, (int)l, ch, qkv_roles[k], qkv_first[k], qkv_n[k],
+                                      &qkv_sh[k], &qkv_sn[k])) < 0)
                     return ret;
             }
             /* attention in groups of kv heads, one Q piece's worth each where
@@ -441,6 +429,12 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                     (ret = add_overlap_edges(p, qkv_first[1], qkv_n[1], kv0 * hd, kv1 * hd,
                                              attn)) < 0 ||
                     (ret = add_overlap_edges(p, qkv_first[2], qkv_n[2], kv0 * hd, kv1 * hd,
+                                             attn)) < 0 ||
+                    (ret = add_overlap_edges(p, qkv_sh[0], qkv_sn[0], kv0 * mul * hd,
+                                             kv1 * mul * hd, attn)) < 0 ||
+                    (ret = add_overlap_edges(p, qkv_sh[1], qkv_sn[1], kv0 * hd, kv1 * hd,
+                                             attn)) < 0 ||
+                    (ret = add_overlap_edges(p, qkv_sh[2], qkv_sn[2], kv0 * hd, kv1 * hd,
                                              attn)) < 0)
                     return ret;
                 /* the group's keys/values of earlier chunks first */
@@ -448,14 +442,9 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                     return ret;
             }
             prev_attn[l] = attn_first;
-            for (int k = 0; k < 3; k++) /* a task shared by Q/K/V: its edges once */
-                if ((k == 0 || (qkv_sh[k] != qkv_sh[0] && qkv_sh[k] != qkv_sh[k - 1])) &&
-                    (ret = add_shadow_edges(p, qkv_sh[k], attn_first, attn_n)) < 0)
-                    return ret;
-            int o_first, o_n, o_sh;
+            int o_first, o_n, o_sh, o_sn;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_WO, D, &o_first, &o_n)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_WO, attn_first, attn_n,
-                                  &uw[l][FORMAT_ROLE_WO], -1, &o_sh)) < 0)
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_WO, o_first, o_n, &o_sh, &o_sn)) < 0)
                 return ret;
             for (int j = 0; j < o_n; j++)
                 if ((ret = add_edges_from(p, attn_first, attn_n, o_first + j)) < 0)
@@ -468,17 +457,15 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             if (fn < 0)
                 return fn;
             if ((ret = add_edges_from(p, o_first, o_n, fn)) < 0 ||
-                (ret = add_shadow_edges(p, o_sh, fn, 1)) < 0)
+                (ret = add_edges_from(p, o_sh, o_sn, fn)) < 0)
                 return ret;
-            int g_first, g_n, u_first, u_n, g_sh, u_sh;
+            int g_first, g_n, u_first, u_n, g_sh, g_sn, u_sh, u_sn;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_GATE, F, &g_first, &g_n)) < 0 ||
                 (ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_UP, F, &u_first, &u_n)) < 0 ||
                 (ret = add_edges_to(p, fn, g_first, g_n)) < 0 ||
                 (ret = add_edges_to(p, fn, u_first, u_n)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_GATE, fn, 1,
-                                  &uw[l][FORMAT_ROLE_W_GATE], -1, &g_sh)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_UP, fn, 1, &uw[l][FORMAT_ROLE_W_UP],
-                                  g_sh, &u_sh)) < 0)
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_GATE, g_first, g_n, &g_sh, &g_sn)) < 0 ||
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_UP, u_first, u_n, &u_sh, &u_sn)) < 0)
                 return ret;
             /* SwiGLU piece by piece of gate/up where they are split */
             int sw_split = g_n > 1 && g_n == u_n && input_splits(p, (int)l, FORMAT_ROLE_W_DOWN);
@@ -493,20 +480,19 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 }
                 uint32_t a = sw_split ? p->tasks[sw].r0 : 0, b = sw_split ? p->tasks[sw].r1 : F;
                 if ((ret = add_overlap_edges(p, g_first, g_n, a, b, sw)) < 0 ||
-                    (ret = add_overlap_edges(p, u_first, u_n, a, b, sw)) < 0)
+                    (ret = add_overlap_edges(p, u_first, u_n, a, b, sw)) < 0 ||
+                    (ret = add_overlap_edges(p, g_sh, g_sn, a, b, sw)) < 0 ||
+                    (ret = add_overlap_edges(p, u_sh, u_sn, a, b, sw)) < 0)
                     return ret;
             }
-            if ((ret = add_shadow_edges(p, g_sh, sw_first, sw_n)) < 0 ||
-                (u_sh != g_sh && (ret = add_shadow_edges(p, u_sh, sw_first, sw_n)) < 0) ||
-                (ret = add_weight_edges(p, uw[l][FORMAT_ROLE_W_GATE].first,
+            if ((ret = add_weight_edges(p, uw[l][FORMAT_ROLE_W_GATE].first,
                                         uw[l][FORMAT_ROLE_W_GATE].n, g_first, g_n)) < 0 ||
                 (ret = add_weight_edges(p, uw[l][FORMAT_ROLE_W_UP].first,
                                         uw[l][FORMAT_ROLE_W_UP].n, u_first, u_n)) < 0)
                 return ret;
             int d_first, d_n;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_DOWN, D, &d_first, &d_n)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_DOWN, sw_first, sw_n,
-                                  &uw[l][FORMAT_ROLE_W_DOWN], -1, &d_sh)) < 0)
+                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_DOWN, d_first, d_n, &d_sh, &d_sn)) < 0)
                 return ret;
             for (int j = 0; j < d_n; j++)
                 if ((ret = add_edges_from(p, sw_first, sw_n, d_first + j)) < 0)
@@ -525,19 +511,16 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             int c_first, c_n;
             if ((ret = add_edge(p, verify_of_layer[L], head)) < 0 ||
                 (ret = add_edges_from(p, prev_down_first, prev_down_n, head)) < 0 ||
-                (ret = add_shadow_edges(p, d_sh, head, 1)) < 0 ||
+                (ret = add_edges_from(p, d_sh, d_sn, head)) < 0 ||
                 (ret = add_mm(p, -1, ch, FORMAT_ROLE_CLASSIFIER, c->vocab_size, &c_first,
                               &c_n)) < 0 ||
                 (ret = add_edges_to(p, head, c_first, c_n)) < 0 ||
                 (ret = add_weight_edges(p, uw[L][FORMAT_ROLE_CLASSIFIER].first,
                                         uw[L][FORMAT_ROLE_CLASSIFIER].n, c_first, c_n)) < 0)
                 return ret;
-            /* the classifier's term: after its matmul (nothing consumes the
-             * logits in the graph: the task adds its output itself) */
-            int c_sh;
-            if ((ret = add_shadow(p, -1, ch, FORMAT_ROLE_CLASSIFIER, head, 1,
-                                  &uw[L][FORMAT_ROLE_CLASSIFIER], -1, &c_sh)) < 0 ||
-                (c_sh >= 0 && (ret = add_edges_from(p, c_first, c_n, c_sh)) < 0))
+            /* the classifier's term: after its matmul, like every term */
+            int c_sh, c_sn;
+            if ((ret = add_shadow(p, -1, ch, FORMAT_ROLE_CLASSIFIER, c_first, c_n, &c_sh, &c_sn)) < 0)
                 return ret;
         }
     }

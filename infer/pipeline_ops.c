@@ -90,70 +90,80 @@ static float *mm_output(struct pl *p, struct chunkbuf *b, uint32_t role)
 }
 
 
-/* y += delta for the touched rows of a chunk, columns [c0, c1), where the
- * linear (layer, role) has a term (PL_SHADOW): the term's output added to
- * the NPU's, as infer_linear_exec adds it (the same float sum). */
-static void add_delta_rows(struct pl *p, struct chunkbuf *b, int layer, uint32_t role, uint32_t c0,
-                           uint32_t c1, uint32_t r0, uint32_t r1)
+/* The role whose clipped elements (layer, role)'s term reads: the first
+ * linear with a term of the same input (Q/K/V; gate/up) at the same
+ * activation scale (the same elements), else its own. */
+static uint32_t clip_lead(const struct pl *p, int layer, uint32_t role)
 {
-    if (layer < 0 || !p->lin_info[layer + 1][role].term)
-        return;
-    const struct infer_linear *lin = pl_graph_linear(p, layer, role);
-    float *y = mm_output(p, b, role);
-    const float *d = b->delta[role];
-    for (uint32_t r = r0; r < r1; r++) {
-        if (!b->touched[role][r])
-            continue;
-        size_t off = (size_t)r * lin->rows;
-        for (uint32_t c = c0; c < c1; c++)
-            y[off + c] += d[off + c];
-    }
+    static const uint32_t qkv[] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
+    static const uint32_t gu[] = {FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP};
+    int is_qkv = role >= FORMAT_ROLE_WQ && role <= FORMAT_ROLE_WV;
+    int n = is_qkv ? 3 : role == FORMAT_ROLE_W_GATE || role == FORMAT_ROLE_W_UP ? 2 : 0;
+    const uint32_t *g = is_qkv ? qkv : gu;
+    for (int k = 0; k < n && g[k] != role; k++)
+        if (p->lin_info[layer + 1][g[k]].term &&
+            p->lin_info[layer + 1][g[k]].act == p->lin_info[layer + 1][role].act)
+            return g[k];
+    return role;
 }
 
-static void add_delta(struct pl *p, struct chunkbuf *b, int layer, uint32_t role, uint32_t c0,
-                      uint32_t c1)
+/* The clipped elements of (layer, role)'s input, found once per input and
+ * scale (clip_lead) into the chunk's cache, from the codes quantize_for
+ * wrote (infer_find_clipped_q: what infer_linear_exec finds), by the first
+ * shadow piece to run (gate/up: by PL_FFN_NORM, whose float output the up
+ * matmul overwrites): *out, or -ENOMEM. */
+static int find_clips(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
+                      const struct pl_clips **out)
 {
-    add_delta_rows(p, b, layer, role, c0, c1, 0, b->n);
+    uint32_t lead = clip_lead(p, layer, role);
+    struct pl_clips *pc = &b->clips[lead];
+    pthread_mutex_lock(&pc->mu);
+    if (pc->layer != layer) {
+        uint32_t cols;
+        const float *x = mm_input(b, lead, &cols, p->c);
+        uint32_t n = lead == FORMAT_ROLE_CLASSIFIER ? 1 : b->n; /* the head: the last row */
+        float act = p->lin_info[layer + 1][lead].act;
+        float s = act > 0 ? act : npu_act_scale_dynamic(x, (size_t)n * cols);
+        pc->ret = infer_find_clipped_q(&pc->buf, x, b->xq[lead], n, cols, s, &pc->clip);
+        pc->layer = layer;
+    }
+    int ret = pc->ret;
+    pthread_mutex_unlock(&pc->mu);
+    *out = pc;
+    return ret;
 }
 
 /* PL_SHADOW: the model's linear term on what the quantizer clips of the
- * matmul's input (found exactly as infer_linear_exec finds it), into the
- * chunk's delta rows (stored whole: what the term would add to rows of -0.0f,
- * so that adding them to the matmul's output gives the plain forward's bits).
- * For every linear of the task's roles: they read one input at one scale
- * (add_shadow), so the clipped elements are found once. */
+ * matmul's input, for the task's piece of output channels, added in place
+ * to the matmul's output (the task comes after that piece of the matmul and
+ * before its consumers: the same float sums as the forward's y += term);
+ * a down projection's piece is then added to the residual stream x (the
+ * forward's x += y, the chunk's d being the set's scratch). */
 static int run_shadow(struct pl *p, struct chunkbuf *b, const struct task *t, struct sl_err *err)
 {
     int layer = t->layer;
     uint32_t role = t->role;
-    uint32_t cols;
-    const float *x = mm_input(b, role, &cols, p->c);
-    uint32_t n = role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n; /* the head: the last row */
-    float act = p->lin_info[layer + 1][role].act;
-    float s = act > 0 ? act : npu_act_scale_dynamic(x, (size_t)n * cols);
-    struct infer_clipbuf cb = {0};
-    struct infer_clipped clip;
-    int ret = infer_find_clipped(&cb, x, n, cols, s, &clip);
-    for (uint32_t r = role; ret == 0 && r < FORMAT_ROLE_COUNT; r++) {
-        if (!(t->roles >> r & 1))
-            continue;
-        const struct infer_linear *lin = pl_graph_linear(p, layer, r);
-        memset(b->touched[r], 0, n);
-        for (uint32_t i = 0; i < clip.n; i++)
-            b->touched[r][clip.row[i]] = 1;
-        clip.store = 1; /* the touched rows written whole: no initialization */
-        ret = p->m->term(p->m->term_ctx, layer, r, &clip, b->delta[r], n, lin->rows);
-        if (ret == 0 && r == FORMAT_ROLE_CLASSIFIER && b->touched[r][0])
-            for (uint32_t c = 0; c < lin->rows; c++) /* after the matmul (its edges) */
-                p->logits[c] += b->delta[r][c];
-        if (ret < 0)
-            sl_err_set(err, "the linear term of layer %d %s failed (%d)", layer,
-                       format_role_name(r), ret);
-    }
-    if (ret < 0 && !err->msg[0])
+    const struct pl_clips *pc;
+    int ret = find_clips(p, b, layer, role, &pc);
+    if (ret < 0) {
         sl_err_set(err, "out of memory finding the clipped inputs of layer %d %s", layer,
                    format_role_name(role));
-    infer_clipbuf_free(&cb);
+        return ret;
+    }
+    const struct infer_linear *lin = pl_graph_linear(p, layer, role);
+    struct infer_clipped clip = pc->clip; /* read only once found */
+    clip.store = 0;                       /* added to the NPU's output rows */
+    clip.r0 = t->r0;
+    clip.r1 = t->r1;
+    uint32_t n = role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n;
+    ret = p->m->term(p->m->term_ctx, layer, role, &clip, mm_output(p, b, role), n, lin->rows);
+    if (ret < 0)
+        sl_err_set(err, "the linear term of layer %d %s failed (%d)", layer,
+                   format_role_name(role), ret);
+    else if (role == FORMAT_ROLE_W_DOWN) /* the piece with its term, to x (the forward's sums) */
+        for (uint32_t r = 0; r < b->n; r++)
+            infer_op_add(b->x + (size_t)r * lin->rows + t->r0, b->d + (size_t)r * lin->rows + t->r0,
+                         t->r1 - t->r0);
     return ret;
 }
 
@@ -251,12 +261,6 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_NORM: {
-        if (t->layer > 0 && p->lin_info[t->layer][FORMAT_ROLE_W_DOWN].term) {
-            /* the previous layer's down projection and its term, added here
-             * (b->d: still the previous layer's, the chunk's own) */
-            add_delta(p, b, t->layer - 1, FORMAT_ROLE_W_DOWN, 0, D);
-            infer_step_residual(b->x, b->d, b->n, D);
-        }
         pl_acts_bind(p, t->chunk, t->layer);
         infer_step_attn_norm(p->m, t->layer, b->xb, b->x, b->n);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WQ, b->xb, b->n, D);
@@ -270,9 +274,6 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         uint32_t kv0 = t->r1 > t->r0 ? t->r0 : 0, kv1 = t->r1 > t->r0 ? t->r1 : c->n_kv_heads;
         struct infer_rows rows = {.n = b->n, .slot0 = b->pos0, .pos = p->positions + b->pos0,
                                   .vis = {.n = b->n, .base = b->pos0}};
-        add_delta(p, b, t->layer, FORMAT_ROLE_WQ, kv0 * mul * hd, kv1 * mul * hd);
-        add_delta(p, b, t->layer, FORMAT_ROLE_WK, kv0 * hd, kv1 * hd);
-        add_delta(p, b, t->layer, FORMAT_ROLE_WV, kv0 * hd, kv1 * hd);
         ret = infer_step_attention(p->m, p->st->kv, p->st->attn, t->layer, &rows, b->q, b->k,
                                    b->v, kv0, kv1, b->att, att_scratch);
         if (ret < 0)
@@ -282,35 +283,28 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_FFN_NORM:
-        add_delta(p, b, t->layer, FORMAT_ROLE_WO, 0, D);
         infer_step_ffn_norm(p->m, t->layer, b->x, b->o, b->xf, b->n); /* xf may be o */
         quantize_for(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xf, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_W_UP, b->xf, b->n, D);
+        /* their clipped elements now: the up matmul's output takes xf's memory */
+        for (uint32_t r = FORMAT_ROLE_W_GATE; ret == 0 && r <= FORMAT_ROLE_W_UP; r++) {
+            const struct pl_clips *pc;
+            if (p->lin_info[t->layer + 1][r].term && find_clips(p, b, t->layer, r, &pc) < 0) {
+                sl_err_set(&err, "out of memory finding the clipped inputs of layer %d",
+                           t->layer);
+                ret = -ENOMEM;
+            }
+        }
         break;
     case PL_SWIGLU: {
         uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
-        if (p->lin_info[t->layer + 1][FORMAT_ROLE_W_GATE].term ||
-            p->lin_info[t->layer + 1][FORMAT_ROLE_W_UP].term) {
-            /* row by row: a row's delta added just before its SwiGLU, so its
-             * gate and up are read from memory once (elementwise: same bits) */
-            for (uint32_t r = 0; r < b->n; r++) {
-                add_delta_rows(p, b, t->layer, FORMAT_ROLE_W_GATE, f0, f1, r, r + 1);
-                add_delta_rows(p, b, t->layer, FORMAT_ROLE_W_UP, f0, f1, r, r + 1);
-                infer_step_swiglu(b->g + (size_t)r * F, b->u + (size_t)r * F, 1, F, f0, f1);
-            }
-        } else {
-            infer_step_swiglu(b->g, b->u, b->n, F, f0, f1);
-        }
+        infer_step_swiglu(b->g, b->u, b->n, F, f0, f1);
         quantize_cols(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, b->n, F, f0, f1);
         break;
     }
     case PL_HEAD: {
         /* the first token needs the last row only */
         float *xl = b->x + (size_t)(b->n - 1) * D;
-        if (p->lin_info[c->n_layers][FORMAT_ROLE_W_DOWN].term) {
-            add_delta(p, b, (int)c->n_layers - 1, FORMAT_ROLE_W_DOWN, 0, D);
-            infer_step_residual(xl, b->d + (size_t)(b->n - 1) * D, 1, D);
-        }
         infer_step_head_norm(p->m, b->xh, xl, 1);
         quantize_for(p, b, -1, FORMAT_ROLE_CLASSIFIER, b->xh, 1, D);
         break;

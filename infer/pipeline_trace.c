@@ -143,7 +143,7 @@ void pl_stats_fill(struct pl *p, struct infer_pipeline_stats *st)
     st->tails = p->tails;
     st->int8_pool_bytes = p->int8_peak;
     st->act_sets = p->n_sets;
-    st->act_bytes = (p->act_d ? 2 : 1) * p->act_x_len + p->set_len;
+    st->act_bytes = p->act_x_len + p->set_len;
     if (p->dev) {
         struct npu_device_stats ds;
         npu_device_stats(p->dev, &ds);

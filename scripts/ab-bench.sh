@@ -2,13 +2,16 @@
 # ab-bench.sh: performance A/B of two `sluice` binaries on one model, cold
 # starts side by side in one run (docs/BENCHMARKS.md, SPEC "Measuring").
 #
-#   scripts/ab-bench.sh [-r RUNS] [-m MBPS] [-c CASES] [-o DIR] BIN_A BIN_B MODEL
+#   scripts/ab-bench.sh [-r RUNS] [-m MBPS] [-c CASES] [-o DIR] [-a] BIN_A BIN_B MODEL
 #
 #   -r RUNS   runs per case and binary (default 5; 3 at least for a claim)
 #   -m MBPS   flash read limit in MB/s for flashrun (default 800; 0: none)
 #   -c CASES  comma-separated subset of the cases below (default: all four)
 #   -o DIR    keep every run's JSON, stderr and times in DIR (default: a
 #             temporary directory, removed at the end)
+#   -a        alternate the order of each pair: A then B in odd rounds, B then
+#             A in even ones (the first run after a round's raw read can be
+#             slower; use an even RUNS)
 #
 # Cases, each run a fresh process after the page cache is dropped, in a fresh
 # read-limited cgroup (../shared/tools/flashrun; $FLASHRUN overrides it):
@@ -20,9 +23,9 @@
 #               the JSON's decode_tokens_per_s ((generated - 1) / time from the
 #               first token to the last); a run that stopped early (EOS) is
 #               flagged, one with under 2 tokens generated has no rate
-# Interleaved: for each round, for each case, BIN_A then BIN_B, so the two
-# runs of a pair see the same machine. Each round also measures the raw rate
-# of the limited device once (dd with O_DIRECT of MODEL under flashrun), for
+# Interleaved: for each round, for each case, BIN_A then BIN_B (-a: B then A
+# in even rounds), so the two runs of a pair see the same machine. Each round
+# also measures the raw rate of the limited device once (dd with O_DIRECT of MODEL under flashrun), for
 # reading the TTFTs against the bound (bytes read / raw rate).
 # The command is also timed inside flashrun (bash's $EPOCHREALTIME around
 # it, so the cache drop and cgroup setup are not counted): `wall` is exec to
@@ -50,18 +53,19 @@
 set -euo pipefail
 
 usage() {
-  sed -n '5,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '5,14p' "$0" | sed 's/^# \{0,1\}//' >&2
   echo "(-h: the whole description)" >&2
   exit 2
 }
 
-runs=5 mbps=800 cases=ttft128,ttft512,decode128,decode1000 keep=""
-while getopts r:m:c:o:h opt; do
+runs=5 mbps=800 cases=ttft128,ttft512,decode128,decode1000 keep="" alt=0
+while getopts r:m:c:o:ah opt; do
   case $opt in
     r) runs=$OPTARG ;;
     m) mbps=$OPTARG ;;
     c) cases=$OPTARG ;;
     o) keep=$OPTARG ;;
+    a) alt=1 ;;
     h) sed -n '2,/^# Needs root/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) usage ;;
   esac
@@ -154,14 +158,21 @@ raw_rate() {
 
 echo "ab-bench: A = $bin_a" >&2
 echo "ab-bench: B = $bin_b" >&2
-echo "ab-bench: $model, $mbps MB/s, $runs rounds of: raw read, ${cases//,/ } (A then B); files in $out" >&2
+order="A then B"
+[ "$alt" = 1 ] && order="A then B, B then A in even rounds"
+echo "ab-bench: $model, $mbps MB/s, $runs rounds of: raw read, ${cases//,/ } ($order); files in $out" >&2
 start=$EPOCHREALTIME
 for ((r = 1; r <= runs; r++)); do
   t_round=$EPOCHREALTIME
   raw_rate "$r"
   for c in "${case_list[@]}"; do
-    one_run "$r" "$c" A "$bin_a"
-    one_run "$r" "$c" B "$bin_b"
+    if [ "$alt" = 1 ] && ((r % 2 == 0)); then
+      one_run "$r" "$c" B "$bin_b"
+      one_run "$r" "$c" A "$bin_a"
+    else
+      one_run "$r" "$c" A "$bin_a"
+      one_run "$r" "$c" B "$bin_b"
+    fi
   done
   awk -v a="$t_round" -v b="$EPOCHREALTIME" -v r="$r" \
     'BEGIN {printf "round %d took %.1f s\n", r, b - a}' >&2

@@ -165,6 +165,15 @@ int unpack_row_mult(const struct format_packed_layout *lay, uint32_t row, uint32
     return 0;
 }
 
+/* Orders earlier non-temporal stores before later stores (once per call:
+ * a fence per row stalls each row until its stores have drained). */
+static void store_fence(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_sfence();
+#endif
+}
+
 int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                              uint32_t r1, int8_t *q, int32_t *corr, enum unpack_store store)
 {
@@ -202,6 +211,8 @@ int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k
         if (corr) /* the row was just written: summed from L1 */
             corr[r - r0] = 128 * kt->sum(dst, cols);
     }
+    if (stream) /* the kernels' non-temporal stores ordered before what follows */
+        store_fence();
     free(m);
     return 0;
 }

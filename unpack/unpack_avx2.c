@@ -129,8 +129,6 @@ static row_b_fn *const adaptive_rows[2][9] = {
 static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
 {
     adaptive_rows[stream != 0][b](src, cols, dst);
-    if (stream)
-        _mm_sfence();
 }
 
 /* ---- block multipliers (header version 2) ------------------------------------------------
@@ -310,8 +308,6 @@ void unpack_adaptive_mult_raw_avx2(const uint8_t *src, uint32_t cols, uint32_t b
         adaptive_rows[stream != 0][8](src, cols, dst);
     else
         fns[b](src, cols, dst, stream != 0, mr);
-    if (stream)
-        _mm_sfence();
 }
 
 void unpack_adaptive_mult_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
@@ -321,8 +317,6 @@ void unpack_adaptive_mult_avx2(const uint8_t *src, uint32_t cols, uint32_t b, in
         NULL, adaptive_mult_1, adaptive_mult_2, adaptive_mult_3, adaptive_mult_4,
         adaptive_mult_5, adaptive_mult_6, adaptive_mult_7, adaptive_mult_8};
     fns[b](src, cols, dst, stream != 0, m);
-    if (stream)
-        _mm_sfence();
 }
 
 /* ---- dot products straight from the packed row (decode) -------------------------------
@@ -476,12 +470,10 @@ AI void int4int8_row_nt(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *d
 
 static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
 {
-    if (stream) {
+    if (stream)
         int4int8_row_nt(src, cols, b, dst, 1);
-        _mm_sfence();
-    } else {
+    else
         int4int8_row_nt(src, cols, b, dst, 0);
-    }
 }
 
 /* ---- bitplane (K-quant-like baseline) -------------------------------------------------
@@ -583,8 +575,6 @@ static row_b_fn *const bitplane_rows[2][9] = {
 static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
 {
     bitplane_rows[stream != 0][b](src, cols, dst);
-    if (stream)
-        _mm_sfence();
 }
 
 /* ---- row sums: (q ^ 0x80) = q + 128 unsigned; vpsadbw adds 8 bytes per lane ---------- */

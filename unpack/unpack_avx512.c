@@ -137,8 +137,6 @@ static row_b_fn *const adaptive_rows[2][9] = {
 static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
 {
     adaptive_rows[stream != 0][b](src, cols, dst);
-    if (stream)
-        _mm_sfence();
 }
 
 /* ---- dot products straight from the packed row (decode) -------------------------------
@@ -250,12 +248,10 @@ AI void int4int8_row_nt(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *d
 
 static void int4int8_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
 {
-    if (stream) {
+    if (stream)
         int4int8_row_nt(src, cols, b, dst, 1);
-        _mm_sfence();
-    } else {
+    else
         int4int8_row_nt(src, cols, b, dst, 0);
-    }
 }
 
 /* ---- bitplane (K-quant-like baseline) -------------------------------------------------
@@ -354,8 +350,6 @@ static row_b_fn *const bitplane_rows[2][9] = {
 static void bitplane_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst, int stream)
 {
     bitplane_rows[stream != 0][b](src, cols, dst);
-    if (stream)
-        _mm_sfence();
 }
 
 /* ---- row sums (the vpdpbusd correction) -----------------------------------------------

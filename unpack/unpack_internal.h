@@ -17,7 +17,8 @@
 /* stream != 0: the caller guarantees dst is 64-byte aligned and cols a
  * multiple of 64, and asks for non-temporal (cache-bypassing) stores because
  * the output is too large to stay in cache for its consumer; kernels may
- * ignore it (scalar, NEON), and must end with a store fence when they use it. */
+ * ignore it (scalar, NEON) and leave their non-temporal stores unfenced: the
+ * caller (unpack_tensor_rows_store) ends the call with one store fence. */
 typedef void unpack_row_fn(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
                            int stream);
 /* Sum of n int8 values (n < 2^24, so the sum fits an int32). */

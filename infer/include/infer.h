@@ -407,9 +407,12 @@ struct infer_clipped {
     int store;              /* 1: the term must store its output into every element of
                                the rows of y with a clipped element (y's other rows left
                                alone) instead of adding to them: the same bits as adding
-                               it to rows of -0.0f, without initializing them (the
-                               pipeline's delta buffers; a term must honor it); 0 (what
+                               it to rows of -0.0f, without initializing them (for a
+                               caller's scratch rows; a term must honor it); 0 (what
                                a zeroed struct and infer_find_clipped say): it adds */
+    uint32_t r0, r1;        /* r1 > 0: only output channels [r0, r1) of each row (the
+                               pipeline's piece of a matmul; the others left alone);
+                               0, 0 (a zeroed struct): all of them */
 };
 typedef int (*infer_linear_term_fn)(void *ctx, int layer, uint32_t role,
                                     const struct infer_clipped *clip, float *y, uint32_t n,

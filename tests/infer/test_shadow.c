@@ -524,8 +524,9 @@ static void test_gather_cols(void **st)
  * definition computed from the int8 matrix (per token row, in ascending
  * column order: acc = +0, acc += ex * (float)W[o][c], then acc * (s *
  * scale[o]) stored or added), bit for bit, on random shapes off the blocks
- * of 16 rows and groups of 4 columns, random hot columns (resident copies),
- * repeated columns and extreme values (seed printed). */
+ * of 16 rows and groups of 4 columns, all blocks or a random range of them
+ * (the rest left alone), random hot columns (resident copies), repeated
+ * columns and extreme values (seed printed). */
 static void test_cols_kernels(void **st)
 {
     (void)st;
@@ -577,6 +578,13 @@ static void test_cols_kernels(void **st)
         }
         start[nd] = ne;
         float s = 0.02f + (float)test_rng_below(&g, 100) * 0.001f;
+        /* the blocks of 16 rows computed: all, or a random range (a piece) */
+        uint32_t nb = (rows + 15) / 16, b0 = 0, b1 = nb;
+        if (test_rng_below(&g, 2)) {
+            b0 = test_rng_below(&g, nb);
+            b1 = b0 + 1 + test_rng_below(&g, nb - b0);
+        }
+        uint32_t o0 = b0 * 16, o1 = b1 * 16 < rows ? b1 * 16 : rows;
         for (int store = 0; store < 2; store++) {
             float *ref = malloc(sizeof(float) * nt * rows);
             /* aligned rows (the AVX2 kernel streams them) or not */
@@ -587,7 +595,7 @@ static void test_cols_kernels(void **st)
             for (uint32_t i = 0; i < nt * rows; i++)
                 ref[i] = got[0][i] = got[1][i] = store ? NAN : test_rng_normal(&g);
             for (uint32_t t = 0; t < nt; t++) { /* the plain definition */
-                for (uint32_t o = 0; o < rows; o++) {
+                for (uint32_t o = o0; o < o1; o++) { /* the others left alone */
                     float a = 0.0f;
                     for (uint32_t d = 0; d < nd; d++)
                         for (uint32_t j = start[d]; j < start[d + 1]; j++)
@@ -607,11 +615,11 @@ static void test_cols_kernels(void **st)
                 float *acc = malloc(sizeof(float) * 16 * INFER_SHADOW_COLS_GROUP * nt);
                 struct infer_shadow_cols k = {.nd = nd, .col = col, .hot = hot, .start = start,
                                               .tok = tok, .ex = ex, .nt = nt, .out = out,
-                                              .rows = rows, .scale = sc, .s = s,
-                                              .store = store, .acc = acc};
+                                              .rows = rows, .b0 = b0, .b1 = b1, .scale = sc,
+                                              .s = s, .store = store, .acc = acc};
                 k.packed = npu_weights_packed(w, &k.block);
                 if (kk == 0)
-                    infer_shadow_cols_scalar(&k, 0, (rows + 15) / 16);
+                    infer_shadow_cols_scalar(&k, b0, b1);
 #if defined(__x86_64__)
                 else
                     infer_shadow_cols_avx2(&k);
@@ -731,6 +739,159 @@ static void test_clip_next(void **st)
     }
 }
 
+/* infer_find_clipped_q (from the quantizer's codes) against
+ * infer_find_clipped (from the floats): the same elements, order and
+ * excesses, on random shapes with outliers, NaN, infinities and the +-127
+ * edge, at bad scales too; and its skip, infer_clip_next_q_avx2 against
+ * infer_clip_next_q_scalar and the definition. */
+static void test_find_clipped_q(void **st)
+{
+    (void)st;
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 96);
+    int avx2 = 0;
+#if defined(__x86_64__)
+    avx2 = infer_matmul_kernel_available(INFER_MATMUL_AVX2);
+#endif
+    struct infer_clipbuf ba = {0}, bb = {0};
+    for (int t = 0; t < 1500; t++) {
+        uint32_t n = 1 + test_rng_below(&g, 9), cols = 1 + test_rng_below(&g, 150);
+        size_t len = (size_t)n * cols, off = test_rng_below(&g, 32);
+        float *x = malloc(sizeof(float) * len);
+        int8_t *xq = malloc(len + 32);
+        float s = 0.01f + test_rng_float(&g);
+        uint32_t pick = test_rng_below(&g, 20);
+        if (pick == 0)
+            s = 0.0f;
+        else if (pick == 1)
+            s = INFINITY;
+        else if (pick == 2)
+            s = NAN;
+        else if (pick == 3)
+            s = 1e-30f;
+        uint32_t rate = 1 + test_rng_below(&g, 300);
+        for (size_t i = 0; i < len; i++) {
+            x[i] = test_rng_normal(&g) * 30 * (isfinite(s) && s > 0 ? s : 0.5f);
+            uint32_t k = test_rng_below(&g, rate);
+            if (k == 0)
+                x[i] *= 10;
+            else if (k == 1)
+                x[i] = test_rng_below(&g, 3) == 0 ? NAN
+                       : test_rng_below(&g, 2)     ? INFINITY
+                                                   : -INFINITY;
+            else if (k == 2) /* the edges: 126.5, 127, just past, 127.5 */
+                x[i] = (test_rng_below(&g, 2) ? 1.0f : -1.0f) * s *
+                       (test_rng_below(&g, 4) == 0   ? 126.5f
+                        : test_rng_below(&g, 3) == 0 ? 127.5f
+                        : test_rng_below(&g, 2)      ? 127.0f
+                                                     : 127.00001f);
+        }
+        npu_quantize_act(x, len, s, xq);
+        struct infer_clipped a, b;
+        assert_int_equal(infer_find_clipped(&ba, x, n, cols, s, &a), 0);
+        assert_int_equal(infer_find_clipped_q(&bb, x, xq, n, cols, s, &b), 0);
+        assert_int_equal(a.n, b.n);
+        assert_int_equal(a.store, b.store);
+        assert_memory_equal(&a.act_scale, &b.act_scale, sizeof a.act_scale);
+        if (a.n) {
+            assert_memory_equal(a.row, b.row, sizeof *a.row * a.n);
+            assert_memory_equal(a.col, b.col, sizeof *a.col * a.n);
+            assert_memory_equal(a.excess, b.excess, sizeof *a.excess * a.n);
+        }
+        /* the skip alone, from an unaligned start */
+        memmove(xq + off, xq, len);
+        const int8_t *p = xq + off;
+        size_t want = len / 32 * 32;
+        for (size_t i = 0; i < len / 32 * 32; i++)
+            if (p[i] == 127 || p[i] == -127) {
+                want = i / 32 * 32;
+                break;
+            }
+        assert_int_equal(infer_clip_next_q_scalar(p, len), want);
+#if defined(__x86_64__)
+        if (avx2)
+            assert_int_equal(infer_clip_next_q_avx2(p, len), want);
+#endif
+        free(x);
+        free(xq);
+    }
+    infer_clipbuf_free(&ba);
+    infer_clipbuf_free(&bb);
+}
+
+/* The term on pieces of the output channels (infer_clipped r0, r1: the
+ * pipeline's matmul pieces): pieces on blocks of 16 (read in place) and off
+ * them (the gather path), in any order, give the whole call's bits, each
+ * leaving the other channels alone; a bad range is refused. */
+static void test_term_pieces(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(shadow_model, NULL, &m, &err), 0);
+    assert_int_equal(infer_model_shadow_enable(m, &err), 0);
+    struct infer_shadow *sh = (struct infer_shadow *)infer_model_shadow(m);
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 97);
+    struct infer_clipbuf cb = {0};
+    uint32_t checked = 0;
+    for (int l = -1; l < (int)infer_model_config(m)->n_layers; l++)
+        for (uint32_t role = FORMAT_ROLE_WQ; role <= FORMAT_ROLE_CLASSIFIER; role++) {
+            if (!infer_shadow_wants(sh, l, role))
+                continue;
+            struct infer_linear *lin = infer_model_linear(m, l, role);
+            uint32_t n = 7, rows = lin->rows, cols = lin->cols;
+            float *x = malloc(sizeof(float) * n * cols);
+            float *base = malloc(sizeof(float) * n * rows), *want = malloc(sizeof(float) * n * rows);
+            float *got = malloc(sizeof(float) * n * rows);
+            for (uint32_t i = 0; i < n * cols; i++)
+                x[i] = test_rng_normal(&g) * 60 * lin->act_scale *
+                       (test_rng_below(&g, 8) == 0 ? 6.0f : 1.0f);
+            for (uint32_t i = 0; i < n * rows; i++)
+                base[i] = want[i] = test_rng_normal(&g);
+            struct infer_clipped clip;
+            assert_int_equal(infer_find_clipped(&cb, x, n, cols, lin->act_scale, &clip), 0);
+            assert_true(clip.n > 0);
+            for (int pass = 0; pass < 3; pass++) {
+                memcpy(got, base, sizeof(float) * n * rows);
+                if (pass == 0) /* the whole call: the reference */
+                    assert_int_equal(infer_shadow_term(sh, l, role, &clip, want, n, rows), 0);
+                infer_shadow_set_fused(sh, pass < 2);
+                uint32_t r0 = 0;
+                while (pass && r0 < rows) {
+                    /* pass 1: pieces on blocks of 16; pass 2: any (the gather path) */
+                    uint32_t len = 1 + test_rng_below(&g, rows / 3 + 1);
+                    if (pass == 1)
+                        len = 16 * (1 + test_rng_below(&g, rows / 48 + 1));
+                    struct infer_clipped c = clip;
+                    c.r0 = r0;
+                    c.r1 = rows - r0 < len ? rows : r0 + len;
+                    assert_int_equal(infer_shadow_term(sh, l, role, &c, got, n, rows), 0);
+                    r0 = c.r1;
+                }
+                if (pass)
+                    assert_memory_equal(got, want, sizeof(float) * n * rows);
+            }
+            struct infer_clipped bad = clip;
+            bad.r0 = 5;
+            bad.r1 = 5;
+            assert_int_equal(infer_shadow_term(sh, l, role, &bad, got, n, rows), -EINVAL);
+            bad.r0 = 0;
+            bad.r1 = rows + 1;
+            assert_int_equal(infer_shadow_term(sh, l, role, &bad, got, n, rows), -EINVAL);
+            assert_memory_equal(got, want, sizeof(float) * n * rows);
+            free(x);
+            free(base);
+            free(want);
+            free(got);
+            checked++;
+        }
+    assert_true(checked >= 8);
+    infer_shadow_set_fused(sh, 1);
+    infer_clipbuf_free(&cb);
+    infer_model_destroy(m);
+}
+
 /* The term with the cold columns gathered in one pass, one at a time past
  * a small budget, or one at a time throughout, and reading the weights in
  * place (the default): the same bits. */
@@ -793,7 +954,9 @@ int main(void)
         cmocka_unit_test(test_cols_kernels),
         cmocka_unit_test(test_find_clipped),
         cmocka_unit_test(test_clip_next),
+        cmocka_unit_test(test_find_clipped_q),
         cmocka_unit_test(test_gather_budget),
+        cmocka_unit_test(test_term_pieces),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
