@@ -226,9 +226,12 @@ static int add_prefault(struct pl *p, struct npu_weights *w, int layer)
  * the piece's output in place while both the output and the weights the NPU
  * has just read are in the cache, and overlaps the NPU's next piece. Their
  * first index and count in *first, *count (0: no term). Consumers get their
- * edges from these like from the matmul's pieces. 0 or a negative errno. */
-static int add_shadow(struct pl *p, int layer, uint32_t chunk, uint32_t role, int mm, int n_mm,
-                      int *first, int *count)
+ * edges from these like from the matmul's pieces. With packed residency
+ * each also waits for the linear's first unpacking task (uw's first, r0 0):
+ * that task keeps the packed codes the term then reads (lin->upk), and a
+ * later piece's matmul does not wait for it. 0 or a negative errno. */
+static int add_shadow(struct pl *p, const struct weight_tasks *uw, int layer, uint32_t chunk,
+                      uint32_t role, int mm, int n_mm, int *first, int *count)
 {
     *first = (int)p->n_tasks;
     *count = 0;
@@ -243,6 +246,8 @@ static int add_shadow(struct pl *p, int layer, uint32_t chunk, uint32_t role, in
         p->tasks[t].r1 = p->tasks[mm + j].r1;
         (*count)++;
         int ret = add_edge(p, mm + j, t);
+        if (ret == 0 && p->o->resident == INFER_RESIDENT_PACKED && uw->n > 0)
+            ret = add_edge(p, uw->first, t);
         if (ret < 0)
             return ret;
     }
@@ -402,7 +407,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 if (ret < 0 || (ret = add_edges_to(p, norm, qkv_first[k], qkv_n[k])) < 0 ||
                     (ret = add_weight_edges(p, uw[l][qkv_roles[k]].first, uw[l][qkv_roles[k]].n,
                                             qkv_first[k], qkv_n[k])) < 0 ||
-                    (ret = add_shadow(p, (int)l, ch, qkv_roles[k], qkv_first[k], qkv_n[k],
+                    (ret = add_shadow(p, &uw[l][qkv_roles[k]], (int)l, ch, qkv_roles[k], qkv_first[k], qkv_n[k],
                                       &qkv_sh[k], &qkv_sn[k])) < 0)
                     return ret;
             }
@@ -444,7 +449,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             prev_attn[l] = attn_first;
             int o_first, o_n, o_sh, o_sn;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_WO, D, &o_first, &o_n)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_WO, o_first, o_n, &o_sh, &o_sn)) < 0)
+                (ret = add_shadow(p, &uw[l][FORMAT_ROLE_WO], (int)l, ch, FORMAT_ROLE_WO, o_first, o_n, &o_sh, &o_sn)) < 0)
                 return ret;
             for (int j = 0; j < o_n; j++)
                 if ((ret = add_edges_from(p, attn_first, attn_n, o_first + j)) < 0)
@@ -464,8 +469,8 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 (ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_UP, F, &u_first, &u_n)) < 0 ||
                 (ret = add_edges_to(p, fn, g_first, g_n)) < 0 ||
                 (ret = add_edges_to(p, fn, u_first, u_n)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_GATE, g_first, g_n, &g_sh, &g_sn)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_UP, u_first, u_n, &u_sh, &u_sn)) < 0)
+                (ret = add_shadow(p, &uw[l][FORMAT_ROLE_W_GATE], (int)l, ch, FORMAT_ROLE_W_GATE, g_first, g_n, &g_sh, &g_sn)) < 0 ||
+                (ret = add_shadow(p, &uw[l][FORMAT_ROLE_W_UP], (int)l, ch, FORMAT_ROLE_W_UP, u_first, u_n, &u_sh, &u_sn)) < 0)
                 return ret;
             /* SwiGLU piece by piece of gate/up where they are split */
             int sw_split = g_n > 1 && g_n == u_n && input_splits(p, (int)l, FORMAT_ROLE_W_DOWN);
@@ -492,7 +497,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 return ret;
             int d_first, d_n;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_DOWN, D, &d_first, &d_n)) < 0 ||
-                (ret = add_shadow(p, (int)l, ch, FORMAT_ROLE_W_DOWN, d_first, d_n, &d_sh, &d_sn)) < 0)
+                (ret = add_shadow(p, &uw[l][FORMAT_ROLE_W_DOWN], (int)l, ch, FORMAT_ROLE_W_DOWN, d_first, d_n, &d_sh, &d_sn)) < 0)
                 return ret;
             for (int j = 0; j < d_n; j++)
                 if ((ret = add_edges_from(p, sw_first, sw_n, d_first + j)) < 0)
@@ -520,7 +525,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 return ret;
             /* the classifier's term: after its matmul, like every term */
             int c_sh, c_sn;
-            if ((ret = add_shadow(p, -1, ch, FORMAT_ROLE_CLASSIFIER, c_first, c_n, &c_sh, &c_sn)) < 0)
+            if ((ret = add_shadow(p, &uw[L][FORMAT_ROLE_CLASSIFIER], -1, ch, FORMAT_ROLE_CLASSIFIER, c_first, c_n, &c_sh, &c_sn)) < 0)
                 return ret;
         }
     }

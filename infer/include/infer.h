@@ -421,11 +421,12 @@ void infer_model_set_linear_term(struct infer_model *m, infer_linear_term_fn fn,
 /* Optional: which int8 linears the term wants (1) or ignores (0; their clips
  * are then not even collected). NULL (the default): every one. The
  * prefill pipeline (infer_pipeline_prefill) runs the term of a wanted
- * linear as a CPU task beside the NPU's matmul: it calls it on a buffer of
- * -0.0f while the NPU computes y, and adds the buffer to y afterwards. So
- * that both give the same bits, a term must add to each element of y one
- * value computed without reading y, and must be safe to call from several
- * threads at once (for different linears). */
+ * linear as CPU tasks, one after each piece of the NPU's matmul, adding into
+ * that piece's output channels of y in place (clip->r0, r1): a term must
+ * touch only those channels, add to each element one value computed without
+ * reading y (so the bits equal one call over all channels), and be safe to
+ * call from several threads at once, for different linears and for
+ * disjoint channel ranges of one linear. */
 typedef int (*infer_linear_term_wants_fn)(void *ctx, int layer, uint32_t role);
 void infer_model_set_linear_term_filter(struct infer_model *m, infer_linear_term_wants_fn fn);
 
