@@ -44,29 +44,6 @@ void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visibl
     }
 }
 
-/* a key's row (a library memcpy per 256-byte row costs more than the copy) */
-static inline void copy_row(float *restrict dst, const float *restrict src, uint32_t n)
-{
-    uint32_t c = 0;
-    for (; c + 8 <= n; c += 8)
-        for (uint32_t j = 0; j < 8; j++)
-            dst[c + j] = src[c + j];
-    for (; c < n; c++)
-        dst[c] = src[c];
-}
-
-#define PREFETCH_AHEAD 8
-static void gather_rows(float *dst, const float *src, size_t ld, uint32_t hs,
-                        const uint32_t *list, uint32_t len)
-{
-    for (uint32_t j = 0; j < len; j++) {
-        if (j + PREFETCH_AHEAD < len)
-            for (uint32_t c = 0; c < hs; c += 16)
-                __builtin_prefetch(src + (size_t)list[j + PREFETCH_AHEAD] * ld + c, 0, 1);
-        copy_row(dst + (size_t)j * hs, src + (size_t)list[j] * ld, hs);
-    }
-}
-
 void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G, uint32_t hs,
                      const float *kh, const float *vh, size_t kv_dim, const uint32_t *list,
                      uint32_t len, float *s, float *gather)
@@ -79,7 +56,7 @@ void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_
     }
 #endif
     float sq = sqrtf((float)hs);
-    gather_rows(gather, kh, kv_dim, hs, list, len);
+    infer_gather_rows(gather, kh, kv_dim, hs, list, len);
     infer_matmul_nt(k, s, len, q, ldq, gather, INFER_W_F32, hs, G, hs, 0, len);
     for (uint32_t j = 0; j < G; j++) {
         float *a = s + (size_t)j * len;
@@ -87,7 +64,7 @@ void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_
         float sum = infer_exp_sum(k, a, len, maxv);
         (void)infer_div_max(k, a, len, sum);
     }
-    gather_rows(gather, vh, kv_dim, hs, list, len);
+    infer_gather_rows(gather, vh, kv_dim, hs, list, len);
     infer_matmul_nn(k, out, ldo, s, len, gather, hs, G, len, hs);
 }
 

@@ -21,8 +21,6 @@
 #include "infer_internal.h"
 #include "infer_matmul.h"
 
-/* One query row of one head over the slots list[0..len) (ascending), into
- * out[hs]. a: len floats of scratch. */
 /* a key's row (a library memcpy per 256-byte row costs more than the copy) */
 static inline void copy_row(float *restrict dst, const float *restrict src, uint32_t n)
 {
@@ -42,6 +40,18 @@ static inline void prefetch_row(const float *p, uint32_t n)
         __builtin_prefetch(p + c, 0, 1);
 }
 
+void infer_gather_rows(float *dst, const float *src, size_t ld, uint32_t hs,
+                       const uint32_t *list, uint32_t len)
+{
+    for (uint32_t j = 0; j < len; j++) {
+        if (j + PREFETCH_AHEAD < len)
+            prefetch_row(src + (size_t)list[j + PREFETCH_AHEAD] * ld, hs);
+        copy_row(dst + (size_t)j * hs, src + (size_t)list[j] * ld, hs);
+    }
+}
+
+/* One query row of one head over the slots list[0..len) (ascending), into
+ * out[hs]. a: len floats of scratch. */
 void infer_attn_list(float *out, const float *qh, const float *kh, const float *vh, size_t kv_dim,
                      uint32_t hs, const uint32_t *list, uint32_t len, float *a, float *gather)
 {
@@ -56,11 +66,7 @@ void infer_attn_list(float *out, const float *qh, const float *kh, const float *
     if (run)
         infer_matmul_nt(k, a, run, qh, hs, kh, INFER_W_F32, kv_dim, 1, hs, 0, run);
     if (len > run) {
-        for (uint32_t j = run; j < len; j++) {
-            if (j + PREFETCH_AHEAD < len)
-                prefetch_row(kh + (size_t)list[j + PREFETCH_AHEAD] * kv_dim, hs);
-            copy_row(gather + (size_t)(j - run) * hs, kh + (size_t)list[j] * kv_dim, hs);
-        }
+        infer_gather_rows(gather, kh, kv_dim, hs, list + run, len - run);
         infer_matmul_nt(k, a + run, len - run, qh, hs, gather, INFER_W_F32, hs, 1, hs, 0,
                         len - run);
     }
@@ -71,11 +77,7 @@ void infer_attn_list(float *out, const float *qh, const float *kh, const float *
         infer_matmul_nn(k, out, hs, a, len, vh, kv_dim, 1, run, hs);
         return;
     }
-    for (uint32_t j = 0; j < len; j++) {
-        if (j + PREFETCH_AHEAD < len)
-            prefetch_row(vh + (size_t)list[j + PREFETCH_AHEAD] * kv_dim, hs);
-        copy_row(gather + (size_t)j * hs, vh + (size_t)list[j] * kv_dim, hs);
-    }
+    infer_gather_rows(gather, vh, kv_dim, hs, list, len);
     infer_matmul_nn(k, out, hs, a, len, gather, hs, 1, len, hs);
 }
 

@@ -165,6 +165,11 @@ void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, ui
  * matmul kernels; a row's result does not depend on n or on the blocking. */
 #define INFER_ATT_ROWS 16
 
+/* Rows list[0..len) of src (row stride ld floats) copied to dst as len
+ * consecutive rows of hs, with the rows ahead prefetched (scattered keys and
+ * values miss the caches). */
+void infer_gather_rows(float *dst, const float *src, size_t ld, uint32_t hs,
+                       const uint32_t *list, uint32_t len);
 /* One query row qh of one head over the key slots list[0..len) (ascending)
  * of kh, vh (row stride kv_dim), into out[hs]: the dense attention's
  * key-selection path (infer_attn.c), whose bits a chain row's blocked
