@@ -104,7 +104,9 @@ static void test_proportions(void **st)
     /* top-k 1 is greedy */
     count_draws(1.0f, 0, 1, count);
     assert_int_equal(count[0], 20000);
-    /* plain sampling at temperature 1 matches the softmax (within 3 sigma) */
+    /* plain sampling at temperature 1 matches the softmax: each count within
+     * 5 sigma of its expectation (a false alarm about once in 300,000 seeds;
+     * 4 sigma failed once in CI, seed 1795673448436008, at 4.1 sigma) */
     static const double logit[6] = {2.0, 1.0, 0.5, 0.0, -1.0, -3.0};
     double prob[6], z = 0;
     for (int i = 0; i < 6; i++)
@@ -114,7 +116,10 @@ static void test_proportions(void **st)
     count_draws(1.0f, 0, 0, count);
     for (int i = 0; i < 6; i++) {
         double sd = sqrt(20000 * prob[i] * (1 - prob[i]));
-        assert_true(fabs(count[i] - 20000 * prob[i]) < 4 * sd + 1);
+        double dev = fabs(count[i] - 20000 * prob[i]);
+        if (!(dev < 5 * sd + 1))
+            fail_msg("token %d: %d draws, expected %.1f (%.1f sigma)", i, count[i],
+                     20000 * prob[i], dev / sd);
     }
     /* a low temperature sharpens: token 0 gets e^(2/0.25) : e^(1/0.25) = e^4 of token 1 */
     count_draws(0.25f, 0, 0, count);
