@@ -172,15 +172,29 @@ static int clip_push(struct infer_clipbuf *b, struct infer_clipped *c, size_t i,
     return 0;
 }
 
+/* A fresh list for activations quantized with scale s; and the finished
+ * list pointing at the buffer's arrays (which clip_push may have moved). */
+static void clip_begin(struct infer_clipped *c, float s)
+{
+    c->n = 0;
+    c->act_scale = s;
+    c->store = 0;
+    c->r0 = c->r1 = 0;
+}
+
+static void clip_end(const struct infer_clipbuf *b, struct infer_clipped *c)
+{
+    c->row = b->row;
+    c->col = b->col;
+    c->excess = b->excess;
+}
+
 int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint32_t cols,
                        float s, struct infer_clipped *c)
 {
     size_t len = (size_t)n * cols;
     float inv = 1.0f / s;
-    c->n = 0;
-    c->act_scale = s;
-    c->store = 0;
-    c->r0 = c->r1 = 0;
+    clip_begin(c, s);
     size_t end = 0; /* the elements before end are checked one by one */
     int ret = 0;
     for (size_t i = 0; ret == 0 && i < len; i++) {
@@ -194,9 +208,7 @@ int infer_find_clipped(struct infer_clipbuf *b, const float *x, uint32_t n, uint
         if (v > 127.0f || v < -127.0f) /* not inside the range, nor NaN (quantized to 0) */
             ret = clip_push(b, c, i, cols, v);
     }
-    c->row = b->row;
-    c->col = b->col;
-    c->excess = b->excess;
+    clip_end(b, c);
     return ret;
 }
 
@@ -232,10 +244,7 @@ int infer_find_clipped_q(struct infer_clipbuf *b, const float *x, const int8_t *
         return infer_find_clipped(b, x, n, cols, s, c);
     size_t len = (size_t)n * cols;
     float inv = 1.0f / s;
-    c->n = 0;
-    c->act_scale = s;
-    c->store = 0;
-    c->r0 = c->r1 = 0;
+    clip_begin(c, s);
     size_t end = 0; /* the codes before end are looked at one by one */
     int ret = 0;
     for (size_t i = 0; ret == 0 && i < len; i++) {
@@ -251,9 +260,7 @@ int infer_find_clipped_q(struct infer_clipbuf *b, const float *x, const int8_t *
         if (v > 127.0f || v < -127.0f)
             ret = clip_push(b, c, i, cols, v);
     }
-    c->row = b->row;
-    c->col = b->col;
-    c->excess = b->excess;
+    clip_end(b, c);
     return ret;
 }
 
