@@ -190,18 +190,24 @@ void infer_shadow_axpy_s8(float *acc, float e, const int8_t *w, uint32_t n)
 struct wsrc {
     const struct npu_weights *nw; /* NULL: the packed codes */
     const struct unpack_tensor *upk;
-    const float *scale;           /* [rows] */
+    const float *scale;           /* [rows]; packed: only [r0, r1) filled */
     float *scale_own;
+    uint32_t r0, r1;              /* the output channels the call reads */
 };
 
-static int wsrc_init(struct wsrc *w, const struct infer_linear *lin, uint32_t rows)
+/* A term call reads only output channels [r0, r1) (its matmul piece): the
+ * packed source decodes just those scales and column entries. */
+static int wsrc_init(struct wsrc *w, const struct infer_linear *lin, uint32_t rows, uint32_t r0,
+                     uint32_t r1)
 {
     memset(w, 0, sizeof *w);
+    w->r0 = r0;
+    w->r1 = r1;
     if (lin->upk) {
         w->upk = lin->upk;
         if (lin->upk->layout.rows != rows || !(w->scale_own = sl_malloc(sizeof(float) * rows)))
             return lin->upk->layout.rows != rows ? -EINVAL : -ENOMEM;
-        for (uint32_t r = 0; r < rows; r++)
+        for (uint32_t r = r0; r < r1; r++)
             w->scale_own[r] = unpack_tensor_scale(lin->upk, r);
         w->scale = w->scale_own;
         return 0;
@@ -216,13 +222,13 @@ static int wsrc_init(struct wsrc *w, const struct infer_linear *lin, uint32_t ro
 static int wsrc_packed(const struct wsrc *w) { return w->nw == NULL; }
 static const struct npu_weights *wsrc_npu(const struct wsrc *w) { return w->nw; }
 
-/* Column c's rows codes into out. */
+/* Column c's codes into out[rows] (packed: rows [r0, r1) only). */
 static void wsrc_col(const struct wsrc *w, uint32_t c, int8_t *out)
 {
     if (w->nw)
         npu_weights_col(w->nw, c, out);
-    else
-        (void)unpack_tensor_col(w->upk, c, out); /* c < cols: cannot fail */
+    else /* c < cols and the range is checked: cannot fail */
+        (void)unpack_tensor_col_rows(w->upk, c, w->r0, w->r1, out);
 }
 
 /* The columns a call reads that are not resident: each gathered once from
@@ -425,7 +431,7 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
     if (!lin || rows != e->rows || r0 >= r1 || r1 > rows)
         return -EINVAL;
     struct wsrc ws;
-    int wret = wsrc_init(&ws, lin, rows);
+    int wret = wsrc_init(&ws, lin, rows, r0, r1);
     if (wret < 0)
         return wret;
     uint64_t hot = 0, cold = 0, trows = 0;

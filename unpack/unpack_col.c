@@ -57,13 +57,14 @@ static int8_t int4int8_at(const uint8_t *src, uint32_t b, uint32_t c)
     return (int8_t)(v < -127 ? -127 : v);
 }
 
-int unpack_tensor_col(const struct unpack_tensor *u, uint32_t c, int8_t *out)
+int unpack_tensor_col_rows(const struct unpack_tensor *u, uint32_t c, uint32_t r0, uint32_t r1,
+                           int8_t *out)
 {
     const struct format_packed_layout *lay = &u->layout;
-    if (c >= lay->cols)
+    if (c >= lay->cols || r0 > r1 || r1 > lay->rows)
         return -EINVAL;
     uint32_t nb = format_packed_mult_blocks(lay->cols);
-    for (uint32_t r = 0; r < lay->rows; r++) {
+    for (uint32_t r = r0; r < r1; r++) {
         const uint8_t *src = lay->data + u->row_off[r];
         uint32_t b = format_packed_width(lay->widths, r);
         int8_t q;
@@ -88,4 +89,9 @@ int unpack_tensor_col(const struct unpack_tensor *u, uint32_t c, int8_t *out)
         out[r] = q;
     }
     return 0;
+}
+
+int unpack_tensor_col(const struct unpack_tensor *u, uint32_t c, int8_t *out)
+{
+    return unpack_tensor_col_rows(u, c, 0, u->layout.rows, out);
 }

@@ -156,6 +156,11 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
  * element without unpacking the rows (the shadow outlier term's weight
  * columns with packed residency). Returns 0, or -EINVAL for c >= cols. */
 int unpack_tensor_col(const struct unpack_tensor *u, uint32_t c, int8_t *out);
+/* The same for rows [r0, r1) only: out[r] for r0 <= r < r1 (out indexed by
+ * row as above, the rest untouched). -EINVAL for c >= cols or a range
+ * outside the tensor. */
+int unpack_tensor_col_rows(const struct unpack_tensor *u, uint32_t c, uint32_t r0, uint32_t r1,
+                           int8_t *out);
 
 /* Unpacks one row (output channel) given only its code bytes, as stored in
  * a packed tensor of `encoding` (adaptive, int4int8 or bitplane) with width
