@@ -70,9 +70,21 @@ enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
 #define PL_INT8_BUDGET_MB 48 /* packed residency: int8 weight storage in use at once */
 #define PL_ACT_SETS 2       /* activation sets: (layer, chunk)s computing at once */
 
+/* The last layer computes only what the first token needs (pl_graph_build,
+ * p->trim_last): every chunk's keys and values for the cache, but queries,
+ * attention output, O and the FFN of the prompt's last row only. */
+enum pl_trim {
+    PL_TRIM_NONE = 0,
+    PL_TRIM_KV,   /* a chunk before the last: norm without Q's input, attention
+                     only ropes and stores its keys and values */
+    PL_TRIM_LAST, /* the last chunk: Q, attention's queries, O, FFN of its
+                     last row only (norm and K/V: every row) */
+};
+
 struct task {
     uint8_t op, dev;
     uint8_t role;           /* PL_MM, PL_UNPACK, PL_SHADOW: enum format_role */
+    uint8_t trim;           /* enum pl_trim */
     int16_t layer;          /* -1: head */
     uint32_t chunk;
     uint32_t r0, r1;        /* PL_MM: output channels; PL_UNPACK: rows (0, 0: all) */
@@ -238,6 +250,7 @@ struct pl {
     uint32_t *parked;       /* unpacking tasks whose linear is not admitted yet */
     uint32_t n_parked;
     int cls_packed;         /* the classifier's matmul straight from its packed bytes (CPU) */
+    int trim_last;          /* the last layer trimmed (enum pl_trim) */
 
     /* the chunks' activations (pipeline_acts.c): x of every row (d too where
      * a down projection has a linear term), and n_sets sets of scratch, each

@@ -67,16 +67,17 @@ void pl_cost_assign(struct pl *p)
              * last layers still have two chunks' work to overlap) */
             t->key = ((layer + 1) << 44) | ((uint64_t)t->chunk << 28) |
                      ((uint64_t)op_order(t->op, t->role) << 24) | t->r0;
-        double rows = p->cb[t->chunk].n;
+        /* the trimmed last layer (enum pl_trim): one row, or no attention */
+        double rows = t->trim == PL_TRIM_LAST && t->op != PL_NORM ? 1 : p->cb[t->chunk].n;
         if (t->op == PL_MM) {
             const uint32_t cols = t->role == FORMAT_ROLE_WO ? Q
                                   : t->role == FORMAT_ROLE_W_DOWN ? F : D;
             t->est = 2.0 * (t->role == FORMAT_ROLE_CLASSIFIER ? 1 : rows) * cols * (t->r1 - t->r0) /
                      3e11;
         } else if (t->op == PL_ATTN) {
-            double ctx = p->cb[t->chunk].pos0 + rows;
+            double ctx = p->cb[t->chunk].pos0 + p->cb[t->chunk].n;
             double share = t->r1 > t->r0 ? (double)(t->r1 - t->r0) / c->n_kv_heads : 1.0;
-            t->est = 4.0 * rows * ctx * Q * share / 5e10;
+            t->est = t->trim == PL_TRIM_KV ? 0 : 4.0 * rows * ctx * Q * share / 5e10;
         } else if (t->op == PL_SHADOW) {
             t->est = rows * (t->r1 - t->r0) * 0.01 / 1e10; /* a few outliers a row */
         } else if (t->op == PL_UNPACK) {

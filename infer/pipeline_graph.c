@@ -369,6 +369,35 @@ static int add_slice_tasks(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_C
     return 0;
 }
 
+/* Whether the last layer may compute only what the first token needs
+ * (enum pl_trim): the last row's Q, O and FFN then give the same bits as
+ * that row of the whole chunk's, because each is an int8 matmul with a
+ * static activation scale (codes and int32 sums row by row), without a
+ * linear term (its clipped elements are found over the chunk), and dense
+ * causal attention computes each query row on its own (infer_attn.c). */
+static int trim_allowed(const struct pl *p)
+{
+    static const uint32_t roles[] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WO, FORMAT_ROLE_W_GATE,
+                                     FORMAT_ROLE_W_UP, FORMAT_ROLE_W_DOWN};
+    uint32_t L = p->c->n_layers;
+    if (p->o->no_trim_last || L == 0 || p->st->attn != &infer_attention_dense)
+        return 0;
+    for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++) {
+        uint32_t r = roles[k];
+        if (!p->lin_info[L][r].int8 || p->lin_info[L][r].act <= 0 || p->lin_info[L][r].term)
+            return 0;
+    }
+    /* K and V feed only the cache: a term there is still fine (every row) */
+    return 1;
+}
+
+/* The n tasks at `first` compute as `trim` says. */
+static void set_trim(struct pl *p, int first, int n, uint8_t trim)
+{
+    for (int j = 0; j < n; j++)
+        p->tasks[first + j].trim = trim;
+}
+
 /* Builds the whole prefill graph. Slice order of the stream: layers 0..L-1,
  * the head, and (untied models) the embedding last: it is not needed for the
  * first token (its rows were read ahead). 0 or a negative errno. */
@@ -392,9 +421,15 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
         int prev_down_first = -1, prev_down_n = 0;
         int d_sh = 0, d_sn = 0; /* the previous layer's down projection's shadow tasks */
         for (uint32_t l = 0; l < L; l++) {
+            /* the last layer trimmed: a chunk before the last only fills the
+             * cache (K, V), the last one computes its last row's output */
+            uint8_t trim = !p->trim_last || l + 1 < L ? PL_TRIM_NONE
+                           : ch + 1 < p->n_chunks     ? PL_TRIM_KV
+                                                      : PL_TRIM_LAST;
             int norm = add_task(p, PL_NORM, PL_DEV_CPU, (int)l, ch);
             if (norm < 0)
                 return norm;
+            p->tasks[norm].trim = trim == PL_TRIM_KV ? PL_TRIM_KV : PL_TRIM_NONE;
             if ((ret = add_edge(p, verify_of_layer[l], norm)) < 0 ||
                 (ret = add_edges_from(p, prev_down_first, prev_down_n, norm)) < 0 ||
                 (ret = add_edges_from(p, d_sh, d_sn, norm)) < 0)
@@ -403,7 +438,14 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             uint32_t qkv_roles[3] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
             uint32_t qkv_rows[3] = {Q, KV, KV};
             for (int k = 0; k < 3; k++) {
+                if (k == 0 && trim == PL_TRIM_KV) { /* no queries */
+                    qkv_first[k] = qkv_sh[k] = (int)p->n_tasks;
+                    qkv_n[k] = qkv_sn[k] = 0;
+                    continue;
+                }
                 ret = add_mm(p, (int)l, ch, qkv_roles[k], qkv_rows[k], &qkv_first[k], &qkv_n[k]);
+                if (ret == 0 && k == 0)
+                    set_trim(p, qkv_first[k], qkv_n[k], trim);
                 if (ret < 0 || (ret = add_edges_to(p, norm, qkv_first[k], qkv_n[k])) < 0 ||
                     (ret = add_weight_edges(p, uw[l][qkv_roles[k]].first, uw[l][qkv_roles[k]].n,
                                             qkv_first[k], qkv_n[k])) < 0 ||
@@ -415,7 +457,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
              * Q is split: a group starts once its own Q/K/V channels are
              * computed, while the NPU computes the next ones */
             uint32_t gk = c->n_kv_heads;
-            if (qkv_n[0] > 1 && input_splits(p, (int)l, FORMAT_ROLE_WO)) {
+            if (piece_rows(p, Q) < Q && input_splits(p, (int)l, FORMAT_ROLE_WO)) {
                 gk = piece_rows(p, Q) / (mul * hd);
                 gk = gk < 1 ? 1 : gk > c->n_kv_heads ? c->n_kv_heads : gk;
             }
@@ -425,6 +467,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 int attn = add_task(p, PL_ATTN, PL_DEV_CPU, (int)l, ch);
                 if (attn < 0)
                     return attn;
+                p->tasks[attn].trim = trim;
                 if (gk < c->n_kv_heads) { /* a group; 0, 0: every head */
                     p->tasks[attn].r0 = kv0;
                     p->tasks[attn].r1 = kv1;
@@ -447,10 +490,13 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                     return ret;
             }
             prev_attn[l] = attn_first;
+            if (trim == PL_TRIM_KV)
+                continue; /* the chunk's last layer ends with its keys and values */
             int o_first, o_n, o_sh, o_sn;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_WO, D, &o_first, &o_n)) < 0 ||
                 (ret = add_shadow(p, &uw[l][FORMAT_ROLE_WO], (int)l, ch, FORMAT_ROLE_WO, o_first, o_n, &o_sh, &o_sn)) < 0)
                 return ret;
+            set_trim(p, o_first, o_n, trim);
             for (int j = 0; j < o_n; j++)
                 if ((ret = add_edges_from(p, attn_first, attn_n, o_first + j)) < 0)
                     return ret;
@@ -461,6 +507,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             int fn = add_task(p, PL_FFN_NORM, PL_DEV_CPU, (int)l, ch);
             if (fn < 0)
                 return fn;
+            p->tasks[fn].trim = trim;
             if ((ret = add_edges_from(p, o_first, o_n, fn)) < 0 ||
                 (ret = add_edges_from(p, o_sh, o_sn, fn)) < 0)
                 return ret;
@@ -472,6 +519,8 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 (ret = add_shadow(p, &uw[l][FORMAT_ROLE_W_GATE], (int)l, ch, FORMAT_ROLE_W_GATE, g_first, g_n, &g_sh, &g_sn)) < 0 ||
                 (ret = add_shadow(p, &uw[l][FORMAT_ROLE_W_UP], (int)l, ch, FORMAT_ROLE_W_UP, u_first, u_n, &u_sh, &u_sn)) < 0)
                 return ret;
+            set_trim(p, g_first, g_n, trim);
+            set_trim(p, u_first, u_n, trim);
             /* SwiGLU piece by piece of gate/up where they are split */
             int sw_split = g_n > 1 && g_n == u_n && input_splits(p, (int)l, FORMAT_ROLE_W_DOWN);
             int sw_first = (int)p->n_tasks, sw_n = sw_split ? g_n : 1;
@@ -479,6 +528,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 int sw = add_task(p, PL_SWIGLU, PL_DEV_CPU, (int)l, ch);
                 if (sw < 0)
                     return sw;
+                p->tasks[sw].trim = trim;
                 if (sw_split) {
                     p->tasks[sw].r0 = p->tasks[g_first + j].r0;
                     p->tasks[sw].r1 = p->tasks[g_first + j].r1;
@@ -499,6 +549,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_W_DOWN, D, &d_first, &d_n)) < 0 ||
                 (ret = add_shadow(p, &uw[l][FORMAT_ROLE_W_DOWN], (int)l, ch, FORMAT_ROLE_W_DOWN, d_first, d_n, &d_sh, &d_sn)) < 0)
                 return ret;
+            set_trim(p, d_first, d_n, trim);
             for (int j = 0; j < d_n; j++)
                 if ((ret = add_edges_from(p, sw_first, sw_n, d_first + j)) < 0)
                     return ret;
@@ -536,6 +587,7 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
 int pl_graph_build(struct pl *p)
 {
     struct weight_tasks(*uw)[FORMAT_ROLE_COUNT] = sl_calloc(p->c->n_layers + 1, sizeof *uw);
+    p->trim_last = trim_allowed(p);
     int ret = uw ? build_graph_with(p, uw) : -ENOMEM;
     free(uw);
     return ret;

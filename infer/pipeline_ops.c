@@ -24,23 +24,33 @@ static void quantize_for(struct pl *p, struct chunkbuf *b, int layer, uint32_t r
     b->act[role] = s;
 }
 
-/* quantize_for of columns [c0, c1) of each row of x [rows][cols] (a piece of
- * the producer; static scales only, see input_splits): the same codes. */
+/* quantize_for of columns [c0, c1) of rows [r0, r0 + rows) of x [][cols] (a
+ * piece of the producer, or the trimmed last layer's last row; static scales
+ * only, see input_splits and trim_allowed): the same codes. */
 static void quantize_cols(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
-                          const float *x, uint32_t rows, uint32_t cols, uint32_t c0, uint32_t c1)
+                          const float *x, uint32_t r0, uint32_t rows, uint32_t cols, uint32_t c0,
+                          uint32_t c1)
 {
-    if (c0 == 0 && c1 == cols) {
+    if (r0 == 0 && c0 == 0 && c1 == cols) {
         quantize_for(p, b, layer, role, x, rows, cols);
         return;
     }
     if (!p->lin_info[layer + 1][role].int8)
         return;
     float s = p->lin_info[layer + 1][role].act;
-    for (uint32_t r = 0; r < rows; r++)
+    for (uint32_t r = r0; r < r0 + rows; r++)
         npu_quantize_act(x + (size_t)r * cols + c0, c1 - c0, s,
                          b->xq[role] + (size_t)r * cols + c0);
     if (c0 == 0) /* one writer; the matmuls read it after every piece */
         b->act[role] = s;
+}
+
+/* The rows a task computes: [*r0, *r0 + return) of its chunk (PL_TRIM_LAST:
+ * the last one). */
+static uint32_t task_rows(const struct chunkbuf *b, const struct task *t, uint32_t *r0)
+{
+    *r0 = t->trim == PL_TRIM_LAST ? b->n - 1 : 0;
+    return t->trim == PL_TRIM_LAST ? 1 : b->n;
 }
 
 static const float *mm_input(struct chunkbuf *b, uint32_t role, uint32_t *cols,
@@ -201,9 +211,33 @@ void pl_mm_residual(struct pl *p, const struct task *t)
         return;
     struct chunkbuf *b = &p->cb[t->chunk];
     size_t D = p->c->dim;
-    uint32_t r0 = t->r0, r1 = t->r1 > t->r0 ? t->r1 : (uint32_t)D;
-    for (uint32_t r = 0; r < b->n; r++)
+    uint32_t r0 = t->r0, r1 = t->r1 > t->r0 ? t->r1 : (uint32_t)D, i0;
+    uint32_t n = task_rows(b, t, &i0);
+    for (uint32_t r = i0; r < i0 + n; r++)
         infer_op_add(b->x + r * D + r0, b->d + r * D + r0, r1 - r0);
+}
+
+/* Attention of the trimmed last layer (enum pl_trim), kv heads [kv0, kv1):
+ * every row's keys roped and stored with the values (what
+ * infer_step_attention does first), then with PL_TRIM_LAST the last row's
+ * queries roped and attended over the cache up to its position: dense
+ * causal attention computes a query row alone with the same bits as within
+ * the chunk (infer_attn.c). */
+static int attn_trimmed(struct pl *p, struct chunkbuf *b, const struct task *t,
+                        const struct infer_rows *rows, uint32_t kv0, uint32_t kv1, float *scratch)
+{
+    const struct format_config *c = p->c;
+    uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads, Q = c->n_heads * hd;
+    infer_op_rope_rows(b->k, b->n, c->n_kv_heads, hd, kv0, kv1, rows->pos, c->rope_theta);
+    infer_kv_write(p->st->kv, (uint32_t)t->layer, rows->slot0, b->n, b->k, b->v, kv0, kv1);
+    if (t->trim == PL_TRIM_KV)
+        return 0;
+    uint32_t i = b->n - 1;
+    float *q = b->q + (size_t)i * Q;
+    infer_op_rope_rows(q, 1, c->n_heads, hd, kv0 * mul, kv1 * mul, rows->pos + i, c->rope_theta);
+    struct infer_attn_rows vis = {.n = 1, .base = b->pos0 + i};
+    return p->st->attn->run(p->st->attn, c, p->st->kv, (uint32_t)t->layer, &vis, q, kv0 * mul,
+                            kv1 * mul, b->att + (size_t)i * Q, scratch);
 }
 
 /* Runs task ti on worker `w` (0: the NPU device thread; CPU workers 1..). */
@@ -215,6 +249,7 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
     uint32_t D = c->dim, Q = c->n_heads * c->head_dim;
     uint32_t F = c->hidden_dim;
     struct chunkbuf *b = &p->cb[t->chunk];
+    uint32_t i0, nr = task_rows(b, t, &i0); /* the rows it computes */
     int ret = 0;
     switch (t->op) {
     case PL_VERIFY: {
@@ -263,7 +298,8 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
     case PL_NORM: {
         pl_acts_bind(p, t->chunk, t->layer);
         infer_step_attn_norm(p->m, t->layer, b->xb, b->x, b->n);
-        quantize_for(p, b, t->layer, FORMAT_ROLE_WQ, b->xb, b->n, D);
+        if (t->trim != PL_TRIM_KV) /* PL_TRIM_KV: no queries */
+            quantize_for(p, b, t->layer, FORMAT_ROLE_WQ, b->xb, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WK, b->xb, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WV, b->xb, b->n, D);
         break;
@@ -274,18 +310,24 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         uint32_t kv0 = t->r1 > t->r0 ? t->r0 : 0, kv1 = t->r1 > t->r0 ? t->r1 : c->n_kv_heads;
         struct infer_rows rows = {.n = b->n, .slot0 = b->pos0, .pos = p->positions + b->pos0,
                                   .vis = {.n = b->n, .base = b->pos0}};
-        ret = infer_step_attention(p->m, p->st->kv, p->st->attn, t->layer, &rows, b->q, b->k,
-                                   b->v, kv0, kv1, b->att, att_scratch);
+        if (t->trim != PL_TRIM_NONE) {
+            ret = attn_trimmed(p, b, t, &rows, kv0, kv1, att_scratch);
+        } else {
+            ret = infer_step_attention(p->m, p->st->kv, p->st->attn, t->layer, &rows, b->q, b->k,
+                                       b->v, kv0, kv1, b->att, att_scratch);
+        }
         if (ret < 0)
             sl_err_set(&err, "attention failed in layer %d", t->layer);
-        quantize_cols(p, b, t->layer, FORMAT_ROLE_WO, b->att, b->n, Q, kv0 * mul * hd,
-                      kv1 * mul * hd);
+        if (t->trim != PL_TRIM_KV)
+            quantize_cols(p, b, t->layer, FORMAT_ROLE_WO, b->att, i0, nr, Q, kv0 * mul * hd,
+                          kv1 * mul * hd);
         break;
     }
     case PL_FFN_NORM:
-        infer_step_ffn_norm(p->m, t->layer, b->x, b->o, b->xf, b->n); /* xf may be o */
-        quantize_for(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xf, b->n, D);
-        quantize_for(p, b, t->layer, FORMAT_ROLE_W_UP, b->xf, b->n, D);
+        infer_step_ffn_norm(p->m, t->layer, b->x + (size_t)i0 * D, b->o + (size_t)i0 * D,
+                            b->xf + (size_t)i0 * D, nr); /* xf may be o */
+        quantize_cols(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xf, i0, nr, D, 0, D);
+        quantize_cols(p, b, t->layer, FORMAT_ROLE_W_UP, b->xf, i0, nr, D, 0, D);
         /* their clipped elements now: the up matmul's output takes xf's memory */
         for (uint32_t r = FORMAT_ROLE_W_GATE; ret == 0 && r <= FORMAT_ROLE_W_UP; r++) {
             const struct pl_clips *pc;
@@ -298,8 +340,8 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     case PL_SWIGLU: {
         uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
-        infer_step_swiglu(b->g, b->u, b->n, F, f0, f1);
-        quantize_cols(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, b->n, F, f0, f1);
+        infer_step_swiglu(b->g + (size_t)i0 * F, b->u + (size_t)i0 * F, nr, F, f0, f1);
+        quantize_cols(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, i0, nr, F, f0, f1);
         break;
     }
     case PL_HEAD: {
@@ -317,7 +359,9 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         uint32_t cols;
         const float *x = mm_input(b, t->role, &cols, c);
         float *y = mm_output(p, b, t->role);
-        uint32_t rows = t->role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n;
+        uint32_t rows = t->role == FORMAT_ROLE_CLASSIFIER ? 1 : nr;
+        x += (size_t)i0 * cols; /* PL_TRIM_LAST: int8 weights (trim_allowed), only here */
+        y += (size_t)i0 * lin->rows;
         if (!lin->npu && lin->upk) { /* packed residency's classifier */
             ret = mm_packed(lin, b->xq[t->role], rows, b->act[t->role], y, t->r0, t->r1, &err);
             break;
@@ -363,10 +407,11 @@ void pl_prepare_job(struct pl *p, struct task *t)
     mm_input(b, t->role, &cols, p->c);
     t->job.graph = p->graph[t->role == FORMAT_ROLE_WK ? FORMAT_ROLE_WV : t->role];
     t->job.w = lin->npu;
-    t->job.xq = b->xq[t->role];
-    t->job.rows = t->role == FORMAT_ROLE_CLASSIFIER ? 1 : b->n;
+    uint32_t i0, nr = task_rows(b, t, &i0); /* PL_TRIM_LAST: the last row */
+    t->job.xq = b->xq[t->role] + (size_t)i0 * cols;
+    t->job.rows = t->role == FORMAT_ROLE_CLASSIFIER ? 1 : nr;
     t->job.act_scale = b->act[t->role];
-    t->job.y = mm_output(p, b, t->role);
+    t->job.y = mm_output(p, b, t->role) + (size_t)i0 * lin->rows;
     t->job.ldy = lin->rows;
     t->job.r0 = t->r0;
     t->job.r1 = t->r1;

@@ -647,6 +647,12 @@ struct infer_pipeline_opts {
                                 * activation scratch (default 2; as many as chunks where
                                 * the int8 budget cannot hold a layer): with a long
                                 * prompt the activations do not grow with its chunks */
+    int no_trim_last;          /* 1: the last layer computes every row (ablation). Else,
+                                * where its Q, O and FFN linears are int8 with static
+                                * activation scales and no linear term and attention is
+                                * dense, it computes every row's keys and values but
+                                * queries, O and the FFN of the last row only (the
+                                * first token needs nothing else; the same logits) */
     int no_decode;             /* 1: the caller decodes nothing after the first token (sluice
                                 * run -n 0 or 1): what only decoding needs (an untied
                                 * embedding, read after the first token) is not read, so
