@@ -196,9 +196,83 @@ static void nn_2(float *y, size_t ldy, const float *p, size_t ldp, const float *
     nn(y, ldy, p, ldp, 2, v, ldv, T, cols, add);
 }
 
+/* 4 rows by NV x 8 columns from c0 (all inside cols): 4 x NV accumulators
+ * (12 with NV 3, plus 3 value vectors and a broadcast: all 16 registers),
+ * so each value vector loaded serves 4 rows and an iteration has 12
+ * independent FMAs, past their latency (nn32's 2 rows: 8 FMAs, and each
+ * value vector loaded once per row pair). Every element is the same FMA
+ * chain over t as nn32's: the same bits. */
+static inline __attribute__((always_inline)) void nn4(float *y, size_t ldy, const float *p,
+                                                      size_t ldp, const float *v, size_t ldv,
+                                                      uint32_t T, int add, uint32_t c0,
+                                                      const int NV)
+{
+    __m256 acc[4][3];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+#pragma GCC unroll 3
+        for (int j = 0; j < NV; j++)
+            acc[a][j] = add ? _mm256_loadu_ps(y + a * ldy + c0 + 8 * j) : _mm256_setzero_ps();
+    const float *vt = v + c0;
+    for (uint32_t t = 0; t < T; t++, vt += ldv) {
+        __m256 vv[3];
+#pragma GCC unroll 3
+        for (int j = 0; j < NV; j++)
+            vv[j] = _mm256_loadu_ps(vt + 8 * j);
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) {
+            __m256 pa = _mm256_broadcast_ss(p + a * ldp + t);
+#pragma GCC unroll 3
+            for (int j = 0; j < NV; j++)
+                acc[a][j] = _mm256_fmadd_ps(pa, vv[j], acc[a][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+#pragma GCC unroll 3
+        for (int j = 0; j < NV; j++)
+            _mm256_storeu_ps(y + a * ldy + c0 + 8 * j, acc[a][j]);
+}
+
+static void nn4_24(float *y, size_t ldy, const float *p, size_t ldp, const float *v, size_t ldv,
+                   uint32_t T, int add, uint32_t c0)
+{
+    nn4(y, ldy, p, ldp, v, ldv, T, add, c0, 3);
+}
+
+static void nn4_16(float *y, size_t ldy, const float *p, size_t ldp, const float *v, size_t ldv,
+                   uint32_t T, int add, uint32_t c0)
+{
+    nn4(y, ldy, p, ldp, v, ldv, T, add, c0, 2);
+}
+
+static void nn4_8(float *y, size_t ldy, const float *p, size_t ldp, const float *v, size_t ldv,
+                  uint32_t T, int add, uint32_t c0)
+{
+    nn4(y, ldy, p, ldp, v, ldv, T, add, c0, 1);
+}
+
 void infer_matmul_nn_avx2(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
                           const float *v, size_t ldv, uint32_t T, uint32_t cols, int add)
 {
+    if (mr == 4) { /* 24 columns at a time, then 16, 8, and a tail of 1-7 as below */
+        uint32_t c0 = 0;
+        for (; c0 + 24 <= cols; c0 += 24)
+            nn4_24(y, ldy, p, ldp, v, ldv, T, add, c0);
+        if (c0 + 16 <= cols) {
+            nn4_16(y, ldy, p, ldp, v, ldv, T, add, c0);
+            c0 += 16;
+        }
+        if (c0 + 8 <= cols) {
+            nn4_8(y, ldy, p, ldp, v, ldv, T, add, c0);
+            c0 += 8;
+        }
+        if (c0 < cols) {
+            nn_2(y + c0, ldy, p, ldp, v + c0, ldv, T, cols - c0, add);
+            nn_2(y + 2 * ldy + c0, ldy, p + 2 * ldp, ldp, v + c0, ldv, T, cols - c0, add);
+        }
+        return;
+    }
     if (mr >= 2)
         nn_2(y, ldy, p, ldp, v, ldv, T, cols, add);
     else

@@ -1,0 +1,77 @@
+/* test_matmul_nn_tiles.c: the AVX2 probabilities-times-values kernel
+ * (infer_matmul_nn_avx2: 4-row tiles of 24, 16 and 8 columns, 2-row tiles of
+ * 32 and the masked column tail) computes every output element as one FMA
+ * chain over the keys in ascending order, from zero or (add) from y: the
+ * bits of the scalar twin below (fmaf, the same chain), for random row
+ * counts 1-4, key counts, column counts around every tile edge, strides
+ * and both start modes; the stride gaps stay untouched. Seed printed
+ * (testutil). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer_matmul.h"
+#include "testutil.h"
+
+static struct test_rng rng;
+
+/* The twin: y[i][c] = fma(p[i][t], v[t][c], y[i][c]) for t = 0.. in order. */
+static void nn_fma_twin(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
+                        const float *v, size_t ldv, uint32_t T, uint32_t cols, int add)
+{
+    for (uint32_t i = 0; i < mr; i++)
+        for (uint32_t c = 0; c < cols; c++) {
+            float acc = add ? y[i * ldy + c] : 0.0f;
+            for (uint32_t t = 0; t < T; t++)
+                acc = fmaf(p[i * ldp + t], v[t * ldv + c], acc);
+            y[i * ldy + c] = acc;
+        }
+}
+
+static void fill(float *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        a[i] = test_rng_normal(&rng);
+}
+
+static void test_nn_avx2_bits(void **st)
+{
+    (void)st;
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX2))
+        skip();
+    static const uint32_t colss[] = {1, 7, 8, 15, 16, 17, 23, 24, 25, 31, 32, 33, 40, 47, 48,
+                                     49, 56, 63, 64, 65, 72, 80, 96, 128, 130};
+    uint32_t checked = 0;
+    for (int it = 0; it < 400; it++) {
+        uint32_t mr = 1 + test_rng_below(&rng, 4), T = 1 + test_rng_below(&rng, 300);
+        uint32_t C = colss[test_rng_below(&rng, sizeof colss / sizeof colss[0])];
+        int add = (int)test_rng_below(&rng, 2);
+        size_t ldp = T + test_rng_below(&rng, 5), ldv = C + test_rng_below(&rng, 40);
+        size_t ldy = C + test_rng_below(&rng, 4);
+        float *p = malloc(sizeof(float) * mr * ldp), *v = malloc(sizeof(float) * T * ldv);
+        float *y0 = malloc(sizeof(float) * mr * ldy), *y1 = malloc(sizeof(float) * mr * ldy);
+        assert_true(p && v && y0 && y1);
+        fill(p, mr * ldp);
+        fill(v, T * ldv);
+        for (size_t i = 0; i < mr * ldy; i++) /* a start for add; gaps must stay */
+            y0[i] = y1[i] = (i % ldy) < C ? test_rng_normal(&rng) : -9.0f;
+        nn_fma_twin(y0, ldy, p, ldp, mr, v, ldv, T, C, add);
+        infer_matmul_nn_avx2(y1, ldy, p, ldp, mr, v, ldv, T, C, add);
+        if (memcmp(y0, y1, sizeof(float) * mr * ldy) != 0)
+            fail_msg("nn avx2 rows %u T %u cols %u add %d: not the FMA chain's bits", mr, T, C,
+                     add);
+        checked += mr == 4 && C >= 8;
+        free(p);
+        free(v);
+        free(y0);
+        free(y1);
+    }
+    assert_true(checked > 50); /* the 4-row tiles were exercised */
+}
+
+int main(void)
+{
+    test_rng_init(&rng, test_seed());
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_nn_avx2_bits)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
