@@ -115,9 +115,11 @@ void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uin
 uint32_t attn_keep_count(double r, uint32_t visible);
 
 /* The slots one row keeps, ascending, into sel (k of them, k from
- * attn_keep_count): the first min(sinks, k) slots, the last min(window,
- * k - sinks) visible slots, and the top of the rest by est[0..visible)
- * (the sinks and the window count inside k, so k is the real keep). work:
+ * attn_keep_count): the last w = min(window, k) visible slots (the recent
+ * window; its last slot is the row itself), the first min(sinks, k - w)
+ * slots, and the top of the rest by est[0..visible) (the sinks and the
+ * window count inside k, so k is the real keep; when k is small the row
+ * and its neighbours go before the sinks). work:
  * 2 * visible uint32_t. Returns k. */
 uint32_t attn_select_row(const float *est, uint32_t visible, uint32_t k, uint32_t sinks,
                          uint32_t window, uint32_t *sel, uint32_t *work);

@@ -385,8 +385,10 @@ uint32_t attn_select_row_hint(const float *est, uint32_t visible, uint32_t k, ui
             sel[t] = t;
         return visible;
     }
-    uint32_t s = sinks < k ? sinks : k;
-    uint32_t w = window < k - s ? window : k - s;
+    /* priority when k is small: the recent window (the row itself is its
+     * last slot) first, then the sinks, then the top of the rest */
+    uint32_t w = window < k ? window : k;
+    uint32_t s = sinks < k - w ? sinks : k - w;
     uint32_t rest = k - s - w, mid = visible - s - w;
     for (uint32_t t = 0; t < s; t++)
         sel[t] = t;
