@@ -20,11 +20,12 @@ void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32
 
 /* attn_topk with a threshold guess *hint (NULL or not finite: none): when at
  * least k scores are >= *hint, the top-k is found among those alone (one
- * vector compare pass over n, then a quickselect over the candidates); else
- * through a sampled threshold, else the general path. The same result in
- * every case. On return *hint holds a guess for a similar row (the next
- * query row of a head: about 1.1 k of its scores are expected above it), or
- * NaN. */
+ * vector compare pass over n storing the candidates, then counting passes
+ * over the candidates' scores for the k-th largest, and one compaction);
+ * else through a threshold refined by counting passes from the guess or a
+ * sampled one, else the general path. The same result in every case. On
+ * return *hint holds a guess for a similar row (the next query row of a
+ * head: about 1.25 k + 16 of its scores are expected above it), or NaN. */
 void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work,
                     float *hint);
 
@@ -37,6 +38,15 @@ uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, 
                            int *nan);
 uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
                          int *nan);
+/* The entries idx[j] (j < m) whose val[j] >= th, in order, into out (room
+ * for m; out may be idx); returns their count. The AVX2 kernel and its
+ * scalar twin give the same result. */
+uint32_t attn_keep_above(const uint32_t *idx, const float *val, uint32_t m, float th,
+                         uint32_t *out);
+uint32_t attn_keep_above_scalar(const uint32_t *idx, const float *val, uint32_t m, float th,
+                                uint32_t *out);
+uint32_t attn_keep_above_avx2(const uint32_t *idx, const float *val, uint32_t m, float th,
+                              uint32_t *out);
 /* How many s[i] (i < n) are >= th; and the smallest and largest of s (NaN
  * ignored; +INFINITY and -INFINITY when n is 0), *nan = whether any is NaN.
  * AVX2 kernels and scalar twins, the same results. */
