@@ -18,12 +18,13 @@
  * the floats' order-preserving keys where scores are not finite). */
 void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work);
 
-/* attn_topk with a threshold guess *hint (NULL or not finite: none): when at
- * least k scores are >= *hint, the top-k is found among those alone (one
+/* attn_topk with a threshold guess *hint (NULL or not finite: none, and a
+ * threshold sampled from the row is the guess): when at least k scores are
+ * >= the guess, the top-k is found among those alone (one
  * vector compare pass over n storing the candidates, then counting passes
  * over the candidates' scores for the k-th largest, and one compaction);
- * else through a threshold refined by counting passes from the guess or a
- * sampled one, else the general path. The same result in every case. On
+ * else through a threshold refined by counting passes from the guess, else
+ * the general path. The same result in every case. On
  * return *hint holds a guess for a similar row (the next query row of a
  * head: about 1.25 k + 16 of its scores are expected above it), or NaN. */
 void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work,

@@ -345,14 +345,11 @@ static float sampled_threshold(const float *score, uint32_t n, uint32_t k)
     uint32_t want = (uint32_t)((double)k * 1.3 * SAMPLE / n) + 2; /* sample ranks above */
     if (want >= SAMPLE)
         return NAN;
-    /* the want-th largest of the sample by partial selection sort */
-    for (uint32_t a = 0; a < want; a++)
-        for (uint32_t b = a + 1; b < SAMPLE; b++)
-            if (smp[b] > smp[a]) {
-                float t = smp[a];
-                smp[a] = smp[b];
-                smp[b] = t;
-            }
+    for (uint32_t j = 0; j < SAMPLE; j++)
+        if (smp[j] != smp[j])
+            return NAN;
+    /* the want-th largest of the sample (a quickselect: O(SAMPLE)) */
+    nth_desc(smp, SAMPLE, want - 1);
     return smp[want - 1];
 }
 
@@ -365,11 +362,11 @@ void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, u
         return;
     }
     float g = hint && isfinite(*hint) ? *hint : NAN, next = NAN;
+    if (!isfinite(g))
+        g = sampled_threshold(score, n, k);
     /* the guess itself: one pass when at least k scores are >= it */
     int done = isfinite(g) && n >= 64 && topk_at(score, n, k, g, idx, work, &next) == 0;
     if (!done) {
-        if (!isfinite(g))
-            g = sampled_threshold(score, n, k);
         uint32_t cnt = 0;
         float th = n >= 64 ? refine_threshold(score, n, k, g, &cnt) : NAN;
         next = NAN;
