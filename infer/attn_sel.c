@@ -78,6 +78,28 @@ uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, float *
     return attn_above_scalar(s, n, th, idx, val, nan);
 }
 
+uint32_t attn_keep_above_scalar(const uint32_t *idx, const float *val, uint32_t m, float th,
+                                uint32_t *out)
+{
+    uint32_t o = 0;
+    for (uint32_t j = 0; j < m; j++) {
+        uint32_t v = idx[j];
+        out[o] = v;
+        o += val[j] >= th;
+    }
+    return o;
+}
+
+uint32_t attn_keep_above(const uint32_t *idx, const float *val, uint32_t m, float th,
+                         uint32_t *out)
+{
+#if SLUICE_KERNELS_X86
+    if (infer_matmul_kernel_available(INFER_MATMUL_AVX2))
+        return attn_keep_above_avx2(idx, val, m, th, out);
+#endif
+    return attn_keep_above_scalar(idx, val, m, th, out);
+}
+
 uint32_t attn_count_scalar(const float *s, uint32_t n, float th)
 {
     uint32_t m = 0;

@@ -7,7 +7,8 @@
  *   steps, then probabilities times values by FMA in list order, 64 columns
  *   (8 accumulators) at a time;
  * - attn_above_avx2: the indices of the scores at or above a threshold, by
- *   8-lane compares and the mask's set bits. */
+ *   8-lane compares and the mask's set bits; attn_keep_above_avx2 the same
+ *   compaction of a candidate list by its scores. */
 #include <immintrin.h>
 #include <math.h>
 
@@ -238,6 +239,29 @@ uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, fl
     }
     *nan = any;
     return m;
+}
+
+uint32_t attn_keep_above_avx2(const uint32_t *idx, const float *val, uint32_t m, float th,
+                              uint32_t *out)
+{
+    const __m256 t = _mm256_set1_ps(th);
+    uint32_t o = 0, j = 0;
+    for (; j + 8 <= m; j += 8) {
+        unsigned bits = (unsigned)_mm256_movemask_ps(
+            _mm256_cmp_ps(_mm256_loadu_ps(val + j), t, _CMP_GE_OQ));
+        __m256i pos = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)pack_lut[bits]));
+        __m256i v = _mm256_loadu_si256((const __m256i *)(idx + j));
+        /* o <= j: the 8 lanes stored land below j + 8 <= m (and after the
+         * loads of idx[j..j + 8) when out is idx) */
+        _mm256_storeu_si256((__m256i *)(out + o), _mm256_permutevar8x32_epi32(v, pos));
+        o += pop8(bits);
+    }
+    for (; j < m; j++) {
+        uint32_t v = idx[j];
+        out[o] = v;
+        o += val[j] >= th;
+    }
+    return o;
 }
 
 uint32_t attn_count_avx2(const float *s, uint32_t n, float th)

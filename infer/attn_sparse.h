@@ -18,13 +18,15 @@
  * the floats' order-preserving keys where scores are not finite). */
 void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work);
 
-/* attn_topk with a threshold guess *hint (NULL or not finite: none): when at
- * least k scores are >= *hint, the top-k is found among those alone (one
- * vector compare pass over n, then a quickselect over the candidates); else
- * through a sampled threshold, else the general path. The same result in
- * every case. On return *hint holds a guess for a similar row (the next
- * query row of a head: about 1.1 k of its scores are expected above it), or
- * NaN. */
+/* attn_topk with a threshold guess *hint (NULL or not finite: none, and a
+ * threshold sampled from the row is the guess): when at least k scores are
+ * >= the guess, the top-k is found among those alone (one
+ * vector compare pass over n storing the candidates, then counting passes
+ * over the candidates' scores for the k-th largest, and one compaction);
+ * else through a threshold refined by counting passes from the guess, else
+ * the general path. The same result in every case. On
+ * return *hint holds a guess for a similar row (the next query row of a
+ * head: about 1.25 k + 16 of its scores are expected above it), or NaN. */
 void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work,
                     float *hint);
 
@@ -37,6 +39,15 @@ uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, 
                            int *nan);
 uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
                          int *nan);
+/* The entries idx[j] (j < m) whose val[j] >= th, in order, into out (room
+ * for m; out may be idx); returns their count. The AVX2 kernel and its
+ * scalar twin give the same result. */
+uint32_t attn_keep_above(const uint32_t *idx, const float *val, uint32_t m, float th,
+                         uint32_t *out);
+uint32_t attn_keep_above_scalar(const uint32_t *idx, const float *val, uint32_t m, float th,
+                                uint32_t *out);
+uint32_t attn_keep_above_avx2(const uint32_t *idx, const float *val, uint32_t m, float th,
+                              uint32_t *out);
 /* How many s[i] (i < n) are >= th; and the smallest and largest of s (NaN
  * ignored; +INFINITY and -INFINITY when n is 0), *nan = whether any is NaN.
  * AVX2 kernels and scalar twins, the same results. */
@@ -115,9 +126,11 @@ void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uin
 uint32_t attn_keep_count(double r, uint32_t visible);
 
 /* The slots one row keeps, ascending, into sel (k of them, k from
- * attn_keep_count): the first min(sinks, k) slots, the last min(window,
- * k - sinks) visible slots, and the top of the rest by est[0..visible)
- * (the sinks and the window count inside k, so k is the real keep). work:
+ * attn_keep_count): the last w = min(window, k) visible slots (the recent
+ * window; its last slot is the row itself), the first min(sinks, k - w)
+ * slots, and the top of the rest by est[0..visible) (the sinks and the
+ * window count inside k, so k is the real keep; when k is small the row
+ * and its neighbours go before the sinks). work:
  * 2 * visible uint32_t. Returns k. */
 uint32_t attn_select_row(const float *est, uint32_t visible, uint32_t k, uint32_t sinks,
                          uint32_t window, uint32_t *sel, uint32_t *work);

@@ -176,63 +176,88 @@ static void nth_desc(float *v, uint32_t n, uint32_t kth)
     }
 }
 
-/* The s1-th smallest of v[0..m) (s1 <= SMALL, s1 <= m): the s1 smallest
- * so far kept sorted in a small buffer; 8 values at a time are skipped when
- * none is below its largest (once it is full, few are), the rest enter
- * one by one in order. */
-#define SMALL 64
-static float smallest_small(const float *v, uint32_t m, uint32_t s1)
+/* The k-th largest of v[0..m) (1 <= k <= m, no NaN) by counting passes
+ * over v (8 lanes, no stores): regula falsi on the counts between lo,
+ * which keeps at least k, and hi, which keeps fewer (the Illinois rule
+ * against a stuck end). Stops when exactly k values are >= lo (then those
+ * are the top k, whatever their order: *exact = 1) or when lo and hi are
+ * adjacent floats (the k-th largest is lo, tied: *exact = 0). Returns lo,
+ * or NaN when 64 passes did not get there (the caller's general path). */
+static float kth_count(const float *v, uint32_t m, uint32_t k, int *exact)
 {
-    float buf[SMALL];
-    uint32_t nb = 0, j = 0;
-    for (;;) {
-        if (nb == s1) { /* full: skip the blocks of 8 with nothing below buf[s1 - 1] */
-            while (j + 8 <= m) {
-                float top = buf[s1 - 1];
-                int any = 0;
-                for (uint32_t e = 0; e < 8; e++)
-                    any |= v[j + e] < top;
-                if (any)
-                    break;
-                j += 8;
-            }
-        }
-        if (j == m)
-            break;
-        float x = v[j++];
-        if (nb == s1 && !(x < buf[nb - 1]))
-            continue;
-        uint32_t at = nb < s1 ? nb++ : nb - 1; /* the slot freed (the largest drops out) */
-        while (at > 0 && buf[at - 1] > x) {
-            buf[at] = buf[at - 1];
-            at--;
-        }
-        buf[at] = x;
+    float mn, mx;
+    int nan;
+    attn_range(v, m, &mn, &mx, &nan);
+    *exact = 0;
+    if (nan || !isfinite(mn) || !isfinite(mx))
+        return NAN;
+    if (k == m) {
+        *exact = 1;
+        return mn;
     }
-    return buf[s1 - 1];
+    float lo = mn, hi = nextafterf(mx, INFINITY);
+    if (!isfinite(hi))
+        return NAN;
+    double clo = m, chi = 0;
+    uint32_t nlo = m;
+    int side = 0;
+    for (int it = 0; it < 64; it++) {
+        float t = lo + (hi - lo) * (float)((clo - k) / (clo - chi));
+        if (!(t > lo && t < hi)) {
+            t = lo + (hi - lo) * 0.5f;
+            if (!(t > lo && t < hi))
+                return lo; /* adjacent: lo is the k-th largest, tied */
+        }
+        uint32_t c = attn_count(v, m, t);
+        if (c >= k) {
+            lo = t;
+            clo = nlo = c;
+            if (nlo == k) {
+                *exact = 1;
+                return lo;
+            }
+            if (side == 1)
+                chi = (chi + k) / 2;
+            side = 1;
+        } else {
+            hi = t;
+            chi = c;
+            if (side == -1)
+                clo = (clo + k) / 2;
+            side = -1;
+        }
+    }
+    return NAN;
 }
 
-/* The exact top-k through a threshold th with at least k scores >= th
- * (no NaN): those are the candidates (one vector pass, indices ascending),
- * and the k-th largest of them, tau, is their (m - k + 1)-th smallest: a
- * small buffer when few are to be dropped, else a quickselect over their
- * values. Ties at tau: the lowest indices. work: 2 * n uint32_t. */
-static void topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32_t *idx,
-                    uint32_t *work)
+
+/* The exact top-k through a threshold th (no NaN in score): the scores >=
+ * th are the candidates (one vector pass, indices ascending); with fewer
+ * than k of them returns -1 (nothing written). Else the k-th largest of
+ * them by counting passes over their values (kth_count; a quickselect when
+ * that does not converge), ties at it: the lowest indices; returns 0 and,
+ * when next is not NULL, *next = a threshold about slack above the k-th
+ * rank (interpolated between th and the k-th largest: the guess for a
+ * similar row). work: 2 * n uint32_t. */
+static int topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32_t *idx,
+                   uint32_t *work, float *next)
 {
-    int nan;
+    int nan, exact;
     uint32_t *cidx = work;
     float *cval = (float *)(work + n); /* the candidates' scores, in index order */
     uint32_t m = attn_above(score, n, th, cidx, cval, &nan);
-    if (m == k) {
-        for (uint32_t j = 0; j < k; j++)
-            idx[j] = cidx[j];
-        return;
+    if (nan || m < k)
+        return -1;
+    float tau = kth_count(cval, m, k, &exact);
+    if (next) {
+        float slack = (float)(k / 4 + 16);
+        *next = !isfinite(tau) ? NAN : m > k ? tau - (tau - th) * slack / (float)(m - k) : th;
     }
-    float tau;
-    if (m - k < SMALL) {
-        tau = smallest_small(cval, m, m - k + 1);
-    } else {
+    if (exact) { /* exactly k candidates >= tau: they are the top k */
+        (void)attn_keep_above(cidx, cval, m, tau, idx);
+        return 0;
+    }
+    if (!isfinite(tau)) {
         nth_desc(cval, m, k - 1); /* reorders cval: the scores are read again below */
         tau = cval[k - 1];
         for (uint32_t j = 0; j < m; j++)
@@ -240,11 +265,7 @@ static void topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32
     }
     /* every candidate >= tau, then the last of those equal to tau dropped
      * while there are more than k */
-    uint32_t o = 0;
-    for (uint32_t j = 0; j < m; j++) {
-        idx[o] = cidx[j];
-        o += cval[j] >= tau;
-    }
+    uint32_t o = attn_keep_above(cidx, cval, m, tau, idx);
     if (o > k) {
         uint32_t drop = o - k, w = o;
         for (uint32_t j = o; j-- > 0 && drop;)
@@ -257,6 +278,7 @@ static void topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32
             if (idx[j] != UINT32_MAX)
                 idx[o++] = idx[j];
     }
+    return 0;
 }
 
 /* A threshold with k to k + k/32 + 4 scores at or above it, found by
@@ -323,14 +345,11 @@ static float sampled_threshold(const float *score, uint32_t n, uint32_t k)
     uint32_t want = (uint32_t)((double)k * 1.3 * SAMPLE / n) + 2; /* sample ranks above */
     if (want >= SAMPLE)
         return NAN;
-    /* the want-th largest of the sample by partial selection sort */
-    for (uint32_t a = 0; a < want; a++)
-        for (uint32_t b = a + 1; b < SAMPLE; b++)
-            if (smp[b] > smp[a]) {
-                float t = smp[a];
-                smp[a] = smp[b];
-                smp[b] = t;
-            }
+    for (uint32_t j = 0; j < SAMPLE; j++)
+        if (smp[j] != smp[j])
+            return NAN;
+    /* the want-th largest of the sample (a quickselect: O(SAMPLE)) */
+    nth_desc(smp, SAMPLE, want - 1);
     return smp[want - 1];
 }
 
@@ -342,18 +361,21 @@ void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, u
             idx[i] = i;
         return;
     }
-    float g = hint && isfinite(*hint) ? *hint : NAN;
+    float g = hint && isfinite(*hint) ? *hint : NAN, next = NAN;
     if (!isfinite(g))
         g = sampled_threshold(score, n, k);
-    uint32_t cnt = 0;
-    float th = n >= 64 ? refine_threshold(score, n, k, g, &cnt) : NAN;
-    if (hint)
-        *hint = th;
-    if (isfinite(th) && cnt >= k) {
-        topk_at(score, n, k, th, idx, work);
-        return;
+    /* the guess itself: one pass when at least k scores are >= it */
+    int done = isfinite(g) && n >= 64 && topk_at(score, n, k, g, idx, work, &next) == 0;
+    if (!done) {
+        uint32_t cnt = 0;
+        float th = n >= 64 ? refine_threshold(score, n, k, g, &cnt) : NAN;
+        next = NAN;
+        done = isfinite(th) && cnt >= k && topk_at(score, n, k, th, idx, work, &next) == 0;
     }
-    topk_binned(score, n, k, idx, work);
+    if (hint)
+        *hint = next;
+    if (!done)
+        topk_binned(score, n, k, idx, work);
 }
 
 void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work)
@@ -385,8 +407,10 @@ uint32_t attn_select_row_hint(const float *est, uint32_t visible, uint32_t k, ui
             sel[t] = t;
         return visible;
     }
-    uint32_t s = sinks < k ? sinks : k;
-    uint32_t w = window < k - s ? window : k - s;
+    /* priority when k is small: the recent window (the row itself is its
+     * last slot) first, then the sinks, then the top of the rest */
+    uint32_t w = window < k ? window : k;
+    uint32_t s = sinks < k - w ? sinks : k - w;
     uint32_t rest = k - s - w, mid = visible - s - w;
     for (uint32_t t = 0; t < s; t++)
         sel[t] = t;

@@ -11,7 +11,7 @@ const char *tools_attn_name(const struct tools_attn *t)
 
 double tools_attn_keep(const struct tools_attn *t)
 {
-    return t->keep > 0 ? t->keep : t->sparse == 2 ? 0.5 : 0.2;
+    return t->keep > 0 ? t->keep : t->sparse == 2 ? TOOLS_ATTN_AUTO_KEEP : 0.2;
 }
 
 int tools_attn_arg(struct tools_args *a, struct tools_attn *t)

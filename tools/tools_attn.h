@@ -20,24 +20,26 @@ struct tools_attn {
     int inline_est;  /* --estimate inline */
 };
 
-#define TOOLS_ATTN_DEFAULTS {.sparse = 2, .keep = 0, .floor = 1.0, .sinks = 4, .window = 16}
-/* auto: sparse where it measured a win (docs/BENCHMARKS.md, issue 17): decode
- * steps over at least this many keys, in models with at least this many
- * query columns (n_heads x head_dim: tinyllama's and llama3-8b's shapes won;
- * kjv6L-1k's 8 x 32 at 5K keys lost, its attention too small to pay the NPU
- * hand-offs), at keep 0.5 (the smallest keep that met the accuracy targets
- * on kjv6L-1k) */
-#define TOOLS_ATTN_AUTO_MIN_KEYS 4096
-#define TOOLS_ATTN_AUTO_MIN_QDIM 2048
+#define TOOLS_ATTN_DEFAULTS                                                                  \
+    {.sparse = 2, .keep = 0, .floor = 1.0, .sinks = 4, .window = 16, .inline_est = 1}
+/* auto: sparse where it measured a win (docs/BENCHMARKS.md, issue 17, sixth
+ * session): decode steps over at least this many keys, in models with at
+ * least this many query columns (n_heads x head_dim: llama3-8b's shape at 8K
+ * keys won, 1.13-1.19x attention alone; tinyllama's 2048 columns lost at 4K
+ * and 8K, attention alone and end to end, and so did llama3-8b's at 4K), at
+ * keep 0.45 (the smallest keep that met the accuracy targets on kjv6L-1k) */
+#define TOOLS_ATTN_AUTO_MIN_KEYS 8192
+#define TOOLS_ATTN_AUTO_MIN_QDIM 4096
+#define TOOLS_ATTN_AUTO_KEEP 0.45
 
 /* The options' lines of a --help. */
 #define TOOLS_ATTN_HELP                                                                      \
     "  --attn A         attention: dense, sparse (shadowAttn: int8 Q.K estimated on the\n"    \
     "                   emulated NPU, top-k keys per head and row on the CPU, exact\n"         \
     "                   softmax.V over them; docs/ARCHITECTURE.md) or auto (default:\n"       \
-    "                   sparse for decode steps over 4096 keys or more in models of\n"      \
-    "                   2048 query columns or more, where it measured faster, at keep\n"   \
-    "                   0.5 unless --keep; else dense)\n"                                   \
+    "                   sparse for decode steps over 8192 keys or more in models of\n"      \
+    "                   4096 query columns or more, where it measured faster, at keep\n"   \
+    "                   0.45 unless --keep; else dense)\n"                                  \
     "  --keep R         sparse: the global share of keys kept, in (0, 1] (default 0.2);\n"    \
     "                   per head by the container's profile (`sluice profile-attn`),\n"        \
     "                   uniform without one\n"                                                 \
@@ -52,10 +54,11 @@ struct tools_attn {
     "                   (GQA): the top of max over the heads of estimate - row max;\n"      \
     "                   keys and values gathered once for the heads; faster, less\n"        \
     "                   accurate at equal keep: docs/BENCHMARKS.md)\n"                  \
-    "  --estimate E     sparse: where the int8 estimates run: device (the emulated NPU's\n"   \
-    "                   own thread, pipelined ahead of the CPU side; default) or inline\n"  \
-    "                   (the same graphs on the attention's thread: the same results, one\n" \
-    "                   thread less; faster on a 2-core machine: docs/BENCHMARKS.md)\n"
+    "  --estimate E     sparse: where the int8 estimates run: inline (default: the\n"       \
+    "                   graphs on the attention's own thread; measured faster on this\n"   \
+    "                   2-core machine, attention alone and end to end:\n"                 \
+    "                   docs/BENCHMARKS.md) or device (the emulated NPU's own thread,\n"    \
+    "                   pipelined ahead of the CPU side; the same results)\n"
 
 /* "dense", "sparse" or "auto", and the keep ratio sparse calls use. */
 const char *tools_attn_name(const struct tools_attn *t);

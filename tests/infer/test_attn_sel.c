@@ -184,6 +184,24 @@ static void test_threshold_kernels(void **state)
             assert_memory_equal(&v1[j], &s[i1[j]], sizeof(float));
         assert_int_equal(attn_above_avx2(s, n, th, i2, NULL, &nan2), m1);
         assert_memory_equal(i1, i2, sizeof(uint32_t) * m1);
+        /* the candidates' compaction: the indices whose scores are >= a second threshold */
+        {
+            float t2 = it % 7 == 0 ? NAN : test_rng_normal(&rng);
+            uint32_t *c1 = malloc(sizeof(uint32_t) * (n + 1));
+            assert_true(c1 != NULL);
+            for (uint32_t j = 0; j < n; j++)
+                i2[j] = j * 3 + 1;
+            uint32_t o1 = attn_keep_above_scalar(i2, s, n, t2, c1);
+            uint32_t o2 = attn_keep_above_avx2(i2, s, n, t2, i2); /* in place */
+            assert_int_equal(o1, o2);
+            assert_memory_equal(c1, i2, sizeof(uint32_t) * o1);
+            uint32_t want = 0;
+            for (uint32_t j = 0; j < n; j++)
+                if (s[j] >= t2)
+                    assert_int_equal(c1[want++], j * 3 + 1);
+            assert_int_equal(o1, want);
+            free(c1);
+        }
         assert_int_equal(attn_count_scalar(s, n, th), m1);
         assert_int_equal(attn_count_avx2(s, n, th), m1);
         float lo1, hi1, lo2, hi2;

@@ -81,8 +81,8 @@ static void test_select_row(void **state)
         assert_int_equal(ns, k);
         for (uint32_t j = 1; j < ns; j++)
             assert_true(sel[j] > sel[j - 1]);
-        /* reference: sinks, window, then the top of the middle by a sort */
-        uint32_t s = sinks < k ? sinks : k, w = window < k - s ? window : k - s;
+        /* reference: window, sinks, then the top of the middle by a sort */
+        uint32_t w = window < k ? window : k, s = sinks < k - w ? sinks : k - w;
         if (k == visible) {
             s = k;
             w = 0;
@@ -104,6 +104,35 @@ static void test_select_row(void **state)
         free(work);
         free(ref);
     }
+}
+
+/* Small k (early rows, small keep): the row itself and its recent keys go
+ * before the sinks (the old rule kept only the first slots, not the row). */
+static void test_select_row_small_k(void **state)
+{
+    (void)state;
+    enum { V = 40 };
+    float e[V];
+    uint32_t sel[V], work[2 * V];
+    for (uint32_t t = 0; t < V; t++)
+        e[t] = (float)((t * 7) % 13); /* largest (12) at t = 11, 24, 37 */
+    /* k 3 < window 16: the last 3 slots only, the row (39) included */
+    assert_int_equal(attn_select_row(e, V, 3, 4, 16, sel, work), 3);
+    assert_int_equal(sel[0], 37);
+    assert_int_equal(sel[1], 38);
+    assert_int_equal(sel[2], 39);
+    /* k 1: the row itself */
+    assert_int_equal(attn_select_row(e, V, 1, 4, 16, sel, work), 1);
+    assert_int_equal(sel[0], 39);
+    /* k 6, window 3, sinks 4: the window, then 3 sinks, no top-k */
+    assert_int_equal(attn_select_row(e, V, 6, 4, 3, sel, work), 6);
+    const uint32_t want6[6] = {0, 1, 2, 37, 38, 39};
+    assert_memory_equal(sel, want6, sizeof want6);
+    /* k 9, window 3, sinks 4: 2 of the rest by score (24 and 11: 12 each, 37 is
+     * in the window) */
+    assert_int_equal(attn_select_row(e, V, 9, 4, 3, sel, work), 9);
+    const uint32_t want9[9] = {0, 1, 2, 3, 11, 24, 37, 38, 39};
+    assert_memory_equal(sel, want9, sizeof want9);
 }
 
 static void test_ratios(void **state)
@@ -597,6 +626,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_topk),
         cmocka_unit_test(test_select_row),
+        cmocka_unit_test(test_select_row_small_k),
         cmocka_unit_test(test_ratios),
         cmocka_unit_test(test_estimate),
         cmocka_unit_test(test_keep_all_is_dense),
