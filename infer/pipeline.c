@@ -584,6 +584,7 @@ out:
     free(p->edge_to);
     free(p->slice_data);
     free(p->slice_sl);
+    free(p->slice_ok);
     free(p->slice_left);
     free(p->verify_task);
     free(p->slice_needed);
