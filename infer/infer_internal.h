@@ -65,6 +65,8 @@ struct infer_model {
     /* packed residency: the container's slices, read in place by the
      * cold start (at their file offsets); packed linears point into it */
     void *slices;
+    size_t slices_mapped; /* nonzero: slices maps the container read-only
+                           * (this many bytes, munmap), else sl_alloc_aligned */
 };
 
 /* The KV cache (infer.h): [layer][slot][kv_dim] keys and values. */

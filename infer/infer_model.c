@@ -209,7 +209,10 @@ void infer_model_destroy(struct infer_model *m)
         for (uint32_t l = 0; l < m->cfg.n_layers; l++)
             infer_model_release_layer(m, (int)l);
     infer_model_release_layer(m, -1);
-    sl_free_aligned(m->slices); /* after the linears that point into it */
+    if (m->slices_mapped) /* after the linears that point into it */
+        munmap(m->slices, m->slices_mapped);
+    else
+        sl_free_aligned(m->slices);
     free(m->layers);
     free(m->io_buf);
     if (m->map)

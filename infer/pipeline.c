@@ -59,7 +59,7 @@
 
 /* A slice arrived (lock held): its VERIFY task loses its last dependency.
  * 0, or a negative errno after pl_fail. */
-static int arrived(struct pl *p, uint32_t s)
+int pl_arrived(struct pl *p, uint32_t s)
 {
     p->load_events[s < PL_MAX_SLICES ? s : PL_MAX_SLICES - 1] = sl_now_ns();
     if (!p->slice_needed[s])
@@ -96,6 +96,12 @@ static int open_stream(struct pl *p, struct sl_err *err)
     int in_place = p->o->resident == INFER_RESIDENT_PACKED;
     for (uint32_t i = 0; in_place && i < ns; i++)
         in_place = format_reader_slice(r, i)->offset % 4096 == 0;
+    /* mapped from the page cache where the file and kernel allow it
+     * (pipeline_map.c): nothing zeroed, nothing copied, no loader stream */
+    if (in_place && !p->o->slices_read && pl_map_open(p) == 0) {
+        free(reqs);
+        return 0;
+    }
     if (in_place) {
         const uint64_t huge = 2u << 20;
         p->m->slices = sl_alloc_aligned(sl_align_up(file, huge), huge);
@@ -134,6 +140,11 @@ static int feed(struct pl *p, void **whole, size_t *whole_len, struct sl_err *er
     const struct format_reader *r = p->r;
     uint32_t ns = format_reader_n_slices(r);
     const char *path = format_reader_path(r);
+    if (p->o->load == INFER_LOAD_STREAM && p->m->slices_mapped) {
+        int ret = pl_map_feed(p, err);
+        p->t_loaded = sl_now_ns();
+        return ret;
+    }
     if (p->o->load == INFER_LOAD_STREAM) {
         int ret;
         uint32_t needed = 0;
@@ -149,7 +160,7 @@ static int feed(struct pl *p, void **whole, size_t *whole_len, struct sl_err *er
             p->slice_sl[s] = sl;
             p->slice_data[s] = sl.data;
             p->bytes_read += sl.length;
-            arrived(p, s); /* a failure sets p->stop */
+            pl_arrived(p, s); /* a failure sets p->stop */
             int stop = p->stop;
             pthread_mutex_unlock(&p->lock);
             if (stop)
@@ -190,7 +201,7 @@ static int feed(struct pl *p, void **whole, size_t *whole_len, struct sl_err *er
     pthread_mutex_lock(&p->lock);
     for (uint32_t i = 0; i < ns; i++) {
         p->slice_data[i] = base + format_reader_slice(r, i)->offset;
-        if (arrived(p, i) < 0)
+        if (pl_arrived(p, i) < 0)
             break; /* the run is stopping */
     }
     pthread_mutex_unlock(&p->lock);
@@ -380,7 +391,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     if (ret == 0)
         ret = pl_queue_init(p);
     if (ret == 0) {
-        ret = pl_pool_init(p, o.int8_budget ? o.int8_budget : (uint64_t)PL_INT8_BUDGET_MB << 20);
+        ret = pl_pool_init(p, o.int8_budget); /* 0: the default (pipeline_pool.c) */
     }
     if (ret == 0)
         ret = pl_pool_admit(p);
@@ -573,6 +584,7 @@ out:
     free(p->edge_to);
     free(p->slice_data);
     free(p->slice_sl);
+    free(p->slice_ok);
     free(p->slice_left);
     free(p->verify_task);
     free(p->slice_needed);

@@ -67,7 +67,8 @@ enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
 #define PL_PREFAULT_TID 99 /* the prefault thread's track in traces */
 #define PL_FILL_ROWS 64     /* rows unpacked at once before packing for the NPU */
 #define PL_MAX_SLICES 4096  /* slices (and layers) a container may have here */
-#define PL_INT8_BUDGET_MB 48 /* packed residency: int8 weight storage in use at once */
+#define PL_INT8_BUDGET_MB 48 /* packed residency: int8 weight storage in use at once, */
+#define PL_INT8_BUDGET_LINEARS 4 /* or this many of the largest linear where more */
 #define PL_ACT_SETS 2       /* activation sets: (layer, chunk)s computing at once */
 
 /* The last layer computes only what the first token needs (pl_graph_build,
@@ -171,6 +172,8 @@ struct pl {
     uint32_t *verify_task;  /* task index of each slice's VERIFY */
     int *slice_needed;      /* needed for the first token */
     struct loader_stream *ls;
+    uint64_t ra_end;        /* mapped slices: read-ahead advised up to here (pipeline_map.c) */
+    uint8_t *slice_ok;      /* mapped slices: 1 where the driver verified it (VERIFY skips the hash) */
 
     pthread_mutex_t lock;
     pthread_cond_t cv;
@@ -243,6 +246,7 @@ struct pl {
     int32_t *lin_acq;       /* [(layer + 1) * FORMAT_ROLE_COUNT + role]: index in acq, or -1 */
     uint32_t *lin_mm;       /* same index: the linear's unfinished matmuls */
     size_t int8_used, int8_budget, int8_alloc, int8_peak;
+    uint64_t int8_fresh, int8_reused; /* bytes of linears given fresh / recycled storage */
     struct npu_weights **pool; /* free storage */
     uint32_t n_pool, cap_pool;
     struct npu_weights *unmap; /* storage no longer needed, freed by whoever
@@ -274,7 +278,8 @@ struct pl_acq {
     int layer;
     uint8_t role;
     uint32_t rows, cols;
-    size_t bytes;
+    size_t bytes;           /* its storage's bytes (weight_bytes) */
+    size_t cost;            /* the bytes of the storage it got, counted in int8_used */
 };
 
 /* Policies that split matmuls into pieces, steal, and rank by position. */
@@ -363,7 +368,8 @@ const char *pl_op_name(uint32_t op);
 /* A linear whose int8 storage comes from the pool (graph building). */
 int pl_pool_add(struct pl *p, int layer, uint32_t role, uint32_t rows, uint32_t cols);
 /* After the graph and its reserve: execution order, matmul counts; no
- * admission yet. 0 or -ENOMEM. */
+ * admission yet (budget 0: max(PL_INT8_BUDGET_MB MiB, PL_INT8_BUDGET_LINEARS
+ * x the largest linear)). 0 or -ENOMEM. */
 int pl_pool_init(struct pl *p, size_t budget);
 /* Lock held: 1 if task t unpacks a linear not admitted yet (it must wait). */
 int pl_pool_waits(const struct pl *p, const struct task *t);
@@ -497,6 +503,17 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err);
 
 /* The untied embedding (for decoding): read, verified, unpacked to rows. */
 int pl_embed_finish(struct pl *p, struct sl_err *err);
+
+/* pipeline.c: slice s is in (lock held); 0, or -errno after pl_fail */
+int pl_arrived(struct pl *p, uint32_t s);
+/* pipeline_map.c: packed residency's slices mapped from the page cache.
+ * pl_map_open maps the container into p->m->slices (0, or -errno: read them
+ * with O_DIRECT instead); pl_map_feed (the driver) reads ahead, populates the
+ * needed slices in file order and marks each arrived; pl_map_populate reads
+ * and maps one slice (-EIO where a page cannot be read). */
+int pl_map_open(struct pl *p);
+int pl_map_feed(struct pl *p, struct sl_err *err);
+int pl_map_populate(struct pl *p, uint32_t s, struct sl_err *err);
 
 /* ---- pipeline_trace.c: statistics and trace ------------------------------------------------ */
 

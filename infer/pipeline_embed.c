@@ -165,6 +165,12 @@ int pl_embed_finish(struct pl *p, struct sl_err *err)
             if ((ret = loader_stream_open(&q, 1, &lo, &ls, err)) < 0)
                 return ret;
         }
+        if (!ls && p->m->slices_mapped) {
+            if ((ret = pl_map_populate(p, i, err)) < 0)
+                return ret;
+            data = (const uint8_t *)p->m->slices + s->offset;
+            p->bytes_read += s->length;
+        }
         if (ls) {
             ret = loader_stream_next(ls, &sl, err);
             if (ret <= 0) {

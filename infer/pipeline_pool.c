@@ -7,7 +7,15 @@
  * matmul is done, for a later linear of the same shape. So the int8 copies
  * of the whole model never coexist (the peak RSS stays near the packed
  * size), and after the first layers the unpacking fills memory that is
- * already faulted in: no page zeroing. Admission in execution order cannot
+ * already faulted in: no page zeroing. A linear takes a free storage of its
+ * own shape, else the smallest free one that holds it (npu_weights_reshape),
+ * and only then fresh memory; the budget counts the storages' bytes. The
+ * default budget, max(48 MiB, 4 x the largest linear), keeps linears after
+ * the one computing admitted (unpacked ahead) on shapes whose linears pass
+ * 48 MiB (llama3-8b's FFN matrices: 58.7 MB each); with 48 MiB there, each
+ * was admitted alone, its unpacking serialized with the matmuls before and
+ * after it, and its memory fresh every time (another shape's storage was
+ * freed for it). Admission in execution order cannot
  * deadlock: the earliest linear not admitted waits only for linears before
  * it, whose matmuls need nothing after it, and with nothing in use it is
  * admitted whatever its size.
@@ -40,8 +48,9 @@ static size_t lin_index(const struct pl *p, int layer, uint32_t role)
 
 static size_t weight_bytes(uint32_t rows, uint32_t cols)
 {
-    /* npu_gemm_b's layout: rows to 16, columns to 4, plus scales and sums */
-    return (size_t)((rows + 15) & ~15u) * ((cols + 3) & ~3u) + 8u * rows;
+    /* npu_gemm_b's layout: rows to 16, columns to 4 (npu_weights_capacity of
+     * a fresh storage; its scales and row sums, 8 bytes a row, not counted) */
+    return (size_t)((rows + 15) & ~15u) * ((cols + 3) & ~3u);
 }
 
 int pl_pool_add(struct pl *p, int layer, uint32_t role, uint32_t rows, uint32_t cols)
@@ -88,6 +97,14 @@ int pl_pool_init(struct pl *p, size_t budget)
         if (t->op == PL_MM)
             p->lin_mm[lin_index(p, t->layer, t->role)]++;
     }
+    if (!budget) {
+        size_t big = 0;
+        for (uint32_t i = 0; i < p->n_acq; i++)
+            big = p->acq[i].bytes > big ? p->acq[i].bytes : big;
+        budget = (size_t)PL_INT8_BUDGET_MB << 20;
+        if (big > budget / PL_INT8_BUDGET_LINEARS)
+            budget = big * PL_INT8_BUDGET_LINEARS;
+    }
     p->int8_budget = budget;
     p->cap_pool = p->n_acq;
     p->pool = sl_calloc(p->cap_pool, sizeof *p->pool);
@@ -103,52 +120,73 @@ int pl_pool_waits(const struct pl *p, const struct task *t)
     return a >= 0 && (uint32_t)a >= p->acq_next;
 }
 
-/* A free storage of this shape, or NULL. */
-static struct npu_weights *pool_take(struct pl *p, uint32_t rows, uint32_t cols)
+/* The free storage for a: one of its shape, else the smallest that holds
+ * it; its index, or -1. */
+static int pool_find(const struct pl *p, const struct pl_acq *a)
 {
+    int best = -1;
     for (uint32_t i = 0; i < p->n_pool; i++) {
-        struct npu_weights *w = p->pool[i];
-        if (npu_weights_rows(w) == rows && npu_weights_cols(w) == cols) {
-            p->pool[i] = p->pool[--p->n_pool];
-            return w;
-        }
+        const struct npu_weights *w = p->pool[i];
+        if (npu_weights_rows(w) == a->rows && npu_weights_cols(w) == a->cols)
+            return (int)i;
+        size_t cap = npu_weights_capacity(w);
+        if (cap >= a->bytes && (best < 0 || cap < npu_weights_capacity(p->pool[best])))
+            best = (int)i;
     }
-    return NULL;
+    return best;
+}
+
+/* The smallest free storage destroyed (there is one). */
+static void pool_drop_smallest(struct pl *p)
+{
+    uint32_t s = 0;
+    for (uint32_t i = 1; i < p->n_pool; i++)
+        if (npu_weights_capacity(p->pool[i]) < npu_weights_capacity(p->pool[s]))
+            s = i;
+    struct npu_weights *o = p->pool[s];
+    p->pool[s] = p->pool[--p->n_pool];
+    p->int8_alloc -= npu_weights_capacity(o);
+    npu_weights_destroy(o);
 }
 
 int pl_pool_admit(struct pl *p)
 {
     while (p->acq_next < p->n_acq) {
         struct pl_acq *a = &p->acq[p->acq_next];
-        if (p->int8_used && p->int8_used + a->bytes > p->int8_budget)
+        int i = pool_find(p, a);
+        size_t cost = i >= 0 ? npu_weights_capacity(p->pool[i]) : a->bytes;
+        if (p->int8_used && p->int8_used + cost > p->int8_budget)
             return 0;
-        struct npu_weights *w = pool_take(p, a->rows, a->cols);
-        /* a new one: storage of other shapes goes first where the total would
-         * pass the budget (it would only wait for a shape that may not come) */
-        while (!w && p->n_pool && p->int8_alloc + a->bytes > p->int8_budget) {
-            struct npu_weights *o = p->pool[--p->n_pool];
-            p->int8_alloc -= weight_bytes(npu_weights_rows(o), npu_weights_cols(o));
-            npu_weights_destroy(o);
-        }
-        if (!w) {
+        struct npu_weights *w = NULL;
+        if (i >= 0) {
+            w = p->pool[i];
+            int ret = npu_weights_reshape(w, a->rows, a->cols); /* same shape: no change */
+            if (ret < 0)
+                return ret; /* -ENOMEM (its scales); w stays in the pool */
+            p->pool[i] = p->pool[--p->n_pool];
+            p->int8_reused += a->bytes;
+        } else {
+            /* a new one: free storage (all too small for it) goes first
+             * where the total would pass the budget */
+            while (p->n_pool && p->int8_alloc + a->bytes > p->int8_budget)
+                pool_drop_smallest(p);
             int ret = npu_weights_alloc(a->rows, a->cols, &w);
             if (ret < 0)
                 return ret;
             p->int8_alloc += a->bytes;
+            p->int8_fresh += a->bytes;
         }
         pl_graph_linear(p, a->layer, a->role)->npu = w;
-        p->int8_used += a->bytes;
+        a->cost = cost;
+        p->int8_used += cost;
         if (p->int8_alloc > p->int8_peak)
             p->int8_peak = p->int8_alloc;
         p->acq_next++;
     }
     /* every linear admitted: free storage has no later user; freed now, the
      * end of the prefill (the KV cache at its fullest) does not hold it */
-    while (p->n_pool) {
-        struct npu_weights *o = p->pool[--p->n_pool];
-        p->int8_alloc -= weight_bytes(npu_weights_rows(o), npu_weights_cols(o));
-        npu_weights_destroy(o);
-    }
+    while (p->n_pool)
+        pool_drop_smallest(p);
     return 0;
 }
 
@@ -160,9 +198,9 @@ int pl_pool_mm_done(struct pl *p, const struct task *t)
     if (p->lin_acq[li] < 0 || --p->lin_mm[li] > 0)
         return 0;
     struct infer_linear *lin = pl_graph_linear(p, t->layer, t->role);
-    p->int8_used -= p->acq[p->lin_acq[li]].bytes;
+    p->int8_used -= p->acq[p->lin_acq[li]].cost;
     if (p->acq_next == p->n_acq) { /* nothing left to admit: freed (pl_pool_admit) */
-        p->int8_alloc -= p->acq[p->lin_acq[li]].bytes;
+        p->int8_alloc -= npu_weights_capacity(lin->npu);
         if (p->unmap) /* not taken yet (each completion takes its own): free it here */
             npu_weights_destroy(p->unmap);
         p->unmap = lin->npu; /* freed by the completing thread once it unlocks */

@@ -142,6 +142,8 @@ void pl_stats_fill(struct pl *p, struct infer_pipeline_stats *st)
     st->splits = p->splits;
     st->tails = p->tails;
     st->int8_pool_bytes = p->int8_peak;
+    st->int8_pool_fresh = p->int8_fresh;
+    st->int8_pool_reused = p->int8_reused;
     st->act_sets = p->n_sets;
     st->act_bytes = p->act_x_len + p->set_len;
     if (p->dev) {

@@ -88,6 +88,8 @@ int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out)
         npu_gemm_b_destroy(b);
         return -ENOMEM;
     }
+    b->cap_bytes = bytes;
+    b->cap_n16 = b->n16;
     /* Transparent huge pages for large weights: the first fill of a tensor
      * faults its pages in, and at 4 KiB each that costs more than the packing
      * itself (0.4 s per GB here against 0.07 s with 2 MiB pages). Large
@@ -100,6 +102,37 @@ int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out)
     if (hi > lo)
         (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
     *out = b;
+    return 0;
+}
+
+int npu_gemm_b_reshape(struct npu_gemm_b *b, uint32_t n, uint32_t k)
+{
+    if (n == 0 || k == 0 || k > UINT32_MAX - 3 || n > UINT32_MAX - 15)
+        return -EINVAL;
+    uint32_t k4 = (k + 3) & ~3u, n16 = (n + 15) & ~15u;
+    if ((size_t)n16 * k4 > b->cap_bytes)
+        return -ENOSPC;
+    if (n16 > b->cap_n16) { /* more rows: the per-row arrays grow (small) */
+        int32_t *rs = sl_alloc_aligned(sizeof(int32_t) * n16, 64);
+        uint8_t *wd = sl_calloc(n16 / 16, 1), *tn = sl_calloc(n16 / 16, 1);
+        if (!rs || !wd || !tn) {
+            sl_free_aligned(rs);
+            free(wd);
+            free(tn);
+            return -ENOMEM;
+        }
+        sl_free_aligned(b->rowsum);
+        free(b->wide);
+        free(b->tiny);
+        b->rowsum = rs;
+        b->wide = wd;
+        b->tiny = tn;
+        b->cap_n16 = n16;
+    }
+    b->n = n;
+    b->k = k;
+    b->k4 = k4;
+    b->n16 = n16;
     return 0;
 }
 

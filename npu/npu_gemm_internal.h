@@ -41,6 +41,8 @@ struct npu_gemm_b {
     /* [n16 / 16] 1 where every code of the block is within +-NPU_GEMM_TINY
      * (set with wide, by every packer): the few-rows AVX2 kernel adds four maddubs in int16 */
     uint8_t *tiny;
+    size_t cap_bytes;      /* packed's allocation, and n16's largest value that */
+    uint32_t cap_n16;      /* rowsum, wide and tiny hold (npu_gemm_b_reshape) */
 };
 
 /* The few-rows kernel (npu_gemm_rows_avx2.c): 1..NPU_GEMM_ROWS_MAX rows, on
@@ -55,6 +57,10 @@ struct npu_gemm_b {
  * anyway; the weights must not be used). */
 int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out);
 int npu_gemm_b_set_rows(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1);
+/* b's memory for n x k (contents undefined until set_rows fills every row):
+ * 0, -EINVAL (a zero or too large dimension), -ENOSPC (the packed codes do
+ * not fit) or -ENOMEM (the per-row arrays could not grow); b unchanged on failure. */
+int npu_gemm_b_reshape(struct npu_gemm_b *b, uint32_t n, uint32_t k);
 
 /* B[r][j] read from the packed layout: block r / 16, group j / 4, 64 bytes
  * per (block, group): row r % 16 at byte 4 * (r % 16), then j % 4. */

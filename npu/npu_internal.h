@@ -8,6 +8,7 @@
 
 struct npu_weights {
     uint32_t rows, cols;
+    uint32_t cap_rows;     /* scale's length (npu_weights_reshape) */
     float *scale;          /* [rows] per-channel dequantization scales */
     struct npu_gemm_b *b;  /* packed codes and the vpdpbusd correction */
 };

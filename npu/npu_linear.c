@@ -25,6 +25,7 @@ int npu_weights_alloc(uint32_t rows, uint32_t cols, struct npu_weights **out)
         return -ENOMEM;
     w->rows = rows;
     w->cols = cols;
+    w->cap_rows = rows;
     w->scale = malloc(sizeof(float) * rows);
     int ret = w->scale ? npu_gemm_b_alloc(rows, cols, &w->b) : -ENOMEM;
     if (ret < 0) {
@@ -33,6 +34,34 @@ int npu_weights_alloc(uint32_t rows, uint32_t cols, struct npu_weights **out)
     }
     *out = w;
     return 0;
+}
+
+int npu_weights_reshape(struct npu_weights *w, uint32_t rows, uint32_t cols)
+{
+    if (!w)
+        return -EINVAL;
+    if (!rows || !cols || rows > UINT32_MAX - 15 || cols > UINT32_MAX - 3)
+        return -EINVAL;
+    if ((size_t)((rows + 15) & ~15u) * ((cols + 3) & ~3u) > w->b->cap_bytes)
+        return -ENOSPC;
+    if (rows > w->cap_rows) { /* grown first: a failure after it leaves w as it was */
+        float *s = realloc(w->scale, sizeof(float) * rows);
+        if (!s)
+            return -ENOMEM;
+        w->scale = s;
+        w->cap_rows = rows;
+    }
+    int ret = npu_gemm_b_reshape(w->b, rows, cols);
+    if (ret < 0)
+        return ret;
+    w->rows = rows;
+    w->cols = cols;
+    return 0;
+}
+
+size_t npu_weights_capacity(const struct npu_weights *w)
+{
+    return w->b->cap_bytes;
 }
 
 int npu_weights_fill(struct npu_weights *w, uint32_t r0, uint32_t n, const int8_t *q,

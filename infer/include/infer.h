@@ -641,8 +641,13 @@ struct infer_pipeline_opts {
                                 * slices are read in place (no loader ring, no copy) and,
                                 * with split matmuls (full, sequential_granular), the
                                 * layers' int8 copies come from a bounded pool: */
-    uint64_t int8_budget;      /* ... int8 weight storage in use at once (default 48 MiB;
-                                * a linear is admitted alone whatever its size) */
+    uint64_t int8_budget;      /* ... int8 weight storage in use at once (0: the default,
+                                * max(48 MiB, 4 x the largest linear's); a linear is
+                                * admitted alone whatever its size) */
+    int slices_read;           /* packed residency: the slices read with O_DIRECT into
+                                * memory of the model's own (which the kernel zeroes
+                                * first) instead of mapped from the page cache (default
+                                * where the file maps; ablation) */
     uint32_t act_sets;         /* (layer, chunk)s computing at once, each with its set of
                                 * activation scratch (default 2; as many as chunks where
                                 * the int8 budget cannot hold a layer): with a long
@@ -688,6 +693,9 @@ struct infer_pipeline_stats {
     double shadow_s;           /* CPU time of the shadow outlier tasks (in cpu_busy_s) */
     uint64_t int8_pool_bytes;  /* packed residency: the most int8 weight storage the pool
                                 * held at once (0: no pool) */
+    uint64_t int8_pool_fresh;  /* ... bytes of linears it gave fresh memory (zeroed by the
+                                * kernel when first touched), and bytes of linears it */
+    uint64_t int8_pool_reused; /* gave a recycled storage (already faulted in) */
     uint32_t act_sets;         /* activation sets (see act_sets above) */
     uint64_t act_bytes;        /* the chunks' activation memory: x and d of every row
                                 * plus the sets */

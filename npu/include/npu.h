@@ -154,6 +154,15 @@ int npu_weights_alloc(uint32_t rows, uint32_t cols, struct npu_weights **out);
 int npu_weights_fill(struct npu_weights *w, uint32_t r0, uint32_t n, const int8_t *q,
                      const float *scale);
 void npu_weights_destroy(struct npu_weights *w); /* NULL is fine */
+/* Reuses w's memory for a rows x cols matrix: afterwards w is as
+ * npu_weights_alloc(rows, cols) leaves one (every row must be filled before
+ * use), without fresh memory. Returns 0, -EINVAL (NULL, a zero or too large
+ * dimension), -ENOSPC (rows x cols does not fit w's storage) or -ENOMEM (the
+ * scales could not grow); w is unchanged on failure. npu_weights_capacity:
+ * the bytes of packed storage w's memory holds (npu_weights_storage of the
+ * shape it was allocated for). */
+int npu_weights_reshape(struct npu_weights *w, uint32_t rows, uint32_t cols);
+size_t npu_weights_capacity(const struct npu_weights *w);
 uint32_t npu_weights_rows(const struct npu_weights *w);
 uint32_t npu_weights_cols(const struct npu_weights *w);
 /* Row r's codes (cols bytes, read back from the packed layout) and scale. */

@@ -60,6 +60,11 @@ static int *ids(uint32_t n, uint32_t vocab, uint32_t salt)
 static uint64_t g_budget;
 static uint32_t g_split;
 static uint64_t g_pool_peak;
+/* the pool's bytes of linears given fresh / recycled storage in the last run */
+static uint64_t g_pool_fresh, g_pool_reused;
+/* packed residency's slices read with O_DIRECT (1) or mapped (0), and
+ * whether the last run's model maps them */
+static int g_slices_read, g_mapped;
 /* the prefill's chunk rows (0: 32) and activation sets (pipeline_acts.c), and
  * the sets of the last run */
 static uint32_t g_chunk, g_sets, g_sets_used;
@@ -78,6 +83,7 @@ static void run(const char *model, enum infer_resident res, enum infer_policy po
     po.policy = pol;
     po.resident = res;
     po.int8_budget = g_budget;
+    po.slices_read = g_slices_read;
     if (g_split)
         po.split = g_split;
     struct infer_session *s;
@@ -86,6 +92,9 @@ static void run(const char *model, enum infer_resident res, enum infer_policy po
     if (infer_session_cold_start(model, p, 40, &so, &po, &s, &pst, &err) < 0)
         fail_msg("cold start: %s", err.msg);
     g_pool_peak = pst.int8_pool_bytes;
+    g_pool_fresh = pst.int8_pool_fresh;
+    g_pool_reused = pst.int8_pool_reused;
+    g_mapped = infer_session_model(s)->slices_mapped != 0;
     g_sets_used = pst.act_sets;
     uint32_t V = infer_model_config(infer_session_model(s))->vocab_size;
     memcpy(out, infer_session_logits(s), sizeof(float) * V);
@@ -172,6 +181,84 @@ static void test_int8_pool(void **st)
     g_split = 0;
     compare(q_model, INFER_POLICY_SEQUENTIAL_GRANULAR, 1);
     assert_true(g_pool_peak > 0);
+}
+
+/* Recycling across shapes: with room for two of the largest linear, a
+ * linear without a free storage of its shape takes a larger free one
+ * (npu_weights_reshape): the same logits, and part of the linears get
+ * recycled memory. Every linear gets fresh or recycled storage, so fresh +
+ * reused is the int8 size of the model's linears whatever the budget. */
+static void test_int8_pool_reuse(void **st)
+{
+    (void)st;
+    const uint64_t largest = 352 * 128;
+    g_budget = 2 * largest;
+    compare(q_model, INFER_POLICY_FULL, 1);
+    uint64_t total = g_pool_fresh + g_pool_reused;
+    fprintf(stderr, "budget %" PRIu64 ": fresh %" PRIu64 ", recycled %" PRIu64 " bytes\n",
+            g_budget, g_pool_fresh, g_pool_reused);
+    g_budget = 0;
+    assert_true(g_pool_peak <= 2 * largest + largest);
+    assert_true(g_pool_reused > 0);
+    assert_true(g_pool_fresh < total);
+    /* the default budget holds the whole (tiny) model: all fresh */
+    compare(q_model, INFER_POLICY_FULL, 1);
+    assert_int_equal(g_pool_fresh + g_pool_reused, total);
+}
+
+/* Packed residency's slices mapped from the page cache (the default here)
+ * and read with O_DIRECT into the model's memory: the same logits as int8
+ * residency either way; a flipped byte in a layer's slice is an error
+ * naming the checksum, on both paths (the driver hashes mapped slices). */
+static void test_slices_mapped(void **st)
+{
+    (void)st;
+    compare(q_model, INFER_POLICY_FULL, 1);
+    assert_int_equal(g_mapped, 1);
+    g_slices_read = 1;
+    compare(q_model, INFER_POLICY_FULL, 1);
+    assert_int_equal(g_mapped, 0);
+    g_slices_read = 0;
+
+    char bad[4096];
+    snprintf(bad, sizeof bad, "%s/tiny-flip.sluice", test_tmpdir());
+    struct sl_err err = {{0}};
+    struct format_reader *r;
+    assert_int_equal(format_reader_open(q_model, &r, &err), 0);
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < format_reader_n_slices(r) && !off; i++) {
+        const struct format_slice_info *s = format_reader_slice(r, i);
+        if (s->kind == FORMAT_SLICE_LAYER && s->layer == 1)
+            off = s->offset + s->length / 2;
+    }
+    format_reader_close(r);
+    assert_true(off > 0);
+    FILE *in = fopen(q_model, "rb"), *out = fopen(bad, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    int ch;
+    for (uint64_t k = 0; (ch = fgetc(in)) != EOF; k++)
+        fputc(k == off ? ch ^ 0x40 : ch, out);
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+    for (int rd = 0; rd < 2; rd++) {
+        struct infer_session_opts so = {.max_batch = 32};
+        struct infer_pipeline_opts po;
+        infer_pipeline_opts_init(&po);
+        po.chunk = 32;
+        po.resident = INFER_RESIDENT_PACKED;
+        po.slices_read = rd;
+        struct infer_session *s = NULL;
+        int *p = ids(40, 512, 3);
+        memset(&err, 0, sizeof err);
+        assert_true(infer_session_cold_start(bad, p, 40, &so, &po, &s, NULL, &err) < 0);
+        assert_null(s);
+        if (!strstr(err.msg, "checksum"))
+            fail_msg("slices %s: the error does not name the checksum: %s",
+                     rd ? "read" : "mapped", err.msg);
+        free(p);
+    }
+    remove(bad);
 }
 
 /* Activation sets (pipeline_acts.c): five chunks of 8 rows computed with
@@ -349,6 +436,8 @@ int main(void)
         cmocka_unit_test(test_same_logits),
         cmocka_unit_test(test_bitplane),
         cmocka_unit_test(test_int8_pool),
+        cmocka_unit_test(test_int8_pool_reuse),
+        cmocka_unit_test(test_slices_mapped),
         cmocka_unit_test(test_act_sets),
         cmocka_unit_test(test_auto),
         cmocka_unit_test(test_no_decode),
