@@ -418,13 +418,16 @@ static int linear_float(struct infer_state *s, const struct infer_linear *lin, c
         return ret;
     float_part_do(&own, r_dev, rows);
     float_shared_drain(&sh);
-    if (t) {
-        if ((ret = npu_ticket_wait(t)) < 0) {
-            sl_err_set(err, "the device thread did not run its part of a matmul (%d)", ret);
-            return ret;
-        }
-        s->npu_jobs++;
+    /* every chunk is taken: a call the device thread has not started yet
+     * (a busy machine) is taken back rather than waited for */
+    ret = npu_ticket_revoke(s->dev, t);
+    if (ret == -ECANCELED)
+        return 0;
+    if (ret < 0) {
+        sl_err_set(err, "the device thread did not run its part of a matmul (%d)", ret);
+        return ret;
     }
+    s->npu_jobs++;
     return 0;
 }
 
