@@ -386,11 +386,13 @@ static int float_shared_run(void *arg)
  * for a multi-sequence step's states (split_work) and for a few rows (a
  * draft tree's verification: INFER_MATMUL_ROWS_MAX at most), once the
  * multiply-adds of all rows reach npu_min_weights (FEW_SPLIT_MIN for a few
- * rows: measured on kjv6L-1k, where a 4-row tree's 256 x 688 linears gain
- * from it); else the calling thread (a one-row step's linear is worth less
- * than the hand-off). The calling thread then takes what the device thread
- * has not started of its share (float_shared). */
-#define FEW_SPLIT_MIN (1u << 19)
+ * rows: measured on kjv6L-1k, where a 2-row tree's 256 x 688 and 256 x 256
+ * linears gain from it); else the calling thread (a one-row step's linear is
+ * worth less than the hand-off). The calling thread then takes what the
+ * device thread has not started of its share (float_shared), and takes the
+ * call back if the thread has not started it at all (npu_ticket_revoke): on
+ * a busy machine the split costs a queue push, not a wait. */
+#define FEW_SPLIT_MIN (1u << 17)
 #define SHARE_CHUNK 48 /* output channels: a multiple of the tiles' 3 and 4 */
 static int linear_float(struct infer_state *s, const struct infer_linear *lin, const float *x,
                         uint32_t n, float *y, struct sl_err *err)
