@@ -219,14 +219,14 @@ static void tree_forward_dev(const char *path, struct npu_device *dev, int late)
             assert_int_equal(npu_ticket_wait(blk), 0);
         if (dev)
             npu_device_stats(dev, &ds1);
-        /* the tree's 352 x 128 linears are split; behind the 20 ms job, the
-         * calling thread took every share and took the calls back */
-        if (dev && !late) /* run there, or taken back when the thread was slow to start */
+        /* the tree's 352 x 128 linears are split: run there, or taken back when
+         * the thread was slow to start; behind the 20 ms job, the calling thread
+         * took the first shares and took those calls back (a slow build may
+         * outlast the job, so later calls can run there) */
+        if (dev && !late)
             assert_true(s->npu_jobs - jobs + ds1.jobs_revoked - ds0.jobs_revoked > 0);
-        if (late) {
+        if (late)
             assert_true(ds1.jobs_revoked > ds0.jobs_revoked);
-            assert_int_equal(s->npu_jobs, jobs);
-        }
         for (uint32_t i = 0; i < t.n; i++) {
             uint32_t chain[SPEC_MAX_ROWS], d = 0;
             for (int32_t q = (int32_t)i; q >= 0; q = t.parent[q])
