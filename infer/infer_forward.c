@@ -4,6 +4,7 @@
  * function serves decode (one row), prefill (a chain of rows) and draft
  * verification (a tree of rows with their own positions). */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,19 +77,40 @@ static int rows_linear(void *ctx, int layer, uint32_t role, const struct infer_l
 
 /* The kv heads [kv0, kv1) of one layer's attention (and their query heads):
  * every head is computed on its own, so any split gives the same bits. */
-struct attn_part {
-    struct rows_ctx *q;
+static int attn_heads(const struct rows_ctx *q, int layer, uint32_t kv0, uint32_t kv1,
+                      float *scratch)
+{
+    struct infer_state *s = q->s;
+    return infer_step_attention(q->m, s->kv, s->attn, layer, q->r, s->q, s->k, s->v, kv0, kv1,
+                                s->att_out, scratch);
+}
+
+/* The device thread's share of the kv heads [0, end), one head at a time
+ * from an atomic counter: the device thread takes them (its scratch
+ * att_dev), and so does the calling thread once its own heads are done (its
+ * scratch), so a device thread that starts late costs at most one head. */
+struct attn_shared {
+    const struct rows_ctx *q;
     int layer;
-    uint32_t kv0, kv1;
-    float *scratch;
+    uint32_t end;
+    _Atomic uint32_t next;
 };
 
-static int attn_part_run(void *arg)
+static int attn_drain(struct attn_shared *a, float *scratch)
 {
-    const struct attn_part *a = arg;
-    struct infer_state *s = a->q->s;
-    return infer_step_attention(a->q->m, s->kv, s->attn, a->layer, a->q->r, s->q, s->k, s->v,
-                                a->kv0, a->kv1, s->att_out, a->scratch);
+    uint32_t h;
+    int ret = 0;
+    while ((h = atomic_fetch_add(&a->next, 1)) < a->end) {
+        int r = attn_heads(a->q, a->layer, h, h + 1, scratch);
+        ret = ret < 0 ? ret : r;
+    }
+    return ret;
+}
+
+static int attn_shared_run(void *arg)
+{
+    struct attn_shared *a = arg;
+    return attn_drain(a, a->q->s->att_dev);
 }
 
 /* Dense attention over a long enough context: the state's device thread
@@ -115,15 +137,22 @@ static int rows_attention(void *ctx, int layer, struct sl_err *err)
         }
         split = nkv / 2;
     }
-    struct attn_part dev = {q, layer, 0, split, s->att_dev}, own = {q, layer, split, nkv, s->att};
+    struct attn_shared dev = {.q = q, .layer = layer, .end = split};
+    atomic_init(&dev.next, 0);
     struct npu_ticket *t = NULL;
     int ret = 0;
-    if (split && (ret = npu_device_call(s->dev, attn_part_run, &dev, &t, err)) < 0)
+    if (split && (ret = npu_device_call(s->dev, attn_shared_run, &dev, &t, err)) < 0)
         return ret;
-    int r_own = attn_part_run(&own);
+    int r_own = attn_heads(q, layer, split, nkv, s->att);
     if (t) {
-        ret = npu_ticket_wait(t);
-        s->npu_jobs++;
+        int r_rest = attn_drain(&dev, s->att);
+        /* not started yet (a busy machine): taken back, its heads are done */
+        ret = npu_ticket_revoke(s->dev, t);
+        if (ret == -ECANCELED)
+            ret = 0;
+        else
+            s->npu_jobs++;
+        r_own = r_own < 0 ? r_own : r_rest;
     }
     if (ret == 0)
         ret = r_own;

@@ -383,20 +383,23 @@ static int float_shared_run(void *arg)
 
 /* A float linear: the first npu_share of the output channels on the state's
  * device thread (host work, npu_device_call) beside the calling thread,
- * for a multi-sequence step's states (split_work) and for a few rows (a
- * draft tree's verification: INFER_MATMUL_ROWS_MAX at most), once the
- * multiply-adds of all rows reach npu_min_weights (FEW_SPLIT_MIN for a few
- * rows: measured on kjv6L-1k, where a 4-row tree's 256 x 688 linears gain
- * from it); else the calling thread (a one-row step's linear is worth less
- * than the hand-off). The calling thread then takes what the device thread
- * has not started of its share (float_shared). */
-#define FEW_SPLIT_MIN (1u << 19)
+ * for a multi-sequence step's states (split_work) and for one to a few rows
+ * (a decode step, a draft tree's verification: INFER_MATMUL_ROWS_MAX at
+ * most), once the multiply-adds of all rows reach npu_min_weights
+ * (FEW_SPLIT_MIN for a few rows: measured on kjv6L-1k, where a one-row step's
+ * and a 2-row tree's 256 x 688 linears gain from it); else the calling
+ * thread (a smaller linear is worth less than the hand-off). The calling
+ * thread then takes what the device thread has not started of its share
+ * (float_shared), and takes the call back if the thread has not started it
+ * at all (npu_ticket_revoke): on a busy machine the split costs a queue
+ * push, not a wait. */
+#define FEW_SPLIT_MIN (1u << 17)
 #define SHARE_CHUNK 48 /* output channels: a multiple of the tiles' 3 and 4 */
 static int linear_float(struct infer_state *s, const struct infer_linear *lin, const float *x,
                         uint32_t n, float *y, struct sl_err *err)
 {
     uint32_t rows = lin->rows, r_dev = 0;
-    int few = n > 1 && n <= INFER_MATMUL_ROWS_MAX;
+    int few = n <= INFER_MATMUL_ROWS_MAX;
     uint64_t least = s ? s->npu_min_weights : 0;
     if (s && !s->split_work && FEW_SPLIT_MIN < least)
         least = FEW_SPLIT_MIN;
@@ -418,13 +421,16 @@ static int linear_float(struct infer_state *s, const struct infer_linear *lin, c
         return ret;
     float_part_do(&own, r_dev, rows);
     float_shared_drain(&sh);
-    if (t) {
-        if ((ret = npu_ticket_wait(t)) < 0) {
-            sl_err_set(err, "the device thread did not run its part of a matmul (%d)", ret);
-            return ret;
-        }
-        s->npu_jobs++;
+    /* every chunk is taken: a call the device thread has not started yet
+     * (a busy machine) is taken back rather than waited for */
+    ret = npu_ticket_revoke(s->dev, t);
+    if (ret == -ECANCELED)
+        return 0;
+    if (ret < 0) {
+        sl_err_set(err, "the device thread did not run its part of a matmul (%d)", ret);
+        return ret;
     }
+    s->npu_jobs++;
     return 0;
 }
 

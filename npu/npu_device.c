@@ -50,7 +50,7 @@ struct npu_device {
     npu_done_fn pull_done;
     void *pull_ctx;
     uint64_t t_create, run_start;
-    uint64_t busy_ns, jobs_done, jobs_cancelled, jobs_refused, ops;
+    uint64_t busy_ns, jobs_done, jobs_cancelled, jobs_refused, jobs_revoked, ops;
 
     pthread_mutex_t gmu;
     struct npu_graph **graphs;
@@ -434,6 +434,33 @@ int npu_ticket_wait(struct npu_ticket *t)
     return status;
 }
 
+int npu_ticket_revoke(struct npu_device *d, struct npu_ticket *t)
+{
+    pthread_mutex_lock(&d->mu);
+    struct npu_ticket *prev = NULL, *q = d->head;
+    while (q && q != t) {
+        prev = q;
+        q = q->next;
+    }
+    if (!q) { /* taken (or cancelled by destroy): its end is awaited */
+        pthread_mutex_unlock(&d->mu);
+        return npu_ticket_wait(t);
+    }
+    if (prev)
+        prev->next = t->next;
+    else
+        d->head = t->next;
+    if (d->tail == t)
+        d->tail = prev;
+    atomic_fetch_sub_explicit(&d->queued, 1, memory_order_relaxed);
+    d->jobs_revoked++;
+    pthread_mutex_unlock(&d->mu);
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+    return -ECANCELED;
+}
+
 int npu_device_run(struct npu_device *d, const struct npu_job *job, struct sl_err *err)
 {
     struct npu_ticket *t;
@@ -484,6 +511,7 @@ void npu_device_stats(struct npu_device *d, struct npu_device_stats *st)
     st->idle_ns = st->uptime_ns - st->busy_ns;
     st->jobs = d->jobs_done;
     st->jobs_cancelled = d->jobs_cancelled;
+    st->jobs_revoked = d->jobs_revoked;
     st->jobs_refused = d->jobs_refused;
     st->ops = d->ops;
     st->build_ns = d->graph_build_ns;

@@ -18,6 +18,11 @@
 #define TASKS_PER_KIND 3
 
 #define PASSAGE_VERSES 8
+#define N_KINDS 4
+#define COPY_GRAM 4        /* an output token copies the prompt: its 4-gram is there */
+#define NEAR_VERBATIM 0.8 /* share of copied tokens that makes a kind near-verbatim */
+
+static const char *const kinds[N_KINDS] = {"restart", "middle", "continue", "free"};
 
 double bench_spec_stat(const double *v, uint32_t n, int which)
 {
@@ -41,11 +46,14 @@ static void usage(FILE *f)
             "auto) on the same model and prompts, run for run (plain, spec, llama.cpp plain,\n"
             "llama-lookup, then again), medians and best runs; checks that the greedy tokens are\n"
             "identical. Tasks are made from FILE (one verse a line, e.g. kjv6L.calib.txt):\n"
-            "  restart   a passage of %d verses, then its first verse's opening words\n"
-            "  middle    the passage, then the opening words of its fifth verse\n"
+            "  restart   quote: a passage of %d verses, then its first verse's opening words\n"
+            "  middle    extract: the passage, then the opening words of its fifth verse\n"
+            "  continue  the passage, then the opening words of the verse after it\n"
             "  free      the opening words of a verse not in any prompt (no context)\n"
             "%d tasks of each kind. Generation is N tokens (no stop token), after the prompt's\n"
-            "prefill (not timed). Exit status 1 if the greedy tokens ever differ.\n"
+            "prefill (not timed). Column `copy`: the share of the greedy output's tokens that\n"
+            "end a %d-gram of the prompt (how verbatim the output is); a kind at %.0f%% or more\n"
+            "is reported as near-verbatim. Exit status 1 if the greedy tokens ever differ.\n"
             "  -n N          tokens to generate (default 128)\n"
             "  --runs R      runs of every contender on every task (default 3)\n"
             "  --rows N      verification rows (default 8)\n"
@@ -62,13 +70,40 @@ static void usage(FILE *f)
             "                interleaved (the verification shapes against a decode step)\n"
             "  --tokenizer F llama2.c tokenizer when MODEL is a llama2.c .bin\n"
             "  --json        one JSON object\n",
-            PASSAGE_VERSES, TASKS_PER_KIND);
+            PASSAGE_VERSES, TASKS_PER_KIND, COPY_GRAM, 100 * NEAR_VERBATIM);
 }
 
 struct task {
     const char *kind;
+    int k; /* index in kinds */
     char *prompt;
 };
+
+/* The share of out[0..n)'s tokens that end a COPY_GRAM-gram (over the
+ * prompt's tail and the output) found in the prompt. */
+static double copy_share(const int *prompt, uint32_t np, const int *out, uint32_t n)
+{
+    uint32_t copied = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        int g[COPY_GRAM];
+        int ok = 1;
+        for (int j = 0; j < COPY_GRAM && ok; j++) { /* the gram ending at out[i] */
+            int64_t at = (int64_t)i - (COPY_GRAM - 1) + j;
+            if (at >= 0)
+                g[j] = out[at];
+            else if ((int64_t)np + at >= 0)
+                g[j] = prompt[np + at];
+            else
+                ok = 0;
+        }
+        for (uint32_t e = COPY_GRAM - 1; ok && e < np; e++)
+            if (!memcmp(prompt + e - (COPY_GRAM - 1), g, sizeof g)) {
+                copied++;
+                break;
+            }
+    }
+    return n ? (double)copied / n : 0;
+}
 
 static char **read_lines(const char *path, uint32_t *n)
 {
@@ -121,23 +156,24 @@ static int make_tasks(char **lines, uint32_t n, struct task *t, uint32_t *nt)
         size_t cap = 16;
         for (uint32_t i = 0; i < PASSAGE_VERSES; i++)
             cap += strlen(lines[a + i]) + 1;
-        for (int kind = 0; kind < 3; kind++) {
+        for (int kind = 0; kind < N_KINDS; kind++) {
             char *p = malloc(cap + 256);
             if (!p)
                 return -ENOMEM;
             p[0] = 0;
             char open[256];
-            if (kind < 2) {
+            if (kind < 3) {
                 for (uint32_t i = 0; i < PASSAGE_VERSES; i++) {
                     strcat(p, lines[a + i]);
                     strcat(p, " ");
                 }
-                opening(open, sizeof open, lines[a + (kind == 0 ? 0 : 4)], 6);
+                opening(open, sizeof open,
+                        lines[a + (kind == 0 ? 0 : kind == 1 ? 4 : PASSAGE_VERSES)], 6);
             } else {
                 opening(open, sizeof open, lines[a + PASSAGE_VERSES + 1], 6);
             }
             strcat(p, open);
-            t[*nt] = (struct task){kind == 0 ? "restart" : kind == 1 ? "middle" : "free", p};
+            t[*nt] = (struct task){kinds[kind], kind, p};
             (*nt)++;
         }
     }
@@ -321,7 +357,7 @@ int bench_spec(int argc, char **argv)
                 model);
     uint32_t nl = 0;
     char **lines = read_lines(text, &nl);
-    struct task tasks[3 * TASKS_PER_KIND];
+    struct task tasks[N_KINDS * TASKS_PER_KIND];
     uint32_t nt = 0;
     if (!lines || make_tasks(lines, nl, tasks, &nt) < 0) {
         fprintf(stderr, "sluice bench spec: %s: want at least %d lines of text\n", text,
@@ -340,12 +376,16 @@ int bench_spec(int argc, char **argv)
                                  .min_match = min_match, .row_cost = (float)row_cost};
     int mismatch = 0;
     /* per kind: sums of medians (and of best runs) for the summary */
-    double kind_plain[3] = {0}, kind_spec[3] = {0}, kind_look[3] = {0}, kind_lplain[3] = {0};
-    double kbest_plain[3] = {0}, kbest_spec[3] = {0}, kbest_look[3] = {0}, kbest_lplain[3] = {0};
-    uint32_t kind_acc[3] = {0}, kind_rounds[3] = {0}, kind_drafted[3] = {0};
+    double kind_plain[N_KINDS] = {0}, kind_spec[N_KINDS] = {0}, kind_look[N_KINDS] = {0},
+           kind_lplain[N_KINDS] = {0}, kind_copy[N_KINDS] = {0};
+    double kbest_plain[N_KINDS] = {0}, kbest_spec[N_KINDS] = {0}, kbest_look[N_KINDS] = {0},
+           kbest_lplain[N_KINDS] = {0};
+    uint32_t kind_acc[N_KINDS] = {0}, kind_rounds[N_KINDS] = {0}, kind_drafted[N_KINDS] = {0},
+             kind_tasks[N_KINDS] = {0}, kind_steps[N_KINDS] = {0};
+    double kind_step_s[N_KINDS] = {0}, kind_verify_s[N_KINDS] = {0}, kind_draft_s[N_KINDS] = {0};
     if (!json)
-        printf("%-8s %6s %9s %9s %9s %9s %8s %8s %7s %6s\n", "task", "prompt", "plain", "spec",
-               "llama", "lookup", "spec/pl", "look/lla", "accept", "len");
+        printf("%-8s %6s %9s %9s %9s %9s %8s %8s %7s %6s %5s\n", "task", "prompt", "plain",
+               "spec", "llama", "lookup", "spec/pl", "look/lla", "accept", "len", "copy");
     for (uint32_t ti = 0; ti < nt && ids && kp.t && ks.t && v; ti++) {
         uint32_t np;
         if (infer_tokenizer_encode(tk, tasks[ti].prompt, 1, ids, seq - n - 1, &np) < 0) {
@@ -353,10 +393,18 @@ int bench_spec(int argc, char **argv)
             continue;
         }
         double *vp = v, *vs = v + runs, *vl = v + 2 * runs, *vlp = v + 3 * runs;
-        struct infer_spec_stats sst = {0};
-        for (uint32_t r = 0; r < runs; r++) {
+        struct infer_spec_stats sst = {0}, one;
+        for (uint32_t r = 0; r < runs; r++) { /* statistics: the sums over the runs */
             vp[r] = decode_once(m, ids, np, n, NULL, &kp, NULL, &err);
-            vs[r] = decode_once(m, ids, np, n, &so, &ks, &sst, &err);
+            memset(&one, 0, sizeof one);
+            vs[r] = decode_once(m, ids, np, n, &so, &ks, &one, &err);
+            sst.accepted += one.accepted;
+            sst.rounds += one.rounds;
+            sst.drafted += one.drafted;
+            sst.plain_steps += one.plain_steps;
+            sst.plain_s += one.plain_s;
+            sst.verify_s += one.verify_s;
+            sst.draft_s += one.draft_s;
             vlp[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 1) : 0;
             vl[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 0) : 0;
             if (kp.n != ks.n || memcmp(kp.t, ks.t, sizeof(int) * kp.n))
@@ -364,7 +412,10 @@ int bench_spec(int argc, char **argv)
         }
         double mp = tools_median(vp, runs), ms = tools_median(vs, runs),
                ml = tools_median(vl, runs), mlp = tools_median(vlp, runs);
-        int k = !strcmp(tasks[ti].kind, "restart") ? 0 : !strcmp(tasks[ti].kind, "middle") ? 1 : 2;
+        int k = tasks[ti].k;
+        double copy = copy_share(ids, np, kp.t, kp.n);
+        kind_copy[k] += copy;
+        kind_tasks[k]++;
         kind_plain[k] += mp;
         kind_spec[k] += ms;
         kind_look[k] += ml;
@@ -377,12 +428,16 @@ int bench_spec(int argc, char **argv)
         kind_acc[k] += sst.accepted;
         kind_rounds[k] += sst.rounds;
         kind_drafted[k] += sst.drafted;
+        kind_steps[k] += sst.plain_steps;
+        kind_step_s[k] += sst.plain_s;
+        kind_verify_s[k] += sst.verify_s;
+        kind_draft_s[k] += sst.draft_s;
         double len = sst.rounds ? (double)(sst.accepted + sst.rounds) / sst.rounds : 0;
         double rate = sst.drafted ? (double)sst.accepted / sst.drafted : 0;
         if (!json)
-            printf("%-8s %6u %9.1f %9.1f %9.1f %9.1f %8.2f %8.2f %6.0f%% %6.2f\n", tasks[ti].kind,
-                   np, mp, ms, mlp, ml, mp > 0 ? ms / mp : 0, mlp > 0 ? ml / mlp : 0, 100 * rate,
-                   len);
+            printf("%-8s %6u %9.1f %9.1f %9.1f %9.1f %8.2f %8.2f %6.0f%% %6.2f %4.0f%%\n",
+                   tasks[ti].kind, np, mp, ms, mlp, ml, mp > 0 ? ms / mp : 0,
+                   mlp > 0 ? ml / mlp : 0, 100 * rate, len, 100 * copy);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "kind", tasks[ti].kind);
         cJSON_AddNumberToObject(o, "prompt_tokens", np);
@@ -400,17 +455,29 @@ int bench_spec(int argc, char **argv)
         cJSON_AddNumberToObject(o, "drafted", sst.drafted);
         cJSON_AddNumberToObject(o, "accepted", sst.accepted);
         cJSON_AddNumberToObject(o, "mean_acceptance_length", len);
+        cJSON_AddNumberToObject(o, "copy_share", copy);
         cJSON_AddItemToArray(arr, o);
     }
-    static const char *const kinds[] = {"restart", "middle", "free"};
     cJSON *sum = cJSON_AddObjectToObject(root, "by_kind");
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < N_KINDS; k++) {
+        double copy = kind_tasks[k] ? kind_copy[k] / kind_tasks[k] : 0;
         double sp = kind_plain[k] > 0 ? kind_spec[k] / kind_plain[k] : 0;
         double len = kind_rounds[k] ? (double)(kind_acc[k] + kind_rounds[k]) / kind_rounds[k] : 0;
         if (!json)
             printf("%-8s spec/plain %.2fx, mean acceptance length %.2f, accepted %u of %u "
-                   "drafts\n",
-                   kinds[k], sp, len, kind_acc[k], kind_drafted[k]);
+                   "drafts; output %.0f%% copied: %s\n",
+                   kinds[k], sp, len, kind_acc[k], kind_drafted[k], 100 * copy,
+                   copy >= NEAR_VERBATIM ? "near-verbatim" : "not near-verbatim");
+        /* where the time went: verifications against one-row steps */
+        double v_ms = kind_rounds[k] ? 1e3 * kind_verify_s[k] / kind_rounds[k] : 0;
+        double s_ms = kind_steps[k] ? 1e3 * kind_step_s[k] / kind_steps[k] : 0;
+        double vrows = kind_rounds[k] ? 1.0 + (double)kind_drafted[k] / kind_rounds[k] : 0;
+        if (!json)
+            printf("         %u verifications of %.1f rows, %.3f ms each (x%.2f of a one-row "
+                   "step); %u one-row steps, %.3f ms each; drafting %.1f%% of the time\n",
+                   kind_rounds[k], vrows, v_ms, s_ms > 0 ? v_ms / s_ms : 0, kind_steps[k], s_ms,
+                   100 * kind_draft_s[k] /
+                       (kind_draft_s[k] + kind_verify_s[k] + kind_step_s[k] + 1e-12));
         if (!json && lookup)
             printf("         llama-lookup/llama plain %.2fx; tokens/s spec/lookup %.2fx\n",
                    kind_lplain[k] > 0 ? kind_look[k] / kind_lplain[k] : 0,
@@ -423,6 +490,13 @@ int bench_spec(int argc, char **argv)
                    kbest_lplain[k] > 0 ? kbest_look[k] / kbest_lplain[k] : 0,
                    kbest_look[k] > 0 ? kbest_spec[k] / kbest_look[k] : 0);
         cJSON *o = cJSON_AddObjectToObject(sum, kinds[k]);
+        cJSON_AddNumberToObject(o, "copy_share", copy);
+        cJSON_AddBoolToObject(o, "near_verbatim", copy >= NEAR_VERBATIM);
+        cJSON_AddNumberToObject(o, "verifications", kind_rounds[k]);
+        cJSON_AddNumberToObject(o, "verify_rows_mean", vrows);
+        cJSON_AddNumberToObject(o, "verify_ms_mean", v_ms);
+        cJSON_AddNumberToObject(o, "one_row_steps", kind_steps[k]);
+        cJSON_AddNumberToObject(o, "step_ms_mean", s_ms);
         cJSON_AddNumberToObject(o, "spec_over_plain", sp);
         cJSON_AddNumberToObject(o, "spec_over_plain_best_runs",
                                 kbest_plain[k] > 0 ? kbest_spec[k] / kbest_plain[k] : 0);

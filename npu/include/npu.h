@@ -373,6 +373,14 @@ int npu_device_call(struct npu_device *dev, npu_call_fn fn, void *ctx,
  * Any thread may wait, once. */
 int npu_ticket_wait(struct npu_ticket *t);
 
+/* For work the caller can finish itself (a call whose function takes its
+ * pieces from a shared counter): if the device's thread has not taken t
+ * yet, removes it from the queue, frees it and returns -ECANCELED (it never
+ * runs: a busy machine that has not scheduled the thread costs no wait);
+ * else waits and returns as npu_ticket_wait. Called once, instead of
+ * npu_ticket_wait. */
+int npu_ticket_revoke(struct npu_device *dev, struct npu_ticket *t);
+
 /* Submit and wait: 0, the error of submit, or -ECANCELED. */
 int npu_device_run(struct npu_device *dev, const struct npu_job *job, struct sl_err *err);
 
@@ -428,6 +436,7 @@ struct npu_device_stats {
     uint64_t idle_ns;        /* uptime - busy: the NPU's bubbles */
     uint64_t jobs;           /* run on the device's worker (submitted and pulled) */
     uint64_t jobs_cancelled; /* submitted and dropped by destroy */
+    uint64_t jobs_revoked;   /* taken back by npu_ticket_revoke before they ran */
     uint64_t jobs_refused;   /* submissions and pulled jobs refused */
     uint64_t ops;            /* 2 * rows * k * channels of the jobs run on the worker */
     uint64_t graphs_built;

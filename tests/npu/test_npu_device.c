@@ -5,8 +5,8 @@
  * direct npu_linear_s8_range call (every kernel and tiling, short chunks,
  * padded rows, channel ranges), submitters computing while the device
  * works, submitted jobs between pulled ones, and stopping with jobs pending
- * (no hang, no leak, every job completed exactly once, in order). Run under
- * ASan and TSan too. */
+ * (no hang, no leak, every job completed exactly once, in order), and
+ * queued calls taken back (npu_ticket_revoke). Run under ASan and TSan too. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -727,6 +727,76 @@ static void test_stop_pending(void **st)
     layer_fini(&L);
 }
 
+/* npu_ticket_revoke: a call still queued (behind a call that holds the
+ * thread until released) is taken out and never runs, the calls around it
+ * still run in order; a call already run gives its status back. */
+struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open, entered;
+};
+
+static int gate_hold(void *arg)
+{
+    struct gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    g->entered = 1;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+static int count_call(void *arg)
+{
+    (*(int *)arg)++;
+    return 7;
+}
+
+static void test_revoke(void **st)
+{
+    (void)st;
+    struct npu_device *d;
+    struct sl_err err = {{0}};
+    assert_int_equal(npu_device_create(&d), 0);
+    struct gate g = {.open = 0};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    int runs[3] = {0};
+    struct npu_ticket *hold, *t[3];
+    assert_int_equal(npu_device_call(d, gate_hold, &g, &hold, &err), 0);
+    pthread_mutex_lock(&g.mu); /* the thread is inside gate_hold: the rest stay queued */
+    while (!g.entered)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(npu_device_call(d, count_call, &runs[i], &t[i], &err), 0);
+    assert_int_equal(npu_ticket_revoke(d, t[2]), -ECANCELED); /* the tail */
+    assert_int_equal(npu_ticket_revoke(d, t[0]), -ECANCELED); /* the head */
+    pthread_mutex_lock(&g.mu);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    assert_int_equal(npu_ticket_wait(hold), 0);
+    assert_int_equal(npu_ticket_revoke(d, t[1]), 7); /* taken: waited for, its status */
+    assert_int_equal(runs[0], 0);
+    assert_int_equal(runs[1], 1);
+    assert_int_equal(runs[2], 0);
+    /* the queue still works after taking its head and tail out */
+    struct npu_ticket *u;
+    assert_int_equal(npu_device_call(d, count_call, &runs[2], &u, &err), 0);
+    assert_int_equal(npu_ticket_wait(u), 7);
+    assert_int_equal(runs[2], 1);
+    struct npu_device_stats stt;
+    npu_device_stats(d, &stt);
+    assert_int_equal(stt.jobs_revoked, 2);
+    assert_int_equal(stt.jobs, 3);
+    npu_device_destroy(d);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -736,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_equal_direct),   cmocka_unit_test(test_stage_keys),
         cmocka_unit_test(test_submit_overlap),
         cmocka_unit_test(test_pull),           cmocka_unit_test(test_stop_pending),
+        cmocka_unit_test(test_revoke),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
