@@ -176,6 +176,25 @@ static void nth_desc(float *v, uint32_t n, uint32_t kth)
     }
 }
 
+/* A float strictly between lo and hi (lo < hi, both finite) at the share
+ * frac of the way, computed in double so that a span wider than the float
+ * range (hi - lo overflowing to infinity) still gives a point inside; the
+ * midpoint when frac's point rounds onto an end; NaN only when lo and hi are
+ * adjacent floats. */
+static float between(float lo, float hi, double frac)
+{
+    if (nextafterf(lo, hi) == hi)
+        return NAN;
+    float t = NAN;
+    if (frac > 0 && frac < 1)
+        t = (float)((double)lo + ((double)hi - (double)lo) * frac);
+    if (!(t > lo && t < hi))
+        t = (float)((double)lo * 0.5 + (double)hi * 0.5);
+    if (!(t > lo && t < hi))
+        t = nextafterf(lo, hi);
+    return t;
+}
+
 /* The k-th largest of v[0..m) (1 <= k <= m, no NaN) by counting passes
  * over v (8 lanes, no stores): regula falsi on the counts between lo,
  * which keeps at least k, and hi, which keeps fewer (the Illinois rule
@@ -202,12 +221,9 @@ static float kth_count(const float *v, uint32_t m, uint32_t k, int *exact)
     uint32_t nlo = m;
     int side = 0;
     for (int it = 0; it < 64; it++) {
-        float t = lo + (hi - lo) * (float)((clo - k) / (clo - chi));
-        if (!(t > lo && t < hi)) {
-            t = lo + (hi - lo) * 0.5f;
-            if (!(t > lo && t < hi))
-                return lo; /* adjacent: lo is the k-th largest, tied */
-        }
+        float t = between(lo, hi, (clo - k) / (clo - chi));
+        if (t != t)
+            return lo; /* adjacent: lo is the k-th largest, tied */
         uint32_t c = attn_count(v, m, t);
         if (c >= k) {
             lo = t;
@@ -303,11 +319,11 @@ static float refine_threshold(const float *score, uint32_t n, uint32_t k, float 
     uint32_t slack = k / 32 + 4;
     double target = k + slack / 2.0;
     int side = 0; /* the end moved last: 1 lo, -1 hi */
-    float t = isfinite(g) && g > lo && g < hi ? g : lo + (hi - lo) * (float)((n - target) / n);
+    float t = isfinite(g) && g > lo && g < hi ? g : between(lo, hi, (n - target) / n);
     for (int it = 0; it < 24 && nlo - k > slack; it++) {
         if (!(t > lo && t < hi)) {
-            t = lo + (hi - lo) * 0.5f;
-            if (!(t > lo && t < hi))
+            t = between(lo, hi, 0.5);
+            if (t != t)
                 break; /* adjacent floats: lo is the answer */
         }
         uint32_t c = attn_count(score, n, t);
@@ -324,7 +340,7 @@ static float refine_threshold(const float *score, uint32_t n, uint32_t k, float 
                 clo = (clo + target) / 2;
             side = -1;
         }
-        t = lo + (hi - lo) * (float)((clo - target) / (clo - chi));
+        t = between(lo, hi, (clo - target) / (clo - chi));
     }
     *cnt = nlo;
     return lo;

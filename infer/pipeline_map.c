@@ -11,9 +11,19 @@
  * ahead (posix_fadvise WILLNEED, a window past the slice it waits for, in
  * slice order: the reads are charged to this process as O_DIRECT's were) and
  * then populates the slice's page table entries (MADV_POPULATE_READ), which
- * waits for its reads; a read error comes back as an error here, not as a
- * SIGBUS in a compute thread. The driver then hashes the slice (its VERIFY
- * task only decodes the norms), and the slice has arrived.
+ * waits for its reads; a read error then comes back as an error here, not
+ * as a SIGBUS in a compute thread. The driver then hashes the slice (its
+ * VERIFY task only decodes the norms), and the slice has arrived.
+ *
+ * What the hash cannot cover: the pages stay the file's, and the kernel may
+ * drop them under memory pressure and read them again later, during the
+ * prefill or decode. So the file must not change while the model is loaded:
+ * truncated by another process, or failing to read at that point, it gives a
+ * SIGBUS in whichever thread touches the page; rewritten in place, it gives
+ * bytes that were never verified. Sluice's own writers replace a file by
+ * rename, which leaves a mapped file intact; where a file may change under
+ * the model, infer_pipeline_opts.slices_read (O_DIRECT into the model's own memory) is the
+ * safe path.
  *
  * The mapping is shared and read-only; the model unmaps it
  * (infer_model_destroy). A file that cannot be mapped, or a kernel without

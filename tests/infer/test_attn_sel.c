@@ -153,6 +153,8 @@ static void random_scores(float *s, uint32_t n, int kind)
             s[i] = NAN;
         else if (kind == 3)
             s[i] = i % 2 ? 0.0f : -0.0f;
+        else if (kind == 6) /* a span wider than the float range: hi - lo overflows */
+            s[i] = (float)test_rng_normal(&rng) * 1.5e38f;
         else
             s[i] = test_rng_normal(&rng) * (kind == 4 ? 1e-30f : 1.0f);
     }
@@ -222,7 +224,7 @@ static void test_topk_hint(void **state)
     (void)state;
     for (int it = 0; it < 300; it++) {
         uint32_t n = 1 + test_rng_below(&rng, it < 100 ? 200 : 5000);
-        int kind = it % 6 == 2 || it % 6 == 3 ? 5 : it % 6; /* no NaN (the float sort has no
+        int kind = it % 7 == 2 || it % 7 == 3 ? 5 : it % 7; /* no NaN (the float sort has no
                                                             order for it), no signed zeros */
         float hint = NAN;
         float *s = malloc(sizeof(float) * n);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "import.h"
@@ -160,16 +161,23 @@ static void test_tree_build(void **st)
 /* Random draft trees after a prompt: each row's logits equal plain
  * decoding of its path, bit for bit (the tree mask), and committing a path
  * leaves the cache as plain decoding of it does. */
-static int sleep_20ms(void *arg)
+static atomic_int gate_open;
+
+/* Holds the device thread until the test opens the gate (10 s at most, so
+ * that a forward which waits for the thread fails its checks, not hangs). */
+static int gate_hold(void *arg)
 {
     (void)arg;
-    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    for (int i = 0; i < 100000 && !atomic_load(&gate_open); i++)
+        nanosleep(&(struct timespec){0, 100 * 1000}, NULL);
     return 0;
 }
 
 /* dev: the tree's float linears are split with its thread; late: each
- * verification is queued behind 20 ms of other work on it, so the calling
- * thread takes the device thread's share (float_shared in infer_linear.c) */
+ * verification is queued behind a call that holds the device thread until
+ * the forward is done, so the calling thread takes the device thread's
+ * share of every split and takes those calls back (float_shared in
+ * infer_linear.c) */
 static void tree_forward_dev(const char *path, struct npu_device *dev, int late)
 {
     struct sl_err err;
@@ -212,21 +220,24 @@ static void tree_forward_dev(const char *path, struct npu_device *dev, int late)
         struct npu_device_stats ds0 = {0}, ds1 = {0};
         if (dev)
             npu_device_stats(dev, &ds0);
+        atomic_store(&gate_open, 0);
         if (late)
-            assert_int_equal(npu_device_call(dev, sleep_20ms, NULL, &blk, &err), 0);
+            assert_int_equal(npu_device_call(dev, gate_hold, NULL, &blk, &err), 0);
         assert_int_equal(infer_forward_batch(m, s, &b, lt, &err), 0);
+        atomic_store(&gate_open, 1);
         if (blk)
             assert_int_equal(npu_ticket_wait(blk), 0);
         if (dev)
             npu_device_stats(dev, &ds1);
         /* the tree's 352 x 128 linears are split: run there, or taken back when
-         * the thread was slow to start; behind the 20 ms job, the calling thread
-         * took the first shares and took those calls back (a slow build may
-         * outlast the job, so later calls can run there) */
+         * the thread was slow to start; behind the held thread, the calling
+         * thread took every share and took every call back */
         if (dev && !late)
             assert_true(s->npu_jobs - jobs + ds1.jobs_revoked - ds0.jobs_revoked > 0);
-        if (late)
+        if (late) {
             assert_true(ds1.jobs_revoked > ds0.jobs_revoked);
+            assert_int_equal(s->npu_jobs, jobs);
+        }
         for (uint32_t i = 0; i < t.n; i++) {
             uint32_t chain[SPEC_MAX_ROWS], d = 0;
             for (int32_t q = (int32_t)i; q >= 0; q = t.parent[q])
