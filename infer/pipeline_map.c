@@ -22,8 +22,8 @@
  * SIGBUS in whichever thread touches the page; rewritten in place, it gives
  * bytes that were never verified. Sluice's own writers replace a file by
  * rename, which leaves a mapped file intact; where a file may change under
- * the model, infer_pipeline_opts.slices_read (O_DIRECT into the model's own memory) is the
- * safe path.
+ * the model, infer_pipeline_opts.slices_read (O_DIRECT into the model's own
+ * memory) is the safe path.
  *
  * The mapping is shared and read-only; the model unmaps it
  * (infer_model_destroy). A file that cannot be mapped, or a kernel without
