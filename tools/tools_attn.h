@@ -11,7 +11,7 @@
 
 struct tools_attn {
     int sparse;      /* --attn: 0 dense, 1 sparse, 2 auto */
-    double keep;     /* --keep (0: 0.2 with sparse, 0.5 with auto) */
+    double keep;     /* --keep (0: 0.2 with sparse, TOOLS_ATTN_AUTO_KEEP with auto) */
     int uniform;     /* --keep-uniform */
     double floor;    /* --keep-floor */
     uint32_t sinks;  /* --sinks (default 4) */
@@ -40,9 +40,11 @@ struct tools_attn {
     "                   sparse for decode steps over 8192 keys or more in models of\n"      \
     "                   4096 query columns or more, where it measured faster, at keep\n"   \
     "                   0.45 unless --keep; else dense)\n"                                  \
-    "  --keep R         sparse: the global share of keys kept, in (0, 1] (default 0.2);\n"    \
-    "                   per head by the container's profile (`sluice profile-attn`),\n"        \
-    "                   uniform without one\n"                                                 \
+    "  --keep R         sparse: the global share of keys kept, in (0, 1] (default 0.2,\n"     \
+    "                   the paper's; on kjv6L-1k at a 1,024-token context the accuracy\n"      \
+    "                   targets need 0.45: docs/BENCHMARKS.md, issue 17); per head by\n"       \
+    "                   the container's profile (`sluice profile-attn`), uniform\n"            \
+    "                   without one\n"                                                         \
     "  --keep-uniform   sparse: every head keeps R (ignore the profile's importances)\n"       \
     "  --keep-floor F   sparse: every head keeps at least F x R, the rest of the budget\n"    \
     "                   goes by the profile's eq. 3 (0..1; default 1: uniform,\n"    \
