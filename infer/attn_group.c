@@ -60,9 +60,7 @@ void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_
     infer_matmul_nt(k, s, len, q, ldq, gather, INFER_W_F32, hs, G, hs, 0, len);
     for (uint32_t j = 0; j < G; j++) {
         float *a = s + (size_t)j * len;
-        float maxv = infer_div_max(k, a, len, sq);
-        float sum = infer_exp_sum(k, a, len, maxv);
-        (void)infer_div_max(k, a, len, sum);
+        infer_softmax_scaled(k, a, len, sq);
     }
     infer_gather_rows(gather, vh, kv_dim, hs, list, len);
     infer_matmul_nn(k, out, ldo, s, len, gather, hs, G, len, hs);

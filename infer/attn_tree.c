@@ -87,9 +87,7 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
             for (uint32_t j = 0; j < depth[i]; j++) /* ai[j] >= j: packs in place */
                 a[base + j] = a[base + ai[j]];
             uint32_t len = base + depth[i];
-            float maxv = infer_div_max(k, a, len, sq);
-            float sum = infer_exp_sum(k, a, len, maxv);
-            (void)infer_div_max(k, a, len, sum);
+            infer_softmax_scaled(k, a, len, sq);
         }
     }
     /* values: per kv head, the shared slots once, then each row's ancestors */

@@ -70,9 +70,7 @@ void infer_attn_list(float *out, const float *qh, const float *kh, const float *
         infer_matmul_nt(k, a + run, len - run, qh, hs, gather, INFER_W_F32, hs, 1, hs, 0,
                         len - run);
     }
-    float maxv = infer_div_max(k, a, len, sq);
-    float sum = infer_exp_sum(k, a, len, maxv);
-    (void)infer_div_max(k, a, len, sum);
+    infer_softmax_scaled(k, a, len, sq);
     if (len == run) {
         infer_matmul_nn(k, out, hs, a, len, vh, kv_dim, 1, run, hs);
         return;

@@ -306,3 +306,10 @@ float infer_exp_sum(enum infer_matmul_kernel k, float *a, uint32_t n, float sub)
     return softmax_step(k, infer_exp_sum_scalar,
                         X86_STEPS(infer_exp_sum_avx2, infer_exp_sum_avx512))(a, n, sub);
 }
+
+void infer_softmax_scaled(enum infer_matmul_kernel k, float *a, uint32_t n, float sq)
+{
+    float maxv = infer_div_max(k, a, n, sq);
+    float sum = infer_exp_sum(k, a, n, maxv);
+    (void)infer_div_max(k, a, n, sum);
+}

@@ -129,4 +129,9 @@ infer_div_max_fn infer_div_max_avx512;
 float infer_div_max(enum infer_matmul_kernel k, float *a, uint32_t n, float d);
 float infer_div_max_reduce16(float m[16]); /* the lanes' pairwise reduction */
 
+/* Attention's softmax of one row of scores in place: a[t] / sq, exp of
+ * that less the row's maximum, then each divided by their sum (the three
+ * steps above, in that order, so every caller gets the same bits). */
+void infer_softmax_scaled(enum infer_matmul_kernel k, float *a, uint32_t n, float sq);
+
 #endif

@@ -112,9 +112,7 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
             infer_matmul_nt(k, att, T, qg, hs, kh, INFER_W_F32, kv_dim, kv_mul, hs, 0, T);
             for (uint32_t i = 0; i < kv_mul; i++) {
                 float *a = att + (size_t)i * T;
-                float maxv = infer_div_max(k, a, T, sq);
-                float sum = infer_exp_sum(k, a, T, maxv);
-                (void)infer_div_max(k, a, T, sum);
+                infer_softmax_scaled(k, a, T, sq);
             }
             infer_matmul_nn(k, out + (size_t)g * kv_mul * hs, hs, att, T, vh, kv_dim, kv_mul, T,
                             hs);
@@ -134,9 +132,7 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
                 /* row i is at position pos0 + b0 + i and sees keys 0..that */
                 float *a = att + (size_t)i * T;
                 uint32_t len = pos0 + b0 + i + 1;
-                float maxv = infer_div_max(k, a, len, sq);
-                float sum = infer_exp_sum(k, a, len, maxv);
-                (void)infer_div_max(k, a, len, sum); /* run.c normalizes, then weights v */
+                infer_softmax_scaled(k, a, len, sq); /* run.c normalizes, then weights v */
                 if (T > len) /* causal mask: adds exact zeros below */
                     memset(a + len, 0, sizeof(float) * (T - len));
             }
