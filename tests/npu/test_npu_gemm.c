@@ -5,7 +5,9 @@
  * 16-channel block, and all-extreme inputs (every a and b at +-127, where a
  * saturating kernel would differ), also for weights whose codes are within
  * +-64 (the AVX2 kernel's unsigned step: b at +-64, a at +-127), alone and
- * mixed with wide blocks; the prepared-weight and quantization
+ * mixed with wide blocks, and within +-16 (its int16 rounds of four groups:
+ * b at +16, a at 127), alone and mixed with narrow and wide blocks; the
+ * prepared-weight and quantization
  * contracts of npu.h. */
 #include <errno.h>
 #include <math.h>
@@ -66,11 +68,33 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
     for (uint32_t r = 0; mode == 5 && r < n; r++)
         if (test_rng_below(&rng, 5) == 0)
             fill(b + (size_t)r * k, k, 0);
+    /* tiny codes (within +-NPU_GEMM_TINY: the AVX2 kernel's int16 rounds of
+     * four groups), 6: every a = 127 and every b = +16 (the largest int16
+     * round sums, 4 x 2 x 255 x 16 = 32640), 7: random a and b within +-16,
+     * 8: each 16-channel block tiny at random, tiny at +-16, narrow or wide
+     * (every pairing of tiny with another kind in the 2-block tiles) */
+    if (mode == 6) {
+        memset(a, 127, (size_t)m * k);
+        memset(b, 16, (size_t)n * k);
+    }
+    for (uint32_t r = 0; (mode == 7 || mode == 8) && r < n; r += 16) {
+        const uint32_t kind = mode == 7 ? 0 : test_rng_below(&rng, 4);
+        for (size_t i = (size_t)r * k; i < (size_t)(r + 16 < n ? r + 16 : n) * k; i++) {
+            const int v = (int)test_rng_below(&rng, 255) - 127;
+            b[i] = (int8_t)(kind == 0   ? v % 17
+                            : kind == 1 ? (v < 0 ? -16 : 16)
+                            : kind == 2 ? v / 2
+                                        : v);
+        }
+    }
     for (uint32_t r = 0; r < n; r++)
         scale[r] = (0.5f + test_rng_float(&rng)) * 1e-3f;
     const float act = 0.0173f;
     struct npu_gemm_b *pb;
     assert_int_equal(npu_gemm_b_create(b, n, k, &pb), 0);
+    if (mode == 6 || mode == 7) /* the case under test is there */
+        for (uint32_t bl = 0; bl < pb->n16 / 16; bl++)
+            assert_int_equal(pb->tiny[bl], 1);
     uint32_t w = r1 - r0;
     size_t cnt = (size_t)m * w;
     int32_t *ref = malloc(sizeof(int32_t) * cnt + 4), *got = malloc(sizeof(int32_t) * cnt + 4);
@@ -131,8 +155,8 @@ static void test_shapes(void **st)
     for (size_t a = 0; a < sizeof ms / 4; a++)
         for (size_t b = 0; b < sizeof ns / 4; b++)
             for (size_t c = 0; c < sizeof ks / 4; c++)
-                for (int mode = 0; mode < 6; mode += 3)
-                    check(ms[a], ns[b], ks[c], 0, ns[b], mode);
+                for (int mode = 0; mode < 9; mode += 3)
+                    check(ms[a], ns[b], ks[c], 0, ns[b], mode == 6 ? 7 : mode);
 }
 
 static void test_ranges(void **st)
@@ -154,6 +178,23 @@ static void test_extremes(void **st)
     check(13, 37, 2048, 0, 37, 4);  /* narrow codes at +-64, activations at +-127 */
     check(11, 100, 14337, 3, 97, 4); /* the same over a long k: no int32 overflow */
     check(9, 129, 777, 0, 129, 5);  /* narrow and wide blocks mixed */
+    check(13, 64, 2048, 0, 64, 6);  /* tiny codes at +16, activations at 127 */
+    check(8, 70, 4099, 3, 67, 6);   /* the same, an odd k and a range inside blocks */
+}
+
+/* Tiny blocks alone and paired with tiny, narrow and wide ones (the AVX2
+ * kernel's 2-row tiles and mixed 3-row tiles), random shapes: odd m and k,
+ * ranges that start and end inside blocks. */
+static void test_tiny(void **st)
+{
+    (void)st;
+    for (int t = 0; t < 60; t++) {
+        uint32_t n = 1 + test_rng_below(&rng, 300), k = 1 + test_rng_below(&rng, 400);
+        uint32_t r0 = t % 2 ? test_rng_below(&rng, n) : 0;
+        uint32_t r1 = t % 2 ? r0 + 1 + test_rng_below(&rng, n - r0) : n;
+        check(1 + test_rng_below(&rng, 40), n, k, r0, r1, t % 4 == 0 ? 7 : 8);
+    }
+    check(256, 2048, 2048, 0, 2048, 8); /* a prefill chunk of the model's shape */
 }
 
 /* Every kernel's weight packer against the scalar one: packed bytes, row
@@ -415,7 +456,8 @@ int main(void)
                                                          : "not on this CPU: skipped");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes),  cmocka_unit_test(test_ranges),
-        cmocka_unit_test(test_extremes), cmocka_unit_test(test_pack),
+        cmocka_unit_test(test_extremes), cmocka_unit_test(test_tiny),
+        cmocka_unit_test(test_pack),
         cmocka_unit_test(test_weights),
         cmocka_unit_test(test_linear),  cmocka_unit_test(test_quantize),
         cmocka_unit_test(test_quantize_kernels),
