@@ -229,24 +229,60 @@ void npu_gemm_s8(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32
     npu_gemm_s8_kernel(npu_kernel_best(), b, a, m, r0, r1, c, ldc);
 }
 
+static double peak_gops(uint64_t (*loop)(uint64_t), double macs_per_iter, double seconds);
+
 double npu_gemm_peak_gops(enum npu_kernel k, double seconds)
 {
     if (!npu_kernel_available(k))
         return 0;
-    uint64_t (*loop)(uint64_t) = NULL;
-    double macs_per_iter = 0;
     switch (k) {
 #if SLUICE_KERNELS_X86
     case NPU_KERNEL_AVX512VNNI:
-        loop = npu_peak_avx512vnni, macs_per_iter = 16 * 64;
-        break;
+        return peak_gops(npu_peak_avx512vnni, 16 * 64, seconds);
     case NPU_KERNEL_AVX2:
-        loop = npu_peak_avx2, macs_per_iter = 6 * 32;
-        break;
+        return peak_gops(npu_peak_avx2, 6 * 32, seconds);
 #endif
     default:
         return 0;
     }
+}
+
+double npu_gemm_peak_tiny_gops(enum npu_kernel k, double seconds)
+{
+#if SLUICE_KERNELS_X86
+    if (k == NPU_KERNEL_AVX2 && npu_kernel_available(k))
+        return peak_gops(npu_peak_avx2_tiny, 16 * 32, seconds);
+#endif
+    (void)seconds;
+    return 0;
+}
+
+uint32_t npu_gemm_tiny_rows(enum npu_kernel k, const int8_t *q, uint32_t rows, uint32_t cols)
+{
+    if (k != NPU_KERNEL_AVX2 || !npu_kernel_available(k))
+        return 0;
+    /* as npu_gemm_avx2.c dispatches: 32-channel pairs of blocks, where a
+     * wide block (a code beyond +-64) takes the pair's tiny one too */
+    uint32_t n = 0, tn[2] = {0, 0};
+    int wide = 0;
+    for (uint32_t r0 = 0; r0 < rows; r0 += 16) {
+        const uint32_t r1 = rows - r0 < 16 ? rows : r0 + 16;
+        int mx = 0;
+        for (size_t i = (size_t)r0 * cols; i < (size_t)r1 * cols; i++)
+            mx = abs(q[i]) > mx ? abs(q[i]) : mx;
+        tn[r0 / 16 % 2] = mx <= NPU_GEMM_TINY ? r1 - r0 : 0;
+        wide |= mx > 64;
+        if (r0 / 16 % 2 || r1 == rows) {
+            n += wide ? 0 : tn[0] + (r0 / 16 % 2 ? tn[1] : 0);
+            tn[0] = tn[1] = 0;
+            wide = 0;
+        }
+    }
+    return n;
+}
+
+static double peak_gops(uint64_t (*loop)(uint64_t), double macs_per_iter, double seconds)
+{
     volatile uint64_t sink = loop(1000); /* warm up (clock ramps, AVX-512 license) */
     uint64_t iters = 1 << 16;
     double best = 0;

@@ -626,3 +626,42 @@ uint64_t npu_peak_avx2(uint64_t iters)
     _mm256_storeu_si256((__m256i *)v, s);
     return (uint64_t)(uint32_t)(v[0] + v[7]);
 }
+
+/* Peak of the tiny step (codes within +-NPU_GEMM_TINY), as tile2_tiny runs
+ * it: per 4 groups, maddubs into int16 sums added in int16, then one madd
+ * and one add into int32; 2 rows x 2 weight vectors, 4 int16 and 4 int32
+ * chains, 16 maddubs (512 multiply-adds) per iteration. Rows and weights
+ * are made opaque every group, as in npu_peak_avx2. */
+#define TINY_GROUP(first)                                                                  \
+    do {                                                                                   \
+        __asm__ volatile("" : "+x"(u0), "+x"(u1), "+x"(w0), "+x"(w1));                     \
+        const __m256i p0 = _mm256_maddubs_epi16(u0, w0), p1 = _mm256_maddubs_epi16(u0, w1),  \
+                      p2 = _mm256_maddubs_epi16(u1, w0), p3 = _mm256_maddubs_epi16(u1, w1);  \
+        t0 = first ? p0 : _mm256_add_epi16(t0, p0);                                        \
+        t1 = first ? p1 : _mm256_add_epi16(t1, p1);                                        \
+        t2 = first ? p2 : _mm256_add_epi16(t2, p2);                                        \
+        t3 = first ? p3 : _mm256_add_epi16(t3, p3);                                        \
+    } while (0)
+
+uint64_t npu_peak_avx2_tiny(uint64_t iters)
+{
+    __m256i u0 = _mm256_set1_epi8((char)131), u1 = _mm256_set1_epi8((char)121);
+    __m256i w0 = _mm256_set1_epi8(5), w1 = _mm256_set1_epi8(-9), ones = _mm256_set1_epi16(1);
+    __m256i c0 = _mm256_set1_epi32(0), c1 = _mm256_set1_epi32(1), c2 = _mm256_set1_epi32(2),
+            c3 = _mm256_set1_epi32(3);
+    __m256i t0, t1, t2, t3;
+    for (uint64_t it = 0; it < iters; it++) {
+        TINY_GROUP(1);
+        TINY_GROUP(0);
+        TINY_GROUP(0);
+        TINY_GROUP(0);
+        c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(t0, ones));
+        c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(t1, ones));
+        c2 = _mm256_add_epi32(c2, _mm256_madd_epi16(t2, ones));
+        c3 = _mm256_add_epi32(c3, _mm256_madd_epi16(t3, ones));
+    }
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3));
+    int32_t v[8];
+    _mm256_storeu_si256((__m256i *)v, s);
+    return (uint64_t)(uint32_t)(v[0] + v[7]);
+}

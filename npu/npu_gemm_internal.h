@@ -156,5 +156,6 @@ void npu_gemm_avx2_tiles(const struct npu_gemm_args *g);
 /* Register-only peak loops: iters x (16 x 64 | 12 x 32) multiply-adds. */
 uint64_t npu_peak_avx512vnni(uint64_t iters);
 uint64_t npu_peak_avx2(uint64_t iters);
+uint64_t npu_peak_avx2_tiny(uint64_t iters); /* iters x 16 x 32 */
 
 #endif

@@ -23,6 +23,7 @@
 #include "tools_child.h"
 #include "tools_cold.h"
 #include "tools_stats.h"
+#include "tools_tiny.h"
 #include "tools_transcode.h"
 #include "tools_util.h"
 
@@ -67,6 +68,14 @@ static void usage(FILE *f)
             "row, its queries, attention, O and FFN of the last row: what the pipeline\n"
             "computes there when that layer's linears have static activation scales);\n"
             "JSON: bound_required_s, prefill_gops_required, ratio_to_required_bound.\n"
+            "The tiny bounds count the GEMM operations on weight blocks whose codes are\n"
+            "all within +-16 (most of a 5-bit model's), which the AVX2 kernel runs with a\n"
+            "faster step (four maddubs added in int16 per madd), at that step's own peak\n"
+            "(a register-only loop of it, measured in the same run), and the rest at the\n"
+            "int8 peak; the same as the bounds above on kernels without such a step\n"
+            "(table: x tiny, the median over the tiny bound).\n"
+            "JSON: gemm_peak_tiny_gops, prefill_gops_tiny, bound_tiny_s,\n"
+            "bound_tiny_required_s, ratio_to_tiny_bound, ratio_to_tiny_required_bound.\n"
             "--chunk C: prefill chunk rows, as `sluice run --chunk` (default 256, at most\n"
             "65536). --runs: 1..32. --trace-dir DIR: a Chrome trace of every run, written\n"
             "to DIR/CONTENDER.runN.json. --contenders: only these (and full, whose bytes\n"
@@ -369,6 +378,16 @@ int bench_coldstart(int argc, char **argv)
         peak1 = npu_gemm_peak_gops(NPU_KERNEL_AVX2, 0.3);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     double peak = peak1 * (double)(cores > 0 ? cores : 1);
+    /* the tiny step's peak and operations (AVX2 only: the kernel the
+     * pipeline runs where VNNI is missing) */
+    const enum npu_kernel kern = npu_kernel_best();
+    double peak_tiny = npu_gemm_peak_tiny_gops(kern, 0.3) * (double)(cores > 0 ? cores : 1);
+    double ops_tiny = 0, ops_tiny_req = 0;
+    if (peak_tiny > 0 &&
+        tools_tiny_ops(model, kern, tokens, &ops_tiny, &ops_tiny_req, &err) < 0) {
+        fprintf(stderr, "sluice bench coldstart: %s\n", err.msg);
+        return 1;
+    }
     static struct sample samples[NC][32];
     uint32_t nok[NC] = {0};
     double raws[32];
@@ -416,6 +435,13 @@ int bench_coldstart(int argc, char **argv)
     double ops_req = required_ops(&cfg, tokens);
     double bound_req_compute = peak > 0 ? ops_req / (peak * 1e9) : 0;
     double bound_req = bound_io > bound_req_compute ? bound_io : bound_req_compute;
+    /* the same two with the tiny blocks' operations at the tiny step's peak */
+    double tiny_s = peak_tiny > 0 ? ops_tiny / (peak_tiny * 1e9) : 0;
+    double tiny_req_s = peak_tiny > 0 ? ops_tiny_req / (peak_tiny * 1e9) : 0;
+    double bound_tiny_compute = peak > 0 ? (ops - ops_tiny) / (peak * 1e9) + tiny_s : 0;
+    double bound_tiny_req_compute = peak > 0 ? (ops_req - ops_tiny_req) / (peak * 1e9) + tiny_req_s : 0;
+    double bound_tiny = bound_io > bound_tiny_compute ? bound_io : bound_tiny_compute;
+    double bound_tiny_req = bound_io > bound_tiny_req_compute ? bound_io : bound_tiny_req_compute;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", model);
     cJSON_AddNumberToObject(o, "prompt_tokens", tokens);
@@ -430,6 +456,11 @@ int bench_coldstart(int argc, char **argv)
     cJSON_AddNumberToObject(o, "bound_compute_s", bound_compute);
     cJSON_AddNumberToObject(o, "prefill_gops_required", ops_req / 1e9);
     cJSON_AddNumberToObject(o, "bound_required_s", bound_req);
+    cJSON_AddNumberToObject(o, "gemm_peak_tiny_gops", peak_tiny);
+    cJSON_AddNumberToObject(o, "prefill_gops_tiny", ops_tiny / 1e9);
+    cJSON_AddNumberToObject(o, "prefill_gops_tiny_required", ops_tiny_req / 1e9);
+    cJSON_AddNumberToObject(o, "bound_tiny_s", bound_tiny);
+    cJSON_AddNumberToObject(o, "bound_tiny_required_s", bound_tiny_req);
     cJSON_AddNumberToObject(o, "int8_weights_mb", int8_bytes / (1024.0 * 1024.0));
     cJSON_AddNumberToObject(o, "kv_cache_prompt_mb", kv_prompt / (1024.0 * 1024.0));
     cJSON_AddNumberToObject(o, "kv_cache_context_mb", kv_context / (1024.0 * 1024.0));
@@ -439,12 +470,15 @@ int bench_coldstart(int argc, char **argv)
                "(%ld cores)\nbound %.3f s = max(%.0f MB / raw = %.3f s, %.1f GOPs / peak = %.3f s)"
                "\nrequired bound %.3f s (%.1f GOPs: the last layer's Q, O, FFN, attention of "
                "the last row only)"
+               "\ntiny bound %.3f s, required %.3f s (%.1f / %.1f GOPs of tiny blocks at the tiny "
+               "step's peak %.0f GOPS)"
                "\nmemory yardstick %.0f MiB = INT8 weights %.0f MiB + KV cache of the prompt %.1f "
                "MiB (RSS/yardstick in the last column)"
-               "\n\n%-24s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s %7s %8s %8s %6s\n",
+               "\n\n%-24s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s %8s %8s %6s\n",
                model, tokens, mbps, runs, raw, peak, cores, bound, bytes_full / 1e6, bound_io,
-               ops / 1e9, bound_compute, bound_req, ops_req / 1e9, mem_base_mb, int8_bytes / 1048576.0,
-               kv_prompt / 1048576.0, "policy", "ttft min", "ttft med", "x bound", "load",
+               ops / 1e9, bound_compute, bound_req, ops_req / 1e9, bound_tiny, bound_tiny_req,
+               ops_tiny / 1e9, ops_tiny_req / 1e9, peak_tiny, mem_base_mb, int8_bytes / 1048576.0,
+               kv_prompt / 1048576.0, "policy", "ttft min", "ttft med", "x bound", "x tiny", "load",
                "unpack", "prefalt", "npu", "cpu", "stall", "bub npu", "bub cpu", "MB read",
                "RSS MiB", "x mem");
     for (size_t k = 0; k < NC; k++) {
@@ -488,6 +522,9 @@ int bench_coldstart(int argc, char **argv)
         cJSON_AddNumberToObject(e, "ttft_s_median", md);
         cJSON_AddNumberToObject(e, "ratio_to_bound", bound > 0 ? md / bound : 0);
         cJSON_AddNumberToObject(e, "ratio_to_required_bound", bound_req > 0 ? md / bound_req : 0);
+        cJSON_AddNumberToObject(e, "ratio_to_tiny_bound", bound_tiny > 0 ? md / bound_tiny : 0);
+        cJSON_AddNumberToObject(e, "ratio_to_tiny_required_bound",
+                                bound_tiny_req > 0 ? md / bound_tiny_req : 0);
         cJSON_AddNumberToObject(e, "bytes_read", m.bytes);
         cJSON_AddNumberToObject(e, "peak_rss_mb", rss);
         cJSON_AddNumberToObject(e, "rss_over_int8_kv", mem_base_mb > 0 ? rss / mem_base_mb : 0);
@@ -505,9 +542,10 @@ int bench_coldstart(int argc, char **argv)
         cJSON_AddNumberToObject(b, "stall", m.stall);
         cJSON_AddItemToArray(arr, e);
         fprintf(tf,
-                "%-24s %8.3f %8.3f %7.2f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.2f %7.2f %8.1f %8.0f "
+                "%-24s %8.3f %8.3f %7.2f %7.2f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.2f %7.2f %8.1f %8.0f "
                 "%6.2f\n",
-                contenders[k].name, mn, md, bound > 0 ? md / bound : 0, m.load, m.unpack,
+                contenders[k].name, mn, md, bound > 0 ? md / bound : 0,
+                bound_tiny > 0 ? md / bound_tiny : 0, m.load, m.unpack,
                 m.prefault, m.npu, m.cpu, m.stall, m.bubble_npu, m.bubble_cpu, m.bytes / 1e6, rss,
                 mem_base_mb > 0 ? rss / mem_base_mb : 0);
     }

@@ -132,6 +132,14 @@ void npu_gemm_s8_tile(enum npu_kernel kern, int tile, const struct npu_gemm_b *b
  * step, maddubs/madd/add for codes within +-64), run for about `seconds`.
  * 0 when unavailable. */
 double npu_gemm_peak_gops(enum npu_kernel k, double seconds);
+/* The same for the kernel's tiny step, which the kernel takes on 16-channel
+ * blocks whose codes are all within +-16 (AVX2: four maddubs added in int16
+ * before one madd); 0 for a kernel without one (scalar, the VNNI kernels). */
+double npu_gemm_peak_tiny_gops(enum npu_kernel k, double seconds);
+/* How many of the rows (output channels) of int8 codes q[rows][cols] kernel k
+ * computes with its tiny step (those of its 16-row blocks with every code
+ * within +-16; 0 for a kernel without one). */
+uint32_t npu_gemm_tiny_rows(enum npu_kernel k, const int8_t *q, uint32_t rows, uint32_t cols);
 
 /* ---- prepared weights and the quantized linear ---------------------------------- */
 

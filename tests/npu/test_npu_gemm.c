@@ -197,6 +197,38 @@ static void test_tiny(void **st)
     check(256, 2048, 2048, 0, 2048, 8); /* a prefill chunk of the model's shape */
 }
 
+/* npu_gemm_tiny_rows counts what the AVX2 kernel runs with its tiny step:
+ * tiny blocks in 32-channel pairs without a wide block (a tiny block beside a
+ * narrow one counts; beside a wide one it does not), a last lone block of 5
+ * rows; 0 for kernels without the step. And the step's peak is measured. */
+static void test_tiny_rows(void **st)
+{
+    (void)st;
+    const uint32_t cols = 37, rows = 16 * 6 + 5;
+    int8_t *q = malloc((size_t)rows * cols);
+    assert_non_null(q);
+    /* blocks: tiny tiny | tiny narrow | wide tiny | tail of 5 tiny rows */
+    static const int kind[7] = {0, 0, 0, 1, 2, 0, 0};
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint32_t c = 0; c < cols; c++) {
+            const int v = (int)test_rng_below(&rng, 33) - 16; /* within +-16 */
+            q[(size_t)r * cols + c] = (int8_t)v;
+        }
+    for (uint32_t bl = 0; bl < 7; bl++)
+        if (kind[bl]) /* one code beyond +-16 (narrow) or beyond +-64 (wide) */
+            q[(size_t)(bl * 16 + 3) * cols + 5] = (int8_t)(kind[bl] == 1 ? -17 : 65);
+    const uint32_t want = 32 + 16 + 0 + 5;
+    if (npu_kernel_available(NPU_KERNEL_AVX2)) {
+        assert_int_equal(npu_gemm_tiny_rows(NPU_KERNEL_AVX2, q, rows, cols), want);
+        assert_true(npu_gemm_peak_tiny_gops(NPU_KERNEL_AVX2, 0.02) > 0);
+    } else {
+        assert_int_equal(npu_gemm_tiny_rows(NPU_KERNEL_AVX2, q, rows, cols), 0);
+    }
+    assert_int_equal(npu_gemm_tiny_rows(NPU_KERNEL_SCALAR, q, rows, cols), 0);
+    assert_true(npu_gemm_peak_tiny_gops(NPU_KERNEL_SCALAR, 0.01) == 0);
+    free(q);
+}
+
 /* Every kernel's weight packer against the scalar one: packed bytes, row
  * sums and wide flags identical, pieces in any order, -128 reported. Codes
  * are full-range, or within +-64 (narrow blocks) with single codes at the
@@ -457,6 +489,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes),  cmocka_unit_test(test_ranges),
         cmocka_unit_test(test_extremes), cmocka_unit_test(test_tiny),
+        cmocka_unit_test(test_tiny_rows),
         cmocka_unit_test(test_pack),
         cmocka_unit_test(test_weights),
         cmocka_unit_test(test_linear),  cmocka_unit_test(test_quantize),
