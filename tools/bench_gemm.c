@@ -35,7 +35,9 @@ static void usage(FILE *f)
             "fraction_of_peak}].\n"
             "--bits B: weight codes of B bits, in [-(2^(B-1) - 1), 2^(B-1) - 1] (2..8,\n"
             "default 8): the AVX2 kernel takes a shorter step where every code of a\n"
-            "16-channel block is within +-64 (B <= 7), as 5-bit quantized weights are.\n");
+            "16-channel block is within +-64 (B <= 7), as 5-bit quantized weights are,\n"
+            "and a shorter one still where every code is within +-16 (B <= 5: four\n"
+            "maddubs added in int16 per madd), which can exceed the peak above.\n");
 }
 
 struct shape {
