@@ -624,7 +624,7 @@ uint64_t npu_peak_avx2(uint64_t iters)
                                  _mm256_add_epi32(c4, c5));
     int32_t v[8];
     _mm256_storeu_si256((__m256i *)v, s);
-    return (uint64_t)(uint32_t)(v[0] + v[7]);
+    return (uint64_t)((uint32_t)v[0] + (uint32_t)v[7]); /* wraps: no signed overflow */
 }
 
 /* Peak of the tiny step (codes within +-NPU_GEMM_TINY), as tile2_tiny runs
@@ -663,5 +663,5 @@ uint64_t npu_peak_avx2_tiny(uint64_t iters)
     __m256i s = _mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3));
     int32_t v[8];
     _mm256_storeu_si256((__m256i *)v, s);
-    return (uint64_t)(uint32_t)(v[0] + v[7]);
+    return (uint64_t)((uint32_t)v[0] + (uint32_t)v[7]); /* wraps: no signed overflow */
 }
