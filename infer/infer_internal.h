@@ -359,6 +359,10 @@ void infer_shadow_set_gather_max(struct infer_shadow *sh, size_t bytes);
  * row by row (the earlier path, kept as the reference: both give the same
  * bits, test_shadow). */
 void infer_shadow_set_fused(struct infer_shadow *sh, int on);
+/* The term's scratch sets (term_fused): how many were made, and in
+ * *pooled (may be NULL) how many no call holds now. At most one per term
+ * call running at once; freed by infer_shadow_destroy. */
+uint32_t infer_shadow_scratch_sets(struct infer_shadow *sh, uint32_t *pooled);
 
 /* The shadow term's product read in place from the NPU's packed weights
  * (npu_weights_packed), 16 output rows at a time: for each block of 16 rows,
