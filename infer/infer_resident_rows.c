@@ -5,7 +5,8 @@
  * unpacked once per call, a tile of output channels at a time, into int8
  * in the NPU's layout (npu_weights_fill), and the tile is multiplied with
  * all n rows by the NPU's GEMM (its few-rows kernel where the codes are
- * small), while the tile is in the core's cache. The sums are the same
+ * small; the activations staged once per call), while the tile is in the
+ * core's cache. The sums are the same
  * exact integers, and y = (act * scale[r]) * acc as on both other paths,
  * so the floats are the same bits (test_spec: packed_rows). */
 #include <errno.h>
@@ -26,6 +27,8 @@ struct infer_rows_tile {
     struct npu_weights *w; /* the tile in the NPU's layout */
     size_t cap_q;         /* bytes of q */
     uint32_t cap_rows;    /* floats of scale */
+    void *stage;          /* the call's activations, staged once (npu_stage_act) */
+    size_t cap_stage;
 };
 
 void infer_rows_tile_free(struct infer_rows_tile *t)
@@ -35,6 +38,7 @@ void infer_rows_tile_free(struct infer_rows_tile *t)
     sl_free_aligned(t->q);
     free(t->scale);
     npu_weights_destroy(t->w);
+    sl_free_aligned(t->stage);
     free(t);
 }
 
@@ -101,6 +105,16 @@ int infer_packed_rows(struct infer_rows_tile **tp, const struct infer_linear *li
         return -ENOMEM;
     struct infer_rows_tile *t = *tp;
     const uint32_t rows = lin->rows, cols = lin->cols, T = tile_rows(cols);
+    const size_t sb = npu_stage_bytes(n, cols);
+    if (sb > t->cap_stage) {
+        void *p = sl_alloc_aligned(sb, 64);
+        if (!p)
+            return -ENOMEM;
+        sl_free_aligned(t->stage);
+        t->stage = p;
+        t->cap_stage = sb;
+    }
+    npu_stage_act(xq, n, cols, t->stage);
     for (uint32_t r = r0; r < r1; r += T) {
         uint32_t nr = r1 - r < T ? r1 - r : T;
         int ret = tile_fit(t, nr, cols);
@@ -113,7 +127,7 @@ int infer_packed_rows(struct infer_rows_tile **tp, const struct infer_linear *li
             ret = npu_weights_fill(t->w, 0, nr, t->q, t->scale);
         if (ret < 0)
             return ret; /* -ERANGE: a code of -128 (the caller takes the row path) */
-        npu_linear_s8_range(t->w, xq, n, act, y + r, rows, 0, nr);
+        npu_linear_s8_staged(t->w, t->stage, n, act, y + r, rows, 0, nr);
     }
     return 0;
 }
