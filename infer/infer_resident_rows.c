@@ -22,12 +22,12 @@
 #define TILE_BYTES ((size_t)192 << 10)
 
 struct infer_rows_tile {
-    int8_t *q;            /* [rows][cols] unpacked codes of the tile */
-    float *scale;         /* [rows] */
+    int8_t *q;             /* [rows][cols] unpacked codes of the tile */
+    float *scale;          /* [rows] */
     struct npu_weights *w; /* the tile in the NPU's layout */
-    size_t cap_q;         /* bytes of q */
-    uint32_t cap_rows;    /* floats of scale */
-    void *stage;          /* the call's activations, staged once (npu_stage_act) */
+    size_t cap_q;          /* bytes of q */
+    uint32_t cap_rows;     /* floats of scale */
+    void *stage;           /* the call's activations, staged once (npu_stage_act) */
     size_t cap_stage;
 };
 
@@ -95,9 +95,8 @@ static int tile_fit(struct infer_rows_tile *t, uint32_t rows, uint32_t cols)
     return 0;
 }
 
-int infer_packed_rows(struct infer_rows_tile **tp, const struct infer_linear *lin,
-                      const int8_t *xq, uint32_t n, float act, float *y, uint32_t r0,
-                      uint32_t r1)
+int infer_packed_rows(struct infer_rows_tile **tp, const struct infer_linear *lin, const int8_t *xq,
+                      uint32_t n, float act, float *y, uint32_t r0, uint32_t r1)
 {
     if (r1 <= r0)
         return 0;

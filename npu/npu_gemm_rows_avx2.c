@@ -19,17 +19,16 @@
  * memory once for all rows. A row's panel sums stay in registers (4 int32
  * vectors) and are added into a per-column accumulator in memory (rows x
  * 32 int32). The weights PF_PANELS panels ahead are prefetched once, in
- * the pass of the first row, across the end of the column into the next. Activations are read from the AVX2 kernel's
- * staging (signed, 3-row interleave) and offset to a + 128 per broadcast. */
+ * the pass of the first row, across the end of the column into the next.
+ * Activations are read from the AVX2 kernel's staging (signed, 3-row
+ * interleave) and offset to a + 128 per broadcast. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "npu_gemm_internal.h"
 
 #define AI static inline __attribute__((always_inline))
-#ifndef PANEL
 #define PANEL 16    /* groups (4 k values) per k-panel: four int16 rounds of 4 */
-#endif
 #ifndef PF_PANELS
 #define PF_PANELS 6 /* how far ahead the weights are prefetched, in panels */
 #endif
@@ -104,29 +103,6 @@ AI void round4(const int NV, const int cn, const uint8_t *aq, const int8_t *w0, 
     }
 }
 
-#ifdef ROWS2
-/* round4 for two rows at once (a, b): each weight vector loaded once. */
-AI void round4x2(const int NV, const int cn, const uint8_t *aq, const uint8_t *bq,
-                 const int8_t *w0, const int8_t *w1, __m256i *s, __m256i *sb)
-{
-    __m256i t[4], tb[4];
-    for (int e = 0; e < cn; e++) {
-        const __m256i u = bcast_u(aq + 12 * e), ub = bcast_u(bq + 12 * e);
-        for (int j = 0; j < NV; j++) {
-            const __m256i w = _mm256_load_si256((const __m256i *)((j < 2 ? w0 : w1) + 64 * e + 32 * (j & 1)));
-            const __m256i p = _mm256_maddubs_epi16(u, w), pb = _mm256_maddubs_epi16(ub, w);
-            t[j] = e ? _mm256_add_epi16(t[j], p) : p;
-            tb[j] = e ? _mm256_add_epi16(tb[j], pb) : pb;
-        }
-    }
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int j = 0; j < NV; j++) {
-        s[j] = _mm256_add_epi32(s[j], _mm256_madd_epi16(t[j], ones));
-        sb[j] = _mm256_add_epi32(sb[j], _mm256_madd_epi16(tb[j], ones));
-    }
-}
-#endif
-
 /* One row over nq groups (PANEL: the four rounds unrolled). */
 AI void row_panel(const int NV, const uint8_t *aq, const int8_t *w0, const int8_t *w1,
                   uint32_t nq, __m256i *s)
@@ -171,39 +147,12 @@ AI void column(const int NV, const struct npu_gemm_args *g, const int8_t *bp, si
          * come next; each block's first panels were a stall per column
          * otherwise: +10-18% at 4-8 rows streamed from memory, BENCHMARKS) */
         const size_t off = 64 * (size_t)(q0 + PF_PANELS * PANEL);
-        const int8_t *pf = off < bstride ? bp + off : bp + (size_t)(NV / 2) * bstride + (off - bstride);
-#ifndef PF_SPREAD
+        const int8_t *pf =
+            off < bstride ? bp + off : bp + (size_t)(NV / 2) * bstride + (off - bstride);
         for (int b = 0; b < NV / 2; b++)
             for (uint32_t l = 0; l < PANEL; l++)
                 _mm_prefetch((const char *)(pf + (size_t)b * bstride + 64 * (size_t)l), _MM_HINT_T0);
-#else
-#define PF_SPREAD_PER(m) ((PANEL * (NV / 2) + (m) - 1) / (m))
-#endif
-        uint32_t i = 0;
-#ifdef ROWS2
-        if (nq == PANEL)
-            for (; i + 2 <= m; i += 2) {
-                const uint8_t *aq = g->a + npu_gemm_a_off(i, 0, k4, 3) + (size_t)q0 * 12;
-                const uint8_t *bq = g->a + npu_gemm_a_off(i + 1, 0, k4, 3) + (size_t)q0 * 12;
-                __m256i sa[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
-                                 _mm256_setzero_si256(), _mm256_setzero_si256()};
-                __m256i sb[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
-                                 _mm256_setzero_si256(), _mm256_setzero_si256()};
-                const int8_t *w0 = bp + 64 * (size_t)q0, *w1 = w0 + bstride;
-#pragma GCC unroll 4
-                for (int c = 0; c < PANEL; c += 4)
-                    round4x2(NV, 4, aq + 12 * c, bq + 12 * c, w0 + 64 * c, w1 + 64 * c, sa, sb);
-                for (int j = 0; j < NV; j++) {
-                    acc[i][j] = _mm256_add_epi32(acc[i][j], sa[j]);
-                    acc[i + 1][j] = _mm256_add_epi32(acc[i + 1][j], sb[j]);
-                }
-            }
-#endif
-        for (; i < m; i++) {
-#ifdef PF_SPREAD
-            for (uint32_t l = i * PF_SPREAD_PER(m); l < (i + 1) * PF_SPREAD_PER(m) && l < PANEL * (NV / 2); l++)
-                _mm_prefetch((const char *)(pf + (size_t)(l / PANEL) * bstride + 64 * (size_t)(l % PANEL)), _MM_HINT_T0);
-#endif
+        for (uint32_t i = 0; i < m; i++) {
             const uint8_t *ai = g->a + npu_gemm_a_off(i, 0, k4, 3);
             __m256i s[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
                             _mm256_setzero_si256(), _mm256_setzero_si256()};

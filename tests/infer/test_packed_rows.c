@@ -28,8 +28,10 @@ static int setup(void **st)
     if (tiny_q5_models(13, float_model, q_model) < 0)
         return -1;
     snprintf(bp_model, sizeof bp_model, "%s/tiny-bp4-rows.sluice", test_tmpdir());
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 4,
-                               .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
+    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW,
+                               .bits = 4,
+                               .budget = QUANTIZER_BUDGET_TENSOR,
+                               .alpha = -1,
                                .encoding = FORMAT_ENC_BITPLANE};
     if (quantizer_quantize(float_model, NULL, &o, bp_model, NULL, &err) < 0) {
         fprintf(stderr, "%s\n", err.msg);
@@ -71,7 +73,8 @@ static void same_bits(const char *model, int no_npu, uint32_t tile, struct test_
                 continue;
             uint32_t rows = lin->rows, cols = lin->cols;
             int8_t *xq = malloc((size_t)16 * cols);
-            float *want = malloc(sizeof(float) * 16 * rows), *got = malloc(sizeof(float) * 16 * rows);
+            float *want = malloc(sizeof(float) * 16 * rows),
+                  *got = malloc(sizeof(float) * 16 * rows);
             for (size_t i = 0; i < (size_t)16 * cols; i++)
                 xq[i] = (int8_t)((int)test_rng_below(g, 255) - 127);
             float act = 0.01f + (float)test_rng_below(g, 100) * 1e-4f;
@@ -83,8 +86,8 @@ static void same_bits(const char *model, int no_npu, uint32_t tile, struct test_
                 memset(got, 0xff, sizeof(float) * 16 * rows);
                 assert_int_equal(infer_linear_packed(st, lin, xq, ns[k], act, got, &err), 0);
                 if (memcmp(got, want, sizeof(float) * ns[k] * rows) != 0)
-                    fail_msg("%s layer %d role %u, %u rows, tile %u, no_npu %d: bits differ",
-                             model, l, role, ns[k], tile, no_npu);
+                    fail_msg("%s layer %d role %u, %u rows, tile %u, no_npu %d: bits differ", model,
+                             l, role, ns[k], tile, no_npu);
             }
             free(xq);
             free(want);
@@ -129,9 +132,8 @@ static void test_faults(void **st)
         for (size_t i = 0; i < (size_t)n * cols; i++)
             xq[i] = (int8_t)((int)(i * 37 % 255) - 127);
         for (uint32_t i = 0; i < n; i++)
-            assert_int_equal(infer_linear_packed(infer_session_state(s), lin,
-                                                 xq + (size_t)i * cols, 1, 0.02f,
-                                                 want + (size_t)i * rows, &err),
+            assert_int_equal(infer_linear_packed(infer_session_state(s), lin, xq + (size_t)i * cols,
+                                                 1, 0.02f, want + (size_t)i * rows, &err),
                              0);
         memset(&err, 0, sizeof err);
         sl_fault_alloc_arm(k);
@@ -146,9 +148,8 @@ static void test_faults(void **st)
             assert_true(err.msg[0] != 0);
             failed++;
             /* the state is still usable */
-            assert_int_equal(infer_linear_packed(infer_session_state(s), lin, xq, n, 0.02f, got,
-                                                 &err),
-                             0);
+            assert_int_equal(
+                infer_linear_packed(infer_session_state(s), lin, xq, n, 0.02f, got, &err), 0);
             assert_memory_equal(got, want, sizeof(float) * n * rows);
         }
         free(xq);

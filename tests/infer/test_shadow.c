@@ -989,7 +989,8 @@ static void test_term_scratch(void **st)
     float *x = malloc(sizeof(float) * n * cols), *base = malloc(sizeof(float) * n * rows);
     float *want = malloc(sizeof(float) * n * rows), *got = malloc(sizeof(float) * n * rows);
     for (uint32_t i = 0; i < n * cols; i++)
-        x[i] = test_rng_normal(&g) * 60 * lin->act_scale * (test_rng_below(&g, 8) == 0 ? 6.0f : 1.0f);
+        x[i] = test_rng_normal(&g) * 60 * lin->act_scale *
+               (test_rng_below(&g, 8) == 0 ? 6.0f : 1.0f);
     for (uint32_t i = 0; i < n * rows; i++)
         base[i] = test_rng_normal(&g);
     struct infer_clipbuf cb = {0};
