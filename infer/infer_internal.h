@@ -121,7 +121,25 @@ struct infer_state {
     /* int32 sums of packed matmuls (infer_resident.c), grown as needed */
     int32_t *acc;
     size_t acc_cap;
+    /* packed matmuls of a few rows (infer_resident_rows.c): the calling
+     * thread's and the device thread's tile scratch, made when first used */
+    struct infer_rows_tile *rows_tile[2];
 };
+
+/* Output channels [r0, r1) of a packed linear (lin->upk) for n activation
+ * rows xq [n][cols], into y [n][rows] (y[i * rows + r]): the codes unpacked
+ * once per call, a tile at a time, and multiplied by the NPU's GEMM, with
+ * the same bits as unpack_tensor_dot's path (infer_resident_rows.c). *t:
+ * the caller's tile scratch, made on first use. 0, -ENOMEM, or -ERANGE (a
+ * code of -128, which the NPU's layout cannot hold: use the row path). */
+struct infer_rows_tile;
+int infer_packed_rows(struct infer_rows_tile **t, const struct infer_linear *lin,
+                      const int8_t *xq, uint32_t n, float act, float *y, uint32_t r0,
+                      uint32_t r1);
+void infer_rows_tile_free(struct infer_rows_tile *t);
+/* Tests: output channels per tile (a multiple of 16; 0: the default, about
+ * 192 KiB of codes), process-wide. */
+void infer_packed_rows_set_tile(uint32_t channels);
 
 /* The rows of one forward call: n rows at KV slots slot0.., positions
  * pos[n], visibility vis (infer.h struct infer_attn_rows; vis.base =
@@ -359,6 +377,10 @@ void infer_shadow_set_gather_max(struct infer_shadow *sh, size_t bytes);
  * row by row (the earlier path, kept as the reference: both give the same
  * bits, test_shadow). */
 void infer_shadow_set_fused(struct infer_shadow *sh, int on);
+/* The term's scratch sets (term_fused): how many were made, and in
+ * *pooled (may be NULL) how many no call holds now. At most one per term
+ * call running at once; freed by infer_shadow_destroy. */
+uint32_t infer_shadow_scratch_sets(struct infer_shadow *sh, uint32_t *pooled);
 
 /* The shadow term's product read in place from the NPU's packed weights
  * (npu_weights_packed), 16 output rows at a time: for each block of 16 rows,

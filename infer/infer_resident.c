@@ -117,7 +117,12 @@ struct packed_part {
     float act;
     float *y;
     int32_t *acc;
+    struct infer_rows_tile **tile; /* this thread's tile scratch (a few rows) */
 };
+
+/* From this many rows, a packed linear unpacks its codes once for all rows
+ * (infer_resident_rows.c) rather than once per row. */
+#define PACKED_ROWS_MIN 4
 
 static int packed_part_run(void *arg)
 {
@@ -125,6 +130,11 @@ static int packed_part_run(void *arg)
     const struct infer_linear *lin = p->lin;
     if (p->r1 <= p->r0)
         return 0;
+    if (p->n >= PACKED_ROWS_MIN) {
+        int r = infer_packed_rows(p->tile, lin, p->xq, p->n, p->act, p->y, p->r0, p->r1);
+        if (r != -ERANGE) /* -ERANGE: a code the NPU's layout cannot hold */
+            return r;
+    }
     int ret = unpack_tensor_dot(lin->upk, unpack_kernel_best(), p->r0, p->r1, p->xq, p->n,
                                 p->acc + p->r0, lin->rows);
     if (ret < 0)
@@ -153,8 +163,8 @@ int infer_linear_packed(struct infer_state *s, const struct infer_linear *lin, c
     uint32_t rows = lin->rows, r_npu = 0;
     if (s->dev && rows >= 32 && infer_split_work(s, lin, n) >= s->npu_min_weights)
         r_npu = (uint32_t)(rows * s->npu_share) / 16 * 16;
-    struct packed_part dev = {lin, xq, n, 0, r_npu, act, y, s->acc};
-    struct packed_part own = {lin, xq, n, r_npu, rows, act, y, s->acc};
+    struct packed_part dev = {lin, xq, n, 0, r_npu, act, y, s->acc, &s->rows_tile[1]};
+    struct packed_part own = {lin, xq, n, r_npu, rows, act, y, s->acc, &s->rows_tile[0]};
     struct npu_ticket *t = NULL;
     int ret = 0;
     if (r_npu > 0 && (ret = npu_device_call(s->dev, packed_part_run, &dev, &t, err)) < 0)

@@ -10,6 +10,7 @@
  * x / s unclipped (the float-reference identity; the products of int8 codes
  * and float excess are exact in float up to the sums' rounding). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,24 @@ struct shadow_lin {
     int32_t *slot;                        /* [cols] hot column index, -1: cold */
 };
 
+/* One caller's scratch for term_fused, grown on demand (a buffer is
+ * replaced, not kept, when a call needs more) and kept between calls in the
+ * shadow's pool: one set per term running at once (the calling thread and
+ * the device thread run pieces of one matmul's term concurrently; the
+ * pipeline's CPU workers too), so after the first calls a term allocates
+ * nothing. */
+struct shadow_scratch {
+    struct shadow_scratch *next; /* in the pool */
+    uint32_t *start, *dcol;      /* [cap_cols] */
+    const int8_t **hotp;         /* [cap_cols] */
+    uint32_t *tok;               /* [cap_ne] */
+    float *ex;                   /* [cap_ne] */
+    float **out;                 /* [cap_nt] */
+    float *acc;                  /* [cap_nt][16 * INFER_SHADOW_COLS_GROUP], aligned */
+    int8_t *cols_own;            /* [cap_own] */
+    size_t cap_cols, cap_ne, cap_nt, cap_own;
+};
+
 struct infer_shadow {
     struct infer_model *m;
     struct format_shadow_linear *e;
@@ -38,6 +57,9 @@ struct infer_shadow {
     size_t bytes;
     size_t gather_max; /* bytes of columns a call gathers in one pass */
     int fused;         /* 1: the weights read in place (term_fused) */
+    pthread_mutex_t pool_lock;
+    struct shadow_scratch *pool; /* the sets no call holds now */
+    uint32_t pool_sets;          /* sets made (held by calls or in the pool) */
     /* statistics, added to by concurrent terms (atomics) */
     uint64_t calls, elements, clipped, token_rows, cols_hot, cols_cold;
 };
@@ -49,6 +71,102 @@ static struct shadow_lin *lin_of(const struct infer_shadow *sh, int layer, uint3
         return NULL;
     uint32_t li = layer < 0 ? L : (uint32_t)layer;
     return &sh->lin[(size_t)li * FORMAT_ROLE_COUNT + role];
+}
+
+static void scratch_free(struct shadow_scratch *x)
+{
+    free(x->start);
+    free(x->dcol);
+    free(x->hotp);
+    free(x->tok);
+    free(x->ex);
+    free(x->out);
+    sl_free_aligned(x->acc);
+    free(x->cols_own);
+    free(x);
+}
+
+/* A set from the pool, or a new empty one; NULL: out of memory. */
+static struct shadow_scratch *scratch_take(struct infer_shadow *sh)
+{
+    pthread_mutex_lock(&sh->pool_lock);
+    struct shadow_scratch *x = sh->pool;
+    if (x)
+        sh->pool = x->next;
+    pthread_mutex_unlock(&sh->pool_lock);
+    if (x)
+        return x;
+    if (!(x = sl_calloc(1, sizeof *x)))
+        return NULL;
+    pthread_mutex_lock(&sh->pool_lock);
+    sh->pool_sets++;
+    pthread_mutex_unlock(&sh->pool_lock);
+    return x;
+}
+
+static void scratch_give(struct infer_shadow *sh, struct shadow_scratch *x)
+{
+    pthread_mutex_lock(&sh->pool_lock);
+    x->next = sh->pool;
+    sh->pool = x;
+    pthread_mutex_unlock(&sh->pool_lock);
+}
+
+/* A buffer of at least n elements of size el in place of old (its contents
+ * not kept), whose capacity is cap: old itself when it is large enough, else
+ * a new one of n + n / 4 (old freed). *got: the capacity of what is
+ * returned; NULL (out of memory): old is kept, *got = cap. */
+static void *scratch_fit(void *old, size_t cap, size_t n, size_t el, int aligned, size_t *got)
+{
+    *got = cap;
+    if (n <= cap)
+        return old;
+    size_t want = n + n / 4;
+    void *q = aligned ? sl_alloc_aligned(want * el, 64) : sl_malloc(want * el);
+    if (!q)
+        return NULL;
+    if (aligned)
+        sl_free_aligned(old);
+    else
+        free(old);
+    *got = want;
+    return q;
+}
+
+#define SCRATCH_FIT(x, field, cap, n, aligned, got, ret)                                          \
+    do {                                                                                          \
+        void *q_ = (ret) == 0 ? scratch_fit((x)->field, (cap), (n), sizeof *(x)->field, (aligned), \
+                                            &(got))                                               \
+                              : (x)->field;                                                       \
+        if (q_)                                                                                   \
+            (x)->field = q_;                                                                      \
+        else                                                                                      \
+            (ret) = -ENOMEM;                                                                      \
+    } while (0)
+
+/* x's buffers for a call of `cols` columns, ne elements, nt token rows.
+ * -ENOMEM leaves x usable (what grew is kept, with true capacities). */
+static int scratch_grow(struct shadow_scratch *x, uint32_t cols, uint32_t ne, uint32_t nt)
+{
+    size_t c = (size_t)cols + 1, e = (size_t)ne + 1, t = nt ? nt : 1;
+    size_t c1 = x->cap_cols, c2 = c1, c3 = c1, e1 = x->cap_ne, e2 = e1, t1 = x->cap_nt, t2 = t1;
+    int ret = 0;
+    SCRATCH_FIT(x, start, x->cap_cols, c, 0, c1, ret);
+    SCRATCH_FIT(x, dcol, x->cap_cols, c, 0, c2, ret);
+    SCRATCH_FIT(x, hotp, x->cap_cols, c, 0, c3, ret);
+    SCRATCH_FIT(x, tok, x->cap_ne, e, 0, e1, ret);
+    SCRATCH_FIT(x, ex, x->cap_ne, e, 0, e2, ret);
+    SCRATCH_FIT(x, out, x->cap_nt, t, 0, t1, ret);
+    /* acc: 16 * INFER_SHADOW_COLS_GROUP floats per token row */
+    SCRATCH_FIT(x, acc, x->cap_nt * 16 * INFER_SHADOW_COLS_GROUP, t * 16 * INFER_SHADOW_COLS_GROUP,
+                1, t2, ret);
+    t2 /= 16 * INFER_SHADOW_COLS_GROUP;
+    /* after a failure some buffers grew and some did not: the least of
+     * each group's capacities is true of all of them */
+    x->cap_cols = c1 < c2 ? (c1 < c3 ? c1 : c3) : (c2 < c3 ? c2 : c3);
+    x->cap_ne = e1 < e2 ? e1 : e2;
+    x->cap_nt = t1 < t2 ? t1 : t2;
+    return ret;
 }
 
 int infer_shadow_create(struct infer_model *m, struct infer_shadow **out, struct sl_err *err)
@@ -70,6 +188,11 @@ int infer_shadow_create(struct infer_model *m, struct infer_shadow **out, struct
     struct infer_shadow *sh = sl_calloc(1, sizeof *sh);
     if (!sh) {
         sl_err_set(err, "out of memory for shadow execution");
+        return -ENOMEM;
+    }
+    if (pthread_mutex_init(&sh->pool_lock, NULL) != 0) {
+        free(sh);
+        sl_err_set(err, "cannot create the shadow term's lock");
         return -ENOMEM;
     }
     sh->m = m;
@@ -120,7 +243,24 @@ void infer_shadow_destroy(struct infer_shadow *sh)
             free(sh->lin[i].slot);
     free(sh->lin);
     format_shadow_free(sh->e, sh->n);
+    for (struct shadow_scratch *x = sh->pool, *nx; x; x = nx) {
+        nx = x->next;
+        scratch_free(x);
+    }
+    pthread_mutex_destroy(&sh->pool_lock);
     free(sh);
+}
+
+uint32_t infer_shadow_scratch_sets(struct infer_shadow *sh, uint32_t *pooled)
+{
+    pthread_mutex_lock(&sh->pool_lock);
+    uint32_t made = sh->pool_sets, in = 0;
+    for (const struct shadow_scratch *x = sh->pool; x; x = x->next)
+        in++;
+    pthread_mutex_unlock(&sh->pool_lock);
+    if (pooled)
+        *pooled = in;
+    return made;
 }
 
 void infer_shadow_attach(struct infer_model *m, struct infer_shadow *sh)
@@ -323,26 +463,30 @@ static int clip_sorted(const struct infer_clipped *clip, uint32_t n, uint32_t co
 /* The term reading the weights in place (infer_shadow_cols): the elements
  * grouped by column (a stable counting sort), each token row's output
  * written once. Returns 0 or -ENOMEM; counts into *hot, *cold, *trows. */
-static int term_fused(const struct shadow_lin *l, const struct wsrc *ws,
+static int term_fused(struct infer_shadow *sh, const struct shadow_lin *l, const struct wsrc *ws,
                       const struct infer_clipped *clip, float *y, uint32_t rows, uint32_t r0,
                       uint32_t r1, uint64_t *hot, uint64_t *cold, uint64_t *trows)
 {
     static const int8_t no_blocks[64]; /* packed source: every column is a copy */
-    int8_t *cols_own = NULL;
     const struct format_shadow_linear *e = l->e;
     uint32_t cols = e->cols, ne = clip->n;
     uint32_t nt = 0;
     for (uint32_t i = 0; i < ne; i++)
         nt += i == 0 || clip->row[i] != clip->row[i - 1];
-    uint32_t *start = sl_calloc((size_t)cols + 1, sizeof *start);
-    uint32_t *dcol = sl_malloc(sizeof *dcol * ((size_t)cols + 1));
-    uint32_t *tok = sl_malloc(sizeof *tok * ((size_t)ne + 1));
-    float *ex = sl_malloc(sizeof *ex * ((size_t)ne + 1));
-    const int8_t **hotp = sl_malloc(sizeof *hotp * ((size_t)cols + 1));
-    float **out = sl_malloc(sizeof *out * nt);
-    float *acc = sl_alloc_aligned(sizeof(float) * 16 * INFER_SHADOW_COLS_GROUP * (size_t)nt, 64);
-    int ret = start && dcol && tok && ex && hotp && out && acc ? 0 : -ENOMEM;
+    struct shadow_scratch *x = scratch_take(sh);
+    int ret = x ? scratch_grow(x, cols, ne, nt) : -ENOMEM;
+    uint32_t *start = NULL, *dcol = NULL, *tok = NULL;
+    float *ex = NULL, **out = NULL, *acc = NULL;
+    const int8_t **hotp = NULL;
     if (ret == 0) {
+        start = x->start;
+        dcol = x->dcol;
+        tok = x->tok;
+        ex = x->ex;
+        hotp = x->hotp;
+        out = x->out;
+        acc = x->acc;
+        memset(start, 0, sizeof *start * ((size_t)cols + 1));
         for (uint32_t i = 0; i < ne; i++)
             start[clip->col[i]]++;
         uint32_t nd = 0, sum = 0;
@@ -392,12 +536,14 @@ static int term_fused(const struct shadow_lin *l, const struct wsrc *ws,
             uint32_t ncold = 0;
             for (uint32_t d = 0; d < nd; d++)
                 ncold += !hotp[d];
-            if (ncold && !(cols_own = sl_malloc((size_t)ncold * rows)))
-                ret = -ENOMEM;
+            size_t got;
+            SCRATCH_FIT(x, cols_own, x->cap_own, (size_t)ncold * rows, 0, got, ret);
+            if (ret == 0)
+                x->cap_own = got;
             for (uint32_t d = 0, j = 0; ret == 0 && d < nd; d++)
                 if (!hotp[d]) {
-                    wsrc_col(ws, dcol[d], cols_own + (size_t)j * rows);
-                    hotp[d] = cols_own + (size_t)j++ * rows;
+                    wsrc_col(ws, dcol[d], x->cols_own + (size_t)j * rows);
+                    hotp[d] = x->cols_own + (size_t)j++ * rows;
                 }
             k.packed = no_blocks;
             k.block = 0;
@@ -407,14 +553,8 @@ static int term_fused(const struct shadow_lin *l, const struct wsrc *ws,
             *trows = nt;
         }
     }
-    free(cols_own);
-    free(start);
-    free(dcol);
-    free(tok);
-    free(ex);
-    free(hotp);
-    free(out);
-    sl_free_aligned(acc);
+    if (x)
+        scratch_give(sh, x);
     return ret;
 }
 
@@ -438,7 +578,7 @@ int infer_shadow_term(void *ctx, int layer, uint32_t role, const struct infer_cl
     /* in place: whole blocks of 16 output rows (the last may be short) */
     if (clip->n && sh->fused && clip_sorted(clip, n, e->cols) && r0 % 16 == 0 &&
         (r1 % 16 == 0 || r1 == rows)) {
-        int ret = term_fused(l, &ws, clip, y, rows, r0, r1, &hot, &cold, &trows);
+        int ret = term_fused(sh, l, &ws, clip, y, rows, r0, r1, &hot, &cold, &trows);
         if (ret == 0 && r0 == 0) /* the pieces of a call count once */
             count(sh, n, e->cols, clip->n, trows, hot, cold);
         free(ws.scale_own);

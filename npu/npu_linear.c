@@ -270,6 +270,33 @@ void npu_linear_s8_range(const struct npu_weights *w, const int8_t *xq, uint32_t
     sl_free_aligned(stage);
 }
 
+size_t npu_stage_bytes(uint32_t m, uint32_t cols)
+{
+    return npu_gemm_prep_bytes((cols + 3) & ~3u, m);
+}
+
+void npu_stage_act(const int8_t *xq, uint32_t m, uint32_t cols, void *stage)
+{
+    npu_kernel_ops(npu_kernel_best())->prep(xq, cols, m, cols, (cols + 3) & ~3u, 0, stage);
+}
+
+void npu_linear_s8_staged(const struct npu_weights *w, const void *stage, uint32_t m,
+                          float act_scale, float *y, size_t ldy, uint32_t r0, uint32_t r1)
+{
+    if (m == 0 || r1 <= r0)
+        return;
+    struct npu_gemm_args g = {.b = w->b,
+                              .a = stage,
+                              .m = m,
+                              .r0 = r0,
+                              .r1 = r1,
+                              .y = y + r0,
+                              .ldy = ldy,
+                              .act_scale = act_scale,
+                              .scale = w->scale};
+    npu_kernel_ops(npu_kernel_best())->gemm(&g);
+}
+
 void npu_linear_s8(const struct npu_weights *w, const int8_t *xq, uint32_t m, float act_scale,
                    float *y)
 {

@@ -41,7 +41,8 @@ static void usage(FILE *f)
             "                         [--rows 4|8|16] [--calibrate] [--min-match N]\n"
             "                         [--row-cost A] [--lookup BIN --gguf FILE]\n"
             "                         [--json]\n"
-            "       sluice bench spec MODEL --verify-cost C [--runs R] [--json]\n\n"
+            "       sluice bench spec MODEL --verify-cost C [--runs R] [--resident int8|packed]\n"
+            "                         [--json]\n\n"
             "Decode tokens/s of plain greedy decoding against speculative decoding (--spec\n"
             "auto) on the same model and prompts, run for run (plain, spec, llama.cpp plain,\n"
             "llama-lookup, then again), medians and best runs; checks that the greedy tokens are\n"
@@ -68,6 +69,9 @@ static void usage(FILE *f)
             "  --verify-cost C  instead: the time of one forward of 1, 4, 8 and 16 rows (a\n"
             "                draft tree) after a context of C tokens, --runs times each,\n"
             "                interleaved (the verification shapes against a decode step)\n"
+            "  --resident R  with --verify-cost: int8 weights (default) or packed residency\n"
+            "                (a cold start that keeps the packed codes, as run --resident\n"
+            "                packed; the graph-switching line is the int8 path's, not printed)\n"
             "  --tokenizer F llama2.c tokenizer when MODEL is a llama2.c .bin\n"
             "  --json        one JSON object\n",
             PASSAGE_VERSES, TASKS_PER_KIND, COPY_GRAM, 100 * NEAR_VERBATIM);
@@ -266,7 +270,7 @@ int bench_spec(int argc, char **argv)
 {
     const char *model = NULL, *text = NULL, *tokenizer = NULL, *lookup = NULL, *gguf = NULL;
     uint32_t n = 128, runs = 3, rows = 8;
-    int json = 0, calibrate = 0;
+    int json = 0, calibrate = 0, packed = 0;
     uint32_t min_match = 0;
     double row_cost = 0;
     uint32_t cost_ctx = 0;
@@ -293,6 +297,14 @@ int bench_spec(int argc, char **argv)
             bad = tools_args_u32(&a, 4, 16, &rows);
         } else if (!strcmp(s, "--verify-cost")) {
             bad = tools_args_u32(&a, 1, UINT32_MAX, &cost_ctx);
+        } else if (!strcmp(s, "--resident")) {
+            const char *v = NULL;
+            if (!(bad = tools_args_value(&a, &v)) && strcmp(v, "int8") && strcmp(v, "packed")) {
+                fprintf(stderr, "sluice bench spec: --resident wants int8 or packed, not '%s'\n",
+                        v);
+                bad = 1;
+            }
+            packed = !bad && !strcmp(v, "packed");
         } else if (!strcmp(s, "--calibrate")) {
             calibrate = 1;
         } else if (!strcmp(s, "--min-match")) {
@@ -308,6 +320,10 @@ int bench_spec(int argc, char **argv)
         }
         if (bad)
             return 2;
+    }
+    if (packed && !cost_ctx) {
+        fprintf(stderr, "sluice bench spec: --resident goes with --verify-cost\n");
+        return 2;
     }
     if (!model || (!text && !cost_ctx) || (lookup && !gguf) ||
         (rows != 4 && rows != 8 && rows != 16)) {
@@ -332,6 +348,12 @@ int bench_spec(int argc, char **argv)
     }
     struct infer_model *m = NULL;
     struct infer_tokenizer *tk = NULL;
+    if (ret == 0 && cost_ctx && packed) {
+        ret = bench_spec_cost(NULL, path, cost_ctx, runs, json);
+        if (tmp[0])
+            unlink(tmp);
+        return ret;
+    }
     if (ret == 0)
         ret = infer_model_load(path, NULL, &m, &err);
     if (tmp[0])
@@ -345,7 +367,7 @@ int bench_spec(int argc, char **argv)
         return 1;
     }
     if (cost_ctx) {
-        ret = bench_spec_cost(m, cost_ctx, runs, json);
+        ret = bench_spec_cost(m, path, cost_ctx, runs, json);
         infer_tokenizer_destroy(tk);
         infer_model_destroy(m);
         return ret;

@@ -1,6 +1,7 @@
 /* bench_spec_cost.c: `sluice bench spec MODEL --verify-cost C`: the time of
  * one verification forward of 4, 8 and 16 rows against a one-row decode
- * step, and what loading the decode graphs costs (sd.npu 3.2). */
+ * step, and what loading the decode graphs costs (sd.npu 3.2); with int8
+ * weights (infer_model_load) or packed residency (a cold start). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -76,24 +77,45 @@ static void graph_cost(struct infer_model *m, uint32_t chunk, cJSON *j, int json
 /* --verify-cost: the time of one forward of 1, 4, 8 and 16 rows (a draft
  * tree: a root and a chain below it, then dropped) after a context of ctx
  * tokens, interleaved, `runs` times each; medians and minima in ms. */
-int bench_spec_cost(struct infer_model *m, uint32_t ctx, uint32_t runs, int json)
+int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint32_t runs,
+                    int json)
 {
     struct sl_err err = {{0}};
-    struct infer_session *s;
+    struct infer_session *s = NULL;
     struct infer_session_opts so = {.max_batch = 256};
-    const struct format_config *c = infer_model_config(m);
-    if (ctx + 16 > c->seq_len)
+    struct format_config cfg;
+    int ret = 0;
+    if (m) {
+        cfg = *infer_model_config(m);
+    } else { /* packed residency: a cold start of path */
+        struct format_reader *r;
+        if ((ret = format_reader_open(path, &r, &err)) == 0) {
+            cfg = *format_reader_config(r);
+            format_reader_close(r);
+        }
+    }
+    const struct format_config *c = &cfg;
+    if (ret == 0 && ctx + 16 > c->seq_len)
         ctx = c->seq_len - 16;
-    int ret = infer_session_create(m, &so, &s, &err);
-    int *ids = malloc(sizeof(int) * (ctx + 16));
-    float *lg = malloc(sizeof(float) * c->vocab_size * 16);
+    int *ids = ret == 0 ? malloc(sizeof(int) * (ctx + 16)) : NULL;
+    float *lg = ret == 0 ? malloc(sizeof(float) * c->vocab_size * 16) : NULL;
     double *t = malloc(sizeof(double) * runs * 4);
     if (ret == 0 && (!ids || !lg || !t))
         ret = -ENOMEM;
     for (uint32_t i = 0; ids && i < ctx + 16; i++)
         ids[i] = i == 0 ? (int)c->bos_id : 3 + (int)((i * 2654435761u) % (c->vocab_size - 3));
-    if (ret == 0)
-        ret = infer_session_prefill(s, ids, ctx, &err);
+    if (ret == 0 && m) {
+        ret = infer_session_create(m, &so, &s, &err);
+        if (ret == 0)
+            ret = infer_session_prefill(s, ids, ctx, &err);
+    } else if (ret == 0) {
+        struct infer_pipeline_opts po;
+        infer_pipeline_opts_init(&po);
+        po.resident = INFER_RESIDENT_PACKED;
+        ret = infer_session_cold_start(path, ids, ctx, &so, &po, &s, NULL, &err);
+        if (ret == 0)
+            infer_session_drop_int8(s); /* the forwards below read the packed codes */
+    }
     static const uint32_t shapes[4] = {1, 4, 8, 16};
     struct infer_state *st = ret == 0 ? infer_session_state(s) : NULL;
     for (uint32_t r = 0; ret == 0 && r < runs; r++)
@@ -122,9 +144,12 @@ int bench_spec_cost(struct infer_model *m, uint32_t ctx, uint32_t runs, int json
     } else {
         cJSON *j = cJSON_CreateObject();
         double one = bench_spec_stat(t, runs, 1);
-        graph_cost(infer_session_model(s), c->seq_len < 256 ? c->seq_len : 256, j, json);
+        if (m) /* the graphs and the layer's prefill are the int8 path's */
+            graph_cost(infer_session_model(s), c->seq_len < 256 ? c->seq_len : 256, j, json);
         if (!json)
-            printf("context %u: one forward, ms (median / min over %u runs)\n", ctx, runs);
+            printf("context %u, %s resident: one forward, ms (median / min over %u runs)\n", ctx,
+                   m ? "int8" : "packed", runs);
+        cJSON_AddStringToObject(j, "resident", m ? "int8" : "packed");
         for (int k = 0; k < 4; k++) {
             double md = bench_spec_stat(t + k * runs, runs, 1),
                    mn = bench_spec_stat(t + k * runs, runs, 0);

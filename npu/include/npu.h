@@ -222,6 +222,17 @@ float npu_act_scale_dynamic(const float *x, size_t n);
 void npu_linear_s8_range(const struct npu_weights *w, const int8_t *xq, uint32_t m,
                          float act_scale, float *y, size_t ldy, uint32_t r0, uint32_t r1);
 
+/* The same with the activations staged once for several calls (one linear
+ * cut into channel tiles whose weights are refilled in between, each tile's
+ * weights of the same cols): npu_stage_bytes(m, cols) bytes, 64-byte
+ * aligned, filled by npu_stage_act from xq [m][cols], then any number of
+ * npu_linear_s8_staged on weights of that many cols. Same results as
+ * npu_linear_s8_range. */
+size_t npu_stage_bytes(uint32_t m, uint32_t cols);
+void npu_stage_act(const int8_t *xq, uint32_t m, uint32_t cols, void *stage);
+void npu_linear_s8_staged(const struct npu_weights *w, const void *stage, uint32_t m,
+                          float act_scale, float *y, size_t ldy, uint32_t r0, uint32_t r1);
+
 /* All output channels: y[m][rows]. */
 void npu_linear_s8(const struct npu_weights *w, const int8_t *xq, uint32_t m, float act_scale,
                    float *y);

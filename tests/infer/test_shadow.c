@@ -12,6 +12,7 @@
  *  - malformed shadow metadata is refused with a message naming the entry. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -939,6 +940,148 @@ static void test_gather_budget(void **st)
     infer_model_destroy(m);
 }
 
+/* term_fused's scratch sets (a pool in the shadow): a warm call allocates
+ * nothing; every allocation of a call failing in turn gives -ENOMEM with
+ * the output untouched, and the next call (the set kept) the right bits;
+ * concurrent callers get a set each, never more sets than callers, and the
+ * same bits; infer_shadow_destroy frees them (ASan). */
+struct scratch_job {
+    struct infer_shadow *sh;
+    int layer;
+    uint32_t role, n, rows, reps;
+    const struct infer_clipped *clip;
+    const float *base, *want;
+    float *y;
+    int bad;
+};
+
+static void *scratch_thread(void *arg)
+{
+    struct scratch_job *j = arg;
+    for (uint32_t r = 0; r < j->reps; r++) {
+        memcpy(j->y, j->base, sizeof(float) * j->n * j->rows);
+        if (infer_shadow_term(j->sh, j->layer, j->role, j->clip, j->y, j->n, j->rows) != 0 ||
+            memcmp(j->y, j->want, sizeof(float) * j->n * j->rows) != 0)
+            j->bad++;
+    }
+    return NULL;
+}
+
+static void test_term_scratch(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(shadow_model, NULL, &m, &err), 0);
+    struct test_rng g;
+    test_rng_init(&g, test_seed() + 101);
+    int layer = -2;
+    uint32_t role = 0;
+    struct infer_shadow *sh;
+    assert_int_equal(infer_shadow_create(m, &sh, &err), 0);
+    for (int l = 0; layer == -2 && l < (int)infer_model_config(m)->n_layers; l++)
+        for (uint32_t r = FORMAT_ROLE_WQ; layer == -2 && r <= FORMAT_ROLE_W_DOWN; r++)
+            if (infer_shadow_wants(sh, l, r) && infer_model_linear(m, l, r)->rows >= 32)
+                layer = l, role = r;
+    assert_true(layer >= 0);
+    struct infer_linear *lin = infer_model_linear(m, layer, role);
+    uint32_t n = 7, rows = lin->rows, cols = lin->cols;
+    float *x = malloc(sizeof(float) * n * cols), *base = malloc(sizeof(float) * n * rows);
+    float *want = malloc(sizeof(float) * n * rows), *got = malloc(sizeof(float) * n * rows);
+    for (uint32_t i = 0; i < n * cols; i++)
+        x[i] = test_rng_normal(&g) * 60 * lin->act_scale *
+               (test_rng_below(&g, 8) == 0 ? 6.0f : 1.0f);
+    for (uint32_t i = 0; i < n * rows; i++)
+        base[i] = test_rng_normal(&g);
+    struct infer_clipbuf cb = {0};
+    struct infer_clipped clip;
+    assert_int_equal(infer_find_clipped(&cb, x, n, cols, lin->act_scale, &clip), 0);
+    assert_true(clip.n > 2 && clip.row[clip.n - 1] > clip.row[0]);
+    /* the reference: the gathering path (no scratch set) */
+    infer_shadow_set_fused(sh, 0);
+    memcpy(want, base, sizeof(float) * n * rows);
+    assert_int_equal(infer_shadow_term(sh, layer, role, &clip, want, n, rows), 0);
+    infer_shadow_set_fused(sh, 1);
+    uint32_t pooled;
+    assert_int_equal(infer_shadow_scratch_sets(sh, &pooled), 0);
+    memcpy(got, base, sizeof(float) * n * rows);
+    assert_int_equal(infer_shadow_term(sh, layer, role, &clip, got, n, rows), 0);
+    assert_memory_equal(got, want, sizeof(float) * n * rows);
+    assert_int_equal(infer_shadow_scratch_sets(sh, &pooled), 1);
+    assert_int_equal(pooled, 1);
+    /* warm: no allocation at all, the same bits */
+    memcpy(got, base, sizeof(float) * n * rows);
+    sl_fault_alloc_arm(-1);
+    int ret = infer_shadow_term(sh, layer, role, &clip, got, n, rows);
+    long allocs = sl_fault_alloc_count();
+    sl_fault_alloc_arm(0);
+    assert_int_equal(ret, 0);
+    assert_int_equal(allocs, 0);
+    assert_memory_equal(got, want, sizeof(float) * n * rows);
+    assert_int_equal(infer_shadow_scratch_sets(sh, NULL), 1);
+    /* each allocation of a first call (k = 1, 2, ...) and of a call that
+     * outgrows a set warmed by a smaller one failing in turn */
+    struct infer_clipped small = clip;
+    small.n = 1;
+    float *ys = malloc(sizeof(float) * n * rows);
+    for (int grow = 0; grow < 2; grow++) {
+        uint32_t failed = 0;
+        for (long k = 1;; k++) {
+            struct infer_shadow *s2;
+            assert_int_equal(infer_shadow_create(m, &s2, &err), 0);
+            if (grow)
+                assert_int_equal(infer_shadow_term(s2, layer, role, &small, ys, n, rows), 0);
+            memcpy(got, base, sizeof(float) * n * rows);
+            sl_fault_alloc_arm(k);
+            ret = infer_shadow_term(s2, layer, role, &clip, got, n, rows);
+            allocs = sl_fault_alloc_count();
+            sl_fault_alloc_arm(0);
+            if (allocs < k) { /* nothing failed: every allocation passed */
+                assert_int_equal(ret, 0);
+                assert_memory_equal(got, want, sizeof(float) * n * rows);
+                infer_shadow_destroy(s2);
+                break;
+            }
+            assert_int_equal(ret, -ENOMEM);
+            assert_memory_equal(got, base, sizeof(float) * n * rows);
+            failed++;
+            /* the set (if one was made) went back to the pool and still works */
+            memcpy(got, base, sizeof(float) * n * rows);
+            assert_int_equal(infer_shadow_term(s2, layer, role, &clip, got, n, rows), 0);
+            assert_memory_equal(got, want, sizeof(float) * n * rows);
+            assert_int_equal(infer_shadow_scratch_sets(s2, &pooled), 1);
+            assert_int_equal(pooled, 1);
+            infer_shadow_destroy(s2);
+        }
+        assert_true(failed >= (grow ? 2u : 8u));
+    }
+    free(ys);
+    /* concurrent callers: a set each at most, the same bits */
+    enum { T = 4 };
+    pthread_t tid[T];
+    struct scratch_job job[T];
+    for (int t = 0; t < T; t++) {
+        job[t] = (struct scratch_job){sh, layer, role, n, rows, 40, &clip, base, want,
+                                      malloc(sizeof(float) * n * rows), 0};
+        assert_int_equal(pthread_create(&tid[t], NULL, scratch_thread, &job[t]), 0);
+    }
+    for (int t = 0; t < T; t++) {
+        assert_int_equal(pthread_join(tid[t], NULL), 0);
+        assert_int_equal(job[t].bad, 0);
+        free(job[t].y);
+    }
+    uint32_t sets = infer_shadow_scratch_sets(sh, &pooled);
+    assert_true(sets >= 1 && sets <= T);
+    assert_int_equal(pooled, sets);
+    infer_shadow_destroy(sh);
+    infer_clipbuf_free(&cb);
+    free(x);
+    free(base);
+    free(want);
+    free(got);
+    infer_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -957,6 +1100,7 @@ int main(void)
         cmocka_unit_test(test_find_clipped_q),
         cmocka_unit_test(test_gather_budget),
         cmocka_unit_test(test_term_pieces),
+        cmocka_unit_test(test_term_scratch),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -8,7 +8,9 @@
  * against codes +-16: the largest int16 rounds), and through the dispatched
  * kernel with tiny and wider blocks mixed. Also that the reference does
  * model int16 saturation: with codes of 17..64 it differs from the exact
- * GEMM, so agreement on tiny codes is a real check. Seed printed. */
+ * GEMM, so agreement on tiny codes is a real check. And the staged linear
+ * (npu_stage_act once, npu_linear_s8_staged per refill) against
+ * npu_linear_s8_range. Seed printed. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +208,48 @@ static void test_reference_can_fail(void **state)
     npu_gemm_b_destroy(pb);
 }
 
+/* npu_linear_s8_staged (activations staged once, npu_stage_act) equals
+ * npu_linear_s8_range bit for bit: weights refilled between calls with the
+ * same staging, random rows, shapes and channel ranges. */
+static void test_staged(void **state)
+{
+    (void)state;
+    for (int t = 0; t < 60; t++) {
+        uint32_t m = 1 + test_rng_below(&rng, NPU_GEMM_ROWS_MAX);
+        uint32_t n = 1 + test_rng_below(&rng, 100), k = 1 + test_rng_below(&rng, 600);
+        int8_t *a = malloc((size_t)m * k), *b = malloc((size_t)n * k);
+        float *scale = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * m * n);
+        float *got = malloc(sizeof(float) * m * n);
+        void *st = sl_alloc_aligned(npu_stage_bytes(m, k), 64);
+        assert_true(a && b && scale && want && got && st);
+        make(a, (size_t)m * k, b, n, k, t % 3 == 2 ? 3 : 0);
+        npu_stage_act(a, m, k, st);
+        struct npu_weights *w;
+        assert_int_equal(npu_weights_alloc(n, k, &w), 0);
+        for (int fill = 0; fill < 3; fill++) {
+            for (size_t i = 0; i < (size_t)n * k; i++)
+                if (fill)
+                    b[i] = (int8_t)((int)test_rng_below(&rng, 33) - 16);
+            for (uint32_t r = 0; r < n; r++)
+                scale[r] = 1e-3f * (float)(1 + test_rng_below(&rng, 1000));
+            assert_int_equal(npu_weights_fill(w, 0, n, b, scale), 0);
+            uint32_t r0 = test_rng_below(&rng, n), r1 = r0 + 1 + test_rng_below(&rng, n - r0);
+            memset(want, 0, sizeof(float) * m * n);
+            memset(got, 0, sizeof(float) * m * n);
+            npu_linear_s8_range(w, a, m, 0.031f, want, n, r0, r1);
+            npu_linear_s8_staged(w, st, m, 0.031f, got, n, r0, r1);
+            assert_memory_equal(got, want, sizeof(float) * m * n);
+        }
+        npu_weights_destroy(w);
+        sl_free_aligned(st);
+        free(a);
+        free(b);
+        free(scale);
+        free(want);
+        free(got);
+    }
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -216,6 +260,7 @@ int main(void)
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_extremes),
         cmocka_unit_test(test_reference_can_fail),
+        cmocka_unit_test(test_staged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,132 @@
+/* infer_resident_rows.c: a packed linear (packed residency) for a few
+ * activation rows at once, a draft tree's verification (4 to 16 rows):
+ * unpack_tensor_dot unpacks a row's codes again for every activation row,
+ * so n rows cost about n one-row steps of unpacking. Here the codes are
+ * unpacked once per call, a tile of output channels at a time, into int8
+ * in the NPU's layout (npu_weights_fill), and the tile is multiplied with
+ * all n rows by the NPU's GEMM (its few-rows kernel where the codes are
+ * small; the activations staged once per call), while the tile is in the
+ * core's cache. The sums are the same
+ * exact integers, and y = (act * scale[r]) * acc as on both other paths,
+ * so the floats are the same bits (test_spec: packed_rows). */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "infer_internal.h"
+#include "npu.h"
+#include "unpack.h"
+
+/* Tile of output channels: about TILE_BYTES of int8 codes (a core's L2
+ * holds it beside the prefetched stream), a multiple of 16 channels. */
+#define TILE_BYTES ((size_t)192 << 10)
+
+struct infer_rows_tile {
+    int8_t *q;             /* [rows][cols] unpacked codes of the tile */
+    float *scale;          /* [rows] */
+    struct npu_weights *w; /* the tile in the NPU's layout */
+    size_t cap_q;          /* bytes of q */
+    uint32_t cap_rows;     /* floats of scale */
+    void *stage;           /* the call's activations, staged once (npu_stage_act) */
+    size_t cap_stage;
+};
+
+void infer_rows_tile_free(struct infer_rows_tile *t)
+{
+    if (!t)
+        return;
+    sl_free_aligned(t->q);
+    free(t->scale);
+    npu_weights_destroy(t->w);
+    sl_free_aligned(t->stage);
+    free(t);
+}
+
+static _Atomic uint32_t tile_override; /* tests: channels per tile, 0: by TILE_BYTES */
+
+void infer_packed_rows_set_tile(uint32_t channels)
+{
+    atomic_store(&tile_override, channels / 16 * 16);
+}
+
+static uint32_t tile_rows(uint32_t cols)
+{
+    uint32_t o = atomic_load(&tile_override);
+    if (o)
+        return o;
+    size_t r = TILE_BYTES / cols / 16 * 16;
+    return r < 16 ? 16 : r > 512 ? 512 : (uint32_t)r;
+}
+
+/* t's buffers for tiles of `rows` channels of `cols` inputs. */
+static int tile_fit(struct infer_rows_tile *t, uint32_t rows, uint32_t cols)
+{
+    size_t need = (size_t)rows * cols;
+    if (need > t->cap_q) {
+        int8_t *q = sl_alloc_aligned(need, 64);
+        if (!q)
+            return -ENOMEM;
+        sl_free_aligned(t->q);
+        t->q = q;
+        t->cap_q = need;
+    }
+    if (rows > t->cap_rows) {
+        float *s = sl_malloc(sizeof(float) * rows);
+        if (!s)
+            return -ENOMEM;
+        free(t->scale);
+        t->scale = s;
+        t->cap_rows = rows;
+    }
+    if (t->w && npu_weights_reshape(t->w, rows, cols) == 0)
+        return 0;
+    /* room for any tile of this many columns or fewer rows (a tile is at
+     * most TILE_BYTES but where 16 channels are more), so that linears of
+     * other shapes reuse it */
+    uint32_t alloc_rows = (uint32_t)((TILE_BYTES + (size_t)16 * cols) / cols + 15) / 16 * 16;
+    struct npu_weights *w;
+    int ret = npu_weights_alloc(alloc_rows > rows ? alloc_rows : rows, cols, &w);
+    if (ret == 0 && (ret = npu_weights_reshape(w, rows, cols)) < 0)
+        npu_weights_destroy(w);
+    if (ret < 0)
+        return ret;
+    npu_weights_destroy(t->w);
+    t->w = w;
+    return 0;
+}
+
+int infer_packed_rows(struct infer_rows_tile **tp, const struct infer_linear *lin, const int8_t *xq,
+                      uint32_t n, float act, float *y, uint32_t r0, uint32_t r1)
+{
+    if (r1 <= r0)
+        return 0;
+    if (!*tp && !(*tp = sl_calloc(1, sizeof **tp)))
+        return -ENOMEM;
+    struct infer_rows_tile *t = *tp;
+    const uint32_t rows = lin->rows, cols = lin->cols, T = tile_rows(cols);
+    const size_t sb = npu_stage_bytes(n, cols);
+    if (sb > t->cap_stage) {
+        void *p = sl_alloc_aligned(sb, 64);
+        if (!p)
+            return -ENOMEM;
+        sl_free_aligned(t->stage);
+        t->stage = p;
+        t->cap_stage = sb;
+    }
+    npu_stage_act(xq, n, cols, t->stage);
+    for (uint32_t r = r0; r < r1; r += T) {
+        uint32_t nr = r1 - r < T ? r1 - r : T;
+        int ret = tile_fit(t, nr, cols);
+        if (ret == 0)
+            ret = unpack_tensor_rows_store(lin->upk, unpack_kernel_best(), r, r + nr, t->q, NULL,
+                                           UNPACK_STORE_CACHED);
+        for (uint32_t i = 0; ret == 0 && i < nr; i++)
+            t->scale[i] = unpack_tensor_scale(lin->upk, r + i);
+        if (ret == 0)
+            ret = npu_weights_fill(t->w, 0, nr, t->q, t->scale);
+        if (ret < 0)
+            return ret; /* -ERANGE: a code of -128 (the caller takes the row path) */
+        npu_linear_s8_staged(t->w, t->stage, n, act, y + r, rows, 0, nr);
+    }
+    return 0;
+}
