@@ -388,6 +388,23 @@ values_t(const uint32_t HS, float *out, const float *a, const float *vb0, size_t
     }
 }
 
+/* the first e >= j with e == len or list[e] >= t1 (list ascending, slots
+ * below 2^31): eight entries compared at a time (a block's ~50 entries per
+ * pair cost one mispredicted exit, not one per entry scanned) */
+static inline uint32_t list_end(const uint32_t *list, uint32_t j, uint32_t len, uint32_t t1)
+{
+    const __m256i t = _mm256_set1_epi32((int)t1);
+    for (; j + 8 <= len; j += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(list + j));
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(t, v)));
+        if (m != 0xffu)
+            return j + pop8(m); /* ascending: the lanes below t1 come first */
+    }
+    while (j < len && list[j] < t1)
+        j++;
+    return j;
+}
+
 /* attn_sel_rows_avx2: R (row, head) pairs of one kv head at once, the keys
  * in blocks of kb slots: every pair's scores of the block's keys, then (after
  * each pair's softmax) every pair's sum over the block's values, its 64
@@ -415,9 +432,7 @@ void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *
             ld = hs;
         }
         for (uint32_t r = 0; r < R; r++) {
-            uint32_t j = cur[r], e = j;
-            while (e < p[r].len && p[r].list[e] < t1)
-                e++;
+            uint32_t j = cur[r], e = list_end(p[r].list, j, p[r].len, t1);
             if (e > j)
                 scores_blk(p[r].a + j, p[r].q, kb0, ld, hs, p[r].list + j, e - j, t0);
             cur[r] = e;
@@ -441,9 +456,7 @@ void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *
             ld = hs;
         }
         for (uint32_t r = 0; r < R; r++) {
-            uint32_t j0 = cur[r], e = j0;
-            while (e < p[r].len && p[r].list[e] < t1)
-                e++;
+            uint32_t j0 = cur[r], e = list_end(p[r].list, j0, p[r].len, t1);
             cur[r] = e;
             if (e == j0)
                 continue;
