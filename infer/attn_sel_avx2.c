@@ -107,12 +107,16 @@ static void scores_at(float *a, const float *qh, const float *kh, size_t kv_dim,
     scores_t(0, 1, a, qh, kh, kv_dim, hs, list, len, t0);
 }
 
-/* a block of rows already in the caches: no prefetch, the common head
- * sizes' loops unrolled */
+/* a block of keys: without prefetch where its rows are consecutive (a
+ * copy the caches hold), with it where they are read in place (kv_dim
+ * apart: decode's scattered cache rows); the common head sizes' loops
+ * unrolled */
 static void scores_blk(float *a, const float *qh, const float *kh, size_t kv_dim, uint32_t hs,
                        const uint32_t *list, uint32_t len, uint32_t t0)
 {
-    if (hs == 64)
+    if (kv_dim != hs)
+        scores_t(0, 1, a, qh, kh, kv_dim, hs, list, len, t0);
+    else if (hs == 64)
         scores_t(64, 0, a, qh, kh, kv_dim, hs, list, len, t0);
     else if (hs == 128)
         scores_t(128, 0, a, qh, kh, kv_dim, hs, list, len, t0);
