@@ -86,18 +86,23 @@ void attn_estimate_ref(const int8_t *q8, uint32_t m, uint32_t hd, float qs, cons
         }
 }
 
-float attn_quantize_key(const float *k, uint32_t hd, int8_t *q)
+float attn_quantize_key_q(const float *k, uint32_t hd, int qmax, int8_t *q)
 {
-    float amax = 0.0f;
+    float amax = 0.0f, lim = (float)qmax;
     for (uint32_t j = 0; j < hd; j++)
         amax = fabsf(k[j]) > amax ? fabsf(k[j]) : amax;
-    float s = amax > 0.0f && isfinite(amax) ? amax / 127.0f : 1.0f;
+    float s = amax > 0.0f && isfinite(amax) ? amax / lim : 1.0f;
     float inv = 1.0f / s;
     for (uint32_t j = 0; j < hd; j++) {
         float r = rintf(k[j] * inv);
-        q[j] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : r);
+        q[j] = (int8_t)(r > lim ? qmax : r < -lim ? -qmax : r);
     }
     return s;
+}
+
+float attn_quantize_key(const float *k, uint32_t hd, int8_t *q)
+{
+    return attn_quantize_key_q(k, hd, 127, q);
 }
 
 /* Algorithm 1's C/GPUPlan: orders the heads of one launch on the CPU after

@@ -2,8 +2,8 @@
  * (attn_sparse.h has the definitions; attn_sel.c the scalar twins):
  * - attn_sel_row_avx2: one query row of one head over a list of slots, read
  *   in place from the cache (no gathering): every score an 8-lane FMA dot
- *   folded like the matmul kernel's hsum, four keys at a time (their chains
- *   are independent, so four hide the FMA latency), the kernels' softmax
+ *   folded like the matmul kernel's hsum, eight keys at a time (their
+ *   chains are independent, so eight hide the FMA latency), the kernels' softmax
  *   steps, then probabilities times values by FMA in list order, 64 columns
  *   (8 accumulators) at a time;
  * - attn_above_avx2: the indices of the scores at or above a threshold, by
@@ -42,15 +42,42 @@ static inline void prefetch_row(const float *p, uint32_t n)
         _mm_prefetch((const char *)(p + c), _MM_HINT_T0);
 }
 
-/* a[j] = dot(qh, key of slot list[j]), the key at kh + (list[j] - t0) * kv_dim */
-static void scores_at(float *a, const float *qh, const float *kh, size_t kv_dim, uint32_t hs,
-                      const uint32_t *list, uint32_t len, uint32_t t0)
+/* a[j] = dot(qh, key of slot list[j]), the key at kh + (list[j] - t0) * kv_dim;
+ * HS: hs when it is a constant (64, 128), else 0; PF: prefetch the rows
+ * AHEAD keys ahead (scattered rows of the cache; a block already in the
+ * caches gains nothing from it) */
+static inline __attribute__((always_inline)) void
+scores_t(const uint32_t HS, const int PF, float *a, const float *qh, const float *kh,
+         size_t kv_dim, uint32_t hs, const uint32_t *list, uint32_t len, uint32_t t0)
 {
+    if (HS)
+        hs = HS;
     uint32_t j = 0;
-    for (; j + 4 <= len; j += 4) {
-        if (j + AHEAD + 4 <= len)
-            for (uint32_t e = 0; e < 4; e++)
+    /* eight keys at a time: eight independent FMA chains */
+    for (; j + 8 <= len; j += 8) {
+        if (PF && j + AHEAD + 8 <= len)
+            for (uint32_t e = 0; e < 8; e++)
                 prefetch_row(kh + (size_t)(list[j + AHEAD + e] - t0) * kv_dim, hs);
+        const float *k[8];
+        for (int e = 0; e < 8; e++)
+            k[e] = kh + (size_t)(list[j + e] - t0) * kv_dim;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m256 a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        for (uint32_t c = 0; c < hs; c += 8) {
+            __m256 q = _mm256_loadu_ps(qh + c);
+            a0 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k[0] + c), a0);
+            a1 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k[1] + c), a1);
+            a2 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k[2] + c), a2);
+            a3 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k[3] + c), a3);
+            a4 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k[4] + c), a4);
+            a5 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k[5] + c), a5);
+            a6 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k[6] + c), a6);
+            a7 = _mm256_fmadd_ps(q, _mm256_loadu_ps(k[7] + c), a7);
+        }
+        _mm_storeu_ps(a + j, hsum4(a0, a1, a2, a3));
+        _mm_storeu_ps(a + j + 4, hsum4(a4, a5, a6, a7));
+    }
+    for (; j + 4 <= len; j += 4) {
         const float *k0 = kh + (size_t)(list[j] - t0) * kv_dim;
         const float *k1 = kh + (size_t)(list[j + 1] - t0) * kv_dim;
         const float *k2 = kh + (size_t)(list[j + 2] - t0) * kv_dim;
@@ -72,6 +99,29 @@ static void scores_at(float *a, const float *qh, const float *kh, size_t kv_dim,
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qh + c), _mm256_loadu_ps(k0 + c), a0);
         a[j] = hsum1(a0);
     }
+}
+
+static void scores_at(float *a, const float *qh, const float *kh, size_t kv_dim, uint32_t hs,
+                      const uint32_t *list, uint32_t len, uint32_t t0)
+{
+    scores_t(0, 1, a, qh, kh, kv_dim, hs, list, len, t0);
+}
+
+/* a block of keys: without prefetch where its rows are consecutive (a
+ * copy the caches hold), with it where they are read in place (kv_dim
+ * apart: decode's scattered cache rows); the common head sizes' loops
+ * unrolled */
+static void scores_blk(float *a, const float *qh, const float *kh, size_t kv_dim, uint32_t hs,
+                       const uint32_t *list, uint32_t len, uint32_t t0)
+{
+    if (kv_dim != hs)
+        scores_t(0, 1, a, qh, kh, kv_dim, hs, list, len, t0);
+    else if (hs == 64)
+        scores_t(64, 0, a, qh, kh, kv_dim, hs, list, len, t0);
+    else if (hs == 128)
+        scores_t(128, 0, a, qh, kh, kv_dim, hs, list, len, t0);
+    else
+        scores_t(0, 0, a, qh, kh, kv_dim, hs, list, len, t0);
 }
 
 static void scores(float *a, const float *qh, const float *kh, size_t kv_dim, uint32_t hs,
@@ -309,6 +359,56 @@ void attn_range_avx2(const float *s, uint32_t n, float *lo, float *hi, int *nan)
     *nan = any;
 }
 
+/* out[hs] += sum over list[j0..e) of a[j] * value row (list[j] - t0) of vb0
+ * (rows ld apart), each column one FMA chain in list order, 64 columns (8
+ * accumulators) at a time; HS: hs when a constant, else 0 */
+static inline __attribute__((always_inline)) void
+values_t(const uint32_t HS, float *out, const float *a, const float *vb0, size_t ld, uint32_t hs,
+         const uint32_t *list, uint32_t j0, uint32_t e, uint32_t t0)
+{
+    if (HS)
+        hs = HS;
+    uint32_t c0 = 0;
+    for (; c0 + 64 <= hs; c0 += 64) {
+        __m256 acc[8];
+        for (int i = 0; i < 8; i++)
+            acc[i] = _mm256_loadu_ps(out + c0 + 8 * i);
+        for (uint32_t j = j0; j < e; j++) {
+            const float *v = vb0 + (size_t)(list[j] - t0) * ld + c0;
+            __m256 pj = _mm256_set1_ps(a[j]);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                acc[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * i), acc[i]);
+        }
+        for (int i = 0; i < 8; i++)
+            _mm256_storeu_ps(out + c0 + 8 * i, acc[i]);
+    }
+    for (; c0 < hs; c0 += 8) {
+        __m256 acc = _mm256_loadu_ps(out + c0);
+        for (uint32_t j = j0; j < e; j++)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(a[j]),
+                                  _mm256_loadu_ps(vb0 + (size_t)(list[j] - t0) * ld + c0), acc);
+        _mm256_storeu_ps(out + c0, acc);
+    }
+}
+
+/* the first e >= j with e == len or list[e] >= t1 (list ascending, slots
+ * below 2^31): eight entries compared at a time (a block's ~50 entries per
+ * pair cost one mispredicted exit, not one per entry scanned) */
+static inline uint32_t list_end(const uint32_t *list, uint32_t j, uint32_t len, uint32_t t1)
+{
+    const __m256i t = _mm256_set1_epi32((int)t1);
+    for (; j + 8 <= len; j += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(list + j));
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(t, v)));
+        if (m != 0xffu)
+            return j + pop8(m); /* ascending: the lanes below t1 come first */
+    }
+    while (j < len && list[j] < t1)
+        j++;
+    return j;
+}
+
 /* attn_sel_rows_avx2: R (row, head) pairs of one kv head at once, the keys
  * in blocks of kb slots: every pair's scores of the block's keys, then (after
  * each pair's softmax) every pair's sum over the block's values, its 64
@@ -336,11 +436,9 @@ void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *
             ld = hs;
         }
         for (uint32_t r = 0; r < R; r++) {
-            uint32_t j = cur[r], e = j;
-            while (e < p[r].len && p[r].list[e] < t1)
-                e++;
+            uint32_t j = cur[r], e = list_end(p[r].list, j, p[r].len, t1);
             if (e > j)
-                scores_at(p[r].a + j, p[r].q, kb0, ld, hs, p[r].list + j, e - j, t0);
+                scores_blk(p[r].a + j, p[r].q, kb0, ld, hs, p[r].list + j, e - j, t0);
             cur[r] = e;
         }
     }
@@ -362,38 +460,16 @@ void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *
             ld = hs;
         }
         for (uint32_t r = 0; r < R; r++) {
-            uint32_t j0 = cur[r], e = j0;
-            while (e < p[r].len && p[r].list[e] < t1)
-                e++;
+            uint32_t j0 = cur[r], e = list_end(p[r].list, j0, p[r].len, t1);
             cur[r] = e;
             if (e == j0)
                 continue;
-            const float *a = p[r].a;
-            const uint32_t *list = p[r].list;
-            float *out = p[r].out;
-            uint32_t c0 = 0;
-            for (; c0 + 64 <= hs; c0 += 64) {
-                __m256 acc[8];
-                for (int i = 0; i < 8; i++)
-                    acc[i] = _mm256_loadu_ps(out + c0 + 8 * i);
-                for (uint32_t j = j0; j < e; j++) {
-                    const float *v = vb0 + (size_t)(list[j] - t0) * ld + c0;
-                    __m256 pj = _mm256_set1_ps(a[j]);
-#pragma GCC unroll 8
-                    for (int i = 0; i < 8; i++)
-                        acc[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * i), acc[i]);
-                }
-                for (int i = 0; i < 8; i++)
-                    _mm256_storeu_ps(out + c0 + 8 * i, acc[i]);
-            }
-            for (; c0 < hs; c0 += 8) {
-                __m256 acc = _mm256_loadu_ps(out + c0);
-                for (uint32_t j = j0; j < e; j++)
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[j]),
-                                          _mm256_loadu_ps(vb0 + (size_t)(list[j] - t0) * ld + c0),
-                                          acc);
-                _mm256_storeu_ps(out + c0, acc);
-            }
+            if (hs == 64)
+                values_t(64, p[r].out, p[r].a, vb0, ld, hs, p[r].list, j0, e, t0);
+            else if (hs == 128)
+                values_t(128, p[r].out, p[r].a, vb0, ld, hs, p[r].list, j0, e, t0);
+            else
+                values_t(0, p[r].out, p[r].a, vb0, ld, hs, p[r].list, j0, e, t0);
         }
     }
 }

@@ -167,6 +167,13 @@ void attn_estimate_ref(const int8_t *q8, uint32_t m, uint32_t hd, float qs, cons
 /* The int8 key of one slot and head: q = rint(k / s), s = max|k| / 127 (1
  * when all zero), the KV cache mirror's rule (infer_kv.c). */
 float attn_quantize_key(const float *k, uint32_t hd, int8_t *q);
+/* The same rule with codes within +-qmax (1..127): s = max|k| / qmax. */
+float attn_quantize_key_q(const float *k, uint32_t hd, int qmax, int8_t *q);
+
+/* The codes of the keys the estimate reads: within +-ATTN_EST_QMAX. */
+#ifndef ATTN_EST_QMAX
+#define ATTN_EST_QMAX 64
+#endif
 
 /* Algorithm 1 (the pipeline plan): launches (fused heads) in NPU order and
  * the CPU order of their heads, greedily minimizing the finish time of the

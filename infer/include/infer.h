@@ -368,8 +368,9 @@ struct infer_sparse;
  * heads of a layer (the pipeline's attention tasks). An instance keeps the
  * int8 keys of the cache it serves (refilled from the first slot a call
  * rewrites, so truncation and rewinds are fine): one instance per state.
- * The keys come from the cache's int8 mirror when it keeps one
- * (INFER_KV_K8), else from the same rule applied to the float keys. */
+ * The keys are the float keys quantized by the mirror's rule with codes
+ * within +-64 (7 bits: the int8 kernels' narrow step), one scale per slot
+ * and kv head. */
 int infer_sparse_create(const struct format_config *c, const struct infer_attn_profile *p,
                         const struct infer_sparse_opts *o, struct infer_sparse **out,
                         struct sl_err *err);

@@ -233,18 +233,24 @@ static void test_estimate(void **state)
             const int8_t *k8 = infer_kv_keys_i8(kv, layer) + (size_t)g * hd;
             const float *k8s = infer_kv_keys_i8_scale(kv, layer);
             float *ks = malloc(sizeof(float) * T);
+            int8_t *k7 = malloc((size_t)T * hd);
+            assert_true(ks && k7);
             for (uint32_t t = 0; t < T; t++) {
-                ks[t] = k8s[(size_t)t * c.n_kv_heads + g];
-                /* the cache's mirror is the sparse attention's quantizer */
-                float s = attn_quantize_key(infer_kv_keys(kv, layer) + t * kv_dim + (size_t)g * hd,
-                                            hd, kq);
-                assert_true(s == ks[t]);
+                const float *kf = infer_kv_keys(kv, layer) + t * kv_dim + (size_t)g * hd;
+                /* the cache's mirror is attn_quantize_key's rule */
+                float s = attn_quantize_key(kf, hd, kq);
+                assert_true(s == k8s[(size_t)t * c.n_kv_heads + g]);
                 assert_memory_equal(kq, k8 + t * kv_dim, hd);
+                /* the estimate's keys: the same rule within +-ATTN_EST_QMAX */
+                ks[t] = attn_quantize_key_q(kf, hd, ATTN_EST_QMAX, k7 + (size_t)t * hd);
+                for (uint32_t d = 0; d < hd; d++)
+                    assert_true(abs(k7[(size_t)t * hd + d]) <= ATTN_EST_QMAX);
             }
-            attn_estimate_ref(q8, n, hd, qs, k8, kv_dim, ks, T, ref, L);
+            attn_estimate_ref(q8, n, hd, qs, k7, hd, ks, T, ref, L);
             for (uint32_t i = 0; i < n; i++)
                 assert_memory_equal(est + (size_t)i * L, ref + (size_t)i * L, sizeof(float) * T);
             free(ks);
+            free(k7);
         }
     infer_sparse_destroy(sp);
     infer_kv_destroy(kv);
