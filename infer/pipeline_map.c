@@ -31,9 +31,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "pipeline.h"
@@ -41,6 +44,61 @@
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* linux/mman.h, Linux 5.14 */
 #endif
+
+/* Read-ahead advice: the kernel reads at most max(the device's read-ahead,
+ * its largest request) from the start of one POSIX_FADV_WILLNEED call and
+ * drops the rest (force_page_cache_ra), so a range is advised in steps of
+ * the device's read-ahead size (its queue's read_ahead_kb in sysfs; 128 KiB,
+ * the kernel's default, where that cannot be read). Advised as one call,
+ * each slice's 137 MB on the llama3-8b shape got its first 8 MiB read ahead
+ * and the rest read by the populate's faults: the disk idled while the
+ * slice before it was hashed (docs/BENCHMARKS.md, issue 22, seventh
+ * session). */
+static uint64_t advice_step(int fd)
+{
+    struct stat st;
+    uint64_t kb = 0;
+    if (fstat(fd, &st) == 0) {
+        static const char *const where[] = {"/sys/dev/block/%u:%u/queue/read_ahead_kb",
+                                            "/sys/dev/block/%u:%u/../queue/read_ahead_kb"};
+        for (size_t i = 0; i < sizeof where / sizeof *where && !kb; i++) {
+            char path[96];
+            snprintf(path, sizeof path, where[i], major(st.st_dev), minor(st.st_dev));
+            FILE *f = fopen(path, "re");
+            if (!f)
+                continue;
+            unsigned long long v;
+            if (fscanf(f, "%llu", &v) == 1)
+                kb = v;
+            fclose(f);
+        }
+    }
+    if (kb < 128)
+        kb = 128;
+    return (kb < (64u << 10) ? kb : (64u << 10)) << 10;
+}
+
+/* How far past the slice it waits for the driver keeps the reads advised:
+ * the ring's size, at least 256 MiB (0.3 s at 800 MB/s). The driver hashes
+ * each slice after it arrives, the first touch of its pages, which in a VM
+ * costs up to 0.4 s of CPU per 137 MB slice under load: the disk must not
+ * wait for that. The pages are the model's own in packed residency; nothing
+ * is read that the prefill does not need. */
+static uint64_t map_window(const struct pl *p)
+{
+    uint64_t w = p->o->ring_bytes;
+    return w > (256u << 20) ? w : (256u << 20);
+}
+
+static void advise_range(struct pl *p, uint64_t off, uint64_t len)
+{
+    int fd = format_reader_fd(p->r);
+    for (uint64_t o = off; o < off + len; o += p->ra_step) {
+        uint64_t n = off + len - o < p->ra_step ? off + len - o : p->ra_step;
+        /* advice: a failure only means the populate reads on demand */
+        (void)posix_fadvise(fd, (off_t)o, (off_t)n, POSIX_FADV_WILLNEED);
+    }
+}
 
 int pl_map_open(struct pl *p)
 {
@@ -68,10 +126,22 @@ int pl_map_open(struct pl *p)
     p->m->slices = m;
     p->m->slices_mapped = (size_t)len;
     /* the reads start now, while the caller builds the graph (as the
-     * loader stream's do); pl_map_feed advises on from here */
-    uint64_t window = p->o->ring_bytes ? p->o->ring_bytes : (64u << 20);
-    p->ra_end = window < len ? window : len;
-    (void)posix_fadvise(format_reader_fd(p->r), 0, (off_t)p->ra_end, POSIX_FADV_WILLNEED);
+     * loader stream's do), at the first layer's slice where the embedding
+     * is untied: its slice, before the layers', is not read for the prompt
+     * (its rows are read on their own, pl_embed_rows); pl_map_feed advises
+     * on from here */
+    uint64_t start = len;
+    for (uint32_t s = 0; s < format_reader_n_slices(p->r) && !p->c->tied_embedding; s++) {
+        const struct format_slice_info *si = format_reader_slice(p->r, s);
+        if (si->kind == FORMAT_SLICE_LAYER && si->offset < start)
+            start = si->offset;
+    }
+    if (start == len)
+        start = 0;
+    uint64_t window = map_window(p);
+    p->ra_end = window < len - start ? start + window : len;
+    p->ra_step = advice_step(format_reader_fd(p->r));
+    advise_range(p, start, p->ra_end - start);
     return 0;
 }
 
@@ -102,15 +172,13 @@ int pl_map_populate(struct pl *p, uint32_t s, struct sl_err *err)
  * advised bytes reach `until` (file offsets grow with the order here). */
 static void advise(struct pl *p, const uint32_t *order, uint32_t n, uint32_t from, uint64_t until)
 {
-    int fd = format_reader_fd(p->r);
     for (uint32_t j = from; j < n && p->ra_end < until; j++) {
         const struct format_slice_info *si = format_reader_slice(p->r, order[j]);
         uint64_t end = si->offset + si->length;
         if (end <= p->ra_end)
             continue;
         uint64_t off = si->offset > p->ra_end ? si->offset : p->ra_end;
-        /* advice: a failure only means the populate reads on demand */
-        (void)posix_fadvise(fd, (off_t)off, (off_t)(end - off), POSIX_FADV_WILLNEED);
+        advise_range(p, off, end - off);
         p->ra_end = end;
     }
 }
@@ -136,7 +204,7 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
             order[k] = order[k - 1];
             order[k - 1] = t;
         }
-    const uint64_t window = p->o->ring_bytes ? p->o->ring_bytes : (64u << 20);
+    const uint64_t window = map_window(p);
     int ret = 0;
     for (uint32_t j = 0; j < n && ret == 0; j++) {
         uint32_t s = order[j];
