@@ -240,14 +240,6 @@ static void reclaim_join(struct pl *p)
         npu_weights_destroy(w);
         pthread_mutex_lock(&p->lock);
     }
-    /* layers whose entries are still mapped: this thread drops them, which
-     * costs what the model's munmap would (the last layer's, usually) */
-    while (p->n_rel) {
-        int layer = (int)p->rel_layer[--p->n_rel] - 1;
-        pthread_mutex_unlock(&p->lock);
-        pl_map_release(p, layer);
-        pthread_mutex_lock(&p->lock);
-    }
     pthread_mutex_unlock(&p->lock);
     pthread_join(p->drop_thread, NULL);
     p->drop_started = 0;
@@ -414,9 +406,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         p->mm_left = sl_calloc(c->n_layers + 1, sizeof *p->mm_left);
         p->cap_drop = 8 * (c->n_layers + 1);
         p->drop = sl_calloc(p->cap_drop, sizeof *p->drop);
-        if (o.no_decode && p->m->slices_mapped)
-            p->rel_layer = sl_calloc(c->n_layers + 1, sizeof *p->rel_layer);
-        if (!p->mm_left || !p->drop || (o.no_decode && p->m->slices_mapped && !p->rel_layer)) {
+        if (!p->mm_left || !p->drop) {
             ret = -ENOMEM;
             sl_err_set(err, "out of memory building the task graph");
             goto out;
@@ -604,7 +594,6 @@ out:
         npu_weights_destroy(p->drop[i]);
     free(p->drop);
     free(p->mm_left);
-    free(p->rel_layer);
     pthread_cond_destroy(&p->drop_cv);
     pl_queue_fini(p);
     pthread_mutex_destroy(&p->lock);
