@@ -173,7 +173,6 @@ struct pl {
     int *slice_needed;      /* needed for the first token */
     struct loader_stream *ls;
     uint64_t ra_end;        /* mapped slices: read-ahead advised up to here (pipeline_map.c) */
-    uint64_t ra_step;       /* mapped slices: bytes per read-ahead advice (pipeline_map.c) */
     uint8_t *slice_ok;      /* mapped slices: 1 where the driver verified it (VERIFY skips the hash) */
 
     pthread_mutex_t lock;

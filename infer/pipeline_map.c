@@ -7,10 +7,10 @@
  * CPU in a 31 s cold start, beside the prefill's compute on 2 cores
  * (docs/BENCHMARKS.md, issue 22, sixth session). Mapped from the page cache
  * instead, the pages the disk fills are the pages the model keeps: nothing
- * is zeroed and nothing copied. The driver thread asks the kernel to read
- * ahead (posix_fadvise WILLNEED, a window past the slice it waits for, in
- * slice order: the reads are charged to this process as O_DIRECT's were) and
- * then populates the slice's page table entries (MADV_POPULATE_READ), which
+ * is zeroed and nothing copied. A read-ahead thread populates the slices
+ * in order up to a window past the one the driver waits for (the reads are
+ * charged to this process as O_DIRECT's were), and the driver thread
+ * populates the slice's page table entries (MADV_POPULATE_READ), which
  * waits for its reads; a read error then comes back as an error here, not
  * as a SIGBUS in a compute thread. The driver then hashes the slice (its
  * VERIFY task only decodes the norms), and the slice has arrived.
@@ -35,8 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
 
 #include "pipeline.h"
 
@@ -44,59 +42,16 @@
 #define MADV_POPULATE_READ 22 /* linux/mman.h, Linux 5.14 */
 #endif
 
-/* Read-ahead advice: the kernel reads at most max(the device's read-ahead,
- * its largest request) from the start of one POSIX_FADV_WILLNEED call and
- * drops the rest (force_page_cache_ra), so a range is advised in steps of
- * the device's read-ahead size (its queue's read_ahead_kb in sysfs; 128 KiB,
- * the kernel's default, where that cannot be read). Advised as one call,
- * each slice's 137 MB on the llama3-8b shape got its first 8 MiB read ahead
- * and the rest read by the populate's faults: the disk idled while the
- * slice before it was hashed (docs/BENCHMARKS.md, issue 22, seventh
- * session). */
-static uint64_t advice_step(int fd)
-{
-    struct stat st;
-    uint64_t kb = 0;
-    if (fstat(fd, &st) == 0) {
-        static const char *const where[] = {"/sys/dev/block/%u:%u/queue/read_ahead_kb",
-                                            "/sys/dev/block/%u:%u/../queue/read_ahead_kb"};
-        for (size_t i = 0; i < sizeof where / sizeof *where && !kb; i++) {
-            char path[96];
-            snprintf(path, sizeof path, where[i], major(st.st_dev), minor(st.st_dev));
-            FILE *f = fopen(path, "re");
-            if (!f)
-                continue;
-            unsigned long long v;
-            if (fscanf(f, "%llu", &v) == 1)
-                kb = v;
-            fclose(f);
-        }
-    }
-    if (kb < 128)
-        kb = 128;
-    return (kb < (64u << 10) ? kb : (64u << 10)) << 10;
-}
-
-/* How far past the slice it waits for the driver keeps the reads advised:
- * the ring's size, at least 256 MiB (0.3 s at 800 MB/s). The driver hashes
- * each slice after it arrives, the first touch of its pages, which in a VM
- * costs up to 0.4 s of CPU per 137 MB slice under load: the disk must not
- * wait for that. The pages are the model's own in packed residency; nothing
- * is read that the prefill does not need. */
+/* How far past the slice it waits for the driver's reads run ahead: the
+ * ring's size, at least 256 MiB (0.3 s at 800 MB/s). The driver hashes each
+ * slice after it arrives, the first touch of its pages, which in a VM costs
+ * up to 0.4 s of CPU per 137 MB slice under load: the disk must not wait for
+ * that. The pages are the model's own in packed residency; nothing is read
+ * that the prefill does not need. */
 static uint64_t map_window(const struct pl *p)
 {
     uint64_t w = p->o->ring_bytes;
     return w > (256u << 20) ? w : (256u << 20);
-}
-
-static void advise_range(struct pl *p, uint64_t off, uint64_t len)
-{
-    int fd = format_reader_fd(p->r);
-    for (uint64_t o = off; o < off + len; o += p->ra_step) {
-        uint64_t n = off + len - o < p->ra_step ? off + len - o : p->ra_step;
-        /* advice: a failure only means the populate reads on demand */
-        (void)posix_fadvise(fd, (off_t)o, (off_t)n, POSIX_FADV_WILLNEED);
-    }
 }
 
 int pl_map_open(struct pl *p)
@@ -124,6 +79,10 @@ int pl_map_open(struct pl *p)
     }
     p->m->slices = m;
     p->m->slices_mapped = (size_t)len;
+    /* while the slices come in: the fault path reads ahead asynchronously
+     * (read-ahead markers), so the read-ahead thread's populate streams;
+     * normal again once they are in (pl_map_feed) */
+    (void)madvise(m, (size_t)len, MADV_SEQUENTIAL);
     /* the reads start now, while the caller builds the graph (as the
      * loader stream's do), at the first layer's slice where the embedding
      * is untied: its slice, before the layers', is not read for the prompt
@@ -139,8 +98,8 @@ int pl_map_open(struct pl *p)
         start = 0;
     uint64_t window = map_window(p);
     p->ra_end = window < len - start ? start + window : len;
-    p->ra_step = advice_step(format_reader_fd(p->r));
-    advise_range(p, start, p->ra_end - start);
+    (void)posix_fadvise(format_reader_fd(p->r), (off_t)start, (off_t)(p->ra_end - start),
+                        POSIX_FADV_WILLNEED);
     return 0;
 }
 
@@ -167,19 +126,52 @@ int pl_map_populate(struct pl *p, uint32_t s, struct sl_err *err)
     return 0;
 }
 
-/* Read-ahead advice for the slices in `order` from `from` on, until the
- * advised bytes reach `until` (file offsets grow with the order here). */
-static void advise(struct pl *p, const uint32_t *order, uint32_t n, uint32_t from, uint64_t until)
+/* The read-ahead thread: populates the slices in `order` ahead of the
+ * driver, at most the window past the slice the driver waits for, so that
+ * the disk keeps reading while the driver hashes. Read-ahead advice cannot
+ * do this: one POSIX_FADV_WILLNEED reads no more than the device's read-ahead
+ * size (force_page_cache_ra; 8 MiB here, the rest of a 137 MB slice was read
+ * by the driver's own populate while the disk idled during each hash), and
+ * advice in steps of that size gets the reads going but fills the page
+ * cache with single pages, whose mappings cost 0.3-0.4 s more to tear down
+ * at exit than the large folios the fault path reads (docs/BENCHMARKS.md,
+ * issue 22, seventh session). Its populate reads through the fault path
+ * (the mapping advised MADV_SEQUENTIAL meanwhile, so each fault also starts
+ * the next read-ahead window): large folios, and the disk streams. A
+ * failure here only means the driver's own populate reads the slice (and
+ * reports the error). */
+struct prefetch {
+    struct pl *p;
+    const uint32_t *order;
+    uint32_t n, cur; /* cur: the slice (index in order) the driver waits for */
+    uint64_t window;
+    int stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static void *prefetch_worker(void *arg)
 {
-    for (uint32_t j = from; j < n && p->ra_end < until; j++) {
-        const struct format_slice_info *si = format_reader_slice(p->r, order[j]);
-        uint64_t end = si->offset + si->length;
-        if (end <= p->ra_end)
+    struct prefetch *f = arg;
+    const struct format_reader *r = f->p->r;
+    pthread_mutex_lock(&f->mu);
+    for (uint32_t j = 0; j < f->n && !f->stop; j++) {
+        const struct format_slice_info *si = format_reader_slice(r, f->order[j]);
+        for (;;) {
+            const struct format_slice_info *c = format_reader_slice(r, f->order[f->cur]);
+            if (f->stop || j <= f->cur || si->offset + si->length <= c->offset + c->length + f->window)
+                break;
+            pthread_cond_wait(&f->cv, &f->mu);
+        }
+        if (f->stop || j < f->cur) /* the driver is past it */
             continue;
-        uint64_t off = si->offset > p->ra_end ? si->offset : p->ra_end;
-        advise_range(p, off, end - off);
-        p->ra_end = end;
+        pthread_mutex_unlock(&f->mu);
+        struct sl_err ignored;
+        (void)pl_map_populate(f->p, f->order[j], &ignored);
+        pthread_mutex_lock(&f->mu);
     }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
 }
 
 int pl_map_feed(struct pl *p, struct sl_err *err)
@@ -203,14 +195,28 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
             order[k] = order[k - 1];
             order[k - 1] = t;
         }
-    const uint64_t window = map_window(p);
+    struct prefetch f = {.p = p, .order = order, .n = n, .window = map_window(p)};
+    pthread_t tid;
+    int started = 0;
+    if (pthread_mutex_init(&f.mu, NULL) == 0) {
+        if (pthread_cond_init(&f.cv, NULL) == 0) {
+            started = pthread_create(&tid, NULL, prefetch_worker, &f) == 0;
+            if (!started)
+                pthread_cond_destroy(&f.cv);
+        }
+        if (!started)
+            pthread_mutex_destroy(&f.mu);
+    }
     int ret = 0;
     for (uint32_t j = 0; j < n && ret == 0; j++) {
         uint32_t s = order[j];
         const struct format_slice_info *si = format_reader_slice(r, s);
-        /* this slice whole and a window past it: the disk keeps busy while
-         * this thread waits for the slice, and while the compute consumes it */
-        advise(p, order, n, j, si->offset + si->length + window);
+        if (started) { /* the read-ahead thread may go on to the window past this slice */
+            pthread_mutex_lock(&f.mu);
+            f.cur = j;
+            pthread_cond_signal(&f.cv);
+            pthread_mutex_unlock(&f.mu);
+        }
         ret = pl_map_populate(p, s, err);
         const uint8_t *data = (const uint8_t *)p->m->slices + si->offset;
         /* hashed here, not by a VERIFY task on a CPU worker: this is the
@@ -229,6 +235,17 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
         pthread_mutex_unlock(&p->lock);
         if (stop)
             break;
+    }
+    /* kept for decoding: not the first pages to drop under memory pressure */
+    (void)madvise(p->m->slices, p->m->slices_mapped, MADV_NORMAL);
+    if (started) {
+        pthread_mutex_lock(&f.mu);
+        f.stop = 1;
+        pthread_cond_signal(&f.cv);
+        pthread_mutex_unlock(&f.mu);
+        pthread_join(tid, NULL);
+        pthread_cond_destroy(&f.cv);
+        pthread_mutex_destroy(&f.mu);
     }
     free(order);
     return ret;
