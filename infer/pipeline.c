@@ -233,6 +233,8 @@ static void reclaim_join(struct pl *p)
     (void)pthread_setschedparam(p->drop_thread, SCHED_OTHER, &sp);
     pthread_mutex_lock(&p->lock);
     p->drop_end = 1;
+    uint32_t n_rel = p->n_rel; /* what is left: this thread, alone (calls contend) */
+    p->n_rel = 0;
     pthread_cond_signal(&p->drop_cv);
     while (p->n_drop) {
         struct npu_weights *w = p->drop[--p->n_drop];
@@ -243,6 +245,8 @@ static void reclaim_join(struct pl *p)
     pthread_mutex_unlock(&p->lock);
     pthread_join(p->drop_thread, NULL);
     p->drop_started = 0;
+    while (n_rel) /* costs what the model's munmap would for these layers */
+        pl_map_release(p, (int)p->rel_layer[--n_rel] - 1);
 }
 
 int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
@@ -406,7 +410,9 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         p->mm_left = sl_calloc(c->n_layers + 1, sizeof *p->mm_left);
         p->cap_drop = 8 * (c->n_layers + 1);
         p->drop = sl_calloc(p->cap_drop, sizeof *p->drop);
-        if (!p->mm_left || !p->drop) {
+        if (o.no_decode && p->m->slices_mapped)
+            p->rel_layer = sl_calloc(c->n_layers + 1, sizeof *p->rel_layer);
+        if (!p->mm_left || !p->drop || (o.no_decode && p->m->slices_mapped && !p->rel_layer)) {
             ret = -ENOMEM;
             sl_err_set(err, "out of memory building the task graph");
             goto out;
@@ -594,6 +600,7 @@ out:
         npu_weights_destroy(p->drop[i]);
     free(p->drop);
     free(p->mm_left);
+    free(p->rel_layer);
     pthread_cond_destroy(&p->drop_cv);
     pl_queue_fini(p);
     pthread_mutex_destroy(&p->lock);

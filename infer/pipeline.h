@@ -234,6 +234,12 @@ struct pl {
     uint32_t *mm_left;      /* [n_layers + 1] unfinished matmuls (layer + 1; 0: head) */
     struct npu_weights **drop; /* taken off their linears, to be freed */
     uint32_t n_drop, cap_drop;
+    /* no_decode with mapped slices: layers (+ 1) whose last matmul is done,
+     * for the reclaim thread to drop their slices' page table entries
+     * (pl_map_release): tearing down 5 GB of them at exit took 64-72 ms
+     * after the first token on the llama3-8b shape */
+    uint32_t *rel_layer;
+    uint32_t n_rel;
     int drop_end;           /* the reclaim thread ends when the queue is empty */
     int drop_started;
     pthread_t drop_thread;
@@ -514,6 +520,7 @@ int pl_arrived(struct pl *p, uint32_t s);
 int pl_map_open(struct pl *p);
 int pl_map_feed(struct pl *p, struct sl_err *err);
 int pl_map_populate(struct pl *p, uint32_t s, struct sl_err *err);
+void pl_map_release(struct pl *p, int layer);
 
 /* ---- pipeline_trace.c: statistics and trace ------------------------------------------------ */
 

@@ -72,7 +72,8 @@ void pl_npu_done(void *ctx, struct npu_job *j)
  * most the step under way then overlaps the work. */
 /* The reclaim thread (packed residency): frees the int8 copies of layers
  * whose matmuls are all done, at idle priority, off the workers' and the
- * NPU's way; it ends when told and nothing is left. */
+ * NPU's way; with no_decode it also drops the page table entries of those
+ * layers' mapped slices. It ends when told and no int8 copy is left. */
 void *pl_reclaim_worker(void *arg)
 {
     struct pl *p = arg;
@@ -80,8 +81,15 @@ void *pl_reclaim_worker(void *arg)
     (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->n_drop && !p->drop_end)
+        while (!p->n_drop && !p->n_rel && !p->drop_end)
             pthread_cond_wait(&p->drop_cv, &p->lock);
+        if (!p->n_drop && p->n_rel) {
+            int layer = (int)p->rel_layer[--p->n_rel] - 1;
+            pthread_mutex_unlock(&p->lock);
+            pl_map_release(p, layer);
+            pthread_mutex_lock(&p->lock);
+            continue;
+        }
         if (!p->n_drop)
             break;
         struct npu_weights *w = p->drop[--p->n_drop];

@@ -7,10 +7,10 @@
  * CPU in a 31 s cold start, beside the prefill's compute on 2 cores
  * (docs/BENCHMARKS.md, issue 22, sixth session). Mapped from the page cache
  * instead, the pages the disk fills are the pages the model keeps: nothing
- * is zeroed and nothing copied. The driver thread asks the kernel to read
- * ahead (posix_fadvise WILLNEED, a window past the slice it waits for, in
- * slice order: the reads are charged to this process as O_DIRECT's were) and
- * then populates the slice's page table entries (MADV_POPULATE_READ), which
+ * is zeroed and nothing copied. A read-ahead thread populates the slices
+ * in order up to a window past the one the driver waits for (the reads are
+ * charged to this process as O_DIRECT's were), and the driver thread
+ * populates the slice's page table entries (MADV_POPULATE_READ), which
  * waits for its reads; a read error then comes back as an error here, not
  * as a SIGBUS in a compute thread. The driver then hashes the slice (its
  * VERIFY task only decodes the norms), and the slice has arrived.
@@ -31,15 +31,29 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "pipeline.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* linux/mman.h, Linux 5.14 */
 #endif
+
+/* How far past the slice it waits for the driver's reads run ahead: the
+ * ring's size, at least 256 MiB (0.3 s at 800 MB/s). The driver hashes each
+ * slice after it arrives, the first touch of its pages, which in a VM costs
+ * up to 0.4 s of CPU per 137 MB slice under load: the disk must not wait for
+ * that. The pages are the model's own in packed residency; nothing is read
+ * that the prefill does not need. */
+static uint64_t map_window(const struct pl *p)
+{
+    uint64_t w = p->o->ring_bytes;
+    return w > (256u << 20) ? w : (256u << 20);
+}
 
 int pl_map_open(struct pl *p)
 {
@@ -66,11 +80,27 @@ int pl_map_open(struct pl *p)
     }
     p->m->slices = m;
     p->m->slices_mapped = (size_t)len;
+    /* while the slices come in: the fault path reads ahead asynchronously
+     * (read-ahead markers), so the read-ahead thread's populate streams;
+     * normal again once they are in (pl_map_feed) */
+    (void)madvise(m, (size_t)len, MADV_SEQUENTIAL);
     /* the reads start now, while the caller builds the graph (as the
-     * loader stream's do); pl_map_feed advises on from here */
-    uint64_t window = p->o->ring_bytes ? p->o->ring_bytes : (64u << 20);
-    p->ra_end = window < len ? window : len;
-    (void)posix_fadvise(format_reader_fd(p->r), 0, (off_t)p->ra_end, POSIX_FADV_WILLNEED);
+     * loader stream's do), at the first layer's slice where the embedding
+     * is untied: its slice, before the layers', is not read for the prompt
+     * (its rows are read on their own, pl_embed_rows); pl_map_feed advises
+     * on from here */
+    uint64_t start = len;
+    for (uint32_t s = 0; s < format_reader_n_slices(p->r) && !p->c->tied_embedding; s++) {
+        const struct format_slice_info *si = format_reader_slice(p->r, s);
+        if (si->kind == FORMAT_SLICE_LAYER && si->offset < start)
+            start = si->offset;
+    }
+    if (start == len)
+        start = 0;
+    uint64_t window = map_window(p);
+    p->ra_end = window < len - start ? start + window : len;
+    (void)posix_fadvise(format_reader_fd(p->r), (off_t)start, (off_t)(p->ra_end - start),
+                        POSIX_FADV_WILLNEED);
     return 0;
 }
 
@@ -97,21 +127,52 @@ int pl_map_populate(struct pl *p, uint32_t s, struct sl_err *err)
     return 0;
 }
 
-/* Read-ahead advice for the slices in `order` from `from` on, until the
- * advised bytes reach `until` (file offsets grow with the order here). */
-static void advise(struct pl *p, const uint32_t *order, uint32_t n, uint32_t from, uint64_t until)
+/* The read-ahead thread: populates the slices in `order` ahead of the
+ * driver, at most the window past the slice the driver waits for, so that
+ * the disk keeps reading while the driver hashes. Read-ahead advice cannot
+ * do this: one POSIX_FADV_WILLNEED reads no more than the device's read-ahead
+ * size (force_page_cache_ra; 8 MiB here, the rest of a 137 MB slice was read
+ * by the driver's own populate while the disk idled during each hash), and
+ * advice in steps of that size gets the reads going but fills the page
+ * cache with single pages, whose mappings cost 0.3-0.4 s more to tear down
+ * at exit than the large folios the fault path reads (docs/BENCHMARKS.md,
+ * issue 22, seventh session). Its populate reads through the fault path
+ * (the mapping advised MADV_SEQUENTIAL meanwhile, so each fault also starts
+ * the next read-ahead window): large folios, and the disk streams. A
+ * failure here only means the driver's own populate reads the slice (and
+ * reports the error). */
+struct prefetch {
+    struct pl *p;
+    const uint32_t *order;
+    uint32_t n, cur; /* cur: the slice (index in order) the driver waits for */
+    uint64_t window;
+    int stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static void *prefetch_worker(void *arg)
 {
-    int fd = format_reader_fd(p->r);
-    for (uint32_t j = from; j < n && p->ra_end < until; j++) {
-        const struct format_slice_info *si = format_reader_slice(p->r, order[j]);
-        uint64_t end = si->offset + si->length;
-        if (end <= p->ra_end)
+    struct prefetch *f = arg;
+    const struct format_reader *r = f->p->r;
+    pthread_mutex_lock(&f->mu);
+    for (uint32_t j = 0; j < f->n && !f->stop; j++) {
+        const struct format_slice_info *si = format_reader_slice(r, f->order[j]);
+        for (;;) {
+            const struct format_slice_info *c = format_reader_slice(r, f->order[f->cur]);
+            if (f->stop || j <= f->cur || si->offset + si->length <= c->offset + c->length + f->window)
+                break;
+            pthread_cond_wait(&f->cv, &f->mu);
+        }
+        if (f->stop || j < f->cur) /* the driver is past it */
             continue;
-        uint64_t off = si->offset > p->ra_end ? si->offset : p->ra_end;
-        /* advice: a failure only means the populate reads on demand */
-        (void)posix_fadvise(fd, (off_t)off, (off_t)(end - off), POSIX_FADV_WILLNEED);
-        p->ra_end = end;
+        pthread_mutex_unlock(&f->mu);
+        struct sl_err ignored;
+        (void)pl_map_populate(f->p, f->order[j], &ignored);
+        pthread_mutex_lock(&f->mu);
     }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
 }
 
 int pl_map_feed(struct pl *p, struct sl_err *err)
@@ -135,14 +196,28 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
             order[k] = order[k - 1];
             order[k - 1] = t;
         }
-    const uint64_t window = p->o->ring_bytes ? p->o->ring_bytes : (64u << 20);
+    struct prefetch f = {.p = p, .order = order, .n = n, .window = map_window(p)};
+    pthread_t tid;
+    int started = 0;
+    if (pthread_mutex_init(&f.mu, NULL) == 0) {
+        if (pthread_cond_init(&f.cv, NULL) == 0) {
+            started = pthread_create(&tid, NULL, prefetch_worker, &f) == 0;
+            if (!started)
+                pthread_cond_destroy(&f.cv);
+        }
+        if (!started)
+            pthread_mutex_destroy(&f.mu);
+    }
     int ret = 0;
     for (uint32_t j = 0; j < n && ret == 0; j++) {
         uint32_t s = order[j];
         const struct format_slice_info *si = format_reader_slice(r, s);
-        /* this slice whole and a window past it: the disk keeps busy while
-         * this thread waits for the slice, and while the compute consumes it */
-        advise(p, order, n, j, si->offset + si->length + window);
+        if (started) { /* the read-ahead thread may go on to the window past this slice */
+            pthread_mutex_lock(&f.mu);
+            f.cur = j;
+            pthread_cond_signal(&f.cv);
+            pthread_mutex_unlock(&f.mu);
+        }
         ret = pl_map_populate(p, s, err);
         const uint8_t *data = (const uint8_t *)p->m->slices + si->offset;
         /* hashed here, not by a VERIFY task on a CPU worker: this is the
@@ -162,6 +237,42 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
         if (stop)
             break;
     }
+    /* kept for decoding: not the first pages to drop under memory pressure */
+    (void)madvise(p->m->slices, p->m->slices_mapped, MADV_NORMAL);
+    if (started) {
+        pthread_mutex_lock(&f.mu);
+        f.stop = 1;
+        pthread_cond_signal(&f.cv);
+        pthread_mutex_unlock(&f.mu);
+        pthread_join(tid, NULL);
+        pthread_cond_destroy(&f.cv);
+        pthread_mutex_destroy(&f.mu);
+    }
     free(order);
     return ret;
+}
+
+/* no_decode (the reclaim thread): layer `layer`'s matmuls are all done and
+ * nothing decodes after the first token, so its slices' page table entries
+ * go now, at idle priority during the prefill, rather than in the munmap
+ * after the first token (on the llama3-8b shape, 1.2 M entries: 64-72 ms
+ * between the first token and the exit). Only the entries go: the pages
+ * stay the page cache's, and a later touch maps them again (MADV_DONTNEED on
+ * a shared file mapping), so a page shared with a neighbouring slice, or a
+ * reader this misses, costs a fault, never a wrong byte. The range is
+ * rounded inward to whole pages all the same. */
+void pl_map_release(struct pl *p, int layer)
+{
+    uint8_t *base = p->m->slices;
+    long ps = sysconf(_SC_PAGESIZE);
+    uintptr_t mask = ps > 0 ? (uintptr_t)ps - 1 : 4095;
+    for (uint32_t s = 0; s < format_reader_n_slices(p->r); s++) {
+        const struct format_slice_info *si = format_reader_slice(p->r, s);
+        if (si->kind != FORMAT_SLICE_LAYER || si->layer != layer || !si->length)
+            continue;
+        uintptr_t lo = ((uintptr_t)(base + si->offset) + mask) & ~mask;
+        uintptr_t hi = (uintptr_t)(base + si->offset + si->length) & ~mask;
+        if (hi > lo) /* a failure leaves the entries to the munmap */
+            (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
 }

@@ -195,6 +195,8 @@ static void drop_layer(struct pl *p, int layer)
             lin->npu = NULL;
         }
     }
+    if (p->rel_layer && layer >= 0 && p->n_rel < p->c->n_layers + 1)
+        p->rel_layer[p->n_rel++] = (uint32_t)layer + 1;
     pthread_cond_signal(&p->drop_cv);
 }
 

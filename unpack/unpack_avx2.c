@@ -339,6 +339,12 @@ static const int8_t tail_mask[64] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                      -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                      -1, -1, -1, -1, -1, -1};
 
+/* Stripes whose pmaddubsw results add up in int16 without passing 2^15: a
+ * pair sum is at most 2 * c * 128 for the largest code c (2^b - 2, 3 for b
+ * = 1): 7680 for b <= 5 (4 of them: 30720), 15872 for b = 6 (2), 32512 for
+ * b = 7 (1). Divides 8 (the stripes of a group). */
+#define DOT_PRESUM(b) ((b) <= 5 ? 4 : (b) == 6 ? 2 : 1)
+
 AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x,
                           const struct unpack_dot_args *a, const uint32_t b)
 {
@@ -359,9 +365,21 @@ AI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x,
                 acc0 = _mm256_add_epi32(acc0, _mm256_add_epi32(WIDE(q0, x0, 0), WIDE(q0, x0, 1)));
                 acc1 = _mm256_add_epi32(acc1, _mm256_add_epi32(WIDE(q1, x1, 0), WIDE(q1, x1, 1)));
 #undef WIDE
-            } else {
+            } else if (k % DOT_PRESUM(b) == 0) {
+                /* DOT_PRESUM(b) stripes' pair sums added in int16 lanes
+                 * before one pmaddwd: exact (no lane passes 2^15), so the
+                 * same int32 sums with fewer widening steps */
                 __m256i p0 = _mm256_maddubs_epi16(code(src, 64, k, b), x0);
                 __m256i p1 = _mm256_maddubs_epi16(code(src + 32, 64, k, b), x1);
+                for (int j = 1; j < DOT_PRESUM(b); j++) {
+                    const int8_t *xj = x + (k + j) * 64;
+                    p0 = _mm256_add_epi16(
+                        p0, _mm256_maddubs_epi16(code(src, 64, k + j, b),
+                                                 _mm256_loadu_si256((const __m256i *)xj)));
+                    p1 = _mm256_add_epi16(
+                        p1, _mm256_maddubs_epi16(code(src + 32, 64, k + j, b),
+                                                 _mm256_loadu_si256((const __m256i *)(xj + 32))));
+                }
                 acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(p0, ones));
                 acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(p1, ones));
             }

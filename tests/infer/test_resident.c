@@ -10,14 +10,17 @@
  * - the baseline encodings (bitplane) decode from packed bytes too;
  * - activation sets: one, a few or one per chunk, the same logits;
  * - auto picks int8 for a model that fits in cache;
- * - no_decode: the same first logits without the untied embedding's read;
+ * - no_decode: the same first logits without the untied embedding's read,
+ *   and (packed) the layers' mapped slices lose their page table entries;
  * - npu_device_call runs host work on the device thread in FIFO order and
  *   hands back its status. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "import.h"
 #include "infer_internal.h"
@@ -325,8 +328,71 @@ static void test_auto(void **st)
     assert_int_equal(infer_resident_parse("int4", &e), -EINVAL);
 }
 
+/* Of the whole pages inside [p, p + len): how many (*whole), and how many
+ * have their page table entry present (/proc/self/pagemap, bit 63); -1 if
+ * the pagemap cannot be read. */
+static long present_pages(const uint8_t *p, size_t len, long *whole)
+{
+    uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + ps - 1) & ~(ps - 1), b = ((uintptr_t)p + len) & ~(ps - 1);
+    *whole = b > a ? (long)((b - a) / ps) : 0;
+    int fd = open("/proc/self/pagemap", O_RDONLY);
+    if (fd < 0)
+        return -1;
+    long n = 0;
+    for (uintptr_t v = a; v < b; v += ps) {
+        uint64_t e;
+        if (pread(fd, &e, sizeof e, (off_t)(v / ps * sizeof e)) != (ssize_t)sizeof e) {
+            close(fd);
+            return -1;
+        }
+        n += (long)(e >> 63);
+    }
+    close(fd);
+    return n;
+}
+
+/* A packed cold start with no_decode 0/1: the first logits equal `want`;
+ * the layer slices' whole pages with a mapped entry, and their count. */
+static void layer_pages(int no_decode, const float *want, long *present, long *whole)
+{
+    const uint32_t V = 512;
+    struct sl_err err = {{0}};
+    struct infer_session_opts so = {.max_batch = 32};
+    struct infer_pipeline_opts po;
+    infer_pipeline_opts_init(&po);
+    po.chunk = 32;
+    po.resident = INFER_RESIDENT_PACKED;
+    po.no_decode = no_decode;
+    struct infer_session *s;
+    int *p = ids(40, 512, 3);
+    assert_int_equal(infer_session_cold_start(q_model, p, 40, &so, &po, &s, NULL, &err), 0);
+    assert_memory_equal(infer_session_logits(s), want, sizeof(float) * V);
+    const struct infer_model *m = infer_session_model(s);
+    assert_true(m->slices_mapped != 0);
+    struct format_reader *r;
+    assert_int_equal(format_reader_open(q_model, &r, &err), 0);
+    *present = *whole = 0;
+    for (uint32_t i = 0; i < format_reader_n_slices(r); i++) {
+        const struct format_slice_info *si = format_reader_slice(r, i);
+        if (si->kind != FORMAT_SLICE_LAYER)
+            continue;
+        long w, n = present_pages((const uint8_t *)m->slices + si->offset, si->length, &w);
+        if (n < 0)
+            fail_msg("cannot read /proc/self/pagemap");
+        *present += n;
+        *whole += w;
+    }
+    format_reader_close(r);
+    infer_session_destroy(s);
+    free(p);
+}
+
 /* no_decode (sluice run -n 0/1): the same first logits; what only decoding
- * needs (the untied embedding) is not read, so a step fails with a sentence */
+ * needs (the untied embedding) is not read, so a step fails with a sentence.
+ * With packed residency the layers' mapped slices lose their page table
+ * entries once their matmuls are done (pl_map_release), so that tearing
+ * them down is not left for the exit; without no_decode they stay. */
 static void test_no_decode(void **st)
 {
     (void)st;
@@ -348,6 +414,14 @@ static void test_no_decode(void **st)
     assert_true(err.msg[0] != 0);
     infer_session_destroy(s);
     free(p);
+
+    long present, whole;
+    layer_pages(0, a, &present, &whole);
+    assert_true(whole > 0);
+    assert_int_equal(present, whole); /* populated, and kept for decoding */
+    layer_pages(1, a, &present, &whole);
+    assert_true(whole > 0);
+    assert_int_equal(present, 0);
     free(a);
 }
 
