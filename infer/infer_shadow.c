@@ -135,13 +135,13 @@ static void *scratch_fit(void *old, size_t cap, size_t n, size_t el, int aligned
 
 #define SCRATCH_FIT(x, field, cap, n, aligned, got, ret)                                          \
     do {                                                                                          \
-        void *q_ = (ret) == 0 ? scratch_fit((x)->field, (cap), (n), sizeof *(x)->field, (aligned), \
-                                            &(got))                                               \
-                              : (x)->field;                                                       \
-        if (q_)                                                                                   \
-            (x)->field = q_;                                                                      \
-        else                                                                                      \
-            (ret) = -ENOMEM;                                                                      \
+        if ((ret) == 0) {                                                                         \
+            void *q_ = scratch_fit((x)->field, (cap), (n), sizeof *(x)->field, (aligned), &(got)); \
+            if (q_)                                                                               \
+                (x)->field = q_;                                                                  \
+            else if ((n) > (cap)) /* NULL with nothing asked of a new set is no failure */        \
+                (ret) = -ENOMEM;                                                                  \
+        }                                                                                         \
     } while (0)
 
 /* x's buffers for a call of `cols` columns, ne elements, nt token rows.

@@ -164,7 +164,7 @@ static void *prefetch_worker(void *arg)
                 break;
             pthread_cond_wait(&f->cv, &f->mu);
         }
-        if (f->stop || j < f->cur) /* the driver is past it */
+        if (f->stop || j <= f->cur) /* the driver populates cur itself, or is past it */
             continue;
         pthread_mutex_unlock(&f->mu);
         struct sl_err ignored;

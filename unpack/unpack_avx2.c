@@ -341,7 +341,7 @@ static const int8_t tail_mask[64] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
 
 /* Stripes whose pmaddubsw results add up in int16 without passing 2^15: a
  * pair sum is at most 2 * c * 128 for the largest code c (2^b - 2, 3 for b
- * = 1): 7680 for b <= 5 (4 of them: 30720), 15872 for b = 6 (2), 32512 for
+ * = 1): 7680 for b <= 5 (4 of them: 30720), 15872 for b = 6 (2), 32256 for
  * b = 7 (1). Divides 8 (the stripes of a group). */
 #define DOT_PRESUM(b) ((b) <= 5 ? 4 : (b) == 6 ? 2 : 1)
 

@@ -123,7 +123,8 @@ int infer_head_forward(struct infer_model *m, struct infer_state *s, const float
  * verification infer_kv_commit keeps the accepted ones (moved down to be
  * contiguous) or infer_kv_truncate drops them. With INFER_KV_K8 an int8
  * mirror of K is kept in step (per slot and KV head: q = rint(k / s), s =
- * max|k| / 127 of that head's row), for NPU-side Q.K estimation.
+ * max|k| / 127 of that head's row). (The sparse estimate no longer reads it:
+ * it codes the float keys within +-64 itself, attn_quantize_key_q.)
  *
  * A cache belongs to one sequence and one thread at a time. */
 

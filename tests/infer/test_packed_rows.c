@@ -5,8 +5,7 @@
  * adaptive 5-bit and a bitplane 4-bit model, 4 to 16 rows, tiles of 16, 48
  * channels and the default, with the device thread taking half the channels
  * and without it; and every allocation failing in turn gives -ENOMEM or the
- * same bits, never anything else (the NPU's staging falls back to a direct
- * loop without memory). */
+ * same bits, never anything else. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
