@@ -77,6 +77,17 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
         memset(a, 127, (size_t)m * k);
         memset(b, 16, (size_t)n * k);
     }
+    /* 9: every a = 127, and in each 32-channel column one block tiny at +16
+     * and the other narrow at +64, either way round: the 3-row tile's mixed
+     * step at the int16 limit of both its kinds (32640) */
+    if (mode == 9) {
+        memset(a, 127, (size_t)m * k);
+        for (uint32_t r = 0; r < n; r += 32) {
+            const uint32_t first = test_rng_below(&rng, 2);
+            for (uint32_t q = r; q < r + 32 && q < n; q++)
+                memset(b + (size_t)q * k, ((q - r < 16) == (first == 1)) ? 16 : 64, k);
+        }
+    }
     for (uint32_t r = 0; (mode == 7 || mode == 8) && r < n; r += 16) {
         const uint32_t kind = mode == 7 ? 0 : test_rng_below(&rng, 4);
         for (size_t i = (size_t)r * k; i < (size_t)(r + 16 < n ? r + 16 : n) * k; i++) {
@@ -95,6 +106,9 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
     if (mode == 6 || mode == 7) /* the case under test is there */
         for (uint32_t bl = 0; bl < pb->n16 / 16; bl++)
             assert_int_equal(pb->tiny[bl], 1);
+    if (mode == 9) /* one tiny block in every full column of two */
+        for (uint32_t bl = 0; bl + 1 < n / 16; bl += 2)
+            assert_int_equal(pb->tiny[bl] + pb->tiny[bl + 1], 1);
     uint32_t w = r1 - r0;
     size_t cnt = (size_t)m * w;
     int32_t *ref = malloc(sizeof(int32_t) * cnt + 4), *got = malloc(sizeof(int32_t) * cnt + 4);
@@ -180,6 +194,9 @@ static void test_extremes(void **st)
     check(9, 129, 777, 0, 129, 5);  /* narrow and wide blocks mixed */
     check(13, 64, 2048, 0, 64, 6);  /* tiny codes at +16, activations at 127 */
     check(8, 70, 4099, 3, 67, 6);   /* the same, an odd k and a range inside blocks */
+    check(13, 64, 2048, 0, 64, 9);  /* mixed tiny/narrow columns at their limits, */
+    check(14, 96, 4099, 5, 90, 9);  /* row tails of 1 and 2, an odd k, a range */
+    check(20, 64, 1027, 0, 64, 9);  /* inside blocks */
 }
 
 /* Tiny blocks alone and paired with tiny, narrow and wide ones (the AVX2
