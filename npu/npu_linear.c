@@ -250,23 +250,13 @@ void npu_linear_s8_range(const struct npu_weights *w, const int8_t *xq, uint32_t
 {
     if (m == 0 || r1 <= r0)
         return;
-    const struct npu_kernel_ops *ops = npu_kernel_ops(npu_kernel_best());
-    uint8_t *stage = sl_alloc_aligned(npu_gemm_prep_bytes(w->b->k4, m), 64);
+    uint8_t *stage = sl_alloc_aligned(npu_stage_bytes(m, w->cols), 64);
     if (!stage) {
         linear_direct(w, xq, m, act_scale, y, ldy, r0, r1);
         return;
     }
-    ops->prep(xq, w->cols, m, w->cols, w->b->k4, 0, stage);
-    struct npu_gemm_args g = {.b = w->b,
-                              .a = stage,
-                              .m = m,
-                              .r0 = r0,
-                              .r1 = r1,
-                              .y = y + r0,
-                              .ldy = ldy,
-                              .act_scale = act_scale,
-                              .scale = w->scale};
-    ops->gemm(&g);
+    npu_stage_act(xq, m, w->cols, stage);
+    npu_linear_s8_staged(w, stage, m, act_scale, y, ldy, r0, r1);
     sl_free_aligned(stage);
 }
 
