@@ -967,6 +967,75 @@ static void *scratch_thread(void *arg)
     return NULL;
 }
 
+/* Packed residency, a fresh shadow (its scratch sets never used) and a call
+ * whose clipped elements all sit in hot columns: no cold column to decode
+ * from the packed codes, so nothing is asked of the set's cold-column
+ * buffer. That is no failure (it once was -ENOMEM), and the fused term
+ * gives the gathering path's bits. */
+static void test_packed_hot_only(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct infer_model *m0;
+    assert_int_equal(infer_model_load(shadow5_model, NULL, &m0, &err), 0);
+    uint32_t V = infer_model_config(m0)->vocab_size, np = 40;
+    infer_model_destroy(m0);
+    int *ids = prompt(np, V, 11);
+    float *lg = malloc(sizeof(float) * V);
+    struct infer_pipeline_opts o;
+    infer_pipeline_opts_init(&o);
+    o.chunk = 64;
+    o.cpu_workers = 2;
+    o.resident = INFER_RESIDENT_PACKED;
+    struct infer_model *pm;
+    struct infer_state *ps;
+    if (infer_pipeline_prefill(shadow5_model, ids, np, &o, &pm, &ps, lg, NULL, &err) < 0)
+        fail_msg("%s", err.msg);
+    const void *v;
+    size_t len;
+    struct format_shadow_linear *e;
+    uint32_t ne, tried = 0;
+    assert_int_equal(format_reader_meta_get(infer_model_reader(pm), FORMAT_SHADOW_META_KEY, &v, &len), 0);
+    assert_int_equal(format_shadow_parse(infer_model_config(pm), v, len, &e, &ne, &err), 0);
+    for (uint32_t i = 0; i < ne; i++) {
+        struct infer_linear *lin = infer_model_linear(pm, e[i].layer, e[i].role);
+        if (!(e[i].flags & FORMAT_SHADOW_ON) || e[i].layer < 0 || !lin->upk || e[i].n_hot == 0 ||
+            e[i].rows % 16)
+            continue;
+        /* two token rows, each clipped in the first and the last hot column */
+        const uint32_t n = 2, rows = e[i].rows, last = e[i].hot[e[i].n_hot - 1];
+        uint32_t row[4] = {0, 0, 1, 1}, col[4] = {e[i].hot[0], last, e[i].hot[0], last};
+        const float ex[4] = {3.5f, -2.25f, -1.5f, 4.0f};
+        struct infer_clipped clip = {.n = e[i].n_hot > 1 ? 4 : 2, .row = row, .col = col,
+                                     .excess = ex, .act_scale = lin->act_scale};
+        if (e[i].n_hot == 1)
+            row[1] = 1; /* one column: rows 0 and 1 */
+        float *want = calloc((size_t)n * rows, sizeof(float));
+        float *got = calloc((size_t)n * rows, sizeof(float));
+        struct infer_shadow *sh;
+        assert_int_equal(infer_shadow_create(pm, &sh, &err), 0);
+        infer_shadow_set_fused(sh, 0); /* the reference: the gathering path */
+        assert_int_equal(infer_shadow_term(sh, e[i].layer, e[i].role, &clip, want, n, rows), 0);
+        infer_shadow_destroy(sh);
+        assert_int_equal(infer_shadow_create(pm, &sh, &err), 0);
+        infer_shadow_set_fused(sh, 1);
+        assert_int_equal(infer_shadow_term(sh, e[i].layer, e[i].role, &clip, got, n, rows), 0);
+        uint32_t sets;
+        assert_int_equal(infer_shadow_scratch_sets(sh, &sets), 1); /* the fused path ran */
+        infer_shadow_destroy(sh);
+        assert_memory_equal(got, want, sizeof(float) * n * rows);
+        free(want);
+        free(got);
+        tried++;
+    }
+    assert_true(tried > 0);
+    format_shadow_free(e, ne);
+    infer_state_destroy(ps);
+    infer_model_destroy(pm);
+    free(ids);
+    free(lg);
+}
+
 static void test_term_scratch(void **st)
 {
     (void)st;
@@ -1101,6 +1170,7 @@ int main(void)
         cmocka_unit_test(test_gather_budget),
         cmocka_unit_test(test_term_pieces),
         cmocka_unit_test(test_term_scratch),
+        cmocka_unit_test(test_packed_hot_only),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
