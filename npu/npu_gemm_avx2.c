@@ -148,6 +148,22 @@ AI void tile(const int MR, const int NBK, const int NARROW, const uint8_t *a, co
             store8(acc[i][j], g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
 }
 
+/* The end of a tile whose sums were taken on a + 128 (the narrow and tiny
+ * steps): 128 x rowsum comes off each channel, then MR rows x NBK blocks of
+ * acc (rows of 2 * NB vectors) are stored. */
+AI void store_narrow(const int MR, const int NBK, __m256i (*acc)[2 * NB],
+                     const struct npu_gemm_args *g, uint32_t i0, uint32_t c0)
+{
+#pragma GCC unroll 4
+    for (int j = 0; j < 2 * NBK; j++) {
+        const __m256i corr = _mm256_slli_epi32(
+            _mm256_loadu_si256((const __m256i *)(g->b->rowsum + c0 + 8 * (uint32_t)j)), 7);
+#pragma GCC unroll 3
+        for (int i = 0; i < MR; i++)
+            store8(_mm256_sub_epi32(acc[i][j], corr), g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
+    }
+}
+
 /* CN (1..4) groups of the narrow step for MR rows x NBK blocks, from the
  * staged rows aq and the blocks' bytes bq (group e at + 64 e). T0, T1:
  * block 0, 1 is tiny (every code within +-NPU_GEMM_TINY). A tiny block's
@@ -308,14 +324,7 @@ AI void tile2_tiny(const int MR, const struct npu_gemm_args *g, const int8_t *bp
     default:
         break;
     }
-#pragma GCC unroll 4
-    for (int j = 0; j < 2 * NB; j++) {
-        const __m256i corr = _mm256_slli_epi32(
-            _mm256_loadu_si256((const __m256i *)(g->b->rowsum + c0 + 8 * (uint32_t)j)), 7);
-#pragma GCC unroll 2
-        for (int i = 0; i < MR; i++)
-            store8(_mm256_sub_epi32(acc[i][j], corr), g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
-    }
+    store_narrow(MR, NB, acc, g, i0, c0);
 }
 
 /* The narrow tile (codes within +-64) where at least one of its blocks is
@@ -348,14 +357,7 @@ AI void tile_tiny(const int MR, const int NBK, const int T0, const int T1, const
     default:
         break;
     }
-#pragma GCC unroll 4
-    for (int j = 0; j < 2 * NBK; j++) {
-        const __m256i corr = _mm256_slli_epi32(
-            _mm256_loadu_si256((const __m256i *)(g->b->rowsum + c0 + 8 * (uint32_t)j)), 7);
-#pragma GCC unroll 3
-        for (int i = 0; i < MR; i++)
-            store8(_mm256_sub_epi32(acc[i][j], corr), g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
-    }
+    store_narrow(MR, NBK, acc, g, i0, c0);
 }
 
 /* One column of tiles (NBK blocks from bp) over every row. TINY: 0, or 1 +
