@@ -92,6 +92,17 @@ void infer_multi_destroy(struct infer_multi *mb)
 
 uint32_t infer_multi_max_rows(const struct infer_multi *mb) { return mb->max_rows; }
 uint64_t infer_multi_npu_jobs(const struct infer_multi *mb) { return mb->st->npu_jobs; }
+
+uint64_t infer_multi_dev_calls(const struct infer_multi *mb)
+{
+    uint64_t revoked = 0;
+    if (mb->dev) { /* the batch's own device: its revocations are this batch's */
+        struct npu_device_stats st;
+        npu_device_stats(mb->dev, &st);
+        revoked = st.jobs_revoked;
+    }
+    return mb->st->npu_jobs + revoked;
+}
 struct infer_model *infer_multi_model(const struct infer_multi *mb) { return mb->m; }
 
 /* The hooks' context: the step's sequences. */

@@ -219,7 +219,12 @@ int infer_multi_create(struct infer_model *m, const struct infer_multi_opts *o,
                        struct infer_multi **out, struct sl_err *err);
 void infer_multi_destroy(struct infer_multi *mb);
 uint32_t infer_multi_max_rows(const struct infer_multi *mb);
+/* parts of matmuls and attention the device thread ran */
 uint64_t infer_multi_npu_jobs(const struct infer_multi *mb);
+/* parts handed to the device thread: those it ran, and those the calling
+ * thread took back before it started them (float and attention parts on a
+ * busy machine; int8 parts are always waited for) */
+uint64_t infer_multi_dev_calls(const struct infer_multi *mb);
 struct infer_model *infer_multi_model(const struct infer_multi *mb);
 struct infer_seq {
     struct infer_state *s; /* its KV cache (the rows go after its len) and attention */

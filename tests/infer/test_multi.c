@@ -154,8 +154,15 @@ static void against_alone(enum act a, int npu, struct test_rng *rng)
         assert_int_equal(sa.prompt_tokens, sb.prompt_tokens);
         assert_int_equal(sa.decoded, sb.decoded);
     }
-    if (npu) /* the device thread took part (float matmuls too, split the same way) */
-        assert_true(infer_multi_npu_jobs(mb) > 0);
+    /* the work was split with the device thread (float matmuls too, split
+     * the same way); int8 parts are waited for, so the thread ran some. A
+     * float part it has not started is taken back by the calling thread, so
+     * on a busy machine (ctest -j) it may have run none of them. */
+    if (npu) {
+        assert_true(infer_multi_dev_calls(mb) > 0);
+        if (a != ACT_FLOAT)
+            assert_true(infer_multi_npu_jobs(mb) > 0);
+    }
     printf("  %s, npu %d: %u events in %d rounds\n",
            a == ACT_FLOAT ? "float" : a == ACT_STATIC ? "int8 static" : "int8 dynamic", npu,
            events, ROUNDS);
