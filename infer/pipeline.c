@@ -401,6 +401,8 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         ret = pl_pool_admit(p);
     if (ret == 0)
         ret = pl_acts_init(p, o.act_sets);
+    if (ret == 0)
+        ret = pl_prefault_early(p);
     if (ret < 0) {
         sl_err_set(err, "out of memory building the task graph");
         goto out;

@@ -39,6 +39,7 @@
 #ifndef SLUICE_PIPELINE_H
 #define SLUICE_PIPELINE_H
 
+#include <limits.h>
 #include <pthread.h>
 
 #include "infer_internal.h"
@@ -136,11 +137,14 @@ struct queue {
 
 /* full: the NPU's weight storage (prepared in pl_graph_build) faulted in
  * ahead by the prefault thread while a CPU worker has nothing else to do,
- * 2 MiB at a time in layer order, skipping layers whose unpacking has begun */
+ * 2 MiB at a time in layer order, skipping layers whose unpacking has begun;
+ * before it the activation memory and the pool's first storages
+ * (pipeline_prefault.c: w NULL, the step is addr + off) */
 struct prefault {
     struct npu_weights *w;
+    uint8_t *addr; /* w NULL: a region (pl_prefault_region) */
     size_t off, len;
-    int layer;
+    int layer;     /* PL_PF_ACTS: activation memory, never skipped */
     uint64_t t0, t1;    /* the step's span on the prefault track; t1 0: not run */
 };
 
@@ -498,6 +502,13 @@ struct pl_worker_arg {
 };
 void *pl_cpu_worker(void *arg);      /* arg: struct pl_worker_arg */
 void *pl_prefault_worker(void *arg); /* arg: struct pl */
+/* pipeline_prefault.c: the activation memory and the pool's storages admitted
+ * at setup put first in the prefault thread's list (full, no_prefault 0);
+ * 0 or -ENOMEM. A step of a region: its whole pages faulted in writable, 0 or
+ * -errno (nothing changes in its contents either way). */
+#define PL_PF_ACTS INT_MAX
+int pl_prefault_early(struct pl *p);
+int pl_prefault_region(uint8_t *addr, size_t len);
 void *pl_reclaim_worker(void *arg);  /* arg: struct pl; packed residency */
 
 /* ---- pipeline_embed.c: the embedding ------------------------------------------------------ */

@@ -116,11 +116,12 @@ void *pl_prefault_worker(void *arg)
             continue;
         }
         struct prefault *f = &p->pf[p->next_pf++];
-        if (f->layer <= p->unpack_layer)
+        if (f->layer != PL_PF_ACTS && f->layer <= p->unpack_layer)
             continue; /* its unpacking faults it in itself */
         f->t0 = sl_now_ns();
         pthread_mutex_unlock(&p->lock);
-        int r = npu_weights_prefault(f->w, f->off, f->len);
+        int r = f->w ? npu_weights_prefault(f->w, f->off, f->len)
+                     : pl_prefault_region(f->addr + f->off, f->len);
         pthread_mutex_lock(&p->lock);
         f->t1 = sl_now_ns();
         p->prefault_ns += f->t1 - f->t0;

@@ -72,7 +72,10 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
             continue;
         double b = (double)(pf->t0 - p->t_start) / 1e3, e = (double)(pf->t1 - p->t_start) / 1e3;
         char name[64];
-        snprintf(name, sizeof name, "prefault L%d +%zu MiB", pf->layer, pf->off >> 20);
+        if (pf->layer == PL_PF_ACTS)
+            snprintf(name, sizeof name, "prefault activations +%zu MiB", pf->off >> 20);
+        else
+            snprintf(name, sizeof name, "prefault L%d +%zu MiB", pf->layer, pf->off >> 20);
         fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"prefault\", \"ph\": \"B\", "
                    "\"pid\": 1, \"tid\": %d, \"ts\": %.3f},\n{\"name\": \"%s\", "
                    "\"cat\": \"prefault\", \"ph\": \"E\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f}",

@@ -634,8 +634,9 @@ struct infer_pipeline_opts {
     uint32_t split;            /* output channels per NPU task in full/sequential (512) */
     int no_shadow;             /* 1: no shadow outlier execution even where the container
                                 * calibrated it (infer_model_shadow_enable; ablation) */
-    int no_prefault;           /* full: no prefault thread faulting the NPU's weight memory
-                                * in ahead while a CPU worker is idle (ablation) */
+    int no_prefault;           /* full: no prefault thread faulting the activation memory
+                                * and the NPU's weight memory in ahead while a CPU worker
+                                * is idle (ablation) */
     uint32_t cpu_workers;      /* CPU worker threads (default 1; the NPU has its own),
                                 * at most INFER_PIPELINE_MAX_CPU_WORKERS (more are
                                 * taken as that many) */
