@@ -28,6 +28,10 @@
 #include "npu_gemm_internal.h"
 
 #define AI static inline __attribute__((always_inline))
+/* keeps GCC -O3 from hoisting every maddubs of an unrolled panel above the
+ * adds (it then spilled the products to the stack: +10-25% at 8 rows with
+ * the order pinned after each group, BENCHMARKS "Issue 18, eighth session") */
+#define REG(v) __asm__("" : "+x"(v))
 #define PANEL 16    /* groups (4 k values) per k-panel: four int16 rounds of 4 */
 #ifndef PF_PANELS
 #define PF_PANELS 6 /* how far ahead the weights are prefetched, in panels */
@@ -85,6 +89,10 @@ AI void round4(const int NV, const int cn, const uint8_t *aq, const int8_t *w0, 
     __m256i t0 = mb(u, w0), t1 = mb(u, w0 + 32), t2 = t0, t3 = t1;
     if (NV == 4)
         t2 = mb(u, w1), t3 = mb(u, w1 + 32);
+    REG(t0);
+    REG(t1);
+    REG(t2);
+    REG(t3);
     for (int e = 1; e < cn; e++) {
         u = bcast_u(aq + 12 * e);
         t0 = _mm256_add_epi16(t0, mb(u, w0 + 64 * e));
@@ -93,6 +101,10 @@ AI void round4(const int NV, const int cn, const uint8_t *aq, const int8_t *w0, 
             t2 = _mm256_add_epi16(t2, mb(u, w1 + 64 * e));
             t3 = _mm256_add_epi16(t3, mb(u, w1 + 64 * e + 32));
         }
+        REG(t0);
+        REG(t1);
+        REG(t2);
+        REG(t3);
     }
     const __m256i ones = _mm256_set1_epi16(1);
     s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(t0, ones));
