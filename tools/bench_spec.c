@@ -403,7 +403,8 @@ int bench_spec(int argc, char **argv)
     double kbest_plain[N_KINDS] = {0}, kbest_spec[N_KINDS] = {0}, kbest_look[N_KINDS] = {0},
            kbest_lplain[N_KINDS] = {0};
     uint32_t kind_acc[N_KINDS] = {0}, kind_rounds[N_KINDS] = {0}, kind_drafted[N_KINDS] = {0},
-             kind_tasks[N_KINDS] = {0}, kind_steps[N_KINDS] = {0};
+             kind_tasks[N_KINDS] = {0}, kind_steps[N_KINDS] = {0},
+             kind_skipped[N_KINDS] = {0};
     double kind_step_s[N_KINDS] = {0}, kind_verify_s[N_KINDS] = {0}, kind_draft_s[N_KINDS] = {0};
     if (!json)
         printf("%-8s %6s %9s %9s %9s %9s %8s %8s %7s %6s %5s\n", "task", "prompt", "plain",
@@ -424,6 +425,7 @@ int bench_spec(int argc, char **argv)
             sst.rounds += one.rounds;
             sst.drafted += one.drafted;
             sst.plain_steps += one.plain_steps;
+            sst.skipped += one.skipped;
             sst.plain_s += one.plain_s;
             sst.verify_s += one.verify_s;
             sst.draft_s += one.draft_s;
@@ -451,6 +453,7 @@ int bench_spec(int argc, char **argv)
         kind_rounds[k] += sst.rounds;
         kind_drafted[k] += sst.drafted;
         kind_steps[k] += sst.plain_steps;
+        kind_skipped[k] += sst.skipped;
         kind_step_s[k] += sst.plain_s;
         kind_verify_s[k] += sst.verify_s;
         kind_draft_s[k] += sst.draft_s;
@@ -496,10 +499,17 @@ int bench_spec(int argc, char **argv)
         double vrows = kind_rounds[k] ? 1.0 + (double)kind_drafted[k] / kind_rounds[k] : 0;
         if (!json)
             printf("         %u verifications of %.1f rows, %.3f ms each (x%.2f of a one-row "
-                   "step); %u one-row steps, %.3f ms each; drafting %.1f%% of the time\n",
+                   "step); %u one-row steps, %.3f ms each; drafting %.1f%% of the time\n"
+                   "         one-row steps: %u without a draft, %u with one the cost model "
+                   "skipped; %.2f tokens per forward\n",
                    kind_rounds[k], vrows, v_ms, s_ms > 0 ? v_ms / s_ms : 0, kind_steps[k], s_ms,
                    100 * kind_draft_s[k] /
-                       (kind_draft_s[k] + kind_verify_s[k] + kind_step_s[k] + 1e-12));
+                       (kind_draft_s[k] + kind_verify_s[k] + kind_step_s[k] + 1e-12),
+                   kind_steps[k] - kind_skipped[k], kind_skipped[k],
+                   kind_rounds[k] + kind_steps[k]
+                       ? (double)(kind_acc[k] + kind_rounds[k] + kind_steps[k]) /
+                             (kind_rounds[k] + kind_steps[k])
+                       : 0.0);
         if (!json && lookup)
             printf("         llama-lookup/llama plain %.2fx; tokens/s spec/lookup %.2fx\n",
                    kind_lplain[k] > 0 ? kind_look[k] / kind_lplain[k] : 0,
@@ -518,6 +528,7 @@ int bench_spec(int argc, char **argv)
         cJSON_AddNumberToObject(o, "verify_rows_mean", vrows);
         cJSON_AddNumberToObject(o, "verify_ms_mean", v_ms);
         cJSON_AddNumberToObject(o, "one_row_steps", kind_steps[k]);
+        cJSON_AddNumberToObject(o, "one_row_steps_draft_skipped", kind_skipped[k]);
         cJSON_AddNumberToObject(o, "step_ms_mean", s_ms);
         cJSON_AddNumberToObject(o, "spec_over_plain", sp);
         cJSON_AddNumberToObject(o, "spec_over_plain_best_runs",

@@ -880,6 +880,8 @@ struct infer_spec_stats {
     uint32_t shapes[3];    /* rounds with 4, 8 and 16-row graphs */
     uint32_t tokens;       /* tokens produced (emitted) */
     double draft_s, verify_s, plain_s, calib_s;
+    uint32_t skipped;      /* of plain_steps: a draft was found but the cost model
+                            * judged it not worth a verification */
 };
 
 int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
