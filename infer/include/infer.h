@@ -843,7 +843,8 @@ struct infer_spec;
 struct infer_spec_opts {
     uint32_t max_rows;   /* verification rows, root included: 4, 8 or 16 (0: 8) */
     uint32_t min_match;  /* shortest n-gram that retrieves from context and history,
-                            1..4 (0: 2) */
+                            1..4 (0: 2); the context's 1-grams still draft when
+                            nothing longer did */
     int no_reuse;        /* 1: no draft reuse (paper 3.4) */
     uint32_t reuse_threshold; /* a reused segment is dropped once it has drafted more
                                  than this many tokens (0: 16) */
