@@ -199,7 +199,11 @@ static void draft(struct infer_spec *sp, int root, uint32_t pos, uint32_t depth,
         for (size_t k = 0; k < sizeof order / sizeof order[0] && t->n < max_rows; k++) {
             c.src = order[k];
             c.order = g;
-            if (g < sp->o.min_match && c.src != SPEC_SRC_CALIB)
+            /* below the minimum match only calibrated sequences, and the
+             * context's 1-grams when nothing longer drafted anything (the
+             * cost model prices them by their measured acceptance) */
+            if (g < sp->o.min_match && c.src != SPEC_SRC_CALIB &&
+                !(g == 1 && c.src == SPEC_SRC_CONTEXT && t->n == 1))
                 continue;
             spec_index_match(&sp->src[c.src], cx->tok, cx->n, g, MATCHES_PER_ORDER, on_match, &c);
         }
@@ -406,6 +410,7 @@ int infer_spec_round(struct infer_spec *sp, int token, uint32_t depth, const int
      * alone) */
     if (sp->tree.n > 1 && sp->tree.sum_p < sp->beta + sp->alpha * (float)(sp->tree.n - 1)) {
         spec_tree_reset(&sp->tree, token, len);
+        sp->stats.skipped++;
         /* a fixed cost measured while the machine was busy would stop
          * verification for good (nothing re-measures it): each skipped tree
          * moves it back toward the prior and weakens the old rounds' fit */

@@ -18,8 +18,8 @@
  * passes over the panel while it is in L1, so each weight byte comes from
  * memory once for all rows. A row's panel sums stay in registers (4 int32
  * vectors) and are added into a per-column accumulator in memory (rows x
- * 32 int32). The weights PF_PANELS panels ahead are prefetched once, in
- * the pass of the first row, across the end of the column into the next.
+ * 32 int32). The weights PF_PANELS panels ahead are prefetched once,
+ * spread over the rows' passes, across the end of the column into the next.
  * Activations are read from the AVX2 kernel's staging (signed, 3-row
  * interleave) and offset to a + 128 per broadcast. */
 #include <immintrin.h>
@@ -28,6 +28,10 @@
 #include "npu_gemm_internal.h"
 
 #define AI static inline __attribute__((always_inline))
+/* keeps GCC -O3 from hoisting every maddubs of an unrolled panel above the
+ * adds (it then spilled the products to the stack: +10-25% at 8 rows with
+ * the order pinned after each group, BENCHMARKS "Issue 18, eighth session") */
+#define REG(v) __asm__("" : "+x"(v))
 #define PANEL 16    /* groups (4 k values) per k-panel: four int16 rounds of 4 */
 #ifndef PF_PANELS
 #define PF_PANELS 6 /* how far ahead the weights are prefetched, in panels */
@@ -85,6 +89,10 @@ AI void round4(const int NV, const int cn, const uint8_t *aq, const int8_t *w0, 
     __m256i t0 = mb(u, w0), t1 = mb(u, w0 + 32), t2 = t0, t3 = t1;
     if (NV == 4)
         t2 = mb(u, w1), t3 = mb(u, w1 + 32);
+    REG(t0);
+    REG(t1);
+    REG(t2);
+    REG(t3);
     for (int e = 1; e < cn; e++) {
         u = bcast_u(aq + 12 * e);
         t0 = _mm256_add_epi16(t0, mb(u, w0 + 64 * e));
@@ -93,6 +101,10 @@ AI void round4(const int NV, const int cn, const uint8_t *aq, const int8_t *w0, 
             t2 = _mm256_add_epi16(t2, mb(u, w1 + 64 * e));
             t3 = _mm256_add_epi16(t3, mb(u, w1 + 64 * e + 32));
         }
+        REG(t0);
+        REG(t1);
+        REG(t2);
+        REG(t3);
     }
     const __m256i ones = _mm256_set1_epi16(1);
     s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(t0, ones));
@@ -149,10 +161,15 @@ AI void column(const int NV, const struct npu_gemm_args *g, const int8_t *bp, si
         const size_t off = 64 * (size_t)(q0 + PF_PANELS * PANEL);
         const int8_t *pf =
             off < bstride ? bp + off : bp + (size_t)(NV / 2) * bstride + (off - bstride);
-        for (int b = 0; b < NV / 2; b++)
-            for (uint32_t l = 0; l < PANEL; l++)
-                _mm_prefetch((const char *)(pf + (size_t)b * bstride + 64 * (size_t)l), _MM_HINT_T0);
+        const uint32_t nl = (uint32_t)(NV / 2) * PANEL; /* lines to prefetch */
         for (uint32_t i = 0; i < m; i++) {
+            /* row i's share of them, so that the loads stay in flight while
+             * the rows multiply (all at once before the first row: the
+             * memory idled during the rest; 4 rows +10-15%, BENCHMARKS) */
+            for (uint32_t l = i * nl / m; l < (i + 1) * nl / m; l++) {
+                const int8_t *pl = pf + (size_t)(l / PANEL) * bstride + 64 * (size_t)(l % PANEL);
+                _mm_prefetch((const char *)pl, _MM_HINT_T0);
+            }
             const uint8_t *ai = g->a + npu_gemm_a_off(i, 0, k4, 3);
             __m256i s[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
                             _mm256_setzero_si256(), _mm256_setzero_si256()};

@@ -137,6 +137,7 @@ void tools_spec_json(cJSON *j, const struct tools_spec_result *r)
     uint32_t fw = s->rounds + s->plain_steps;
     cJSON_AddNumberToObject(o, "rounds", s->rounds);
     cJSON_AddNumberToObject(o, "plain_steps", s->plain_steps);
+    cJSON_AddNumberToObject(o, "plain_steps_draft_skipped", s->skipped);
     cJSON_AddNumberToObject(o, "drafted", s->drafted);
     cJSON_AddNumberToObject(o, "accepted", s->accepted);
     cJSON_AddNumberToObject(o, "acceptance_rate",

@@ -849,7 +849,8 @@ struct infer_spec;
 struct infer_spec_opts {
     uint32_t max_rows;   /* verification rows, root included: 4, 8 or 16 (0: 8) */
     uint32_t min_match;  /* shortest n-gram that retrieves from context and history,
-                            1..4 (0: 2) */
+                            1..4 (0: 2); the context's 1-grams still draft when
+                            nothing longer did */
     int no_reuse;        /* 1: no draft reuse (paper 3.4) */
     uint32_t reuse_threshold; /* a reused segment is dropped once it has drafted more
                                  than this many tokens (0: 16) */
@@ -886,6 +887,8 @@ struct infer_spec_stats {
     uint32_t shapes[3];    /* rounds with 4, 8 and 16-row graphs */
     uint32_t tokens;       /* tokens produced (emitted) */
     double draft_s, verify_s, plain_s, calib_s;
+    uint32_t skipped;      /* of plain_steps: a draft was found but the cost model
+                            * judged it not worth a verification */
 };
 
 int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,

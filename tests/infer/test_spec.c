@@ -740,6 +740,43 @@ static void test_context_end_and_stop(void **st)
     infer_model_destroy(m);
 }
 
+/* Below the minimum match, a token seen in the context drafts what followed
+ * it when no longer match drafted anything (1-gram fallback); a token never
+ * seen is a one-row step. */
+static void test_fallback_1gram(void **st)
+{
+    (void)st;
+    struct sl_err err;
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(float_model, NULL, &m, &err), 0);
+    assert_true(infer_model_config(m)->vocab_size > 24);
+    const int prompt[] = {1, 5, 6, 7, 8, 9, 10, 11};
+    for (int seen = 0; seen < 2; seen++) {
+        struct infer_session_opts so = {.max_batch = 32};
+        struct infer_session *s;
+        struct infer_spec *sp;
+        assert_int_equal(infer_session_create(m, &so, &s, &err), 0);
+        assert_int_equal(infer_session_prefill(s, prompt, 8, &err), 0);
+        struct infer_spec_opts o = {.max_rows = 8, .min_match = 2, .row_cost = 0.01f};
+        assert_int_equal(infer_spec_create(s, prompt, 8, &o, &sp, &err), 0);
+        int acc[INFER_SPEC_MAX_ROWS], next;
+        uint32_t n_acc;
+        /* 5 follows 11 nowhere (no 2-gram), but 5 itself is at 1 */
+        assert_int_equal(infer_spec_round(sp, seen ? 5 : 23, 8, NULL, 0, acc, &n_acc, &next, &err),
+                         0);
+        struct infer_spec_stats ss;
+        infer_spec_stats(sp, &ss);
+        assert_int_equal(ss.rounds, seen ? 1u : 0u);
+        assert_int_equal(ss.plain_steps, seen ? 0u : 1u);
+        assert_int_equal(ss.skipped, 0u);
+        if (seen)
+            assert_true(ss.drafted >= 1);
+        infer_spec_destroy(sp);
+        infer_session_destroy(s);
+    }
+    infer_model_destroy(m);
+}
+
 static void test_dynamic_not_exact(void **st)
 {
     (void)st;
@@ -764,6 +801,7 @@ int main(void)
         cmocka_unit_test(test_dynamic_not_exact),
         cmocka_unit_test(test_sampling_same_distribution),
         cmocka_unit_test(test_context_end_and_stop),
+        cmocka_unit_test(test_fallback_1gram),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
