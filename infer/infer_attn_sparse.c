@@ -159,6 +159,7 @@ static int start_launch(struct infer_sparse *sp, struct launch *la, const struct
     la->job.xq = la->xq;
     la->job.rows = la->cnt * nr;
     la->job.act_scale = la->scale;
+    la->job.a_max = ATTN_EST_QQ;
     la->job.y = la->y;
     la->ticket = NULL;
     if (sp->o.inline_npu)
@@ -483,7 +484,7 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
             if (j == nl) {
                 la[nl].g = g;
                 la[nl].bucket = bucket[h - h0];
-                la[nl].scale = qs[h - h0];
+                la[nl].scale = attn_q_code_scale(qs[h - h0]);
                 nl++;
             }
             la[j].head[la[j].cnt++] = h;
@@ -605,8 +606,8 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
             l->y = ybuf[started % AHEAD];
             for (uint32_t j = 0; j < l->cnt; j++)
                 for (uint32_t i = 0; i < l->nr; i++)
-                    npu_quantize_act(q + (size_t)(l->i0 + i) * qdim + (size_t)l->head[j] * hd, hd,
-                                     l->scale, l->xq + ((size_t)j * l->nr + i) * hd);
+                    attn_quantize_q(q + (size_t)(l->i0 + i) * qdim + (size_t)l->head[j] * hd, hd,
+                                    l->scale, l->xq + ((size_t)j * l->nr + i) * hd);
             struct kslot *ks = &sp->ks[(size_t)layer * KV + l->g];
             const struct npu_graph *gr;
             ret = npu_device_graph(sp->dev, m, hd, ks->L, &gr, &err);
@@ -813,8 +814,8 @@ int attn_sparse_estimate(struct infer_sparse *sp, const struct infer_kv *kv, uin
                                  : head_scale(q, n, qdim, hd, h);
     float mu = group_center(sp, layer, g, q, n);
     struct launch la = {.g = g, .cnt = 1};
-    la.scale = attn_bucket_scale(mu, sp->step, sp->buckets,
-                                 attn_bucket_pick(mu, sp->step, sp->buckets, s));
+    la.scale = attn_q_code_scale(attn_bucket_scale(mu, sp->step, sp->buckets,
+                                                   attn_bucket_pick(mu, sp->step, sp->buckets, s)));
     int ret = prepare_keys(sp, kv, layer, g, base, base + n, err);
     if (ret < 0)
         return ret;
@@ -823,7 +824,7 @@ int attn_sparse_estimate(struct infer_sparse *sp, const struct infer_kv *kv, uin
     if (!la.xq)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++)
-        npu_quantize_act(q + i * qdim + (size_t)h * hd, hd, la.scale, la.xq + (size_t)i * hd);
+        attn_quantize_q(q + i * qdim + (size_t)h * hd, hd, la.scale, la.xq + (size_t)i * hd);
     la.y = est;
     const struct npu_graph *gr;
     uint32_t m = kv_mul * pow2ceil(n);

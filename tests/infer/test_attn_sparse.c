@@ -226,9 +226,22 @@ static void test_estimate(void **state)
             if (attn_sparse_estimate(sp, kv, layer, q, n, base, h, est, &L, &qs, &err) < 0)
                 fail_msg("estimate: %s", err.msg);
             assert_true(L >= T && L % 256 == 0);
-            for (uint32_t i = 0; i < n; i++)
-                npu_quantize_act(q + (size_t)i * c.n_heads * hd + (size_t)h * hd, hd, qs,
-                                 q8 + (size_t)i * hd);
+            for (uint32_t i = 0; i < n; i++) {
+                /* 7-bit Q codes at the bucket's code scale */
+                int8_t q127[256];
+                npu_quantize_act(q + (size_t)i * c.n_heads * hd + (size_t)h * hd, hd, qs, q127);
+                for (uint32_t d = 0; d < hd; d++) {
+                    int v = q127[d] > ATTN_EST_QQ    ? ATTN_EST_QQ
+                            : q127[d] < -ATTN_EST_QQ ? -ATTN_EST_QQ
+                                                     : q127[d];
+                    q8[(size_t)i * hd + d] = (int8_t)v;
+                }
+            }
+            int8_t q7[256];
+            for (uint32_t i = 0; i < n; i++) { /* attn_quantize_q is that rule */
+                attn_quantize_q(q + (size_t)i * c.n_heads * hd + (size_t)h * hd, hd, qs, q7);
+                assert_memory_equal(q7, q8 + (size_t)i * hd, hd);
+            }
             uint32_t g = h / (c.n_heads / c.n_kv_heads);
             const int8_t *k8 = infer_kv_keys_i8(kv, layer) + (size_t)g * hd;
             const float *k8s = infer_kv_keys_i8_scale(kv, layer);
