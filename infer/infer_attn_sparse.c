@@ -235,6 +235,8 @@ struct call_stats {
 /* Pairs per block (rows of a launch's heads): their keys and values are
  * walked in blocks of KEY_TILE slots together (attn_sel_rows). */
 #define PAIRS 128u
+/* the fewest rows per launch (per head) whose inline estimates run per head */
+#define SPLIT_ROWS 8u
 #define KEY_TILE 256u
 
 /* The scratch of attend_launch. */
@@ -637,7 +639,9 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     /* inline estimates: per head of a launch, just before its rows pick
      * their keys (a launch's estimates, kv_mul * rc rows of L floats, would
      * have left the caches by then) */
-    int split = sp->o.inline_npu && !sp->o.select_group;
+    /* (with a few rows per launch, decode, the K codes read once per head
+     * would cost more than the estimates' trip through L3) */
+    int split = sp->o.inline_npu && !sp->o.select_group && rc >= SPLIT_ROWS;
     uint32_t msub = pow2ceil(rc) < NPU_GRAPH_MAX_M ? pow2ceil(rc) : NPU_GRAPH_MAX_M;
     for (uint32_t done = 0; done < nj && ret == 0; done++) {
         /* keep AHEAD jobs in flight */
