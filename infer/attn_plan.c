@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "attn_sparse.h"
+#include "npu.h"
 
 static float floor_of(const float *v, uint32_t n)
 {
@@ -156,4 +157,16 @@ double attn_plan(uint32_t n, const double *t_npu, const uint32_t *cnt,
         cpu_plan(tn, &tk, &tq, cnt[bi], head[bi], t_topk, t_qkv);
     }
     return tq;
+}
+
+float attn_q_code_scale(float bucket_scale)
+{
+    return bucket_scale * (127.0f / (float)ATTN_EST_QQ);
+}
+
+void attn_quantize_q(const float *x, uint32_t hd, float s, int8_t *q)
+{
+    npu_quantize_act(x, hd, s, q);
+    for (uint32_t d = 0; d < hd; d++)
+        q[d] = q[d] > ATTN_EST_QQ ? ATTN_EST_QQ : q[d] < -ATTN_EST_QQ ? -ATTN_EST_QQ : q[d];
 }

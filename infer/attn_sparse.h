@@ -175,6 +175,19 @@ float attn_quantize_key_q(const float *k, uint32_t hd, int qmax, int8_t *q);
 #define ATTN_EST_QMAX 64
 #endif
 
+/* The codes of the queries the estimate reads: within +-ATTN_EST_QQ (63: 7
+ * bits; the emulated NPU's AVX2 kernel then adds two groups' products in
+ * int16 before widening, npu_job.a_max). A bucket's scale s (of max|q| /
+ * 127 units, as profiled) becomes the code scale attn_q_code_scale(s) =
+ * s * 127 / ATTN_EST_QQ. */
+#ifndef ATTN_EST_QQ
+#define ATTN_EST_QQ 63
+#endif
+float attn_q_code_scale(float bucket_scale);
+/* q = clamp(rint(x / s), -ATTN_EST_QQ, ATTN_EST_QQ) (npu_quantize_act, then
+ * the clamp), hd values. */
+void attn_quantize_q(const float *x, uint32_t hd, float s, int8_t *q);
+
 /* Algorithm 1 (the pipeline plan): launches (fused heads) in NPU order and
  * the CPU order of their heads, greedily minimizing the finish time of the
  * three-stage pipeline estimate -> top-k -> softmax.V. n launches with

@@ -4,7 +4,12 @@
  * Per call (query rows of one layer, heads [h0, h1)):
  * 1. Q scale per head (max|q| / 127 over the call's rows) picks a bucket of
  *    the head's grid around its profiled mean; Q is quantized with the
- *    bucket's scale (static, as a compiled NPU graph's constant).
+ *    bucket's scale (static, as a compiled NPU graph's constant) to 7-bit
+ *    codes (+-63, attn_quantize_q: the emulated NPU's AVX2 kernel then adds
+ *    two groups' products in int16 before widening, npu_job.a_max; recall
+ *    0.9860 vs 0.9910 with 8 bits on kjv6L-1k at keep 0.2, 0.9915 vs 0.9945
+ *    at 0.45, KL and top-1 unchanged; 6 bits, four groups, dropped it to
+ *    0.9845 at 0.45).
  * 2. K: the keys of every slot quantized to codes within +-ATTN_EST_QMAX
  *    (64: 7 bits; the KV cache's int8 rule with max|k| / 64 as the scale,
  *    one per slot and kv head) prepared as the NPU's weights of a key-length
@@ -23,7 +28,12 @@
  *    are ordered by Algorithm 1 on the per-op costs and run on the device
  *    two ahead of the CPU, which picks each head's keys (sinks, recent
  *    window, top of the rest by the estimate, causal) and runs the dense
- *    kernel's exact float softmax.V over them (infer_attn_list). */
+ *    kernel's exact float softmax.V over them (infer_attn_list). With the
+ *    estimates inline (on the calling thread), each launch's graph runs per
+ *    head just before that head's rows pick their keys: a launch's
+ *    estimates (kv_mul * rows * L floats, 2.2 MB at 4K) left the L2 cache
+ *    before the top-k read them; one head's (278 KB) are still there. The
+ *    same graphs and bits. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -159,6 +169,7 @@ static int start_launch(struct infer_sparse *sp, struct launch *la, const struct
     la->job.xq = la->xq;
     la->job.rows = la->cnt * nr;
     la->job.act_scale = la->scale;
+    la->job.a_max = ATTN_EST_QQ;
     la->job.y = la->y;
     la->ticket = NULL;
     if (sp->o.inline_npu)
@@ -224,6 +235,8 @@ struct call_stats {
 /* Pairs per block (rows of a launch's heads): their keys and values are
  * walked in blocks of KEY_TILE slots together (attn_sel_rows). */
 #define PAIRS 128u
+/* the fewest rows per launch (per head) whose inline estimates run per head */
+#define SPLIT_ROWS 8u
 #define KEY_TILE 256u
 
 /* The scratch of attend_launch. */
@@ -234,6 +247,10 @@ struct attend_buf {
     uint32_t *cur;  /* [PAIRS] */
     float *gather, *fs;
     uint32_t *i1, *i2;
+    /* inline estimates per head (NULL: per launch): the graph of one head's
+     * rows and its output [rows][L] */
+    const struct npu_graph *gsub;
+    float *ysub;
 };
 
 /* The shared selection: per row, one list for the launch's heads (the call's
@@ -291,11 +308,11 @@ static void attend_group(struct infer_sparse *sp, uint32_t layer,
  * PAIRS (row, head) pairs at a time: each pair's keys picked (the previous
  * row's threshold the guess for the next: hint[h - h0], carried across
  * launches), then the block's exact softmax.V. */
-static void attend_launch(struct infer_sparse *sp, uint32_t layer,
-                          const struct infer_attn_rows *rows, const float *q,
-                          const struct launch *l, size_t ld, float *out, uint32_t h0, float *hint,
-                          const float *kh, const float *vh, size_t kv_dim,
-                          const struct attend_buf *b, struct call_stats *cs)
+static int attend_launch(struct infer_sparse *sp, uint32_t layer,
+                         const struct infer_attn_rows *rows, const float *q,
+                         const struct launch *l, size_t ld, float *out, uint32_t h0, float *hint,
+                         const float *kh, const float *vh, size_t kv_dim,
+                         const struct attend_buf *b, struct call_stats *cs, struct sl_err *err)
 {
     const struct format_config *c = &sp->cfg;
     uint32_t hd = c->head_dim, H = c->n_heads, kv_mul = H / c->n_kv_heads;
@@ -310,7 +327,7 @@ static void attend_launch(struct infer_sparse *sp, uint32_t layer,
     (void)n;
     if (sp->o.select_group) {
         attend_group(sp, layer, rows, q, l, ld, out, h0, hint, kh, vh, kv_dim, b, cs);
-        return;
+        return 0;
     }
     for (uint32_t i0 = l->i0; i0 < end; i0 += rb) {
         uint32_t i1 = end - i0 < rb ? end : i0 + rb, np = 0, tmax = rows->base + i1;
@@ -318,10 +335,31 @@ static void attend_launch(struct infer_sparse *sp, uint32_t layer,
         for (uint32_t j = 0; j < l->cnt; j++) {
             uint32_t h = l->head[j];
             double r = sp->ratio[(size_t)layer * H + h];
+            /* the estimates of head j's rows: the launch's, or (b->ysub) run
+             * here for this head alone, so that they are still in the
+             * caches when its rows pick their keys */
+            const float *yj = l->y + (size_t)j * l->nr * ld;
+            if (b->ysub) {
+                uint64_t w0 = sl_now_ns();
+                struct npu_job job = l->job;
+                job.graph = b->gsub;
+                job.xq = l->xq + ((size_t)j * l->nr + (i0 - l->i0)) * hd;
+                job.rows = i1 - i0;
+                job.y = b->ysub;
+                int ret = npu_graph_run(b->gsub, &job, NULL, err);
+                if (ret < 0) {
+                    if (!err->msg[0])
+                        sl_err_set(err, "sparse attention: the NPU estimate failed (%d)", ret);
+                    return ret;
+                }
+                yj = b->ysub - (size_t)(i0 - l->i0) * ld;
+                t0 += sl_now_ns() - w0; /* estimate time, not top-k time */
+                cs->wait_ns += sl_now_ns() - w0;
+            }
             for (uint32_t i = i0; i < i1; i++, np++) {
                 uint32_t visible = rows->base + i + 1;
                 uint32_t k = attn_keep_count(r, visible);
-                const float *e = l->y + ((size_t)j * l->nr + (i - l->i0)) * ld;
+                const float *e = yj + (size_t)(i - l->i0) * ld;
                 uint32_t *sel = b->sel + (size_t)np * T;
                 uint32_t ns = attn_select_row_hint(e, visible, k, sinks, window, sel, b->work,
                                                    &hint[h - h0]);
@@ -347,6 +385,7 @@ static void attend_launch(struct infer_sparse *sp, uint32_t layer,
         cs->topk_ns += t1 - t0;
         cs->qkv_ns += sl_now_ns() - t1;
     }
+    return 0;
 }
 
 /* One block for a call's big buffers: one of the instance's cached ones
@@ -483,7 +522,7 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
             if (j == nl) {
                 la[nl].g = g;
                 la[nl].bucket = bucket[h - h0];
-                la[nl].scale = qs[h - h0];
+                la[nl].scale = attn_q_code_scale(qs[h - h0]);
                 nl++;
             }
             la[j].head[la[j].cnt++] = h;
@@ -597,6 +636,13 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     float *kvpack = (float *)(rest + 2 * pb + sb + ab + gb); /* [ngk][2][T][hd] */
     uint32_t packed = 0; /* bit g - g0: kv head g's copy is made (ngk <= 32 when packing) */
     uint32_t started = 0;
+    /* inline estimates: per head of a launch, just before its rows pick
+     * their keys (a launch's estimates, kv_mul * rc rows of L floats, would
+     * have left the caches by then) */
+    /* (with a few rows per launch, decode, the K codes read once per head
+     * would cost more than the estimates' trip through L3) */
+    int split = sp->o.inline_npu && !sp->o.select_group && rc >= SPLIT_ROWS;
+    uint32_t msub = pow2ceil(rc) < NPU_GRAPH_MAX_M ? pow2ceil(rc) : NPU_GRAPH_MAX_M;
     for (uint32_t done = 0; done < nj && ret == 0; done++) {
         /* keep AHEAD jobs in flight */
         while (started < nj && started < done + AHEAD) {
@@ -605,8 +651,8 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
             l->y = ybuf[started % AHEAD];
             for (uint32_t j = 0; j < l->cnt; j++)
                 for (uint32_t i = 0; i < l->nr; i++)
-                    npu_quantize_act(q + (size_t)(l->i0 + i) * qdim + (size_t)l->head[j] * hd, hd,
-                                     l->scale, l->xq + ((size_t)j * l->nr + i) * hd);
+                    attn_quantize_q(q + (size_t)(l->i0 + i) * qdim + (size_t)l->head[j] * hd, hd,
+                                    l->scale, l->xq + ((size_t)j * l->nr + i) * hd);
             struct kslot *ks = &sp->ks[(size_t)layer * KV + l->g];
             const struct npu_graph *gr;
             ret = npu_device_graph(sp->dev, m, hd, ks->L, &gr, &err);
@@ -620,11 +666,19 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
         if (ret < 0)
             break;
         struct launch *l = &jobs[done];
-        uint64_t t0 = sl_now_ns();
-        if ((ret = finish_launch(l, &err)) < 0)
-            break;
-        cs.wait_ns += sl_now_ns() - t0;
         uint32_t L = sp->ks[(size_t)layer * KV + l->g].L;
+        ab_.gsub = NULL;
+        ab_.ysub = NULL;
+        if (split) { /* each head's rows estimated as attend_launch reaches them */
+            if ((ret = npu_device_graph(sp->dev, msub, hd, L, &ab_.gsub, &err)) < 0)
+                break;
+            ab_.ysub = l->y;
+        } else {
+            uint64_t t0 = sl_now_ns();
+            if ((ret = finish_launch(l, &err)) < 0)
+                break;
+            cs.wait_ns += sl_now_ns() - t0;
+        }
         const float *kh = infer_kv_keys(kv, layer) + (size_t)l->g * hd;
         const float *vh = infer_kv_values(kv, layer) + (size_t)l->g * hd;
         size_t ld = (size_t)KV * hd;
@@ -641,7 +695,9 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
             vh = pv;
             ld = hd;
         }
-        attend_launch(sp, layer, rows, q, l, L, out, h0, hint, kh, vh, ld, &ab_, &cs);
+        if ((ret = attend_launch(sp, layer, rows, q, l, L, out, h0, hint, kh, vh, ld, &ab_, &cs,
+                                 &err)) < 0)
+            break;
     }
     /* on an error, let every submitted job finish before freeing its buffers */
     for (uint32_t i = 0; i < nj; i++)
@@ -813,8 +869,8 @@ int attn_sparse_estimate(struct infer_sparse *sp, const struct infer_kv *kv, uin
                                  : head_scale(q, n, qdim, hd, h);
     float mu = group_center(sp, layer, g, q, n);
     struct launch la = {.g = g, .cnt = 1};
-    la.scale = attn_bucket_scale(mu, sp->step, sp->buckets,
-                                 attn_bucket_pick(mu, sp->step, sp->buckets, s));
+    la.scale = attn_q_code_scale(attn_bucket_scale(mu, sp->step, sp->buckets,
+                                                   attn_bucket_pick(mu, sp->step, sp->buckets, s)));
     int ret = prepare_keys(sp, kv, layer, g, base, base + n, err);
     if (ret < 0)
         return ret;
@@ -823,7 +879,7 @@ int attn_sparse_estimate(struct infer_sparse *sp, const struct infer_kv *kv, uin
     if (!la.xq)
         return -ENOMEM;
     for (uint32_t i = 0; i < n; i++)
-        npu_quantize_act(q + i * qdim + (size_t)h * hd, hd, la.scale, la.xq + (size_t)i * hd);
+        attn_quantize_q(q + i * qdim + (size_t)h * hd, hd, la.scale, la.xq + (size_t)i * hd);
     la.y = est;
     const struct npu_graph *gr;
     uint32_t m = kv_mul * pow2ceil(n);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "npu_est.h"
 #include "npu_internal.h"
 
 /* Rows per slice when a padded job computes its zero rows: a multiple of
@@ -136,12 +137,27 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *sta
                               .act_scale = job->act_scale,
                               .scale = w->scale,
                               .tile = g->tile};
-    /* a chunk's activations staged once for all its jobs (npu_job.stage_key) */
-    if (!job->stage_key || !held || *held != job->stage_key)
-        g->ops->prep(job->xq, d->k, job->rows, d->k, g->k4, g->tile, stage);
-    if (held)
-        *held = job->stage_key;
-    g->ops->gemm(&a);
+    int P = 0;
+#if SLUICE_KERNELS_X86
+    /* narrow activations (npu_job.a_max) on the AVX2 kernel: its pre-summed steps */
+    if (job->a_max && g->ops == &npu_ops_avx2 && (P = npu_est_presum(job->a_max)) &&
+        (!npu_est_blocks_ok(w->b, n0, n1) ||
+         npu_est_prep(job->xq, job->rows, d->k, g->k4, P, stage) < 0))
+        P = 0;
+    if (P) {
+        if (held) /* the staging holds this kernel's layout */
+            *held = 0;
+        npu_est_gemm_avx2(&a, P);
+    }
+#endif
+    if (!P) {
+        /* a chunk's activations staged once for all its jobs (npu_job.stage_key) */
+        if (!job->stage_key || !held || *held != job->stage_key)
+            g->ops->prep(job->xq, d->k, job->rows, d->k, g->k4, g->tile, stage);
+        if (held)
+            *held = job->stage_key;
+        g->ops->gemm(&a);
+    }
     if (!g->pad_rows || job->rows == d->m) {
         job->t_end = sl_now_ns();
         return;

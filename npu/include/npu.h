@@ -351,6 +351,11 @@ struct npu_job {
      * staging holds that key: the device per graph, npu_graph_run_cached per
      * caller's buffer. */
     uint64_t stage_key;
+    /* 0, or the bound the caller quantized xq within: 63 or 31 let the AVX2
+     * kernel add two or four groups' products in int16 before widening
+     * (npu_est_avx2.c; weights within +-64), checked as the activations are
+     * staged (a larger code: the usual kernel); the same outputs */
+    uint32_t a_max;
     /* filled by whoever runs the job */
     int status;                  /* 0, or the negative errno it was refused with */
     int stolen;                  /* 1 when it ran off the device's worker */

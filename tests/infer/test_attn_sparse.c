@@ -226,9 +226,22 @@ static void test_estimate(void **state)
             if (attn_sparse_estimate(sp, kv, layer, q, n, base, h, est, &L, &qs, &err) < 0)
                 fail_msg("estimate: %s", err.msg);
             assert_true(L >= T && L % 256 == 0);
-            for (uint32_t i = 0; i < n; i++)
-                npu_quantize_act(q + (size_t)i * c.n_heads * hd + (size_t)h * hd, hd, qs,
-                                 q8 + (size_t)i * hd);
+            for (uint32_t i = 0; i < n; i++) {
+                /* 7-bit Q codes at the bucket's code scale */
+                int8_t q127[256];
+                npu_quantize_act(q + (size_t)i * c.n_heads * hd + (size_t)h * hd, hd, qs, q127);
+                for (uint32_t d = 0; d < hd; d++) {
+                    int v = q127[d] > ATTN_EST_QQ    ? ATTN_EST_QQ
+                            : q127[d] < -ATTN_EST_QQ ? -ATTN_EST_QQ
+                                                     : q127[d];
+                    q8[(size_t)i * hd + d] = (int8_t)v;
+                }
+            }
+            int8_t q7[256];
+            for (uint32_t i = 0; i < n; i++) { /* attn_quantize_q is that rule */
+                attn_quantize_q(q + (size_t)i * c.n_heads * hd + (size_t)h * hd, hd, qs, q7);
+                assert_memory_equal(q7, q8 + (size_t)i * hd, hd);
+            }
             uint32_t g = h / (c.n_heads / c.n_kv_heads);
             const int8_t *k8 = infer_kv_keys_i8(kv, layer) + (size_t)g * hd;
             const float *k8s = infer_kv_keys_i8_scale(kv, layer);
@@ -307,15 +320,17 @@ static void test_keep_all_is_dense(void **state)
 
 /* keep < 1: the output is the dense kernel's selection path over the keys
  * the scalar estimate and a sort pick */
-static void test_sparse_reference(void **state)
+/* sparse attention (estimates on the device thread, or inline: per head,
+ * as its rows pick their keys) against the reference: per head its NPU
+ * estimate, the keys each row picks, infer_attn_list over them */
+static void sparse_reference(int inl)
 {
-    (void)state;
     struct format_config c = shape(8, 2, 32, 1024);
     uint32_t T = 530, n = 30, base = T - n, hd = c.head_dim, H = c.n_heads;
     size_t qdim = (size_t)H * hd;
     struct infer_kv *kv = random_cache(&c, T);
     float *q = random_q(&c, n), *os = malloc(sizeof(float) * n * qdim);
-    struct infer_sparse_opts o = {.keep = 0.15, .sinks = 3, .window = 10};
+    struct infer_sparse_opts o = {.keep = 0.15, .sinks = 3, .window = 10, .inline_npu = inl};
     struct infer_sparse *sp, *sp2;
     struct sl_err err;
     assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
@@ -355,6 +370,13 @@ static void test_sparse_reference(void **state)
     free(gather);
     free(sel);
     free(work);
+}
+
+static void test_sparse_reference(void **state)
+{
+    (void)state;
+    sparse_reference(0);
+    sparse_reference(1);
 }
 
 /* the greedy plan against every order of up to 4 launches (1 head each)
