@@ -157,6 +157,8 @@ static int packed_part_run(void *arg)
  * channel's sum is computed alone, so any split gives the same bits. */
 struct packed_shared {
     struct packed_part part; /* r0, r1 unused */
+    /* each activation row's sums and tail, computed once for all chunks */
+    struct unpack_dot_x px[PACKED_ROWS_MIN - 1];
     uint32_t chunk;
     _Atomic uint64_t range;  /* front << 32 | back: the channels not taken yet */
 };
@@ -189,11 +191,22 @@ static int shared_take(struct packed_shared *sh, int front, uint32_t *r0, uint32
 
 static int shared_drain(struct packed_shared *sh, int front)
 {
-    struct packed_part p = sh->part;
-    while (shared_take(sh, front, &p.r0, &p.r1)) {
-        int ret = packed_part_run(&p);
-        if (ret < 0)
-            return ret;
+    const struct packed_part *p = &sh->part;
+    const struct infer_linear *lin = p->lin;
+    uint32_t r0, r1;
+    while (shared_take(sh, front, &r0, &r1)) {
+        for (uint32_t i = 0; i < p->n; i++) {
+            size_t at = (size_t)i * lin->rows;
+            int ret = unpack_tensor_dot_x(lin->upk, unpack_kernel_best(), r0, r1,
+                                          p->xq + (size_t)i * lin->cols, &sh->px[i],
+                                          p->acc + at + r0);
+            if (ret < 0)
+                return ret;
+            for (uint32_t r = r0; r < r1; r++) { /* packed_part_run's formula */
+                float s = p->act * unpack_tensor_scale(lin->upk, r);
+                p->y[at + r] = s * (float)p->acc[at + r];
+            }
+        }
     }
     return 0;
 }
@@ -227,6 +240,8 @@ static int packed_shared(struct infer_state *s, const struct infer_linear *lin, 
     struct packed_shared sh = {.part = {lin, xq, n, 0, 0, act, y, s->acc, NULL},
                                .chunk = shared_chunk(lin)};
     atomic_init(&sh.range, (uint64_t)lin->rows);
+    for (uint32_t i = 0; i < n; i++)
+        unpack_dot_x_init(lin->upk, xq + (size_t)i * lin->cols, &sh.px[i]);
     struct npu_ticket *t = NULL;
     int ret = npu_device_call(s->dev, shared_run, &sh, &t, err);
     if (ret < 0)
