@@ -202,8 +202,11 @@ static int shared_drain(struct packed_shared *sh, int front)
                                           p->acc + at + r0);
             if (ret < 0)
                 return ret;
-            for (uint32_t r = r0; r < r1; r++) { /* packed_part_run's formula */
-                float s = p->act * unpack_tensor_scale(lin->upk, r);
+            /* packed_part_run's formula; the row scales read where they lie
+             * (unpack_tensor_scale's little-endian floats) */
+            const uint8_t *sc = lin->upk->layout.scales;
+            for (uint32_t r = r0; r < r1; r++) {
+                float s = p->act * sl_load_lef32(sc + 4 * (size_t)r);
                 p->y[at + r] = s * (float)p->acc[at + r];
             }
         }
