@@ -189,12 +189,43 @@ static int shared_take(struct packed_shared *sh, int front, uint32_t *r0, uint32
     }
 }
 
+/* Bytes of a chunk's codes asked for ahead of it: the dot kernel's own
+ * prefetch distance (UNPACK_PREFETCH_ADAPTIVE weights, about 5 KiB at 5
+ * bits) and some. */
+#define SHARED_PF_BYTES (8u << 10)
+
+/* Asks for (into L2) what rows [r0, r1) of u are read through besides the
+ * codes: their row offsets and scales (a few lines per chunk, each a miss
+ * otherwise, since the codes stream evicts them); with `head`, also the
+ * first SHARED_PF_BYTES of their codes. */
+static void chunk_prefetch(const struct unpack_tensor *u, uint32_t r0, uint32_t r1, int head)
+{
+    for (uint32_t r = r0; r < r1; r += 8)
+        __builtin_prefetch(&u->row_off[r], 0, 2);
+    for (uint32_t r = r0; r < r1; r += 16)
+        __builtin_prefetch(u->layout.scales + 4 * (size_t)r, 0, 2);
+    if (!head)
+        return;
+    const uint8_t *p = u->layout.data + u->row_off[r0];
+    for (uint32_t o = 0; o < SHARED_PF_BYTES; o += 64)
+        __builtin_prefetch(p + o, 0, 2);
+}
+
 static int shared_drain(struct packed_shared *sh, int front)
 {
     const struct packed_part *p = &sh->part;
     const struct infer_linear *lin = p->lin;
     uint32_t r0, r1;
     while (shared_take(sh, front, &r0, &r1)) {
+        /* the front's next chunk follows this one (the kernel's prefetch
+         * runs into it); the back's is the one before: its head is asked
+         * for now, and both ends' next row offsets and scales */
+        chunk_prefetch(lin->upk, r0, r1, 0);
+        if (!front && r0 > 0)
+            chunk_prefetch(lin->upk, r0 > sh->chunk ? r0 - sh->chunk : 0, r0, 1);
+        else if (front && r1 < lin->rows)
+            chunk_prefetch(lin->upk, r1, lin->rows - r1 > sh->chunk ? r1 + sh->chunk : lin->rows,
+                           0);
         for (uint32_t i = 0; i < p->n; i++) {
             size_t at = (size_t)i * lin->rows;
             int ret = unpack_tensor_dot_x(lin->upk, unpack_kernel_best(), r0, r1,
