@@ -263,9 +263,11 @@ static uint32_t shared_chunk(const struct infer_linear *lin)
     return c < 16 ? 16 : (uint32_t)c;
 }
 
-/* Decoding's packed linears split from this many weights (a third of a
- * llama k or v projection of 512 x 2048 would otherwise run on one thread
- * while the device thread spins); a state's lower npu_min_weights wins. */
+/* Decoding's packed linears split from this many weights: the k and v
+ * projections of a grouped-query model (TinyLlama's 256 x 2048) are under
+ * the state's default npu_min_weights of 2^20 and would otherwise run on
+ * the calling thread while the device thread spins; a state's lower
+ * npu_min_weights wins. */
 #define PACKED_SPLIT_MIN (1u << 18)
 
 static int packed_shared(struct infer_state *s, const struct infer_linear *lin, const int8_t *xq,
