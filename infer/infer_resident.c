@@ -4,6 +4,7 @@
  * thread and the calling thread), and dropping the int8 copies a cold start
  * used for its prefill. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -147,6 +148,158 @@ static int packed_part_run(void *arg)
     return 0;
 }
 
+/* Decoding (fewer than PACKED_ROWS_MIN rows): the output channels handed out
+ * in chunks from the two ends of one range, the device thread taking them
+ * from the front and the calling thread from the back. Each streams its own
+ * contiguous stretch of the packed bytes, and neither waits for the other
+ * longer than one chunk, whichever thread starts late or streams slower (a
+ * fixed split left one of them spinning: 6.5% of a ctx-1000 decode). Every
+ * channel's sum is computed alone, so any split gives the same bits. */
+struct packed_shared {
+    struct packed_part part; /* r0, r1 unused */
+    /* each activation row's sums and tail, computed once for all chunks */
+    struct unpack_dot_x px[PACKED_ROWS_MIN - 1];
+    uint32_t chunk;
+    _Atomic uint64_t range;  /* front << 32 | back: the channels not taken yet */
+};
+
+/* Takes the next chunk from the front or the back of sh's range: 1 and
+ * [*r0, *r1), or 0 when nothing is left. */
+static int shared_take(struct packed_shared *sh, int front, uint32_t *r0, uint32_t *r1)
+{
+    uint64_t cur = atomic_load_explicit(&sh->range, memory_order_relaxed);
+    for (;;) {
+        uint32_t lo = (uint32_t)(cur >> 32), hi = (uint32_t)cur, a, b;
+        if (lo >= hi)
+            return 0;
+        if (front) {
+            a = lo;
+            b = hi - lo <= sh->chunk ? hi : lo + sh->chunk;
+        } else {
+            b = hi;
+            a = hi - lo <= sh->chunk ? lo : hi - sh->chunk;
+        }
+        uint64_t next = front ? (uint64_t)b << 32 | hi : (uint64_t)lo << 32 | a;
+        if (atomic_compare_exchange_weak_explicit(&sh->range, &cur, next, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *r0 = a;
+            *r1 = b;
+            return 1;
+        }
+    }
+}
+
+/* Bytes of a chunk's codes asked for ahead of it: the dot kernel's own
+ * prefetch distance (UNPACK_PREFETCH_ADAPTIVE weights, about 5 KiB at 5
+ * bits) and some. */
+#define SHARED_PF_BYTES (8u << 10)
+
+/* Asks for (into L2) what rows [r0, r1) of u are read through besides the
+ * codes: their row offsets and scales (a few lines per chunk, each a miss
+ * otherwise, since the codes stream evicts them); with `head`, also the
+ * first SHARED_PF_BYTES of their codes. */
+static void chunk_prefetch(const struct unpack_tensor *u, uint32_t r0, uint32_t r1, int head)
+{
+    for (uint32_t r = r0; r < r1; r += 8)
+        __builtin_prefetch(&u->row_off[r], 0, 2);
+    for (uint32_t r = r0; r < r1; r += 16)
+        __builtin_prefetch(u->layout.scales + 4 * (size_t)r, 0, 2);
+    if (!head)
+        return;
+    const uint8_t *p = u->layout.data + u->row_off[r0];
+    for (uint32_t o = 0; o < SHARED_PF_BYTES; o += 64)
+        __builtin_prefetch(p + o, 0, 2);
+}
+
+static int shared_drain(struct packed_shared *sh, int front)
+{
+    const struct packed_part *p = &sh->part;
+    const struct infer_linear *lin = p->lin;
+    uint32_t r0, r1;
+    while (shared_take(sh, front, &r0, &r1)) {
+        /* the front's next chunk follows this one (the kernel's prefetch
+         * runs into it); the back's is the one before: its head is asked
+         * for now, and both ends' next row offsets and scales */
+        chunk_prefetch(lin->upk, r0, r1, 0);
+        if (!front && r0 > 0)
+            chunk_prefetch(lin->upk, r0 > sh->chunk ? r0 - sh->chunk : 0, r0, 1);
+        else if (front && r1 < lin->rows)
+            chunk_prefetch(lin->upk, r1, lin->rows - r1 > sh->chunk ? r1 + sh->chunk : lin->rows,
+                           0);
+        for (uint32_t i = 0; i < p->n; i++) {
+            size_t at = (size_t)i * lin->rows;
+            int ret = unpack_tensor_dot_x(lin->upk, unpack_kernel_best(), r0, r1,
+                                          p->xq + (size_t)i * lin->cols, &sh->px[i],
+                                          p->acc + at + r0);
+            if (ret < 0)
+                return ret;
+            /* packed_part_run's formula; the row scales read where they lie
+             * (unpack_tensor_scale's little-endian floats) */
+            const uint8_t *sc = lin->upk->layout.scales;
+            for (uint32_t r = r0; r < r1; r++) {
+                float s = p->act * sl_load_lef32(sc + 4 * (size_t)r);
+                p->y[at + r] = s * (float)p->acc[at + r];
+            }
+        }
+    }
+    return 0;
+}
+
+static int shared_run(void *arg)
+{
+    return shared_drain(arg, 1);
+}
+
+/* Channels per chunk: about SHARED_CHUNK_BYTES of packed codes, a multiple
+ * of 16, at most an eighth of the rows (so small linears still split). */
+#define SHARED_CHUNK_BYTES ((uint64_t)64 << 10)
+static uint32_t shared_chunk(const struct infer_linear *lin)
+{
+    uint64_t row = lin->upk->layout.data_len / lin->rows;
+    uint64_t c = SHARED_CHUNK_BYTES / (row ? row : 1), most = lin->rows / 8;
+    if (c > most)
+        c = most;
+    c = c / 16 * 16;
+    return c < 16 ? 16 : (uint32_t)c;
+}
+
+/* Decoding's packed linears split from this many weights: the k and v
+ * projections of a grouped-query model (TinyLlama's 256 x 2048) are under
+ * the state's default npu_min_weights of 2^20 and would otherwise run on
+ * the calling thread while the device thread spins; a state's lower
+ * npu_min_weights wins. */
+#define PACKED_SPLIT_MIN (1u << 18)
+
+static int packed_shared(struct infer_state *s, const struct infer_linear *lin, const int8_t *xq,
+                         uint32_t n, float act, float *y, struct sl_err *err)
+{
+    struct packed_shared sh = {.part = {lin, xq, n, 0, 0, act, y, s->acc, NULL},
+                               .chunk = shared_chunk(lin)};
+    atomic_init(&sh.range, (uint64_t)lin->rows);
+    for (uint32_t i = 0; i < n; i++)
+        unpack_dot_x_init(lin->upk, xq + (size_t)i * lin->cols, &sh.px[i]);
+    struct npu_ticket *t = NULL;
+    int ret = npu_device_call(s->dev, shared_run, &sh, &t, err);
+    if (ret < 0)
+        return ret;
+    ret = shared_drain(&sh, 0);
+    if (ret < 0) /* what is left of the range is the device thread's; then stop it */
+        atomic_store(&sh.range, 0);
+    /* every chunk is taken: a call the device thread has not started (a busy
+     * machine) is taken back rather than waited for */
+    int ret_dev = npu_ticket_revoke(s->dev, t);
+    if (ret_dev == -ECANCELED)
+        ret_dev = 0;
+    else if (ret_dev == 0)
+        s->npu_jobs++;
+    if (ret == 0)
+        ret = ret_dev;
+    if (ret < 0)
+        sl_err_set(err, "a packed matmul (%u x %u) failed (%s)", lin->rows, lin->cols,
+                   strerror(-ret));
+    return ret;
+}
+
 int infer_linear_packed(struct infer_state *s, const struct infer_linear *lin, const int8_t *xq,
                         uint32_t n, float act, float *y, struct sl_err *err)
 {
@@ -161,6 +314,10 @@ int infer_linear_packed(struct infer_state *s, const struct infer_linear *lin, c
         s->acc_cap = need;
     }
     uint32_t rows = lin->rows, r_npu = 0;
+    uint64_t least = s->npu_min_weights < PACKED_SPLIT_MIN ? s->npu_min_weights : PACKED_SPLIT_MIN;
+    if (s->dev && n < PACKED_ROWS_MIN && !s->split_work && rows >= 32 &&
+        infer_split_work(s, lin, n) >= least)
+        return packed_shared(s, lin, xq, n, act, y, err);
     if (s->dev && rows >= 32 && infer_split_work(s, lin, n) >= s->npu_min_weights)
         r_npu = (uint32_t)(rows * s->npu_share) / 16 * 16;
     struct packed_part dev = {lin, xq, n, 0, r_npu, act, y, s->acc, &s->rows_tile[1]};

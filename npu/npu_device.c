@@ -21,6 +21,30 @@
 /* How long the worker and a ticket's waiter poll before sleeping. */
 #define NPU_SPIN_NS 50000u
 
+/* One poll of a spin wait: a pause (the core's hint that this is a spin
+ * loop); the clock is read once every SPIN_CLOCK_EVERY polls, not on every
+ * one (a decode's waits read it millions of times a second otherwise). */
+#define SPIN_CLOCK_EVERY 32u
+static inline void spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Polls until *flag is nonzero (acquire) or NPU_SPIN_NS have passed. */
+#define SPIN_UNTIL(flag)                                                                       \
+    do {                                                                                       \
+        uint64_t t0_ = sl_now_ns();                                                            \
+        for (unsigned i_ = 1; !atomic_load_explicit((flag), memory_order_acquire); i_++) {     \
+            spin_pause();                                                                      \
+            if (i_ % SPIN_CLOCK_EVERY == 0 && sl_now_ns() - t0_ >= NPU_SPIN_NS)                \
+                break;                                                                         \
+        }                                                                                      \
+    } while (0)
+
 /* A submitted job: the device's copy, queued, then waited for. */
 struct npu_ticket {
     struct npu_ticket *next; /* in the queue (dev->mu) */
@@ -130,10 +154,7 @@ static void *worker_main(void *arg)
              * of the last one: spin briefly before sleeping, since a
              * condition-variable wake-up costs about as much as a small job. */
             pthread_mutex_unlock(&d->mu);
-            uint64_t t0 = sl_now_ns();
-            while (!atomic_load_explicit(&d->queued, memory_order_acquire) &&
-                   sl_now_ns() - t0 < NPU_SPIN_NS)
-                ;
+            SPIN_UNTIL(&d->queued);
             pthread_mutex_lock(&d->mu);
         }
         while (!d->head && !d->stop && !d->pulling)
@@ -420,9 +441,7 @@ static int enqueue(struct npu_device *d, struct npu_ticket *t, struct npu_ticket
 int npu_ticket_wait(struct npu_ticket *t)
 {
     /* the job usually ends within microseconds of the caller's own share */
-    uint64_t t0 = sl_now_ns();
-    while (!atomic_load_explicit(&t->done, memory_order_acquire) && sl_now_ns() - t0 < NPU_SPIN_NS)
-        ;
+    SPIN_UNTIL(&t->done);
     pthread_mutex_lock(&t->mu);
     while (!atomic_load_explicit(&t->done, memory_order_relaxed))
         pthread_cond_wait(&t->cv, &t->mu);

@@ -234,15 +234,48 @@ static unpack_dot_fn *dot_fn(enum unpack_kernel k)
     return kernel_tables[k]->adaptive_dot;
 }
 
+/* x's sums and zero-padded tail group (unpack_dot_args) for a row of cols. */
+static void dot_x_fill(const int8_t *x, uint32_t cols, int32_t *full, int32_t *all,
+                       int8_t tail[FORMAT_PACKED_GROUP + 64])
+{
+    const uint32_t nfull = cols / FORMAT_PACKED_GROUP * FORMAT_PACKED_GROUP;
+    int32_t sx = 0;
+    for (uint32_t c = 0; c < nfull; c++)
+        sx += x[c];
+    *full = sx;
+    for (uint32_t c = nfull; c < cols; c++)
+        sx += x[c];
+    *all = sx;
+    memset(tail, 0, FORMAT_PACKED_GROUP + 64);
+    memcpy(tail, x + nfull, cols - nfull);
+}
+
+/* Whether the kernels may read 64 bytes past row r (not the tensor's last). */
+static int dot_overread(const struct unpack_tensor *u, uint32_t r, uint32_t b)
+{
+    return u->layout.data_len - u->row_off[r] >=
+           format_packed_row_bytes(FORMAT_ENC_ADAPTIVE, b, u->layout.cols) + 64;
+}
+
+static int dot_check(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                     uint32_t r1)
+{
+    if (!unpack_kernel_available(k) || r0 > r1 || r1 > u->layout.rows)
+        return -EINVAL;
+    if (u->layout.cols > UNPACK_CORR_MAX_COLS)
+        return -EOVERFLOW;
+    return 0;
+}
+
 int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                       uint32_t r1, const int8_t *x, uint32_t m, int32_t *acc, size_t ldacc)
 {
-    if (!unpack_kernel_available(k) || r0 > r1 || r1 > u->layout.rows || m == 0 ||
-        (m > 1 && ldacc < (size_t)(r1 - r0)))
+    if (m == 0 || (m > 1 && ldacc < (size_t)(r1 - r0)))
         return -EINVAL;
+    int ret = dot_check(u, k, r0, r1);
+    if (ret < 0)
+        return ret;
     const uint32_t cols = u->layout.cols;
-    if (cols > UNPACK_CORR_MAX_COLS)
-        return -EOVERFLOW;
     if (u->layout.encoding != FORMAT_ENC_ADAPTIVE || u->layout.mult) {
         /* the baselines and block multipliers: each row unpacked to a buffer,
          * then multiplied */
@@ -261,37 +294,54 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
         return 0;
     }
     unpack_dot_fn *fn = dot_fn(k);
-    const uint32_t nfull = cols / FORMAT_PACKED_GROUP * FORMAT_PACKED_GROUP;
     int8_t xtail[16][FORMAT_PACKED_GROUP + 64];
     struct unpack_dot_args args[16];
     for (uint32_t i0 = 0; i0 < m; i0 += 16) {
         uint32_t mi = m - i0 < 16 ? m - i0 : 16;
         for (uint32_t i = 0; i < mi; i++) {
-            const int8_t *xi = x + (size_t)(i0 + i) * cols;
-            int32_t sx = 0;
-            for (uint32_t c = 0; c < nfull; c++)
-                sx += xi[c];
-            args[i].xsum_full = sx;
-            for (uint32_t c = nfull; c < cols; c++)
-                sx += xi[c];
-            args[i].xsum_all = sx;
-            memset(xtail[i], 0, sizeof xtail[i]);
-            memcpy(xtail[i], xi + nfull, cols - nfull);
+            dot_x_fill(x + (size_t)(i0 + i) * cols, cols, &args[i].xsum_full, &args[i].xsum_all,
+                       xtail[i]);
             args[i].xtail = xtail[i];
         }
         /* row by row: a row's bytes stay in L1 for the next activation rows */
         for (uint32_t r = r0; r < r1; r++) {
             const uint8_t *src = u->layout.data + u->row_off[r];
             uint32_t b = format_packed_width(u->layout.widths, r);
-            /* kernels may read up to 64 bytes past a row that is not the tensor's last */
-            int over = u->layout.data_len - u->row_off[r] >=
-                       format_packed_row_bytes(FORMAT_ENC_ADAPTIVE, b, cols) + 64;
+            int over = dot_overread(u, r, b);
             for (uint32_t i = 0; i < mi; i++) {
                 args[i].overread = over;
                 acc[(size_t)(i0 + i) * ldacc + (r - r0)] =
                     fn(src, cols, b, x + (size_t)(i0 + i) * cols, &args[i]);
             }
         }
+    }
+    return 0;
+}
+
+void unpack_dot_x_init(const struct unpack_tensor *u, const int8_t *x, struct unpack_dot_x *px)
+{
+    dot_x_fill(x, u->layout.cols, &px->xsum_full, &px->xsum_all, px->xtail);
+}
+
+int unpack_tensor_dot_x(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                        uint32_t r1, const int8_t *x, const struct unpack_dot_x *px, int32_t *acc)
+{
+    if (u->layout.encoding != FORMAT_ENC_ADAPTIVE || u->layout.mult)
+        return unpack_tensor_dot(u, k, r0, r1, x, 1, acc, 0);
+    int ret = dot_check(u, k, r0, r1);
+    if (ret < 0)
+        return ret;
+    unpack_dot_fn *fn = dot_fn(k);
+    const uint32_t cols = u->layout.cols;
+    struct unpack_dot_args a = {px->xsum_full, px->xsum_all, px->xtail, 0};
+    /* rows that start this far before the end have 64 bytes after them at
+     * any width: dot_overread only for the rows past it */
+    uint64_t most = format_packed_row_bytes(FORMAT_ENC_ADAPTIVE, 8, cols) + 64;
+    uint64_t safe = u->layout.data_len >= most ? u->layout.data_len - most : 0;
+    for (uint32_t r = r0; r < r1; r++) {
+        uint32_t b = format_packed_width(u->layout.widths, r);
+        a.overread = u->row_off[r] <= safe && u->layout.data_len >= most ? 1 : dot_overread(u, r, b);
+        acc[r - r0] = fn(u->layout.data + u->row_off[r], cols, b, x, &a);
     }
     return 0;
 }

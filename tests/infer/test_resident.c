@@ -1,8 +1,9 @@
 /* test_resident.c: decoding straight from packed weights (--resident packed).
  * - a cold start with packed residency gives the same first logits and the
  *   same logits at every decode step, bit for bit, as int8 residency, with
- *   the NPU device thread taking half of each matmul and the calling thread
- *   alone; also for later prompts of several rows (prefill, m > 1) and for
+ *   the NPU device thread taking part of each matmul (a decode step's in
+ *   chunks from the two ends of its channels) and the calling thread alone;
+ *   also for later prompts of several rows (prefill, m > 1) and for
  *   the scheduling policies that unpack whole tensors (sequential), and
  *   with the prefill's int8 copies from a bounded pool of any budget;
  * - after the first step the model holds no int8 copy of an adaptive linear

@@ -12,6 +12,8 @@
  *   tail padding bits set) every kernel agrees with the scalar kernel and
  *   with unpack_tensor_rows followed by a plain dot product;
  * - the baseline encodings (bitplane, int4int8) give the same integers;
+ * - unpack_tensor_dot_x (x's sums and tail prepared once) gives the same
+ *   integers on every kernel, for every case above;
  * - bad arguments are refused with -EINVAL / -EOVERFLOW.
  * The seed is printed; SLUICE_TEST_SEED=<seed> replays a run. */
 #include <errno.h>
@@ -122,6 +124,20 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
                          what, unpack_kernel_name(ks[k]), i, got[i], ref[i], u->layout.cols, m,
                          r0, r1, unpack_tensor_width(u, r0 + (uint32_t)(i % n)));
     }
+    /* unpack_tensor_dot_x: one activation row at a time, x's part prepared once */
+    for (int k = 0; k < nk; k++)
+        for (uint32_t i = 0; i < m; i++) {
+            const int8_t *xi = x + (size_t)i * u->layout.cols;
+            struct unpack_dot_x px;
+            unpack_dot_x_init(u, xi, &px);
+            memset(got, 0x5a, sizeof(int32_t) * (n ? n : 1));
+            assert_int_equal(unpack_tensor_dot_x(u, ks[k], r0, r1, xi, &px, got), 0);
+            for (uint32_t j = 0; j < n; j++)
+                if (got[j] != ref[(size_t)i * n + j])
+                    fail_msg("%s: kernel %s dot_x [%u][%u] = %d, dot %d (cols %u, rows %u..%u)",
+                             what, unpack_kernel_name(ks[k]), i, j, got[j], ref[(size_t)i * n + j],
+                             u->layout.cols, r0, r1);
+        }
     free(ref);
     free(got);
 }
@@ -278,11 +294,21 @@ static void test_api(void **st)
     assert_int_equal(unpack_tensor_dot(&u, UNPACK_KERNEL_SCALAR, 0, 4, x, 1, acc, 0), 0);
     for (int i = 0; i < 4; i++)
         assert_int_equal(acc[i], 0);
+    struct unpack_dot_x px;
+    unpack_dot_x_init(&u, x, &px);
+    assert_int_equal(unpack_tensor_dot_x(&u, UNPACK_KERNEL_SCALAR, 3, 2, x, &px, acc), -EINVAL);
+    assert_int_equal(unpack_tensor_dot_x(&u, UNPACK_KERNEL_SCALAR, 0, 5, x, &px, acc), -EINVAL);
+    assert_int_equal(unpack_tensor_dot_x(&u, (enum unpack_kernel)UNPACK_KERNEL_COUNT, 0, 4, x,
+                                         &px, acc),
+                     -EINVAL);
+    assert_int_equal(unpack_tensor_dot_x(&u, UNPACK_KERNEL_SCALAR, 2, 2, x, &px, acc), 0);
     unpack_tensor_fini(&u);
     /* rows longer than the int32 bound */
     struct unpack_tensor big = u;
     big.layout.cols = UNPACK_CORR_MAX_COLS + 1;
     assert_int_equal(unpack_tensor_dot(&big, UNPACK_KERNEL_SCALAR, 0, 0, x, 1, acc, 0),
+                     -EOVERFLOW);
+    assert_int_equal(unpack_tensor_dot_x(&big, UNPACK_KERNEL_SCALAR, 0, 0, x, &px, acc),
                      -EOVERFLOW);
     packed_free(&p);
 }

@@ -151,6 +151,21 @@ int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k
 int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                       uint32_t r1, const int8_t *x, uint32_t m, int32_t *acc, size_t ldacc);
 
+/* unpack_tensor_dot's work on one activation row x [cols] that does not
+ * depend on the output channels (x's sums, its tail group), done once by
+ * unpack_dot_x_init for a product that a caller splits into many ranges (a
+ * decode step's chunks); unpack_tensor_dot_x is then unpack_tensor_dot with
+ * m = 1 on rows [r0, r1) (acc[r - r0]), the same results and errors. px
+ * must come from x and this tensor's cols; it is only read, so threads may
+ * share it. */
+struct unpack_dot_x {
+    int32_t xsum_full, xsum_all;
+    int8_t xtail[FORMAT_PACKED_GROUP + 64];
+};
+void unpack_dot_x_init(const struct unpack_tensor *u, const int8_t *x, struct unpack_dot_x *px);
+int unpack_tensor_dot_x(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                        uint32_t r1, const int8_t *x, const struct unpack_dot_x *px, int32_t *acc);
+
 /* Column c of the tensor: out[r] = q[r][c] for every row r (the codes
  * unpack_tensor_rows gives, block multipliers applied), decoded element by
  * element without unpacking the rows (the shadow outlier term's weight
