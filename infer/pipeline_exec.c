@@ -3,6 +3,7 @@
  * (pl_npu_done); CPU workers run the CPU queue and, idle, steal from the
  * NPU's (EdgeFlow 4.3); the prefault thread faults in weight memory while a
  * worker idles. Calls pipeline_queue.c and pipeline_ops.c. */
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 
@@ -125,8 +126,10 @@ void *pl_prefault_worker(void *arg)
         pthread_mutex_lock(&p->lock);
         f->t1 = sl_now_ns();
         p->prefault_ns += f->t1 - f->t0;
-        if (r < 0)
-            p->next_pf = p->n_pf; /* the kernel cannot: stop trying */
+        if (r == -EINVAL)
+            p->next_pf = p->n_pf; /* the kernel cannot (no MADV_POPULATE_WRITE): stop trying */
+        /* another error skips this step only: a prefault is an optimization,
+         * and the task that uses the memory faults it in or fails itself */
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;

@@ -17,6 +17,12 @@
  * 127 x 64 x 2 x 2 = 32512), else 0 (the kernel does not apply). */
 int npu_est_presum(uint32_t amax);
 
+/* The offset that makes the codes unsigned for presum P (2 or 4). */
+static inline int npu_est_offset(int P)
+{
+    return P == 4 ? 32 : 64;
+}
+
 /* Stages a [m][k] (row stride k) for the kernel with presum P (2 or 4):
  * bytes a + 64 (P 2) or a + 32 (P 4) as unsigned, [m][k4] (k padded with
  * zeros); out: npu_gemm_prep_bytes(k4, m). Returns 0, or -1 when a code is

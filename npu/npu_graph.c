@@ -140,15 +140,18 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *sta
     int P = 0;
 #if SLUICE_KERNELS_X86
     /* narrow activations (npu_job.a_max) on the AVX2 kernel: its pre-summed steps */
-    if (job->a_max && g->ops == &npu_ops_avx2 && (P = npu_est_presum(job->a_max)) &&
-        (!npu_est_blocks_ok(w->b, n0, n1) ||
-         npu_est_prep(job->xq, job->rows, d->k, g->k4, P, stage) < 0))
-        P = 0;
-    if (P) {
-        if (held) /* the staging holds this kernel's layout */
+    if (job->a_max && g->ops == &npu_ops_avx2 && (P = npu_est_presum(job->a_max))) {
+        /* npu_est_prep writes the staging before it finds a code past the
+         * bound: whatever it returns, the staging no longer holds a chunk's
+         * usual layout */
+        if (held)
             *held = 0;
-        npu_est_gemm_avx2(&a, P);
+        if (!npu_est_blocks_ok(w->b, n0, n1) ||
+            npu_est_prep(job->xq, job->rows, d->k, g->k4, P, stage) < 0)
+            P = 0;
     }
+    if (P)
+        npu_est_gemm_avx2(&a, P);
 #endif
     if (!P) {
         /* a chunk's activations staged once for all its jobs (npu_job.stage_key) */

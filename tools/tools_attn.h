@@ -27,7 +27,9 @@ struct tools_attn {
  * least this many query columns (n_heads x head_dim: llama3-8b's shape at 8K
  * keys won, 1.13-1.19x attention alone; tinyllama's 2048 columns lost at 4K
  * and 8K, attention alone and end to end, and so did llama3-8b's at 4K), at
- * keep 0.45 (the smallest keep that met the accuracy targets on kjv6L-1k) */
+ * keep 0.45 (the smallest keep that met the accuracy targets on kjv6L-1k;
+ * with the estimate's 7-bit Q, eighth session: KL 0.00217, top-1 97.24%,
+ * recall 0.9915) */
 #define TOOLS_ATTN_AUTO_MIN_KEYS 8192
 #define TOOLS_ATTN_AUTO_MIN_QDIM 4096
 #define TOOLS_ATTN_AUTO_KEEP 0.45

@@ -752,7 +752,8 @@ struct infer_session_opts {
      * channels (0: 0.5; the results are bit-identical for any share). */
     double npu_share;
     /* int8 matmuls of fewer weights than this stay on the calling thread (a
-     * hand-off costs a thread wake-up; 0: 1 Mi weights) */
+     * hand-off costs a thread wake-up; 0: 1 Mi weights); packed residency's
+     * decode rows split from 2^18 weights when this is larger */
     uint64_t npu_min_weights;
     /* Cold start only: called the moment the prompt's logits exist, before
      * the pipeline reads what only decoding needs (the time to first token).

@@ -212,6 +212,8 @@ static void test_graph(void **state)
     struct sl_err err = {{0}};
     struct npu_device_config dc;
     npu_device_config_init(&dc);
+    if (npu_kernel_available(NPU_KERNEL_AVX2)) /* the kernel a_max selects, on any x86 */
+        dc.kernel = NPU_KERNEL_AVX2;
     struct npu_device *dev;
     assert_int_equal(npu_device_create_config(&dc, &dev, &err), 0);
     const struct npu_graph *gr;
@@ -245,6 +247,20 @@ static void test_graph(void **state)
         j1.a_max = amax;
         assert_int_equal(npu_graph_run(gr, &j0, scr, &err), 0);
         assert_int_equal(npu_graph_run(gr, &j1, scr, &err), 0);
+        assert_memory_equal(y0, y1, sizeof(float) * (M - 3) * N);
+        /* kept staging: a job staged the usual way, then one with the same
+         * stage_key and a_max (the narrow kernel, or its fallback after
+         * npu_est_prep wrote the staging), then the first again: it must
+         * stage again rather than reuse what the narrow kernel left */
+        uint64_t held = 0, key = npu_stage_keys(1);
+        struct npu_job c0 = j0, c1 = j1, c2 = j0;
+        c0.stage_key = c1.stage_key = c2.stage_key = key;
+        c2.y = y1;
+        assert_int_equal(npu_graph_run_cached(gr, &c0, scr, &held, &err), 0);
+        assert_int_equal(npu_graph_run_cached(gr, &c1, scr, &held, &err), 0);
+        assert_memory_equal(y0, y1, sizeof(float) * (M - 3) * N);
+        memset(y1, 0, sizeof(float) * M * N);
+        assert_int_equal(npu_graph_run_cached(gr, &c2, scr, &held, &err), 0);
         assert_memory_equal(y0, y1, sizeof(float) * (M - 3) * N);
         npu_weights_destroy(w);
     }
