@@ -20,37 +20,9 @@
 #include <string.h>
 
 #include "npu_est.h"
+#include "npu_store_avx2.h"
 
 #define AI static inline __attribute__((always_inline))
-
-/* Row i, channels c0..c0+7, kept inside [r0, r1): int32, or the dequantized
- * float (the two scales' product first), as the other kernels store. */
-AI void store8(__m256i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0)
-{
-    const uint32_t lo = g->r0, hi = g->r1;
-    int32_t t[8];
-    if (g->c) {
-        if (c0 >= lo && c0 + 8 <= hi) {
-            _mm256_storeu_si256((__m256i *)(g->c + (size_t)i * g->ldc + (c0 - lo)), v);
-            return;
-        }
-        _mm256_storeu_si256((__m256i *)t, v);
-        for (uint32_t q = 0; q < 8; q++)
-            if (c0 + q >= lo && c0 + q < hi)
-                g->c[(size_t)i * g->ldc + (c0 + q - lo)] = t[q];
-        return;
-    }
-    float *yi = g->y + (size_t)i * g->ldy;
-    if (c0 >= lo && c0 + 8 <= hi) {
-        __m256 sc = _mm256_mul_ps(_mm256_set1_ps(g->act_scale), _mm256_loadu_ps(g->scale + c0));
-        _mm256_storeu_ps(yi + (c0 - lo), _mm256_mul_ps(sc, _mm256_cvtepi32_ps(v)));
-        return;
-    }
-    _mm256_storeu_si256((__m256i *)t, v);
-    for (uint32_t q = 0; q < 8; q++)
-        if (c0 + q >= lo && c0 + q < hi)
-            yi[c0 + q - lo] = (g->act_scale * g->scale[c0 + q]) * (float)t[q];
-}
 
 /* One row (staged bytes ar) x NBK blocks (2 ymm of 8 channels each) from bp
  * into acc: groups P at a time added in int16, then the tail one group at a
@@ -136,7 +108,7 @@ AI void column(const int NBK, const int P, const int GR, const struct npu_gemm_a
         } else {
 #pragma GCC unroll 4
             for (int j = 0; j < 2 * NBK; j++)
-                store8(_mm256_sub_epi32(acc[j], corr[j]), g, i, c0 + 8 * (uint32_t)j);
+                npu_avx2_store8(_mm256_sub_epi32(acc[j], corr[j]), g, i, c0 + 8 * (uint32_t)j);
         }
     }
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "npu_gemm_internal.h"
+#include "npu_store_avx2.h"
 
 #define AI static inline __attribute__((always_inline))
 #define LR 3 /* rows per tile */
@@ -53,38 +54,6 @@ static void prep_avx2(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, ui
             memcpy(dst + (size_t)(kf / 4) * step, t, 4);
         }
     }
-}
-
-/* Row i, channels c0..c0+7, kept inside [r0, r1). */
-AI void store8(__m256i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0)
-{
-    const uint32_t lo = g->r0, hi = g->r1;
-    if (g->c) {
-        if (c0 >= lo && c0 + 8 <= hi) {
-            _mm256_storeu_si256((__m256i *)(g->c + (size_t)i * g->ldc + (c0 - lo)), v);
-            return;
-        }
-        int32_t t[8];
-        _mm256_storeu_si256((__m256i *)t, v);
-        for (uint32_t q = 0; q < 8; q++)
-            if (c0 + q >= lo && c0 + q < hi)
-                g->c[(size_t)i * g->ldc + (c0 + q - lo)] = t[q];
-        return;
-    }
-    const __m256 as = _mm256_set1_ps(g->act_scale);
-    float *yi = g->y + (size_t)i * g->ldy;
-    if (c0 >= lo && c0 + 8 <= hi) {
-        __m256 sc = _mm256_mul_ps(as, _mm256_loadu_ps(g->scale + c0));
-        _mm256_storeu_ps(yi + (c0 - lo), _mm256_mul_ps(sc, _mm256_cvtepi32_ps(v)));
-        return;
-    }
-    int32_t t[8];
-    _mm256_storeu_si256((__m256i *)t, v);
-    for (uint32_t q = 0; q < 8; q++)
-        if (c0 + q >= lo && c0 + q < hi) {
-            float s = g->act_scale * g->scale[c0 + q];
-            yi[c0 + q - lo] = s * (float)t[q];
-        }
 }
 
 /* MR rows (of an LR-row tile) x nbk blocks (2 ymm each). NARROW: every
@@ -145,7 +114,7 @@ AI void tile(const int MR, const int NBK, const int NARROW, const uint8_t *a, co
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < 2 * NBK; j++)
-            store8(acc[i][j], g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
+            npu_avx2_store8(acc[i][j], g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
 }
 
 /* The end of a tile whose sums were taken on a + 128 (the narrow and tiny
@@ -160,7 +129,7 @@ AI void store_narrow(const int MR, const int NBK, __m256i (*acc)[2 * NB],
             _mm256_loadu_si256((const __m256i *)(g->b->rowsum + c0 + 8 * (uint32_t)j)), 7);
 #pragma GCC unroll 3
         for (int i = 0; i < MR; i++)
-            store8(_mm256_sub_epi32(acc[i][j], corr), g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
+            npu_avx2_store8(_mm256_sub_epi32(acc[i][j], corr), g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
     }
 }
 

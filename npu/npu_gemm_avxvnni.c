@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "npu_gemm_internal.h"
+#include "npu_store_avx2.h"
 
 /* tests/npu/test_npu_avxvnni.c compiles this file again with
  * NPU_AVXVNNI_EVEX defined: the same instruction in its EVEX encoding
@@ -58,33 +59,7 @@ AI void store8(__m256i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0
 {
     v = _mm256_sub_epi32(
         v, _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(g->b->rowsum + c0)), 7));
-    const uint32_t lo = g->r0, hi = g->r1;
-    if (g->c) {
-        if (c0 >= lo && c0 + 8 <= hi) {
-            _mm256_storeu_si256((__m256i *)(g->c + (size_t)i * g->ldc + (c0 - lo)), v);
-            return;
-        }
-        int32_t t[8];
-        _mm256_storeu_si256((__m256i *)t, v);
-        for (uint32_t q = 0; q < 8; q++)
-            if (c0 + q >= lo && c0 + q < hi)
-                g->c[(size_t)i * g->ldc + (c0 + q - lo)] = t[q];
-        return;
-    }
-    const __m256 as = _mm256_set1_ps(g->act_scale);
-    float *yi = g->y + (size_t)i * g->ldy;
-    if (c0 >= lo && c0 + 8 <= hi) {
-        __m256 sc = _mm256_mul_ps(as, _mm256_loadu_ps(g->scale + c0));
-        _mm256_storeu_ps(yi + (c0 - lo), _mm256_mul_ps(sc, _mm256_cvtepi32_ps(v)));
-        return;
-    }
-    int32_t t[8];
-    _mm256_storeu_si256((__m256i *)t, v);
-    for (uint32_t q = 0; q < 8; q++)
-        if (c0 + q >= lo && c0 + q < hi) {
-            float s = g->act_scale * g->scale[c0 + q];
-            yi[c0 + q - lo] = s * (float)t[q];
-        }
+    npu_avx2_store8(v, g, i, c0);
 }
 
 /* MR rows (of an LR-row tile) x nbk blocks (2 ymm each). */

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "npu_gemm_internal.h"
+#include "npu_store_avx2.h"
 
 #define AI static inline __attribute__((always_inline))
 /* keeps GCC -O3 from hoisting every maddubs of an unrolled panel above the
@@ -36,37 +37,6 @@
 #ifndef PF_PANELS
 #define PF_PANELS 6 /* how far ahead the weights are prefetched, in panels */
 #endif
-
-/* Row i, channels c0..c0+7, kept inside [r0, r1): the AVX2 kernel's store
- * (int32, or the dequantized float: the two scales' product first). */
-AI void store8(__m256i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0)
-{
-    const uint32_t lo = g->r0, hi = g->r1;
-    int32_t t[8];
-    if (g->c) {
-        if (c0 >= lo && c0 + 8 <= hi) {
-            _mm256_storeu_si256((__m256i *)(g->c + (size_t)i * g->ldc + (c0 - lo)), v);
-            return;
-        }
-        _mm256_storeu_si256((__m256i *)t, v);
-        for (uint32_t q = 0; q < 8; q++)
-            if (c0 + q >= lo && c0 + q < hi)
-                g->c[(size_t)i * g->ldc + (c0 + q - lo)] = t[q];
-        return;
-    }
-    float *yi = g->y + (size_t)i * g->ldy;
-    if (c0 >= lo && c0 + 8 <= hi) {
-        __m256 sc = _mm256_mul_ps(_mm256_set1_ps(g->act_scale), _mm256_loadu_ps(g->scale + c0));
-        _mm256_storeu_ps(yi + (c0 - lo), _mm256_mul_ps(sc, _mm256_cvtepi32_ps(v)));
-        return;
-    }
-    _mm256_storeu_si256((__m256i *)t, v);
-    for (uint32_t q = 0; q < 8; q++)
-        if (c0 + q >= lo && c0 + q < hi) {
-            float s = g->act_scale * g->scale[c0 + q];
-            yi[c0 + q - lo] = s * (float)t[q];
-        }
-}
 
 /* a + 128 of the row's four staged bytes of a group */
 AI __m256i bcast_u(const uint8_t *p)
@@ -184,7 +154,7 @@ AI void column(const int NV, const struct npu_gemm_args *g, const int8_t *bp, si
         const __m256i corr = _mm256_slli_epi32(
             _mm256_loadu_si256((const __m256i *)(g->b->rowsum + c0 + 8 * (uint32_t)j)), 7);
         for (uint32_t i = 0; i < m; i++)
-            store8(_mm256_sub_epi32(acc[i][j], corr), g, i, c0 + 8 * (uint32_t)j);
+            npu_avx2_store8(_mm256_sub_epi32(acc[i][j], corr), g, i, c0 + 8 * (uint32_t)j);
     }
 }
 
