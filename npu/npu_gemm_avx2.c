@@ -56,6 +56,22 @@ static void prep_avx2(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, ui
     }
 }
 
+/* The end of a tile whose sums were taken on a + 128 (the narrow and tiny
+ * steps): 128 x rowsum comes off each channel, then MR rows x NBK blocks of
+ * acc (rows of 2 * NB vectors) are stored. */
+AI void store_narrow(const int MR, const int NBK, __m256i (*acc)[2 * NB],
+                     const struct npu_gemm_args *g, uint32_t i0, uint32_t c0)
+{
+#pragma GCC unroll 4
+    for (int j = 0; j < 2 * NBK; j++) {
+        const __m256i corr = _mm256_slli_epi32(
+            _mm256_loadu_si256((const __m256i *)(g->b->rowsum + c0 + 8 * (uint32_t)j)), 7);
+#pragma GCC unroll 3
+        for (int i = 0; i < MR; i++)
+            npu_avx2_store8(_mm256_sub_epi32(acc[i][j], corr), g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
+    }
+}
+
 /* MR rows (of an LR-row tile) x nbk blocks (2 ymm each). NARROW: every
  * code of the blocks is within +-64, so the step is maddubs(a + 128, b)
  * (pair sums at most 2 x 255 x 64 = 32640: exact in int16), madd, add, and
@@ -101,36 +117,14 @@ AI void tile(const int MR, const int NBK, const int NARROW, const uint8_t *a, co
         }
     }
     if (NARROW) {
-#pragma GCC unroll 4
-        for (int j = 0; j < 2 * NBK; j++) {
-            const __m256i corr = _mm256_slli_epi32(
-                _mm256_loadu_si256((const __m256i *)(g->b->rowsum + c0 + 8 * (uint32_t)j)), 7);
-#pragma GCC unroll 3
-            for (int i = 0; i < MR; i++)
-                acc[i][j] = _mm256_sub_epi32(acc[i][j], corr);
-        }
+        store_narrow(MR, NBK, acc, g, i0, c0);
+        return;
     }
 #pragma GCC unroll 3
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int j = 0; j < 2 * NBK; j++)
             npu_avx2_store8(acc[i][j], g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
-}
-
-/* The end of a tile whose sums were taken on a + 128 (the narrow and tiny
- * steps): 128 x rowsum comes off each channel, then MR rows x NBK blocks of
- * acc (rows of 2 * NB vectors) are stored. */
-AI void store_narrow(const int MR, const int NBK, __m256i (*acc)[2 * NB],
-                     const struct npu_gemm_args *g, uint32_t i0, uint32_t c0)
-{
-#pragma GCC unroll 4
-    for (int j = 0; j < 2 * NBK; j++) {
-        const __m256i corr = _mm256_slli_epi32(
-            _mm256_loadu_si256((const __m256i *)(g->b->rowsum + c0 + 8 * (uint32_t)j)), 7);
-#pragma GCC unroll 3
-        for (int i = 0; i < MR; i++)
-            npu_avx2_store8(_mm256_sub_epi32(acc[i][j], corr), g, i0 + (uint32_t)i, c0 + 8 * (uint32_t)j);
-    }
 }
 
 /* CN (1..4) groups of the narrow step for MR rows x NBK blocks, from the
