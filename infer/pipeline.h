@@ -71,6 +71,8 @@ enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
 #define PL_INT8_BUDGET_MB 48 /* packed residency: int8 weight storage in use at once, */
 #define PL_INT8_BUDGET_LINEARS 4 /* or this many of the largest linear where more */
 #define PL_ACT_SETS 2       /* activation sets: (layer, chunk)s computing at once */
+#define PL_ATTN_PIECE_FLOP 48e6 /* attention pieces by query rows: work of one (default) */
+#define PL_ATTN_MAX_PIECES 64   /* ... and at most this many per kv head group and chunk */
 
 /* The last layer computes only what the first token needs (pl_graph_build,
  * p->trim_last): every chunk's keys and values for the cache, but queries,
@@ -90,6 +92,8 @@ struct task {
     int16_t layer;          /* -1: head */
     uint32_t chunk;
     uint32_t r0, r1;        /* PL_MM: output channels; PL_UNPACK: rows (0, 0: all) */
+    uint32_t q0, q1;        /* PL_ATTN: the chunk's query rows [q0, q1) (0, 0: all; the
+                               piece with q0 == 0 ropes and stores the keys and values) */
     uint32_t slice;         /* PL_VERIFY, PL_UNPACK */
     int32_t tensor;         /* PL_UNPACK */
     int32_t deps;           /* unfinished predecessors */

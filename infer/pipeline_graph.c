@@ -391,6 +391,74 @@ static int trim_allowed(const struct pl *p)
     return 1;
 }
 
+/* Attention pieces of one kv head group by query rows (infer_pipeline_opts
+ * attn_rows): starts[0..return) the first row of each, starts[return] the
+ * chunk's rows. One piece (starts {0, n}) unless the policy is granular,
+ * attention dense (each query row computed alone: infer_attn.c), the layer
+ * untrimmed and O's input quantized with a static scale (each piece
+ * quantizes its rows). Pieces start at multiples of INFER_ATT_ROWS (the
+ * attention's own row blocks) and, by default, hold about PL_ATTN_PIECE_FLOP
+ * each: a causal row's work grows with its position, so later pieces hold
+ * fewer rows. */
+static uint32_t attn_row_pieces(const struct pl *p, uint32_t ch, int layer, uint32_t heads,
+                                uint8_t trim, uint32_t starts[PL_ATTN_MAX_PIECES + 1])
+{
+    const struct chunkbuf *b = &p->cb[ch];
+    uint32_t n = b->n, want = p->o->attn_rows, np = 1;
+    starts[0] = 0;
+    starts[1] = n;
+    if (!pl_granular(p->o->policy) || trim != PL_TRIM_NONE || want == UINT32_MAX ||
+        p->st->attn != &infer_attention_dense || !input_splits(p, layer, FORMAT_ROLE_WO) ||
+        n <= INFER_ATT_ROWS)
+        return 1;
+    /* work of rows [0, i): sum of (pos0 + r + 1) keys, times heads and flops a key */
+    double pos0 = b->pos0, per_key = 4.0 * heads * p->c->head_dim;
+    double total = per_key * ((double)n * pos0 + (double)n * (n + 1) / 2);
+    uint32_t blocks = (n + INFER_ATT_ROWS - 1) / INFER_ATT_ROWS, parts;
+    if (want) {
+        uint32_t step = (want + INFER_ATT_ROWS - 1) / INFER_ATT_ROWS;
+        parts = (blocks + step - 1) / step;
+    } else {
+        parts = (uint32_t)(total / PL_ATTN_PIECE_FLOP + 0.5);
+    }
+    parts = parts > blocks ? blocks : parts > PL_ATTN_MAX_PIECES ? PL_ATTN_MAX_PIECES : parts;
+    if (parts <= 1)
+        return 1;
+    for (uint32_t k = 1, blk = 1; k < parts && blk < blocks; k++) {
+        uint32_t i;
+        if (want) { /* equal rows */
+            i = (uint32_t)(((uint64_t)blocks * k + parts - 1) / parts) * INFER_ATT_ROWS;
+        } else { /* the first block boundary with at least k / parts of the work before it */
+            double goal = total * k / parts;
+            for (; blk < blocks; blk++) {
+                double r = (double)blk * INFER_ATT_ROWS;
+                if (per_key * (r * pos0 + r * (r + 1) / 2) >= goal)
+                    break;
+            }
+            i = blk * INFER_ATT_ROWS;
+        }
+        if (i > starts[np - 1] && i < n)
+            starts[np++] = i;
+    }
+    starts[np] = n;
+    return np;
+}
+
+/* The first piece (q0 == 0) of the attention of kv heads starting r0 among
+ * the tasks from `first` on of (layer, chunk): the piece that stores that
+ * group's keys and values; -1 if none. */
+static int group_first_piece(const struct pl *p, int first, int layer, uint32_t chunk, uint32_t r0)
+{
+    for (uint32_t i = (uint32_t)first; i < p->n_tasks; i++) {
+        const struct task *t = &p->tasks[i];
+        if (t->op != PL_ATTN || t->layer != layer || t->chunk != chunk)
+            break;
+        if (t->r0 == r0 && t->q0 == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
 /* The n tasks at `first` compute as `trim` says. */
 static void set_trim(struct pl *p, int first, int n, uint8_t trim)
 {
@@ -462,32 +530,52 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 gk = gk < 1 ? 1 : gk > c->n_kv_heads ? c->n_kv_heads : gk;
             }
             int attn_first = (int)p->n_tasks, attn_n = 0;
-            for (uint32_t kv0 = 0; kv0 < c->n_kv_heads; kv0 += gk, attn_n++) {
+            for (uint32_t kv0 = 0; kv0 < c->n_kv_heads; kv0 += gk) {
                 uint32_t kv1 = c->n_kv_heads - kv0 < gk ? c->n_kv_heads : kv0 + gk;
-                int attn = add_task(p, PL_ATTN, PL_DEV_CPU, (int)l, ch);
-                if (attn < 0)
-                    return attn;
-                p->tasks[attn].trim = trim;
-                if (gk < c->n_kv_heads) { /* a group; 0, 0: every head */
-                    p->tasks[attn].r0 = kv0;
-                    p->tasks[attn].r1 = kv1;
+                /* in pieces of query rows, the first storing the keys and values */
+                uint32_t qs[PL_ATTN_MAX_PIECES + 1];
+                uint32_t np = attn_row_pieces(p, ch, (int)l, (kv1 - kv0) * mul, trim, qs);
+                int piece0 = -1;
+                for (uint32_t j = 0; j < np; j++, attn_n++) {
+                    int attn = add_task(p, PL_ATTN, PL_DEV_CPU, (int)l, ch);
+                    if (attn < 0)
+                        return attn;
+                    p->tasks[attn].trim = trim;
+                    if (gk < c->n_kv_heads) { /* a group; 0, 0: every head */
+                        p->tasks[attn].r0 = kv0;
+                        p->tasks[attn].r1 = kv1;
+                    }
+                    if (np > 1) {
+                        p->tasks[attn].q0 = qs[j];
+                        p->tasks[attn].q1 = qs[j + 1];
+                    }
+                    if ((ret = add_overlap_edges(p, qkv_first[0], qkv_n[0], kv0 * mul * hd,
+                                                 kv1 * mul * hd, attn)) < 0 ||
+                        (ret = add_overlap_edges(p, qkv_sh[0], qkv_sn[0], kv0 * mul * hd,
+                                                 kv1 * mul * hd, attn)) < 0)
+                        return ret;
+                    if (j > 0) { /* the keys and values stored */
+                        if ((ret = add_edge(p, piece0, attn)) < 0)
+                            return ret;
+                        continue;
+                    }
+                    piece0 = attn;
+                    if ((ret = add_overlap_edges(p, qkv_first[1], qkv_n[1], kv0 * hd, kv1 * hd,
+                                                 attn)) < 0 ||
+                        (ret = add_overlap_edges(p, qkv_first[2], qkv_n[2], kv0 * hd, kv1 * hd,
+                                                 attn)) < 0 ||
+                        (ret = add_overlap_edges(p, qkv_sh[1], qkv_sn[1], kv0 * hd, kv1 * hd,
+                                                 attn)) < 0 ||
+                        (ret = add_overlap_edges(p, qkv_sh[2], qkv_sn[2], kv0 * hd, kv1 * hd,
+                                                 attn)) < 0)
+                        return ret;
+                    /* the group's keys/values of earlier chunks first */
+                    if (prev_attn[l] >= 0 &&
+                        (ret = add_edge(p, group_first_piece(p, prev_attn[l], (int)l, ch - 1,
+                                                             p->tasks[attn].r0),
+                                        attn)) < 0)
+                        return ret;
                 }
-                if ((ret = add_overlap_edges(p, qkv_first[0], qkv_n[0], kv0 * mul * hd,
-                                             kv1 * mul * hd, attn)) < 0 ||
-                    (ret = add_overlap_edges(p, qkv_first[1], qkv_n[1], kv0 * hd, kv1 * hd,
-                                             attn)) < 0 ||
-                    (ret = add_overlap_edges(p, qkv_first[2], qkv_n[2], kv0 * hd, kv1 * hd,
-                                             attn)) < 0 ||
-                    (ret = add_overlap_edges(p, qkv_sh[0], qkv_sn[0], kv0 * mul * hd,
-                                             kv1 * mul * hd, attn)) < 0 ||
-                    (ret = add_overlap_edges(p, qkv_sh[1], qkv_sn[1], kv0 * hd, kv1 * hd,
-                                             attn)) < 0 ||
-                    (ret = add_overlap_edges(p, qkv_sh[2], qkv_sn[2], kv0 * hd, kv1 * hd,
-                                             attn)) < 0)
-                    return ret;
-                /* the group's keys/values of earlier chunks first */
-                if (prev_attn[l] >= 0 && (ret = add_edge(p, prev_attn[l] + attn_n, attn)) < 0)
-                    return ret;
             }
             prev_attn[l] = attn_first;
             if (trim == PL_TRIM_KV)

@@ -31,7 +31,7 @@ static void quantize_cols(struct pl *p, struct chunkbuf *b, int layer, uint32_t 
                           const float *x, uint32_t r0, uint32_t rows, uint32_t cols, uint32_t c0,
                           uint32_t c1)
 {
-    if (r0 == 0 && c0 == 0 && c1 == cols) {
+    if (r0 == 0 && rows == b->n && c0 == 0 && c1 == cols) {
         quantize_for(p, b, layer, role, x, rows, cols);
         return;
     }
@@ -41,7 +41,8 @@ static void quantize_cols(struct pl *p, struct chunkbuf *b, int layer, uint32_t 
     for (uint32_t r = r0; r < r0 + rows; r++)
         npu_quantize_act(x + (size_t)r * cols + c0, c1 - c0, s,
                          b->xq[role] + (size_t)r * cols + c0);
-    if (c0 == 0) /* one writer; the matmuls read it after every piece */
+    if (c0 == 0 && r0 + rows == b->n) /* one writer (the pieces of attention's rows: the
+                                         last); the matmuls read it after every piece */
         b->act[role] = s;
 }
 
@@ -240,6 +241,30 @@ static int attn_trimmed(struct pl *p, struct chunkbuf *b, const struct task *t,
                             kv1 * mul, b->att + (size_t)i * Q, scratch);
 }
 
+/* Attention of query rows [q0, q1) of the chunk, kv heads [kv0, kv1) (a
+ * piece, pl_graph_build): the piece with q0 == 0 first ropes and stores
+ * every row's keys and values (the other pieces run after it), then each
+ * piece ropes its own queries and attends over the cache up to each row's
+ * position. q0 is a multiple of INFER_ATT_ROWS, so infer_op_attention's
+ * blocks of rows are those of the whole chunk: the same bits. */
+static int attn_rows_piece(struct pl *p, struct chunkbuf *b, const struct task *t,
+                           const struct infer_rows *rows, uint32_t kv0, uint32_t kv1, uint32_t q0,
+                           uint32_t q1, float *scratch)
+{
+    const struct format_config *c = p->c;
+    uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads, Q = c->n_heads * hd;
+    if (q0 == 0) {
+        infer_op_rope_rows(b->k, b->n, c->n_kv_heads, hd, kv0, kv1, rows->pos, c->rope_theta);
+        infer_kv_write(p->st->kv, (uint32_t)t->layer, rows->slot0, b->n, b->k, b->v, kv0, kv1);
+    }
+    float *q = b->q + (size_t)q0 * Q;
+    infer_op_rope_rows(q, q1 - q0, c->n_heads, hd, kv0 * mul, kv1 * mul, rows->pos + q0,
+                       c->rope_theta);
+    struct infer_attn_rows vis = {.n = q1 - q0, .base = b->pos0 + q0};
+    return p->st->attn->run(p->st->attn, c, p->st->kv, (uint32_t)t->layer, &vis, q, kv0 * mul,
+                            kv1 * mul, b->att + (size_t)q0 * Q, scratch);
+}
+
 /* Runs task ti on worker `w` (0: the NPU device thread; CPU workers 1..). */
 int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
 {
@@ -314,6 +339,10 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
                                   .vis = {.n = b->n, .base = b->pos0}};
         if (t->trim != PL_TRIM_NONE) {
             ret = attn_trimmed(p, b, t, &rows, kv0, kv1, att_scratch);
+        } else if (t->q1 > t->q0) { /* a piece of the rows */
+            i0 = t->q0;
+            nr = t->q1 - t->q0;
+            ret = attn_rows_piece(p, b, t, &rows, kv0, kv1, t->q0, t->q1, att_scratch);
         } else {
             ret = infer_step_attention(p->m, p->st->kv, p->st->attn, t->layer, &rows, b->q, b->k,
                                        b->v, kv0, kv1, b->att, att_scratch);

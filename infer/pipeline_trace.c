@@ -52,6 +52,10 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
         else if (t->op == PL_VERIFY || t->op == PL_UNPACK)
             snprintf(name, sizeof name, "%s %s L%d", pl_op_name(t->op),
                      t->op == PL_UNPACK ? format_role_name(t->role) : "", t->layer);
+        else if (t->op == PL_ATTN && t->q1 > t->q0)
+            snprintf(name, sizeof name, "%s L%d C%u [%u,%u) kv heads %s rows [%u,%u)",
+                     pl_op_name(t->op), t->layer, t->chunk, t->r1 > t->r0 ? t->r0 : 0,
+                     t->r1 > t->r0 ? t->r1 : p->c->n_kv_heads, p->st->attn->name, t->q0, t->q1);
         else if ((t->op == PL_ATTN || t->op == PL_SWIGLU) && t->r1 > t->r0)
             snprintf(name, sizeof name, "%s L%d C%u [%u,%u)%s%s", pl_op_name(t->op), t->layer,
                      t->chunk, t->r0, t->r1, t->op == PL_ATTN ? " kv heads " : "",

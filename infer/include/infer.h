@@ -660,6 +660,12 @@ struct infer_pipeline_opts {
                                 * activation scratch (default 2; as many as chunks where
                                 * the int8 budget cannot hold a layer): with a long
                                 * prompt the activations do not grow with its chunks */
+    uint32_t attn_rows;        /* full and sequential_granular, dense attention, O's input
+                                * with a static scale: query rows per attention piece of a
+                                * kv head group (rounded up to 16), so a CPU worker turns to
+                                * other ready work between pieces; 0: pieces of about 48
+                                * MFLOP (a few ms) each, equal in work; UINT32_MAX: the
+                                * chunk's rows in one piece (ablation). The same logits */
     int no_trim_last;          /* 1: the last layer computes every row (ablation). Else,
                                 * where its Q, O and FFN linears are int8 with static
                                 * activation scales and no linear term and attention is
