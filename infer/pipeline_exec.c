@@ -147,7 +147,7 @@ void *pl_cpu_worker(void *arg)
         uint32_t ti = UINT32_MAX;
         while (!p->done && !p->stop) {
             if (p->cpu_q.n) {
-                ti = pl_queue_pop(p, &p->cpu_q);
+                ti = pl_queue_pop_cpu(p);
                 break;
             }
             /* EdgeFlow 4.3: an idle CPU takes an NPU task when the NPU's

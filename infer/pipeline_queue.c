@@ -120,6 +120,30 @@ uint32_t pl_queue_pop(const struct pl *p, struct queue *q)
     return qtake(q, qbest(p, q));
 }
 
+/* A CPU worker's next task (lock held). Under full's keys (the granular
+ * policies), while the NPU has nothing queued, the best-keyed ready task
+ * whose completion makes an NPU task ready (contribution > 0: the next
+ * (layer, chunk)'s norm before Q/K/V, the last attention piece before O, the
+ * last SwiGLU piece before the down projection) goes ahead of better-keyed
+ * ones that make none ready: the position-guided keys put a whole layer's
+ * attention (tens of ms of a CPU worker for a late chunk) before the next
+ * layer's first norm, and the NPU would wait for all of it although a 1 ms
+ * norm gives it Q/K/V to compute meanwhile. Otherwise pl_queue_pop. */
+uint32_t pl_queue_pop_cpu(struct pl *p)
+{
+    struct queue *q = &p->cpu_q;
+    if (pl_granular(p->o->policy) && !p->npu_q.n) {
+        uint32_t best = UINT32_MAX;
+        for (uint32_t i = 0; i < q->n; i++)
+            if ((best == UINT32_MAX || p->tasks[q->items[i]].key < p->tasks[q->items[best]].key) &&
+                contribution(p, q->items[i]) > 0)
+                best = i;
+        if (best != UINT32_MAX)
+            return qtake(q, best);
+    }
+    return pl_queue_pop(p, q);
+}
+
 /* Keeps the stall clock (lock held): the pipeline is stalled while no task
  * runs and none is ready, which in a cold start means every unit waits for
  * the disk. Bubbles are idle time outside such stalls: a unit waiting for the
