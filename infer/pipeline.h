@@ -71,7 +71,7 @@ enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
 #define PL_INT8_BUDGET_MB 48 /* packed residency: int8 weight storage in use at once, */
 #define PL_INT8_BUDGET_LINEARS 4 /* or this many of the largest linear where more */
 #define PL_ACT_SETS 2       /* activation sets: (layer, chunk)s computing at once */
-#define PL_ATTN_PIECE_FLOP 48e6 /* attention pieces by query rows: work of one (default) */
+#define PL_ATTN_PIECE_FLOP 24e6 /* attention pieces by query rows: work of one (default) */
 #define PL_ATTN_MAX_PIECES 64   /* ... and at most this many per kv head group and chunk */
 
 /* The last layer computes only what the first token needs (pl_graph_build,

@@ -663,7 +663,7 @@ struct infer_pipeline_opts {
     uint32_t attn_rows;        /* full and sequential_granular, dense attention, O's input
                                 * with a static scale: query rows per attention piece of a
                                 * kv head group (rounded up to 16), so a CPU worker turns to
-                                * other ready work between pieces; 0: pieces of about 48
+                                * other ready work between pieces; 0: pieces of about 24
                                 * MFLOP (a few ms) each, equal in work; UINT32_MAX: the
                                 * chunk's rows in one piece (ablation). The same logits */
     int no_trim_last;          /* 1: the last layer computes every row (ablation). Else,
