@@ -145,6 +145,7 @@ struct prefetch {
     struct pl *p;
     const uint32_t *order;
     uint32_t n, cur; /* cur: the slice (index in order) the driver waits for */
+    int first_in;    /* the first slice is populated: until then the disk is its alone */
     uint64_t window;
     int stop;
     pthread_mutex_t mu;
@@ -156,6 +157,12 @@ static void *prefetch_worker(void *arg)
     struct prefetch *f = arg;
     const struct format_reader *r = f->p->r;
     pthread_mutex_lock(&f->mu);
+    /* nothing runs before the first slice is in: reading the next ones
+     * beside it would halve its share of a throttled disk and delay the
+     * first task by as much (the first layer's compute then outlasts the
+     * next slice's read) */
+    while (!f->stop && !f->first_in)
+        pthread_cond_wait(&f->cv, &f->mu);
     for (uint32_t j = 0; j < f->n && !f->stop; j++) {
         const struct format_slice_info *si = format_reader_slice(r, f->order[j]);
         for (;;) {
@@ -219,6 +226,12 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
             pthread_mutex_unlock(&f.mu);
         }
         ret = pl_map_populate(p, s, err);
+        if (started && j == 0) { /* the read-ahead thread may start (while this one hashes) */
+            pthread_mutex_lock(&f.mu);
+            f.first_in = 1;
+            pthread_cond_signal(&f.cv);
+            pthread_mutex_unlock(&f.mu);
+        }
         const uint8_t *data = (const uint8_t *)p->m->slices + si->offset;
         /* hashed here, not by a VERIFY task on a CPU worker: this is the
          * first read of the slice's pages, the costly one where memory the
