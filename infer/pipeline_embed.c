@@ -3,6 +3,7 @@
  * the untied embedding, needed only for decoding, after the first token.
  * Calls pipeline_weights.c, the format reader and the unpacker. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -107,8 +108,17 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
             lens[i] = D * esz;
         }
     }
+    /* the rows through a descriptor of their own, advised random: through
+     * the model's, each read of a row also read ahead (up to the device's
+     * read-ahead size), bytes no task needs that a throttled disk (flashrun)
+     * charges at its rate before the first slice can come */
+    int rfd = ret == 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (rfd >= 0)
+        (void)posix_fadvise(rfd, 0, 0, POSIX_FADV_RANDOM);
     if (ret == 0)
-        ret = loader_read_batch(fd, offs, lens, (void *const *)bufs, nreq, err);
+        ret = loader_read_batch(rfd >= 0 ? rfd : fd, offs, lens, (void *const *)bufs, nreq, err);
+    if (rfd >= 0)
+        close(rfd);
     for (uint32_t i = 0; ret == 0 && i < n; i++) {
         uint32_t tok = (uint32_t)p->tokens[i];
         float *xi = x + (size_t)i * D;
