@@ -4,6 +4,7 @@
  * Calls pipeline_weights.c, the format reader and the unpacker. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -108,11 +109,15 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
             lens[i] = D * esz;
         }
     }
-    /* the rows through a descriptor of their own, advised random: through
+    /* the rows through an open file of their own, advised random: through
      * the model's, each read of a row also read ahead (up to the device's
      * read-ahead size), bytes no task needs that a throttled disk (flashrun)
-     * charges at its rate before the first slice can come */
-    int rfd = ret == 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+     * charges at its rate before the first slice can come. Reopened through
+     * /proc/self/fd: the same inode even if the path was replaced since
+     * (otherwise, or without /proc, the model's own descriptor) */
+    char self[48];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    int rfd = ret == 0 ? open(self, O_RDONLY | O_CLOEXEC) : -1;
     if (rfd >= 0)
         (void)posix_fadvise(rfd, 0, 0, POSIX_FADV_RANDOM);
     if (ret == 0)
