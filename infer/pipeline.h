@@ -433,8 +433,9 @@ void pl_queue_fini(struct pl *p);
 uint32_t pl_queue_pop(const struct pl *p, struct queue *q);
 
 /* A CPU worker's next task from p->cpu_q (not empty): while the NPU has
- * nothing queued (granular policies), the best-keyed task whose completion
- * makes NPU work ready first; otherwise pl_queue_pop's. */
+ * nothing queued and attention is next by key (granular policies), the
+ * best-keyed task whose completion makes NPU work ready first; otherwise
+ * pl_queue_pop's. */
 uint32_t pl_queue_pop_cpu(struct pl *p);
 
 /* Task ti lost its last dependency: into its device's queue, executors

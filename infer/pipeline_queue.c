@@ -121,7 +121,8 @@ uint32_t pl_queue_pop(const struct pl *p, struct queue *q)
 }
 
 /* A CPU worker's next task (lock held). Under full's keys (the granular
- * policies), while the NPU has nothing queued, the best-keyed ready task
+ * policies), while the NPU has nothing queued and the best-keyed ready task
+ * is an attention piece, the best-keyed ready task
  * whose completion makes an NPU task ready (contribution > 0: the next
  * (layer, chunk)'s norm before Q/K/V, the last attention piece before O, the
  * last SwiGLU piece before the down projection) goes ahead of better-keyed
@@ -132,7 +133,13 @@ uint32_t pl_queue_pop(const struct pl *p, struct queue *q)
 uint32_t pl_queue_pop_cpu(struct pl *p)
 {
     struct queue *q = &p->cpu_q;
-    if (pl_granular(p->o->policy) && !p->npu_q.n) {
+    /* only ahead of attention (the pattern measured): elsewhere, e.g. the
+     * load phase's verification and unpacking, the keys' order is kept (with
+     * the rule applied to every task, a 128-token prompt lost 9 of 9 cold
+     * starts in two runs and won in others: docs/BENCHMARKS.md, issue 22,
+     * ninth session) */
+    if (pl_granular(p->o->policy) && !p->npu_q.n && q->n &&
+        p->tasks[q->items[qbest(p, q)]].op == PL_ATTN) {
         uint32_t best = UINT32_MAX;
         for (uint32_t i = 0; i < q->n; i++)
             if ((best == UINT32_MAX || p->tasks[q->items[i]].key < p->tasks[q->items[best]].key) &&

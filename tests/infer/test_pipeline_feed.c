@@ -1,8 +1,9 @@
 /* test_pipeline_feed.c: what a CPU worker takes next (pl_queue_pop_cpu) on
  * a synthetic graph, deterministically. With the NPU's queue empty, under
- * full and sequential_granular, the best-keyed ready CPU task whose
- * completion makes an NPU task ready (its last dependency) goes first, ahead
- * of better-keyed tasks that make none ready; a successor with other
+ * full and sequential_granular, and an attention piece next by key, the
+ * best-keyed ready CPU task whose completion makes an NPU task ready (its
+ * last dependency) goes first, ahead of better-keyed tasks that make none
+ * ready; with any other task next by key, the keys' order; a successor with other
  * unfinished dependencies, or a CPU successor, does not count. With NPU work
  * queued, or under the FIFO policies, the queue's own order (best key, or
  * first ready). Each pop takes the task out of the queue. */
@@ -66,7 +67,7 @@ static uint32_t task(struct pl *p, uint8_t op, uint8_t dev, uint64_t key, int de
  * and 4), 2 swiglu (CPU, not queued); queued CPU tasks: 3 attention piece
  * (key 10, feeds 1 which still waits on 4), 4 attention piece (key 11, its
  * completion would make 1 ready only after 3), 5 norm (key 20, feeds 0), 6
- * ffn norm (key 5, feeds the CPU task 2). Then 0 waits on 5 alone. */
+ * ffn norm (key 25, feeds the CPU task 2). Then 0 waits on 5 alone. */
 static void build(struct pl *p)
 {
     p->n_tasks = p->n_edges = 0;
@@ -77,7 +78,7 @@ static void build(struct pl *p)
     task(p, PL_ATTN, PL_DEV_CPU, 10, 0, (uint32_t[]){1}, 1, 1); /* 3 */
     task(p, PL_ATTN, PL_DEV_CPU, 11, 0, (uint32_t[]){1}, 1, 1); /* 4 */
     task(p, PL_NORM, PL_DEV_CPU, 20, 0, (uint32_t[]){0}, 1, 1); /* 5 */
-    task(p, PL_FFN_NORM, PL_DEV_CPU, 5, 0, (uint32_t[]){2}, 1, 1); /* 6 */
+    task(p, PL_FFN_NORM, PL_DEV_CPU, 25, 0, (uint32_t[]){2}, 1, 1); /* 6 */
 }
 
 static void test_feeds_idle_npu(void **state)
@@ -89,18 +90,26 @@ static void test_feeds_idle_npu(void **state)
     for (size_t k = 0; k < sizeof pols / sizeof pols[0]; k++) {
         f->o.policy = pols[k];
         build(p);
-        /* the norm: the only task whose completion makes NPU work ready */
+        /* attention next by key: the norm, the only task whose completion
+         * makes NPU work ready, goes ahead of it */
         assert_int_equal(pl_queue_pop_cpu(p), 5);
         assert_int_equal(p->cpu_q.n, 3);
         /* the NPU's queue still empty, none left feeds it: the best key */
-        assert_int_equal(pl_queue_pop_cpu(p), 6);
         assert_int_equal(pl_queue_pop_cpu(p), 3);
-        /* 3 done: now 4 is wo's last dependency */
+        /* 3 done: now 4 is wo's last dependency, ahead of a better-keyed
+         * attention piece that feeds nothing */
         p->tasks[1].deps = 1;
-        task(p, PL_NORM, PL_DEV_CPU, 2, 0, NULL, 0, 1); /* a better key, feeds nothing */
+        task(p, PL_ATTN, PL_DEV_CPU, 2, 0, NULL, 0, 1); /* 7 */
         assert_int_equal(pl_queue_pop_cpu(p), 4);
         assert_int_equal(pl_queue_pop_cpu(p), 7);
+        assert_int_equal(pl_queue_pop_cpu(p), 6);
         assert_int_equal(p->cpu_q.n, 0);
+        /* the best key not attention (a verification, an unpacking, a
+         * norm): the keys' order, feeding or not */
+        build(p);
+        task(p, PL_UNPACK, PL_DEV_CPU, 1, 0, NULL, 0, 1); /* 7: the best key */
+        assert_int_equal(pl_queue_pop_cpu(p), 7);
+        assert_int_equal(pl_queue_pop_cpu(p), 5);
     }
 }
 
@@ -111,10 +120,10 @@ static void test_npu_busy_keeps_keys(void **state)
     f->o.policy = INFER_POLICY_FULL;
     build(p);
     task(p, PL_MM, PL_DEV_NPU, 40, 0, NULL, 0, 1); /* NPU work queued */
-    assert_int_equal(pl_queue_pop_cpu(p), 6);
     assert_int_equal(pl_queue_pop_cpu(p), 3);
     assert_int_equal(pl_queue_pop_cpu(p), 4);
     assert_int_equal(pl_queue_pop_cpu(p), 5);
+    assert_int_equal(pl_queue_pop_cpu(p), 6);
     /* FIFO policies: first ready, NPU queue or not */
     static const enum infer_policy fifo[] = {INFER_POLICY_SEQUENTIAL,
                                              INFER_POLICY_LAYER_OVERLAP};
