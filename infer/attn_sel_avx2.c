@@ -258,12 +258,22 @@ static inline uint32_t pop8(unsigned x)
     return (x + (x >> 4)) & 0x0fu;
 }
 
+/* the same with the popcnt instruction (every AVX2 CPU has it; the
+ * dispatchers of attn_above and attn_keep_above check): the compaction
+ * passes count each vector's kept lanes with it (top-k 1.2x faster than
+ * with pop8's eight scalar steps, s9/tk) */
+#define POPCNT __attribute__((target("popcnt")))
+static inline POPCNT uint32_t popc(unsigned x)
+{
+    return (uint32_t)_mm_popcnt_u32(x);
+}
+
 /* the indices of a vector's lanes >= th are written by one left-packed
  * 8-lane store (the table's shuffle of the mask) and the count advanced by
  * its popcount: no branch per set bit (at 20% kept, one mispredicted branch
  * per vector cost more than the compares) */
-uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
-                         int *nan)
+POPCNT uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
+                                int *nan)
 {
     const __m256 t = _mm256_set1_ps(th);
     __m256 un = _mm256_setzero_ps();
@@ -277,7 +287,7 @@ uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, fl
         _mm256_storeu_si256((__m256i *)(idx + m), _mm256_add_epi32(pos, _mm256_set1_epi32((int)i)));
         if (val)
             _mm256_storeu_ps(val + m, _mm256_permutevar8x32_ps(v, pos));
-        m += pop8(bits);
+        m += popc(bits);
     }
     int any = _mm256_movemask_ps(un) != 0;
     for (; i < n; i++) {
@@ -291,8 +301,8 @@ uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, fl
     return m;
 }
 
-uint32_t attn_keep_above_avx2(const uint32_t *idx, const float *val, uint32_t m, float th,
-                              uint32_t *out)
+POPCNT uint32_t attn_keep_above_avx2(const uint32_t *idx, const float *val, uint32_t m, float th,
+                                     uint32_t *out)
 {
     const __m256 t = _mm256_set1_ps(th);
     uint32_t o = 0, j = 0;
@@ -304,7 +314,7 @@ uint32_t attn_keep_above_avx2(const uint32_t *idx, const float *val, uint32_t m,
         /* o <= j: the 8 lanes stored land below j + 8 <= m (and after the
          * loads of idx[j..j + 8) when out is idx) */
         _mm256_storeu_si256((__m256i *)(out + o), _mm256_permutevar8x32_epi32(v, pos));
-        o += pop8(bits);
+        o += popc(bits);
     }
     for (; j < m; j++) {
         uint32_t v = idx[j];

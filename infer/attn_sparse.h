@@ -23,6 +23,7 @@ void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32
  * >= the guess, the top-k is found among those alone (one
  * vector compare pass over n storing the candidates, then counting passes
  * over the candidates' scores for the k-th largest, and one compaction);
+ * else the same from a threshold sampled from the row when that is lower;
  * else through a threshold refined by counting passes from the guess, else
  * the general path. The same result in every case. On
  * return *hint holds a guess for a similar row (the next query row of a

@@ -238,6 +238,12 @@ struct call_stats {
 /* the fewest rows per launch (per head) whose inline estimates run per head */
 #define SPLIT_ROWS 8u
 #define KEY_TILE 256u
+/* inline estimates: the most bytes of one head's estimates run at once
+ * (llama3-8b's 32 rows per head at 4K, 557 KB, did not stay in L2 until
+ * their rows picked their keys; tinyllama's 16, 278 KB, did) */
+#ifndef EST_PIECE_BYTES
+#define EST_PIECE_BYTES (320u << 10)
+#endif
 
 /* The scratch of attend_launch. */
 struct attend_buf {
@@ -339,44 +345,56 @@ static int attend_launch(struct infer_sparse *sp, uint32_t layer,
              * here for this head alone, so that they are still in the
              * caches when its rows pick their keys */
             const float *yj = l->y + (size_t)j * l->nr * ld;
+            /* inline: the head's rows in pieces whose estimates stay in L2
+             * (pieces of equal size, each at most EST_PIECE_BYTES of them) */
+            uint32_t piece = i1 - i0;
             if (b->ysub) {
-                uint64_t w0 = sl_now_ns();
-                struct npu_job job = l->job;
-                job.graph = b->gsub;
-                job.xq = l->xq + ((size_t)j * l->nr + (i0 - l->i0)) * hd;
-                job.rows = i1 - i0;
-                job.y = b->ysub;
-                int ret = npu_graph_run(b->gsub, &job, NULL, err);
-                if (ret < 0) {
-                    if (!err->msg[0])
-                        sl_err_set(err, "sparse attention: the NPU estimate failed (%d)", ret);
-                    return ret;
-                }
-                yj = b->ysub - (size_t)(i0 - l->i0) * ld;
-                t0 += sl_now_ns() - w0; /* estimate time, not top-k time */
-                cs->wait_ns += sl_now_ns() - w0;
+                uint32_t most = (uint32_t)(EST_PIECE_BYTES / (sizeof(float) * ld));
+                most = most ? most : 1;
+                uint32_t cnt = (piece + most - 1) / most;
+                piece = (piece + cnt - 1) / cnt;
             }
-            for (uint32_t i = i0; i < i1; i++, np++) {
-                uint32_t visible = rows->base + i + 1;
-                uint32_t k = attn_keep_count(r, visible);
-                const float *e = yj + (size_t)(i - l->i0) * ld;
-                uint32_t *sel = b->sel + (size_t)np * T;
-                uint32_t ns = attn_select_row_hint(e, visible, k, sinks, window, sel, b->work,
-                                                   &hint[h - h0]);
-                const float *qh = q + (size_t)i * qdim + (size_t)h * hd;
-                pr[np] = (struct attn_sel_pair){.q = qh, .list = sel, .len = ns,
-                                                .a = b->a + (size_t)np * T,
-                                                .out = out + (size_t)i * qdim + (size_t)h * hd};
-                cs->row_heads++;
-                cs->visible += visible;
-                cs->kept += ns;
-                if (sp->o.measure) {
-                    double rc, ms;
-                    measure_row(qh, kh, kv_dim, hd, e, visible, k, sel, ns, b->fs, b->i1, b->i2,
-                                b->work, &rc, &ms);
-                    cs->recall += rc;
-                    cs->mass += ms;
-                    cs->recall_n++;
+            for (uint32_t p0 = i0; p0 < i1; p0 += piece) {
+                uint32_t p1 = i1 - p0 < piece ? i1 : p0 + piece;
+                if (b->ysub) {
+                    uint64_t w0 = sl_now_ns();
+                    struct npu_job job = l->job;
+                    job.graph = b->gsub;
+                    job.xq = l->xq + ((size_t)j * l->nr + (p0 - l->i0)) * hd;
+                    job.rows = p1 - p0;
+                    job.y = b->ysub;
+                    int ret = npu_graph_run(b->gsub, &job, NULL, err);
+                    if (ret < 0) {
+                        if (!err->msg[0])
+                            sl_err_set(err, "sparse attention: the NPU estimate failed (%d)", ret);
+                        return ret;
+                    }
+                    yj = b->ysub - (size_t)(p0 - l->i0) * ld;
+                    t0 += sl_now_ns() - w0; /* estimate time, not top-k time */
+                    cs->wait_ns += sl_now_ns() - w0;
+                }
+                for (uint32_t i = p0; i < p1; i++, np++) {
+                    uint32_t visible = rows->base + i + 1;
+                    uint32_t k = attn_keep_count(r, visible);
+                    const float *e = yj + (size_t)(i - l->i0) * ld;
+                    uint32_t *sel = b->sel + (size_t)np * T;
+                    uint32_t ns = attn_select_row_hint(e, visible, k, sinks, window, sel, b->work,
+                                                       &hint[h - h0]);
+                    const float *qh = q + (size_t)i * qdim + (size_t)h * hd;
+                    pr[np] = (struct attn_sel_pair){.q = qh, .list = sel, .len = ns,
+                                                    .a = b->a + (size_t)np * T,
+                                                    .out = out + (size_t)i * qdim + (size_t)h * hd};
+                    cs->row_heads++;
+                    cs->visible += visible;
+                    cs->kept += ns;
+                    if (sp->o.measure) {
+                        double rc, ms;
+                        measure_row(qh, kh, kv_dim, hd, e, visible, k, sel, ns, b->fs, b->i1, b->i2,
+                                    b->work, &rc, &ms);
+                        cs->recall += rc;
+                        cs->mass += ms;
+                        cs->recall_n++;
+                    }
                 }
             }
         }

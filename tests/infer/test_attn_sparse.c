@@ -322,11 +322,13 @@ static void test_keep_all_is_dense(void **state)
  * the scalar estimate and a sort pick */
 /* sparse attention (estimates on the device thread, or inline: per head,
  * as its rows pick their keys) against the reference: per head its NPU
- * estimate, the keys each row picks, infer_attn_list over them */
-static void sparse_reference(int inl)
+ * estimate, the keys each row picks, infer_attn_list over them. T 3000:
+ * a head's 30 rows of inline estimates (3072 keys, 369 KB) run in two
+ * pieces (EST_PIECE_BYTES in infer_attn_sparse.c) */
+static void sparse_reference(int inl, uint32_t T)
 {
-    struct format_config c = shape(8, 2, 32, 1024);
-    uint32_t T = 530, n = 30, base = T - n, hd = c.head_dim, H = c.n_heads;
+    struct format_config c = shape(8, 2, 32, 4096);
+    uint32_t n = 30, base = T - n, hd = c.head_dim, H = c.n_heads;
     size_t qdim = (size_t)H * hd;
     struct infer_kv *kv = random_cache(&c, T);
     float *q = random_q(&c, n), *os = malloc(sizeof(float) * n * qdim);
@@ -336,7 +338,7 @@ static void sparse_reference(int inl)
     assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
     assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp2, &err), 0);
     run_attn(infer_sparse_attention(sp), &c, kv, 0, n, base, q, os);
-    float *est = malloc(sizeof(float) * n * 1024), *a = malloc(sizeof(float) * T),
+    float *est = malloc(sizeof(float) * n * (T + 256)), *a = malloc(sizeof(float) * T),
           *gather = malloc(sizeof(float) * T * hd), out[64];
     uint32_t *sel = malloc(sizeof(uint32_t) * T), *work = malloc(sizeof(uint32_t) * 2 * T);
     size_t kv_dim = (size_t)c.n_kv_heads * hd;
@@ -375,8 +377,9 @@ static void sparse_reference(int inl)
 static void test_sparse_reference(void **state)
 {
     (void)state;
-    sparse_reference(0);
-    sparse_reference(1);
+    sparse_reference(0, 530);
+    sparse_reference(1, 530);
+    sparse_reference(1, 3000);
 }
 
 /* the greedy plan against every order of up to 4 launches (1 head each)
