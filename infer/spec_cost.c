@@ -13,11 +13,14 @@
  * then run were the burst's slow ones. So a time counts for at most
  * SPEC_COST_CAP times what the model expects (t1 for a one-row step, the
  * fitted line for a verification): a burst moves the fit by a bounded step,
- * a lasting change of the machine still moves it, a little per round. */
+ * a lasting change of the machine still moves it, a little per round. The
+ * first few times of each kind count as they are (the expectation is still
+ * the prior's guess then). */
 #include "spec_internal.h"
 
 #define SPEC_COST_RATE 0.1 /* weight of one observation */
 #define SPEC_COST_CAP 1.25 /* an observation counts for at most this times the expectation */
+#define SPEC_COST_WARM 4   /* observations of each kind taken as they are first */
 #define BETA_PRIOR 0.3f    /* a verification's fixed cost at first (kjv6L-1k: 0.1-0.4) */
 #define ALPHA_PRIOR 0.15f
 
@@ -33,8 +36,12 @@ void spec_cost_step(struct spec_cost *c, double dt)
 {
     if (!(dt > 0))
         return;
-    if (c->t1 <= 0) {
-        c->t1 = (float)dt;
+    /* the first steps' mean as it is (one fast or slow first step must not
+     * hold t1 for the rest of a short generation: the cap lets it rise by
+     * 2.5% a step), then the capped moving average */
+    if (c->n1 < SPEC_COST_WARM) {
+        c->n1++;
+        c->t1 += (float)((dt - c->t1) / c->n1);
         return;
     }
     if (dt > SPEC_COST_CAP * c->t1)
@@ -49,7 +56,10 @@ void spec_cost_verify(struct spec_cost *c, uint32_t rows, double dt)
     double x = rows - 1, keep = 1.0 - SPEC_COST_RATE;
     double expect = 1.0 + c->beta + c->alpha * x;
     double r = dt / c->t1;
-    r = r > SPEC_COST_CAP * expect ? SPEC_COST_CAP * expect : r;
+    if (c->nv < SPEC_COST_WARM)
+        c->nv++;
+    else if (r > SPEC_COST_CAP * expect)
+        r = SPEC_COST_CAP * expect;
     double y = r - 1.0;
     y = y < 0 ? 0 : y > 8 ? 8 : y;
     c->fit_w = keep * c->fit_w + 1;

@@ -141,11 +141,12 @@ int spec_calibrate(struct infer_model *m, const int *ctx, uint32_t n,
 
 /* A verification of n rows costs 1 + beta + alpha (n - 1) one-row steps:
  * fixed (row_cost given: alpha = it, beta = 0) or fitted to measured times,
- * each counted for at most 1.25x what the model expects (a busy machine's
- * bursts only add time). */
+ * each counted, after the first few, for at most 1.25x what the model
+ * expects (a busy machine's bursts only add time). */
 struct spec_cost {
     int fixed;
     float alpha, beta, t1; /* t1: a one-row step's time (s), 0 before the first */
+    uint32_t n1, nv;       /* one-row steps and verifications seen (up to a few) */
     double fit_w, fit_x, fit_y, fit_xx, fit_xy;
 };
 
