@@ -836,8 +836,8 @@ static void test_cost_bursts(void **st)
     assert_true(total < 480);
     /* a lasting change moves it */
     beta = cost_run(&c, &rng, 1.0, 600, &away);
-    printf("after the change alpha %.3f beta %.3f (mean %.3f), turned away in %d rounds\n",
-           c.alpha, c.beta, beta, away);
+    printf("after the change alpha %.3f beta %.3f (mean %.3f), turned away in %d rounds\n", c.alpha,
+           c.beta, beta, away);
     assert_true(beta > 0.7);
     assert_true(away > 500);
     /* worth it: the expected tokens reach beta + alpha (rows - 1) */
