@@ -137,4 +137,29 @@ int spec_calibrate(struct infer_model *m, const int *ctx, uint32_t n,
                    const struct spec_calib_opts *o, struct spec_index *out, uint32_t *n_seqs,
                    struct sl_err *err);
 
+/* ---- the verification's price (spec_cost.c) ------------------------------------- */
+
+/* A verification of n rows costs 1 + beta + alpha (n - 1) one-row steps:
+ * fixed (row_cost given: alpha = it, beta = 0) or fitted to measured times,
+ * each counted, after the first few, for at most 1.25x what the model
+ * expects (a busy machine's bursts only add time). */
+struct spec_cost {
+    int fixed;
+    float alpha, beta, t1; /* t1: a one-row step's time (s), 0 before the first */
+    uint32_t n1, nv;       /* one-row steps and verifications seen (up to a few) */
+    double fit_w, fit_x, fit_y, fit_xx, fit_xy;
+};
+
+void spec_cost_init(struct spec_cost *c, float row_cost);
+/* A one-row step took dt seconds. */
+void spec_cost_step(struct spec_cost *c, double dt);
+/* A verification of `rows` rows (the root included) took dt seconds. */
+void spec_cost_verify(struct spec_cost *c, uint32_t rows, double dt);
+/* 1 when a tree of `rows` rows expected to bring `gain` draft tokens is
+ * worth its verification against a one-row step. */
+int spec_cost_worth(const struct spec_cost *c, float gain, uint32_t rows);
+/* A drafted tree was judged not worth it: a fixed cost fitted above the
+ * prior moves back toward it. */
+void spec_cost_skipped(struct spec_cost *c);
+
 #endif /* SLUICE_SPEC_INTERNAL_H */

@@ -30,18 +30,12 @@ struct infer_spec {
     struct infer_spec_stats stats;
     /* the cost model: per source, match order and first/later token, the
      * estimated acceptance (moving averages of what verification found);
-     * alpha = the cost of one more row relative to a one-row step and beta
-     * the fixed cost of a verification beside it (a verification of n rows
-     * costs 1 + beta + alpha (n - 1) one-row steps), fitted to the measured
-     * times of one-row steps (t1) and verifications: a least-squares line
-     * through (n - 1, dt / t1 - 1), the sums decayed by ACC_RATE per round */
+     * the price of a verification in one-row steps (spec_cost.c) */
     float acc[SPEC_SRC_COUNT][SPEC_MAX_ORDER + 1][2];
-    float alpha, beta, t1;
-    double fit_w, fit_x, fit_y, fit_xx, fit_xy;
+    struct spec_cost cost;
 };
 
 #define ACC_RATE 0.1f /* moving-average weight of one observation */
-#define BETA_PRIOR 0.3f /* a verification's fixed cost at first (kjv6L-1k: 0.1-0.4) */
 
 int infer_spec_exact(const struct infer_model *m)
 {
@@ -92,8 +86,7 @@ int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
         sp->o.calib_depth = 4;
     if (!(sp->o.calib_min_p > 0))
         sp->o.calib_min_p = 0.2f;
-    sp->alpha = sp->o.row_cost > 0 ? sp->o.row_cost : 0.15f;
-    sp->beta = sp->o.row_cost > 0 ? 0.0f : BETA_PRIOR;
+    spec_cost_init(&sp->cost, sp->o.row_cost);
     for (int src = 0; src < SPEC_SRC_COUNT; src++)
         for (int g = 0; g <= SPEC_MAX_ORDER; g++) {
             /* priors: longer matches are likelier; a token after an accepted
@@ -163,7 +156,7 @@ static int on_match(void *ctx, const struct spec_index *ix, uint32_t end)
     }
     if (k) {
         const float *a = c->sp->acc[c->src][c->order];
-        spec_tree_add_p(t, cand, k, c->max_rows, c->src, c->order, a[0], a[1], c->sp->alpha);
+        spec_tree_add_p(t, cand, k, c->max_rows, c->src, c->order, a[0], a[1], c->sp->cost.alpha);
     }
     return t->n >= c->max_rows;
 }
@@ -194,7 +187,7 @@ static void draft(struct infer_spec *sp, int root, uint32_t pos, uint32_t depth,
             const float *a = sp->acc[SPEC_SRC_REUSE][0];
             if (ns)
                 spec_tree_add_p(t, seg, ns < c.depth ? ns : c.depth, max_rows, SPEC_SRC_REUSE, 0,
-                                a[0], a[1], sp->alpha);
+                                a[0], a[1], sp->cost.alpha);
         }
         for (size_t k = 0; k < sizeof order / sizeof order[0] && t->n < max_rows; k++) {
             c.src = order[k];
@@ -277,24 +270,7 @@ static void learn(struct infer_spec *sp, const uint32_t *path, uint32_t np, doub
         float *a = &sp->acc[t->src[r]][t->order[r]][t->later[r]];
         *a += ACC_RATE * ((on[r] ? 1.0f : 0.0f) - *a);
     }
-    if (sp->o.row_cost > 0 || sp->t1 <= 0 || t->n < 2)
-        return;
-    double x = t->n - 1, y = dt / sp->t1 - 1.0, keep = 1.0 - ACC_RATE;
-    y = y < 0 ? 0 : y > 8 ? 8 : y;
-    sp->fit_w = keep * sp->fit_w + 1;
-    sp->fit_x = keep * sp->fit_x + x;
-    sp->fit_y = keep * sp->fit_y + y;
-    sp->fit_xx = keep * sp->fit_xx + x * x;
-    sp->fit_xy = keep * sp->fit_xy + x * y;
-    double mx = sp->fit_x / sp->fit_w, my = sp->fit_y / sp->fit_w;
-    double var = sp->fit_xx / sp->fit_w - mx * mx, cov = sp->fit_xy / sp->fit_w - mx * my;
-    /* the slope once the rounds' sizes spread (else the prior's, or the
-     * last fitted one), the intercept through the mean */
-    double a = var > 0.5 && sp->fit_w > 3 ? cov / var : sp->alpha;
-    a = a < 0.01 ? 0.01 : a > 2 ? 2 : a;
-    double b = my - a * mx;
-    sp->alpha = (float)a;
-    sp->beta = (float)(b < 0 ? 0 : b > 2 ? 2 : b);
+    spec_cost_verify(&sp->cost, t->n, dt);
 }
 
 /* One verification of the tree (root = the pending token, already in the
@@ -408,18 +384,10 @@ int infer_spec_round(struct infer_spec *sp, int token, uint32_t depth, const int
      * one-row steps (1 + beta + alpha (n - 1)) is not worth verifying: a
      * one-row step instead (the greedy rows above price each row at alpha
      * alone) */
-    if (sp->tree.n > 1 && sp->tree.sum_p < sp->beta + sp->alpha * (float)(sp->tree.n - 1)) {
+    if (sp->tree.n > 1 && !spec_cost_worth(&sp->cost, sp->tree.sum_p, sp->tree.n)) {
         spec_tree_reset(&sp->tree, token, len);
         sp->stats.skipped++;
-        /* a fixed cost measured while the machine was busy would stop
-         * verification for good (nothing re-measures it): each skipped tree
-         * moves it back toward the prior and weakens the old rounds' fit */
-        if (sp->beta > BETA_PRIOR && sp->o.row_cost <= 0) {
-            sp->beta += ACC_RATE * (BETA_PRIOR - sp->beta);
-            double keep = 1.0 - ACC_RATE;
-            sp->fit_w *= keep, sp->fit_x *= keep, sp->fit_y *= keep;
-            sp->fit_xx *= keep, sp->fit_xy *= keep;
-        }
+        spec_cost_skipped(&sp->cost);
     }
     sp->stats.draft_s += (double)(sl_now_ns() - t0) / 1e9;
     if (sp->tree.n == 1) {
@@ -429,7 +397,7 @@ int infer_spec_round(struct infer_spec *sp, int token, uint32_t depth, const int
         double dt = (double)(sl_now_ns() - t0) / 1e9;
         sp->stats.plain_steps++;
         sp->stats.plain_s += dt;
-        sp->t1 = sp->t1 > 0 ? sp->t1 + ACC_RATE * ((float)dt - sp->t1) : (float)dt;
+        spec_cost_step(&sp->cost, dt);
         return 0;
     }
     if ((ret = verify(sp, acc, n_acc, next, err)) < 0)

@@ -6,7 +6,8 @@
  * down, greedy and with top-k/top-p); draft reuse (eq. 3); the history store
  * and its bound; and greedy generation with and without speculation on
  * synthetic float and static-scale int8 models: the same tokens and the
- * same KV cache, bit for bit. */
+ * same KV cache, bit for bit; the verification's price fitted to times
+ * with bursts. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -777,6 +778,89 @@ static void test_fallback_1gram(void **st)
     infer_model_destroy(m);
 }
 
+/* The verification's price (spec_cost.c) against measured times: one-row
+ * steps of 1 ms and verifications of 1 + beta + 0.1 (n - 1) steps, with
+ * bursts (a busy machine: everything 3x slower for 3 rounds, one round in
+ * 20 starting one, at random): the fit stays near the quiet price and a
+ * 3-row tree expected to bring 0.6 tokens (the quiet price: 0.4) is judged
+ * worth its verification in at least 9 rounds in 10 over eight generations
+ * (turned away in 0.5-3% measured; unbounded, the bursts turned it away in
+ * 11-30% of a generation's rounds and t1 read 1.3-1.7 ms); a lasting change
+ * (a fixed cost of 1.0) still moves it; the first few one-row steps count
+ * as they are. */
+static double cost_run(struct spec_cost *c, uint32_t *rng, double beta, int rounds,
+                       int *turned_away)
+{
+    static const uint32_t sizes[] = {3, 5, 8, 4, 2, 6};
+    double sum = 0; /* of the fixed cost over the second half (one fit moves with each burst) */
+    int burst = 0;
+    *turned_away = 0;
+    for (int i = 0; i < rounds; i++) {
+        *rng = *rng * 1103515245u + 12345u;
+        if (!burst && (*rng >> 16) % 20 == 0)
+            burst = 3;
+        double slow = burst ? 3.0 : 1.0;
+        uint32_t n = sizes[i % 6];
+        if (i % 2)
+            spec_cost_step(c, 1e-3 * slow);
+        else
+            spec_cost_verify(c, n, 1e-3 * (1.0 + beta + 0.1 * (n - 1)) * slow);
+        burst -= burst > 0;
+        *turned_away += !spec_cost_worth(c, 0.6f, 3);
+        if (i >= rounds / 2)
+            sum += c->beta;
+    }
+    return sum / (rounds - rounds / 2);
+}
+
+static void test_cost_bursts(void **st)
+{
+    (void)st;
+    uint32_t seed = (uint32_t)time(NULL), rng = seed;
+    printf("test_cost_bursts seed %u\n", seed);
+    struct spec_cost c;
+    /* eight generations of 600 rounds (one alone varies a lot) */
+    int away = 0, total = 0;
+    double beta = 0;
+    for (int g = 0; g < 8; g++) {
+        spec_cost_init(&c, 0);
+        for (int i = 0; i < 10; i++)
+            spec_cost_step(&c, 1e-3);
+        beta += cost_run(&c, &rng, 0.2, 600, &away) / 8;
+        total += away;
+        assert_true(c.t1 > 0.9e-3 && c.t1 < 1.3e-3);
+    }
+    printf("fitted alpha %.3f beta %.3f (mean %.3f) t1 %.3g, turned away in %d of 4800 rounds\n",
+           c.alpha, c.beta, beta, c.t1, total);
+    assert_true(beta > 0.05 && beta < 0.35);
+    assert_true(total < 480);
+    /* a lasting change moves it */
+    beta = cost_run(&c, &rng, 1.0, 600, &away);
+    printf("after the change alpha %.3f beta %.3f (mean %.3f), turned away in %d rounds\n", c.alpha,
+           c.beta, beta, away);
+    assert_true(beta > 0.7);
+    assert_true(away > 500);
+    /* worth it: the expected tokens reach beta + alpha (rows - 1) */
+    c.alpha = 0.1f;
+    c.beta = 0.2f;
+    assert_true(spec_cost_worth(&c, 0.45f, 3));
+    assert_false(spec_cost_worth(&c, 0.35f, 3));
+    assert_false(spec_cost_worth(&c, 5.0f, 1));
+    /* a first step at half the usual time is not held (the first few count
+     * as they are) */
+    spec_cost_init(&c, 0);
+    spec_cost_step(&c, 0.5e-3);
+    for (int i = 0; i < 12; i++)
+        spec_cost_step(&c, 1e-3);
+    assert_true(c.t1 > 0.9e-3 && c.t1 <= 1e-3);
+    /* a fixed price stays */
+    spec_cost_init(&c, 0.5f);
+    cost_run(&c, &rng, 1.0, 50, &away);
+    assert_true(c.alpha == 0.5f && c.beta == 0.0f);
+    spec_cost_skipped(&c);
+    assert_true(c.beta == 0.0f);
+}
+
 static void test_dynamic_not_exact(void **st)
 {
     (void)st;
@@ -802,6 +886,7 @@ int main(void)
         cmocka_unit_test(test_sampling_same_distribution),
         cmocka_unit_test(test_context_end_and_stop),
         cmocka_unit_test(test_fallback_1gram),
+        cmocka_unit_test(test_cost_bursts),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
