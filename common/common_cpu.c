@@ -30,6 +30,7 @@ static void detect_x86(struct sl_cpu_features *f)
     int osxsave = (c >> 27) & 1;
     int fma = (c >> 12) & 1;
     int f16c = (c >> 29) & 1;
+    int popcnt = (c >> 23) & 1;
     if (!osxsave)
         return;
     uint64_t xcr0 = read_xcr0();
@@ -47,7 +48,7 @@ static void detect_x86(struct sl_cpu_features *f)
     int avx512vnni = (c >> 11) & 1;
     __cpuid_count(7, 1, a, b, c, d);
     int avxvnni = (a >> 4) & 1;
-    f->avx2 = os_ymm && avx2 && fma && f16c && bmi2;
+    f->avx2 = os_ymm && avx2 && fma && f16c && bmi2 && popcnt;
     f->avx512 = f->avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
     f->avx512vnni = f->avx512 && avx512vnni;
     f->avxvnni = f->avx2 && avxvnni;

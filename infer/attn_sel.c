@@ -72,7 +72,7 @@ uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, 
 uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, float *val, int *nan)
 {
 #if SLUICE_KERNELS_X86
-    if (infer_matmul_kernel_available(INFER_MATMUL_AVX2) && __builtin_cpu_supports("popcnt"))
+    if (infer_matmul_kernel_available(INFER_MATMUL_AVX2))
         return attn_above_avx2(s, n, th, idx, val, nan);
 #endif
     return attn_above_scalar(s, n, th, idx, val, nan);
@@ -94,7 +94,7 @@ uint32_t attn_keep_above(const uint32_t *idx, const float *val, uint32_t m, floa
                          uint32_t *out)
 {
 #if SLUICE_KERNELS_X86
-    if (infer_matmul_kernel_available(INFER_MATMUL_AVX2) && __builtin_cpu_supports("popcnt"))
+    if (infer_matmul_kernel_available(INFER_MATMUL_AVX2))
         return attn_keep_above_avx2(idx, val, m, th, out);
 #endif
     return attn_keep_above_scalar(idx, val, m, th, out);

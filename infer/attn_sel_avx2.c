@@ -258,8 +258,8 @@ static inline uint32_t pop8(unsigned x)
     return (x + (x >> 4)) & 0x0fu;
 }
 
-/* the same with the popcnt instruction (every AVX2 CPU has it; the
- * dispatchers of attn_above and attn_keep_above check): the compaction
+/* the same with the popcnt instruction (every AVX2 CPU has it; sl_cpu_features'
+ * avx2 requires it): the compaction
  * passes count each vector's kept lanes with it (top-k 1.2x faster than
  * with pop8's eight scalar steps, s9/tk) */
 #define POPCNT __attribute__((target("popcnt")))

@@ -355,6 +355,15 @@ void pl_cost_assign(struct pl *p);
 
 /* ---- pipeline_graph.c: the task graph --------------------------------------------------- */
 
+/* Cuts the prefill attention of a chunk of n query rows (the first at
+ * position pos0; per_key flops for each key a row attends) into pieces:
+ * starts[0..return) the first row of each, starts[return] == n. Cuts fall on
+ * multiples of INFER_ATT_ROWS; want > 0: pieces of at most about `want`
+ * rows, made equal; want 0: about PL_ATTN_PIECE_FLOP of work each. At most
+ * PL_ATTN_MAX_PIECES; one piece ({0, n}) for n <= INFER_ATT_ROWS or want >= n. */
+uint32_t pl_attn_split(uint32_t n, uint32_t pos0, double per_key, uint32_t want,
+                       uint32_t starts[PL_ATTN_MAX_PIECES + 1]);
+
 /* Builds the whole prefill graph (tasks, CSR successors, priorities,
  * estimates) and prepares the storage of split weights (into p->m). Needs
  * p->o, m, c, r, cb, n_chunks, lin_info, verify_task, slice_needed,

@@ -396,52 +396,18 @@ static int trim_allowed(const struct pl *p)
  * chunk's rows. One piece (starts {0, n}) unless the policy is granular,
  * attention dense (each query row computed alone: infer_attn.c), the layer
  * untrimmed and O's input quantized with a static scale (each piece
- * quantizes its rows). Pieces start at multiples of INFER_ATT_ROWS (the
- * attention's own row blocks) and, by default, hold about PL_ATTN_PIECE_FLOP
- * each: a causal row's work grows with its position, so later pieces hold
- * fewer rows. */
+ * quantizes its rows). Where the cuts fall: pl_attn_split. */
 static uint32_t attn_row_pieces(const struct pl *p, uint32_t ch, int layer, uint32_t heads,
                                 uint8_t trim, uint32_t starts[PL_ATTN_MAX_PIECES + 1])
 {
     const struct chunkbuf *b = &p->cb[ch];
-    uint32_t n = b->n, want = p->o->attn_rows, np = 1;
     starts[0] = 0;
-    starts[1] = n;
-    if (!pl_granular(p->o->policy) || trim != PL_TRIM_NONE || want == UINT32_MAX ||
-        p->st->attn != &infer_attention_dense || !input_splits(p, layer, FORMAT_ROLE_WO) ||
-        n <= INFER_ATT_ROWS)
+    starts[1] = b->n;
+    if (!pl_granular(p->o->policy) || trim != PL_TRIM_NONE || p->o->attn_rows == UINT32_MAX ||
+        p->st->attn != &infer_attention_dense || !input_splits(p, layer, FORMAT_ROLE_WO))
         return 1;
-    /* work of rows [0, i): sum of (pos0 + r + 1) keys, times heads and flops a key */
-    double pos0 = b->pos0, per_key = 4.0 * heads * p->c->head_dim;
-    double total = per_key * ((double)n * pos0 + (double)n * (n + 1) / 2);
-    uint32_t blocks = (n + INFER_ATT_ROWS - 1) / INFER_ATT_ROWS, parts;
-    if (want) {
-        uint32_t step = (want + INFER_ATT_ROWS - 1) / INFER_ATT_ROWS;
-        parts = (blocks + step - 1) / step;
-    } else {
-        parts = (uint32_t)(total / PL_ATTN_PIECE_FLOP + 0.5);
-    }
-    parts = parts > blocks ? blocks : parts > PL_ATTN_MAX_PIECES ? PL_ATTN_MAX_PIECES : parts;
-    if (parts <= 1)
-        return 1;
-    for (uint32_t k = 1, blk = 1; k < parts && blk < blocks; k++) {
-        uint32_t i;
-        if (want) { /* equal rows */
-            i = (uint32_t)(((uint64_t)blocks * k + parts - 1) / parts) * INFER_ATT_ROWS;
-        } else { /* the first block boundary with at least k / parts of the work before it */
-            double goal = total * k / parts;
-            for (; blk < blocks; blk++) {
-                double r = (double)blk * INFER_ATT_ROWS;
-                if (per_key * (r * pos0 + r * (r + 1) / 2) >= goal)
-                    break;
-            }
-            i = blk * INFER_ATT_ROWS;
-        }
-        if (i > starts[np - 1] && i < n)
-            starts[np++] = i;
-    }
-    starts[np] = n;
-    return np;
+    /* flops a key: Q.K and P.V, a multiply and an add each, per head */
+    return pl_attn_split(b->n, b->pos0, 4.0 * heads * p->c->head_dim, p->o->attn_rows, starts);
 }
 
 /* The first piece (q0 == 0) of the attention of kv heads starting r0 among

@@ -2,7 +2,8 @@
  * is exactly that of infer_forward with max_batch = chunk (the same
  * infer_op_* calls on the same rows), so the logits are bit-identical to a
  * sequential run; matmul pieces, attention head groups and SwiGLU pieces
- * compute disjoint columns with the same bits as the whole. Calls
+ * compute disjoint columns, and attention pieces of query rows disjoint
+ * rows, with the same bits as the whole. Calls
  * pipeline_weights.c, pipeline_graph.c and pl_fail (pipeline_queue.c). */
 #include <errno.h>
 #include <pthread.h>
@@ -218,45 +219,29 @@ void pl_mm_residual(struct pl *p, const struct task *t)
         infer_op_add(b->x + r * D + r0, b->d + r * D + r0, r1 - r0);
 }
 
-/* Attention of the trimmed last layer (enum pl_trim), kv heads [kv0, kv1):
- * every row's keys roped and stored with the values (what
- * infer_step_attention does first), then with PL_TRIM_LAST the last row's
- * queries roped and attended over the cache up to its position: dense
- * causal attention computes a query row alone with the same bits as within
- * the chunk (infer_attn.c). */
-static int attn_trimmed(struct pl *p, struct chunkbuf *b, const struct task *t,
-                        const struct infer_rows *rows, uint32_t kv0, uint32_t kv1, float *scratch)
+/* Attention of query rows [q0, q1) of the chunk, kv heads [kv0, kv1): with
+ * store_kv, every row's keys roped and stored with the values first (what
+ * infer_step_attention does first), then the rows' queries roped and
+ * attended over the cache up to each row's position (none where q0 == q1).
+ * Used by the pieces of a kv head group (pl_graph_build: the one with
+ * q0 == 0 stores, the others run after it) and by the trimmed last layer
+ * (enum pl_trim: the last row only, or keys and values only). Dense causal
+ * attention computes a query row alone with the same bits as within the
+ * chunk, and pieces start at multiples of INFER_ATT_ROWS, so
+ * infer_op_attention's blocks of rows are those of the whole chunk: the
+ * same bits (infer_attn.c). */
+static int attn_rows(struct pl *p, struct chunkbuf *b, const struct task *t,
+                     const struct infer_rows *rows, uint32_t kv0, uint32_t kv1, int store_kv,
+                     uint32_t q0, uint32_t q1, float *scratch)
 {
     const struct format_config *c = p->c;
     uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads, Q = c->n_heads * hd;
-    infer_op_rope_rows(b->k, b->n, c->n_kv_heads, hd, kv0, kv1, rows->pos, c->rope_theta);
-    infer_kv_write(p->st->kv, (uint32_t)t->layer, rows->slot0, b->n, b->k, b->v, kv0, kv1);
-    if (t->trim == PL_TRIM_KV)
-        return 0;
-    uint32_t i = b->n - 1;
-    float *q = b->q + (size_t)i * Q;
-    infer_op_rope_rows(q, 1, c->n_heads, hd, kv0 * mul, kv1 * mul, rows->pos + i, c->rope_theta);
-    struct infer_attn_rows vis = {.n = 1, .base = b->pos0 + i};
-    return p->st->attn->run(p->st->attn, c, p->st->kv, (uint32_t)t->layer, &vis, q, kv0 * mul,
-                            kv1 * mul, b->att + (size_t)i * Q, scratch);
-}
-
-/* Attention of query rows [q0, q1) of the chunk, kv heads [kv0, kv1) (a
- * piece, pl_graph_build): the piece with q0 == 0 first ropes and stores
- * every row's keys and values (the other pieces run after it), then each
- * piece ropes its own queries and attends over the cache up to each row's
- * position. q0 is a multiple of INFER_ATT_ROWS, so infer_op_attention's
- * blocks of rows are those of the whole chunk: the same bits. */
-static int attn_rows_piece(struct pl *p, struct chunkbuf *b, const struct task *t,
-                           const struct infer_rows *rows, uint32_t kv0, uint32_t kv1, uint32_t q0,
-                           uint32_t q1, float *scratch)
-{
-    const struct format_config *c = p->c;
-    uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads, Q = c->n_heads * hd;
-    if (q0 == 0) {
+    if (store_kv) {
         infer_op_rope_rows(b->k, b->n, c->n_kv_heads, hd, kv0, kv1, rows->pos, c->rope_theta);
         infer_kv_write(p->st->kv, (uint32_t)t->layer, rows->slot0, b->n, b->k, b->v, kv0, kv1);
     }
+    if (q1 == q0)
+        return 0;
     float *q = b->q + (size_t)q0 * Q;
     infer_op_rope_rows(q, q1 - q0, c->n_heads, hd, kv0 * mul, kv1 * mul, rows->pos + q0,
                        c->rope_theta);
@@ -338,11 +323,12 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         struct infer_rows rows = {.n = b->n, .slot0 = b->pos0, .pos = p->positions + b->pos0,
                                   .vis = {.n = b->n, .base = b->pos0}};
         if (t->trim != PL_TRIM_NONE) {
-            ret = attn_trimmed(p, b, t, &rows, kv0, kv1, att_scratch);
+            uint32_t q0 = t->trim == PL_TRIM_KV ? b->n : b->n - 1; /* no queries, or the last */
+            ret = attn_rows(p, b, t, &rows, kv0, kv1, 1, q0, b->n, att_scratch);
         } else if (t->q1 > t->q0) { /* a piece of the rows */
             i0 = t->q0;
             nr = t->q1 - t->q0;
-            ret = attn_rows_piece(p, b, t, &rows, kv0, kv1, t->q0, t->q1, att_scratch);
+            ret = attn_rows(p, b, t, &rows, kv0, kv1, t->q0 == 0, t->q0, t->q1, att_scratch);
         } else {
             ret = infer_step_attention(p->m, p->st->kv, p->st->attn, t->layer, &rows, b->q, b->k,
                                        b->v, kv0, kv1, b->att, att_scratch);

@@ -173,7 +173,7 @@ enum sl_cpu_level {
 };
 
 struct sl_cpu_features {
-    int avx2;          /* with FMA, F16C, BMI2 and OS support for YMM */
+    int avx2;          /* with FMA, F16C, BMI2, POPCNT and OS support for YMM */
     int avx512;        /* F+BW+VL+DQ and OS support for ZMM */
     int avx512vnni;
     int avxvnni;       /* the VEX-encoded VNNI of Alder Lake and later */

@@ -661,8 +661,9 @@ struct infer_pipeline_opts {
                                 * the int8 budget cannot hold a layer): with a long
                                 * prompt the activations do not grow with its chunks */
     uint32_t attn_rows;        /* full and sequential_granular, dense attention, O's input
-                                * with a static scale: query rows per attention piece of a
-                                * kv head group (rounded up to 16), so a CPU worker turns to
+                                * with a static scale: at most about this many query rows per
+                                * attention piece of a kv head group (cut at multiples of
+                                * 16, pieces made equal), so a CPU worker turns to
                                 * other ready work between pieces; 0: pieces of about 24
                                 * MFLOP (a few ms) each, equal in work; UINT32_MAX: the
                                 * chunk's rows in one piece (ablation). The same logits */
