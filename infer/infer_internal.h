@@ -73,7 +73,8 @@ struct infer_model {
 struct infer_kv {
     uint32_t n_layers, n_kv_heads, head_dim, kv_dim;
     uint32_t cap, len;
-    float *k, *v;
+    float *k, *v;      /* [layer][slot][kv_dim], on a cache line (in k_mem, v_mem) */
+    void *k_mem, *v_mem;
     uint32_t *pos;     /* [cap] position of each slot */
     int8_t *k8;        /* INFER_KV_K8: int8 keys [layer][slot][kv_dim], or NULL */
     float *k8_scale;   /* [layer][slot][n_kv_heads] */
