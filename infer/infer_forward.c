@@ -21,6 +21,22 @@ int infer_embed(const struct infer_model *m, const int *tokens, uint32_t n, floa
     return infer_op_embed(m, tokens, n, x, err);
 }
 
+/* Linears of one input x: the hooks' `linears` when it has one, else one
+ * by one. */
+static int linears(const struct infer_layer_hooks *h, int layer, uint32_t count,
+                   const uint32_t *roles, const struct infer_linear *const *lins,
+                   float *const *ys, const float *x, struct sl_err *err)
+{
+    if (h->linears)
+        return h->linears(h->ctx, layer, count, roles, lins, ys, x, err);
+    for (uint32_t j = 0; j < count; j++) {
+        int ret = h->linear(h->ctx, layer, roles[j], lins[j], ys[j], x, err);
+        if (ret < 0)
+            return ret;
+    }
+    return 0;
+}
+
 int infer_layer_run(struct infer_model *m, struct infer_state *s, int layer, float *x,
                     uint32_t n, const struct infer_layer_hooks *h, struct sl_err *err)
 {
@@ -33,11 +49,10 @@ int infer_layer_run(struct infer_model *m, struct infer_state *s, int layer, flo
     }
     /* attention: xb = rmsnorm(x); q, k, v = xb Wq, xb Wk, xb Wv; RoPE; cache */
     infer_step_attn_norm(m, layer, s->xb, x, n);
-    int ret = h->linear(h->ctx, layer, FORMAT_ROLE_WQ, &w->wq, s->q, s->xb, err);
-    if (ret == 0)
-        ret = h->linear(h->ctx, layer, FORMAT_ROLE_WK, &w->wk, s->k, s->xb, err);
-    if (ret == 0)
-        ret = h->linear(h->ctx, layer, FORMAT_ROLE_WV, &w->wv, s->v, s->xb, err);
+    const uint32_t qkv[3] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
+    const struct infer_linear *qkv_w[3] = {&w->wq, &w->wk, &w->wv};
+    float *const qkv_y[3] = {s->q, s->k, s->v};
+    int ret = linears(h, layer, 3, qkv, qkv_w, qkv_y, s->xb, err);
     if (ret == 0)
         ret = h->attention(h->ctx, layer, err);
     /* x += att_out Wo; xb = rmsnorm(x) */
@@ -47,9 +62,10 @@ int infer_layer_run(struct infer_model *m, struct infer_state *s, int layer, flo
         return ret;
     infer_step_ffn_norm(m, layer, x, s->xb, s->xb, n);
     /* FFN: x += (silu(xb Wg) * (xb Wu)) Wd */
-    ret = h->linear(h->ctx, layer, FORMAT_ROLE_W_GATE, &w->w_gate, s->hb, s->xb, err);
-    if (ret == 0)
-        ret = h->linear(h->ctx, layer, FORMAT_ROLE_W_UP, &w->w_up, s->hb2, s->xb, err);
+    const uint32_t gu[2] = {FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP};
+    const struct infer_linear *gu_w[2] = {&w->w_gate, &w->w_up};
+    float *const gu_y[2] = {s->hb, s->hb2};
+    ret = linears(h, layer, 2, gu, gu_w, gu_y, s->xb, err);
     if (ret < 0)
         return ret;
     infer_step_swiglu(s->hb, s->hb2, n, F, 0, F);
@@ -73,6 +89,14 @@ static int rows_linear(void *ctx, int layer, uint32_t role, const struct infer_l
 {
     struct rows_ctx *q = ctx;
     return infer_linear_exec(q->m, q->s, layer, role, lin, y, x, q->r->n, err);
+}
+
+static int rows_linears(void *ctx, int layer, uint32_t count, const uint32_t *roles,
+                        const struct infer_linear *const *lins, float *const *ys, const float *x,
+                        struct sl_err *err)
+{
+    struct rows_ctx *q = ctx;
+    return infer_linear_exec_group(q->m, q->s, layer, count, roles, lins, ys, x, q->r->n, err);
 }
 
 /* The kv heads [kv0, kv1) of one layer's attention (and their query heads):
@@ -166,7 +190,7 @@ static int layer_rows(struct infer_model *m, struct infer_state *s, int layer, f
                       const struct infer_rows *r, struct sl_err *err)
 {
     struct rows_ctx q = {m, s, r};
-    const struct infer_layer_hooks h = {rows_linear, rows_attention, &q};
+    const struct infer_layer_hooks h = {rows_linear, rows_attention, &q, rows_linears};
     return infer_layer_run(m, s, layer, x, r->n, &h, err);
 }
 

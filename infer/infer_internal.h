@@ -73,7 +73,8 @@ struct infer_model {
 struct infer_kv {
     uint32_t n_layers, n_kv_heads, head_dim, kv_dim;
     uint32_t cap, len;
-    float *k, *v;
+    float *k, *v;      /* [layer][slot][kv_dim], on a cache line (in k_mem, v_mem) */
+    void *k_mem, *v_mem;
     uint32_t *pos;     /* [cap] position of each slot */
     int8_t *k8;        /* INFER_KV_K8: int8 keys [layer][slot][kv_dim], or NULL */
     float *k8_scale;   /* [layer][slot][n_kv_heads] */
@@ -121,6 +122,9 @@ struct infer_state {
     /* int32 sums of packed matmuls (infer_resident.c), grown as needed */
     int32_t *acc;
     size_t acc_cap;
+    /* a packed group's activations past the first linear's (own scales), grown */
+    int8_t *xq_group;
+    size_t xq_group_cap;
     /* packed matmuls of a few rows (infer_resident_rows.c): the calling
      * thread's and the device thread's tile scratch, made when first used */
     struct infer_rows_tile *rows_tile[2];
@@ -283,6 +287,11 @@ struct infer_layer_hooks {
                   const float *x, struct sl_err *err);
     int (*attention)(void *ctx, int layer, struct sl_err *err);
     void *ctx;
+    /* optional: count linears of the same input x at once (roles[j],
+     * lins[j] into ys[j]), as `linear` one after the other would give */
+    int (*linears)(void *ctx, int layer, uint32_t count, const uint32_t *roles,
+                   const struct infer_linear *const *lins, float *const *ys, const float *x,
+                   struct sl_err *err);
 };
 int infer_layer_run(struct infer_model *m, struct infer_state *s, int layer, float *x,
                     uint32_t n, const struct infer_layer_hooks *h, struct sl_err *err);
@@ -295,6 +304,14 @@ int infer_layer_run(struct infer_model *m, struct infer_state *s, int layer, flo
 int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int layer,
                       uint32_t role, const struct infer_linear *lin, float *y, const float *x,
                       uint32_t n, struct sl_err *err);
+/* count (at most INFER_PACKED_GROUP_MAX) linears of one input x, as
+ * infer_linear_exec one after the other gives them: packed ones of a decode
+ * step in one split (infer_linear_packed_group) when no linear term or
+ * observer is attached, else one by one. */
+int infer_linear_exec_group(const struct infer_model *m, struct infer_state *s, int layer,
+                            uint32_t count, const uint32_t *roles,
+                            const struct infer_linear *const *lins, float *const *ys,
+                            const float *x, uint32_t n, struct sl_err *err);
 
 /* The size of a linear's matmul against the state's npu_min_weights: its
  * weights, times the rows n for a multi-sequence step's state. */
@@ -311,6 +328,22 @@ uint64_t infer_split_work(const struct infer_state *s, const struct infer_linear
  * to the int8 path. 0, -ENOMEM or a refused device call. */
 int infer_linear_packed(struct infer_state *s, const struct infer_linear *lin, const int8_t *xq,
                         uint32_t n, float act, float *y, struct sl_err *err);
+
+/* Several packed linears of one input in one split (decode: a layer's q, k
+ * and v, or gate and up): the device thread and the calling thread take
+ * chunks from the two ends of their joint channel range, so they meet once
+ * per group; each linear j gets xq[j] quantized with act[j] and writes y[j],
+ * the same bits as infer_linear_packed one by one. Every linear must pass
+ * infer_packed_shares (else -EINVAL). 0, -EINVAL, -ENOMEM or a refused
+ * device call. */
+#define INFER_PACKED_GROUP_MAX 3
+int infer_packed_shares(const struct infer_state *s, const struct infer_linear *lin, uint32_t n);
+/* Tests: channels per chunk of the shared range (0: the default, about
+ * 64 KiB of codes), process-wide. */
+void infer_packed_shared_set_chunk(uint32_t channels);
+int infer_linear_packed_group(struct infer_state *s, uint32_t count,
+                              const struct infer_linear *const *lins, const int8_t *const *xq,
+                              const float *act, float *const *y, uint32_t n, struct sl_err *err);
 
 /* xq = quantize(x, s) like npu_quantize_act, and every element whose x / s
  * the clip cut off recorded in c (grown as needed): -ENOMEM. */

@@ -2,10 +2,18 @@
  * and an optional int8 mirror of the keys kept in step. */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "infer_internal.h"
+
+#define KV_ALIGN 64 /* bytes: a cache line */
+
+static float *line_up(void *p)
+{
+    return (float *)(((uintptr_t)p + KV_ALIGN - 1) & ~(uintptr_t)(KV_ALIGN - 1));
+}
 
 int infer_kv_create(const struct format_config *c, uint32_t capacity, unsigned flags,
                     struct infer_kv **out, struct sl_err *err)
@@ -26,12 +34,17 @@ int infer_kv_create(const struct format_config *c, uint32_t capacity, unsigned f
     kv->kv_dim = c->n_kv_heads * c->head_dim;
     kv->cap = capacity;
     size_t cells = (size_t)c->n_layers * capacity * kv->kv_dim;
-    /* calloc: untouched slots cost no memory until written (fresh zero pages) */
-    kv->k = sl_calloc(cells, sizeof(float));
-    kv->v = sl_calloc(cells, sizeof(float));
+    /* calloc: untouched slots cost no memory until written (fresh zero
+     * pages); the keys and values start on a cache line: calloc's 16-byte
+     * alignment put every other 32-byte load of the attention kernels
+     * across two lines (decode attention over 1000 keys about 35% slower) */
+    kv->k_mem = sl_calloc(cells + KV_ALIGN / sizeof(float), sizeof(float));
+    kv->v_mem = sl_calloc(cells + KV_ALIGN / sizeof(float), sizeof(float));
     kv->pos = sl_calloc(capacity, sizeof *kv->pos);
-    if (!kv->k || !kv->v || !kv->pos)
+    if (!kv->k_mem || !kv->v_mem || !kv->pos)
         goto nomem;
+    kv->k = line_up(kv->k_mem);
+    kv->v = line_up(kv->v_mem);
     if (flags & INFER_KV_K8) {
         kv->k8 = sl_calloc(cells, 1);
         kv->k8_scale = sl_calloc((size_t)c->n_layers * capacity * c->n_kv_heads, sizeof(float));
@@ -50,8 +63,8 @@ void infer_kv_destroy(struct infer_kv *kv)
 {
     if (!kv)
         return;
-    free(kv->k);
-    free(kv->v);
+    free(kv->k_mem);
+    free(kv->v_mem);
     free(kv->pos);
     free(kv->k8);
     free(kv->k8_scale);

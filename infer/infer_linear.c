@@ -467,6 +467,61 @@ int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int la
     return 0;
 }
 
+int infer_linear_exec_group(const struct infer_model *m, struct infer_state *s, int layer,
+                            uint32_t count, const uint32_t *roles,
+                            const struct infer_linear *const *lins, float *const *ys,
+                            const float *x, uint32_t n, struct sl_err *err)
+{
+    int joint = count >= 2 && count <= INFER_PACKED_GROUP_MAX && !m->observe;
+    for (uint32_t j = 0; joint && j < count; j++)
+        joint = !lins[j]->w && infer_packed_shares(s, lins[j], n) &&
+                lins[j]->cols == lins[0]->cols && !infer_term_wants(m, layer, roles[j]);
+    if (joint) {
+        /* each linear's activations as infer_linear_exec quantizes them;
+         * linears of one scale share them */
+        size_t len = (size_t)n * lins[0]->cols;
+        if ((count - 1) * len > s->xq_group_cap) {
+            int8_t *g = sl_realloc(s->xq_group, (count - 1) * len);
+            if (!g) {
+                sl_err_set(err, "out of memory for a packed group's activations");
+                return -ENOMEM;
+            }
+            s->xq_group = g;
+            s->xq_group_cap = (count - 1) * len;
+        }
+        float act[INFER_PACKED_GROUP_MAX], dyn = 0.0f;
+        const int8_t *xq[INFER_PACKED_GROUP_MAX];
+        for (uint32_t j = 0; j < count; j++) {
+            if (lins[j]->act_scale > 0) {
+                act[j] = lins[j]->act_scale;
+            } else {
+                if (dyn == 0.0f)
+                    dyn = npu_act_scale_dynamic(x, len);
+                act[j] = dyn;
+            }
+            xq[j] = NULL;
+            for (uint32_t i = 0; i < j && !xq[j]; i++)
+                if (act[i] == act[j])
+                    xq[j] = xq[i];
+            if (!xq[j]) {
+                int8_t *b = j ? s->xq_group + (j - 1) * len : s->xq;
+                npu_quantize_act(x, len, act[j], b);
+                xq[j] = b;
+            }
+        }
+        int ret = infer_linear_packed_group(s, count, lins, xq, act, ys, n, err);
+        if (ret < 0 && (!err || !err->msg[0]))
+            sl_err_set(err, "the int8 linears of layer %d failed (%d)", layer, ret);
+        return ret;
+    }
+    for (uint32_t j = 0; j < count; j++) {
+        int ret = infer_linear_exec(m, s, layer, roles[j], lins[j], ys[j], x, n, err);
+        if (ret < 0)
+            return ret;
+    }
+    return 0;
+}
+
 void infer_model_set_linear_term(struct infer_model *m, infer_linear_term_fn fn, void *ctx)
 {
     m->term = fn;

@@ -239,7 +239,7 @@ int infer_forward_multi(struct infer_multi *mb, const struct infer_seq *seqs, ui
     /* each layer as infer_forward runs it, with the linears over the stacked
      * rows and attention per sequence */
     struct multi_ctx q = {mb, seqs, k};
-    const struct infer_layer_hooks h = {multi_linear, multi_attention, &q};
+    const struct infer_layer_hooks h = {multi_linear, multi_attention, &q, NULL};
     for (uint32_t l = 0; ret == 0 && l < m->cfg.n_layers; l++)
         ret = infer_layer_run(m, mb->st, (int)l, mb->st->x, n, &h, err);
     if (ret == 0)

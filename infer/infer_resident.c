@@ -154,36 +154,68 @@ static int packed_part_run(void *arg)
  * contiguous stretch of the packed bytes, and neither waits for the other
  * longer than one chunk, whichever thread starts late or streams slower (a
  * fixed split left one of them spinning: 6.5% of a ctx-1000 decode). Every
- * channel's sum is computed alone, so any split gives the same bits. */
-struct packed_shared {
-    struct packed_part part; /* r0, r1 unused */
+ * channel's sum is computed alone, so any split gives the same bits.
+ *
+ * The range may join up to INFER_PACKED_GROUP_MAX linears of one input (a
+ * layer's q, k and v; gate and up): their channels one after the other, a
+ * chunk never crossing from one linear into the next. The threads meet once
+ * per group instead of once per linear, and the back end's last chunks of
+ * one linear run while the front end is already in the next. */
+struct packed_shared_part {
+    const struct infer_linear *lin;
+    const int8_t *xq; /* [n][cols] */
+    float act;
+    float *y;         /* [n][rows] */
+    int32_t *acc;     /* [n][rows] */
+    uint32_t base;    /* its first channel in the joint range */
+    uint32_t chunk;
     /* each activation row's sums and tail, computed once for all chunks */
     struct unpack_dot_x px[PACKED_ROWS_MIN - 1];
-    uint32_t chunk;
-    _Atomic uint64_t range;  /* front << 32 | back: the channels not taken yet */
 };
 
-/* Takes the next chunk from the front or the back of sh's range: 1 and
- * [*r0, *r1), or 0 when nothing is left. */
-static int shared_take(struct packed_shared *sh, int front, uint32_t *r0, uint32_t *r1)
+struct packed_shared {
+    uint32_t count, n;
+    struct packed_shared_part part[INFER_PACKED_GROUP_MAX];
+    _Atomic uint64_t range; /* front << 32 | back: the channels not taken yet */
+};
+
+/* The part that joint channel c falls in. */
+static uint32_t part_of(const struct packed_shared *sh, uint32_t c)
+{
+    uint32_t j = 0;
+    while (j + 1 < sh->count && sh->part[j + 1].base <= c)
+        j++;
+    return j;
+}
+
+/* Takes the next chunk from the front or the back of sh's range: 1, the
+ * part *j and its channels [*r0, *r1), or 0 when nothing is left. */
+static int shared_take(struct packed_shared *sh, int front, uint32_t *j, uint32_t *r0,
+                       uint32_t *r1)
 {
     uint64_t cur = atomic_load_explicit(&sh->range, memory_order_relaxed);
     for (;;) {
         uint32_t lo = (uint32_t)(cur >> 32), hi = (uint32_t)cur, a, b;
         if (lo >= hi)
             return 0;
+        uint32_t p = part_of(sh, front ? lo : hi - 1);
+        const struct packed_shared_part *q = &sh->part[p];
         if (front) {
+            uint32_t end = q->base + q->lin->rows;
             a = lo;
-            b = hi - lo <= sh->chunk ? hi : lo + sh->chunk;
+            b = end - lo <= q->chunk ? end : lo + q->chunk;
+            b = b < hi ? b : hi;
         } else {
             b = hi;
-            a = hi - lo <= sh->chunk ? lo : hi - sh->chunk;
+            a = hi - q->base <= q->chunk ? q->base : hi - q->chunk;
+            a = a > lo ? a : lo;
         }
         uint64_t next = front ? (uint64_t)b << 32 | hi : (uint64_t)lo << 32 | a;
         if (atomic_compare_exchange_weak_explicit(&sh->range, &cur, next, memory_order_relaxed,
                                                   memory_order_relaxed)) {
-            *r0 = a;
-            *r1 = b;
+            *j = p;
+            *r0 = a - q->base;
+            *r1 = b - q->base;
             return 1;
         }
     }
@@ -211,25 +243,42 @@ static void chunk_prefetch(const struct unpack_tensor *u, uint32_t r0, uint32_t 
         __builtin_prefetch(p + o, 0, 2);
 }
 
+/* What an end of the range reads next, asked for now: the front's next
+ * chunk follows this one (the kernel's prefetch runs into it) unless it is
+ * the next linear's first; the back's is the one before, or the previous
+ * linear's last. Codes are asked for only where the kernel's own prefetch
+ * does not reach. */
+static void next_prefetch(const struct packed_shared *sh, uint32_t j, uint32_t r0, uint32_t r1,
+                          int front)
+{
+    const struct packed_shared_part *p = &sh->part[j];
+    uint32_t rows = p->lin->rows;
+    if (front && r1 < rows) {
+        chunk_prefetch(p->lin->upk, r1, rows - r1 > p->chunk ? r1 + p->chunk : rows, 0);
+    } else if (front && j + 1 < sh->count) {
+        const struct packed_shared_part *q = &sh->part[j + 1];
+        chunk_prefetch(q->lin->upk, 0, q->lin->rows > q->chunk ? q->chunk : q->lin->rows, 1);
+    } else if (!front && r0 > 0) {
+        chunk_prefetch(p->lin->upk, r0 > p->chunk ? r0 - p->chunk : 0, r0, 1);
+    } else if (!front && j > 0) {
+        const struct packed_shared_part *q = &sh->part[j - 1];
+        uint32_t n = q->lin->rows;
+        chunk_prefetch(q->lin->upk, n > q->chunk ? n - q->chunk : 0, n, 1);
+    }
+}
+
 static int shared_drain(struct packed_shared *sh, int front)
 {
-    const struct packed_part *p = &sh->part;
-    const struct infer_linear *lin = p->lin;
-    uint32_t r0, r1;
-    while (shared_take(sh, front, &r0, &r1)) {
-        /* the front's next chunk follows this one (the kernel's prefetch
-         * runs into it); the back's is the one before: its head is asked
-         * for now, and both ends' next row offsets and scales */
+    uint32_t j, r0, r1;
+    while (shared_take(sh, front, &j, &r0, &r1)) {
+        const struct packed_shared_part *p = &sh->part[j];
+        const struct infer_linear *lin = p->lin;
         chunk_prefetch(lin->upk, r0, r1, 0);
-        if (!front && r0 > 0)
-            chunk_prefetch(lin->upk, r0 > sh->chunk ? r0 - sh->chunk : 0, r0, 1);
-        else if (front && r1 < lin->rows)
-            chunk_prefetch(lin->upk, r1, lin->rows - r1 > sh->chunk ? r1 + sh->chunk : lin->rows,
-                           0);
-        for (uint32_t i = 0; i < p->n; i++) {
+        next_prefetch(sh, j, r0, r1, front);
+        for (uint32_t i = 0; i < sh->n; i++) {
             size_t at = (size_t)i * lin->rows;
             int ret = unpack_tensor_dot_x(lin->upk, unpack_kernel_best(), r0, r1,
-                                          p->xq + (size_t)i * lin->cols, &sh->px[i],
+                                          p->xq + (size_t)i * lin->cols, &p->px[i],
                                           p->acc + at + r0);
             if (ret < 0)
                 return ret;
@@ -253,8 +302,18 @@ static int shared_run(void *arg)
 /* Channels per chunk: about SHARED_CHUNK_BYTES of packed codes, a multiple
  * of 16, at most an eighth of the rows (so small linears still split). */
 #define SHARED_CHUNK_BYTES ((uint64_t)64 << 10)
+static _Atomic uint32_t chunk_override; /* tests */
+
+void infer_packed_shared_set_chunk(uint32_t channels)
+{
+    atomic_store(&chunk_override, channels);
+}
+
 static uint32_t shared_chunk(const struct infer_linear *lin)
 {
+    uint32_t o = atomic_load_explicit(&chunk_override, memory_order_relaxed);
+    if (o)
+        return o;
     uint64_t row = lin->upk->layout.data_len / lin->rows;
     uint64_t c = SHARED_CHUNK_BYTES / (row ? row : 1), most = lin->rows / 8;
     if (c > most)
@@ -270,16 +329,60 @@ static uint32_t shared_chunk(const struct infer_linear *lin)
  * npu_min_weights wins. */
 #define PACKED_SPLIT_MIN (1u << 18)
 
-static int packed_shared(struct infer_state *s, const struct infer_linear *lin, const int8_t *xq,
-                         uint32_t n, float act, float *y, struct sl_err *err)
+int infer_packed_shares(const struct infer_state *s, const struct infer_linear *lin, uint32_t n)
 {
-    struct packed_shared sh = {.part = {lin, xq, n, 0, 0, act, y, s->acc, NULL},
-                               .chunk = shared_chunk(lin)};
-    atomic_init(&sh.range, (uint64_t)lin->rows);
-    for (uint32_t i = 0; i < n; i++)
-        unpack_dot_x_init(lin->upk, xq + (size_t)i * lin->cols, &sh.px[i]);
+    uint64_t least = s->npu_min_weights < PACKED_SPLIT_MIN ? s->npu_min_weights : PACKED_SPLIT_MIN;
+    return s->dev && !lin->npu && lin->upk && n < PACKED_ROWS_MIN && !s->split_work &&
+           lin->rows >= 32 && infer_split_work(s, lin, n) >= least;
+}
+
+/* s->acc holds at least need sums: 0 or -ENOMEM. */
+static int acc_reserve(struct infer_state *s, size_t need, struct sl_err *err)
+{
+    if (need <= s->acc_cap)
+        return 0;
+    int32_t *a = sl_realloc(s->acc, need * sizeof *a);
+    if (!a) {
+        sl_err_set(err, "out of memory for a packed matmul's sums");
+        return -ENOMEM;
+    }
+    s->acc = a;
+    s->acc_cap = need;
+    return 0;
+}
+
+int infer_linear_packed_group(struct infer_state *s, uint32_t count,
+                              const struct infer_linear *const *lins, const int8_t *const *xq,
+                              const float *act, float *const *y, uint32_t n, struct sl_err *err)
+{
+    if (count == 0 || count > INFER_PACKED_GROUP_MAX || n == 0 || n >= PACKED_ROWS_MIN) {
+        sl_err_set(err, "a packed group of %u linears for %u rows", count, n);
+        return -EINVAL;
+    }
+    uint32_t total = 0;
+    for (uint32_t j = 0; j < count; j++) {
+        if (!infer_packed_shares(s, lins[j], n)) {
+            sl_err_set(err, "a %u x %u linear cannot join a packed group", lins[j]->rows,
+                       lins[j]->cols);
+            return -EINVAL;
+        }
+        total += lins[j]->rows;
+    }
+    int ret = acc_reserve(s, (size_t)n * total, err);
+    if (ret < 0)
+        return ret;
+    struct packed_shared sh = {.count = count, .n = n};
+    for (uint32_t j = 0, base = 0; j < count; base += lins[j]->rows, j++) {
+        struct packed_shared_part *p = &sh.part[j];
+        *p = (struct packed_shared_part){.lin = lins[j], .xq = xq[j], .act = act[j], .y = y[j],
+                                         .acc = s->acc + (size_t)n * base, .base = base,
+                                         .chunk = shared_chunk(lins[j])};
+        for (uint32_t i = 0; i < n; i++)
+            unpack_dot_x_init(lins[j]->upk, xq[j] + (size_t)i * lins[j]->cols, &p->px[i]);
+    }
+    atomic_init(&sh.range, (uint64_t)total);
     struct npu_ticket *t = NULL;
-    int ret = npu_device_call(s->dev, shared_run, &sh, &t, err);
+    ret = npu_device_call(s->dev, shared_run, &sh, &t, err);
     if (ret < 0)
         return ret;
     ret = shared_drain(&sh, 0);
@@ -295,35 +398,25 @@ static int packed_shared(struct infer_state *s, const struct infer_linear *lin, 
     if (ret == 0)
         ret = ret_dev;
     if (ret < 0)
-        sl_err_set(err, "a packed matmul (%u x %u) failed (%s)", lin->rows, lin->cols,
-                   strerror(-ret));
+        sl_err_set(err, "a packed matmul (%u x %u%s) failed (%s)", lins[0]->rows, lins[0]->cols,
+                   count > 1 ? " and the rest of its group" : "", strerror(-ret));
     return ret;
 }
 
 int infer_linear_packed(struct infer_state *s, const struct infer_linear *lin, const int8_t *xq,
                         uint32_t n, float act, float *y, struct sl_err *err)
 {
-    size_t need = (size_t)n * lin->rows;
-    if (need > s->acc_cap) {
-        int32_t *a = sl_realloc(s->acc, need * sizeof *a);
-        if (!a) {
-            sl_err_set(err, "out of memory for a packed matmul's sums");
-            return -ENOMEM;
-        }
-        s->acc = a;
-        s->acc_cap = need;
-    }
+    if (infer_packed_shares(s, lin, n))
+        return infer_linear_packed_group(s, 1, &lin, &xq, &act, &y, n, err);
+    int ret = acc_reserve(s, (size_t)n * lin->rows, err);
+    if (ret < 0)
+        return ret;
     uint32_t rows = lin->rows, r_npu = 0;
-    uint64_t least = s->npu_min_weights < PACKED_SPLIT_MIN ? s->npu_min_weights : PACKED_SPLIT_MIN;
-    if (s->dev && n < PACKED_ROWS_MIN && !s->split_work && rows >= 32 &&
-        infer_split_work(s, lin, n) >= least)
-        return packed_shared(s, lin, xq, n, act, y, err);
     if (s->dev && rows >= 32 && infer_split_work(s, lin, n) >= s->npu_min_weights)
         r_npu = (uint32_t)(rows * s->npu_share) / 16 * 16;
     struct packed_part dev = {lin, xq, n, 0, r_npu, act, y, s->acc, &s->rows_tile[1]};
     struct packed_part own = {lin, xq, n, r_npu, rows, act, y, s->acc, &s->rows_tile[0]};
     struct npu_ticket *t = NULL;
-    int ret = 0;
     if (r_npu > 0 && (ret = npu_device_call(s->dev, packed_part_run, &dev, &t, err)) < 0)
         return ret;
     ret = packed_part_run(&own);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,12 @@ static void test_kv(void **st)
     assert_int_equal(infer_kv_create(&c, 17, 0, &kv, &err), -EINVAL);
     assert_int_equal(infer_kv_create(&c, 0, INFER_KV_K8, &kv, &err), 0);
     assert_int_equal(infer_kv_capacity(kv), 16);
+    /* keys and values start on a cache line (16 slots x 8 floats a layer:
+     * every layer's too), so the attention kernels' loads do not straddle */
+    for (uint32_t l = 0; l < 2; l++) {
+        assert_int_equal((uintptr_t)infer_kv_keys(kv, l) % 64, 0);
+        assert_int_equal((uintptr_t)infer_kv_values(kv, l) % 64, 0);
+    }
     const uint32_t W = 8;
     float k[6 * 8], v[6 * 8];
     uint32_t pos[6] = {3, 4, 5, 5, 6, 7};
@@ -106,6 +113,17 @@ static void test_kv(void **st)
     assert_int_equal(infer_kv_reserve(kv, 15, NULL, 0), -ENOSPC);
     infer_kv_destroy(kv);
     infer_kv_destroy(NULL);
+    /* a cache large enough to be mapped on its own (malloc puts it 16
+     * bytes past a page's start): still on a cache line */
+    struct format_config big = c;
+    big.head_dim = 16;
+    big.seq_len = 1024;
+    assert_int_equal(infer_kv_create(&big, 0, 0, &kv, &err), 0);
+    for (uint32_t l = 0; l < 2; l++) {
+        assert_int_equal((uintptr_t)infer_kv_keys(kv, l) % 64, 0);
+        assert_int_equal((uintptr_t)infer_kv_values(kv, l) % 64, 0);
+    }
+    infer_kv_destroy(kv);
 }
 
 /* ---- the batched forward ------------------------------------------------------------ */
