@@ -332,7 +332,7 @@ static uint32_t shared_chunk(const struct infer_linear *lin)
 int infer_packed_shares(const struct infer_state *s, const struct infer_linear *lin, uint32_t n)
 {
     uint64_t least = s->npu_min_weights < PACKED_SPLIT_MIN ? s->npu_min_weights : PACKED_SPLIT_MIN;
-    return s->dev && !lin->npu && lin->upk && n < PACKED_ROWS_MIN && !s->split_work &&
+    return s->dev && !lin->npu && lin->upk && n > 0 && n < PACKED_ROWS_MIN && !s->split_work &&
            lin->rows >= 32 && infer_split_work(s, lin, n) >= least;
 }
 

@@ -6,8 +6,10 @@
  * groups of 1-3 linears of every layer (also of unequal sizes, in any
  * order, a linear twice), 1-3 rows, each linear with its own activations
  * and scale, chunks that do or do not divide the linears' channels;
- * infer_linear_exec_group gives infer_linear_exec's bits one by
- * one (static scales shared or not, and with a linear term attached); bad
+ * infer_linear_exec_group takes the joint split (each linear passes
+ * infer_packed_shares) and gives infer_linear_exec's bits one by one
+ * (static scales shared or not; with a linear term attached it runs the
+ * linears one by one, the old path, not tested here); bad
  * groups (none, too many, too many rows, no device thread) are refused with
  * a sentence. Random inputs, the seed printed. */
 #include <errno.h>
@@ -170,6 +172,8 @@ static void test_exec_group(void **st)
         uint32_t cols = lins[0]->cols;
         float *x = malloc(sizeof(float) * n * cols);
         float *got[3], *want[3];
+        for (int j = 0; j < 3; j++) /* else the group would be compared with itself */
+            assert_true(infer_packed_shares(sta, lins[j], n));
         for (size_t i = 0; i < (size_t)n * cols; i++)
             x[i] = (test_rng_float(&g) - 0.5f) * 4.0f;
         for (int j = 0; j < 3; j++) {
