@@ -15,67 +15,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import.h"
 #include "infer.h"
-#include "quantizer.h"
 #include "testutil.h"
+#include "tiny_q5.h"
 
 static char dyn_model[4096], static_model[4096], float_model[4096];
-
-static int *prompt(uint32_t n, uint32_t vocab, uint32_t salt)
-{
-    int *ids = malloc(sizeof(int) * n);
-    for (uint32_t i = 0; ids && i < n; i++)
-        ids[i] = i == 0 ? 1 : 3 + (int)((i * 2654435761u + salt) % (vocab - 3));
-    return ids;
-}
 
 /* The float model, its 5-bit copy with dynamic scales and one with static
  * scales calibrated through the runtime's observer. */
 static int setup(void **st)
 {
     (void)st;
-    const char *dir = test_tmpdir();
-    struct sl_err err = {{0}};
-    snprintf(float_model, sizeof float_model, "%s/arows.sluice", dir);
-    snprintf(dyn_model, sizeof dyn_model, "%s/arows-dyn.sluice", dir);
-    snprintf(static_model, sizeof static_model, "%s/arows-static.sluice", dir);
-    if (import_synth("tiny", 29, float_model, NULL, NULL, &err) < 0)
+    if (tiny_q5_models(29, float_model, dyn_model) < 0)
         return -1;
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
-                               .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
-                               .encoding = FORMAT_ENC_ADAPTIVE};
-    if (quantizer_quantize(float_model, NULL, &o, dyn_model, NULL, &err) < 0) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    struct infer_model *m;
-    struct infer_state *s = NULL;
-    if (infer_model_load(float_model, NULL, &m, &err) < 0)
-        return -1;
-    const struct format_config *c = infer_model_config(m);
-    struct quantizer_calib *calib;
-    if (quantizer_calib_create(c, 64, &calib) < 0) {
-        infer_model_destroy(m);
-        return -1;
-    }
-    infer_model_set_observer(m, quantizer_calib_observe, calib);
-    int ret = infer_state_create(m, 256, &s, &err);
-    int *ids = prompt(200, c->vocab_size, 7);
-    float *lg = malloc(sizeof(float) * c->vocab_size);
-    if (ret == 0)
-        ret = ids && lg ? infer_forward(m, s, ids, 200, 0, lg, INFER_LOGITS_LAST, &err) : -1;
-    free(lg);
-    free(ids);
-    if (s)
-        infer_state_destroy(s);
-    infer_model_destroy(m);
-    if (ret == 0)
-        ret = quantizer_quantize(float_model, calib, &o, static_model, NULL, &err);
-    quantizer_calib_destroy(calib);
-    if (ret < 0)
-        fprintf(stderr, "%s\n", err.msg);
-    return ret;
+    return tiny_q5_static_model(float_model, 7, static_model);
 }
 
 /* One prefill with attention pieces of `rows` query rows; its logits in lg,
@@ -112,7 +65,7 @@ static void check(const char *model, enum infer_policy pol, uint32_t chunk, uint
     struct infer_state *s;
     assert_int_equal(infer_model_load(model, NULL, &m, &err), 0);
     uint32_t V = infer_model_config(m)->vocab_size;
-    int *ids = prompt(n, V, n * 7 + chunk);
+    int *ids = tiny_prompt(n, V, n * 7 + chunk);
     float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
     assert_true(ids && a && b);
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {

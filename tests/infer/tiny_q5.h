@@ -12,4 +12,14 @@
  * stderr. */
 int tiny_q5_models(uint32_t seed, char float_model[4096], char q_model[4096]);
 
+/* A prompt of n ids for a vocabulary of `vocab` (BOS, then ids from 3 on
+ * drawn by salt); malloc'd, NULL when out of memory. */
+int *tiny_prompt(uint32_t n, uint32_t vocab, uint32_t salt);
+
+/* Writes DIR/tiny-q5-static.sluice: float_model quantized as
+ * tiny_q5_models does, with static activation scales calibrated through
+ * the runtime's observer on a 200-token tiny_prompt(salt). 0, or -1 with
+ * the reason on stderr. */
+int tiny_q5_static_model(const char *float_model, uint32_t salt, char static_model[4096]);
+
 #endif
