@@ -257,6 +257,7 @@ struct attend_buf {
      * rows and its output [rows][L] */
     const struct npu_graph *gsub;
     float *ysub;
+    uint8_t *stage; /* gsub's staging (npu_graph_info scratch_bytes), the call's */
 };
 
 /* The shared selection: per row, one list for the launch's heads (the call's
@@ -345,6 +346,7 @@ static int attend_launch(struct infer_sparse *sp, uint32_t layer,
              * here for this head alone, so that they are still in the
              * caches when its rows pick their keys */
             const float *yj = l->y + (size_t)j * l->nr * ld;
+            uint32_t ybase = l->i0; /* the row yj's first row holds */
             /* inline: the head's rows in pieces whose estimates stay in L2
              * (pieces of equal size, each at most EST_PIECE_BYTES of them) */
             uint32_t piece = i1 - i0;
@@ -363,20 +365,22 @@ static int attend_launch(struct infer_sparse *sp, uint32_t layer,
                     job.xq = l->xq + ((size_t)j * l->nr + (p0 - l->i0)) * hd;
                     job.rows = p1 - p0;
                     job.y = b->ysub;
-                    int ret = npu_graph_run(b->gsub, &job, NULL, err);
+                    int ret = npu_graph_run(b->gsub, &job, b->stage, err);
                     if (ret < 0) {
                         if (!err->msg[0])
                             sl_err_set(err, "sparse attention: the NPU estimate failed (%d)", ret);
                         return ret;
                     }
-                    yj = b->ysub - (size_t)(p0 - l->i0) * ld;
-                    t0 += sl_now_ns() - w0; /* estimate time, not top-k time */
-                    cs->wait_ns += sl_now_ns() - w0;
+                    yj = b->ysub;
+                    ybase = p0;
+                    uint64_t dw = sl_now_ns() - w0;
+                    t0 += dw; /* estimate time, not top-k time */
+                    cs->wait_ns += dw;
                 }
                 for (uint32_t i = p0; i < p1; i++, np++) {
                     uint32_t visible = rows->base + i + 1;
                     uint32_t k = attn_keep_count(r, visible);
-                    const float *e = yj + (size_t)(i - l->i0) * ld;
+                    const float *e = yj + (size_t)(i - ybase) * ld;
                     uint32_t *sel = b->sel + (size_t)np * T;
                     uint32_t ns = attn_select_row_hint(e, visible, k, sinks, window, sel, b->work,
                                                        &hint[h - h0]);
@@ -654,6 +658,8 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     float *kvpack = (float *)(rest + 2 * pb + sb + ab + gb); /* [ngk][2][T][hd] */
     uint32_t packed = 0; /* bit g - g0: kv head g's copy is made (ngk <= 32 when packing) */
     uint32_t started = 0;
+    uint8_t *stage = NULL; /* inline estimates' staging, grown to the largest graph's */
+    size_t stage_cap = 0;
     /* inline estimates: per head of a launch, just before its rows pick
      * their keys (a launch's estimates, kv_mul * rc rows of L floats, would
      * have left the caches by then) */
@@ -690,6 +696,20 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
         if (split) { /* each head's rows estimated as attend_launch reaches them */
             if ((ret = npu_device_graph(sp->dev, msub, hd, L, &ab_.gsub, &err)) < 0)
                 break;
+            struct npu_graph_info gi;
+            npu_graph_info(ab_.gsub, &gi);
+            if (gi.scratch_bytes > stage_cap) { /* one staging for the call's pieces */
+                sl_free_aligned(stage);
+                stage_cap = 0;
+                if (!(stage = sl_alloc_aligned(gi.scratch_bytes, 64))) {
+                    sl_err_set(&err, "sparse attention: out of memory for %zu bytes of staging",
+                               gi.scratch_bytes);
+                    ret = -ENOMEM;
+                    break;
+                }
+                stage_cap = gi.scratch_bytes;
+            }
+            ab_.stage = stage;
             ab_.ysub = l->y;
         } else {
             uint64_t t0 = sl_now_ns();
@@ -722,6 +742,7 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
         if (jobs[i].ticket)
             (void)npu_ticket_wait(jobs[i].ticket);
     scratch_put(sp, blk, cached);
+    sl_free_aligned(stage);
 out:
     cs.total_ns = sl_now_ns() - t_start;
     pthread_mutex_lock(&sp->lock);

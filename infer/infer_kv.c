@@ -10,11 +10,6 @@
 
 #define KV_ALIGN 64 /* bytes: a cache line */
 
-static float *line_up(void *p)
-{
-    return (float *)(((uintptr_t)p + KV_ALIGN - 1) & ~(uintptr_t)(KV_ALIGN - 1));
-}
-
 int infer_kv_create(const struct format_config *c, uint32_t capacity, unsigned flags,
                     struct infer_kv **out, struct sl_err *err)
 {
@@ -43,8 +38,8 @@ int infer_kv_create(const struct format_config *c, uint32_t capacity, unsigned f
     kv->pos = sl_calloc(capacity, sizeof *kv->pos);
     if (!kv->k_mem || !kv->v_mem || !kv->pos)
         goto nomem;
-    kv->k = line_up(kv->k_mem);
-    kv->v = line_up(kv->v_mem);
+    kv->k = (float *)(uintptr_t)sl_align_up((uintptr_t)kv->k_mem, KV_ALIGN);
+    kv->v = (float *)(uintptr_t)sl_align_up((uintptr_t)kv->v_mem, KV_ALIGN);
     if (flags & INFER_KV_K8) {
         kv->k8 = sl_calloc(cells, 1);
         kv->k8_scale = sl_calloc((size_t)c->n_layers * capacity * c->n_kv_heads, sizeof(float));

@@ -171,6 +171,7 @@ static void test_exec_group(void **st)
             lins[j]->act_scale = f[mode][j] * s0;
         uint32_t cols = lins[0]->cols;
         float *x = malloc(sizeof(float) * n * cols);
+        assert_non_null(x);
         float *got[3], *want[3];
         for (int j = 0; j < 3; j++) /* else the group would be compared with itself */
             assert_true(infer_packed_shares(sta, lins[j], n));
@@ -179,6 +180,7 @@ static void test_exec_group(void **st)
         for (int j = 0; j < 3; j++) {
             want[j] = malloc(sizeof(float) * n * lins[j]->rows);
             got[j] = malloc(sizeof(float) * n * lins[j]->rows);
+            assert_true(want[j] && got[j]);
             assert_int_equal(infer_linear_exec(m, sta, 1, qkv[j], lins[j], want[j], x, n, &err),
                              0);
             memset(got[j], 0xff, sizeof(float) * n * lins[j]->rows);
@@ -211,6 +213,7 @@ static void test_refused(void **st)
     uint32_t cols = lins[0]->cols, rows = lins[0]->rows;
     int8_t *xq = calloc((size_t)4 * cols, 1);
     float *y = malloc(sizeof(float) * 4 * rows);
+    assert_true(xq && y);
     const int8_t *xs[4] = {xq, xq, xq, xq};
     float act[4] = {0.01f, 0.01f, 0.01f, 0.01f};
     float *ys[4] = {y, y, y, y};
