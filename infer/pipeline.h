@@ -363,6 +363,9 @@ void pl_cost_assign(struct pl *p);
  * PL_ATTN_MAX_PIECES; one piece ({0, n}) for n <= INFER_ATT_ROWS or want >= n. */
 uint32_t pl_attn_split(uint32_t n, uint32_t pos0, double per_key, uint32_t want,
                        uint32_t starts[PL_ATTN_MAX_PIECES + 1]);
+/* Keys attended by query rows [0, r) of a chunk whose first row sits at
+ * pos0 (causal: row i sees pos0 + i + 1 keys). */
+double pl_attn_rows_work(double pos0, double r);
 
 /* Builds the whole prefill graph (tasks, CSR successors, priorities,
  * estimates) and prepares the storage of split weights (into p->m). Needs

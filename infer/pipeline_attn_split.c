@@ -7,10 +7,14 @@
  * row's work grows with its position (later pieces hold fewer rows). */
 #include "pipeline.h"
 
-/* work of rows [0, r) of a chunk whose first row sits at pos0 */
+double pl_attn_rows_work(double pos0, double r)
+{
+    return r * pos0 + r * (r + 1) / 2;
+}
+
 static double rows_work(double per_key, double pos0, double r)
 {
-    return per_key * (r * pos0 + r * (r + 1) / 2);
+    return per_key * pl_attn_rows_work(pos0, r);
 }
 
 uint32_t pl_attn_split(uint32_t n, uint32_t pos0, double per_key, uint32_t want,

@@ -79,9 +79,9 @@ void pl_cost_assign(struct pl *p)
             double share = t->r1 > t->r0 ? (double)(t->r1 - t->r0) / c->n_kv_heads : 1.0;
             t->est = t->trim == PL_TRIM_KV ? 0 : 4.0 * rows * ctx * Q * share / 5e10;
             if (t->q1 > t->q0) { /* query rows [q0, q1): their share of the causal work */
-                double p0 = p->cb[t->chunk].pos0, a = t->q0, b = t->q1;
-                double all = rows * p0 + rows * (rows + 1) / 2;
-                t->est *= ((b - a) * p0 + (b * (b + 1) - a * (a + 1)) / 2) / all;
+                double p0 = p->cb[t->chunk].pos0;
+                t->est *= (pl_attn_rows_work(p0, t->q1) - pl_attn_rows_work(p0, t->q0)) /
+                          pl_attn_rows_work(p0, rows);
             }
         } else if (t->op == PL_SHADOW) {
             t->est = rows * (t->r1 - t->r0) * 0.01 / 1e10; /* a few outliers a row */

@@ -13,7 +13,7 @@
  * pl_pool_admit gave out at setup (skipped as the int8 weights are, once
  * their layer's unpacking has begun). Region steps take the address range,
  * not the storage, so a storage freed meanwhile leaves nothing dangling: a
- * step on an unmapped range fails (the thread then stops), one on memory
+ * step on an unmapped range fails and is skipped, one on memory
  * mapped again for something else only faults it in. Calls nothing else. */
 #include <errno.h>
 #include <stdlib.h>

@@ -138,17 +138,17 @@ uint32_t pl_queue_pop_cpu(struct pl *p)
      * the rule applied to every task, a 128-token prompt lost 9 of 9 cold
      * starts in two runs and won in others: docs/BENCHMARKS.md, issue 22,
      * ninth session) */
-    if (pl_granular(p->o->policy) && !p->npu_q.n && q->n &&
-        p->tasks[q->items[qbest(p, q)]].op == PL_ATTN) {
+    uint32_t b = qbest(p, q);
+    if (pl_granular(p->o->policy) && !p->npu_q.n && q->n && p->tasks[q->items[b]].op == PL_ATTN) {
         uint32_t best = UINT32_MAX;
         for (uint32_t i = 0; i < q->n; i++)
             if ((best == UINT32_MAX || p->tasks[q->items[i]].key < p->tasks[q->items[best]].key) &&
                 contribution(p, q->items[i]) > 0)
                 best = i;
         if (best != UINT32_MAX)
-            return qtake(q, best);
+            b = best;
     }
-    return pl_queue_pop(p, q);
+    return qtake(q, b);
 }
 
 /* Keeps the stall clock (lock held): the pipeline is stalled while no task

@@ -8,17 +8,19 @@
 #include "testutil.h"
 #include "tiny_q5.h"
 
+/* 5-bit EdgeFlow, tensor budget, adaptive encoding */
+static const struct quantizer_opts q5_opts = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
+                                              .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
+                                              .encoding = FORMAT_ENC_ADAPTIVE};
+
 int tiny_q5_models(uint32_t seed, char float_model[4096], char q_model[4096])
 {
     const char *dir = test_tmpdir();
     struct sl_err err = {{0}};
     snprintf(float_model, 4096, "%s/tiny.sluice", dir);
     snprintf(q_model, 4096, "%s/tiny-q5.sluice", dir);
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
-                               .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
-                               .encoding = FORMAT_ENC_ADAPTIVE};
     if (import_synth("tiny", seed, float_model, NULL, NULL, &err) < 0 ||
-        quantizer_quantize(float_model, NULL, &o, q_model, NULL, &err) < 0) {
+        quantizer_quantize(float_model, NULL, &q5_opts, q_model, NULL, &err) < 0) {
         fprintf(stderr, "tiny models: %s\n", err.msg);
         return -1;
     }
@@ -37,9 +39,6 @@ int tiny_q5_static_model(const char *float_model, uint32_t salt, char static_mod
 {
     struct sl_err err = {{0}};
     snprintf(static_model, 4096, "%s/tiny-q5-static.sluice", test_tmpdir());
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
-                               .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
-                               .encoding = FORMAT_ENC_ADAPTIVE};
     struct infer_model *m;
     struct infer_state *s = NULL;
     struct quantizer_calib *calib = NULL;
@@ -63,7 +62,7 @@ int tiny_q5_static_model(const char *float_model, uint32_t salt, char static_mod
         infer_state_destroy(s);
     infer_model_destroy(m);
     if (ret == 0)
-        ret = quantizer_quantize(float_model, calib, &o, static_model, NULL, &err);
+        ret = quantizer_quantize(float_model, calib, &q5_opts, static_model, NULL, &err);
     if (calib)
         quantizer_calib_destroy(calib);
     if (ret < 0)
