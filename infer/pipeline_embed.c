@@ -3,8 +3,6 @@
  * the untied embedding, needed only for decoding, after the first token.
  * Calls pipeline_weights.c, the format reader and the unpacker. */
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -112,18 +110,9 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
     /* the rows through an open file of their own, advised random: through
      * the model's, each read of a row also read ahead (up to the device's
      * read-ahead size), bytes no task needs that a throttled disk (flashrun)
-     * charges at its rate before the first slice can come. Reopened through
-     * /proc/self/fd: the same inode even if the path was replaced since
-     * (otherwise, or without /proc, the model's own descriptor) */
-    char self[48];
-    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
-    int rfd = ret == 0 ? open(self, O_RDONLY | O_CLOEXEC) : -1;
-    if (rfd >= 0)
-        (void)posix_fadvise(rfd, 0, 0, POSIX_FADV_RANDOM);
+     * charges at its rate before the first slice can come */
     if (ret == 0)
-        ret = loader_read_batch(rfd >= 0 ? rfd : fd, offs, lens, (void *const *)bufs, nreq, err);
-    if (rfd >= 0)
-        close(rfd);
+        ret = loader_read_batch_random(fd, offs, lens, (void *const *)bufs, nreq, err);
     for (uint32_t i = 0; ret == 0 && i < n; i++) {
         uint32_t tok = (uint32_t)p->tokens[i];
         float *xi = x + (size_t)i * D;

@@ -25,6 +25,11 @@ struct loader_ring {
 
 /* 0, or -ENOMEM / the errno of a failed mapping (with want_mirror, -errno of
  * memfd_create or mmap: the caller then asks for a plain ring). */
+/* A second open file description of the descriptor fd (its own file offset
+ * and read-ahead state), through /proc/self/fd; flags: O_DIRECT or 0. -1 with
+ * errno on failure. */
+int loader_reopen_fd(int fd, int flags);
+
 int loader_ring_init(struct loader_ring *r, uint64_t bytes, int want_mirror);
 void loader_ring_fini(struct loader_ring *r);
 

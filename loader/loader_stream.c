@@ -51,8 +51,7 @@ static const char *file_name(const struct loader_file *f)
 
 /* ---- files ------------------------------------------------------------------------ */
 
-/* Opens a second description of the caller's descriptor (flags: O_DIRECT or 0). */
-static int reopen_fd(int fd, int flags)
+int loader_reopen_fd(int fd, int flags)
 {
     char p[64];
     snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
@@ -66,7 +65,7 @@ static int open_direct(struct loader_stream *s, struct loader_file *f)
         return -1;
     }
     return f->path ? open(f->path, O_RDONLY | O_CLOEXEC | O_DIRECT)
-                   : reopen_fd(f->caller_fd, O_DIRECT);
+                   : loader_reopen_fd(f->caller_fd, O_DIRECT);
 }
 
 /* The index of the request's file, opened on first sight. */
@@ -142,7 +141,7 @@ static int file_index(struct loader_stream *s, const struct loader_request *r, s
 static int buffered_fd(struct loader_file *f)
 {
     if (f->fd_buffered < 0) {
-        f->fd_buffered = f->path ? open(f->path, O_RDONLY | O_CLOEXEC) : reopen_fd(f->caller_fd, 0);
+        f->fd_buffered = f->path ? open(f->path, O_RDONLY | O_CLOEXEC) : loader_reopen_fd(f->caller_fd, 0);
         f->own_buffered = f->fd_buffered >= 0;
     }
     return f->fd_buffered;

@@ -7,6 +7,7 @@
  * Where registration is refused (RLIMIT_MEMLOCK for ordinary users, kernels
  * without sparse tables) reads go out as plain reads, with a warning. */
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,5 +266,17 @@ int loader_read_batch(int fd, const uint64_t *offs, const uint64_t *lens, void *
         inflight--;
     }
     io_uring_queue_exit(&ring);
+    return ret;
+}
+
+int loader_read_batch_random(int fd, const uint64_t *offs, const uint64_t *lens,
+                             void *const *bufs, uint32_t n, struct sl_err *err)
+{
+    int rfd = loader_reopen_fd(fd, 0);
+    if (rfd < 0)
+        return loader_read_batch(fd, offs, lens, bufs, n, err);
+    (void)posix_fadvise(rfd, 0, 0, POSIX_FADV_RANDOM); /* advice only: reads work without it */
+    int ret = loader_read_batch(rfd, offs, lens, bufs, n, err);
+    close(rfd);
     return ret;
 }

@@ -213,6 +213,14 @@ int loader_requests_from_mount(const struct format_reader *r, const char *dir,
  * completed; -EIO with a message at end of file. */
 int loader_read_batch(int fd, const uint64_t *offs, const uint64_t *lens, void *const *bufs,
                       uint32_t n, struct sl_err *err);
+/* The same, for ranges scattered over a large file (the embedding rows of a
+ * prompt): read through a second open file description of fd advised
+ * POSIX_FADV_RANDOM, so that no read pulls in read-ahead bytes nobody asked
+ * for (on a throttled disk they cost as much as wanted ones). Reopened through
+ * /proc/self/fd, the same inode even if the path was replaced since; where
+ * that fails, read through fd itself as loader_read_batch does. */
+int loader_read_batch_random(int fd, const uint64_t *offs, const uint64_t *lens,
+                             void *const *bufs, uint32_t n, struct sl_err *err);
 
 #ifdef __cplusplus
 }

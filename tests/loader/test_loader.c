@@ -689,12 +689,18 @@ static void test_container(void **st)
     /* a batch of small reads (embedding rows), also through the pread path */
     int fd = open(model, O_RDONLY);
     uint64_t offs[3] = {0, 8192, 100}, lens[3] = {64, 4096, 7};
-    for (int pread = 0; pread < 2; pread++) {
+    for (int v = 0; v < 4; v++) { /* pread or io_uring, the descriptor or a reopened one */
+        int pread = v & 1;
         uint8_t b0[64], b1[4096], b2[7];
         void *bufs[3] = {b0, b1, b2};
         if (pread)
             setenv("SLUICE_LOADER", "pread", 1);
-        assert_int_equal(loader_read_batch(fd, offs, lens, bufs, 3, &err), 0);
+        memset(b0, 0, sizeof b0);
+        memset(b1, 0, sizeof b1);
+        memset(b2, 0, sizeof b2);
+        assert_int_equal(v < 2 ? loader_read_batch(fd, offs, lens, bufs, 3, &err)
+                               : loader_read_batch_random(fd, offs, lens, bufs, 3, &err),
+                         0);
         unsetenv("SLUICE_LOADER");
         assert_memory_equal(b0, whole, 64);
         assert_memory_equal(b1, whole + 8192, 4096);
@@ -705,6 +711,18 @@ static void test_container(void **st)
     void *pbufs[1] = {pb};
     assert_int_equal(loader_read_batch(fd, past, plen, pbufs, 1, &err), -EIO);
     assert_non_null(strstr(err.msg, "end of file"));
+    assert_int_equal(loader_read_batch_random(fd, past, plen, pbufs, 1, &err), -EIO);
+    assert_non_null(strstr(err.msg, "end of file"));
+    /* the reopened description is closed again: the next descriptor number
+     * is the one the reopen took */
+    int probe = open(model, O_RDONLY);
+    assert_true(probe >= 0);
+    assert_int_equal(loader_read_batch_random(fd, offs, lens, (void *[3]){whole, whole, whole}, 1,
+                                              &err), 0);
+    int probe2 = open(model, O_RDONLY);
+    assert_int_equal(probe2, probe + 1);
+    close(probe2);
+    close(probe);
     free(whole);
     close(fd);
     format_reader_close(r);
