@@ -13,61 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import.h"
 #include "infer.h"
-#include "quantizer.h"
 #include "testutil.h"
+#include "tiny_q5.h"
 
 static char dyn_model[4096], static_model[4096], float_model[4096];
-
-static int *prompt(uint32_t n, uint32_t vocab, uint32_t salt)
-{
-    int *ids = malloc(sizeof(int) * n);
-    for (uint32_t i = 0; i < n; i++)
-        ids[i] = i == 0 ? 1 : 3 + (int)((i * 2654435761u + salt) % (vocab - 3));
-    return ids;
-}
 
 static int setup(void **st)
 {
     (void)st;
-    const char *dir = test_tmpdir();
-    struct sl_err err;
-    snprintf(float_model, sizeof float_model, "%s/tiny.sluice", dir);
-    snprintf(dyn_model, sizeof dyn_model, "%s/tiny-dyn.sluice", dir);
-    snprintf(static_model, sizeof static_model, "%s/tiny-static.sluice", dir);
-    if (import_synth("tiny", 11, float_model, NULL, NULL, &err) < 0)
+    /* the dynamic-scale 5-bit model, and one with static activation scales
+     * calibrated through the runtime's observer */
+    if (tiny_q5_models(11, float_model, dyn_model) < 0)
         return -1;
-    struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5,
-                               .budget = QUANTIZER_BUDGET_TENSOR, .alpha = -1,
-                               .encoding = FORMAT_ENC_ADAPTIVE};
-    if (quantizer_quantize(float_model, NULL, &o, dyn_model, NULL, &err) < 0) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    /* calibration through the runtime's observer: static activation scales */
-    struct infer_model *m;
-    struct infer_state *s;
-    if (infer_model_load(float_model, NULL, &m, &err) < 0)
-        return -1;
-    const struct format_config *c = infer_model_config(m);
-    struct quantizer_calib *calib;
-    quantizer_calib_create(c, 64, &calib);
-    infer_model_set_observer(m, quantizer_calib_observe, calib);
-    infer_state_create(m, 256, &s, &err);
-    int *ids = prompt(200, c->vocab_size, 99);
-    float *lg = malloc(sizeof(float) * c->vocab_size);
-    int ret = infer_forward(m, s, ids, 200, 0, lg, INFER_LOGITS_LAST, &err);
-    free(lg);
-    free(ids);
-    infer_state_destroy(s);
-    infer_model_destroy(m);
-    if (ret == 0)
-        ret = quantizer_quantize(float_model, calib, &o, static_model, NULL, &err);
-    quantizer_calib_destroy(calib);
-    if (ret < 0)
-        fprintf(stderr, "%s\n", err.msg);
-    return ret;
+    return tiny_q5_static_model(float_model, 99, static_model);
 }
 
 /* Pipeline vs infer_forward on `model`; returns 0 when bit-identical. */
@@ -80,7 +39,7 @@ static void check(const char *model, enum infer_policy pol, enum infer_load load
     assert_int_equal(infer_model_load(model, NULL, &m, &err), 0);
     const struct format_config *c = infer_model_config(m);
     uint32_t V = c->vocab_size;
-    int *ids = prompt(n, V, n * 7 + chunk);
+    int *ids = tiny_prompt(n, V, n * 7 + chunk);
     float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
     assert_int_equal(infer_state_create(m, chunk, &s, &err), 0);
     assert_int_equal(infer_forward(m, s, ids, n, 0, a, INFER_LOGITS_LAST, &err), 0);
@@ -242,7 +201,7 @@ static void test_corrupt(void **st)
     fwrite(b, 1, len, f);
     fclose(f);
     free(b);
-    int *ids = prompt(40, 512, 1);
+    int *ids = tiny_prompt(40, 512, 1);
     float lg[512];
     struct infer_model *m = NULL;
     struct infer_state *ps = NULL;
@@ -271,7 +230,7 @@ static void test_steal_ahead(void **st)
     struct infer_state *s;
     assert_int_equal(infer_model_load(static_model, NULL, &m, &err), 0);
     uint32_t V = infer_model_config(m)->vocab_size, n = 100;
-    int *ids = prompt(n, V, 3);
+    int *ids = tiny_prompt(n, V, 3);
     float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
     assert_non_null(a);
     assert_non_null(b);

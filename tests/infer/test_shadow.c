@@ -24,16 +24,9 @@
 #include "npu.h"
 #include "quantizer.h"
 #include "testutil.h"
+#include "tiny_q5.h"
 
 static char float_model[4096], shadow_model[4096], shadow5_model[4096], mult5_model[4096];
-
-static int *prompt(uint32_t n, uint32_t vocab, uint32_t salt)
-{
-    int *ids = malloc(sizeof(int) * n);
-    for (uint32_t i = 0; i < n; i++)
-        ids[i] = i == 0 ? 1 : 3 + (int)((i * 2654435761u + salt) % (vocab - 3));
-    return ids;
-}
 
 static int setup(void **st)
 {
@@ -56,7 +49,7 @@ static int setup(void **st)
         return -1;
     infer_model_set_observer(m, quantizer_calib_observe, calib);
     int ret = infer_state_create(m, 256, &s, &err);
-    int *ids = prompt(200, c->vocab_size, 99);
+    int *ids = tiny_prompt(200, c->vocab_size, 99);
     /* every row's logits: the classifier's inputs are calibrated too */
     float *lg = malloc(sizeof(float) * c->vocab_size * 200);
     if (ret == 0)
@@ -276,7 +269,7 @@ static void check(const char *model, enum infer_policy pol, uint32_t chunk, uint
     if (shadow)
         assert_int_equal(infer_model_shadow_enable(m, &err), 0);
     uint32_t V = infer_model_config(m)->vocab_size;
-    int *ids = prompt(n, V, n * 3 + chunk);
+    int *ids = tiny_prompt(n, V, n * 3 + chunk);
     float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V);
     assert_int_equal(infer_state_create(m, chunk, &s, &err), 0);
     assert_int_equal(infer_forward(m, s, ids, n, 0, a, INFER_LOGITS_LAST, &err), 0);
@@ -980,7 +973,7 @@ static void test_packed_hot_only(void **st)
     assert_int_equal(infer_model_load(shadow5_model, NULL, &m0, &err), 0);
     uint32_t V = infer_model_config(m0)->vocab_size, np = 40;
     infer_model_destroy(m0);
-    int *ids = prompt(np, V, 11);
+    int *ids = tiny_prompt(np, V, 11);
     float *lg = malloc(sizeof(float) * V);
     struct infer_pipeline_opts o;
     infer_pipeline_opts_init(&o);
