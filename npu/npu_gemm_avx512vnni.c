@@ -210,7 +210,7 @@ static void gemm_vnni(const struct npu_gemm_args *g)
  * rounds of 128-bit lane shuffles). Row sums come from vpdpbusd against
  * bytes of 1 (sums of 4 signed bytes per dword), -128 from a byte compare.
  * Bit-identical with the scalar packer (tested); wide by its definition. */
-static int pack_vnni(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1)
+int npu_pack_avx512vnni(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint32_t r1)
 {
     npu_pack_wide_scalar(b, src, r0, r1);
     const size_t bstride = npu_gemm_b_block_bytes(b);
@@ -268,7 +268,7 @@ static int pack_vnni(struct npu_gemm_b *b, const int8_t *src, uint32_t r0, uint3
 
 /* rint by vrndscaleps (nearest even, as rintf in the default mode), clamp,
  * NaN (unordered with itself) to 0, then vpmovdb: the scalar definition. */
-static void quant_avx512(const float *x, size_t n, float inv, int8_t *xq)
+void npu_quant_avx512(const float *x, size_t n, float inv, int8_t *xq)
 {
     const __m512 vi = _mm512_set1_ps(inv), hi = _mm512_set1_ps(127.0f),
                  lo = _mm512_set1_ps(-127.0f);
@@ -282,7 +282,7 @@ static void quant_avx512(const float *x, size_t n, float inv, int8_t *xq)
     }
 }
 
-static float absmax_avx512(const float *x, size_t n)
+float npu_absmax_avx512(const float *x, size_t n)
 {
     const __m512 big = _mm512_set1_ps(3.40282347e38f);
     __m512 m = _mm512_setzero_ps();
@@ -296,7 +296,7 @@ static float absmax_avx512(const float *x, size_t n)
 }
 
 const struct npu_kernel_ops npu_ops_avx512vnni = {
-    prep_vnni, gemm_vnni, pack_vnni, quant_avx512, absmax_avx512, NTILES, tile_names};
+    prep_vnni, gemm_vnni, npu_pack_avx512vnni, npu_quant_avx512, npu_absmax_avx512, NTILES, tile_names};
 
 /* Peak: 16 independent vpdpbusd chains on registers only (no memory), so
  * throughput, not latency, bounds the loop. 64 multiply-adds per instruction. */
