@@ -8,12 +8,12 @@
  * weights [n16/16][k4/4][16][4] are that B layout already: 16 consecutive k
  * groups of one 16-channel block are one B tile, rows 64 bytes apart.
  *
- * Staging (prep_amx): plain rows of k4 bytes, the activations' own signed
- * bytes, k padded with zeros to k4, rows m..m16-1 zero (row tiles of 16). A
- * tile loads 64 bytes per row with stride k4; when k4 is not a multiple of
- * 64 the last k step's A tile reads past the row into the next one (or into
- * the staging's slack), and the B tile of that step comes from a copy of the
- * block's last groups padded with zero rows, so those bytes count zero.
+ * Staging (prep_amx): the activations' own signed bytes as A tiles, 16 rows
+ * x 64 bytes each stored contiguously ([m16/16][k64/64][16][64]), so a tile
+ * load is one 1 KiB stream; k padded with zeros to k64, rows m..m16-1 zero.
+ * When k4 is not a multiple of 64, the B tile of the last k step comes from
+ * a copy of the block's last groups padded with zero rows (the packed
+ * weights hold the next block there).
  *
  * Register blocking: four C tiles (2 row tiles x 2 channel blocks = 32 x 32),
  * two A and two B tiles per k step; the panel of two blocks is the outer
@@ -77,13 +77,20 @@ static void prep_amx(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uin
                      int tile, uint8_t *out)
 {
     (void)tile;
-    for (uint32_t i = 0; i < m; i++) {
-        uint8_t *dst = out + (size_t)i * k4;
-        memcpy(dst, a + (size_t)i * lda_in, k);
-        memset(dst + k, 0, k4 - k);
+    const uint32_t k64 = (k4 + 63) & ~63u, m16 = (m + 15) & ~15u, kt = k64 / 64;
+    for (uint32_t i = 0; i < m16; i++) {
+        const int8_t *src = i < m ? a + (size_t)i * lda_in : a;
+        uint8_t *dst = out + (size_t)(i / 16) * 16 * k64 + (size_t)(i % 16) * 64;
+        for (uint32_t t = 0; t < kt; t++, dst += 1024) {
+            const uint32_t j = t * 64, len = i >= m || j >= k ? 0 : k - j < 64 ? k - j : 64;
+            __m512i v = _mm512_setzero_si512();
+            if (len == 64)
+                v = _mm512_loadu_si512(src + j);
+            else if (len)
+                v = _mm512_maskz_loadu_epi8(((__mmask64)1 << len) - 1, src + j);
+            _mm512_storeu_si512(dst, v);
+        }
     }
-    const uint32_t m16 = (m + 15) & ~15u;
-    memset(out + (size_t)m * k4, 0, (size_t)(m16 - m) * k4);
 }
 
 /* Row i of a 16 x 16 int32 tile (channels c0..c0+15) into the output, only
@@ -121,10 +128,10 @@ AI void store16(__m512i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c
 }
 
 /* NR row tiles (1, 2) x NB blocks (1, 2) over every k step: a at the first
- * row's group 0 (row stride lda), b at block 0 (next block bstride further),
+ * row tile's first A tile (the next row tile astride further), b at block 0 (next block bstride further),
  * tail: the zero-padded copy of the last partial step (NULL when none). The
  * C tiles go to cbuf[2r + j]. */
-AI void block(const int NR, const int NB, const uint8_t *a, size_t lda, const int8_t *b,
+AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, const int8_t *b,
               size_t bstride, uint32_t ksteps, const int8_t *tail, int32_t (*cbuf)[16][16])
 {
     _tile_zero(0);
@@ -134,17 +141,17 @@ AI void block(const int NR, const int NB, const uint8_t *a, size_t lda, const in
         _tile_zero(2);
     if (NR > 1 && NB > 1)
         _tile_zero(3);
-    const uint8_t *a1 = a + 16 * lda;
+    const uint8_t *a1 = a + astride;
     for (uint32_t q = 0; q < ksteps; q++) {
         _tile_loadd(6, b + (size_t)q * 1024, 64);
-        _tile_loadd(4, a + (size_t)q * 64, lda);
+        _tile_loadd(4, a + (size_t)q * 1024, 64);
         _tile_dpbssd(0, 4, 6);
         if (NB > 1) {
             _tile_loadd(7, b + bstride + (size_t)q * 1024, 64);
             _tile_dpbssd(1, 4, 7);
         }
         if (NR > 1) {
-            _tile_loadd(5, a1 + (size_t)q * 64, lda);
+            _tile_loadd(5, a1 + (size_t)q * 1024, 64);
             _tile_dpbssd(2, 5, 6);
             if (NB > 1)
                 _tile_dpbssd(3, 5, 7);
@@ -153,14 +160,14 @@ AI void block(const int NR, const int NB, const uint8_t *a, size_t lda, const in
     if (tail) {
         const size_t q = ksteps;
         _tile_loadd(6, tail, 64);
-        _tile_loadd(4, a + q * 64, lda);
+        _tile_loadd(4, a + q * 1024, 64);
         _tile_dpbssd(0, 4, 6);
         if (NB > 1) {
             _tile_loadd(7, tail + 1024, 64);
             _tile_dpbssd(1, 4, 7);
         }
         if (NR > 1) {
-            _tile_loadd(5, a1 + q * 64, lda);
+            _tile_loadd(5, a1 + q * 1024, 64);
             _tile_dpbssd(2, 5, 6);
             if (NB > 1)
                 _tile_dpbssd(3, 5, 7);
@@ -182,6 +189,7 @@ static void gemm_amx(const struct npu_gemm_args *g)
     const struct npu_gemm_b *b = g->b;
     const uint32_t k4 = b->k4, groups = k4 / 4, ksteps = groups / 16, krem = groups % 16;
     const size_t bstride = npu_gemm_b_block_bytes(b);
+    const size_t astride = (size_t)16 * ((k4 + 63) & ~63u); /* bytes of one row tile */
     const uint32_t m = g->m, mr = m < 16 ? m : 16, mt = (m + 15) / 16;
     const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
     int32_t cbuf[4][16][16] __attribute__((aligned(64)));
@@ -198,15 +206,15 @@ static void gemm_amx(const struct npu_gemm_args *g)
         const int8_t *tp = krem ? &tail[0][0][0] : NULL;
         for (uint32_t it = 0; it < mt; it += 2) {
             const int nr = mt - it >= 2 ? 2 : 1;
-            const uint8_t *a = g->a + (size_t)it * 16 * k4;
+            const uint8_t *a = g->a + (size_t)it * astride;
             if (nr == 2 && nb == 2)
-                block(2, 2, a, k4, bp, bstride, ksteps, tp, cbuf);
+                block(2, 2, a, astride, bp, bstride, ksteps, tp, cbuf);
             else if (nr == 2)
-                block(2, 1, a, k4, bp, bstride, ksteps, tp, cbuf);
+                block(2, 1, a, astride, bp, bstride, ksteps, tp, cbuf);
             else if (nb == 2)
-                block(1, 2, a, k4, bp, bstride, ksteps, tp, cbuf);
+                block(1, 2, a, astride, bp, bstride, ksteps, tp, cbuf);
             else
-                block(1, 1, a, k4, bp, bstride, ksteps, tp, cbuf);
+                block(1, 1, a, astride, bp, bstride, ksteps, tp, cbuf);
             for (int r = 0; r < nr; r++)
                 for (int j = 0; j < nb; j++)
                     for (uint32_t i = 0; i < 16; i++) {

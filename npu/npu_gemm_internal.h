@@ -10,8 +10,9 @@
  *      grouped by the tile's row count R as [m/R][k4/4][R][4], so the four
  *      bytes the tile broadcasts for its R rows are adjacent; for the
  *      vpdpbusd kernels every byte is offset by +128 (XOR 0x80) so it reads
- *      as an unsigned byte; the AMX kernel stages plain signed rows of k4
- *      bytes, rows padded with zeros to a multiple of 16 (npu_gemm_amx.c).
+ *      as an unsigned byte; the AMX kernel stages signed bytes as its tiles,
+ *      16 rows x 64 bytes each (1 KiB, contiguous), k and m padded with
+ *      zeros to multiples of 64 and 16 (npu_gemm_amx.c).
  *      npu_gemm_prep_bytes says how large it is.
  *   2. gemm: for output channels r in [r0, r1) and rows i < m, the kernel
  *      computes acc[i][r] = sum_j A[i][j] * B[r][j] (int32, exact) and writes
@@ -144,7 +145,7 @@ const struct npu_kernel_ops *npu_kernel_ops(enum npu_kernel k);
  * R <= 16 round m up), with room for over-reads. */
 static inline size_t npu_gemm_prep_bytes(uint32_t k4, uint32_t m)
 {
-    return ((size_t)m + 15) * k4 + 64;
+    return ((size_t)m + 15) * (((size_t)k4 + 63) & ~(size_t)63) + 64; /* AMX: k to 64 */
 }
 
 /* Offset of row i, k-group gq (4 bytes) in a staging buffer with R-row tiles. */
