@@ -144,11 +144,13 @@ int bench_gemm(int argc, char **argv)
     if (peak_vnni > 0)
         cJSON_AddNumberToObject(o, "peak_gops_avx512vnni", peak_vnni);
     cJSON *arr = cJSON_AddArrayToObject(o, "results");
+    char beside[64] = "";
+    if (peak_vnni > 0)
+        snprintf(beside, sizeof beside, "; avx512vnni vpdpbusd zmm %.1f GOPS", peak_vnni);
     if (!json)
-        printf("measured peak: %.1f GOPS on one core (%s)%s%.1f%s\n\n%-15s %-8s %5s %6s %6s %-11s %-6s "
+        printf("measured peak: %.1f GOPS on one core (%s)%s\n\n%-15s %-8s %5s %6s %6s %-11s %-6s "
                "%9s %8s\n",
-               peak, peak_kind, peak_vnni > 0 ? "; avx512vnni vpdpbusd zmm " : "",
-               peak_vnni, peak_vnni > 0 ? " GOPS" : "", "model", "proj", "m", "k", "n", "kernel", "tile", "GOPS",
+               peak, peak_kind, beside, "model", "proj", "m", "k", "n", "kernel", "tile", "GOPS",
                "of peak");
     uint32_t mmax = 0;
     for (int i = 0; i < nm; i++)
