@@ -31,6 +31,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "npu_gemm_internal.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -71,7 +72,7 @@ static void configure(uint32_t mr)
     _tile_loadconfig(&cfg);
 }
 
-static const char *const tile_names[] = {"32x32"};
+static const char *const tile_names[] = {"32x32", "32x32k"};
 
 static void prep_amx(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
                      int tile, uint8_t *out)
@@ -127,22 +128,34 @@ AI void store16(__m512i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c
     }
 }
 
-/* NR row tiles (1, 2) x NB blocks (1, 2) over every k step: a at the first
- * row tile's first A tile (the next row tile astride further), b at block 0 (next block bstride further),
- * tail: the zero-padded copy of the last partial step (NULL when none). The
- * C tiles go to cbuf[2r + j]. */
+/* NR row tiles (1, 2) x NB blocks (1, 2) over k steps [q0, q1): a at the
+ * first row tile's first A tile (the next row tile astride further), b at
+ * block 0 (the next block bstride further); tail: the zero-padded copy of the
+ * last partial step, taken after step q1 - 1 (NULL: none); cin: the C tiles
+ * to continue from (NULL: zero). The C tiles go to cout[2r + j]. */
 AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, const int8_t *b,
-              size_t bstride, uint32_t ksteps, const int8_t *tail, int32_t (*cbuf)[16][16])
+              size_t bstride, uint32_t q0, uint32_t q1, const int8_t *tail,
+              int32_t (*cin)[16][16], int32_t (*cout)[16][16])
 {
-    _tile_zero(0);
-    if (NB > 1)
-        _tile_zero(1);
-    if (NR > 1)
-        _tile_zero(2);
-    if (NR > 1 && NB > 1)
-        _tile_zero(3);
+    if (cin) {
+        _tile_loadd(0, cin[0], 64);
+        if (NB > 1)
+            _tile_loadd(1, cin[1], 64);
+        if (NR > 1)
+            _tile_loadd(2, cin[2], 64);
+        if (NR > 1 && NB > 1)
+            _tile_loadd(3, cin[3], 64);
+    } else {
+        _tile_zero(0);
+        if (NB > 1)
+            _tile_zero(1);
+        if (NR > 1)
+            _tile_zero(2);
+        if (NR > 1 && NB > 1)
+            _tile_zero(3);
+    }
     const uint8_t *a1 = a + astride;
-    for (uint32_t q = 0; q < ksteps; q++) {
+    for (uint32_t q = q0; q < q1; q++) {
         _tile_loadd(6, b + (size_t)q * 1024, 64);
         _tile_loadd(4, a + (size_t)q * 1024, 64);
         _tile_dpbssd(0, 4, 6);
@@ -158,7 +171,7 @@ AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, cons
         }
     }
     if (tail) {
-        const size_t q = ksteps;
+        const size_t q = q1;
         _tile_loadd(6, tail, 64);
         _tile_loadd(4, a + q * 1024, 64);
         _tile_dpbssd(0, 4, 6);
@@ -173,14 +186,21 @@ AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, cons
                 _tile_dpbssd(3, 5, 7);
         }
     }
-    _tile_stored(0, cbuf[0], 64);
+    _tile_stored(0, cout[0], 64);
     if (NB > 1)
-        _tile_stored(1, cbuf[1], 64);
+        _tile_stored(1, cout[1], 64);
     if (NR > 1)
-        _tile_stored(2, cbuf[2], 64);
+        _tile_stored(2, cout[2], 64);
     if (NR > 1 && NB > 1)
-        _tile_stored(3, cbuf[3], 64);
+        _tile_stored(3, cout[3], 64);
 }
+
+/* Tiling 1 keeps the panel's B tiles in L1: k in chunks of KCHUNK steps
+ * (2 blocks x KCHUNK KiB), every row pair passing over one chunk before the
+ * next, its C tiles parked in memory between chunks (4 KiB per row pair;
+ * without memory for them, tiling 0). The device times both on each graph's
+ * shape and keeps the faster (npu_graph.c). */
+#define KCHUNK 16u
 
 static void gemm_amx(const struct npu_gemm_args *g)
 {
@@ -194,6 +214,20 @@ static void gemm_amx(const struct npu_gemm_args *g)
     const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
     int32_t cbuf[4][16][16] __attribute__((aligned(64)));
     int8_t tail[2][16][64] __attribute__((aligned(64)));
+    /* tiling 1: the parked C tiles of every row pair (none needed with one chunk) */
+    const uint32_t kc = g->tile == 1 && ksteps > KCHUNK ? KCHUNK : ksteps;
+    int32_t(*park)[4][16][16] = NULL;
+    if (kc < ksteps) {
+        park = sl_alloc_aligned(sizeof *park * ((mt + 1) / 2), 64);
+        if (!park) { /* no memory: one chunk */
+            gemm_amx(&(struct npu_gemm_args){.b = g->b, .a = g->a, .m = g->m, .r0 = g->r0,
+                                                    .r1 = g->r1, .c = g->c, .ldc = g->ldc,
+                                                    .y = g->y, .ldy = g->ldy,
+                                                    .act_scale = g->act_scale,
+                                                    .scale = g->scale, .tile = 0});
+            return;
+        }
+    }
     if (krem)
         memset(tail, 0, sizeof tail);
     configure(mr);
@@ -204,33 +238,45 @@ static void gemm_amx(const struct npu_gemm_args *g)
             for (int j = 0; j < nb; j++)
                 memcpy(tail[j], bp + (size_t)j * bstride + (size_t)ksteps * 1024, (size_t)krem * 64);
         const int8_t *tp = krem ? &tail[0][0][0] : NULL;
-        for (uint32_t it = 0; it < mt; it += 2) {
-            const int nr = mt - it >= 2 ? 2 : 1;
-            const uint8_t *a = g->a + (size_t)it * astride;
-            if (nr == 2 && nb == 2)
-                block(2, 2, a, astride, bp, bstride, ksteps, tp, cbuf);
-            else if (nr == 2)
-                block(2, 1, a, astride, bp, bstride, ksteps, tp, cbuf);
-            else if (nb == 2)
-                block(1, 2, a, astride, bp, bstride, ksteps, tp, cbuf);
-            else
-                block(1, 1, a, astride, bp, bstride, ksteps, tp, cbuf);
-            for (int r = 0; r < nr; r++)
-                for (int j = 0; j < nb; j++)
-                    for (uint32_t i = 0; i < 16; i++) {
-                        const uint32_t row = (it + (uint32_t)r) * 16 + i;
-                        if (row >= m)
-                            break;
-                        store16(_mm512_load_si512(cbuf[2 * r + j][i]), g, row,
-                                (bl + (uint32_t)j) * 16);
-                    }
+        for (uint32_t q0 = 0;; q0 += kc) {
+            const uint32_t q1 = ksteps - q0 > kc ? q0 + kc : ksteps;
+            const int last = q1 == ksteps;
+            for (uint32_t it = 0; it < mt; it += 2) {
+                const int nr = mt - it >= 2 ? 2 : 1;
+                const uint8_t *a = g->a + (size_t)it * astride;
+                int32_t(*cin)[16][16] = q0 ? park[it / 2] : NULL;
+                int32_t(*cout)[16][16] = last ? cbuf : park[it / 2];
+                const int8_t *t = last ? tp : NULL;
+                if (nr == 2 && nb == 2)
+                    block(2, 2, a, astride, bp, bstride, q0, q1, t, cin, cout);
+                else if (nr == 2)
+                    block(2, 1, a, astride, bp, bstride, q0, q1, t, cin, cout);
+                else if (nb == 2)
+                    block(1, 2, a, astride, bp, bstride, q0, q1, t, cin, cout);
+                else
+                    block(1, 1, a, astride, bp, bstride, q0, q1, t, cin, cout);
+                if (!last)
+                    continue;
+                for (int r = 0; r < nr; r++)
+                    for (int j = 0; j < nb; j++)
+                        for (uint32_t i = 0; i < 16; i++) {
+                            const uint32_t row = (it + (uint32_t)r) * 16 + i;
+                            if (row >= m)
+                                break;
+                            store16(_mm512_load_si512(cbuf[2 * r + j][i]), g, row,
+                                    (bl + (uint32_t)j) * 16);
+                        }
+            }
+            if (last)
+                break;
         }
     }
     _tile_release();
+    sl_free_aligned(park);
 }
 
 const struct npu_kernel_ops npu_ops_amx = {
-    prep_amx, gemm_amx, npu_pack_avx512vnni, npu_quant_avx512, npu_absmax_avx512, 1, tile_names};
+    prep_amx, gemm_amx, npu_pack_avx512vnni, npu_quant_avx512, npu_absmax_avx512, 2, tile_names};
 
 /* Peak: four independent TDPBSSD chains on tiles loaded once (no memory
  * traffic in the loop), 16 x 16 x 64 multiply-adds each. */

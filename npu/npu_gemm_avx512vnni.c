@@ -324,5 +324,11 @@ uint64_t npu_peak_avx512vnni(uint64_t iters)
     __m512i s = acc[0];
     for (int i = 1; i < 16; i++)
         s = _mm512_add_epi32(s, acc[i]);
-    return (uint64_t)(uint32_t)_mm512_reduce_add_epi32(s);
+    /* summed as unsigned: the chains wrap on long runs, and the header's
+     * _mm512_reduce_add_epi32 adds in int (UBSan: signed overflow) */
+    uint32_t lanes[16], sum = 0;
+    _mm512_storeu_si512(lanes, s);
+    for (int i = 0; i < 16; i++)
+        sum += lanes[i];
+    return sum;
 }

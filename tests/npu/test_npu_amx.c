@@ -20,16 +20,18 @@
 
 static struct test_rng rng;
 
-static void run(const struct npu_kernel_ops *ops, const struct npu_gemm_b *b, const int8_t *a,
-                uint32_t m, uint32_t r0, uint32_t r1, const float *scale, int32_t *c, float *y)
+static void run(const struct npu_kernel_ops *ops, int tile, const struct npu_gemm_b *b,
+                const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1, const float *scale,
+                int32_t *c, float *y)
 {
     const size_t bytes = npu_gemm_prep_bytes(b->k4, m);
     uint8_t *stage = malloc(bytes);
     assert_non_null(stage);
     memset(stage, 0x5a, bytes);
-    ops->prep(a, b->k, m, b->k, b->k4, 0, stage);
+    ops->prep(a, b->k, m, b->k, b->k4, tile, stage);
     struct npu_gemm_args g = {.b = b, .a = stage, .m = m, .r0 = r0, .r1 = r1, .c = c,
-                              .ldc = r1 - r0, .act_scale = 0.0173f, .scale = scale};
+                              .ldc = r1 - r0, .act_scale = 0.0173f, .scale = scale,
+                              .tile = tile};
     ops->gemm(&g);
     g.c = NULL, g.y = y, g.ldy = r1 - r0;
     ops->gemm(&g);
@@ -54,14 +56,18 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
     int32_t *c0 = malloc(sizeof(int32_t) * cnt), *c1 = malloc(sizeof(int32_t) * cnt);
     float *y0 = malloc(sizeof(float) * cnt), *y1 = malloc(sizeof(float) * cnt);
     assert_true(c0 && c1 && y0 && y1);
-    memset(c1, 0x55, sizeof(int32_t) * cnt);
-    memset(y1, 0x55, sizeof(float) * cnt);
-    run(&npu_ops_scalar, b, a, m, r0, r1, scale, c0, y0);
-    run(npu_kernel_ops(NPU_KERNEL_AMX), b, a, m, r0, r1, scale, c1, y1);
-    for (size_t i = 0; i < cnt; i++)
-        if (c0[i] != c1[i] || memcmp(&y0[i], &y1[i], sizeof(float)))
-            fail_msg("amx m=%u n=%u k=%u [%u,%u): [%zu][%zu] %d / %.9g, scalar %d / %.9g", m, n,
-                     k, r0, r1, i / w, i % w, c1[i], (double)y1[i], c0[i], (double)y0[i]);
+    run(&npu_ops_scalar, 0, b, a, m, r0, r1, scale, c0, y0);
+    for (int t = 0; t < npu_kernel_tiles(NPU_KERNEL_AMX); t++) {
+        memset(c1, 0x55, sizeof(int32_t) * cnt);
+        memset(y1, 0x55, sizeof(float) * cnt);
+        run(npu_kernel_ops(NPU_KERNEL_AMX), t, b, a, m, r0, r1, scale, c1, y1);
+        for (size_t i = 0; i < cnt; i++)
+            if (c0[i] != c1[i] || memcmp(&y0[i], &y1[i], sizeof(float)))
+                fail_msg("amx tile %d m=%u n=%u k=%u [%u,%u): [%zu][%zu] %d / %.9g, scalar %d / "
+                         "%.9g",
+                         t, m, n, k, r0, r1, i / w, i % w, c1[i], (double)y1[i], c0[i],
+                         (double)y0[i]);
+    }
     /* the public entry with the best kernel (AMX here) */
     memset(c1, 0x55, sizeof(int32_t) * cnt);
     npu_gemm_s8(b, a, m, r0, r1, c1, w);
@@ -91,6 +97,10 @@ static void test_amx_random(void **st)
     check(600, 37, 2051, 3, 37, 0);
     check(17, 35, 2051, 0, 35, 1); /* a = 127, b = -127 everywhere */
     check(32, 32, 5632, 0, 32, 1);
+    /* several k chunks of tiling 1 (16 steps of 64), with and without a tail */
+    check(70, 50, 64 * 40, 0, 50, 0);
+    check(45, 33, 64 * 33 + 20, 1, 30, 0);
+    check(33, 17, 64 * 17, 0, 17, 1);
 }
 
 /* decode and verification shapes: m = 1, 4, 8, 16 rows */
@@ -163,7 +173,7 @@ static void test_amx_table(void **st)
     (void)st;
     assert_int_equal(npu_kernel_best(), NPU_KERNEL_AMX);
     assert_string_equal(npu_kernel_name(NPU_KERNEL_AMX), "amx");
-    assert_int_equal(npu_kernel_tiles(NPU_KERNEL_AMX), 1);
+    assert_int_equal(npu_kernel_tiles(NPU_KERNEL_AMX), 2);
     const double amx = npu_gemm_peak_gops(NPU_KERNEL_AMX, 0.05);
     const double vnni = npu_gemm_peak_gops(NPU_KERNEL_AVX512VNNI, 0.05);
     enum npu_kernel which;
