@@ -33,6 +33,17 @@ set(SLUICE_FLAGS_AVX2 "-mavx2 -mfma -mf16c -mbmi2")
 set(SLUICE_FLAGS_AVX512 "-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -mbmi2")
 set(SLUICE_FLAGS_AVX512VNNI "${SLUICE_FLAGS_AVX512} -mavx512vnni")
 set(SLUICE_FLAGS_AVXVNNI "-mavx2 -mfma -mavxvnni")
+# AMX (tile registers, TDPBSSD): GCC 11 / clang 12 and later; without the
+# flags the AMX kernel is left out and the VNNI kernels remain.
+set(SLUICE_FLAGS_AMX "${SLUICE_FLAGS_AVX512VNNI} -mamx-tile -mamx-int8")
+set(SLUICE_AMX OFF)
+if(SLUICE_X86)
+  include(CheckCCompilerFlag)
+  check_c_compiler_flag("-mamx-tile -mamx-int8" SLUICE_CC_HAS_AMX)
+  if(SLUICE_CC_HAS_AMX)
+    set(SLUICE_AMX ON)
+  endif()
+endif()
 
 # libFuzzer builds instrument every library for coverage (clang only).
 if(SLUICE_FUZZ)

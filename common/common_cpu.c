@@ -46,12 +46,16 @@ static void detect_x86(struct sl_cpu_features *f)
     int avx512bw = (b >> 30) & 1;
     int avx512vl = (b >> 31) & 1;
     int avx512vnni = (c >> 11) & 1;
+    int amx = ((d >> 24) & 1) && ((d >> 25) & 1); /* AMX-TILE and AMX-INT8 */
     __cpuid_count(7, 1, a, b, c, d);
     int avxvnni = (a >> 4) & 1;
     f->avx2 = os_ymm && avx2 && fma && f16c && bmi2 && popcnt;
     f->avx512 = f->avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
     f->avx512vnni = f->avx512 && avx512vnni;
     f->avxvnni = f->avx2 && avxvnni;
+    /* XCR0 bits 17 and 18: the OS saves the tile configuration and data (a
+     * process must still ask for the data state, ARCH_REQ_XCOMP_PERM: npu/) */
+    f->amx = f->avx512vnni && amx && (xcr0 & 0x60000) == 0x60000;
 }
 #endif
 
@@ -69,9 +73,9 @@ static void detect(void)
         if (!strcmp(force, "scalar")) {
             memset(&g_eff, 0, sizeof g_eff);
         } else if (!strcmp(force, "avx2")) {
-            g_eff.avx512 = g_eff.avx512vnni = 0;
+            g_eff.avx512 = g_eff.avx512vnni = g_eff.amx = 0;
         } else if (!strcmp(force, "avx512")) {
-            g_eff.avxvnni = 0; /* keep what the CPU has at that level */
+            g_eff.avxvnni = g_eff.amx = 0; /* keep what the CPU has at that level */
         }
     }
 }

@@ -12,8 +12,12 @@
 #ifndef SLUICE_KERNELS_X86
 #define SLUICE_KERNELS_X86 0
 #endif
+#ifndef SLUICE_KERNELS_AMX
+#define SLUICE_KERNELS_AMX 0
+#endif
 
-static const char *const names[NPU_KERNEL_COUNT] = {"scalar", "avx2", "avx512vnni", "avxvnni"};
+static const char *const names[NPU_KERNEL_COUNT] = {"scalar", "avx2", "avx512vnni", "avxvnni",
+                                                      "amx"};
 
 const char *npu_kernel_name(enum npu_kernel k)
 {
@@ -32,6 +36,12 @@ int npu_kernel_available(enum npu_kernel k)
         return SLUICE_KERNELS_X86 && f->avx512vnni;
     case NPU_KERNEL_AVXVNNI:
         return SLUICE_KERNELS_X86 && f->avxvnni;
+    case NPU_KERNEL_AMX:
+#if SLUICE_KERNELS_AMX
+        return f->amx && npu_amx_permitted();
+#else
+        return 0;
+#endif
     default:
         return 0;
     }
@@ -39,6 +49,8 @@ int npu_kernel_available(enum npu_kernel k)
 
 enum npu_kernel npu_kernel_best(void)
 {
+    if (npu_kernel_available(NPU_KERNEL_AMX))
+        return NPU_KERNEL_AMX;
     if (npu_kernel_available(NPU_KERNEL_AVX512VNNI))
         return NPU_KERNEL_AVX512VNNI;
     if (npu_kernel_available(NPU_KERNEL_AVXVNNI))
@@ -60,6 +72,10 @@ const struct npu_kernel_ops *npu_kernel_ops(enum npu_kernel k)
         return &npu_ops_avx512vnni;
     case NPU_KERNEL_AVXVNNI:
         return &npu_ops_avxvnni;
+#endif
+#if SLUICE_KERNELS_AMX
+    case NPU_KERNEL_AMX:
+        return &npu_ops_amx;
 #endif
     default:
         return &npu_ops_scalar;
@@ -242,9 +258,29 @@ double npu_gemm_peak_gops(enum npu_kernel k, double seconds)
     case NPU_KERNEL_AVX2:
         return peak_gops(npu_peak_avx2, 6 * 32, seconds);
 #endif
+#if SLUICE_KERNELS_AMX
+    case NPU_KERNEL_AMX:
+        return peak_gops(npu_peak_amx, 4 * 16 * 16 * 64, seconds);
+#endif
     default:
         return 0;
     }
+}
+
+double npu_gemm_peak_best(double seconds, enum npu_kernel *which)
+{
+    double best = 0;
+    enum npu_kernel bk = NPU_KERNEL_SCALAR;
+    for (int k = 0; k < NPU_KERNEL_COUNT; k++) {
+        if (!npu_kernel_available((enum npu_kernel)k))
+            continue;
+        double p = npu_gemm_peak_gops((enum npu_kernel)k, seconds);
+        if (p > best)
+            best = p, bk = (enum npu_kernel)k;
+    }
+    if (which)
+        *which = bk;
+    return best;
 }
 
 double npu_gemm_peak_tiny_gops(enum npu_kernel k, double seconds)

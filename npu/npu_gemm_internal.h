@@ -10,7 +10,10 @@
  *      grouped by the tile's row count R as [m/R][k4/4][R][4], so the four
  *      bytes the tile broadcasts for its R rows are adjacent; for the
  *      vpdpbusd kernels every byte is offset by +128 (XOR 0x80) so it reads
- *      as an unsigned byte. npu_gemm_prep_bytes says how large it is.
+ *      as an unsigned byte; the AMX kernel stages signed bytes as its tiles,
+ *      16 rows x 64 bytes each (1 KiB, contiguous), k and m padded with
+ *      zeros to multiples of 64 and 16 (npu_gemm_amx.c).
+ *      npu_gemm_prep_bytes says how large it is.
  *   2. gemm: for output channels r in [r0, r1) and rows i < m, the kernel
  *      computes acc[i][r] = sum_j A[i][j] * B[r][j] (int32, exact) and writes
  *      either c[i * ldc + (r - r0)] = acc, or (c == NULL) the dequantized
@@ -123,6 +126,17 @@ extern const struct npu_kernel_ops npu_ops_scalar;
 extern const struct npu_kernel_ops npu_ops_avx2;
 extern const struct npu_kernel_ops npu_ops_avx512vnni;
 extern const struct npu_kernel_ops npu_ops_avxvnni;
+extern const struct npu_kernel_ops npu_ops_amx;
+
+/* The AVX-512 packer, quantizer and max-abs (npu_gemm_avx512vnni.c), which
+ * the AMX kernel shares. */
+npu_pack_fn npu_pack_avx512vnni;
+npu_quant_fn npu_quant_avx512;
+npu_absmax_fn npu_absmax_avx512;
+
+/* 1 once the OS granted this process the AMX tile data state
+ * (arch_prctl(ARCH_REQ_XCOMP_PERM), asked once; npu_gemm_amx.c). */
+int npu_amx_permitted(void);
 
 /* The ops of a kernel (scalar when the kernel is not compiled in). */
 const struct npu_kernel_ops *npu_kernel_ops(enum npu_kernel k);
@@ -131,7 +145,7 @@ const struct npu_kernel_ops *npu_kernel_ops(enum npu_kernel k);
  * R <= 16 round m up), with room for over-reads. */
 static inline size_t npu_gemm_prep_bytes(uint32_t k4, uint32_t m)
 {
-    return ((size_t)m + 15) * k4 + 64;
+    return ((size_t)m + 15) * (((size_t)k4 + 63) & ~(size_t)63) + 64; /* AMX: k to 64 */
 }
 
 /* Offset of row i, k-group gq (4 bytes) in a staging buffer with R-row tiles. */
@@ -155,6 +169,7 @@ void npu_gemm_avx2_tiles(const struct npu_gemm_args *g);
 
 /* Register-only peak loops: iters x (16 x 64 | 12 x 32) multiply-adds. */
 uint64_t npu_peak_avx512vnni(uint64_t iters);
+uint64_t npu_peak_amx(uint64_t iters); /* iters x 4 x 16 x 16 x 64 */
 uint64_t npu_peak_avx2(uint64_t iters);
 uint64_t npu_peak_avx2_tiny(uint64_t iters); /* iters x 16 x 32 */
 

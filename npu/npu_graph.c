@@ -172,9 +172,10 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *sta
     uint32_t pad = d->m - job->rows;
     if (held) /* the zero rows go over the staged ones */
         *held = 0;
-    g->ops->prep(zero_row, 0, pad, d->k, g->k4, g->tile, stage);
+    /* every slice is the same zero rows: staged once (any kernel's layout) */
+    g->ops->prep(zero_row, 0, pad < PAD_SLICE ? pad : PAD_SLICE, d->k, g->k4, g->tile, stage);
     for (uint32_t i = 0; i < pad; i += PAD_SLICE) {
-        a.a = stage + (size_t)i * g->k4;
+        a.a = stage;
         a.m = pad - i < PAD_SLICE ? pad - i : PAD_SLICE;
         a.y = sink;
         a.ldy = n1 - n0;

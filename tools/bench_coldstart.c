@@ -62,7 +62,9 @@ static void usage(FILE *f)
             "unit while the pipeline had work; medians over the runs; JSON\n"
             "idle_npu/idle_cpu: idle share of the whole TTFT, median run), and the ratio\n"
             "of the median to the bound\n"
-            "max(bytes read / raw MB/s, prefill ops / int8 peak of the machine's cores).\n"
+            "max(bytes read / raw MB/s, prefill ops / int8 peak of the machine's cores:\n"
+            "the fastest int8 kernel's register-only loop, AMX TDPBSSD where the CPU has\n"
+            "it, else vpdpbusd or the AVX2 step, times the cores).\n"
             "The prefill ops count every row of every layer; the required bound counts\n"
             "only what the first token needs (the last layer's keys and values of every\n"
             "row, its queries, attention, O and FFN of the last row: what the pipeline\n"
@@ -374,10 +376,10 @@ int bench_coldstart(int argc, char **argv)
         return 1;
     }
     tools_cgroup_destroy(&cg);
-    /* the machine's int8 peak: every core's vpdpbusd (or AVX2) rate */
-    double peak1 = npu_gemm_peak_gops(NPU_KERNEL_AVX512VNNI, 0.3);
-    if (peak1 == 0)
-        peak1 = npu_gemm_peak_gops(NPU_KERNEL_AVX2, 0.3);
+    /* the machine's int8 peak: every core's rate of its fastest kernel's
+     * instruction (AMX TDPBSSD, vpdpbusd or the AVX2 step) */
+    enum npu_kernel peak_kern;
+    double peak1 = npu_gemm_peak_best(0.3, &peak_kern);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     double peak = peak1 * (double)(cores > 0 ? cores : 1);
     /* the tiny step's peak and operations (AVX2 only: the kernel the
@@ -452,6 +454,7 @@ int bench_coldstart(int argc, char **argv)
     cJSON_AddNumberToObject(o, "raw_mbps", raw);
     cJSON_AddNumberToObject(o, "gemm_peak_gops", peak);
     cJSON_AddNumberToObject(o, "gemm_peak_gops_one_core", peak1);
+    cJSON_AddStringToObject(o, "gemm_peak_kernel", npu_kernel_name(peak_kern));
     cJSON_AddNumberToObject(o, "prefill_gops", ops / 1e9);
     cJSON_AddNumberToObject(o, "bound_s", bound);
     cJSON_AddNumberToObject(o, "bound_io_s", bound_io);
@@ -469,7 +472,7 @@ int bench_coldstart(int argc, char **argv)
     cJSON *arr = cJSON_AddArrayToObject(o, "results");
     FILE *tf = json ? stderr : stdout; /* the table; with --json, beside the JSON */
     fprintf(tf, "%s: %u-token prompt, %u MB/s limit, %u runs; raw %.0f MB/s, int8 peak %.0f GOPS "
-               "(%ld cores)\nbound %.3f s = max(%.0f MB / raw = %.3f s, %.1f GOPs / peak = %.3f s)"
+               "(%s, %ld cores)\nbound %.3f s = max(%.0f MB / raw = %.3f s, %.1f GOPs / peak = %.3f s)"
                "\nrequired bound %.3f s (%.1f GOPs: the last layer's Q, O, FFN, attention of "
                "the last row only)"
                "\ntiny bound %.3f s, required %.3f s (%.1f / %.1f GOPs of tiny blocks at the tiny "
@@ -477,7 +480,7 @@ int bench_coldstart(int argc, char **argv)
                "\nmemory yardstick %.0f MiB = INT8 weights %.0f MiB + KV cache of the prompt %.1f "
                "MiB (RSS/yardstick in the last column)"
                "\n\n%-24s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s %8s %8s %6s\n",
-               model, tokens, mbps, runs, raw, peak, cores, bound, bytes_full / 1e6, bound_io,
+               model, tokens, mbps, runs, raw, peak, npu_kernel_name(peak_kern), cores, bound, bytes_full / 1e6, bound_io,
                ops / 1e9, bound_compute, bound_req, ops_req / 1e9, bound_tiny, bound_tiny_req,
                ops_tiny / 1e9, ops_tiny_req / 1e9, peak_tiny, mem_base_mb, int8_bytes / 1048576.0,
                kv_prompt / 1048576.0, "policy", "ttft min", "ttft med", "x bound", "x tiny", "load",

@@ -177,12 +177,13 @@ struct sl_cpu_features {
     int avx512;        /* F+BW+VL+DQ and OS support for ZMM */
     int avx512vnni;
     int avxvnni;       /* the VEX-encoded VNNI of Alder Lake and later */
+    int amx;           /* AMX-TILE + AMX-INT8 (with AVX-512 VNNI) and OS support for tiles */
     int neon;
 };
 
 /* Detected once (thread-safe). The environment variable SLUICE_SIMD forces a
- * lower level for tests and benchmarks: "scalar", "avx2", "avx512" (a level the
- * CPU lacks is never enabled). */
+ * lower level for tests and benchmarks: "scalar", "avx2", "avx512" (AVX-512
+ * without AMX; a level the CPU lacks is never enabled). */
 const struct sl_cpu_features *sl_cpu_features(void);
 
 /* The raw detection, ignoring SLUICE_SIMD (what the hardware and OS allow). */

@@ -97,6 +97,7 @@ enum npu_kernel {
     NPU_KERNEL_AVX2,
     NPU_KERNEL_AVX512VNNI,
     NPU_KERNEL_AVXVNNI,
+    NPU_KERNEL_AMX, /* AMX tiles (TDPBSSD), where the CPU and the OS allow them */
     NPU_KERNEL_COUNT
 };
 
@@ -128,10 +129,15 @@ void npu_gemm_s8_tile(enum npu_kernel kern, int tile, const struct npu_gemm_b *b
 
 /* Measured peak of the machine's int8 multiply-add units on one core, in
  * GOPS (2 ops per multiply-add), from a register-only loop of the kernel's
- * instruction (vpdpbusd for the VNNI kernels; the AVX2 kernel's fastest
- * step, maddubs/madd/add for codes within +-64), run for about `seconds`.
+ * instruction (TDPBSSD on four tile chains for AMX, vpdpbusd for the VNNI
+ * kernels; the AVX2 kernel's fastest step, maddubs/madd/add for codes
+ * within +-64), run for about `seconds`.
  * 0 when unavailable. */
 double npu_gemm_peak_gops(enum npu_kernel k, double seconds);
+/* The highest of those peaks over the kernels this CPU has (each measured
+ * for `seconds`), and which kernel has it (*which may be NULL); 0 and
+ * scalar when no kernel has a peak loop. */
+double npu_gemm_peak_best(double seconds, enum npu_kernel *which);
 /* The same for the kernel's tiny step, which the kernel takes on 16-channel
  * blocks whose codes are all within +-16 (AVX2: four maddubs added in int16
  * before one madd); 0 for a kernel without one (scalar, the VNNI kernels). */

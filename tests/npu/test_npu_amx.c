@@ -1,0 +1,198 @@
+/* test_npu_amx.c: the AMX kernel (npu_gemm_amx.c) against the scalar
+ * reference, bit for bit, int32 and dequantized float outputs: random m in
+ * 1..600 (row tiles of 16 and pairs of them, partial last tiles, m < 16 with
+ * short tiles), odd n, k not a multiple of 64 (the zero-padded last k step)
+ * nor of 4, output ranges [r0, r1) starting and ending inside 16-channel
+ * blocks, extreme codes (a = 127 against b = -127); a staging buffer filled
+ * with junk before the prep (nothing may depend on it); the few-row shapes
+ * of decode and verification (m = 1, 4, 8, 16); two threads running the
+ * kernel at once (each configures its own tiles); the kernel table (AMX is
+ * the best kernel, its peak above vpdpbusd's). Skips, saying so, where the
+ * CPU, the compiler or the OS does not allow AMX. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "npu.h"
+#include "npu_gemm_internal.h"
+#include "testutil.h"
+
+static struct test_rng rng;
+
+static void run(const struct npu_kernel_ops *ops, int tile, const struct npu_gemm_b *b,
+                const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1, const float *scale,
+                int32_t *c, float *y)
+{
+    const size_t bytes = npu_gemm_prep_bytes(b->k4, m);
+    uint8_t *stage = malloc(bytes);
+    assert_non_null(stage);
+    memset(stage, 0x5a, bytes);
+    ops->prep(a, b->k, m, b->k, b->k4, tile, stage);
+    struct npu_gemm_args g = {.b = b, .a = stage, .m = m, .r0 = r0, .r1 = r1, .c = c,
+                              .ldc = r1 - r0, .act_scale = 0.0173f, .scale = scale,
+                              .tile = tile};
+    ops->gemm(&g);
+    g.c = NULL, g.y = y, g.ldy = r1 - r0;
+    ops->gemm(&g);
+    free(stage);
+}
+
+static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, int extreme)
+{
+    int8_t *a = malloc((size_t)m * k), *bw = malloc((size_t)n * k);
+    float *scale = malloc(sizeof(float) * n);
+    assert_true(a && bw && scale);
+    for (size_t i = 0; i < (size_t)m * k; i++)
+        a[i] = extreme ? 127 : (int8_t)((int)test_rng_below(&rng, 255) - 127);
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        bw[i] = extreme ? -127 : (int8_t)((int)test_rng_below(&rng, 255) - 127);
+    for (uint32_t r = 0; r < n; r++)
+        scale[r] = 1e-3f * (1.0f + test_rng_float(&rng));
+    struct npu_gemm_b *b;
+    assert_int_equal(npu_gemm_b_create(bw, n, k, &b), 0);
+    const uint32_t w = r1 - r0;
+    const size_t cnt = (size_t)m * w;
+    int32_t *c0 = malloc(sizeof(int32_t) * cnt), *c1 = malloc(sizeof(int32_t) * cnt);
+    float *y0 = malloc(sizeof(float) * cnt), *y1 = malloc(sizeof(float) * cnt);
+    assert_true(c0 && c1 && y0 && y1);
+    run(&npu_ops_scalar, 0, b, a, m, r0, r1, scale, c0, y0);
+    for (int t = 0; t < npu_kernel_tiles(NPU_KERNEL_AMX); t++) {
+        memset(c1, 0x55, sizeof(int32_t) * cnt);
+        memset(y1, 0x55, sizeof(float) * cnt);
+        run(npu_kernel_ops(NPU_KERNEL_AMX), t, b, a, m, r0, r1, scale, c1, y1);
+        for (size_t i = 0; i < cnt; i++)
+            if (c0[i] != c1[i] || memcmp(&y0[i], &y1[i], sizeof(float)))
+                fail_msg("amx tile %d m=%u n=%u k=%u [%u,%u): [%zu][%zu] %d / %.9g, scalar %d / "
+                         "%.9g",
+                         t, m, n, k, r0, r1, i / w, i % w, c1[i], (double)y1[i], c0[i],
+                         (double)y0[i]);
+    }
+    /* the public entry with the best kernel (AMX here) */
+    memset(c1, 0x55, sizeof(int32_t) * cnt);
+    npu_gemm_s8(b, a, m, r0, r1, c1, w);
+    assert_memory_equal(c0, c1, sizeof(int32_t) * cnt);
+    free(c0), free(c1), free(y0), free(y1);
+    npu_gemm_b_destroy(b);
+    free(a), free(bw), free(scale);
+}
+
+static void test_amx_random(void **st)
+{
+    (void)st;
+    for (int t = 0; t < 60; t++) {
+        const uint32_t m = 1 + test_rng_below(&rng, t < 20 ? 40 : 600);
+        uint32_t n = 1 + test_rng_below(&rng, 150) * 2; /* odd n */
+        const uint32_t k = 1 + test_rng_below(&rng, t % 3 ? 400 : 1200);
+        uint32_t r0 = 0, r1 = n;
+        if (t % 2) {
+            r0 = test_rng_below(&rng, n);
+            r1 = r0 + 1 + test_rng_below(&rng, n - r0);
+        }
+        check(m, n, k, r0, r1, 0);
+    }
+    /* k a multiple of 64 (no tail step) and 64 + a few; full pairs of tiles */
+    check(64, 64, 256, 0, 64, 0);
+    check(33, 48, 68, 5, 47, 0);
+    check(600, 37, 2051, 3, 37, 0);
+    check(17, 35, 2051, 0, 35, 1); /* a = 127, b = -127 everywhere */
+    check(32, 32, 5632, 0, 32, 1);
+    /* several k chunks of tiling 1 (16 steps of 64), with and without a tail */
+    check(70, 50, 64 * 40, 0, 50, 0);
+    check(45, 33, 64 * 33 + 20, 1, 30, 0);
+    check(33, 17, 64 * 17, 0, 17, 1);
+}
+
+/* decode and verification shapes: m = 1, 4, 8, 16 rows */
+static void test_amx_few_rows(void **st)
+{
+    (void)st;
+    static const uint32_t ms[] = {1, 4, 8, 16};
+    for (size_t i = 0; i < 4; i++) {
+        check(ms[i], 96, 2048, 0, 96, 0);
+        check(ms[i], 45, 130, 7, 41, 0);
+    }
+}
+
+struct thr {
+    const struct npu_gemm_b *b;
+    const int8_t *a;
+    uint32_t m, n;
+    int32_t *c;
+};
+
+static void *thr_main(void *p)
+{
+    struct thr *t = p;
+    for (int rep = 0; rep < 20; rep++)
+        npu_gemm_s8_kernel(NPU_KERNEL_AMX, t->b, t->a, t->m, 0, t->n, t->c, t->n);
+    return NULL;
+}
+
+/* two threads at once on different shapes (m < 16 and m > 16: different
+ * tile configurations), each checked against the scalar kernel */
+static void test_amx_threads(void **st)
+{
+    (void)st;
+    const uint32_t n = 80, k = 300, ms[2] = {5, 70};
+    int8_t *bw = malloc((size_t)n * k);
+    assert_non_null(bw);
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        bw[i] = (int8_t)((int)test_rng_below(&rng, 255) - 127);
+    struct npu_gemm_b *b;
+    assert_int_equal(npu_gemm_b_create(bw, n, k, &b), 0);
+    struct thr t[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        int8_t *a = malloc((size_t)ms[i] * k);
+        assert_non_null(a);
+        for (size_t j = 0; j < (size_t)ms[i] * k; j++)
+            a[j] = (int8_t)((int)test_rng_below(&rng, 255) - 127);
+        t[i] = (struct thr){b, a, ms[i], n, malloc(sizeof(int32_t) * ms[i] * n)};
+        assert_non_null(t[i].c);
+    }
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, thr_main, &t[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        int32_t *ref = malloc(sizeof(int32_t) * t[i].m * n);
+        assert_non_null(ref);
+        npu_gemm_s8_kernel(NPU_KERNEL_SCALAR, b, t[i].a, t[i].m, 0, n, ref, n);
+        assert_memory_equal(ref, t[i].c, sizeof(int32_t) * t[i].m * n);
+        free(ref);
+        free((void *)t[i].a);
+        free(t[i].c);
+    }
+    npu_gemm_b_destroy(b);
+    free(bw);
+}
+
+static void test_amx_table(void **st)
+{
+    (void)st;
+    assert_int_equal(npu_kernel_best(), NPU_KERNEL_AMX);
+    assert_string_equal(npu_kernel_name(NPU_KERNEL_AMX), "amx");
+    assert_int_equal(npu_kernel_tiles(NPU_KERNEL_AMX), 2);
+    const double amx = npu_gemm_peak_gops(NPU_KERNEL_AMX, 0.05);
+    const double vnni = npu_gemm_peak_gops(NPU_KERNEL_AVX512VNNI, 0.05);
+    enum npu_kernel which;
+    const double best = npu_gemm_peak_best(0.05, &which);
+    printf("peak: amx %.0f GOPS, avx512vnni %.0f GOPS, best %.0f (%s)\n", amx, vnni, best,
+           npu_kernel_name(which));
+    assert_true(amx > vnni && vnni > 0);
+    assert_int_equal(which, NPU_KERNEL_AMX);
+}
+
+int main(void)
+{
+    if (!npu_kernel_available(NPU_KERNEL_AMX))
+        test_skip_all("AMX is not available here (CPU without AMX-TILE/AMX-INT8, OS without "
+                      "tile state or ARCH_REQ_XCOMP_PERM refused, SLUICE_SIMD, or a compiler "
+                      "without -mamx-int8)");
+    test_rng_init(&rng, test_seed());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_amx_random), cmocka_unit_test(test_amx_few_rows),
+        cmocka_unit_test(test_amx_threads), cmocka_unit_test(test_amx_table)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
