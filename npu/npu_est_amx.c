@@ -17,7 +17,8 @@
  * waited on TDPBSSD's latency: 3.5x slower at 4K keys). Each int32 tile goes
  * to a 1 KiB buffer on the stack, then to the output: y = (act_scale *
  * scale[r]) * (float)acc, the contract's two float products, 16 channels a
- * vector (whole blocks), or the scalar loop (edges, int32 output).
+ * vector (whole 16-channel blocks, any rows), or the scalar loop (channel
+ * edges, int32 output).
  *
  * Detection (npu_est_amx_available): CPUID's amx-tile and amx-int8, the OS's
  * XTILECFG/XTILEDATA state in XCR0, and the kernel's permission for the
@@ -102,12 +103,11 @@ static void put(const struct npu_gemm_args *g, const int32_t *t, size_t ld, uint
         }
 }
 
-/* 16 rows of 16 int32 at t (64 bytes apart) to p (row stride ld floats) as
- * floats times sc. */
-AI void convert16(float *p, size_t ld, const int32_t *t, __m512 sc)
+/* nrow (<= 16) rows of 16 int32 at t (64 bytes apart) to p (row stride ld
+ * floats) as floats times sc. */
+AI void convert16(float *p, size_t ld, const int32_t *t, __m512 sc, uint32_t nrow)
 {
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++)
+    for (uint32_t i = 0; i < nrow; i++)
         _mm512_storeu_ps(p + (size_t)i * ld,
                          _mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_load_si512(t + 16 * i))));
 }
@@ -121,10 +121,11 @@ AI void convert16(float *p, size_t ld, const int32_t *t, __m512 sc)
         uint32_t j0_ = (c0) < g->r0 ? g->r0 - (c0) : 0;                                            \
         uint32_t j1_ = g->r1 - (c0) < 16 ? g->r1 - (c0) : 16;                                      \
         _tile_stored(T, buf, 64);                                                                  \
-        if (nrow_ == 16 && j0_ == 0 && j1_ == 16 && !g->c)                                         \
+        if (j0_ == 0 && j1_ == 16 && !g->c)                                                        \
             convert16(g->y + (size_t)(i0) * g->ldy + ((c0) - g->r0), g->ldy, buf,                  \
                       _mm512_mul_ps(_mm512_set1_ps(g->act_scale),                                  \
-                                    _mm512_loadu_ps(g->scale + (c0))));                            \
+                                    _mm512_loadu_ps(g->scale + (c0))),                             \
+                      nrow_);                                                                      \
         else                                                                                       \
             put(g, buf, 16, i0, nrow_, c0, j0_, j1_);                                              \
     } while (0)
