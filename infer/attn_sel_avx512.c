@@ -38,6 +38,30 @@ static inline __m128 hsum4_16(__m512 a0, __m512 a1, __m512 a2, __m512 a3)
     return _mm_add_ps(_mm_add_ps(t0, t2), _mm_add_ps(t1, t3));
 }
 
+/* _mm512_reduce_add_ps of sixteen vectors at once (lane i of the result: of
+ * a[i]), the same adds in the same order as one vector at a time (float adds
+ * commute, so only the pairing matters): the 256-bit halves of a[k] and
+ * a[k + 8] added in one vector, then the 128-bit quarters, then elements
+ * (0 + 2) and (1 + 3), then those two; the keys come out in the order
+ * 0 2 1 3 8 10 9 11 4 6 5 7 12 14 13 15 and one permute sorts them. */
+static inline __attribute__((always_inline)) __m512 hsum16_16(const __m512 a[16])
+{
+    __m512 s[8], w[4], z[2];
+    for (int k = 0; k < 8; k++) /* [k.lo256 | k+8.lo256] + [k.hi256 | k+8.hi256] */
+        s[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[k], a[k + 8], 0x44),
+                             _mm512_shuffle_f32x4(a[k], a[k + 8], 0xee));
+    for (int k = 0; k < 4; k++) /* quarters: lanes of keys k, k+8, k+4, k+12 */
+        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(s[k], s[k + 4], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(s[k], s[k + 4], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int k = 0; k < 2; k++) /* (e0 + e2), (e1 + e3) of keys k and k + 2 per lane */
+        z[k] = _mm512_add_ps(_mm512_shuffle_ps(w[k], w[k + 2], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(w[k], w[k + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i at = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
+    return _mm512_permutexvar_ps(at, r);
+}
+
 #define AHEAD 8 /* scattered rows miss the caches: ask for a row this many ahead */
 static inline void prefetch_row(const float *p, uint32_t n)
 {
@@ -54,6 +78,24 @@ scores_t(const uint32_t HS, const int PF, float *a, const float *qh, const float
     if (HS)
         hs = HS;
     uint32_t j = 0;
+    /* sixteen keys at a time where the rows are in the caches (no prefetch):
+     * one fold for the sixteen */
+    if (!PF)
+        for (; j + 16 <= len; j += 16) {
+            const float *k[16];
+            __m512 acc[16];
+            for (int e = 0; e < 16; e++) {
+                k[e] = kh + (size_t)(list[j + e] - t0) * ld;
+                acc[e] = _mm512_setzero_ps();
+            }
+            for (uint32_t c = 0; c < hs; c += 16) {
+                __m512 q = _mm512_loadu_ps(qh + c);
+#pragma GCC unroll 16
+                for (int e = 0; e < 16; e++)
+                    acc[e] = _mm512_fmadd_ps(q, _mm512_loadu_ps(k[e] + c), acc[e]);
+            }
+            _mm512_storeu_ps(a + j, hsum16_16(acc));
+        }
     for (; j + 8 <= len; j += 8) {
         if (PF && j + AHEAD + 8 <= len)
             for (uint32_t e = 0; e < 8; e++)
