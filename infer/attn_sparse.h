@@ -34,12 +34,15 @@ void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, u
 /* The indices i < n with s[i] >= th, ascending, into idx (room for n),
  * and their scores in the same order into val (room for n; NULL: not
  * written); returns their count, *nan = whether any s[i] is NaN. The AVX2
- * kernel and its scalar twin give the same result. */
+ * and AVX-512 kernels (attn_topk_avx512.c) and the scalar twin give the same
+ * result; so for the three below. */
 uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, float *val, int *nan);
 uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
                            int *nan);
 uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
                          int *nan);
+uint32_t attn_above_avx512(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
+                           int *nan);
 /* The entries idx[j] (j < m) whose val[j] >= th, in order, into out (room
  * for m; out may be idx); returns their count. The AVX2 kernel and its
  * scalar twin give the same result. */
@@ -49,15 +52,19 @@ uint32_t attn_keep_above_scalar(const uint32_t *idx, const float *val, uint32_t 
                                 uint32_t *out);
 uint32_t attn_keep_above_avx2(const uint32_t *idx, const float *val, uint32_t m, float th,
                               uint32_t *out);
+uint32_t attn_keep_above_avx512(const uint32_t *idx, const float *val, uint32_t m, float th,
+                                uint32_t *out);
 /* How many s[i] (i < n) are >= th; and the smallest and largest of s (NaN
  * ignored; +INFINITY and -INFINITY when n is 0), *nan = whether any is NaN.
  * AVX2 kernels and scalar twins, the same results. */
 uint32_t attn_count(const float *s, uint32_t n, float th);
 uint32_t attn_count_scalar(const float *s, uint32_t n, float th);
 uint32_t attn_count_avx2(const float *s, uint32_t n, float th);
+uint32_t attn_count_avx512(const float *s, uint32_t n, float th);
 void attn_range(const float *s, uint32_t n, float *lo, float *hi, int *nan);
 void attn_range_scalar(const float *s, uint32_t n, float *lo, float *hi, int *nan);
 void attn_range_avx2(const float *s, uint32_t n, float *lo, float *hi, int *nan);
+void attn_range_avx512(const float *s, uint32_t n, float *lo, float *hi, int *nan);
 
 /* One query row qh of one head over the slots list[0..len) (ascending, len
  * >= 1), their keys and values read in place from kh and vh (rows of stride
@@ -73,6 +80,12 @@ void attn_sel_row_ref(float *out, const float *qh, const float *kh, const float 
                       size_t kv_dim, uint32_t hs, const uint32_t *list, uint32_t len, float *a);
 void attn_sel_row_avx2(float *out, const float *qh, const float *kh, const float *vh,
                        size_t kv_dim, uint32_t hs, const uint32_t *list, uint32_t len, float *a);
+/* The same with the AVX-512 matmul kernel's bits (hs % 16 == 0; attn_sel_avx512.c)
+ * and its scalar twin (16-lane fmaf chains folded as _mm512_reduce_add_ps). */
+void attn_sel_row_avx512(float *out, const float *qh, const float *kh, const float *vh,
+                         size_t kv_dim, uint32_t hs, const uint32_t *list, uint32_t len, float *a);
+void attn_sel_row_ref16(float *out, const float *qh, const float *kh, const float *vh,
+                        size_t kv_dim, uint32_t hs, const uint32_t *list, uint32_t len, float *a);
 
 /* Several (query row, head) pairs of one kv head at once: pair r's query
  * q[hs], its slots list[0..len) (ascending, len >= 1, all < T), a: len
@@ -97,6 +110,9 @@ void attn_sel_rows(uint32_t R, const struct attn_sel_pair *p, const float *kh, c
 void attn_sel_rows_avx2(uint32_t R, const struct attn_sel_pair *p, const float *kh,
                         const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
                         uint32_t *cur, float *pack);
+void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float *kh,
+                          const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
+                          uint32_t *cur, float *pack);
 
 /* The shared selection (infer_sparse_opts.select_group): G heads' estimates
  * (rows est + j * ld, j < G) folded into one score per slot t < visible:

@@ -46,6 +46,10 @@
 #include "npu.h"
 
 #define KEY_BUCKET 256u
+/* Estimate rows are L + YPAD floats apart: at L floats (a multiple of 256)
+ * the 16 rows a kernel writes at once shared one L1 set; the AMX estimate
+ * of 16 rows x 4K keys took 1.7x as long (VNNI 1.7x too). */
+#define YPAD 16u
 #define AHEAD 2 /* launches in flight on the device */
 #define SCRATCH_SLOTS 4
 
@@ -160,7 +164,7 @@ static int prepare_keys(struct infer_sparse *sp, const struct infer_kv *kv, uint
 }
 
 static int start_launch(struct infer_sparse *sp, struct launch *la, const struct npu_graph *gr,
-                        const struct npu_weights *w, uint32_t nr, struct sl_err *err)
+                        const struct npu_weights *w, uint32_t nr, size_t ldy, struct sl_err *err)
 {
     memset(&la->job, 0, sizeof la->job);
     la->job.graph = gr;
@@ -171,6 +175,7 @@ static int start_launch(struct infer_sparse *sp, struct launch *la, const struct
     la->job.act_scale = la->scale;
     la->job.a_max = ATTN_EST_QQ;
     la->job.y = la->y;
+    la->job.ldy = ldy;
     la->ticket = NULL;
     if (sp->o.inline_npu)
         return 0;
@@ -623,7 +628,7 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
     }
     float *ybuf[AHEAD];
     int8_t *xbuf[AHEAD];
-    size_t yb = up64(sizeof(float) * (size_t)kv_mul * rc * maxL), xb = up64((size_t)kv_mul * rc * hd);
+    size_t yb = up64(sizeof(float) * (size_t)kv_mul * rc * (maxL + YPAD)), xb = up64((size_t)kv_mul * rc * hd);
     size_t pb = up64(sizeof(float) * (size_t)PAIRS * T); /* sel or a */
     size_t sb = up64(sizeof(uint32_t) * ((size_t)T * 4 + PAIRS)), ab = up64(sizeof(float) * T);
     size_t gb = up64(sizeof(float) * (size_t)(T > KEY_TILE ? T : KEY_TILE) * hd);
@@ -681,7 +686,7 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
             const struct npu_graph *gr;
             ret = npu_device_graph(sp->dev, m, hd, ks->L, &gr, &err);
             if (ret == 0)
-                ret = start_launch(sp, l, gr, ks->w, l->nr, &err);
+                ret = start_launch(sp, l, gr, ks->w, l->nr, ks->L + YPAD, &err);
             if (ret < 0)
                 break;
             started++;
@@ -733,7 +738,7 @@ static int sparse_run(const struct infer_attention *at, const struct format_conf
             vh = pv;
             ld = hd;
         }
-        if ((ret = attend_launch(sp, layer, rows, q, l, L, out, h0, hint, kh, vh, ld, &ab_, &cs,
+        if ((ret = attend_launch(sp, layer, rows, q, l, L + YPAD, out, h0, hint, kh, vh, ld, &ab_, &cs,
                                  &err)) < 0)
             break;
     }
@@ -924,7 +929,7 @@ int attn_sparse_estimate(struct infer_sparse *sp, const struct infer_kv *kv, uin
     uint32_t m = kv_mul * pow2ceil(n);
     ret = npu_device_graph(sp->dev, m > NPU_GRAPH_MAX_M ? NPU_GRAPH_MAX_M : m, hd, ks->L, &gr, err);
     if (ret == 0)
-        ret = start_launch(sp, &la, gr, ks->w, n, err);
+        ret = start_launch(sp, &la, gr, ks->w, n, 0, err);
     if (ret == 0)
         ret = finish_launch(&la, err);
     free(la.xq);

@@ -1,4 +1,5 @@
-/* npu_est.h: the AVX2 int8 GEMM for narrow activations (npu_est_avx2.c):
+/* npu_est.h: the attention estimate's int8 GEMMs: on AMX (npu_est_amx.c,
+ * any codes, where the CPU has it), and the AVX2 one for narrow activations (npu_est_avx2.c):
  * codes within +-63 or +-31 (npu_job.a_max), weight blocks within +-64 (not
  * wide). Attention's Q.K estimate (infer_attn_sparse.c) quantizes Q to 7 bits
  * for it. Internal to the npu module (the graphs call it; the tests check it
@@ -40,5 +41,16 @@ int npu_est_blocks_ok(const struct npu_gemm_b *b, uint32_t r0, uint32_t r1);
  * and floats on operands within the bounds. */
 void npu_est_gemm_avx2(const struct npu_gemm_args *g, int P);
 void npu_est_gemm_ref(const struct npu_gemm_args *g, int P);
+
+/* AMX (npu_est_amx.c): whether its int8 tiles may run here (CPU, OS and
+ * the process's permission, asked once; off under any forced SLUICE_SIMD
+ * level); the staging, a [m][k] (row stride k) copied to [m16][k4] with
+ * zeros beyond m and k (m16: m rounded up to 16; npu_gemm_prep_bytes(k4, m)
+ * holds it); and the GEMM of npu_gemm_args on it (a staged so, k4 a multiple
+ * of 64, any int8 codes, tile ignored): the scalar GEMM's int32 sums and
+ * floats. */
+int npu_est_amx_available(void);
+void npu_est_amx_prep(const int8_t *a, uint32_t m, uint32_t k, uint32_t k4, uint8_t *out);
+void npu_est_gemm_amx(const struct npu_gemm_args *g);
 
 #endif

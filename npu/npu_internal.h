@@ -22,6 +22,7 @@ struct npu_graph {
     const struct npu_kernel_ops *ops;
     int tile;
     int pad_rows;
+    int amx_est;                   /* estimate jobs (npu_job.a_max) run on AMX (npu_est.h) */
     uint32_t k4;
     size_t scratch_bytes;          /* staging for m rows */
     uint8_t *stage;                /* the device worker's staging, touched at build */

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common.h"
+
 const char *tools_attn_name(const struct tools_attn *t)
 {
     return t->sparse == 1 ? "sparse" : t->sparse == 2 ? "auto" : "dense";
@@ -12,6 +14,11 @@ const char *tools_attn_name(const struct tools_attn *t)
 double tools_attn_keep(const struct tools_attn *t)
 {
     return t->keep > 0 ? t->keep : t->sparse == 2 ? TOOLS_ATTN_AUTO_KEEP : 0.2;
+}
+
+uint32_t tools_attn_auto_min_keys(void)
+{
+    return sl_cpu_features()->avx512 ? TOOLS_ATTN_AUTO_MIN_KEYS_AVX512 : TOOLS_ATTN_AUTO_MIN_KEYS;
 }
 
 int tools_attn_arg(struct tools_args *a, struct tools_attn *t)
@@ -54,7 +61,7 @@ int tools_attn_create(const struct tools_attn *t, const struct format_reader *r,
     *out = NULL;
     *profiled = 0;
     const struct format_config *c = format_reader_config(r);
-    if (!t->sparse || (t->sparse == 2 && (c->seq_len < TOOLS_ATTN_AUTO_MIN_KEYS ||
+    if (!t->sparse || (t->sparse == 2 && (c->seq_len < tools_attn_auto_min_keys() ||
                                           c->n_heads * c->head_dim < TOOLS_ATTN_AUTO_MIN_QDIM)))
         return 0;
     struct infer_attn_profile *p = NULL;
@@ -69,7 +76,7 @@ int tools_attn_create(const struct tools_attn *t, const struct format_reader *r,
                                   .measure = measure, .select_group = t->group,
                                   .inline_npu = t->inline_est};
     if (t->sparse == 2) {
-        o.min_keys = TOOLS_ATTN_AUTO_MIN_KEYS;
+        o.min_keys = tools_attn_auto_min_keys();
         o.max_rows = 1;
     }
     int ret = infer_sparse_create(format_reader_config(r), p, &o, out, err);

@@ -31,7 +31,15 @@ struct tools_attn {
  * with the estimate's 7-bit Q, eighth session: KL 0.00217, top-1 97.24%,
  * recall 0.9915) */
 #define TOOLS_ATTN_AUTO_MIN_KEYS 8192
+/* The same where the dense kernel is the AVX-512 one (tenth session, the
+ * Xeon with AVX-512 and AMX): llama3-8b's decode at keep 0.45 was
+ * 0.60-0.65x dense at 8K keys and 0.99-1.06x at 16K (medians; attention
+ * alone, /work/tmp17/s10/dec2.log). */
+#define TOOLS_ATTN_AUTO_MIN_KEYS_AVX512 16384
 #define TOOLS_ATTN_AUTO_MIN_QDIM 4096
+
+/* auto's decode threshold on this CPU (one of the two above). */
+uint32_t tools_attn_auto_min_keys(void);
 #define TOOLS_ATTN_AUTO_KEEP 0.45
 
 /* The options' lines of a --help. */
@@ -39,9 +47,9 @@ struct tools_attn {
     "  --attn A         attention: dense, sparse (shadowAttn: int8 Q.K estimated on the\n"    \
     "                   emulated NPU, top-k keys per head and row on the CPU, exact\n"         \
     "                   softmax.V over them; docs/ARCHITECTURE.md) or auto (default:\n"       \
-    "                   sparse for decode steps over 8192 keys or more in models of\n"      \
-    "                   4096 query columns or more, where it measured faster, at keep\n"   \
-    "                   0.45 unless --keep; else dense)\n"                                  \
+    "                   sparse for decode steps over 8192 keys or more, 16384 on\n"        \
+    "                   AVX-512 CPUs, in models of 4096 query columns or more, where\n"    \
+    "                   it measured faster, at keep 0.45 unless --keep; else dense)\n"     \
     "  --keep R         sparse: the global share of keys kept, in (0, 1] (default 0.2,\n"     \
     "                   the paper's; on kjv6L-1k at a 1,024-token context the accuracy\n"      \
     "                   targets need 0.45: docs/BENCHMARKS.md, issue 17); per head by\n"       \
