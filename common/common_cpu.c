@@ -8,6 +8,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 static struct sl_cpu_features g_hw;
@@ -53,9 +55,12 @@ static void detect_x86(struct sl_cpu_features *f)
     f->avx512 = f->avx2 && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
     f->avx512vnni = f->avx512 && avx512vnni;
     f->avxvnni = f->avx2 && avxvnni;
-    /* XCR0 bits 17 and 18: the OS saves the tile configuration and data (a
-     * process must still ask for the data state, ARCH_REQ_XCOMP_PERM: npu/) */
-    f->amx = f->avx512vnni && amx && (xcr0 & 0x60000) == 0x60000;
+    /* XCR0 bits 17 and 18: the OS saves the tile configuration and data;
+     * and the process must be granted the tile data state (Linux:
+     * arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 18), asked here,
+     * once, before any thread uses a tile; refused, no AMX) */
+    f->amx = f->avx512vnni && amx && (xcr0 & 0x60000) == 0x60000 &&
+             syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0;
 }
 #endif
 

@@ -20,53 +20,22 @@
  * vector (whole 16-channel blocks, any rows), or the scalar loop (channel
  * edges, int32 output).
  *
- * Detection (npu_est_amx_available): CPUID's amx-tile and amx-int8, the OS's
- * XTILECFG/XTILEDATA state in XCR0, and the kernel's permission for the
- * process (arch_prctl ARCH_REQ_XCOMP_PERM), once. SLUICE_SIMD forcing any
- * level turns it off (every forced level is below AMX). */
-#include <cpuid.h>
+ * Detection (npu_est_amx_available): sl_cpu_features' amx (CPUID's amx-tile
+ * and amx-int8, the OS's XTILECFG/XTILEDATA state in XCR0, and the process
+ * granted the tile data state), as for the NPU's AMX GEMM; SLUICE_SIMD
+ * forcing a lower level turns it off. */
 #include <immintrin.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "common.h"
 #include "npu_est.h"
 
 #define AI static inline __attribute__((always_inline))
 
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-static int g_amx;
-static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
-
-static void amx_detect(void)
-{
-    const char *force = getenv("SLUICE_SIMD");
-    if ((force && *force) || !sl_cpu_features()->avx512)
-        return;
-    unsigned a, b, c, d;
-    if (__get_cpuid_max(0, NULL) < 7)
-        return;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (!((d >> 24) & 1) || !((d >> 25) & 1)) /* amx-tile, amx-int8 */
-        return;
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & (3u << 17)) != (3u << 17)) /* XTILECFG, XTILEDATA */
-        return;
-    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
-        return;
-    g_amx = 1;
-}
-
 int npu_est_amx_available(void)
 {
-    pthread_once(&g_amx_once, amx_detect);
-    return g_amx;
+    return sl_cpu_features()->amx;
 }
 
 void npu_est_amx_prep(const int8_t *a, uint32_t m, uint32_t k, uint32_t k4, uint8_t *out)

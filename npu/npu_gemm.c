@@ -38,7 +38,7 @@ int npu_kernel_available(enum npu_kernel k)
         return SLUICE_KERNELS_X86 && f->avxvnni;
     case NPU_KERNEL_AMX:
 #if SLUICE_KERNELS_AMX
-        return f->amx && npu_amx_permitted();
+        return f->amx;
 #else
         return 0;
 #endif

@@ -23,35 +23,16 @@
  * tile state outlives a call. With m < 16 the A and C tiles have m rows.
  *
  * The OS must grant the tile data state to the process first
- * (arch_prctl(ARCH_REQ_XCOMP_PERM)): npu_amx_permitted asks once; refused,
- * the kernel is unavailable and the VNNI kernel is the best. */
+ * (arch_prctl(ARCH_REQ_XCOMP_PERM)): sl_cpu_features asks once, and its amx
+ * is 0 when refused; then the kernel is unavailable and the VNNI kernel is
+ * the best. */
 #include <immintrin.h>
-#include <pthread.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "common.h"
 #include "npu_gemm_internal.h"
 
 #define AI static inline __attribute__((always_inline))
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-static int g_permitted;
-static pthread_once_t g_perm_once = PTHREAD_ONCE_INIT;
-
-static void request_perm(void)
-{
-    g_permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-}
-
-int npu_amx_permitted(void)
-{
-    pthread_once(&g_perm_once, request_perm);
-    return g_permitted;
-}
 
 struct tilecfg {
     uint8_t palette, start_row, reserved[14];

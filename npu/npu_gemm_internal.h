@@ -134,10 +134,6 @@ npu_pack_fn npu_pack_avx512vnni;
 npu_quant_fn npu_quant_avx512;
 npu_absmax_fn npu_absmax_avx512;
 
-/* 1 once the OS granted this process the AMX tile data state
- * (arch_prctl(ARCH_REQ_XCOMP_PERM), asked once; npu_gemm_amx.c). */
-int npu_amx_permitted(void);
-
 /* The ops of a kernel (scalar when the kernel is not compiled in). */
 const struct npu_kernel_ops *npu_kernel_ops(enum npu_kernel k);
 

@@ -177,7 +177,8 @@ struct sl_cpu_features {
     int avx512;        /* F+BW+VL+DQ and OS support for ZMM */
     int avx512vnni;
     int avxvnni;       /* the VEX-encoded VNNI of Alder Lake and later */
-    int amx;           /* AMX-TILE + AMX-INT8 (with AVX-512 VNNI) and OS support for tiles */
+    int amx;           /* AMX-TILE + AMX-INT8 (with AVX-512 VNNI), OS support for tiles, and
+                        * the process granted the tile data state (asked at detection) */
     int neon;
 };
 
