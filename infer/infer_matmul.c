@@ -152,6 +152,11 @@ void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
         infer_matmul_rows_avx2(y, ldy, x, ldx, n, w, ldw, cols, r0, r1);
         return;
     }
+    if (tile == infer_matmul_tile_avx512 && wt == INFER_W_F32 && n >= 1 &&
+        n <= INFER_MATMUL_ROWS_MAX) {
+        infer_matmul_rows_avx512(y, ldy, x, ldx, n, w, ldw, cols, r0, r1);
+        return;
+    }
 #endif
     /* A block of w rows (about 128 KiB, so it stays in L2) meets every x row
      * before the next block is read: w crosses the memory bus once per call.
