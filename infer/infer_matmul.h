@@ -90,6 +90,11 @@ void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
 /* NN: y[i][c] for i < n, c < cols. */
 void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p, size_t ldp,
                      const float *v, size_t ldv, uint32_t n, uint32_t T, uint32_t cols);
+/* The same, the sums resuming from y's values (a sum over keys in two
+ * calls, the second with the keys that follow: the bits of one call). */
+void infer_matmul_nn_resume(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p,
+                            size_t ldp, const float *v, size_t ldv, uint32_t n, uint32_t T,
+                            uint32_t cols);
 
 /* The contiguous NT case (a linear layer: ldx = ldw = cols, ldy = rows). */
 void infer_matmul_linear_kernel(enum infer_matmul_kernel k, float *y, const float *x, const void *w,
