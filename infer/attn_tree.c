@@ -8,9 +8,9 @@
  * [0, base + n) come from one matmul (each key read once for the tree: the
  * few-rows kernel), each row's list scores are packed in place (the shared
  * slots, then its ancestors in order) and go through the same softmax
- * steps; for the values, each kv head's shared slots are copied once into
- * a buffer, a row's ancestors written after them, and one probabilities x
- * values matmul runs for all the query heads of that kv head.
+ * steps; for the values, one probabilities x values matmul over the
+ * shared slots in place runs for all the query heads of a kv head, then
+ * resumes over the row's ancestors gathered into a buffer.
  *
  * The arithmetic is infer_attn_list's: every score is its own dot product
  * (the kernels give a row's bits whatever the batch), the softmax runs over
@@ -90,23 +90,25 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
             infer_softmax_scaled(k, a, len, sq);
         }
     }
-    /* values: per kv head, the shared slots once, then each row's ancestors */
+    /* values: per kv head and row, the shared slots read in place, then the
+     * row's ancestors gathered, the sum resumed over them (the bits of one
+     * sum over the list) */
     for (uint32_t g = h0 / kv_mul; g * kv_mul < h1; g++) {
         uint32_t ha = g * kv_mul > h0 ? g * kv_mul : h0;
         uint32_t hb = (g + 1) * kv_mul < h1 ? (g + 1) * kv_mul : h1;
         const float *vh = vc + (size_t)g * hs;
         float *vb = vbs + (size_t)(g - goff) * T * hs;
-        for (uint32_t t = 0; t < base; t++)
-            memcpy(vb + (size_t)t * hs, vh + t * kv_dim, sizeof(float) * hs);
         for (uint32_t i = 0; i < n; i++) {
             const uint32_t *ai = anc + (size_t)i * (n + 1);
             for (uint32_t j = 0; j < depth[i]; j++)
-                memcpy(vb + (size_t)(base + j) * hs, vh + (size_t)(base + ai[j]) * kv_dim,
+                memcpy(vb + (size_t)j * hs, vh + (size_t)(base + ai[j]) * kv_dim,
                        sizeof(float) * hs);
             /* the heads [ha, hb) of row i: probabilities at stride n * T */
-            infer_matmul_nn(k, out + (size_t)i * qdim + (size_t)ha * hs, hs,
-                            s + ((size_t)(ha - hoff) * n + i) * T, (size_t)n * T, vb, hs, hb - ha,
-                            base + depth[i], hs);
+            float *oi = out + (size_t)i * qdim + (size_t)ha * hs;
+            const float *pi = s + ((size_t)(ha - hoff) * n + i) * T;
+            infer_matmul_nn(k, oi, hs, pi, (size_t)n * T, vh, kv_dim, hb - ha, base, hs);
+            infer_matmul_nn_resume(k, oi, hs, pi + base, (size_t)n * T, vb, hs, hb - ha, depth[i],
+                                   hs);
         }
     }
     free(own);

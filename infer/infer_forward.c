@@ -155,7 +155,7 @@ static int rows_attention(void *ctx, int layer, struct sl_err *err)
     if (s->dev && s->attn == &infer_attention_dense && !s->split_work && nkv >= 2 &&
         work >= least) {
         if (!s->att_dev &&
-            !(s->att_dev = sl_malloc(sizeof(float) * INFER_ATT_ROWS * c->seq_len))) {
+            !(s->att_dev = sl_alloc_aligned(sizeof(float) * INFER_ATT_ROWS * c->seq_len, 64))) {
             sl_err_set(err, "out of memory for the attention's scratch");
             return -ENOMEM;
         }
@@ -302,9 +302,9 @@ static int tree_scratch(const struct format_config *c, struct infer_state *s,
     if (s->tree_cap < need) {
         size_t most = infer_attn_tree_floats(c, vis->n, c->seq_len);
         size_t cap = need + need / 2 < most ? need + need / 2 : most;
-        free(s->tree);
+        sl_free_aligned(s->tree);
         s->tree_cap = 0;
-        if (!(s->tree = sl_malloc(sizeof(float) * cap))) {
+        if (!(s->tree = sl_alloc_aligned(sizeof(float) * cap, 64))) {
             sl_err_set(err, "out of memory for a draft tree's attention scores (%zu floats)", cap);
             return -ENOMEM;
         }

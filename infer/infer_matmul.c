@@ -152,6 +152,11 @@ void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
         infer_matmul_rows_avx2(y, ldy, x, ldx, n, w, ldw, cols, r0, r1);
         return;
     }
+    if (tile == infer_matmul_tile_avx512 && wt == INFER_W_F32 && n >= 1 &&
+        n <= INFER_MATMUL_ROWS_MAX) {
+        infer_matmul_rows_avx512(y, ldy, x, ldx, n, w, ldw, cols, r0, r1);
+        return;
+    }
 #endif
     /* A block of w rows (about 128 KiB, so it stays in L2) meets every x row
      * before the next block is read: w crosses the memory bus once per call.
@@ -172,8 +177,8 @@ void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
     }
 }
 
-void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p, size_t ldp,
-                     const float *v, size_t ldv, uint32_t n, uint32_t T, uint32_t cols)
+static void nn_blocks(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p, size_t ldp,
+                      const float *v, size_t ldv, uint32_t n, uint32_t T, uint32_t cols, int add)
 {
     infer_matmul_nn_fn *nn = nn_fn(k);
     /* Keys in blocks of about 32 KiB of values, each block met by every
@@ -189,11 +194,24 @@ void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
         for (uint32_t i = 0; i < n; i += INFER_MATMUL_MR) {
             uint32_t mr = n - i < INFER_MATMUL_MR ? n - i : INFER_MATMUL_MR;
             nn(y + i * ldy, ldy, p + i * ldp + t0, ldp, mr, v + (size_t)t0 * ldv, ldv, nt, cols,
-               t0 > 0);
+               add || t0 > 0);
         }
         if (nt == 0)
             break;
     }
+}
+
+void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p, size_t ldp,
+                     const float *v, size_t ldv, uint32_t n, uint32_t T, uint32_t cols)
+{
+    nn_blocks(k, y, ldy, p, ldp, v, ldv, n, T, cols, 0);
+}
+
+void infer_matmul_nn_resume(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p,
+                            size_t ldp, const float *v, size_t ldv, uint32_t n, uint32_t T,
+                            uint32_t cols)
+{
+    nn_blocks(k, y, ldy, p, ldp, v, ldv, n, T, cols, 1);
 }
 
 void infer_matmul_linear_kernel(enum infer_matmul_kernel k, float *y, const float *x, const void *w,

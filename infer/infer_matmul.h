@@ -65,6 +65,11 @@ infer_matmul_tile_fn infer_matmul_tile_avx512;
 #define INFER_MATMUL_ROWS_MAX 16
 void infer_matmul_rows_avx2(float *y, size_t ldy, const float *x, size_t ldx, uint32_t n,
                             const float *w, size_t ldw, uint32_t cols, uint32_t r0, uint32_t r1);
+/* The same with the AVX-512 tile's arithmetic (infer_matmul_rows_avx512.c),
+ * 8 x rows per pass: infer_matmul_nt takes it where the AVX-512 kernel is
+ * the one in use. */
+void infer_matmul_rows_avx512(float *y, size_t ldy, const float *x, size_t ldx, uint32_t n,
+                              const float *w, size_t ldw, uint32_t cols, uint32_t r0, uint32_t r1);
 infer_matmul_nn_fn infer_matmul_nn_scalar;
 infer_matmul_nn_fn infer_matmul_nn_avx2;
 infer_matmul_nn_fn infer_matmul_nn_avx512;
@@ -85,6 +90,11 @@ void infer_matmul_nt(enum infer_matmul_kernel k, float *y, size_t ldy, const flo
 /* NN: y[i][c] for i < n, c < cols. */
 void infer_matmul_nn(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p, size_t ldp,
                      const float *v, size_t ldv, uint32_t n, uint32_t T, uint32_t cols);
+/* The same, the sums resuming from y's values (a sum over keys in two
+ * calls, the second with the keys that follow: the bits of one call). */
+void infer_matmul_nn_resume(enum infer_matmul_kernel k, float *y, size_t ldy, const float *p,
+                            size_t ldp, const float *v, size_t ldv, uint32_t n, uint32_t T,
+                            uint32_t cols);
 
 /* The contiguous NT case (a linear layer: ldx = ldw = cols, ldy = rows). */
 void infer_matmul_linear_kernel(enum infer_matmul_kernel k, float *y, const float *x, const void *w,

@@ -272,15 +272,18 @@ int infer_state_create(const struct infer_model *m, uint32_t max_batch, struct i
     size_t widest = wide > c->hidden_dim ? wide : c->hidden_dim;
     size_t nb = max_batch;
     s->max_batch = max_batch;
-    s->x = sl_malloc(nb * c->dim * sizeof(float));
-    s->xb = sl_malloc(nb * wide * sizeof(float));
-    s->q = sl_malloc(nb * q * sizeof(float));
-    s->k = sl_malloc(nb * kv * sizeof(float));
-    s->v = sl_malloc(nb * kv * sizeof(float));
-    s->att_out = sl_malloc(nb * q * sizeof(float));
-    s->att = sl_malloc((size_t)INFER_ATT_ROWS * c->seq_len * sizeof(float));
-    s->hb = sl_malloc(nb * c->hidden_dim * sizeof(float));
-    s->hb2 = sl_malloc(nb * c->hidden_dim * sizeof(float));
+    /* 64-byte aligned: malloc gives 16 (a large block is mmap'ed behind a
+     * 16-byte header), and then every 64-byte vector load of an activation
+     * row by the AVX-512 kernels splits a cache line */
+    s->x = sl_alloc_aligned(nb * c->dim * sizeof(float), 64);
+    s->xb = sl_alloc_aligned(nb * wide * sizeof(float), 64);
+    s->q = sl_alloc_aligned(nb * q * sizeof(float), 64);
+    s->k = sl_alloc_aligned(nb * kv * sizeof(float), 64);
+    s->v = sl_alloc_aligned(nb * kv * sizeof(float), 64);
+    s->att_out = sl_alloc_aligned(nb * q * sizeof(float), 64);
+    s->att = sl_alloc_aligned((size_t)INFER_ATT_ROWS * c->seq_len * sizeof(float), 64);
+    s->hb = sl_alloc_aligned(nb * c->hidden_dim * sizeof(float), 64);
+    s->hb2 = sl_alloc_aligned(nb * c->hidden_dim * sizeof(float), 64);
     s->xq = sl_alloc_aligned(nb * widest, 64);
     s->pos = sl_malloc(nb * sizeof *s->pos);
     if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->att || !s->hb ||
@@ -298,17 +301,17 @@ void infer_state_destroy(struct infer_state *s)
     if (!s)
         return;
     infer_kv_destroy(s->kv);
-    free(s->x);
-    free(s->xb);
-    free(s->q);
-    free(s->k);
-    free(s->v);
-    free(s->att_out);
-    free(s->att);
-    free(s->att_dev);
-    free(s->tree);
-    free(s->hb);
-    free(s->hb2);
+    sl_free_aligned(s->x);
+    sl_free_aligned(s->xb);
+    sl_free_aligned(s->q);
+    sl_free_aligned(s->k);
+    sl_free_aligned(s->v);
+    sl_free_aligned(s->att_out);
+    sl_free_aligned(s->att);
+    sl_free_aligned(s->att_dev);
+    sl_free_aligned(s->tree);
+    sl_free_aligned(s->hb);
+    sl_free_aligned(s->hb2);
     sl_free_aligned(s->xq);
     free(s->pos);
     free(s->clip_row);

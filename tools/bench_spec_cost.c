@@ -146,10 +146,12 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
         double one = bench_spec_stat(t, runs, 1);
         if (m) /* the graphs and the layer's prefill are the int8 path's */
             graph_cost(infer_session_model(s), c->seq_len < 256 ? c->seq_len : 256, j, json);
+        /* a model without int8 linears (an F32 import) runs the float path */
+        const char *res = !m ? "packed" : infer_model_is_quantized(m) ? "int8" : "float";
         if (!json)
-            printf("context %u, %s resident: one forward, ms (median / min over %u runs)\n", ctx,
-                   m ? "int8" : "packed", runs);
-        cJSON_AddStringToObject(j, "resident", m ? "int8" : "packed");
+            printf("context %u, %s weights: one forward, ms (median / min over %u runs)\n", ctx,
+                   res, runs);
+        cJSON_AddStringToObject(j, "resident", res);
         for (int k = 0; k < 4; k++) {
             double md = bench_spec_stat(t + k * runs, runs, 1),
                    mn = bench_spec_stat(t + k * runs, runs, 0);

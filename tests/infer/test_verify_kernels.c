@@ -5,6 +5,10 @@
  *   scalar reference of the AVX2 tile's arithmetic (8 FMA lanes from zero,
  *   the column tail as zeros, lanes j + j+4, then j + j+2, then 0 + 1) and
  *   against the one-row tile; strides, row ranges and column tails;
+ * - the few-rows AVX-512 float kernel (infer_matmul_rows_avx512) the same
+ *   way, against the AVX-512 tile's arithmetic (16 FMA lanes from zero, then
+ *   lanes j + j+8, j + j+4, j + j+2, 0 + 1: _mm512_reduce_add_ps) and its
+ *   one-row tile;
  * - infer_matmul_nt for 1..16 rows against one call per row (any kernel);
  * - tree attention (infer_attn_tree) against infer_attn_list run on each
  *   row's visible slots, for random trees, contexts and head ranges, with
@@ -43,19 +47,35 @@ static float dot_avx2_order(const float *x, const float *w, uint32_t cols)
     return t0 + t1;
 }
 
+/* The AVX-512 tile's dot product, one operation at a time. */
+static float dot_avx512_order(const float *x, const float *w, uint32_t cols)
+{
+    float lane[16] = {0};
+    for (uint32_t c = 0; c < cols; c += 16)
+        for (uint32_t j = 0; j < 16; j++) {
+            float a = c + j < cols ? x[c + j] : 0.0f, b = c + j < cols ? w[c + j] : 0.0f;
+            lane[j] = fmaf(a, b, lane[j]);
+        }
+    for (uint32_t h = 8; h; h /= 2)
+        for (uint32_t j = 0; j < h; j++)
+            lane[j] = lane[j] + lane[j + h];
+    return lane[0];
+}
+
 static int same_bits(float a, float b)
 {
     return !memcmp(&a, &b, sizeof a);
 }
 
-static void test_rows_kernel(void **st)
-{
-    (void)st;
 #if defined(__x86_64__) || defined(__i386__)
-    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX2)) {
-        fprintf(stderr, "no AVX2 here: the few-rows kernel is not tested\n");
-        skip();
-    }
+typedef void rows_fn(float *y, size_t ldy, const float *x, size_t ldx, uint32_t n, const float *w,
+                     size_t ldw, uint32_t cols, uint32_t r0, uint32_t r1);
+
+/* A few-rows kernel against its tile's arithmetic (dot) and its one-row
+ * tile, on random shapes. */
+static void rows_kernel_check(rows_fn *rows, float (*dot)(const float *, const float *, uint32_t),
+                              infer_matmul_tile_fn *one_tile)
+{
     enum { MAXN = INFER_MATMUL_ROWS_MAX, MAXR = 40, MAXC = 300, PAD = 5 };
     float *x = malloc(sizeof(float) * MAXN * (MAXC + PAD));
     float *w = malloc(sizeof(float) * MAXR * (MAXC + PAD));
@@ -64,7 +84,8 @@ static void test_rows_kernel(void **st)
     assert_true(x && w && y && one);
     for (int it = 0; it < 400; it++) {
         uint32_t n = 1 + test_rng_below(&rng, MAXN), R = 1 + test_rng_below(&rng, MAXR);
-        uint32_t C = 1 + test_rng_below(&rng, MAXC);
+        /* every other shape short (attention scores: a head's columns) */
+        uint32_t C = 1 + test_rng_below(&rng, it % 2 ? MAXC : 80);
         size_t ldx = C + test_rng_below(&rng, PAD), ldw = C + test_rng_below(&rng, PAD);
         size_t ldy = R + test_rng_below(&rng, PAD);
         uint32_t r0 = test_rng_below(&rng, R), r1 = r0 + 1 + test_rng_below(&rng, R - r0);
@@ -75,7 +96,7 @@ static void test_rows_kernel(void **st)
                 x[c] = (c & 1) ? -0.0f : 0.0f;
         for (size_t i = 0; i < (size_t)n * ldy; i++)
             y[i] = -9.0f;
-        infer_matmul_rows_avx2(y, ldy, x, ldx, n, w, ldw, C, r0, r1);
+        rows(y, ldy, x, ldx, n, w, ldw, C, r0, r1);
         for (uint32_t i = 0; i < n; i++)
             for (uint32_t r = 0; r < ldy; r++) {
                 float got = y[i * ldy + r];
@@ -85,9 +106,8 @@ static void test_rows_kernel(void **st)
                                  r0, r1);
                     continue;
                 }
-                float ref = dot_avx2_order(x + i * ldx, w + r * ldw, C);
-                infer_matmul_tile_avx2(one, 1, x + i * ldx, ldx, 1, w + r * ldw, ldw, 1, C,
-                                       INFER_W_F32);
+                float ref = dot(x + i * ldx, w + r * ldw, C);
+                one_tile(one, 1, x + i * ldx, ldx, 1, w + r * ldw, ldw, 1, C, INFER_W_F32);
                 if (!same_bits(got, ref) || !same_bits(got, one[0]))
                     fail_msg("n=%u R=%u C=%u [%u][%u]: %a, reference %a, one-row tile %a", n, R, C,
                              i, r, (double)got, (double)ref, (double)one[0]);
@@ -97,8 +117,35 @@ static void test_rows_kernel(void **st)
     free(w);
     free(y);
     free(one);
+}
+#endif
+
+static void test_rows_kernel(void **st)
+{
+    (void)st;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX2)) {
+        fprintf(stderr, "no AVX2 here: the few-rows kernel is not tested\n");
+        skip();
+    }
+    rows_kernel_check(infer_matmul_rows_avx2, dot_avx2_order, infer_matmul_tile_avx2);
 #else
     fprintf(stderr, "not x86: the few-rows AVX2 kernel is not built\n");
+    skip();
+#endif
+}
+
+static void test_rows_kernel_avx512(void **st)
+{
+    (void)st;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+        fprintf(stderr, "no AVX-512 here: the few-rows AVX-512 kernel is not tested\n");
+        skip();
+    }
+    rows_kernel_check(infer_matmul_rows_avx512, dot_avx512_order, infer_matmul_tile_avx512);
+#else
+    fprintf(stderr, "not x86: the few-rows AVX-512 kernel is not built\n");
     skip();
 #endif
 }
@@ -240,6 +287,7 @@ int main(void)
     test_rng_init(&rng, seed);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_kernel),
+        cmocka_unit_test(test_rows_kernel_avx512),
         cmocka_unit_test(test_nt_rows_invariant),
         cmocka_unit_test(test_tree_attention),
     };
