@@ -103,6 +103,65 @@ static void test_rows_kernel(void **st)
 #endif
 }
 
+/* The AVX-512 tile's full 4 x 4 case (its 16 sums reduced together) gives
+ * each sum the bits of a 1 x 1 tile (_mm512_reduce_add_ps): F32, F16 and
+ * BF16 weights, column counts with and without a tail, strides. */
+static void test_tile_avx512_4x4(void **st)
+{
+    (void)st;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+        fprintf(stderr, "no AVX-512 here: the AVX-512 tile is not run\n");
+        skip();
+    }
+    enum { MAXC = 200, PAD = 5 };
+    float *x = malloc(sizeof(float) * 4 * (MAXC + PAD));
+    float *wf = malloc(sizeof(float) * 4 * (MAXC + PAD));
+    uint16_t *wh = malloc(sizeof(uint16_t) * 4 * (MAXC + PAD));
+    float *y = malloc(sizeof(float) * 4 * (4 + PAD)), one[1];
+    assert_true(x && wf && wh && y);
+    for (int it = 0; it < 600; it++) {
+        uint32_t wt = (uint32_t)(it % 3); /* INFER_W_F32, _F16, _BF16 */
+        uint32_t C = 1 + test_rng_below(&rng, MAXC);
+        size_t ldx = C + test_rng_below(&rng, PAD), ldw = C + test_rng_below(&rng, PAD);
+        size_t ldy = 4 + test_rng_below(&rng, PAD);
+        fill(x, 4 * ldx, 1.0f);
+        fill(wf, 4 * ldw, 0.5f);
+        if (it % 7 == 0) /* exact and signed zeros */
+            for (uint32_t c = 0; c < C; c += 3)
+                x[c] = (c & 1) ? -0.0f : 0.0f;
+        for (size_t i = 0; i < 4 * ldw; i++)
+            wh[i] = wt == INFER_W_F16 ? sl_f32_to_f16(wf[i]) : sl_f32_to_bf16(wf[i]);
+        const void *w = wt == INFER_W_F32 ? (const void *)wf : (const void *)wh;
+        size_t esz = wt == INFER_W_F32 ? 4 : 2;
+        for (size_t i = 0; i < 4 * ldy; i++)
+            y[i] = -9.0f;
+        infer_matmul_tile_avx512(y, ldy, x, ldx, 4, w, ldw, 4, C, wt);
+        for (uint32_t a = 0; a < 4; a++)
+            for (uint32_t b = 0; b < ldy; b++) {
+                float got = y[a * ldy + b];
+                if (b >= 4) {
+                    if (got != -9.0f)
+                        fail_msg("wt %u C=%u: [%u][%u] outside the tile written", wt, C, a, b);
+                    continue;
+                }
+                infer_matmul_tile_avx512(one, 1, x + a * ldx, ldx, 1,
+                                         (const char *)w + b * ldw * esz, ldw, 1, C, wt);
+                if (!same_bits(got, one[0]))
+                    fail_msg("wt %u C=%u [%u][%u]: %a, 1 x 1 tile %a", wt, C, a, b, (double)got,
+                             (double)one[0]);
+            }
+    }
+    free(x);
+    free(wf);
+    free(wh);
+    free(y);
+#else
+    fprintf(stderr, "not x86: the AVX-512 tile is not built\n");
+    skip();
+#endif
+}
+
 /* Through the dispatcher: n rows at once equal n calls of one row. */
 static void test_nt_rows_invariant(void **st)
 {
@@ -240,6 +299,7 @@ int main(void)
     test_rng_init(&rng, seed);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_kernel),
+        cmocka_unit_test(test_tile_avx512_4x4),
         cmocka_unit_test(test_nt_rows_invariant),
         cmocka_unit_test(test_tree_attention),
     };
