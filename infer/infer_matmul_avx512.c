@@ -261,6 +261,23 @@ float infer_exp_sum_avx512(float *a, uint32_t n, float sub)
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
+/* ---- SwiGLU: infer_op_swiglu's arithmetic, 16 lanes ------------------------------------ */
+
+void infer_swiglu_avx512(float *h, const float *g, const float *u, size_t n)
+{
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+        /* -g (a sign flip, as C's unary minus), then exp(-g - 0) as infer_exp_sum does */
+        __m512 ng = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gv), sign));
+        __m512 e = exp16(_mm512_sub_ps(ng, zero));
+        __m512 v = _mm512_mul_ps(gv, _mm512_div_ps(one, _mm512_add_ps(one, e)));
+        _mm512_mask_storeu_ps(h + i, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
 /* ---- softmax scaling: infer_div_max_scalar's definition, 16 lanes -------------------------- */
 
 float infer_div_max_avx512(float *a, uint32_t n, float d)

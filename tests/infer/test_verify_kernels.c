@@ -162,6 +162,63 @@ static void test_tile_avx512_4x4(void **st)
 #endif
 }
 
+/* infer_swiglu_avx512 (one pass) against infer_op_swiglu's generic arithmetic
+ * with the AVX-512 exp (-g into a buffer, infer_exp_sum of it minus 0, then
+ * g * (1 / (1 + e)) * u), bit for bit: lengths with tails, large, tiny,
+ * signed-zero, infinite and NaN inputs; and infer_op_swiglu, which
+ * dispatches to it here, gives the same bits. */
+static void test_swiglu_avx512(void **st)
+{
+    (void)st;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+        fprintf(stderr, "no AVX-512 here: the AVX-512 SwiGLU is not run\n");
+        skip();
+    }
+    enum { MAXN = 700 };
+    float *g = malloc(sizeof(float) * MAXN), *u = malloc(sizeof(float) * MAXN);
+    float *h = malloc(sizeof(float) * (MAXN + 1)), *h2 = malloc(sizeof(float) * (MAXN + 1));
+    float *ref = malloc(sizeof(float) * MAXN), *e = malloc(sizeof(float) * MAXN);
+    assert_true(g && u && h && h2 && ref && e);
+    static const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.5f, -88.5f,
+                                     87.0f, -87.0f, 1e-30f, -1e-30f, 200.0f, -200.0f};
+    for (int it = 0; it < 300; it++) {
+        uint32_t n = 1 + test_rng_below(&rng, MAXN);
+        float scale = it % 3 == 0 ? 30.0f : 3.0f;
+        fill(g, n, scale);
+        fill(u, n, 1.0f);
+        if (it % 4 == 0)
+            for (uint32_t i = 0; i < n; i += 5)
+                g[i] = specials[test_rng_below(&rng, sizeof specials / sizeof specials[0])];
+        for (uint32_t i = 0; i < n; i++)
+            e[i] = -g[i];
+        (void)infer_exp_sum(INFER_MATMUL_AVX512, e, n, 0.0f);
+        for (uint32_t i = 0; i < n; i++) {
+            float val = g[i];
+            val *= 1.0f / (1.0f + e[i]);
+            ref[i] = val * u[i];
+        }
+        h[n] = h2[n] = -5.0f;
+        infer_swiglu_avx512(h, g, u, n);
+        infer_op_swiglu(h2, g, u, n);
+        for (uint32_t i = 0; i < n; i++)
+            if (!same_bits(h[i], ref[i]) || !same_bits(h2[i], ref[i]))
+                fail_msg("n=%u [%u]: g %a: %a, op %a, generic %a", n, i, (double)g[i],
+                         (double)h[i], (double)h2[i], (double)ref[i]);
+        assert_true(h[n] == -5.0f && h2[n] == -5.0f);
+    }
+    free(g);
+    free(u);
+    free(h);
+    free(h2);
+    free(ref);
+    free(e);
+#else
+    fprintf(stderr, "not x86: the AVX-512 SwiGLU is not built\n");
+    skip();
+#endif
+}
+
 /* Through the dispatcher: n rows at once equal n calls of one row. */
 static void test_nt_rows_invariant(void **st)
 {
@@ -300,6 +357,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_kernel),
         cmocka_unit_test(test_tile_avx512_4x4),
+        cmocka_unit_test(test_swiglu_avx512),
         cmocka_unit_test(test_nt_rows_invariant),
         cmocka_unit_test(test_tree_attention),
     };
