@@ -127,6 +127,12 @@ infer_exp_sum_fn infer_exp_sum_avx2;
 infer_exp_sum_fn infer_exp_sum_avx512;
 float infer_exp_sum(enum infer_matmul_kernel k, float *a, uint32_t n, float sub);
 
+/* SwiGLU, h[i] = g[i] * (1 / (1 + exp(-g[i]))) * u[i] for i < n, exp being
+ * infer_exp_sum_avx512's (of -g minus 0): the bits infer_op_swiglu's generic
+ * path gives with the AVX-512 kernel, in one pass (IEEE division and
+ * products, no FMA in the three steps). x86 with AVX-512F only. */
+void infer_swiglu_avx512(float *h, const float *g, const float *u, size_t n);
+
 /* Softmax scaling: a[t] = a[t] / d for t < n (IEEE division, lane by lane);
  * returns the largest of the results (-INFINITY if n is 0): a value wins
  * only if strictly greater, so NaN never does. The maximum is kept in 16

@@ -25,6 +25,46 @@ static inline __attribute__((always_inline)) __m512 load_w(const void *w, size_t
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16 */
 }
 
+/* The 16 sums of a full 4 x 4 tile with the additions of
+ * _mm512_reduce_add_ps (lane i + i+8, then j + j+4, then k + k+2, then
+ * 0 + 1; float addition commutes exactly), but on four vectors at once at
+ * every level: 15 adds and 30 shuffles instead of 16 separate reductions of
+ * 7 shuffles and 4 adds each. With head_dim 64 the attention scores are
+ * 4 FMAs per accumulator, so the reductions were most of the tile's work.
+ * v[4b + a] = acc[a][b], so that 128-bit lane a of the result is y[a][0..3]. */
+static inline __attribute__((always_inline)) void reduce_store_4x4(float *y, size_t ldy,
+                                                                   __m512 acc[4][4])
+{
+    __m512 v[16], w[8], z[4], u[2];
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++)
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++)
+            v[4 * b + a] = acc[a][b];
+    /* w[p]: lanes 0-7 v[2p][i] + v[2p][i+8], lanes 8-15 the same of v[2p+1] */
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++)
+        w[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
+    /* z[q]: 128-bit lane m holds v[4q + m]'s four sums j + j+4 */
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++)
+        z[q] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * q], w[2 * q + 1], 0x88),
+                             _mm512_shuffle_f32x4(w[2 * q], w[2 * q + 1], 0xDD));
+    /* u[h], lane L: k + k+2 (k = 0, 1) of v[8h + L], then of v[8h + 4 + L] */
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+        u[h] = _mm512_add_ps(_mm512_shuffle_ps(z[2 * h], z[2 * h + 1], 0x44),
+                             _mm512_shuffle_ps(z[2 * h], z[2 * h + 1], 0xEE));
+    /* r, lane L element m: the sum of v[4m + L] = acc[L][m] */
+    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x88),
+                             _mm512_shuffle_ps(u[0], u[1], 0xDD));
+    _mm_storeu_ps(y, _mm512_castps512_ps128(r));
+    _mm_storeu_ps(y + ldy, _mm512_extractf32x4_ps(r, 1));
+    _mm_storeu_ps(y + 2 * ldy, _mm512_extractf32x4_ps(r, 2));
+    _mm_storeu_ps(y + 3 * ldy, _mm512_extractf32x4_ps(r, 3));
+}
+
 static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, const float *x,
                                                        size_t ldx, const uint32_t mr, const void *w,
                                                        size_t ldw, const uint32_t nr, uint32_t cols,
@@ -67,6 +107,10 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
 #pragma GCC unroll 4
             for (uint32_t b = 0; b < nr; b++)
                 acc[a][b] = _mm512_fmadd_ps(xv[a], wv[b], acc[a][b]);
+    }
+    if (mr == 4 && nr == 4) {
+        reduce_store_4x4(y, ldy, acc);
+        return;
     }
 #pragma GCC unroll 4
     for (uint32_t a = 0; a < mr; a++)
@@ -217,6 +261,23 @@ float infer_exp_sum_avx512(float *a, uint32_t n, float sub)
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
+/* ---- SwiGLU: infer_op_swiglu's arithmetic, 16 lanes ------------------------------------ */
+
+void infer_swiglu_avx512(float *h, const float *g, const float *u, size_t n)
+{
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+        /* -g (a sign flip, as C's unary minus), then exp(-g - 0) as infer_exp_sum does */
+        __m512 ng = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gv), sign));
+        __m512 e = exp16(_mm512_sub_ps(ng, zero));
+        __m512 v = _mm512_mul_ps(gv, _mm512_div_ps(one, _mm512_add_ps(one, e)));
+        _mm512_mask_storeu_ps(h + i, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
 /* ---- softmax scaling: infer_div_max_scalar's definition, 16 lanes -------------------------- */
 
 float infer_div_max_avx512(float *a, uint32_t n, float d)
@@ -228,7 +289,15 @@ float infer_div_max_avx512(float *a, uint32_t n, float d)
         _mm512_mask_storeu_ps(a + t, m, x);
         acc = _mm512_mask_mov_ps(acc, m & _mm512_cmp_ps_mask(x, acc, _CMP_GT_OQ), x);
     }
-    float lanes[16];
-    _mm512_storeu_ps(lanes, acc);
-    return infer_div_max_reduce16(lanes);
+    /* infer_div_max_reduce16 in registers: lane i takes lane i + w where that
+     * is strictly greater (ordered: NaN never wins), w = 8, 4, 2, 1 */
+    __m512 o = _mm512_shuffle_f32x4(acc, acc, 0x4E); /* lanes i + 8 */
+    acc = _mm512_mask_mov_ps(acc, 0x00ff & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
+    o = _mm512_shuffle_f32x4(acc, acc, 0xB1); /* i + 4 */
+    acc = _mm512_mask_mov_ps(acc, 0x000f & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
+    o = _mm512_permute_ps(acc, 0x4E); /* i + 2 */
+    acc = _mm512_mask_mov_ps(acc, 0x0003 & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
+    o = _mm512_permute_ps(acc, 0xB1); /* i + 1 */
+    acc = _mm512_mask_mov_ps(acc, 0x0001 & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
+    return _mm512_cvtss_f32(acc);
 }

@@ -148,6 +148,12 @@ void infer_op_swiglu(float *h, const float *g, const float *u, size_t n)
     /* silu(g) = g / (1 + exp(-g)), with the softmax's exp (one definition,
      * the same bits on every kernel), in blocks that stay in L1 */
     enum infer_matmul_kernel k = infer_matmul_kernel_used();
+#if SLUICE_KERNELS_X86
+    if (k == INFER_MATMUL_AVX512 && infer_matmul_kernel_available(k)) {
+        infer_swiglu_avx512(h, g, u, n); /* the same arithmetic in one pass */
+        return;
+    }
+#endif
     float e[256];
     for (size_t i0 = 0; i0 < n; i0 += 256) {
         uint32_t nb = n - i0 < 256 ? (uint32_t)(n - i0) : 256;

@@ -520,8 +520,9 @@ int bench_serve(int argc, char **argv)
     int ret = parse(argc, argv, &o);
     if (ret)
         return ret > 0 ? 0 : 2;
-    if (serve_client_global_init() < 0) {
-        fprintf(stderr, "sluice bench serve: libcurl cannot start\n");
+    char dl_err[300];
+    if (serve_client_global_init(dl_err, sizeof dl_err) < 0) {
+        fprintf(stderr, "sluice bench serve: %s\n", dl_err);
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);

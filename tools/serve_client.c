@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "serve_client.h"
+#include "tools_dl.h"
 
 static double now_s(void)
 {
@@ -192,7 +193,16 @@ void serve_client_result_free(struct serve_client_result *r)
     memset(r, 0, sizeof *r);
 }
 
-int serve_client_global_init(void)
+int serve_client_global_init(char *err, size_t err_len)
 {
-    return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1;
+    struct sl_err e;
+    if (tools_dl_curl(&e) < 0) {
+        snprintf(err, err_len, "%s", e.msg);
+        return -1;
+    }
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        snprintf(err, err_len, "curl_global_init failed");
+        return -1;
+    }
+    return 0;
 }

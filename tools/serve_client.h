@@ -34,7 +34,8 @@ void serve_client_result_free(struct serve_client_result *r);
 int serve_client_get(const char *url, const char *api_key, struct serve_client_result *r,
                      char *err, size_t err_len);
 
-/* curl_global_init, once per process before threads start. */
-int serve_client_global_init(void);
+/* Loads libcurl (tools_dl.h) and calls curl_global_init, once per process
+ * before threads start; 0, or -1 with a sentence in err. */
+int serve_client_global_init(char *err, size_t err_len);
 
 #endif

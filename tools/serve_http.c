@@ -13,6 +13,7 @@
 
 #include "serve_api.h"
 #include "serve_http.h"
+#include "tools_dl.h"
 
 struct serve_http {
     struct serve_http_opts o;
@@ -299,6 +300,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 int serve_http_start(const struct serve_http_opts *o, struct serve_engine *e,
                      struct serve_metrics *m, struct serve_http **out, struct sl_err *err)
 {
+    int ret = tools_dl_mhd(err);
+    if (ret < 0)
+        return ret;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;

@@ -34,7 +34,8 @@ static void usage(FILE *f)
             "usage: sluice run MODEL [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "                  [--seed S] [--tokenizer FILE] [--json] [pipeline options]\n\n"
             "Generates text: prints the prompt and its continuation to stdout as tokens arrive,\n"
-            "and statistics (time to first token from process start, prefill and decode\n"
+            "and statistics (time to first token from main(), or from the execve when started\n"
+            "by `sluice bench coldstart` (SLUICE_EXEC_NS), prefill and decode\n"
             "tokens/s, peak RSS) to stderr; --json prints one JSON object on stdout instead.\n"
             "MODEL is a .sluice container, or a model `sluice import` reads (llama2.c .bin\n"
             "with --tokenizer, GGUF, a safetensors file or directory), imported to a\n"
@@ -128,7 +129,7 @@ struct run_opts {
 
 struct run_stats {
     uint32_t prompt_tokens, generated;
-    double ttft_s;    /* process start -> first generated token */
+    double ttft_s;    /* main() (or the bench's execve) -> first generated token */
     double prefill_s; /* the prompt's forward pass */
     double decode_s;  /* first generated token -> last */
     struct infer_pipeline_stats pipeline;

@@ -20,7 +20,10 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+extern char **environ;
 
 enum child_stage { STAGE_REDIRECT = 1, STAGE_EXEC };
 
@@ -47,9 +50,67 @@ static int to_devnull(int target)
     return ret;
 }
 
+/* The exec'ed child's environment: the parent's, less any SLUICE_EXEC_NS,
+ * plus SLUICE_EXEC_NS=<20 digits> that the child fills in just before execve
+ * (CLOCK_MONOTONIC ns, as sl_now_ns): `sluice` counts its time to first token
+ * from there, so that the exec and the dynamic loader count too. */
+#define EXEC_NS_KEY "SLUICE_EXEC_NS="
+#define EXEC_NS_DIGITS 20
+
+struct exec_env {
+    char **envp;
+    char *stamp; /* the entry "SLUICE_EXEC_NS=000..." */
+};
+
+static int exec_env_make(struct exec_env *x)
+{
+    size_t n = 0;
+    while (environ && environ[n])
+        n++;
+    x->envp = malloc((n + 2) * sizeof *x->envp);
+    x->stamp = malloc(sizeof EXEC_NS_KEY + EXEC_NS_DIGITS);
+    if (!x->envp || !x->stamp) {
+        free(x->envp);
+        free(x->stamp);
+        x->envp = NULL;
+        x->stamp = NULL;
+        return -ENOMEM;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], EXEC_NS_KEY, sizeof EXEC_NS_KEY - 1))
+            x->envp[k++] = environ[i];
+    memcpy(x->stamp, EXEC_NS_KEY, sizeof EXEC_NS_KEY - 1);
+    memset(x->stamp + sizeof EXEC_NS_KEY - 1, '0', EXEC_NS_DIGITS);
+    x->stamp[sizeof EXEC_NS_KEY - 1 + EXEC_NS_DIGITS] = 0;
+    x->envp[k++] = x->stamp;
+    x->envp[k] = NULL;
+    return 0;
+}
+
+static void exec_env_free(struct exec_env *x)
+{
+    free(x->envp);
+    free(x->stamp);
+    x->envp = NULL;
+    x->stamp = NULL;
+}
+
+/* Async-signal-safe: writes the clock into the stamp's digits. */
+static void exec_env_stamp(struct exec_env *x)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t v = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    char *d = x->stamp + sizeof EXEC_NS_KEY - 1;
+    for (int i = EXEC_NS_DIGITS - 1; i >= 0; i--, v /= 10)
+        d[i] = (char)('0' + v % 10);
+}
+
 /* The child's side: only async-signal-safe calls until fn or the exec (the
  * parent may have threads). Never returns. */
-static void child_main(const struct tools_child_opts *o, int go[2], int out[2], int rep[2])
+static void child_main(const struct tools_child_opts *o, struct exec_env *env, int go[2],
+                       int out[2], int rep[2])
 {
     /* the parent's ends: holding go's write end would keep the read below
      * from ever seeing the parent give up */
@@ -77,7 +138,8 @@ static void child_main(const struct tools_child_opts *o, int go[2], int out[2], 
         goto report;
     }
     if (o->path) {
-        execv(o->path, (char *const *)o->argv);
+        exec_env_stamp(env);
+        execve(o->path, (char *const *)o->argv, env->envp);
         rep_msg.stage = STAGE_EXEC;
         rep_msg.errnum = errno;
         goto report;
@@ -146,12 +208,17 @@ int tools_child_run(const struct tools_child_opts *o, struct tools_child_result 
     int go[2] = {-1, -1}, out[2] = {-1, -1}, rep[2] = {-1, -1};
     int ret, status;
     pid_t pid;
+    struct exec_env env = {NULL, NULL};
     if (!o->path == !o->fn || (o->path && !o->argv)) {
         sl_err_set(err, "tools_child_run: give either a path with argv or a function");
         return -EINVAL;
     }
     if (o->drop_caches && (ret = tools_drop_caches(err)) < 0)
         return ret;
+    if (o->path && (ret = exec_env_make(&env)) < 0) {
+        sl_err_set(err, "out of memory");
+        return ret;
+    }
     if (pipe2(go, O_CLOEXEC) < 0 || pipe2(rep, O_CLOEXEC) < 0 ||
         (o->capture && pipe2(out, O_CLOEXEC) < 0)) {
         ret = -errno;
@@ -168,7 +235,7 @@ int tools_child_run(const struct tools_child_opts *o, struct tools_child_result 
         goto fail;
     }
     if (pid == 0)
-        child_main(o, go, out, rep);
+        child_main(o, &env, go, out, rep);
     close_fd(&out[1]);
     close_fd(&rep[1]);
     if (o->cg && (ret = tools_cgroup_join(o->cg, pid, err)) < 0) {
@@ -226,12 +293,14 @@ int tools_child_run(const struct tools_child_opts *o, struct tools_child_result 
     r->peak_rss_mb = (double)ru.ru_maxrss / 1024.0; /* ru_maxrss is in KiB on Linux */
     close_fd(&out[0]);
     close_fd(&rep[0]);
+    exec_env_free(&env);
     return 0;
 fail_kill:
     kill(pid, SIGKILL);
 fail_child:
     (void)reap(pid, &status, NULL); /* the first error is the one to report */
 fail:
+    exec_env_free(&env);
     free(r->out);
     memset(r, 0, sizeof *r);
     close_fd(&go[0]);

@@ -150,6 +150,122 @@ static void test_rows_kernel_avx512(void **st)
 #endif
 }
 
+/* The AVX-512 tile's full 4 x 4 case (its 16 sums reduced together) gives
+ * each sum the bits of a 1 x 1 tile (_mm512_reduce_add_ps): F32, F16 and
+ * BF16 weights, column counts with and without a tail, strides. */
+static void test_tile_avx512_4x4(void **st)
+{
+    (void)st;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+        fprintf(stderr, "no AVX-512 here: the AVX-512 tile is not run\n");
+        skip();
+    }
+    enum { MAXC = 200, PAD = 5 };
+    float *x = malloc(sizeof(float) * 4 * (MAXC + PAD));
+    float *wf = malloc(sizeof(float) * 4 * (MAXC + PAD));
+    uint16_t *wh = malloc(sizeof(uint16_t) * 4 * (MAXC + PAD));
+    float *y = malloc(sizeof(float) * 4 * (4 + PAD)), one[1];
+    assert_true(x && wf && wh && y);
+    for (int it = 0; it < 600; it++) {
+        uint32_t wt = (uint32_t)(it % 3); /* INFER_W_F32, _F16, _BF16 */
+        uint32_t C = 1 + test_rng_below(&rng, MAXC);
+        size_t ldx = C + test_rng_below(&rng, PAD), ldw = C + test_rng_below(&rng, PAD);
+        size_t ldy = 4 + test_rng_below(&rng, PAD);
+        fill(x, 4 * ldx, 1.0f);
+        fill(wf, 4 * ldw, 0.5f);
+        if (it % 7 == 0) /* exact and signed zeros */
+            for (uint32_t c = 0; c < C; c += 3)
+                x[c] = (c & 1) ? -0.0f : 0.0f;
+        for (size_t i = 0; i < 4 * ldw; i++)
+            wh[i] = wt == INFER_W_F16 ? sl_f32_to_f16(wf[i]) : sl_f32_to_bf16(wf[i]);
+        const void *w = wt == INFER_W_F32 ? (const void *)wf : (const void *)wh;
+        size_t esz = wt == INFER_W_F32 ? 4 : 2;
+        for (size_t i = 0; i < 4 * ldy; i++)
+            y[i] = -9.0f;
+        infer_matmul_tile_avx512(y, ldy, x, ldx, 4, w, ldw, 4, C, wt);
+        for (uint32_t a = 0; a < 4; a++)
+            for (uint32_t b = 0; b < ldy; b++) {
+                float got = y[a * ldy + b];
+                if (b >= 4) {
+                    if (got != -9.0f)
+                        fail_msg("wt %u C=%u: [%u][%u] outside the tile written", wt, C, a, b);
+                    continue;
+                }
+                infer_matmul_tile_avx512(one, 1, x + a * ldx, ldx, 1,
+                                         (const char *)w + b * ldw * esz, ldw, 1, C, wt);
+                if (!same_bits(got, one[0]))
+                    fail_msg("wt %u C=%u [%u][%u]: %a, 1 x 1 tile %a", wt, C, a, b, (double)got,
+                             (double)one[0]);
+            }
+    }
+    free(x);
+    free(wf);
+    free(wh);
+    free(y);
+#else
+    fprintf(stderr, "not x86: the AVX-512 tile is not built\n");
+    skip();
+#endif
+}
+
+/* infer_swiglu_avx512 (one pass) against infer_op_swiglu's generic arithmetic
+ * with the AVX-512 exp (-g into a buffer, infer_exp_sum of it minus 0, then
+ * g * (1 / (1 + e)) * u), bit for bit: lengths with tails, large, tiny,
+ * signed-zero, infinite and NaN inputs; and infer_op_swiglu, which
+ * dispatches to it here, gives the same bits. */
+static void test_swiglu_avx512(void **st)
+{
+    (void)st;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+        fprintf(stderr, "no AVX-512 here: the AVX-512 SwiGLU is not run\n");
+        skip();
+    }
+    enum { MAXN = 700 };
+    float *g = malloc(sizeof(float) * MAXN), *u = malloc(sizeof(float) * MAXN);
+    float *h = malloc(sizeof(float) * (MAXN + 1)), *h2 = malloc(sizeof(float) * (MAXN + 1));
+    float *ref = malloc(sizeof(float) * MAXN), *e = malloc(sizeof(float) * MAXN);
+    assert_true(g && u && h && h2 && ref && e);
+    static const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.5f, -88.5f,
+                                     87.0f, -87.0f, 1e-30f, -1e-30f, 200.0f, -200.0f};
+    for (int it = 0; it < 300; it++) {
+        uint32_t n = 1 + test_rng_below(&rng, MAXN);
+        float scale = it % 3 == 0 ? 30.0f : 3.0f;
+        fill(g, n, scale);
+        fill(u, n, 1.0f);
+        if (it % 4 == 0)
+            for (uint32_t i = 0; i < n; i += 5)
+                g[i] = specials[test_rng_below(&rng, sizeof specials / sizeof specials[0])];
+        for (uint32_t i = 0; i < n; i++)
+            e[i] = -g[i];
+        (void)infer_exp_sum(INFER_MATMUL_AVX512, e, n, 0.0f);
+        for (uint32_t i = 0; i < n; i++) {
+            float val = g[i];
+            val *= 1.0f / (1.0f + e[i]);
+            ref[i] = val * u[i];
+        }
+        h[n] = h2[n] = -5.0f;
+        infer_swiglu_avx512(h, g, u, n);
+        infer_op_swiglu(h2, g, u, n);
+        for (uint32_t i = 0; i < n; i++)
+            if (!same_bits(h[i], ref[i]) || !same_bits(h2[i], ref[i]))
+                fail_msg("n=%u [%u]: g %a: %a, op %a, generic %a", n, i, (double)g[i],
+                         (double)h[i], (double)h2[i], (double)ref[i]);
+        assert_true(h[n] == -5.0f && h2[n] == -5.0f);
+    }
+    free(g);
+    free(u);
+    free(h);
+    free(h2);
+    free(ref);
+    free(e);
+#else
+    fprintf(stderr, "not x86: the AVX-512 SwiGLU is not built\n");
+    skip();
+#endif
+}
+
 /* Through the dispatcher: n rows at once equal n calls of one row. */
 static void test_nt_rows_invariant(void **st)
 {
@@ -288,6 +404,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_kernel),
         cmocka_unit_test(test_rows_kernel_avx512),
+        cmocka_unit_test(test_tile_avx512_4x4),
+        cmocka_unit_test(test_swiglu_avx512),
         cmocka_unit_test(test_nt_rows_invariant),
         cmocka_unit_test(test_tree_attention),
     };

@@ -802,8 +802,9 @@ int main(void)
     snprintf(bin_m, sizeof bin_m, "%s", m);
     snprintf(tok, sizeof tok, "%s", test_shared_path("models/kjv6L.tok1024.bin"));
     snprintf(calib, sizeof calib, "%s", test_shared_path("models/kjv6L.calib.txt"));
-    if (serve_client_global_init() < 0)
-        test_skip_all("libcurl cannot start");
+    char dl_err[300];
+    if (serve_client_global_init(dl_err, sizeof dl_err) < 0)
+        test_skip_all("%s", dl_err);
     dir = test_tmpdir();
     snprintf(model, sizeof model, "%s/kjv-q5.sluice", dir);
     /* kjv6L quantized here: 5-bit uniform with static activation scales */
