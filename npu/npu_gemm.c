@@ -60,6 +60,14 @@ enum npu_kernel npu_kernel_best(void)
     return NPU_KERNEL_SCALAR;
 }
 
+enum npu_kernel npu_kernel_for_rows(uint32_t m)
+{
+    enum npu_kernel k = npu_kernel_best();
+    if (k == NPU_KERNEL_AMX && m < NPU_AMX_MIN_ROWS)
+        k = NPU_KERNEL_AVX512VNNI; /* AMX implies AVX-512 VNNI (sl_cpu_features) */
+    return k;
+}
+
 const struct npu_kernel_ops *npu_kernel_ops(enum npu_kernel k)
 {
     if (!npu_kernel_available(k))
@@ -242,7 +250,7 @@ void npu_gemm_s8_tile(enum npu_kernel kern, int tile, const struct npu_gemm_b *b
 void npu_gemm_s8(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32_t r0,
                  uint32_t r1, int32_t *c, size_t ldc)
 {
-    npu_gemm_s8_kernel(npu_kernel_best(), b, a, m, r0, r1, c, ldc);
+    npu_gemm_s8_kernel(npu_kernel_for_rows(m), b, a, m, r0, r1, c, ldc);
 }
 
 static double peak_gops(uint64_t (*loop)(uint64_t), double macs_per_iter, double seconds);

@@ -321,7 +321,7 @@ int npu_graph_create(const struct npu_device *dev, const struct npu_device_confi
     }
     g->dev = dev;
     g->desc = *desc;
-    g->kernel = cfg->kernel >= 0 ? (enum npu_kernel)cfg->kernel : npu_kernel_best();
+    g->kernel = cfg->kernel >= 0 ? (enum npu_kernel)cfg->kernel : npu_kernel_for_rows(desc->m);
     g->ops = npu_kernel_ops(g->kernel);
     g->pad_rows = cfg->pad_rows;
     g->k4 = (desc->k + 3) & ~3u;

@@ -267,7 +267,7 @@ size_t npu_stage_bytes(uint32_t m, uint32_t cols)
 
 void npu_stage_act(const int8_t *xq, uint32_t m, uint32_t cols, void *stage)
 {
-    npu_kernel_ops(npu_kernel_best())->prep(xq, cols, m, cols, (cols + 3) & ~3u, 0, stage);
+    npu_kernel_ops(npu_kernel_for_rows(m))->prep(xq, cols, m, cols, (cols + 3) & ~3u, 0, stage);
 }
 
 void npu_linear_s8_staged(const struct npu_weights *w, const void *stage, uint32_t m,
@@ -284,7 +284,7 @@ void npu_linear_s8_staged(const struct npu_weights *w, const void *stage, uint32
                               .ldy = ldy,
                               .act_scale = act_scale,
                               .scale = w->scale};
-    npu_kernel_ops(npu_kernel_best())->gemm(&g);
+    npu_kernel_ops(npu_kernel_for_rows(m))->gemm(&g);
 }
 
 void npu_linear_s8(const struct npu_weights *w, const int8_t *xq, uint32_t m, float act_scale,

@@ -104,8 +104,16 @@ enum npu_kernel {
 const char *npu_kernel_name(enum npu_kernel k);
 /* 1 if this CPU (and SLUICE_SIMD) allows the kernel. */
 int npu_kernel_available(enum npu_kernel k);
-/* The kernel npu_gemm_s8 uses. */
+/* The fastest kernel this CPU has (for large row counts). */
 enum npu_kernel npu_kernel_best(void);
+/* The kernel npu_gemm_s8 and the linear path (npu_stage_act,
+ * npu_linear_s8_staged) use for m rows: npu_kernel_best, except AMX below
+ * NPU_AMX_MIN_ROWS rows, where the AVX-512 VNNI kernel is faster (a tile
+ * pass costs 16 rows whatever m is, and a decode step's one-row matmuls ran
+ * at 0.6-0.8x of VNNI's tokens/s on AMX). Same results either way (every
+ * kernel is bit-exact). */
+#define NPU_AMX_MIN_ROWS 4
+enum npu_kernel npu_kernel_for_rows(uint32_t m);
 /* Register tilings of a kernel (at least 1; the NPU device times them on
  * each graph's shape) and their names, "6x64" = rows x output channels. */
 int npu_kernel_tiles(enum npu_kernel k);

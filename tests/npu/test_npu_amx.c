@@ -172,6 +172,11 @@ static void test_amx_table(void **st)
 {
     (void)st;
     assert_int_equal(npu_kernel_best(), NPU_KERNEL_AMX);
+    /* fewer rows than a tile pass pays for go to the VNNI kernel */
+    for (uint32_t m = 0; m < NPU_AMX_MIN_ROWS; m++)
+        assert_int_equal(npu_kernel_for_rows(m), NPU_KERNEL_AVX512VNNI);
+    for (uint32_t m = NPU_AMX_MIN_ROWS; m < 600; m += 37)
+        assert_int_equal(npu_kernel_for_rows(m), NPU_KERNEL_AMX);
     assert_string_equal(npu_kernel_name(NPU_KERNEL_AMX), "amx");
     assert_int_equal(npu_kernel_tiles(NPU_KERNEL_AMX), 2);
     const double amx = npu_gemm_peak_gops(NPU_KERNEL_AMX, 0.05);
