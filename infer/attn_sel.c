@@ -18,6 +18,22 @@
 #include "infer_internal.h"
 #include "infer_matmul.h"
 
+/* The two twins' common end: the scores a[0..len) scaled, softmaxed, then
+ * out[c] = sum over the list of a[j] * v[j][c], one fmaf chain in list order. */
+static void softmax_pv_ref(float *out, const float *vh, size_t kv_dim, uint32_t hs,
+                           const uint32_t *list, uint32_t len, float *a)
+{
+    float maxv = infer_div_max_scalar(a, len, sqrtf((float)hs));
+    float sum = infer_exp_sum_scalar(a, len, maxv);
+    (void)infer_div_max_scalar(a, len, sum);
+    for (uint32_t c = 0; c < hs; c++) {
+        float acc = 0.0f;
+        for (uint32_t j = 0; j < len; j++)
+            acc = fmaf(a[j], vh[(size_t)list[j] * kv_dim + c], acc);
+        out[c] = acc;
+    }
+}
+
 void attn_sel_row_ref(float *out, const float *qh, const float *kh, const float *vh,
                       size_t kv_dim, uint32_t hs, const uint32_t *list, uint32_t len, float *a)
 {
@@ -32,15 +48,7 @@ void attn_sel_row_ref(float *out, const float *qh, const float *kh, const float 
             s[e] = l[e] + l[e + 4];
         a[j] = (s[0] + s[2]) + (s[1] + s[3]);
     }
-    float maxv = infer_div_max_scalar(a, len, sqrtf((float)hs));
-    float sum = infer_exp_sum_scalar(a, len, maxv);
-    (void)infer_div_max_scalar(a, len, sum);
-    for (uint32_t c = 0; c < hs; c++) {
-        float acc = 0.0f;
-        for (uint32_t j = 0; j < len; j++)
-            acc = fmaf(a[j], vh[(size_t)list[j] * kv_dim + c], acc);
-        out[c] = acc;
-    }
+    softmax_pv_ref(out, vh, kv_dim, hs, list, len, a);
 }
 
 void attn_sel_row_ref16(float *out, const float *qh, const float *kh, const float *vh,
@@ -57,15 +65,7 @@ void attn_sel_row_ref16(float *out, const float *qh, const float *kh, const floa
             s[e] = (l[e] + l[e + 8]) + (l[e + 4] + l[e + 12]);
         a[j] = (s[0] + s[2]) + (s[1] + s[3]);
     }
-    float maxv = infer_div_max_scalar(a, len, sqrtf((float)hs));
-    float sum = infer_exp_sum_scalar(a, len, maxv);
-    (void)infer_div_max_scalar(a, len, sum);
-    for (uint32_t c = 0; c < hs; c++) {
-        float acc = 0.0f;
-        for (uint32_t j = 0; j < len; j++)
-            acc = fmaf(a[j], vh[(size_t)list[j] * kv_dim + c], acc);
-        out[c] = acc;
-    }
+    softmax_pv_ref(out, vh, kv_dim, hs, list, len, a);
 }
 
 void attn_sel_row(float *out, const float *qh, const float *kh, const float *vh, size_t kv_dim,

@@ -31,6 +31,7 @@
 
 #include "common.h"
 #include "npu_gemm_internal.h"
+#include "npu_store_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -75,39 +76,6 @@ static void prep_amx(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uin
     }
 }
 
-/* Row i of a 16 x 16 int32 tile (channels c0..c0+15) into the output, only
- * channels inside [r0, r1): int32 into c, or (act_scale * scale[r]) *
- * (float)acc into y. */
-AI void store16(__m512i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0)
-{
-    const uint32_t lo = g->r0, hi = g->r1;
-    const uint32_t s = c0 < lo ? lo - c0 : 0;
-    const uint32_t e = c0 + 16 > hi ? hi - c0 : 16;
-    const __mmask16 keep = (__mmask16)(((1u << e) - 1) & ~((1u << s) - 1));
-    const __mmask16 out = (__mmask16)((1u << (e - s)) - 1);
-    if (g->c) {
-        int32_t *dst = g->c + (size_t)i * g->ldc + (c0 + s - lo);
-        if (keep == 0xffff) {
-            _mm512_storeu_si512(dst, v);
-        } else {
-            if (s)
-                v = _mm512_maskz_compress_epi32(keep, v);
-            _mm512_mask_storeu_epi32(dst, out, v);
-        }
-    } else {
-        float *dst = g->y + (size_t)i * g->ldy + (c0 + s - lo);
-        __m512 sc = _mm512_mul_ps(_mm512_set1_ps(g->act_scale),
-                                  _mm512_maskz_loadu_ps(keep, g->scale + c0));
-        __m512 f = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(v));
-        if (keep == 0xffff) {
-            _mm512_storeu_ps(dst, f);
-        } else {
-            if (s)
-                f = _mm512_maskz_compress_ps(keep, f);
-            _mm512_mask_storeu_ps(dst, out, f);
-        }
-    }
-}
 
 /* NR row tiles (1, 2) x NB blocks (1, 2) over k steps [q0, q1): a at the
  * first row tile's first A tile (the next row tile astride further), b at
@@ -244,7 +212,7 @@ static void gemm_amx(const struct npu_gemm_args *g)
                             const uint32_t row = (it + (uint32_t)r) * 16 + i;
                             if (row >= m)
                                 break;
-                            store16(_mm512_load_si512(cbuf[2 * r + j][i]), g, row,
+                            npu_avx512_store16(_mm512_load_si512(cbuf[2 * r + j][i]), g, row,
                                     (bl + (uint32_t)j) * 16);
                         }
             }

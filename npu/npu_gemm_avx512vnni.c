@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "npu_gemm_internal.h"
+#include "npu_store_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -56,39 +57,12 @@ static void prep_vnni(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, ui
     }
 }
 
-/* Writes the accumulator of row i, channels c0..c0+15, minus the correction,
- * keeping only channels inside [r0, r1): int32 into c, or dequantized into y
- * as (act_scale * scale[r]) * (float)acc. */
+/* Row i, channels c0..c0+15: the accumulator minus the +128 correction. */
 AI void store16(__m512i acc, const struct npu_gemm_args *g, uint32_t i, uint32_t c0)
 {
-    const uint32_t lo = g->r0, hi = g->r1;
-    __m512i v = _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_loadu_si512(g->b->rowsum + c0), 7));
-    const uint32_t s = c0 < lo ? lo - c0 : 0;
-    const uint32_t e = c0 + 16 > hi ? hi - c0 : 16;
-    const __mmask16 keep = (__mmask16)(((1u << e) - 1) & ~((1u << s) - 1));
-    const __mmask16 out = (__mmask16)((1u << (e - s)) - 1);
-    if (g->c) {
-        int32_t *dst = g->c + (size_t)i * g->ldc + (c0 + s - lo);
-        if (keep == 0xffff) {
-            _mm512_storeu_si512(dst, v);
-        } else {
-            if (s) /* the range starts inside this block: move its lanes down */
-                v = _mm512_maskz_compress_epi32(keep, v);
-            _mm512_mask_storeu_epi32(dst, out, v);
-        }
-    } else {
-        float *dst = g->y + (size_t)i * g->ldy + (c0 + s - lo);
-        __m512 sc = _mm512_mul_ps(_mm512_set1_ps(g->act_scale),
-                                  _mm512_maskz_loadu_ps(keep, g->scale + c0));
-        __m512 f = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(v));
-        if (keep == 0xffff) {
-            _mm512_storeu_ps(dst, f);
-        } else {
-            if (s)
-                f = _mm512_maskz_compress_ps(keep, f);
-            _mm512_mask_storeu_ps(dst, out, f);
-        }
-    }
+    npu_avx512_store16(
+        _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_loadu_si512(g->b->rowsum + c0), 7)), g,
+        i, c0);
 }
 
 /* MR rows (of a tile laid out with LR rows) x NB blocks. a points at the
