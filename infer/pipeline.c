@@ -217,7 +217,7 @@ void infer_pipeline_opts_init(struct infer_pipeline_opts *o)
                                       .steal_threshold = 5,
                                       .steal_ahead = 1.0,
                                       .split = 512,
-                                      .cpu_workers = 1,
+                                      .cpu_workers = 0, /* one per online core */
                                       .ring_bytes = 64ull << 20,
                                       .queue_depth = 16};
 }
@@ -266,8 +266,16 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         o.chunk = 256;
     if (!o.split)
         o.split = 512;
-    if (!o.cpu_workers)
-        o.cpu_workers = 1;
+    if (!o.cpu_workers) {
+        /* one worker per online core, the NPU thread's core included: the
+         * emulated NPU waits for its inputs part of the time (with AMX about
+         * half of a 512-token prefill), and the OS gives its core to a worker
+         * meanwhile; with one worker that core idled while the worker's
+         * attention and unpacking were the critical path */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        o.cpu_workers = cores < 1 ? 1
+                        : cores > PL_MAX_CPU_WORKERS ? PL_MAX_CPU_WORKERS : (uint32_t)cores;
+    }
     if (o.cpu_workers > PL_MAX_CPU_WORKERS)
         o.cpu_workers = PL_MAX_CPU_WORKERS;
     if (!o.ring_bytes)

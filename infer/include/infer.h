@@ -637,7 +637,8 @@ struct infer_pipeline_opts {
     int no_prefault;           /* full: no prefault thread faulting the activation memory
                                 * and the NPU's weight memory in ahead while a CPU worker
                                 * is idle (ablation) */
-    uint32_t cpu_workers;      /* CPU worker threads (default 1; the NPU has its own),
+    uint32_t cpu_workers;      /* CPU worker threads (0, the default: one per online
+                                * core; the NPU has its own thread besides),
                                 * at most INFER_PIPELINE_MAX_CPU_WORKERS (more are
                                 * taken as that many) */
     uint64_t ring_bytes;       /* loader buffer memory (default 64 MiB) */
