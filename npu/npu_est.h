@@ -42,9 +42,9 @@ int npu_est_blocks_ok(const struct npu_gemm_b *b, uint32_t r0, uint32_t r1);
 void npu_est_gemm_avx2(const struct npu_gemm_args *g, int P);
 void npu_est_gemm_ref(const struct npu_gemm_args *g, int P);
 
-/* AMX (npu_est_amx.c): whether its int8 tiles may run here (CPU, OS and
- * the process's permission, asked once; off under any forced SLUICE_SIMD
- * level); the staging, a [m][k] (row stride k) copied to [m16][k4] with
+/* AMX (npu_est_amx.c, built where the compiler has AMX: SLUICE_KERNELS_AMX):
+ * whether its int8 tiles may run here (sl_cpu_features' amx: CPU, OS and
+ * the process's permission; off where SLUICE_SIMD forces a lower level); the staging, a [m][k] (row stride k) copied to [m16][k4] with
  * zeros beyond m and k (m16: m rounded up to 16; npu_gemm_prep_bytes(k4, m)
  * holds it); and the GEMM of npu_gemm_args on it (a staged so, k4 a multiple
  * of 64, any int8 codes, tile ignored): the scalar GEMM's int32 sums and

@@ -139,6 +139,7 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *sta
                               .tile = g->tile};
     int P = 0;
 #if SLUICE_KERNELS_X86
+#if SLUICE_KERNELS_AMX
     /* the attention's estimates (npu_job.a_max) on AMX's int8 tiles
      * (npu_graph.amx_est) */
     if (job->a_max && g->amx_est) {
@@ -148,6 +149,7 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *sta
         npu_est_gemm_amx(&a);
         P = -1;
     }
+#endif
     /* narrow activations (npu_job.a_max) on the AVX2 kernel: its pre-summed steps */
     if (!P && job->a_max && g->ops == &npu_ops_avx2 && (P = npu_est_presum(job->a_max))) {
         /* npu_est_prep writes the staging before it finds a code past the
@@ -325,9 +327,9 @@ int npu_graph_create(const struct npu_device *dev, const struct npu_device_confi
     g->ops = npu_kernel_ops(g->kernel);
     g->pad_rows = cfg->pad_rows;
     g->k4 = (desc->k + 3) & ~3u;
-#if SLUICE_KERNELS_X86
-    /* where the CPU has AMX and no kernel was forced on the device, for
-     * head sizes of whole 64-byte tile rows */
+#if SLUICE_KERNELS_AMX
+    /* where the CPU has AMX (and the compiler built the kernel) and no kernel
+     * was forced on the device, for head sizes of whole 64-byte tile rows */
     g->amx_est = cfg->kernel < 0 && g->k4 % 64 == 0 && npu_est_amx_available();
 #endif
     g->scratch_bytes = scratch_bytes(desc, g->k4, g->pad_rows);

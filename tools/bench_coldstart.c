@@ -54,7 +54,7 @@ static void usage(FILE *f)
             "The INT8 and INT4/INT8 containers hold the same codes and scales as MODEL (same\n"
             "logits, different storage); they are written next to MODEL once and reused.\n"
             "All use the same kernels and threads (the emulated NPU + sluice run's default\n"
-            "CPU workers, one per online core).\n"
+            "CPU workers, one per online core, at most 8).\n"
             "Reports min and median TTFT, a breakdown (load: until the last slice needed\n"
             "arrived; unpack, NPU and CPU busy time; prefalt: idle CPU time spent faulting\n"
             "weight memory in ahead (full only; not in the busy times); stall: no task\n"
