@@ -217,7 +217,7 @@ void infer_pipeline_opts_init(struct infer_pipeline_opts *o)
                                       .steal_threshold = 5,
                                       .steal_ahead = 1.0,
                                       .split = 512,
-                                      .cpu_workers = 0, /* one per online core */
+                                      .cpu_workers = 0, /* one per core the process may run on */
                                       .ring_bytes = 64ull << 20,
                                       .queue_depth = 16};
 }
@@ -267,12 +267,12 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     if (!o.split)
         o.split = 512;
     if (!o.cpu_workers) {
-        /* one worker per online core, the NPU thread's core included: the
+        /* one worker per core this process may use, the NPU thread's core included: the
          * emulated NPU waits for its inputs part of the time (with AMX about
          * half of a 512-token prefill), and the OS gives its core to a worker
          * meanwhile; with one worker that core idled while the worker's
          * attention and unpacking were the critical path */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        long cores = sl_cpu_count();
         o.cpu_workers = cores < 1 ? 1
                         : cores > PL_MAX_CPU_WORKERS ? PL_MAX_CPU_WORKERS : (uint32_t)cores;
     }

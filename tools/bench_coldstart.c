@@ -54,7 +54,7 @@ static void usage(FILE *f)
             "The INT8 and INT4/INT8 containers hold the same codes and scales as MODEL (same\n"
             "logits, different storage); they are written next to MODEL once and reused.\n"
             "All use the same kernels and threads (the emulated NPU + sluice run's default\n"
-            "CPU workers, one per online core, at most 8).\n"
+            "CPU workers, one per core the process may run on, at most 8).\n"
             "Reports min and median TTFT, a breakdown (load: until the last slice needed\n"
             "arrived; unpack, NPU and CPU busy time; prefalt: idle CPU time spent faulting\n"
             "weight memory in ahead (full only; not in the busy times); stall: no task\n"
@@ -382,7 +382,7 @@ int bench_coldstart(int argc, char **argv)
      * instruction (AMX TDPBSSD, vpdpbusd or the AVX2 step) */
     enum npu_kernel peak_kern;
     double peak1 = npu_gemm_peak_best(0.3, &peak_kern);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = sl_cpu_count(); /* the cores the runs may use (taskset, cpusets) */
     double peak = peak1 * (double)(cores > 0 ? cores : 1);
     /* the tiny step's peak and operations (AVX2 only: the kernel the
      * pipeline runs where VNNI is missing) */

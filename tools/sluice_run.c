@@ -61,7 +61,7 @@ static void usage(FILE *f)
             "                   mmap (mmap with MAP_POPULATE first)\n"
             "  --chunk N        prefill chunk rows, 1..65536 (default 256)\n"
             "  --cpu-workers N  CPU worker threads beside the NPU thread, 1..8 (default:\n"
-            "                   one per online core, at most 8)\n"
+            "                   one per core the process may run on, at most 8)\n"
             "  --steal-threshold N  full, sequential_granular: an idle CPU worker takes\n"
             "                   the NPU's last task in priority order when its queue holds\n"
             "                   more than N (default 5)\n"

@@ -64,7 +64,7 @@ static void usage(FILE *f)
             "                   for any share)\n"
             "  --chunk N        prefill chunk rows, 1..65536 (default 256)\n"
             "  --cpu-workers N  the cold start's CPU worker threads, 1..8 (default one\n"
-            "                   per online core, at most 8)\n"
+            "                   per core the process may run on, at most 8)\n"
             "  --policy P       the cold start's scheduling policy (sluice run --help)\n"
             "Speculative decoding of every reply (the answer's \"sluice\".\"spec\" has its\n"
             "statistics, and a line per reply goes to stderr). A reply that speculates\n"

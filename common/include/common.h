@@ -189,6 +189,9 @@ const struct sl_cpu_features *sl_cpu_features(void);
 
 /* The raw detection, ignoring SLUICE_SIMD (what the hardware and OS allow). */
 const struct sl_cpu_features *sl_cpu_features_hw(void);
+/* The number of CPUs this thread may run on (its affinity mask: taskset,
+ * cpusets), at least 1; the online CPUs where the mask cannot be read. */
+long sl_cpu_count(void);
 
 #ifdef __cplusplus
 }

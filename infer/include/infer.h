@@ -637,8 +637,9 @@ struct infer_pipeline_opts {
     int no_prefault;           /* full: no prefault thread faulting the activation memory
                                 * and the NPU's weight memory in ahead while a CPU worker
                                 * is idle (ablation) */
-    uint32_t cpu_workers;      /* CPU worker threads (0, the default: one per online
-                                * core; the NPU has its own thread besides),
+    uint32_t cpu_workers;      /* CPU worker threads (0, the default: one per core
+                                * the process may run on, sl_cpu_count; the NPU
+                                * has its own thread besides),
                                 * at most INFER_PIPELINE_MAX_CPU_WORKERS (more are
                                 * taken as that many) */
     uint64_t ring_bytes;       /* loader buffer memory (default 64 MiB) */
@@ -718,7 +719,7 @@ struct infer_pipeline_stats {
 };
 
 /* Every option at its default (what opts = NULL means): full, stream, chunk
- * 256, steal threshold 5, steal ahead 1, split 512, one CPU worker, a 64 MiB
+ * 256, steal threshold 5, steal ahead 1, split 512, a CPU worker per core, a 64 MiB
  * ring, 16 reads in flight, no trace, no callback, a device of its own. A
  * zeroed struct is not the defaults: start from this and change fields. */
 void infer_pipeline_opts_init(struct infer_pipeline_opts *o);

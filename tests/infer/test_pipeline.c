@@ -9,10 +9,12 @@
  * slice fails the pipeline with a checksum error instead of wrong logits. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "infer.h"
 #include "testutil.h"
 #include "tiny_q5.h"
@@ -276,12 +278,32 @@ static void test_steal_ahead(void **st)
     free(b);
 }
 
+/* The default number of CPU workers counts the CPUs the process may run on
+ * (sl_cpu_count): a mask of one CPU gives 1, the original mask its size. */
+static void test_cpu_count(void **st)
+{
+    (void)st;
+    cpu_set_t orig, one;
+    assert_int_equal(sched_getaffinity(0, sizeof orig, &orig), 0);
+    assert_int_equal(sl_cpu_count(), CPU_COUNT(&orig));
+    int first = 0;
+    while (!CPU_ISSET(first, &orig))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    long n = sl_cpu_count();
+    assert_int_equal(sched_setaffinity(0, sizeof orig, &orig), 0);
+    assert_int_equal(n, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_dynamic), cmocka_unit_test(test_identical_static),
         cmocka_unit_test(test_load_modes_and_float), cmocka_unit_test(test_trace),
         cmocka_unit_test(test_corrupt), cmocka_unit_test(test_steal_ahead),
+        cmocka_unit_test(test_cpu_count),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
