@@ -16,11 +16,23 @@
  * weights hold the next block there).
  *
  * Register blocking: four C tiles (2 row tiles x 2 channel blocks = 32 x 32),
- * two A and two B tiles per k step; the panel of two blocks is the outer
- * loop and every row pair passes over it, as the VNNI kernel's panels. The
- * tiles are configured (LDTILECFG) at the start of every call on the calling
- * thread and released at its end, so any thread may run the kernel and no
- * tile state outlives a call. With m < 16 the A and C tiles have m rows.
+ * two A and two B tiles per k step. Memory blocking: rows in blocks whose
+ * staged activations fit L2 (A_BUDGET); within a row block every panel of
+ * two weight blocks passes over all its row pairs (the panel read from
+ * memory once, then from L2), while the next panel is prefetched into L2 a
+ * few lines per k step. A finished 32 x 32 block is converted and written
+ * during the next block's k steps (struct drain), and large outputs are
+ * streamed past the cache (NT_BYTES). The tiles are configured (LDTILECFG)
+ * at the start of every call on the calling thread and released at its end,
+ * so any thread may run the kernel and no tile state outlives a call. With
+ * m < 16 the A and C tiles have m rows.
+ *
+ * Where the time goes (m = 512, tinyllama's k and n, this Xeon; docs/
+ * BENCHMARKS.md, eleventh session, y22a): with both operands streamed from L2
+ * the 2x2 step runs at about 73% of the register-only peak (L2 delivers
+ * ~46 bytes a cycle to the tile loads, the step wants 64); 85% needs one
+ * operand in L1, which only the k-chunked tiling 1 gives, at the cost of
+ * parking the C tiles.
  *
  * The OS must grant the tile data state to the process first
  * (arch_prctl(ARCH_REQ_XCOMP_PERM)): sl_cpu_features asks once, and its amx
@@ -77,14 +89,43 @@ static void prep_amx(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uin
 }
 
 
+/* C tiles waiting to be written out (store16): the 16 rows of tiles
+ * [2r + j] for r < nr, j < nb, of row tile it and block bl, item u = tile *
+ * 16 + row; written a few per k step of the next block (drain_step), so the
+ * tile unit is not idle while they are converted and stored. */
+struct drain {
+    int32_t (*c)[16][16];
+    const struct npu_gemm_args *g;
+    uint32_t it, bl, u, per;
+    int nr, nb, nt;
+};
+
+AI void store16(__m512i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0, int nt);
+
+/* Writes up to n more items of d (all of them with n = 64). */
+AI void drain_step(struct drain *d, uint32_t n)
+{
+    for (; n && d->u < 64; d->u++) {
+        const uint32_t x = d->u / 16, i = d->u % 16, r = x / 2, j = x % 2;
+        const uint32_t row = (d->it + r) * 16 + i;
+        if ((int)r >= d->nr || (int)j >= d->nb || row >= d->g->m)
+            continue;
+        store16(_mm512_load_si512(d->c[x][i]), d->g, row, (d->bl + j) * 16, d->nt);
+        n--;
+    }
+}
+
 /* NR row tiles (1, 2) x NB blocks (1, 2) over k steps [q0, q1): a at the
  * first row tile's first A tile (the next row tile astride further), b at
  * block 0 (the next block bstride further); tail: the zero-padded copy of the
  * last partial step, taken after step q1 - 1 (NULL: none); cin: the C tiles
- * to continue from (NULL: zero). The C tiles go to cout[2r + j]. */
+ * to continue from (NULL: zero). The C tiles go to cout[2r + j]. pf, pfl:
+ * pfl cache lines from pf on are prefetched into L2 at each k step (the next
+ * panel's weights, npu_gemm_amx's prefetch; pfl 0: none). */
 AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, const int8_t *b,
               size_t bstride, uint32_t q0, uint32_t q1, const int8_t *tail,
-              int32_t (*cin)[16][16], int32_t (*cout)[16][16])
+              int32_t (*cin)[16][16], int32_t (*cout)[16][16], const int8_t *pf, uint32_t pfl,
+              struct drain *dr)
 {
     if (cin) {
         _tile_loadd(0, cin[0], 64);
@@ -105,6 +146,10 @@ AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, cons
     }
     const uint8_t *a1 = a + astride;
     for (uint32_t q = q0; q < q1; q++) {
+        for (uint32_t l = 0; l < pfl; l++, pf += 64)
+            _mm_prefetch((const char *)pf, _MM_HINT_T1);
+        if (dr->c)
+            drain_step(dr, dr->per);
         _tile_loadd(6, b + (size_t)q * 1024, 64);
         _tile_loadd(4, a + (size_t)q * 1024, 64);
         _tile_dpbssd(0, 4, 6);
@@ -150,6 +195,53 @@ AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, cons
  * without memory for them, tiling 0). The device times both on each graph's
  * shape and keeps the faster (npu_graph.c). */
 #define KCHUNK 16u
+/* Memory blocking. The staged activations of one row block (at most
+ * A_BUDGET bytes, whole row pairs) stay in L2 while every panel of two
+ * weight blocks passes over them, so the activations come from L2 and each
+ * weight panel from memory once per row block (a panel is reused by every
+ * row pair of the block from L2). Without it, k = 5632 x 512 rows (2.8 MiB of
+ * activations) missed L2 on every panel. */
+#define A_BUDGET (1u << 20)
+/* Outputs of at least NT_BYTES (m x channels x 4) are written with
+ * non-temporal stores (whole, aligned 16-channel rows): a 512 x 2048 float
+ * output is 4 MiB, written a 64-byte line per row and panel, and ordinary
+ * stores (reads for ownership) pushed the activations out of L2 (q,o at m =
+ * 512: 1.8 -> 2.4 TOPS). Small outputs (decode, verification) stay in cache
+ * for their reader. */
+#define NT_BYTES (1u << 20)
+
+/* Row i, channels c0..c0+15 of the int32 tile row v (npu_avx512_store16's
+ * contract); nt: streamed when the 16 channels are inside [r0, r1) and the
+ * destination 64-byte aligned. */
+AI void store16(__m512i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0, int nt)
+{
+    if (nt && c0 >= g->r0 && c0 + 16 <= g->r1) {
+        if (g->c) {
+            int32_t *dst = g->c + (size_t)i * g->ldc + (c0 - g->r0);
+            if (((uintptr_t)dst & 63) == 0) {
+                _mm512_stream_si512((void *)dst, v);
+                return;
+            }
+        } else {
+            float *dst = g->y + (size_t)i * g->ldy + (c0 - g->r0);
+            if (((uintptr_t)dst & 63) == 0) {
+                __m512 sc = _mm512_mul_ps(_mm512_set1_ps(g->act_scale),
+                                          _mm512_loadu_ps(g->scale + c0));
+                _mm512_stream_ps(dst, _mm512_mul_ps(sc, _mm512_cvtepi32_ps(v)));
+                return;
+            }
+        }
+    }
+    npu_avx512_store16(v, g, i, c0);
+}
+
+static size_t a_budget = A_BUDGET, nt_bytes = NT_BYTES;
+
+void npu_amx_blocking(size_t budget, size_t nt)
+{
+    a_budget = budget ? budget : A_BUDGET;
+    nt_bytes = nt ? nt : NT_BYTES;
+}
 
 static void gemm_amx(const struct npu_gemm_args *g)
 {
@@ -161,13 +253,21 @@ static void gemm_amx(const struct npu_gemm_args *g)
     const size_t astride = (size_t)16 * ((k4 + 63) & ~63u); /* bytes of one row tile */
     const uint32_t m = g->m, mr = m < 16 ? m : 16, mt = (m + 15) / 16;
     const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
-    int32_t cbuf[4][16][16] __attribute__((aligned(64)));
+    /* row tiles per row block: whole pairs within A_BUDGET, at least one pair */
+    uint32_t rbt = (uint32_t)(a_budget / (2 * astride)) * 2;
+    rbt = rbt < 2 ? 2 : rbt;
+    const int nt = (uint64_t)m * (g->r1 - g->r0) * 4 >= nt_bytes;
+    int32_t cbuf[2][4][16][16] __attribute__((aligned(64)));
+    int cur = 0;
+    struct drain dr = {.c = NULL, .g = g, .nt = nt};
     int8_t tail[2][16][64] __attribute__((aligned(64)));
-    /* tiling 1: the parked C tiles of every row pair (none needed with one chunk) */
+    /* tiling 1: the parked C tiles of every row pair of a row block (none
+     * needed with one chunk) */
     const uint32_t kc = g->tile == 1 && ksteps > KCHUNK ? KCHUNK : ksteps;
     int32_t(*park)[4][16][16] = NULL;
     if (kc < ksteps) {
-        park = sl_alloc_aligned(sizeof *park * ((mt + 1) / 2), 64);
+        const uint32_t pairs = ((mt < rbt ? mt : rbt) + 1) / 2;
+        park = sl_alloc_aligned(sizeof *park * pairs, 64);
         if (!park) { /* no memory: one chunk */
             gemm_amx(&(struct npu_gemm_args){.b = g->b, .a = g->a, .m = g->m, .r0 = g->r0,
                                                     .r1 = g->r1, .c = g->c, .ldc = g->ldc,
@@ -180,47 +280,72 @@ static void gemm_amx(const struct npu_gemm_args *g)
     if (krem)
         memset(tail, 0, sizeof tail);
     configure(mr);
-    for (uint32_t bl = blk0; bl < blk1; bl += 2) {
-        const int nb = blk1 - bl >= 2 ? 2 : 1;
-        const int8_t *bp = b->packed + (size_t)bl * bstride;
-        if (krem)
-            for (int j = 0; j < nb; j++)
-                memcpy(tail[j], bp + (size_t)j * bstride + (size_t)ksteps * 1024, (size_t)krem * 64);
-        const int8_t *tp = krem ? &tail[0][0][0] : NULL;
-        for (uint32_t q0 = 0;; q0 += kc) {
-            const uint32_t q1 = ksteps - q0 > kc ? q0 + kc : ksteps;
-            const int last = q1 == ksteps;
-            for (uint32_t it = 0; it < mt; it += 2) {
-                const int nr = mt - it >= 2 ? 2 : 1;
-                const uint8_t *a = g->a + (size_t)it * astride;
-                int32_t(*cin)[16][16] = q0 ? park[it / 2] : NULL;
-                int32_t(*cout)[16][16] = last ? cbuf : park[it / 2];
-                const int8_t *t = last ? tp : NULL;
-                if (nr == 2 && nb == 2)
-                    block(2, 2, a, astride, bp, bstride, q0, q1, t, cin, cout);
-                else if (nr == 2)
-                    block(2, 1, a, astride, bp, bstride, q0, q1, t, cin, cout);
-                else if (nb == 2)
-                    block(1, 2, a, astride, bp, bstride, q0, q1, t, cin, cout);
-                else
-                    block(1, 1, a, astride, bp, bstride, q0, q1, t, cin, cout);
-                if (!last)
-                    continue;
-                for (int r = 0; r < nr; r++)
-                    for (int j = 0; j < nb; j++)
-                        for (uint32_t i = 0; i < 16; i++) {
-                            const uint32_t row = (it + (uint32_t)r) * 16 + i;
-                            if (row >= m)
-                                break;
-                            npu_avx512_store16(_mm512_load_si512(cbuf[2 * r + j][i]), g, row,
-                                    (bl + (uint32_t)j) * 16);
-                        }
+    for (uint32_t rb = 0; rb < mt; rb += rbt) {
+        const uint32_t rbe = mt - rb > rbt ? rb + rbt : mt;
+        /* the next panel's weights, prefetched into L2 over this panel's k
+         * steps (lines per step, rounded up; only with several row pairs,
+         * where one panel's steps outnumber its lines' share) */
+        const uint32_t pairs = (rbe - rb + 1) / 2;
+        const uint32_t panel_lines = (uint32_t)(2 * bstride / 64);
+        const uint32_t steps = pairs * (ksteps + (krem != 0));
+        const uint32_t pfl = pairs > 1 && steps ? (panel_lines + steps - 1) / steps : 0;
+        for (uint32_t bl = blk0; bl < blk1; bl += 2) {
+            const int nb = blk1 - bl >= 2 ? 2 : 1;
+            const int8_t *bp = b->packed + (size_t)bl * bstride;
+            /* prefetch window: the next panel (none after the last) */
+            const int8_t *pf = bp + 2 * bstride;
+            const uint32_t npf = bl + 2 < blk1 ? (uint32_t)((blk1 - bl - 2 >= 2 ? 2 : 1) *
+                                                            bstride / 64) : 0;
+            uint32_t pf_done = 0;
+            if (krem)
+                for (int j = 0; j < nb; j++)
+                    memcpy(tail[j], bp + (size_t)j * bstride + (size_t)ksteps * 1024,
+                           (size_t)krem * 64);
+            const int8_t *tp = krem ? &tail[0][0][0] : NULL;
+            for (uint32_t q0 = 0;; q0 += kc) {
+                const uint32_t q1 = ksteps - q0 > kc ? q0 + kc : ksteps;
+                const int last = q1 == ksteps;
+                for (uint32_t it = rb; it < rbe; it += 2) {
+                    const int nr = rbe - it >= 2 ? 2 : 1;
+                    const uint8_t *a = g->a + (size_t)it * astride;
+                    int32_t(*cin)[16][16] = q0 ? park[(it - rb) / 2] : NULL;
+                    int32_t(*cout)[16][16] = last ? cbuf[cur] : park[(it - rb) / 2];
+                    const int8_t *t = last ? tp : NULL;
+                    uint32_t l = pfl;
+                    if (pf_done + l * (q1 - q0) > npf)
+                        l = 0;
+                    const int8_t *p = pf + (size_t)pf_done * 64;
+                    pf_done += l * (q1 - q0);
+                    if (nr == 2 && nb == 2)
+                        block(2, 2, a, astride, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
+                    else if (nr == 2)
+                        block(2, 1, a, astride, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
+                    else if (nb == 2)
+                        block(1, 2, a, astride, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
+                    else
+                        block(1, 1, a, astride, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
+                    if (dr.c)
+                        drain_step(&dr, 64);
+                    if (!last) {
+                        dr.c = NULL;
+                        continue;
+                    }
+                    /* written during the next block's steps (or below) */
+                    dr = (struct drain){.c = cbuf[cur], .g = g, .it = it, .bl = bl, .u = 0,
+                                        .per = (64 + q1 - q0 - 1) / (q1 - q0 ? q1 - q0 : 1),
+                                        .nr = nr, .nb = nb, .nt = nt};
+                    cur ^= 1;
+                }
+                if (last)
+                    break;
             }
-            if (last)
-                break;
         }
     }
+    if (dr.c)
+        drain_step(&dr, 64);
     _tile_release();
+    if (nt)
+        _mm_sfence(); /* the streamed stores before whatever publishes the output */
     sl_free_aligned(park);
 }
 

@@ -5,7 +5,9 @@
  * nor of 4, output ranges [r0, r1) starting and ending inside 16-channel
  * blocks, extreme codes (a = 127 against b = -127); a staging buffer filled
  * with junk before the prep (nothing may depend on it); the few-row shapes
- * of decode and verification (m = 1, 4, 8, 16); two threads running the
+ * of decode and verification (m = 1, 4, 8, 16); the memory blocking forced
+ * small (row blocks of 1-3 row pairs, every whole output row streamed) and at
+ * its defaults; two threads running the
  * kernel at once (each configures its own tiles); the kernel table (AMX is
  * the best kernel, its peak above vpdpbusd's). Skips, saying so, where the
  * CPU, the compiler or the OS does not allow AMX. */
@@ -53,8 +55,11 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
     assert_int_equal(npu_gemm_b_create(bw, n, k, &b), 0);
     const uint32_t w = r1 - r0;
     const size_t cnt = (size_t)m * w;
-    int32_t *c0 = malloc(sizeof(int32_t) * cnt), *c1 = malloc(sizeof(int32_t) * cnt);
-    float *y0 = malloc(sizeof(float) * cnt), *y1 = malloc(sizeof(float) * cnt);
+    /* the kernel's outputs 64-byte aligned, so whole 16-channel rows can be
+     * streamed (npu_amx_blocking) */
+    const size_t cb = (sizeof(int32_t) * cnt + 63) & ~(size_t)63;
+    int32_t *c0 = malloc(sizeof(int32_t) * cnt), *c1 = aligned_alloc(64, cb);
+    float *y0 = malloc(sizeof(float) * cnt), *y1 = aligned_alloc(64, cb);
     assert_true(c0 && c1 && y0 && y1);
     run(&npu_ops_scalar, 0, b, a, m, r0, r1, scale, c0, y0);
     for (int t = 0; t < npu_kernel_tiles(NPU_KERNEL_AMX); t++) {
@@ -101,6 +106,38 @@ static void test_amx_random(void **st)
     check(70, 50, 64 * 40, 0, 50, 0);
     check(45, 33, 64 * 33 + 20, 1, 30, 0);
     check(33, 17, 64 * 17, 0, 17, 1);
+}
+
+/* The memory blocking forced small: row blocks of one, two and three row
+ * pairs (the last block's odd tile, the next panel's prefetch), every
+ * output streamed (whole aligned 16-channel rows; partial blocks and ranges
+ * starting inside a block take the ordinary store), with both tilings. */
+static void test_amx_blocking(void **st)
+{
+    (void)st;
+    static const size_t pairs[] = {1, 2, 3};
+    for (int p = 0; p < 3; p++)
+        for (int t = 0; t < 12; t++) {
+            const uint32_t k = t % 3 ? 64 * (1 + test_rng_below(&rng, 40)) + (t % 2) * 20
+                                     : 1 + test_rng_below(&rng, 1500);
+            /* budget: `pairs` row pairs of this k (32 rows x k padded to 64) */
+            npu_amx_blocking(pairs[p] * 32 * (((size_t)k + 63) & ~(size_t)63), 1);
+            const uint32_t m = 1 + test_rng_below(&rng, 300);
+            const uint32_t n = 16 * (1 + test_rng_below(&rng, 12)) + (t % 4 == 3 ? 7 : 0);
+            uint32_t r0 = 0, r1 = n;
+            if (t % 4 == 1)
+                r0 = 16 * test_rng_below(&rng, n / 16);
+            if (t % 4 == 2) {
+                r0 = test_rng_below(&rng, n);
+                r1 = r0 + 1 + test_rng_below(&rng, n - r0);
+            }
+            check(m, n, k, r0, r1, t == 5);
+        }
+    npu_amx_blocking(0, 0);
+    /* the defaults: a row block split by the budget (k = 5632: 10 row tiles
+     * of 16 in 1 MiB), outputs of 1 MiB and more streamed */
+    check(400, 96, 5632, 0, 96, 0);
+    check(520, 512, 200, 0, 512, 0);
 }
 
 /* decode and verification shapes: m = 1, 4, 8, 16 rows */
@@ -197,7 +234,8 @@ int main(void)
                       "without -mamx-int8)");
     test_rng_init(&rng, test_seed());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_amx_random), cmocka_unit_test(test_amx_few_rows),
+        cmocka_unit_test(test_amx_random), cmocka_unit_test(test_amx_blocking),
+        cmocka_unit_test(test_amx_few_rows),
         cmocka_unit_test(test_amx_threads), cmocka_unit_test(test_amx_table)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
