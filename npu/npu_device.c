@@ -225,12 +225,19 @@ int npu_device_create_config(const struct npu_device_config *cfg, struct npu_dev
                    npu_kernel_name((enum npu_kernel)c.kernel));
         return -EINVAL;
     }
-    const struct npu_kernel_ops *ops =
-        npu_kernel_ops(c.kernel >= 0 ? (enum npu_kernel)c.kernel : npu_kernel_best());
-    if (c.tile >= ops->tiles) {
-        sl_err_set(err, "npu: the kernel has %d register tilings, not %d", ops->tiles,
-                   c.tile + 1);
-        return -EINVAL;
+    /* a forced tiling must exist in every kernel a graph may get: the forced
+     * kernel, or else the best one and the one for few rows
+     * (npu_kernel_for_rows: VNNI below NPU_AMX_MIN_ROWS where AMX is best) */
+    if (c.tile >= 0) {
+        const enum npu_kernel ks[2] = {
+            c.kernel >= 0 ? (enum npu_kernel)c.kernel : npu_kernel_best(),
+            c.kernel >= 0 ? (enum npu_kernel)c.kernel : npu_kernel_for_rows(1)};
+        for (int i = 0; i < 2; i++)
+            if (c.tile >= npu_kernel_tiles(ks[i])) {
+                sl_err_set(err, "npu: kernel %s has %d register tilings, not %d",
+                           npu_kernel_name(ks[i]), npu_kernel_tiles(ks[i]), c.tile + 1);
+                return -EINVAL;
+            }
     }
     if (c.max_graphs == 0)
         c.max_graphs = 64;

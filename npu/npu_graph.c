@@ -348,6 +348,12 @@ int npu_graph_create(const struct npu_device *dev, const struct npu_device_confi
         ret = -ENOMEM;
         goto fail;
     }
+    if (cfg->tile >= g->ops->tiles) { /* the device refuses it first */
+        sl_err_set(err, "npu: graph %ux%ux%u: kernel %s has no tiling %d", desc->m, desc->k,
+                   desc->n, npu_kernel_name(g->kernel), cfg->tile);
+        ret = -EINVAL;
+        goto fail;
+    }
     ret = choose_and_check(g, cfg->tile, err);
     if (ret < 0)
         goto fail;

@@ -393,6 +393,59 @@ static void test_equal_direct(void **st)
  * through npu_graph_run_cached; the staging is really reused: with the
  * activations changed under the same key, the old ones are still what is
  * computed, and a new key (or key 0) stages the new ones. Keys are fresh. */
+/* A forced tiling with the default kernel: accepted only when every kernel
+ * a graph may get has it (the best one, and the one for few rows, which is
+ * AVX-512 VNNI where AMX is best), and then every graph, few rows or many,
+ * runs with it and equals the reference; with a forced kernel, that
+ * kernel's tilings. */
+static void test_forced_tile(void **st)
+{
+    (void)st;
+    const enum npu_kernel big = npu_kernel_best(), small = npu_kernel_for_rows(1);
+    const int both = npu_kernel_tiles(big) < npu_kernel_tiles(small) ? npu_kernel_tiles(big)
+                                                                     : npu_kernel_tiles(small);
+    for (int kern = -1; kern < NPU_KERNEL_COUNT; kern++) {
+        if (kern >= 0 && !npu_kernel_available((enum npu_kernel)kern))
+            continue;
+        const int have = kern < 0 ? both : npu_kernel_tiles((enum npu_kernel)kern);
+        for (int tile = 0; tile < 4; tile++) {
+            struct npu_device_config cfg;
+            npu_device_config_init(&cfg);
+            cfg.kernel = kern;
+            cfg.tile = tile;
+            struct npu_device *d;
+            struct sl_err err = {{0}};
+            int ret = npu_device_create_config(&cfg, &d, &err);
+            if (tile >= have) {
+                assert_int_equal(ret, -EINVAL);
+                assert_non_null(strstr(err.msg, "register tilings"));
+                continue;
+            }
+            assert_int_equal(ret, 0);
+            static const uint32_t ms[] = {1, 40};
+            for (int i = 0; i < 2; i++) {
+                struct layer L;
+                layer_init(&L, ms[i], 75, 53);
+                const struct npu_graph *g;
+                assert_int_equal(npu_device_graph(d, L.m, L.k, L.n, &g, &err), 0);
+                struct npu_graph_info info;
+                npu_graph_info(g, &info);
+                assert_int_equal(info.tile, tile);
+                assert_int_equal(info.kernel, kern >= 0 ? (enum npu_kernel)kern
+                                                        : npu_kernel_for_rows(L.m));
+                float *want = expect(&L, L.m, 0, L.n), *y = nan_buf((size_t)L.m * L.n);
+                struct npu_job j = job_for(g, &L, L.m, y);
+                assert_int_equal(npu_device_run(d, &j, &err), 0);
+                assert_memory_equal(y, want, sizeof(float) * L.m * L.n);
+                free(want);
+                free(y);
+                layer_fini(&L);
+            }
+            npu_device_destroy(d);
+        }
+    }
+}
+
 static void test_stage_keys(void **st)
 {
     (void)st;
@@ -806,7 +859,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_graphs),         cmocka_unit_test(test_graph_shapes),
         cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_equal_direct),   cmocka_unit_test(test_stage_keys),
+        cmocka_unit_test(test_equal_direct),   cmocka_unit_test(test_forced_tile),
+        cmocka_unit_test(test_stage_keys),
         cmocka_unit_test(test_submit_overlap),
         cmocka_unit_test(test_pull),           cmocka_unit_test(test_stop_pending),
         cmocka_unit_test(test_revoke),
