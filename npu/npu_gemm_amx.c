@@ -21,7 +21,7 @@
  * two weight blocks passes over all its row pairs (the panel read from
  * memory once, then from L2), while the next panel is prefetched into L2 a
  * few lines per k step. A finished 32 x 32 block is converted and written
- * during the next block's k steps (struct drain), and large outputs are
+ * during the next block's k steps (struct drain), and prefill outputs are
  * streamed past the cache (NT_BYTES). The tiles are configured (LDTILECFG)
  * at the start of every call on the calling thread and released at its end,
  * so any thread may run the kernel and no tile state outlives a call. With
@@ -204,13 +204,15 @@ AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, cons
  * row pair of the block from L2). Without it, k = 5632 x 512 rows (2.8 MiB of
  * activations) missed L2 on every panel. */
 #define A_BUDGET (1u << 20)
-/* Outputs of at least NT_BYTES (m x channels x 4) are written with
- * non-temporal stores (whole, aligned 16-channel rows): a 512 x 2048 float
- * output is 4 MiB, written a 64-byte line per row and panel, and ordinary
- * stores (reads for ownership) pushed the activations out of L2 (q,o at m =
- * 512: 1.8 -> 2.4 TOPS). Small outputs (decode, verification) stay in cache
- * for their reader. */
-#define NT_BYTES (1u << 20)
+/* Outputs of more than 16 rows and at least NT_BYTES (m x channels x 4) are
+ * written with non-temporal stores (whole, aligned 16-channel rows). A
+ * block's 32 output rows are a row stride apart (8 KiB for n = 2048, 22 KiB
+ * for 5632: the same L1 set), so ordinary stores and their reads for
+ * ownership evicted the tiles' lines and pushed the activations out of L2:
+ * 512-channel jobs of 256 rows (the prefill's) ran 12% faster streamed at k
+ * = 2048, q,o at m = 512 went from 1.8 to 2.4 TOPS. Decode and verification
+ * (m <= 16) keep their small outputs in cache for the reader. */
+#define NT_BYTES (64u << 10)
 
 /* Row i, channels c0..c0+15 of the int32 tile row v (npu_avx512_store16's
  * contract); nt: streamed when the 16 channels are inside [r0, r1) and the
@@ -258,7 +260,7 @@ static void gemm_amx(const struct npu_gemm_args *g)
     /* row tiles per row block: whole pairs within A_BUDGET, at least one pair */
     uint32_t rbt = (uint32_t)(a_budget / (2 * astride)) * 2;
     rbt = rbt < 2 ? 2 : rbt;
-    const int nt = (uint64_t)m * (g->r1 - g->r0) * 4 >= nt_bytes;
+    const int nt = m > 16 && (uint64_t)m * (g->r1 - g->r0) * 4 >= nt_bytes;
     int32_t cbuf[2][4][16][16] __attribute__((aligned(64)));
     int cur = 0;
     struct drain dr = {.c = NULL, .g = g, .nt = nt};

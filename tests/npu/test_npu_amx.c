@@ -6,7 +6,7 @@
  * blocks, extreme codes (a = 127 against b = -127); a staging buffer filled
  * with junk before the prep (nothing may depend on it); the few-row shapes
  * of decode and verification (m = 1, 4, 8, 16); the memory blocking forced
- * small (row blocks of 1-3 row pairs, every whole output row streamed) and at
+ * small (row blocks of 1-3 row pairs, whole output rows streamed) and at
  * its defaults; two threads running the
  * kernel at once (each configures its own tiles); the kernel table (AMX is
  * the best kernel, its peak above vpdpbusd's). Skips, saying so, where the
@@ -110,8 +110,9 @@ static void test_amx_random(void **st)
 
 /* The memory blocking forced small: row blocks of one, two and three row
  * pairs (the last block's odd tile, the next panel's prefetch), every
- * output streamed (whole aligned 16-channel rows; partial blocks and ranges
- * starting inside a block take the ordinary store), with both tilings. */
+ * output of more than 16 rows streamed (whole aligned 16-channel rows;
+ * partial blocks and ranges starting inside a block take the ordinary
+ * store), with both tilings. */
 static void test_amx_blocking(void **st)
 {
     (void)st;
@@ -135,9 +136,11 @@ static void test_amx_blocking(void **st)
         }
     npu_amx_blocking(0, 0);
     /* the defaults: a row block split by the budget (k = 5632: 10 row tiles
-     * of 16 in 1 MiB), outputs of 1 MiB and more streamed */
+     * of 16 in 1 MiB), outputs of over 16 rows and 64 KiB or more streamed */
     check(400, 96, 5632, 0, 96, 0);
     check(520, 512, 200, 0, 512, 0);
+    check(40, 450, 300, 0, 450, 0);
+    check(16, 1100, 300, 0, 1100, 0); /* 16 rows: cached */
 }
 
 /* decode and verification shapes: m = 1, 4, 8, 16 rows */
