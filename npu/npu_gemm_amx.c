@@ -204,6 +204,12 @@ AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, cons
  * row pair of the block from L2). Without it, k = 5632 x 512 rows (2.8 MiB of
  * activations) missed L2 on every panel. */
 #define A_BUDGET (1u << 20)
+/* Fewer row tiles than RB_MIN in a block (k over ~8K: llama3-8b's down, k =
+ * 14336, fits 64 rows) would read every weight panel from memory once per
+ * block, 8 times at m = 512 (down at m = 512 ran at 0.6-0.8x of the unblocked
+ * loop); such shapes keep one block of all rows, the activations then coming
+ * from L3 for each panel. */
+#define RB_MIN 8u
 /* Outputs of more than 16 rows and at least NT_BYTES (m x channels x 4) are
  * written with non-temporal stores (whole, aligned 16-channel rows). A
  * block's 32 output rows are a row stride apart (8 KiB for n = 2048, 22 KiB
@@ -240,11 +246,13 @@ AI void store16(__m512i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c
 }
 
 static size_t a_budget = A_BUDGET, nt_bytes = NT_BYTES;
+static uint32_t rb_min = RB_MIN;
 
-void npu_amx_blocking(size_t budget, size_t nt)
+void npu_amx_blocking(size_t budget, size_t nt, uint32_t min_tiles)
 {
     a_budget = budget ? budget : A_BUDGET;
     nt_bytes = nt ? nt : NT_BYTES;
+    rb_min = min_tiles ? min_tiles : RB_MIN;
 }
 
 static void gemm_amx(const struct npu_gemm_args *g)
@@ -257,9 +265,10 @@ static void gemm_amx(const struct npu_gemm_args *g)
     const size_t astride = (size_t)16 * ((k4 + 63) & ~63u); /* bytes of one row tile */
     const uint32_t m = g->m, mr = m < 16 ? m : 16, mt = (m + 15) / 16;
     const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
-    /* row tiles per row block: whole pairs within A_BUDGET, at least one pair */
+    /* row tiles per row block: whole pairs within A_BUDGET, at least one pair;
+     * all of them when that is fewer than RB_MIN */
     uint32_t rbt = (uint32_t)(a_budget / (2 * astride)) * 2;
-    rbt = rbt < 2 ? 2 : rbt;
+    rbt = rbt < 2 ? 2 : rbt < rb_min ? (mt + 1) & ~1u : rbt;
     const int nt = m > 16 && (uint64_t)m * (g->r1 - g->r0) * 4 >= nt_bytes;
     int32_t cbuf[2][4][16][16] __attribute__((aligned(64)));
     int cur = 0;

@@ -165,10 +165,11 @@ void npu_gemm_avx2_tiles(const struct npu_gemm_args *g);
 
 /* The AMX kernel's memory blocking (npu_gemm_amx.c), for the tests: the
  * staged activations of one row block at most `budget` bytes (whole row
- * pairs; at least one pair), and outputs of more than 16 rows and at least
- * `nt` bytes streamed with non-temporal stores; 0 restores the default of
- * either. Not for use while another thread runs the kernel. */
-void npu_amx_blocking(size_t budget, size_t nt);
+ * pairs; at least one pair; one block of all rows when that gives fewer than
+ * `min_tiles` row tiles), and outputs of more than 16 rows and at least `nt`
+ * bytes streamed with non-temporal stores; 0 restores the default of each.
+ * Not for use while another thread runs the kernel. */
+void npu_amx_blocking(size_t budget, size_t nt, uint32_t min_tiles);
 
 /* Register-only peak loops: iters x (16 x 64 | 12 x 32) multiply-adds. */
 uint64_t npu_peak_avx512vnni(uint64_t iters);

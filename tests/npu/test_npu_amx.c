@@ -122,7 +122,7 @@ static void test_amx_blocking(void **st)
             const uint32_t k = t % 3 ? 64 * (1 + test_rng_below(&rng, 40)) + (t % 2) * 20
                                      : 1 + test_rng_below(&rng, 1500);
             /* budget: `pairs` row pairs of this k (32 rows x k padded to 64) */
-            npu_amx_blocking(pairs[p] * 32 * (((size_t)k + 63) & ~(size_t)63), 1);
+            npu_amx_blocking(pairs[p] * 32 * (((size_t)k + 63) & ~(size_t)63), 1, 2);
             const uint32_t m = 1 + test_rng_below(&rng, 300);
             const uint32_t n = 16 * (1 + test_rng_below(&rng, 12)) + (t % 4 == 3 ? 7 : 0);
             uint32_t r0 = 0, r1 = n;
@@ -134,13 +134,18 @@ static void test_amx_blocking(void **st)
             }
             check(m, n, k, r0, r1, t == 5);
         }
-    npu_amx_blocking(0, 0);
+    /* fewer row tiles than the minimum: one block of all rows */
+    npu_amx_blocking(2 * 32 * 320, 1, 6);
+    check(200, 40, 300, 0, 40, 0);
+    npu_amx_blocking(0, 0, 0);
     /* the defaults: a row block split by the budget (k = 5632: 10 row tiles
-     * of 16 in 1 MiB), outputs of over 16 rows and 64 KiB or more streamed */
+     * of 16 in 1 MiB; k = 14336: 4, fewer than the minimum, so one block),
+     * outputs of over 16 rows and 64 KiB or more streamed */
     check(400, 96, 5632, 0, 96, 0);
     check(520, 512, 200, 0, 512, 0);
     check(40, 450, 300, 0, 450, 0);
     check(16, 1100, 300, 0, 1100, 0); /* 16 rows: cached */
+    check(70, 40, 14336, 0, 40, 0);
 }
 
 /* decode and verification shapes: m = 1, 4, 8, 16 rows */
