@@ -10,19 +10,48 @@
 #include "npu.h"
 #include "unpack.h"
 
-void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, uint32_t d, float eps)
+/* one row's sum of squares, element by element (a product, then a sum) */
+float infer_rmsnorm_ss_scalar(const float *xr, uint32_t d)
+{
+    float ss = 0.0f;
+    for (uint32_t j = 0; j < d; j++)
+        ss += xr[j] * xr[j];
+    return ss;
+}
+
+void infer_rmsnorm_scalar(float *out, const float *x, const float *w, uint32_t n, uint32_t d,
+                          float eps)
 {
     for (uint32_t r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * d;
         float *o = out + (size_t)r * d;
-        float ss = 0.0f;
-        for (uint32_t j = 0; j < d; j++)
-            ss += xr[j] * xr[j];
+        float ss = infer_rmsnorm_ss_scalar(xr, d);
         ss /= (float)d;
         ss += eps;
         ss = 1.0f / sqrtf(ss);
         for (uint32_t j = 0; j < d; j++)
             o[j] = w[j] * (ss * xr[j]);
+    }
+}
+
+void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, uint32_t d, float eps)
+{
+#if SLUICE_KERNELS_X86
+    enum infer_matmul_kernel k = infer_matmul_kernel_used();
+    if (k == INFER_MATMUL_AVX512 && infer_matmul_kernel_available(k)) {
+        infer_rmsnorm_avx512(out, x, w, n, d, eps); /* the same bits, 16 rows at a time */
+        return;
+    }
+#endif
+    infer_rmsnorm_scalar(out, x, w, n, d, eps);
+}
+
+void infer_rope_pairs_scalar(float *xh, const float *cos_tab, const float *sin_tab, uint32_t half)
+{
+    for (uint32_t j = 0; j < half; j++) {
+        float v0 = xh[2 * j], v1 = xh[2 * j + 1];
+        xh[2 * j] = v0 * cos_tab[j] - v1 * sin_tab[j];
+        xh[2 * j + 1] = v0 * sin_tab[j] + v1 * cos_tab[j];
     }
 }
 
@@ -39,6 +68,10 @@ void infer_op_rope_heads(float *x, uint32_t n, uint32_t n_heads, uint32_t head_d
         freq_tab[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
     uint32_t width = n_heads * head_dim;
     float cos_tab[512], sin_tab[512];
+#if SLUICE_KERNELS_X86
+    enum infer_matmul_kernel k = infer_matmul_kernel_used();
+    int avx512 = k == INFER_MATMUL_AVX512 && infer_matmul_kernel_available(k);
+#endif
     for (uint32_t r = 0; tab && r < n; r++) {
         /* one rotation per pair and position, the same for every head */
         float pos = (float)(pos0 + r);
@@ -48,14 +81,15 @@ void infer_op_rope_heads(float *x, uint32_t n, uint32_t n_heads, uint32_t head_d
             cos_tab[j] = cosf(val);
             sin_tab[j] = sinf(val);
         }
-        for (uint32_t h = h0; h < h1; h++) {
-            float *xh = xr + (size_t)h * head_dim;
-            for (uint32_t j = 0; j < half; j++) {
-                float v0 = xh[2 * j], v1 = xh[2 * j + 1];
-                xh[2 * j] = v0 * cos_tab[j] - v1 * sin_tab[j];
-                xh[2 * j + 1] = v0 * sin_tab[j] + v1 * cos_tab[j];
-            }
+#if SLUICE_KERNELS_X86
+        if (avx512) { /* the same products and sums, 8 pairs at a time */
+            for (uint32_t h = h0; h < h1; h++)
+                infer_rope_pairs_avx512(xr + (size_t)h * head_dim, cos_tab, sin_tab, half);
+            continue;
         }
+#endif
+        for (uint32_t h = h0; h < h1; h++)
+            infer_rope_pairs_scalar(xr + (size_t)h * head_dim, cos_tab, sin_tab, half);
     }
     for (uint32_t r = 0; !tab && r < n; r++) {
         float pos = (float)(pos0 + r);
