@@ -659,6 +659,41 @@ static void test_rope_pairs_avx512(void **st)
 #endif
 }
 
+/* The run's RoPE table: rotating rows from it gives infer_op_rope_rows's
+ * bits (positions in runs and scattered, head ranges, a row offset into the
+ * table), on the kernel in use; no table for heads over 1024 wide. */
+static void test_rope_table(void **st)
+{
+    (void)st;
+    enum { N = 40, NH = 6, HD = 20 };
+    uint32_t pos[N];
+    float *x = malloc(sizeof(float) * N * NH * HD), *ref = malloc(sizeof(float) * N * NH * HD);
+    assert_true(x && ref);
+    for (int it = 0; it < 60; it++) {
+        uint32_t p0 = test_rng_below(&rng, 3000);
+        for (uint32_t i = 0; i < N; i++) /* runs of consecutive positions with jumps */
+            pos[i] = i && test_rng_below(&rng, 4) ? pos[i - 1] + 1 : p0 + test_rng_below(&rng, 5000);
+        float theta = it % 2 ? 10000.0f : 500000.0f;
+        struct infer_rope_table t;
+        assert_int_equal(infer_rope_table_init(&t, pos, N, HD, theta), 0);
+        assert_non_null(t.cos);
+        uint32_t r0 = test_rng_below(&rng, N), n = 1 + test_rng_below(&rng, N - r0);
+        uint32_t h0 = test_rng_below(&rng, NH), h1 = h0 + 1 + test_rng_below(&rng, NH - h0);
+        fill(x, (size_t)n * NH * HD, 2.0f);
+        memcpy(ref, x, sizeof(float) * n * NH * HD);
+        infer_op_rope_rows(ref, n, NH, HD, h0, h1, pos + r0, theta);
+        infer_op_rope_table(x, n, NH, HD, h0, h1, &t, r0);
+        assert_memory_equal(x, ref, sizeof(float) * n * NH * HD);
+        infer_rope_table_fini(&t);
+        assert_null(t.cos);
+    }
+    struct infer_rope_table t;
+    assert_int_equal(infer_rope_table_init(&t, pos, N, 2050, 10000.0f), 0);
+    assert_null(t.cos);
+    free(x);
+    free(ref);
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -669,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_linear_int8),   cmocka_unit_test(test_exp_sum),
         cmocka_unit_test(test_div_max),       cmocka_unit_test(test_matmul_nn_blocked),
         cmocka_unit_test(test_rmsnorm_avx512), cmocka_unit_test(test_rope_pairs_avx512),
+        cmocka_unit_test(test_rope_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
