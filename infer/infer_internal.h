@@ -252,6 +252,21 @@ int infer_op_embed(const struct infer_model *m, const int *tokens, uint32_t n, f
 void infer_op_rope_rows(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t h0,
                         uint32_t h1, const uint32_t *pos, float theta);
 
+/* The rotations of n rows at positions pos[r], computed once (exactly as
+ * infer_op_rope_heads computes them per call) for a run whose rows are
+ * rotated many times (the pipeline: every layer, every kv head's piece).
+ * No table (cos NULL) where head_dim / 2 > 512. */
+struct infer_rope_table {
+    float *cos, *sin; /* [n][half] */
+    uint32_t n, half;
+};
+int infer_rope_table_init(struct infer_rope_table *t, const uint32_t *pos, uint32_t n,
+                          uint32_t head_dim, float theta);
+void infer_rope_table_fini(struct infer_rope_table *t);
+/* infer_op_rope_rows for the table's rows r0..r0+n-1: the same bits */
+void infer_op_rope_table(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t h0,
+                         uint32_t h1, const struct infer_rope_table *t, uint32_t r0);
+
 /* ---- the per-operator steps of a layer (infer_steps.c) ----------------------------
  * One definition of each CPU step, used by the batched forward
  * (infer_forward.c) and by the cold-start pipeline's tasks (pipeline*.c),

@@ -133,6 +133,25 @@ float infer_exp_sum(enum infer_matmul_kernel k, float *a, uint32_t n, float sub)
  * products, no FMA in the three steps). x86 with AVX-512F only. */
 void infer_swiglu_avx512(float *h, const float *g, const float *u, size_t n);
 
+/* RMSNorm, infer_op_rmsnorm's definition: a row's sum of squares in element
+ * order (each product rounded, then added), / d, + eps, 1 / sqrt, then
+ * out[j] = w[j] * (s * x[j]). The scalar form is the reference; the
+ * AVX-512F one runs 16 or 32 rows' sums together (one row a lane) and gives
+ * the same bits. out may alias x. */
+void infer_rmsnorm_scalar(float *out, const float *x, const float *w, uint32_t n, uint32_t d,
+                          float eps);
+void infer_rmsnorm_avx512(float *out, const float *x, const float *w, uint32_t n, uint32_t d,
+                          float eps);
+float infer_rmsnorm_ss_scalar(const float *xr, uint32_t d); /* one row's sum of squares */
+
+/* RoPE of one head's interleaved pairs j < half with the row's tables:
+ * x[2j] = x[2j] * c[j] - x[2j+1] * s[j], x[2j+1] = x[2j] * s[j] + x[2j+1] *
+ * c[j] (two products, then one sum: infer_op_rope_heads's step). The
+ * scalar form is the reference; AVX-512F: the same bits, 8 pairs at a time. */
+void infer_rope_pairs_scalar(float *xh, const float *cos_tab, const float *sin_tab, uint32_t half);
+void infer_rope_pairs_avx512(float *xh, const float *cos_tab, const float *sin_tab,
+                             uint32_t half);
+
 /* Softmax scaling: a[t] = a[t] / d for t < n (IEEE division, lane by lane);
  * returns the largest of the results (-INFINITY if n is 0): a value wins
  * only if strictly greater, so NaN never does. The maximum is kept in 16

@@ -10,14 +10,22 @@
 #include "npu.h"
 #include "unpack.h"
 
-void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, uint32_t d, float eps)
+/* one row's sum of squares, element by element (a product, then a sum) */
+float infer_rmsnorm_ss_scalar(const float *xr, uint32_t d)
+{
+    float ss = 0.0f;
+    for (uint32_t j = 0; j < d; j++)
+        ss += xr[j] * xr[j];
+    return ss;
+}
+
+void infer_rmsnorm_scalar(float *out, const float *x, const float *w, uint32_t n, uint32_t d,
+                          float eps)
 {
     for (uint32_t r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * d;
         float *o = out + (size_t)r * d;
-        float ss = 0.0f;
-        for (uint32_t j = 0; j < d; j++)
-            ss += xr[j] * xr[j];
+        float ss = infer_rmsnorm_ss_scalar(xr, d);
         ss /= (float)d;
         ss += eps;
         ss = 1.0f / sqrtf(ss);
@@ -26,36 +34,129 @@ void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, ui
     }
 }
 
+void infer_op_rmsnorm(float *out, const float *x, const float *w, uint32_t n, uint32_t d, float eps)
+{
+#if SLUICE_KERNELS_X86
+    enum infer_matmul_kernel k = infer_matmul_kernel_used();
+    if (k == INFER_MATMUL_AVX512 && infer_matmul_kernel_available(k)) {
+        infer_rmsnorm_avx512(out, x, w, n, d, eps); /* the same bits, 16 rows at a time */
+        return;
+    }
+#endif
+    infer_rmsnorm_scalar(out, x, w, n, d, eps);
+}
+
+void infer_rope_pairs_scalar(float *xh, const float *cos_tab, const float *sin_tab, uint32_t half)
+{
+    for (uint32_t j = 0; j < half; j++) {
+        float v0 = xh[2 * j], v1 = xh[2 * j + 1];
+        xh[2 * j] = v0 * cos_tab[j] - v1 * sin_tab[j];
+        xh[2 * j + 1] = v0 * sin_tab[j] + v1 * cos_tab[j];
+    }
+}
+
+/* freq of pair i = theta^(-2i / head_dim), computed as run.c does */
+static void rope_freqs(float *freq_tab, uint32_t half, uint32_t head_dim, float theta)
+{
+    for (uint32_t i = 0; i < half; i++)
+        freq_tab[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+}
+
+/* one rotation per pair and position (the same for every head) */
+static void rope_row_table(float *cos_tab, float *sin_tab, const float *freq_tab, uint32_t half,
+                           uint32_t position)
+{
+    float pos = (float)position;
+    for (uint32_t j = 0; j < half; j++) {
+        float val = pos * freq_tab[j];
+        cos_tab[j] = cosf(val);
+        sin_tab[j] = sinf(val);
+    }
+}
+
+/* heads [h0, h1) of one row with its tables */
+static void rope_row(float *xr, uint32_t head_dim, uint32_t h0, uint32_t h1, const float *cos_tab,
+                     const float *sin_tab, int avx512)
+{
+    uint32_t half = head_dim / 2;
+#if SLUICE_KERNELS_X86
+    if (avx512) { /* the same products and sums, 8 pairs at a time */
+        for (uint32_t h = h0; h < h1; h++)
+            infer_rope_pairs_avx512(xr + (size_t)h * head_dim, cos_tab, sin_tab, half);
+        return;
+    }
+#endif
+    (void)avx512;
+    for (uint32_t h = h0; h < h1; h++)
+        infer_rope_pairs_scalar(xr + (size_t)h * head_dim, cos_tab, sin_tab, half);
+}
+
+static int rope_avx512(void)
+{
+#if SLUICE_KERNELS_X86
+    enum infer_matmul_kernel k = infer_matmul_kernel_used();
+    return k == INFER_MATMUL_AVX512 && infer_matmul_kernel_available(k);
+#else
+    return 0;
+#endif
+}
+
+int infer_rope_table_init(struct infer_rope_table *t, const uint32_t *pos, uint32_t n,
+                          uint32_t head_dim, float theta)
+{
+    memset(t, 0, sizeof *t);
+    uint32_t half = head_dim / 2;
+    if (half > 512)
+        return 0; /* no table: wide heads compute per use (infer_op_rope_heads) */
+    float freq_tab[512];
+    rope_freqs(freq_tab, half, head_dim, theta);
+    size_t len = (size_t)n * half;
+    t->cos = sl_malloc(sizeof(float) * (len ? len : 1));
+    t->sin = sl_malloc(sizeof(float) * (len ? len : 1));
+    if (!t->cos || !t->sin) {
+        infer_rope_table_fini(t);
+        return -ENOMEM;
+    }
+    for (uint32_t r = 0; r < n; r++)
+        rope_row_table(t->cos + (size_t)r * half, t->sin + (size_t)r * half, freq_tab, half, pos[r]);
+    t->n = n;
+    t->half = half;
+    return 0;
+}
+
+void infer_rope_table_fini(struct infer_rope_table *t)
+{
+    free(t->cos);
+    free(t->sin);
+    memset(t, 0, sizeof *t);
+}
+
+void infer_op_rope_table(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t h0,
+                         uint32_t h1, const struct infer_rope_table *t, uint32_t r0)
+{
+    int avx512 = rope_avx512();
+    size_t width = (size_t)n_heads * head_dim;
+    for (uint32_t r = 0; r < n; r++)
+        rope_row(x + r * width, head_dim, h0, h1, t->cos + (size_t)(r0 + r) * t->half,
+                 t->sin + (size_t)(r0 + r) * t->half, avx512);
+}
+
 void infer_op_rope_heads(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, uint32_t h0,
                          uint32_t h1, uint32_t pos0, float theta)
 {
-    /* freq of pair i = theta^(-2i / head_dim), computed as run.c does; the
-     * table is shared by every head and row (heads wider than 1024 compute it
-     * per use) */
+    /* the frequency table is shared by every head and row (heads wider than
+     * 1024 compute it per use) */
     float freq_tab[512];
     uint32_t half = head_dim / 2;
     int tab = half <= 512;
-    for (uint32_t i = 0; tab && i < half; i++)
-        freq_tab[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+    if (tab)
+        rope_freqs(freq_tab, half, head_dim, theta);
     uint32_t width = n_heads * head_dim;
     float cos_tab[512], sin_tab[512];
+    int avx512 = rope_avx512();
     for (uint32_t r = 0; tab && r < n; r++) {
-        /* one rotation per pair and position, the same for every head */
-        float pos = (float)(pos0 + r);
-        float *xr = x + (size_t)r * width;
-        for (uint32_t j = 0; j < half; j++) {
-            float val = pos * freq_tab[j];
-            cos_tab[j] = cosf(val);
-            sin_tab[j] = sinf(val);
-        }
-        for (uint32_t h = h0; h < h1; h++) {
-            float *xh = xr + (size_t)h * head_dim;
-            for (uint32_t j = 0; j < half; j++) {
-                float v0 = xh[2 * j], v1 = xh[2 * j + 1];
-                xh[2 * j] = v0 * cos_tab[j] - v1 * sin_tab[j];
-                xh[2 * j + 1] = v0 * sin_tab[j] + v1 * cos_tab[j];
-            }
-        }
+        rope_row_table(cos_tab, sin_tab, freq_tab, half, pos0 + r);
+        rope_row(x + (size_t)r * width, head_dim, h0, h1, cos_tab, sin_tab, avx512);
     }
     for (uint32_t r = 0; !tab && r < n; r++) {
         float pos = (float)(pos0 + r);

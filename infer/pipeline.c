@@ -362,6 +362,11 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     }
     for (uint32_t i = 0; i < n; i++)
         p->positions[i] = i;
+    ret = infer_rope_table_init(&p->rope, p->positions, n, c->head_dim, c->rope_theta);
+    if (ret < 0) {
+        sl_err_set(err, "out of memory");
+        goto out;
+    }
     ret = infer_kv_reserve(infer_state_kv(p->st), n, p->positions, 0);
     if (ret < 0) {
         sl_err_set(err, "a prompt of %u tokens does not fit the KV cache", n);
@@ -606,6 +611,7 @@ out:
     free(p->slice_needed);
     free(p->lin_info);
     free(p->positions);
+    infer_rope_table_fini(&p->rope);
     for (uint32_t i = 0; i < p->n_drop; i++) /* left by a failed start of the thread */
         npu_weights_destroy(p->drop[i]);
     free(p->drop);

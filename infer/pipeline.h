@@ -157,6 +157,7 @@ struct pl {
     struct infer_model *m;
     struct infer_state *st;
     uint32_t *positions; /* [n] the prompt's positions (0, 1, ...) */
+    struct infer_rope_table rope; /* their rotations, computed once (attention pieces) */
     const struct format_config *c;
     const struct format_reader *r;
     struct npu_device *dev;

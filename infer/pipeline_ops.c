@@ -236,15 +236,24 @@ static int attn_rows(struct pl *p, struct chunkbuf *b, const struct task *t,
 {
     const struct format_config *c = p->c;
     uint32_t hd = c->head_dim, mul = c->n_heads / c->n_kv_heads, Q = c->n_heads * hd;
+    /* the rotations from the run's table (rows->pos are the prompt's
+     * positions b->pos0..): the same bits as computing them per call */
+    const struct infer_rope_table *rt = p->rope.cos ? &p->rope : NULL;
     if (store_kv) {
-        infer_op_rope_rows(b->k, b->n, c->n_kv_heads, hd, kv0, kv1, rows->pos, c->rope_theta);
+        if (rt)
+            infer_op_rope_table(b->k, b->n, c->n_kv_heads, hd, kv0, kv1, rt, b->pos0);
+        else
+            infer_op_rope_rows(b->k, b->n, c->n_kv_heads, hd, kv0, kv1, rows->pos, c->rope_theta);
         infer_kv_write(p->st->kv, (uint32_t)t->layer, rows->slot0, b->n, b->k, b->v, kv0, kv1);
     }
     if (q1 == q0)
         return 0;
     float *q = b->q + (size_t)q0 * Q;
-    infer_op_rope_rows(q, q1 - q0, c->n_heads, hd, kv0 * mul, kv1 * mul, rows->pos + q0,
-                       c->rope_theta);
+    if (rt)
+        infer_op_rope_table(q, q1 - q0, c->n_heads, hd, kv0 * mul, kv1 * mul, rt, b->pos0 + q0);
+    else
+        infer_op_rope_rows(q, q1 - q0, c->n_heads, hd, kv0 * mul, kv1 * mul, rows->pos + q0,
+                           c->rope_theta);
     struct infer_attn_rows vis = {.n = q1 - q0, .base = b->pos0 + q0};
     return p->st->attn->run(p->st->attn, c, p->st->kv, (uint32_t)t->layer, &vis, q, kv0 * mul,
                             kv1 * mul, b->att + (size_t)q0 * Q, scratch);

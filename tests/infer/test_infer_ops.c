@@ -55,17 +55,23 @@ static void test_div_max(void **st)
     float *x = malloc(sizeof(float) * (N + 32)), *ref = malloc(sizeof(float) * (N + 32));
     float *got = malloc(sizeof(float) * (N + 32));
     static const float specials[] = {0.0f,  -0.0f, INFINITY, -INFINITY, NAN,    1e30f,
-                                     -1e30f, 1e-40f, -1e-40f, 3.5f,     -3.5f, 8.0f};
-    static const float divisors[] = {8.0f, 0.37f, -2.0f, 0.0f, -0.0f, INFINITY, 1e-30f, NAN};
+                                     -1e30f, 1e-40f, -1e-40f, 3.5f,     -3.5f, 8.0f,
+                                     0x1p-149f, -3e-39f, 0x1.fffffep127f};
+    /* powers of two (the AVX-512 kernel multiplies by the exact inverse
+     * there), at the range's ends and past them */
+    static const float divisors[] = {8.0f,   0.37f,     -2.0f,     0.0f,      -0.0f,
+                                     INFINITY, 1e-30f,  NAN,       1.0f,      0.5f,
+                                     -8.0f,  0x1p-126f, 0x1p126f,  0x1p127f,  0x1p-127f,
+                                     4.0f};
     for (int round = 0; round < 80; round++) {
         uint32_t n = round < 40 ? (uint32_t)round : 1 + test_rng_below(&rng, N);
         float d = round % 3 ? (float)(0.1 + 10 * test_rng_float(&rng))
-                            : divisors[test_rng_below(&rng, 8)];
+                            : divisors[test_rng_below(&rng, 16)];
         int ties = round % 5 == 4; /* few distinct values: ties in every lane */
         for (uint32_t i = 0; i < n + 32; i++) {
             uint32_t pick = test_rng_below(&rng, 8);
             x[i] = ties ? (float)test_rng_below(&rng, 3) - 1.0f
-                   : pick == 0 ? specials[test_rng_below(&rng, 12)]
+                   : pick == 0 ? specials[test_rng_below(&rng, 15)]
                                : (test_rng_float(&rng) - 0.5f) * 100.0f;
             if (ties && pick == 0)
                 x[i] = -0.0f;
@@ -548,6 +554,146 @@ static void test_matmul_nn_blocked(void **st)
     assert_true(blocked > 0);
 }
 
+static int same_bits(float a, float b)
+{
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* RMSNorm: the AVX-512 kernel (16 and 32 rows a pass, the rest one by one)
+ * and infer_op_rmsnorm against the scalar definition bit for bit, at row
+ * counts around the passes, lengths with and without a 16-float tail, large,
+ * tiny, signed-zero, infinite and NaN inputs, in place and not; nothing past
+ * the rows written. */
+static void test_rmsnorm_avx512(void **st)
+{
+    (void)st;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+        fprintf(stderr, "no AVX-512 here: the AVX-512 RMSNorm is not run\n");
+        skip();
+    }
+    enum { MAXN = 70, MAXD = 300 };
+    float *x = malloc(sizeof(float) * MAXN * MAXD), *w = malloc(sizeof(float) * MAXD);
+    float *ref = malloc(sizeof(float) * (MAXN * MAXD + 1));
+    float *got = malloc(sizeof(float) * (MAXN * MAXD + 1));
+    assert_true(x && w && ref && got);
+    static const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, -1e-30f,
+                                     1e-40f, 3e38f};
+    static const uint32_t dims[] = {1, 7, 16, 17, 64, 100, 256, 300};
+    for (int it = 0; it < 200; it++) {
+        uint32_t n = it < MAXN ? (uint32_t)it + 1 : 1 + test_rng_below(&rng, MAXN);
+        uint32_t d = dims[test_rng_below(&rng, sizeof dims / sizeof dims[0])];
+        float eps = it % 2 ? 1e-5f : 1e-6f;
+        fill(x, (size_t)n * d, it % 3 == 0 ? 40.0f : 1.0f);
+        fill(w, d, 1.0f);
+        if (it % 4 == 0)
+            for (size_t i = test_rng_below(&rng, 9); i < (size_t)n * d; i += 9)
+                x[i] = specials[test_rng_below(&rng, sizeof specials / sizeof specials[0])];
+        if (it % 7 == 0)
+            memset(x, 0, sizeof(float) * d); /* a zero row: eps alone */
+        infer_rmsnorm_scalar(ref, x, w, n, d, eps);
+        ref[(size_t)n * d] = got[(size_t)n * d] = -7.0f;
+        int inplace = it % 2;
+        if (inplace)
+            memcpy(got, x, sizeof(float) * n * d);
+        infer_rmsnorm_avx512(got, inplace ? got : x, w, n, d, eps);
+        for (size_t i = 0; i < (size_t)n * d; i++)
+            if (!same_bits(got[i], ref[i]))
+                fail_msg("n=%u d=%u%s: [%zu] %a, scalar %a", n, d, inplace ? " in place" : "", i,
+                         (double)got[i], (double)ref[i]);
+        assert_true(got[(size_t)n * d] == -7.0f);
+        infer_op_rmsnorm(got, x, w, n, d, eps); /* the dispatcher: the same bits */
+        assert_memory_equal(got, ref, sizeof(float) * n * d);
+    }
+    free(x);
+    free(w);
+    free(ref);
+    free(got);
+#else
+    fprintf(stderr, "not x86: the AVX-512 RMSNorm is not built\n");
+    skip();
+#endif
+}
+
+/* RoPE pairs: the AVX-512 step against the scalar one bit for bit, every
+ * pair count 1..40 (tails of 8 pairs), special values in the head and the
+ * tables; nothing past the pairs written. */
+static void test_rope_pairs_avx512(void **st)
+{
+    (void)st;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+        fprintf(stderr, "no AVX-512 here: the AVX-512 RoPE is not run\n");
+        skip();
+    }
+    enum { MAXH = 40 };
+    float c[MAXH], s[MAXH], x[2 * MAXH + 1], ref[2 * MAXH + 1], got[2 * MAXH + 1];
+    static const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e30f, 1e-40f};
+    for (int it = 0; it < 400; it++) {
+        uint32_t half = 1 + (uint32_t)it % MAXH;
+        for (uint32_t j = 0; j < half; j++) {
+            float a = 6.3f * test_rng_float(&rng);
+            c[j] = cosf(a);
+            s[j] = sinf(a);
+        }
+        fill(x, 2 * half, it % 3 == 0 ? 100.0f : 1.0f);
+        if (it % 4 == 0)
+            for (uint32_t i = test_rng_below(&rng, 5); i < 2 * half; i += 5) {
+                x[i] = specials[test_rng_below(&rng, 7)];
+                if (i / 2 < half && it % 8 == 0)
+                    c[i / 2] = specials[test_rng_below(&rng, 7)];
+            }
+        x[2 * half] = -9.0f;
+        memcpy(ref, x, sizeof x);
+        memcpy(got, x, sizeof x);
+        infer_rope_pairs_scalar(ref, c, s, half);
+        infer_rope_pairs_avx512(got, c, s, half);
+        for (uint32_t i = 0; i < 2 * half; i++)
+            if (!same_bits(got[i], ref[i]))
+                fail_msg("half=%u: [%u] %a, scalar %a", half, i, (double)got[i], (double)ref[i]);
+        assert_true(got[2 * half] == -9.0f);
+    }
+#else
+    fprintf(stderr, "not x86: the AVX-512 RoPE is not built\n");
+    skip();
+#endif
+}
+
+/* The run's RoPE table: rotating rows from it gives infer_op_rope_rows's
+ * bits (positions in runs and scattered, head ranges, a row offset into the
+ * table), on the kernel in use; no table for heads over 1024 wide. */
+static void test_rope_table(void **st)
+{
+    (void)st;
+    enum { N = 40, NH = 6, HD = 20 };
+    uint32_t pos[N];
+    float *x = malloc(sizeof(float) * N * NH * HD), *ref = malloc(sizeof(float) * N * NH * HD);
+    assert_true(x && ref);
+    for (int it = 0; it < 60; it++) {
+        uint32_t p0 = test_rng_below(&rng, 3000);
+        for (uint32_t i = 0; i < N; i++) /* runs of consecutive positions with jumps */
+            pos[i] = i && test_rng_below(&rng, 4) ? pos[i - 1] + 1 : p0 + test_rng_below(&rng, 5000);
+        float theta = it % 2 ? 10000.0f : 500000.0f;
+        struct infer_rope_table t;
+        assert_int_equal(infer_rope_table_init(&t, pos, N, HD, theta), 0);
+        assert_non_null(t.cos);
+        uint32_t r0 = test_rng_below(&rng, N), n = 1 + test_rng_below(&rng, N - r0);
+        uint32_t h0 = test_rng_below(&rng, NH), h1 = h0 + 1 + test_rng_below(&rng, NH - h0);
+        fill(x, (size_t)n * NH * HD, 2.0f);
+        memcpy(ref, x, sizeof(float) * n * NH * HD);
+        infer_op_rope_rows(ref, n, NH, HD, h0, h1, pos + r0, theta);
+        infer_op_rope_table(x, n, NH, HD, h0, h1, &t, r0);
+        assert_memory_equal(x, ref, sizeof(float) * n * NH * HD);
+        infer_rope_table_fini(&t);
+        assert_null(t.cos);
+    }
+    struct infer_rope_table t;
+    assert_int_equal(infer_rope_table_init(&t, pos, N, 2050, 10000.0f), 0);
+    assert_null(t.cos);
+    free(x);
+    free(ref);
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -557,6 +703,8 @@ int main(void)
         cmocka_unit_test(test_matmul),        cmocka_unit_test(test_matmul_kernels),
         cmocka_unit_test(test_linear_int8),   cmocka_unit_test(test_exp_sum),
         cmocka_unit_test(test_div_max),       cmocka_unit_test(test_matmul_nn_blocked),
+        cmocka_unit_test(test_rmsnorm_avx512), cmocka_unit_test(test_rope_pairs_avx512),
+        cmocka_unit_test(test_rope_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
