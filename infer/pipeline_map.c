@@ -90,13 +90,6 @@ int pl_map_open(struct pl *p)
      * (docs/BENCHMARKS.md, eleventh session, y22c) */
     (void)madvise(m, (size_t)len, MADV_SEQUENTIAL);
     (void)posix_fadvise(format_reader_fd(p->r), 0, 0, POSIX_FADV_SEQUENTIAL); /* advice */
-    /* the page cache's large folios mapped whole (2 MiB entries) where the
-     * file system and kernel allow it: populating the mapping cost 85-170 ms
-     * of system time for the 649 MB a 128-token TinyLlama prompt needs, 0-10
-     * ms so (rd.c, docs/BENCHMARKS.md, eleventh session, y22c), time the 2
-     * cores' compute wants; the 128-token cold TTFT at load 8-10 median
-     * 1.13 -> 0.90 s. Partial MADV_DONTNEED (pl_map_release) splits them. */
-    (void)madvise(m, (size_t)len, MADV_HUGEPAGE); /* advice */
     /* the reads start now, while the caller builds the graph (as the
      * loader stream's do), at the first layer's slice where the embedding
      * is untied: its slice, before the layers', is not read for the prompt
