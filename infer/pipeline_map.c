@@ -82,8 +82,14 @@ int pl_map_open(struct pl *p)
     p->m->slices_mapped = (size_t)len;
     /* while the slices come in: the fault path reads ahead asynchronously
      * (read-ahead markers), so the read-ahead thread's populate streams;
-     * normal again once they are in (pl_map_feed) */
+     * normal again once they are in (pl_map_feed). The file's read-ahead
+     * window doubled too (POSIX_FADV_SEQUENTIAL: twice the device's
+     * read_ahead_kb, 16 MiB here, for the faults and the WILLNEED below):
+     * the 8 MiB windows left the throttled disk short of requests; 128-token
+     * cold TTFT median 0.877 -> 0.829 s, the load 0.848 -> 0.804 s
+     * (docs/BENCHMARKS.md, eleventh session, y22c) */
     (void)madvise(m, (size_t)len, MADV_SEQUENTIAL);
+    (void)posix_fadvise(format_reader_fd(p->r), 0, 0, POSIX_FADV_SEQUENTIAL); /* advice */
     /* the reads start now, while the caller builds the graph (as the
      * loader stream's do), at the first layer's slice where the embedding
      * is untied: its slice, before the layers', is not read for the prompt
@@ -252,6 +258,7 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
     }
     /* kept for decoding: not the first pages to drop under memory pressure */
     (void)madvise(p->m->slices, p->m->slices_mapped, MADV_NORMAL);
+    (void)posix_fadvise(format_reader_fd(r), 0, 0, POSIX_FADV_NORMAL);
     if (started) {
         pthread_mutex_lock(&f.mu);
         f.stop = 1;

@@ -55,8 +55,11 @@ static void usage(FILE *f)
             "logits, different storage); they are written next to MODEL once and reused.\n"
             "All use the same kernels and threads (the emulated NPU + sluice run's default\n"
             "CPU workers, one per core the process may run on, at most 8).\n"
-            "Reports min and median TTFT, a breakdown (load: until the last slice needed\n"
-            "arrived; unpack, NPU and CPU busy time; prefalt: idle CPU time spent faulting\n"
+            "Reports min and median TTFT, a breakdown (start: from the execve to the\n"
+            "pipeline's start (exec, dynamic loader, model header, tokenizer); load: from\n"
+            "there until the last slice needed arrived; tail: from there to the first\n"
+            "token; x raw: (start + load) / (bytes read / raw MB/s), how far the reading\n"
+            "is from the raw read of the same bytes; unpack, NPU and CPU busy time; prefalt: idle CPU time spent faulting\n"
             "weight memory in ahead (full only; not in the busy times); stall: no task\n"
             "running or ready anywhere, everything waiting on the disk), peak RSS, bytes\n"
             "read, the NPU/CPU\n"
@@ -114,7 +117,7 @@ static const struct contender contenders[] = {
 #define NC (sizeof contenders / sizeof contenders[0])
 
 struct sample {
-    double ttft, load, unpack, prefault, npu, cpu, stall, bubble_npu, bubble_cpu, idle_npu,
+    double ttft, start, tail, load, unpack, prefault, npu, cpu, stall, bubble_npu, bubble_cpu, idle_npu,
         idle_cpu, rss, bytes;
 };
 
@@ -173,6 +176,10 @@ static int run_once(const char *model, const struct contender *ct, uint32_t toke
     s->ttft = NUM(j, "ttft_s");
     s->rss = rss;
     s->load = NUM(pj, "load_s");
+    /* the pipeline's own span runs from its start to the first token */
+    double span = NUM(pj, "prefill_s");
+    s->start = span > 0 && s->ttft > span ? s->ttft - span : 0;
+    s->tail = span > s->load ? span - s->load : 0;
     s->unpack = NUM(pj, "unpack_s");
     s->prefault = NUM(pj, "prefault_s");
     s->npu = NUM(pj, "npu_busy_s");
@@ -481,11 +488,11 @@ int bench_coldstart(int argc, char **argv)
                "step's peak %.0f GOPS)"
                "\nmemory yardstick %.0f MiB = INT8 weights %.0f MiB + KV cache of the prompt %.1f "
                "MiB (RSS/yardstick in the last column)"
-               "\n\n%-24s %8s %8s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s %8s %8s %6s\n",
+               "\n\n%-24s %8s %8s %7s %7s %6s %7s %6s %6s %7s %7s %7s %7s %7s %7s %7s %8s %8s %6s\n",
                model, tokens, mbps, runs, raw, peak, npu_kernel_name(peak_kern), cores, bound, bytes_full / 1e6, bound_io,
                ops / 1e9, bound_compute, bound_req, ops_req / 1e9, bound_tiny, bound_tiny_req,
                ops_tiny / 1e9, ops_tiny_req / 1e9, peak_tiny, mem_base_mb, int8_bytes / 1048576.0,
-               kv_prompt / 1048576.0, "policy", "ttft min", "ttft med", "x bound", "x tiny", "load",
+               kv_prompt / 1048576.0, "policy", "ttft min", "ttft med", "x bound", "x tiny", "start", "load", "tail", "x raw",
                "unpack", "prefalt", "npu", "cpu", "stall", "bub npu", "bub cpu", "MB read",
                "RSS MiB", "x mem");
     for (size_t k = 0; k < NC; k++) {
@@ -521,6 +528,9 @@ int bench_coldstart(int argc, char **argv)
             m.bubble_cpu = bcs.median;
         }
         double idle = md > m.npu ? md - m.npu : 0;
+        /* the median run's exec-to-last-slice time over the raw read of its bytes */
+        double raw_s = raw > 0 ? m.bytes / (raw * 1e6) : 0;
+        double x_raw = raw_s > 0 && m.load > 0 ? (m.start + m.load) / raw_s : 0;
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "policy", contenders[k].name);
         cJSON_AddStringToObject(e, "container", paths[contenders[k].model]);
@@ -528,6 +538,7 @@ int bench_coldstart(int argc, char **argv)
         cJSON_AddNumberToObject(e, "ttft_s_min", mn);
         cJSON_AddNumberToObject(e, "ttft_s_median", md);
         cJSON_AddNumberToObject(e, "ratio_to_bound", bound > 0 ? md / bound : 0);
+        cJSON_AddNumberToObject(e, "read_over_raw", x_raw);
         cJSON_AddNumberToObject(e, "ratio_to_required_bound", bound_req > 0 ? md / bound_req : 0);
         cJSON_AddNumberToObject(e, "ratio_to_tiny_bound", bound_tiny > 0 ? md / bound_tiny : 0);
         cJSON_AddNumberToObject(e, "ratio_to_tiny_required_bound",
@@ -540,7 +551,9 @@ int bench_coldstart(int argc, char **argv)
         cJSON_AddNumberToObject(e, "idle_npu", m.idle_npu);
         cJSON_AddNumberToObject(e, "idle_cpu", m.idle_cpu);
         cJSON *b = cJSON_AddObjectToObject(e, "breakdown_s");
+        cJSON_AddNumberToObject(b, "start", m.start);
         cJSON_AddNumberToObject(b, "load", m.load);
+        cJSON_AddNumberToObject(b, "tail", m.tail);
         cJSON_AddNumberToObject(b, "unpack", m.unpack);
         cJSON_AddNumberToObject(b, "prefault", m.prefault);
         cJSON_AddNumberToObject(b, "npu", m.npu);
@@ -549,10 +562,10 @@ int bench_coldstart(int argc, char **argv)
         cJSON_AddNumberToObject(b, "stall", m.stall);
         cJSON_AddItemToArray(arr, e);
         fprintf(tf,
-                "%-24s %8.3f %8.3f %7.2f %7.2f %7.3f %7.3f %7.3f %7.3f %7.3f %7.3f %7.2f %7.2f %8.1f %8.0f "
-                "%6.2f\n",
+                "%-24s %8.3f %8.3f %7.2f %7.2f %6.3f %7.3f %6.3f %6.3f %7.3f %7.3f %7.3f %7.3f %7.3f "
+                "%7.2f %7.2f %8.1f %8.0f %6.2f\n",
                 contenders[k].name, mn, md, bound > 0 ? md / bound : 0,
-                bound_tiny > 0 ? md / bound_tiny : 0, m.load, m.unpack,
+                bound_tiny > 0 ? md / bound_tiny : 0, m.start, m.load, m.tail, x_raw, m.unpack,
                 m.prefault, m.npu, m.cpu, m.stall, m.bubble_npu, m.bubble_cpu, m.bytes / 1e6, rss,
                 mem_base_mb > 0 ? rss / mem_base_mb : 0);
     }

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* One library: its candidate names (soname first), the symbols to resolve
@@ -20,6 +21,7 @@ struct dl_sym {
 
 struct dl_lib {
     const char *what;      /* for the error: "libmicrohttpd (sluice serve)" */
+    const char *env;       /* names the one file to load instead (tools_dl.h) */
     const char *names[3];  /* tried in order, NULL-terminated */
     const struct dl_sym *syms;
     pthread_once_t once;
@@ -33,8 +35,11 @@ static void dl_open(struct dl_lib *l)
 {
     void *h = NULL;
     const char *msg = "not found";
-    for (int i = 0; l->names[i] && !h; i++) {
-        h = dlopen(l->names[i], RTLD_NOW | RTLD_LOCAL);
+    const char *only = secure_getenv(l->env);
+    const char *one[2] = {only, NULL};
+    const char *const *names = only && *only ? one : l->names;
+    for (int i = 0; names[i] && !h; i++) {
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (!h)
             msg = dlerror();
     }
@@ -95,6 +100,7 @@ static const struct dl_sym mhd_syms[] = {
 
 static struct dl_lib mhd_lib = {
     .what = "libmicrohttpd (needed by sluice serve)",
+    .env = "SLUICE_DL_MICROHTTPD",
     .names = {"libmicrohttpd.so.12", "libmicrohttpd.so", NULL},
     .syms = mhd_syms,
     .once = PTHREAD_ONCE_INIT,
@@ -212,6 +218,7 @@ static const struct dl_sym curl_syms[] = {
 
 static struct dl_lib curl_lib = {
     .what = "libcurl (needed by sluice bench serve)",
+    .env = "SLUICE_DL_CURL",
     .names = {"libcurl.so.4", "libcurl.so", NULL},
     .syms = curl_syms,
     .once = PTHREAD_ONCE_INIT,

@@ -12,7 +12,12 @@
  * Call tools_dl_mhd / tools_dl_curl before the first use to get a clear
  * error when the library is missing; a wrapper called while its library
  * cannot be loaded returns the library's own failure value (NULL, MHD_NO,
- * CURLE_FAILED_INIT). Thread-safe. */
+ * CURLE_FAILED_INIT). Thread-safe.
+ *
+ * SLUICE_DL_MICROHTTPD / SLUICE_DL_CURL, when set (and the process is not
+ * setuid), name the one file to dlopen instead of the sonames: for tests of
+ * the missing-library message, or a library outside the loader's path. Read
+ * once, at the first use. */
 #ifndef SLUICE_TOOLS_DL_H
 #define SLUICE_TOOLS_DL_H
 
