@@ -14,8 +14,9 @@
  *   share one transpose);
  * - the softmax by infer_div_max_avx512 and infer_exp_sum_avx512;
  * - each output column one FMA chain over the kept values in list order
- *   from 0, as infer_matmul_nn_avx512's (64 columns, 4 accumulators, at a
- *   time; head size 64: two pairs interleaved, 8 chains in flight). */
+ *   from 0, as infer_matmul_nn_avx512's (128 columns, 8 accumulators, at a
+ *   time, then 64 with 4; head size 64: two pairs interleaved, 8 chains in
+ *   flight). */
 #include <immintrin.h>
 #include <math.h>
 
@@ -162,6 +163,22 @@ values_t(const uint32_t HS, float *out, const float *a, const float *vb0, size_t
     if (HS)
         hs = HS;
     uint32_t c0 = 0;
+    /* 128 columns (8 chains) a pass where the head has them: each key's
+     * index and weight read once for all of them */
+    for (; c0 + 128 <= hs; c0 += 128) {
+        __m512 acc[8];
+        for (int i = 0; i < 8; i++)
+            acc[i] = _mm512_loadu_ps(out + c0 + 16 * i);
+        for (uint32_t j = j0; j < e; j++) {
+            const float *v = vb0 + (size_t)(list[j] - t0) * ld + c0;
+            __m512 pj = _mm512_set1_ps(a[j]);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                acc[i] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * i), acc[i]);
+        }
+        for (int i = 0; i < 8; i++)
+            _mm512_storeu_ps(out + c0 + 16 * i, acc[i]);
+    }
     for (; c0 + 64 <= hs; c0 += 64) {
         __m512 acc[4];
         for (int i = 0; i < 4; i++)
