@@ -323,3 +323,97 @@ void attn_sel_row_avx512(float *out, const float *qh, const float *kh, const flo
     attn_sel_rows_avx512(1, &p, kh, vh, kv_dim, hs, list[len - 1] + 1, list[len - 1] + 1, &cur,
                          NULL);
 }
+
+/* attn_group_rows_avx512's values: NH heads (outputs out + h * ldo, weights
+ * a + h * len) over the shared list's slots [j0, j1), NC * 16 columns: each
+ * value row loaded once for the NH heads, each head's column a FMA chain in
+ * list order resumed from out (the same chain as values_t) */
+#define VALUES_HEADS(NAME, NH, NC)                                                                \
+    static void NAME(float *out, size_t ldo, const float *a, uint32_t len, const float *vh,       \
+                     size_t ld, const uint32_t *list, uint32_t j0, uint32_t j1, int pf)           \
+    {                                                                                             \
+        __m512 acc[NH][NC];                                                                       \
+        for (int h = 0; h < NH; h++)                                                              \
+            for (int i = 0; i < NC; i++)                                                          \
+                acc[h][i] = _mm512_loadu_ps(out + (size_t)h * ldo + 16 * i);                     \
+        for (uint32_t j = j0; j < j1; j++) {                                                      \
+            if (pf && j + AHEAD < j1)                                                             \
+                prefetch_row(vh + (size_t)list[j + AHEAD] * ld, 16 * NC);                         \
+            const float *v = vh + (size_t)list[j] * ld;                                           \
+            __m512 x[NC];                                                                         \
+            for (int i = 0; i < NC; i++)                                                          \
+                x[i] = _mm512_loadu_ps(v + 16 * i);                                               \
+            for (int h = 0; h < NH; h++) {                                                        \
+                __m512 p = _mm512_set1_ps(a[(size_t)h * len + j]);                                \
+                for (int i = 0; i < NC; i++)                                                      \
+                    acc[h][i] = _mm512_fmadd_ps(p, x[i], acc[h][i]);                              \
+            }                                                                                     \
+        }                                                                                         \
+        for (int h = 0; h < NH; h++)                                                              \
+            for (int i = 0; i < NC; i++)                                                          \
+                _mm512_storeu_ps(out + (size_t)h * ldo + 16 * i, acc[h][i]);                     \
+    }
+VALUES_HEADS(values_h4_64, 4, 4)
+VALUES_HEADS(values_h2_128, 2, 8)
+#undef VALUES_HEADS
+
+/* G query heads of one kv head over one shared list (attn_group_rows; the
+ * shared selection), keys and values read in place (rows kv_dim apart),
+ * the list walked in chunks of GROUP_CHUNK slots: the first head's scores
+ * prefetch the chunk's key rows, the other heads find them in L1; every
+ * score scores_t's (the AVX-512 dense kernel's dot and fold); each head's
+ * softmax by the kernel's steps; then the values chunk by chunk, each row
+ * loaded once for 4 heads (head size 64) or 2 (128), else per head by
+ * values_t. Every head gets attn_sel_row_avx512's bits (its twin:
+ * attn_group_rows_ref16). s: G * len floats. */
+#define GROUP_CHUNK 64u
+void attn_group_rows_avx512(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                            uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                            const uint32_t *list, uint32_t len, float *s)
+{
+    for (uint32_t j0 = 0; j0 < len; j0 += GROUP_CHUNK) {
+        uint32_t n = len - j0 < GROUP_CHUNK ? len - j0 : GROUP_CHUNK;
+        for (uint32_t h = 0; h < G; h++) {
+            float *a = s + (size_t)h * len + j0;
+            const float *qh = q + (size_t)h * ldq;
+            if (h == 0)
+                scores_t(0, 1, a, qh, kh, kv_dim, hs, list + j0, n, 0);
+            else if (hs == 64)
+                scores_t(64, 0, a, qh, kh, kv_dim, hs, list + j0, n, 0);
+            else if (hs == 128)
+                scores_t(128, 0, a, qh, kh, kv_dim, hs, list + j0, n, 0);
+            else
+                scores_t(0, 0, a, qh, kh, kv_dim, hs, list + j0, n, 0);
+        }
+    }
+    for (uint32_t h = 0; h < G; h++) {
+        float *a = s + (size_t)h * len;
+        float maxv = infer_div_max_avx512(a, len, sqrtf((float)hs));
+        float sum = infer_exp_sum_avx512(a, len, maxv);
+        (void)infer_div_max_avx512(a, len, sum);
+        for (uint32_t c = 0; c < hs; c++)
+            out[(size_t)h * ldo + c] = 0.0f;
+    }
+    for (uint32_t j0 = 0; j0 < len; j0 += GROUP_CHUNK) {
+        uint32_t j1 = len - j0 < GROUP_CHUNK ? len : j0 + GROUP_CHUNK;
+        uint32_t h = 0;
+        if (hs == 64)
+            for (; h + 4 <= G; h += 4)
+                values_h4_64(out + (size_t)h * ldo, ldo, s + (size_t)h * len, len, vh, kv_dim,
+                             list, j0, j1, h == 0);
+        else if (hs == 128)
+            for (; h + 2 <= G; h += 2)
+                values_h2_128(out + (size_t)h * ldo, ldo, s + (size_t)h * len, len, vh, kv_dim,
+                              list, j0, j1, h == 0);
+        for (; h < G; h++) {
+            float *o = out + (size_t)h * ldo;
+            const float *a = s + (size_t)h * len;
+            if (hs == 64)
+                values_t(64, o, a, vh, kv_dim, hs, list, j0, j1, 0);
+            else if (hs == 128)
+                values_t(128, o, a, vh, kv_dim, hs, list, j0, j1, 0);
+            else
+                values_t(0, o, a, vh, kv_dim, hs, list, j0, j1, 0);
+        }
+    }
+}
