@@ -85,6 +85,28 @@ void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_
     infer_matmul_nn(k, out, ldo, s, len, gather, hs, G, len, hs);
 }
 
+void attn_group_rows_blk(uint32_t R, const struct attn_group_row *w, uint32_t G, size_t ldq,
+                         size_t ldo, uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                         uint32_t kb, uint32_t T, uint32_t *cur, float *gather)
+{
+#if SLUICE_KERNELS_X86
+    int ok = hs % 16 == 0 && kb > 0 && infer_matmul_kernel_used() == INFER_MATMUL_AVX512;
+    for (uint32_t r = 0; r < R && ok; r++)
+        ok = w[r].len > 0;
+    if (ok) {
+        attn_group_rows_blk_avx512(R, w, G, ldq, ldo, hs, kh, vh, kv_dim, kb, T, cur);
+        return;
+    }
+#else
+    (void)kb;
+    (void)T;
+    (void)cur;
+#endif
+    for (uint32_t r = 0; r < R; r++)
+        attn_group_rows(w[r].out, ldo, w[r].q, ldq, G, hs, kh, vh, kv_dim, w[r].list, w[r].len,
+                        w[r].s, gather);
+}
+
 void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
                          uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
                          const uint32_t *list, uint32_t len, float *s)

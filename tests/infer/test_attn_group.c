@@ -174,6 +174,70 @@ static void test_group_rows(void **state)
         printf("test_group_rows: no AVX-512 here, its kernel's twin check skipped\n");
 }
 
+/* attn_group_rows_blk: R rows with their own lists walked together, each
+ * row's heads bit for bit the twin's (AVX-512: attn_group_rows_ref16; the
+ * dispatcher elsewhere: attn_group_rows) */
+static void test_group_rows_blk(void **state)
+{
+    (void)state;
+    int avx512 = infer_matmul_kernel_used() == INFER_MATMUL_AVX512;
+    static const uint32_t sizes[] = {64, 128, 32, 144};
+    for (int it = 0; it < 60; it++) {
+        uint32_t G = 1 + test_rng_below(&rng, 8), hs = sizes[it % 4], R = 1 + test_rng_below(&rng, 12);
+        uint32_t KV = 1 + test_rng_below(&rng, 3), g = test_rng_below(&rng, KV);
+        uint32_t T = 1 + test_rng_below(&rng, 900), kb = 1 + test_rng_below(&rng, 300);
+        size_t kv_dim = (size_t)KV * hs, ldq = (size_t)G * hs + 16 * test_rng_below(&rng, 2);
+        float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
+        float *q = malloc(sizeof(float) * R * ldq), *o1 = calloc((size_t)R * ldq, sizeof(float));
+        float *o2 = calloc((size_t)R * ldq, sizeof(float)), *s = malloc(sizeof(float) * R * G * T);
+        float *s2 = malloc(sizeof(float) * G * T), *gather = malloc(sizeof(float) * T * hs);
+        uint32_t *lists = malloc(sizeof(uint32_t) * R * T), cur[12];
+        struct attn_group_row w[12];
+        assert_true(k && v && q && o1 && o2 && s && s2 && gather && lists);
+        for (size_t i = 0; i < T * kv_dim; i++) {
+            k[i] = test_rng_normal(&rng);
+            v[i] = test_rng_normal(&rng);
+        }
+        for (size_t i = 0; i < R * ldq; i++)
+            q[i] = test_rng_normal(&rng) * 0.5f;
+        for (uint32_t r = 0; r < R; r++) {
+            uint32_t *l = lists + (size_t)r * T, len = 0, mode = test_rng_below(&rng, 4);
+            for (uint32_t t = 0; t < T; t++)
+                if (mode == 0 || test_rng_below(&rng, 5) == 0)
+                    l[len++] = t;
+            if (len == 0)
+                l[len++] = test_rng_below(&rng, T);
+            /* heads of a row hs apart within the row's ldq (as a query row's heads) */
+            w[r] = (struct attn_group_row){q + r * ldq, o1 + r * ldq, l, len, s + (size_t)r * G * T};
+        }
+        const float *kh = k + (size_t)g * hs, *vh = v + (size_t)g * hs;
+        attn_group_rows_blk(R, w, G, hs, hs, hs, kh, vh, kv_dim, kb, T, cur, gather);
+        for (uint32_t r = 0; r < R; r++) {
+            if (avx512)
+                attn_group_rows_ref16(o2 + r * ldq, hs, q + r * ldq, hs, G, hs, kh, vh, kv_dim,
+                                      w[r].list, w[r].len, s2);
+            else
+                attn_group_rows(o2 + r * ldq, hs, q + r * ldq, hs, G, hs, kh, vh, kv_dim,
+                                w[r].list, w[r].len, s2, gather);
+            if (memcmp(o1 + r * ldq, o2 + r * ldq, sizeof(float) * G * hs))
+                fail_msg("R %u row %u G %u hs %u T %u kb %u len %u: blk != twin", R, r, G, hs, T,
+                         kb, w[r].len);
+        }
+        free(k);
+        free(v);
+        free(q);
+        free(o1);
+        free(o2);
+        free(s);
+        free(s2);
+        free(gather);
+        free(lists);
+    }
+    if (!avx512)
+        printf("test_group_rows_blk: the dense kernel is not AVX-512 here: checked against "
+               "attn_group_rows\n");
+}
+
 static struct format_config shape(uint32_t H, uint32_t KV, uint32_t hd, uint32_t seq)
 {
     return (struct format_config){.dim = H * hd, .hidden_dim = 64, .n_layers = 2, .n_heads = H,
@@ -340,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_combine),
         cmocka_unit_test(test_combine_avx512),
         cmocka_unit_test(test_group_rows),
+        cmocka_unit_test(test_group_rows_blk),
         cmocka_unit_test(test_keep_all_is_dense),
         cmocka_unit_test(test_group_reference),
     };
