@@ -6,8 +6,10 @@
  * slot: c[t] = max over the heads h of (est_h[t] - max_t' est_h[t']), each
  * head's scores relative to its own largest, so a key a head ranks near its
  * top stays near the top of the group whatever the other heads' scales.
- * Only subtractions and maxima: exact in any order, plain C (the compiler's
- * vectors give the same bits as a loop over scalars).
+ * Only subtractions and maxima: plain C (the compiler's vectors give the
+ * same bits as a loop over scalars), and an AVX-512 kernel
+ * (attn_topk_avx512.c; at 4K keys and 8 heads the plain loop was ~15% of
+ * the group selection's time: it has no AVX-512 flags).
  *
  * attn_group_rows runs the group's heads over the shared list together: the
  * list's keys gathered into consecutive rows once for all heads, the dense
@@ -18,7 +20,8 @@
  * list: the same dots, the same softmax, the same sums (test_attn_group).
  * With the AVX2 matmul kernel (and hs % 8 == 0) attn_group_rows_avx2 does
  * it without gathering (attn_sel_avx2.c; its scalar twin
- * attn_group_rows_ref). */
+ * attn_group_rows_ref), and with the AVX-512 one (hs % 16 == 0)
+ * attn_group_rows_avx512 (attn_sel_avx512.c; twin attn_group_rows_ref16). */
 #include <math.h>
 
 #include "attn_sparse.h"
@@ -26,6 +29,18 @@
 #include "infer_matmul.h"
 
 void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float *c)
+{
+#if SLUICE_KERNELS_X86
+    if (infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+        attn_group_combine_avx512(est, ld, G, visible, c);
+        return;
+    }
+#endif
+    attn_group_combine_scalar(est, ld, G, visible, c);
+}
+
+void attn_group_combine_scalar(const float *est, size_t ld, uint32_t G, uint32_t visible,
+                               float *c)
 {
     for (uint32_t j = 0; j < G; j++) {
         const float *e = est + (size_t)j * ld;
@@ -54,6 +69,10 @@ void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_
         attn_group_rows_avx2(out, ldo, q, ldq, G, hs, kh, vh, kv_dim, list, len, s);
         return;
     }
+    if (hs % 16 == 0 && len > 0 && k == INFER_MATMUL_AVX512) {
+        attn_group_rows_avx512(out, ldo, q, ldq, G, hs, kh, vh, kv_dim, list, len, s);
+        return;
+    }
 #endif
     float sq = sqrtf((float)hs);
     infer_gather_rows(gather, kh, kv_dim, hs, list, len);
@@ -66,6 +85,28 @@ void attn_group_rows(float *out, size_t ldo, const float *q, size_t ldq, uint32_
     infer_matmul_nn(k, out, ldo, s, len, gather, hs, G, len, hs);
 }
 
+void attn_group_rows_blk(uint32_t R, const struct attn_group_row *w, uint32_t G, size_t ldq,
+                         size_t ldo, uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                         uint32_t kb, uint32_t T, uint32_t *cur, float *gather)
+{
+#if SLUICE_KERNELS_X86
+    int ok = hs % 16 == 0 && kb > 0 && infer_matmul_kernel_used() == INFER_MATMUL_AVX512;
+    for (uint32_t r = 0; r < R && ok; r++)
+        ok = w[r].len > 0;
+    if (ok) {
+        attn_group_rows_blk_avx512(R, w, G, ldq, ldo, hs, kh, vh, kv_dim, kb, T, cur);
+        return;
+    }
+#else
+    (void)kb;
+    (void)T;
+    (void)cur;
+#endif
+    for (uint32_t r = 0; r < R; r++)
+        attn_group_rows(w[r].out, ldo, w[r].q, ldq, G, hs, kh, vh, kv_dim, w[r].list, w[r].len,
+                        w[r].s, gather);
+}
+
 void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
                          uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
                          const uint32_t *list, uint32_t len, float *s)
@@ -73,4 +114,13 @@ void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uin
     for (uint32_t j = 0; j < G; j++)
         attn_sel_row_ref(out + (size_t)j * ldo, q + (size_t)j * ldq, kh, vh, kv_dim, hs, list, len,
                          s + (size_t)j * len);
+}
+
+void attn_group_rows_ref16(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                           uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                           const uint32_t *list, uint32_t len, float *s)
+{
+    for (uint32_t j = 0; j < G; j++)
+        attn_sel_row_ref16(out + (size_t)j * ldo, q + (size_t)j * ldq, kh, vh, kv_dim, hs, list,
+                           len, s + (size_t)j * len);
 }

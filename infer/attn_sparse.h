@@ -118,6 +118,12 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
  * (rows est + j * ld, j < G) folded into one score per slot t < visible:
  * c[t] = max_j (est_j[t] - max_t' est_j[t']). */
 void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float *c);
+/* Its scalar definition and the AVX-512 kernel (the same bits, NaN and
+ * signed zeros included). */
+void attn_group_combine_scalar(const float *est, size_t ld, uint32_t G, uint32_t visible,
+                               float *c);
+void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t visible,
+                               float *c);
 
 /* G query heads (rows q + j * ldq, outputs out + j * ldo, j < G) of one kv
  * head over one shared list of slots (ascending, len >= 1; keys and values
@@ -137,6 +143,35 @@ void attn_group_rows_avx2(float *out, size_t ldo, const float *q, size_t ldq, ui
 void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
                          uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
                          const uint32_t *list, uint32_t len, float *s);
+/* The same with the AVX-512 matmul kernel's bits (hs % 16 == 0;
+ * attn_sel_avx512.c: each key and value row loaded once for several heads)
+ * and its twin (attn_sel_row_ref16 per head). */
+void attn_group_rows_avx512(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                            uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                            const uint32_t *list, uint32_t len, float *s);
+void attn_group_rows_ref16(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                           uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                           const uint32_t *list, uint32_t len, float *s);
+/* attn_group_rows for R rows, each with its own list: row r's G query heads
+ * at w[r].q + h * ldq, outputs w[r].out + h * ldo, its list w[r].list[0..len)
+ * (ascending, len >= 1, all < T), scratch w[r].s (G * len floats). The same
+ * bits per row as attn_group_rows; the AVX-512 kernel walks the keys in
+ * blocks of kb slots for all R rows (cur: R uint32_t), elsewhere one row at
+ * a time (gather: as attn_group_rows's). */
+struct attn_group_row {
+    const float *q;
+    float *out;
+    const uint32_t *list;
+    uint32_t len;
+    float *s;
+};
+void attn_group_rows_blk(uint32_t R, const struct attn_group_row *w, uint32_t G, size_t ldq,
+                         size_t ldo, uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                         uint32_t kb, uint32_t T, uint32_t *cur, float *gather);
+void attn_group_rows_blk_avx512(uint32_t R, const struct attn_group_row *w, uint32_t G,
+                                size_t ldq, size_t ldo, uint32_t hs, const float *kh,
+                                const float *vh, size_t kv_dim, uint32_t kb, uint32_t T,
+                                uint32_t *cur);
 
 /* How many of `visible` keys (slots 0..visible-1) a row of a head with keep
  * ratio r attends: ceil(r * visible), at least 1, at most visible. */

@@ -441,10 +441,14 @@ uint32_t attn_select_row_hint(const float *est, uint32_t visible, uint32_t k, ui
     uint32_t rest = k - s - w, mid = visible - s - w;
     for (uint32_t t = 0; t < s; t++)
         sel[t] = t;
-    attn_topk_hint(est + s, mid, rest, sel + s, work, hint);
-    for (uint32_t j = 0; j < rest; j++)
-        sel[s + j] += s;
+    uint32_t *top = sel + s, *win = sel + s + rest;
+    attn_topk_hint(est + s, mid, rest, top, work, hint);
+    /* (through pointers: with sel[s + j] the 32-bit index may wrap, and
+     * the loop stayed scalar, ~17% of the top-k stage at 4K) */
+    if (s)
+        for (uint32_t j = 0; j < rest; j++)
+            top[j] += s;
     for (uint32_t j = 0; j < w; j++)
-        sel[s + rest + j] = visible - w + j;
+        win[j] = visible - w + j;
     return k;
 }

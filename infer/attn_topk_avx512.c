@@ -103,3 +103,41 @@ void attn_range_avx512(const float *s, uint32_t n, float *lo, float *hi, int *na
     *hi = h;
     *nan = any;
 }
+
+/* attn_group_combine with 16 lanes: each head's maximum lane by lane, as
+ * the scalar loop's e > m ? e : m (_mm512_max_ps(e, m) is exactly that, a
+ * NaN never taken), lanes folded the same way; only where that maximum is
+ * a zero (whose sign the order of a +0/-0 tie decides) the scalar loop's
+ * own order gives it. The subtractions and the per-slot maxima (d > c ? d
+ * : c) are per slot: the same bits as attn_group_combine_scalar. */
+void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t visible,
+                               float *c)
+{
+    for (uint32_t j = 0; j < G; j++) {
+        const float *e = est + (size_t)j * ld;
+        __m512 mv = _mm512_set1_ps(-INFINITY);
+        uint32_t t = 0;
+        for (; t + 16 <= visible; t += 16)
+            mv = _mm512_max_ps(_mm512_loadu_ps(e + t), mv);
+        float l[16], m = -INFINITY;
+        _mm512_storeu_ps(l, mv);
+        for (int i = 0; i < 16; i++)
+            m = l[i] > m ? l[i] : m;
+        for (; t < visible; t++)
+            m = e[t] > m ? e[t] : m;
+        if (m == 0.0f) { /* +0 or -0: the scalar order's */
+            m = -INFINITY;
+            for (t = 0; t < visible; t++)
+                m = e[t] > m ? e[t] : m;
+        }
+        const __m512 ms = _mm512_set1_ps(m);
+        for (t = 0; t + 16 <= visible; t += 16) {
+            __m512 d = _mm512_sub_ps(_mm512_loadu_ps(e + t), ms);
+            _mm512_storeu_ps(c + t, j == 0 ? d : _mm512_max_ps(d, _mm512_loadu_ps(c + t)));
+        }
+        for (; t < visible; t++) {
+            float d = e[t] - m;
+            c[t] = j == 0 ? d : d > c[t] ? d : c[t];
+        }
+    }
+}

@@ -286,32 +286,43 @@ static void attend_group(struct infer_sparse *sp, uint32_t layer,
         ha = l->head[j] < ha ? l->head[j] : ha;
     }
     r /= G;
-    for (uint32_t i = l->i0; i < l->i0 + l->nr; i++) {
+    /* rows in blocks of PAIRS / G (their G heads each: PAIRS pairs), whose
+     * keys and values attn_group_rows_blk walks together */
+    uint32_t rb = PAIRS / G ? PAIRS / G : 1, T = rows->base + rows->n;
+    struct attn_group_row w[PAIRS];
+    for (uint32_t i0 = l->i0; i0 < l->i0 + l->nr; i0 += rb) {
+        uint32_t i1 = l->i0 + l->nr - i0 < rb ? l->i0 + l->nr : i0 + rb;
         uint64_t t0 = sl_now_ns();
-        uint32_t visible = rows->base + i + 1, k = attn_keep_count(r, visible);
-        const float *e = l->y + (size_t)(i - l->i0) * ld;
-        attn_group_combine(e, (size_t)l->nr * ld, G, visible, b->fs);
-        uint32_t ns = attn_select_row_hint(b->fs, visible, k, sinks, window, b->sel, b->work,
-                                           &hint[ha - h0]);
+        for (uint32_t i = i0; i < i1; i++) {
+            uint32_t visible = rows->base + i + 1, k = attn_keep_count(r, visible);
+            const float *e = l->y + (size_t)(i - l->i0) * ld;
+            uint32_t *sel = b->sel + (size_t)(i - i0) * T;
+            attn_group_combine(e, (size_t)l->nr * ld, G, visible, b->fs);
+            uint32_t ns = attn_select_row_hint(b->fs, visible, k, sinks, window, sel, b->work,
+                                               &hint[ha - h0]);
+            w[i - i0] = (struct attn_group_row){.q = q + (size_t)i * qdim + (size_t)ha * hd,
+                                                .out = out + (size_t)i * qdim + (size_t)ha * hd,
+                                                .list = sel, .len = ns,
+                                                .s = b->a + (size_t)(i - i0) * G * T};
+            cs->row_heads += G;
+            cs->visible += (uint64_t)G * visible;
+            cs->kept += (uint64_t)G * ns;
+            if (sp->o.measure)
+                for (uint32_t j = 0; j < G; j++) {
+                    double rc, ms;
+                    measure_row(q + (size_t)i * qdim + (size_t)l->head[j] * hd, kh, kv_dim, hd,
+                                e + (size_t)j * l->nr * ld, visible, k, sel, ns, b->fs, b->i1,
+                                b->i2, b->work, &rc, &ms);
+                    cs->recall += rc;
+                    cs->mass += ms;
+                    cs->recall_n++;
+                }
+        }
         uint64_t t1 = sl_now_ns();
-        attn_group_rows(out + (size_t)i * qdim + (size_t)ha * hd, hd,
-                        q + (size_t)i * qdim + (size_t)ha * hd, hd, G, hd, kh, vh, kv_dim, b->sel,
-                        ns, b->a, b->gather);
+        attn_group_rows_blk(i1 - i0, w, G, hd, hd, hd, kh, vh, kv_dim, KEY_TILE, rows->base + i1,
+                            b->cur, b->gather);
         cs->topk_ns += t1 - t0;
         cs->qkv_ns += sl_now_ns() - t1;
-        cs->row_heads += G;
-        cs->visible += (uint64_t)G * visible;
-        cs->kept += (uint64_t)G * ns;
-        if (sp->o.measure)
-            for (uint32_t j = 0; j < G; j++) {
-                double rc, ms;
-                measure_row(q + (size_t)i * qdim + (size_t)l->head[j] * hd, kh, kv_dim, hd,
-                            e + (size_t)j * l->nr * ld, visible, k, b->sel, ns, b->fs, b->i1,
-                            b->i2, b->work, &rc, &ms);
-                cs->recall += rc;
-                cs->mass += ms;
-                cs->recall_n++;
-            }
     }
 }
 

@@ -31,11 +31,15 @@ struct tools_attn {
  * with the estimate's 7-bit Q, eighth session: KL 0.00217, top-1 97.24%,
  * recall 0.9915) */
 #define TOOLS_ATTN_AUTO_MIN_KEYS 8192
-/* The same where the dense kernel is the AVX-512 one (tenth session, the
- * Xeon with AVX-512 and AMX): llama3-8b's decode at keep 0.45 was
- * 0.60-0.65x dense at 8K keys and 0.99-1.06x at 16K (medians; attention
- * alone, /work/tmp17/s10/dec2.log). */
-#define TOOLS_ATTN_AUTO_MIN_KEYS_AVX512 16384
+/* The same where the dense kernel is the AVX-512 one: none (auto stays
+ * dense). On the Xeon with AVX-512 and AMX, llama3-8b's decode at keep 0.45
+ * was 0.60-0.65x dense at 8K keys and 0.99-1.06x at 16K (tenth session,
+ * medians), and in the eleventh (docs/BENCHMARKS.md, "Eleventh session,
+ * y17"; attention alone, 3 alternated rounds) 0.80-0.98x at 16K and
+ * 0.93-1.02x at 32K, dense the faster by minimum in every round, and
+ * 0.95-1.02x at 64K: at keep 0.45 the exact stage alone costs about what
+ * dense decode does. */
+#define TOOLS_ATTN_AUTO_MIN_KEYS_AVX512 UINT32_MAX
 #define TOOLS_ATTN_AUTO_MIN_QDIM 4096
 
 /* auto's decode threshold on this CPU (one of the two above). */
@@ -47,8 +51,8 @@ uint32_t tools_attn_auto_min_keys(void);
     "  --attn A         attention: dense, sparse (shadowAttn: int8 Q.K estimated on the\n"    \
     "                   emulated NPU, top-k keys per head and row on the CPU, exact\n"         \
     "                   softmax.V over them; docs/ARCHITECTURE.md) or auto (default:\n"       \
-    "                   sparse for decode steps over 8192 keys or more, 16384 on\n"        \
-    "                   AVX-512 CPUs, in models of 4096 query columns or more, where\n"    \
+    "                   sparse for decode steps over 8192 keys or more (never on\n"      \
+    "                   AVX-512 CPUs), in models of 4096 query columns or more, where\n"  \
     "                   it measured faster, at keep 0.45 unless --keep; else dense)\n"     \
     "  --keep R         sparse: the global share of keys kept, in (0, 1] (default 0.2,\n"     \
     "                   the paper's; on kjv6L-1k at a 1,024-token context the accuracy\n"      \

@@ -3,7 +3,7 @@
  * - attn_group_combine against its definition, max_h(est_h - max est_h);
  * - attn_group_rows: every head's output bit-identical to infer_attn_list
  *   for that head over the shared list (random head counts, head sizes,
- *   lists, strides), and its AVX2 kernel to the kernel's scalar twin;
+ *   lists, strides), and its AVX2 and AVX-512 kernels to their scalar twins;
  * - sparse attention with the shared selection at keep 1 bit-identical to
  *   dense (prefill chunk and decode row, estimates inline and on the
  *   device), and at keep < 1 equal to infer_attn_list over the keys a
@@ -48,13 +48,54 @@ static void test_combine(void **state)
     }
 }
 
+/* the AVX-512 kernel against the scalar definition bit for bit, with rows
+ * of NaNs, zeros of both signs (a maximum of +0 or -0: the order decides
+ * its sign), infinities and ordinary values */
+static void test_combine_avx512(void **state)
+{
+    (void)state;
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+        printf("test_combine_avx512: no AVX-512 here, skipped\n");
+        return;
+    }
+    static const float special[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1.0f, -1.0f};
+    int zero_max = 0;
+    for (int it = 0; it < 400; it++) {
+        uint32_t G = 1 + test_rng_below(&rng, 8), vis = 1 + test_rng_below(&rng, 300);
+        size_t ld = vis + test_rng_below(&rng, 40);
+        float *e = malloc(sizeof(float) * G * ld), *c1 = malloc(sizeof(float) * vis);
+        float *c2 = malloc(sizeof(float) * vis);
+        assert_true(e && c1 && c2);
+        uint32_t mode = (uint32_t)it % 4; /* 0 plain, 1 some specials, 2 signed zeros, 3 <= 0 */
+        for (size_t i = 0; i < G * ld; i++) {
+            float x = (test_rng_float(&rng) - 0.5f) * 20.0f;
+            if (mode == 1 && test_rng_below(&rng, 8) == 0)
+                x = special[test_rng_below(&rng, 7)];
+            if (mode == 2)
+                x = test_rng_below(&rng, 3) ? -fabsf(x) : (test_rng_below(&rng, 2) ? 0.0f : -0.0f);
+            if (mode == 3)
+                x = -fabsf(x) * (float)test_rng_below(&rng, 2);
+            e[i] = x;
+        }
+        attn_group_combine_scalar(e, ld, G, vis, c1);
+        attn_group_combine_avx512(e, ld, G, vis, c2);
+        if (memcmp(c1, c2, sizeof(float) * vis))
+            fail_msg("it %d G %u vis %u: avx512 != scalar", it, G, vis);
+        zero_max += mode >= 2;
+        free(e);
+        free(c1);
+        free(c2);
+    }
+    assert_true(zero_max > 100);
+}
+
 static void test_group_rows(void **state)
 {
     (void)state;
-    int avx2_checked = 0;
-    static const uint32_t sizes[] = {8, 24, 32, 64, 72, 128, 13};
+    int avx2_checked = 0, avx512_checked = 0;
+    static const uint32_t sizes[] = {8, 24, 32, 64, 72, 128, 13, 144};
     for (int it = 0; it < 120; it++) {
-        uint32_t G = 1 + test_rng_below(&rng, 8), hs = sizes[it % 7];
+        uint32_t G = 1 + test_rng_below(&rng, 8), hs = sizes[it % 8];
         uint32_t KV = 1 + test_rng_below(&rng, 3), g = test_rng_below(&rng, KV);
         uint32_t T = 1 + test_rng_below(&rng, 700);
         size_t kv_dim = (size_t)KV * hs, ldq = hs + test_rng_below(&rng, 3) * 8; /* row stride */
@@ -93,6 +134,20 @@ static void test_group_rows(void **state)
             free(o3);
             avx2_checked++;
         }
+        /* the AVX-512 kernel against its scalar twin, where this CPU has it */
+        if (hs % 16 == 0 && infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+            float *o2 = malloc(sizeof(float) * G * ldq), *o3 = malloc(sizeof(float) * G * ldq);
+            assert_true(o2 && o3);
+            attn_group_rows_avx512(o2, ldq, q, ldq, G, hs, kh, vh, kv_dim, list, len, s);
+            attn_group_rows_ref16(o3, ldq, q, ldq, G, hs, kh, vh, kv_dim, list, len, s);
+            for (uint32_t j = 0; j < G; j++)
+                if (memcmp(o2 + (size_t)j * ldq, o3 + (size_t)j * ldq, sizeof(float) * hs))
+                    fail_msg("avx512 vs twin: G %u hs %u len %u head %u: %.9g vs %.9g", G, hs,
+                             len, j, o2[(size_t)j * ldq], o3[(size_t)j * ldq]);
+            free(o2);
+            free(o3);
+            avx512_checked++;
+        }
         for (uint32_t j = 0; j < G; j++) {
             infer_attn_list(ref, q + (size_t)j * ldq, kh, vh, kv_dim, hs, list, len, a, gather);
             if (memcmp(ref, out + (size_t)j * ldq, sizeof(float) * hs))
@@ -113,6 +168,74 @@ static void test_group_rows(void **state)
         assert_true(avx2_checked > 50);
     else
         printf("test_group_rows: no AVX2 here, the kernel's twin check skipped\n");
+    if (infer_matmul_kernel_available(INFER_MATMUL_AVX512))
+        assert_true(avx512_checked > 30);
+    else
+        printf("test_group_rows: no AVX-512 here, its kernel's twin check skipped\n");
+}
+
+/* attn_group_rows_blk: R rows with their own lists walked together, each
+ * row's heads bit for bit the twin's (AVX-512: attn_group_rows_ref16; the
+ * dispatcher elsewhere: attn_group_rows) */
+static void test_group_rows_blk(void **state)
+{
+    (void)state;
+    int avx512 = infer_matmul_kernel_used() == INFER_MATMUL_AVX512;
+    static const uint32_t sizes[] = {64, 128, 32, 144};
+    for (int it = 0; it < 60; it++) {
+        uint32_t G = 1 + test_rng_below(&rng, 8), hs = sizes[it % 4], R = 1 + test_rng_below(&rng, 12);
+        uint32_t KV = 1 + test_rng_below(&rng, 3), g = test_rng_below(&rng, KV);
+        uint32_t T = 1 + test_rng_below(&rng, 900), kb = 1 + test_rng_below(&rng, 300);
+        size_t kv_dim = (size_t)KV * hs, ldq = (size_t)G * hs + 16 * test_rng_below(&rng, 2);
+        float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
+        float *q = malloc(sizeof(float) * R * ldq), *o1 = calloc((size_t)R * ldq, sizeof(float));
+        float *o2 = calloc((size_t)R * ldq, sizeof(float)), *s = malloc(sizeof(float) * R * G * T);
+        float *s2 = malloc(sizeof(float) * G * T), *gather = malloc(sizeof(float) * T * hs);
+        uint32_t *lists = malloc(sizeof(uint32_t) * R * T), cur[12];
+        struct attn_group_row w[12];
+        assert_true(k && v && q && o1 && o2 && s && s2 && gather && lists);
+        for (size_t i = 0; i < T * kv_dim; i++) {
+            k[i] = test_rng_normal(&rng);
+            v[i] = test_rng_normal(&rng);
+        }
+        for (size_t i = 0; i < R * ldq; i++)
+            q[i] = test_rng_normal(&rng) * 0.5f;
+        for (uint32_t r = 0; r < R; r++) {
+            uint32_t *l = lists + (size_t)r * T, len = 0, mode = test_rng_below(&rng, 4);
+            for (uint32_t t = 0; t < T; t++)
+                if (mode == 0 || test_rng_below(&rng, 5) == 0)
+                    l[len++] = t;
+            if (len == 0)
+                l[len++] = test_rng_below(&rng, T);
+            /* heads of a row hs apart within the row's ldq (as a query row's heads) */
+            w[r] = (struct attn_group_row){q + r * ldq, o1 + r * ldq, l, len, s + (size_t)r * G * T};
+        }
+        const float *kh = k + (size_t)g * hs, *vh = v + (size_t)g * hs;
+        attn_group_rows_blk(R, w, G, hs, hs, hs, kh, vh, kv_dim, kb, T, cur, gather);
+        for (uint32_t r = 0; r < R; r++) {
+            if (avx512)
+                attn_group_rows_ref16(o2 + r * ldq, hs, q + r * ldq, hs, G, hs, kh, vh, kv_dim,
+                                      w[r].list, w[r].len, s2);
+            else
+                attn_group_rows(o2 + r * ldq, hs, q + r * ldq, hs, G, hs, kh, vh, kv_dim,
+                                w[r].list, w[r].len, s2, gather);
+            if (memcmp(o1 + r * ldq, o2 + r * ldq, sizeof(float) * G * hs))
+                fail_msg("R %u row %u G %u hs %u T %u kb %u len %u: blk != twin", R, r, G, hs, T,
+                         kb, w[r].len);
+        }
+        free(k);
+        free(v);
+        free(q);
+        free(o1);
+        free(o2);
+        free(s);
+        free(s2);
+        free(gather);
+        free(lists);
+    }
+    if (!avx512)
+        printf("test_group_rows_blk: the dense kernel is not AVX-512 here: checked against "
+               "attn_group_rows\n");
 }
 
 static struct format_config shape(uint32_t H, uint32_t KV, uint32_t hd, uint32_t seq)
@@ -279,7 +402,9 @@ int main(void)
     test_rng_init(&rng, test_seed());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_combine),
+        cmocka_unit_test(test_combine_avx512),
         cmocka_unit_test(test_group_rows),
+        cmocka_unit_test(test_group_rows_blk),
         cmocka_unit_test(test_keep_all_is_dense),
         cmocka_unit_test(test_group_reference),
     };

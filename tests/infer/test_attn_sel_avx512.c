@@ -54,10 +54,10 @@ static void test_row(void **state)
     (void)state;
     if (!have_avx512())
         skip();
-    static const uint32_t hss[] = {16, 32, 48, 64, 80, 128};
+    static const uint32_t hss[] = {16, 32, 48, 64, 80, 128, 192};
     int differs = 0;
     for (int it = 0; it < 200; it++) {
-        uint32_t hs = hss[test_rng_below(&rng, 6)], kvh = 1 + test_rng_below(&rng, 4);
+        uint32_t hs = hss[test_rng_below(&rng, 7)], kvh = 1 + test_rng_below(&rng, 4);
         uint32_t T = 1 + test_rng_below(&rng, it < 100 ? 40 : 700);
         size_t kv_dim = (size_t)kvh * hs;
         float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
