@@ -436,7 +436,8 @@ int bench_spec(int argc, char **argv)
     uint32_t kind_acc[N_KINDS] = {0}, kind_rounds[N_KINDS] = {0}, kind_drafted[N_KINDS] = {0},
              kind_tasks[N_KINDS] = {0}, kind_steps[N_KINDS] = {0},
              kind_skipped[N_KINDS] = {0};
-    double kind_step_s[N_KINDS] = {0}, kind_verify_s[N_KINDS] = {0}, kind_draft_s[N_KINDS] = {0};
+    double kind_step_s[N_KINDS] = {0}, kind_verify_s[N_KINDS] = {0}, kind_draft_s[N_KINDS] = {0},
+           kind_calib_s[N_KINDS] = {0};
     if (!json)
         printf("%-8s %6s %9s %9s %9s %9s %8s %8s %7s %6s %5s\n", "task", "prompt", "plain",
                "spec", "llama", "lookup", "spec/pl", "look/lla", "accept", "len", "copy");
@@ -469,6 +470,7 @@ int bench_spec(int argc, char **argv)
             sst.plain_s += one.plain_s;
             sst.verify_s += one.verify_s;
             sst.draft_s += one.draft_s;
+            sst.calib_s += one.calib_s;
             vlp[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 1) : 0;
             vl[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 0) : 0;
             if (kp.n != ks.n || memcmp(kp.t, ks.t, sizeof(int) * kp.n))
@@ -509,6 +511,7 @@ int bench_spec(int argc, char **argv)
         kind_step_s[k] += sst.plain_s;
         kind_verify_s[k] += sst.verify_s;
         kind_draft_s[k] += sst.draft_s;
+        kind_calib_s[k] += sst.calib_s;
         double len = sst.rounds ? (double)(sst.accepted + sst.rounds) / sst.rounds : 0;
         double rate = sst.drafted ? (double)sst.accepted / sst.drafted : 0;
         if (!json)
@@ -568,6 +571,11 @@ int bench_spec(int argc, char **argv)
         uint32_t toks = kind_acc[k] + kind_rounds[k] + kind_steps[k];
         double priced = kind_steps[k] + kind_rounds[k] * (1.0 + verify_fixed) +
                         row_cost * kind_drafted[k];
+        double spent = kind_draft_s[k] + kind_verify_s[k] + kind_step_s[k] + kind_calib_s[k];
+        if (!json && calibrate)
+            printf("         calibration %.2f ms a run, %.1f%% of speculation's time\n",
+                   kind_tasks[k] ? 1e3 * kind_calib_s[k] / (kind_tasks[k] * runs) : 0,
+                   spent > 0 ? 100 * kind_calib_s[k] / spent : 0);
         if (!json && row_cost > 0)
             printf("         priced at 1 + %.2f + %.2f (n - 1) one-row steps a verification: "
                    "%u tokens in %.1f steps, %.3fx plain\n",
@@ -592,6 +600,7 @@ int bench_spec(int argc, char **argv)
         cJSON_AddNumberToObject(o, "one_row_steps", kind_steps[k]);
         cJSON_AddNumberToObject(o, "one_row_steps_draft_skipped", kind_skipped[k]);
         cJSON_AddNumberToObject(o, "step_ms_mean", s_ms);
+        cJSON_AddNumberToObject(o, "calib_s", kind_calib_s[k]);
         cJSON_AddNumberToObject(o, "spec_over_plain", sp);
         cJSON_AddNumberToObject(o, "spec_over_plain_best_runs",
                                 kbest_plain[k] > 0 ? kbest_spec[k] / kbest_plain[k] : 0);
