@@ -27,7 +27,9 @@
 
 size_t infer_attn_tree_floats(const struct format_config *c, uint32_t n, uint32_t T)
 {
-    return ((size_t)c->n_heads * n + c->n_kv_heads * (size_t)c->head_dim) * T;
+    /* every head's scores of every row against T slots; per kv head, a
+     * row's gathered ancestors (n at most) */
+    return (size_t)c->n_heads * n * T + (size_t)c->n_kv_heads * c->head_dim * n;
 }
 
 /* Rows whose ancestor lists go on the stack; larger trees allocate them. */
@@ -44,7 +46,7 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
     if (n == 0 || h0 >= h1)
         return 0;
     /* scores of head h, row i at s + ((h - hoff) * n + i) * T; kv head g's
-     * gathered values at vbs + (g - goff) * T * hs. In the shared scratch
+     * gathered values (a row's ancestors: n at most) at vbs + (g - goff) * n * hs. In the shared scratch
      * every head and kv head has its own place (hoff = goff = 0); memory of
      * this call's own holds only [h0, h1) and their kv heads. */
     uint32_t g0 = h0 / kv_mul, g1 = (h1 + kv_mul - 1) / kv_mul, hoff = 0, goff = 0;
@@ -52,7 +54,7 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
     if (!s || rows->tree_floats < infer_attn_tree_floats(c, n, T)) {
         hoff = h0;
         goff = g0;
-        s = own = sl_malloc(sizeof(float) * ((size_t)(h1 - h0) * n + (size_t)(g1 - g0) * hs) * T);
+        s = own = sl_malloc(sizeof(float) * ((size_t)(h1 - h0) * n * T + (size_t)(g1 - g0) * hs * n));
     }
     float *vbs = s ? s + (size_t)(own ? h1 - h0 : c->n_heads) * n * T : NULL;
     uint32_t anc_st[TREE_STACK_ROWS * (TREE_STACK_ROWS + 1)], depth_st[TREE_STACK_ROWS];
@@ -97,7 +99,7 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
         uint32_t ha = g * kv_mul > h0 ? g * kv_mul : h0;
         uint32_t hb = (g + 1) * kv_mul < h1 ? (g + 1) * kv_mul : h1;
         const float *vh = vc + (size_t)g * hs;
-        float *vb = vbs + (size_t)(g - goff) * T * hs;
+        float *vb = vbs + (size_t)(g - goff) * n * hs;
         for (uint32_t i = 0; i < n; i++) {
             const uint32_t *ai = anc + (size_t)i * (n + 1);
             for (uint32_t j = 0; j < depth[i]; j++)

@@ -301,9 +301,85 @@ static uint32_t graph_rows(const struct infer_state *s, uint32_t n)
     return s->max_batch;
 }
 
+/* A few rows' int8 linear shared with the device thread (linear_s8): the
+ * activations staged once, the device's share [0, end) handed out in
+ * chunks from an atomic counter, as for a float linear (float_shared). */
+struct s8_shared {
+    const struct npu_weights *w;
+    const void *stage;
+    uint32_t n, ldy;
+    float act;
+    float *y;
+    uint32_t end, chunk;
+    _Atomic uint32_t next;
+};
+
+static void s8_shared_drain(struct s8_shared *sh)
+{
+    uint32_t r0;
+    while ((r0 = atomic_fetch_add(&sh->next, sh->chunk)) < sh->end)
+        npu_linear_s8_staged(sh->w, sh->stage, sh->n, sh->act, sh->y, sh->ldy, r0,
+                             sh->end - r0 < sh->chunk ? sh->end : r0 + sh->chunk);
+}
+
+static int s8_shared_run(void *arg)
+{
+    s8_shared_drain(arg);
+    return 0;
+}
+
+#define S8_CHUNK 64 /* output channels: a multiple of the GEMM's 16-channel tiles */
+
+/* The few-rows split (a decode step, a draft tree's verification): the NPU
+ * graph job took a fixed half of the channels and the calling thread
+ * waited for it; on a busy machine the device thread is often not running
+ * when its half is due (the 8-row verification of tinyllama int8 read
+ * x1.5-1.6 of a one-row step by the median against x1.24-1.30 by the
+ * minimum). Here the device thread's half is host work in chunks (the same
+ * GEMM, npu_linear_s8_staged, on activations staged once): the calling
+ * thread, done with its own half, takes the chunks not yet started, and
+ * takes the call back if the device thread has not started it at all. The
+ * bits are those of every other split: each output channel is computed the
+ * same way whatever the range (npu.h). */
+static int linear_s8_few(struct infer_state *s, const struct infer_linear *lin,
+                         const int8_t *xq, uint32_t n, float act, float *y, uint32_t r_dev,
+                         struct sl_err *err)
+{
+    uint32_t rows = lin->rows;
+    void *stage = sl_alloc_aligned(npu_stage_bytes(n, lin->cols), 64);
+    if (!stage) {
+        sl_err_set(err, "out of memory for a linear's activations");
+        return -ENOMEM;
+    }
+    npu_stage_act(xq, n, lin->cols, stage);
+    uint32_t chunk = r_dev / 8 / S8_CHUNK * S8_CHUNK;
+    struct s8_shared sh = {.w = lin->npu, .stage = stage, .n = n, .ldy = rows, .act = act,
+                           .y = y, .end = r_dev, .chunk = chunk < S8_CHUNK ? S8_CHUNK : chunk};
+    atomic_init(&sh.next, 0);
+    struct npu_ticket *t = NULL;
+    int ret = npu_device_call(s->dev, s8_shared_run, &sh, &t, err);
+    if (ret < 0) {
+        sl_free_aligned(stage);
+        return ret;
+    }
+    npu_linear_s8_staged(lin->npu, stage, n, act, y, rows, r_dev, rows);
+    s8_shared_drain(&sh);
+    ret = npu_ticket_revoke(s->dev, t);
+    sl_free_aligned(stage);
+    if (ret == -ECANCELED)
+        return 0;
+    if (ret < 0) {
+        sl_err_set(err, "the device thread did not run its part of a matmul (%d)", ret);
+        return ret;
+    }
+    s->npu_jobs++;
+    return 0;
+}
+
 /* y = x W^T of an int8 linear: the NPU device takes the first npu_share of
  * the output channels while this thread computes the rest (bit-identical to
- * one thread: every output channel is computed the same way, npu.h). */
+ * one thread: every output channel is computed the same way, npu.h); a few
+ * rows share the device's part (linear_s8_few). */
 static int linear_s8(struct infer_state *s, const struct infer_linear *lin, const int8_t *xq,
                      uint32_t n, float act, float *y, struct sl_err *err)
 {
@@ -317,6 +393,8 @@ static int linear_s8(struct infer_state *s, const struct infer_linear *lin, cons
         npu_linear_s8(lin->npu, xq, n, act, y);
         return 0;
     }
+    if (n <= INFER_MATMUL_ROWS_MAX)
+        return linear_s8_few(s, lin, xq, n, act, y, r_npu, err);
     const struct npu_graph *g;
     int ret = npu_device_graph(s->dev, graph_rows(s, n), lin->cols, rows, &g, err);
     if (ret < 0)

@@ -87,6 +87,8 @@ int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
     if (!(sp->o.calib_min_p > 0))
         sp->o.calib_min_p = 0.2f;
     spec_cost_init(&sp->cost, sp->o.row_cost);
+    if (sp->cost.fixed && sp->o.verify_cost > 0)
+        sp->cost.beta = sp->o.verify_cost;
     for (int src = 0; src < SPEC_SRC_COUNT; src++)
         for (int g = 0; g <= SPEC_MAX_ORDER; g++) {
             /* priors: longer matches are likelier; a token after an accepted

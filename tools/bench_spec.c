@@ -38,11 +38,11 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice bench spec MODEL --text FILE [--tokenizer FILE] [-n N] [--runs R]\n"
-            "                         [--rows 4|8|16] [--calibrate] [--min-match N]\n"
-            "                         [--row-cost A] [--lookup BIN --gguf FILE]\n"
+            "                         [--rows 4|8|16] [--calibrate] [--min-match N] [--history]\n"
+            "                         [--row-cost A [--verify-fixed B]] [--lookup BIN --gguf FILE]\n"
             "                         [--json]\n"
             "       sluice bench spec MODEL --verify-cost C [--runs R] [--resident int8|packed]\n"
-            "                         [--json]\n\n"
+            "                         [--one-thread] [--json]\n\n"
             "Decode tokens/s of plain greedy decoding against speculative decoding (--spec\n"
             "auto) on the same model and prompts, run for run (plain and spec, each first in\n"
             "every other run, llama.cpp plain, llama-lookup, then again), medians and best\n"
@@ -60,10 +60,19 @@ static void usage(FILE *f)
             "  --runs R      runs of every contender on every task (default 3)\n"
             "  --rows N      verification rows (default 8)\n"
             "  --calibrate   in-context calibration (its pass over the prompt is timed)\n"
+            "  --history     a history store per kind: a task drafts from the greedy outputs\n"
+            "                of the earlier tasks of its kind (other passages), as a store of\n"
+            "                earlier generations per task kind would hold them\n"
             "  --min-match N shortest n-gram that drafts from the context, 1..4 (default 2;\n"
             "                a 1-gram still drafts when no longer match drafted anything)\n"
             "  --row-cost A  the cost model's price of one more verification row against a\n"
-            "                one-row step, 0.01..4 (default: measured as it runs)\n"
+            "                one-row step, 0.01..4 (default: measured as it runs); a fixed price\n"
+            "                makes the drafts, and so the tokens per forward, independent of\n"
+            "                the load; each kind's line `priced` then gives plain decoding's\n"
+            "                one-row steps over speculation's, every verification counted at\n"
+            "                that price (a speedup free of the machine's noise, for tuning)\n"
+            "  --verify-fixed B  with --row-cost: a verification's fixed cost beside it, in\n"
+            "                one-row steps, 0..4 (default 0)\n"
             "  --lookup BIN  llama.cpp's llama-lookup, run on --gguf (the same model) with\n"
             "                the same prompt text, -n N, greedy, one thread, EOS ignored;\n"
             "                its own 'decoded ... t/s' line is taken; also with --draft-max 0\n"
@@ -71,6 +80,9 @@ static void usage(FILE *f)
             "  --verify-cost C  instead: the time of one forward of 1, 4, 8 and 16 rows (a\n"
             "                draft tree) after a context of C tokens, --runs times each,\n"
             "                interleaved (the verification shapes against a decode step)\n"
+            "  --one-thread  with --verify-cost: also the same forwards on the calling\n"
+            "                thread alone (a session without the NPU device thread),\n"
+            "                interleaved with the split ones\n"
             "  --resident R  with --verify-cost: the model's weights as loaded (default: int8,\n"
             "                or float for a float model) or packed residency\n"
             "                (a cold start that keeps the packed codes, as run --resident\n"
@@ -275,7 +287,8 @@ int bench_spec(int argc, char **argv)
     uint32_t n = 128, runs = 3, rows = 8;
     int json = 0, calibrate = 0, packed = 0;
     uint32_t min_match = 0;
-    double row_cost = 0;
+    double row_cost = 0, verify_fixed = 0;
+    int one_thread = 0, history = 0;
     uint32_t cost_ctx = 0;
     struct tools_args a = {"sluice bench spec", usage, argc, argv, 0};
     for (a.i = 1; a.i < argc; a.i++) {
@@ -314,6 +327,12 @@ int bench_spec(int argc, char **argv)
             bad = tools_args_u32(&a, 1, 4, &min_match);
         } else if (!strcmp(s, "--row-cost")) {
             bad = tools_args_double(&a, 0.01, 4, 0, &row_cost);
+        } else if (!strcmp(s, "--verify-fixed")) {
+            bad = tools_args_double(&a, 0, 4, 0, &verify_fixed);
+        } else if (!strcmp(s, "--history")) {
+            history = 1;
+        } else if (!strcmp(s, "--one-thread")) {
+            one_thread = 1;
         } else if (!strcmp(s, "--json")) {
             json = 1;
         } else if (s[0] == '-' || model) {
@@ -324,8 +343,13 @@ int bench_spec(int argc, char **argv)
         if (bad)
             return 2;
     }
-    if (packed && !cost_ctx) {
-        fprintf(stderr, "sluice bench spec: --resident goes with --verify-cost\n");
+    if ((packed || one_thread) && !cost_ctx) {
+        fprintf(stderr, "sluice bench spec: %s goes with --verify-cost\n",
+                packed ? "--resident" : "--one-thread");
+        return 2;
+    }
+    if (verify_fixed > 0 && !(row_cost > 0)) {
+        fprintf(stderr, "sluice bench spec: --verify-fixed goes with --row-cost\n");
         return 2;
     }
     if (!model || (!text && !cost_ctx) || (lookup && !gguf) ||
@@ -352,7 +376,7 @@ int bench_spec(int argc, char **argv)
     struct infer_model *m = NULL;
     struct infer_tokenizer *tk = NULL;
     if (ret == 0 && cost_ctx && packed) {
-        ret = bench_spec_cost(NULL, path, cost_ctx, runs, json);
+        ret = bench_spec_cost(NULL, path, cost_ctx, runs, one_thread, json);
         if (tmp[0])
             unlink(tmp);
         return ret;
@@ -370,7 +394,7 @@ int bench_spec(int argc, char **argv)
         return 1;
     }
     if (cost_ctx) {
-        ret = bench_spec_cost(m, path, cost_ctx, runs, json);
+        ret = bench_spec_cost(m, path, cost_ctx, runs, one_thread, json);
         infer_tokenizer_destroy(tk);
         infer_model_destroy(m);
         return ret;
@@ -398,8 +422,12 @@ int bench_spec(int argc, char **argv)
     double *v = malloc(sizeof(double) * runs * 4);
     cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "tasks");
     struct infer_spec_opts so = {.max_rows = rows, .calibrate = calibrate,
-                                 .min_match = min_match, .row_cost = (float)row_cost};
-    int mismatch = 0;
+                                 .min_match = min_match, .row_cost = (float)row_cost,
+                                 .verify_cost = (float)verify_fixed};
+    int mismatch = 0, failed = 0;
+    /* --history: per kind, the greedy outputs of its earlier tasks, -1 after each */
+    int *hist[N_KINDS] = {NULL};
+    uint32_t n_hist[N_KINDS] = {0};
     /* per kind: sums of medians (and of best runs) for the summary */
     double kind_plain[N_KINDS] = {0}, kind_spec[N_KINDS] = {0}, kind_look[N_KINDS] = {0},
            kind_lplain[N_KINDS] = {0}, kind_copy[N_KINDS] = {0};
@@ -408,7 +436,8 @@ int bench_spec(int argc, char **argv)
     uint32_t kind_acc[N_KINDS] = {0}, kind_rounds[N_KINDS] = {0}, kind_drafted[N_KINDS] = {0},
              kind_tasks[N_KINDS] = {0}, kind_steps[N_KINDS] = {0},
              kind_skipped[N_KINDS] = {0};
-    double kind_step_s[N_KINDS] = {0}, kind_verify_s[N_KINDS] = {0}, kind_draft_s[N_KINDS] = {0};
+    double kind_step_s[N_KINDS] = {0}, kind_verify_s[N_KINDS] = {0}, kind_draft_s[N_KINDS] = {0},
+           kind_calib_s[N_KINDS] = {0};
     if (!json)
         printf("%-8s %6s %9s %9s %9s %9s %8s %8s %7s %6s %5s\n", "task", "prompt", "plain",
                "spec", "llama", "lookup", "spec/pl", "look/lla", "accept", "len", "copy");
@@ -420,6 +449,8 @@ int bench_spec(int argc, char **argv)
         }
         double *vp = v, *vs = v + runs, *vl = v + 2 * runs, *vlp = v + 3 * runs;
         struct infer_spec_stats sst = {0}, one;
+        so.history = history ? hist[tasks[ti].k] : NULL;
+        so.n_history = history ? n_hist[tasks[ti].k] : 0;
         for (uint32_t r = 0; r < runs; r++) { /* statistics: the sums over the runs */
             /* plain first on even runs, speculative first on odd ones, so
              * neither always runs second (with nothing to verify, --row-cost
@@ -439,6 +470,7 @@ int bench_spec(int argc, char **argv)
             sst.plain_s += one.plain_s;
             sst.verify_s += one.verify_s;
             sst.draft_s += one.draft_s;
+            sst.calib_s += one.calib_s;
             vlp[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 1) : 0;
             vl[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 0) : 0;
             if (kp.n != ks.n || memcmp(kp.t, ks.t, sizeof(int) * kp.n))
@@ -447,6 +479,18 @@ int bench_spec(int argc, char **argv)
         double mp = tools_median(vp, runs), ms = tools_median(vs, runs),
                ml = tools_median(vl, runs), mlp = tools_median(vlp, runs);
         int k = tasks[ti].k;
+        if (history) {
+            int *h = realloc(hist[k], sizeof(int) * (n_hist[k] + kp.n + 1));
+            if (!h) {
+                fprintf(stderr, "sluice bench spec: out of memory for the history\n");
+                failed = 1;
+                break;
+            }
+            memcpy(h + n_hist[k], kp.t, sizeof(int) * kp.n);
+            n_hist[k] += kp.n;
+            h[n_hist[k]++] = -1;
+            hist[k] = h;
+        }
         double copy = copy_share(ids, np, kp.t, kp.n);
         kind_copy[k] += copy;
         kind_tasks[k]++;
@@ -467,6 +511,7 @@ int bench_spec(int argc, char **argv)
         kind_step_s[k] += sst.plain_s;
         kind_verify_s[k] += sst.verify_s;
         kind_draft_s[k] += sst.draft_s;
+        kind_calib_s[k] += sst.calib_s;
         double len = sst.rounds ? (double)(sst.accepted + sst.rounds) / sst.rounds : 0;
         double rate = sst.drafted ? (double)sst.accepted / sst.drafted : 0;
         if (!json)
@@ -520,6 +565,21 @@ int bench_spec(int argc, char **argv)
                        ? (double)(kind_acc[k] + kind_rounds[k] + kind_steps[k]) /
                              (kind_rounds[k] + kind_steps[k])
                        : 0.0);
+        /* at a fixed price the drafts do not depend on the load: plain
+         * decoding's one-row steps (one a token) over speculation's, each
+         * verification of n rows counted as 1 + B + A (n - 1) of them */
+        uint32_t toks = kind_acc[k] + kind_rounds[k] + kind_steps[k];
+        double priced = kind_steps[k] + kind_rounds[k] * (1.0 + verify_fixed) +
+                        row_cost * kind_drafted[k];
+        double spent = kind_draft_s[k] + kind_verify_s[k] + kind_step_s[k] + kind_calib_s[k];
+        if (!json && calibrate)
+            printf("         calibration %.2f ms a run, %.1f%% of speculation's time\n",
+                   kind_tasks[k] ? 1e3 * kind_calib_s[k] / (kind_tasks[k] * runs) : 0,
+                   spent > 0 ? 100 * kind_calib_s[k] / spent : 0);
+        if (!json && row_cost > 0)
+            printf("         priced at 1 + %.2f + %.2f (n - 1) one-row steps a verification: "
+                   "%u tokens in %.1f steps, %.3fx plain\n",
+                   verify_fixed, row_cost, toks, priced, priced > 0 ? toks / priced : 0);
         if (!json && lookup)
             printf("         llama-lookup/llama plain %.2fx; tokens/s spec/lookup %.2fx\n",
                    kind_lplain[k] > 0 ? kind_look[k] / kind_lplain[k] : 0,
@@ -540,6 +600,7 @@ int bench_spec(int argc, char **argv)
         cJSON_AddNumberToObject(o, "one_row_steps", kind_steps[k]);
         cJSON_AddNumberToObject(o, "one_row_steps_draft_skipped", kind_skipped[k]);
         cJSON_AddNumberToObject(o, "step_ms_mean", s_ms);
+        cJSON_AddNumberToObject(o, "calib_s", kind_calib_s[k]);
         cJSON_AddNumberToObject(o, "spec_over_plain", sp);
         cJSON_AddNumberToObject(o, "spec_over_plain_best_runs",
                                 kbest_plain[k] > 0 ? kbest_spec[k] / kbest_plain[k] : 0);
@@ -552,6 +613,8 @@ int bench_spec(int argc, char **argv)
                                     kind_look[k] > 0 ? kind_spec[k] / kind_look[k] : 0);
         }
         cJSON_AddNumberToObject(o, "mean_acceptance_length", len);
+        if (row_cost > 0)
+            cJSON_AddNumberToObject(o, "priced_over_plain", priced > 0 ? toks / priced : 0);
     }
     cJSON_AddNumberToObject(root, "tokens", n);
     cJSON_AddNumberToObject(root, "runs", runs);
@@ -559,6 +622,8 @@ int bench_spec(int argc, char **argv)
     cJSON_AddBoolToObject(root, "calibrate", calibrate);
     cJSON_AddNumberToObject(root, "min_match", min_match ? min_match : 2);
     cJSON_AddNumberToObject(root, "row_cost", row_cost);
+    cJSON_AddNumberToObject(root, "verify_fixed", verify_fixed);
+    cJSON_AddBoolToObject(root, "history", history);
     cJSON_AddBoolToObject(root, "greedy_identical", mismatch == 0);
     if (json) {
         char *s = cJSON_PrintUnformatted(root);
@@ -578,7 +643,9 @@ int bench_spec(int argc, char **argv)
     free(kp.t);
     free(ks.t);
     free(v);
+    for (int k = 0; k < N_KINDS; k++)
+        free(hist[k]);
     infer_tokenizer_destroy(tk);
     infer_model_destroy(m);
-    return mismatch ? 1 : 0;
+    return mismatch || failed ? 1 : 0;
 }

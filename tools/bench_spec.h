@@ -11,8 +11,10 @@
 double bench_spec_stat(const double *v, uint32_t n, int which);
 /* One forward of 1, 4, 8 and 16 rows after a context of ctx tokens, runs
  * times each, interleaved; the graph-switching measurement. 0 or 1. */
-/* m: int8 weights; NULL: packed residency, a cold start of path. */
+/* m: int8 weights; NULL: packed residency, a cold start of path.
+ * one_thread (with m): the same forwards, interleaved, on a session without
+ * the NPU device thread too. */
 int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint32_t runs,
-                    int json);
+                    int one_thread, int json);
 
 #endif

@@ -78,11 +78,15 @@ static void graph_cost(struct infer_model *m, uint32_t chunk, cJSON *j, int json
  * tree: a root and a chain below it, then dropped) after a context of ctx
  * tokens, interleaved, `runs` times each; medians and minima in ms. */
 int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint32_t runs,
-                    int json)
+                    int one_thread, int json)
 {
     struct sl_err err = {{0}};
-    struct infer_session *s = NULL;
-    struct infer_session_opts so = {.max_batch = 256};
+    struct infer_session *s = NULL, *s1 = NULL;
+    struct infer_session_opts so = {.max_batch = 256}, so1 = {.max_batch = 256, .no_npu = 1};
+    if (one_thread && !m) {
+        fprintf(stderr, "sluice bench spec: --one-thread goes with the int8 or float weights\n");
+        return 1;
+    }
     struct format_config cfg;
     int ret = 0;
     if (m) {
@@ -99,7 +103,7 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
         ctx = c->seq_len - 16;
     int *ids = ret == 0 ? malloc(sizeof(int) * (ctx + 16)) : NULL;
     float *lg = ret == 0 ? malloc(sizeof(float) * c->vocab_size * 16) : NULL;
-    double *t = malloc(sizeof(double) * runs * 4);
+    double *t = malloc(sizeof(double) * runs * 8); /* [2][4][runs]: split, one thread */
     if (ret == 0 && (!ids || !lg || !t))
         ret = -ENOMEM;
     for (uint32_t i = 0; ids && i < ctx + 16; i++)
@@ -108,6 +112,8 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
         ret = infer_session_create(m, &so, &s, &err);
         if (ret == 0)
             ret = infer_session_prefill(s, ids, ctx, &err);
+        if (ret == 0 && one_thread && (ret = infer_session_create(m, &so1, &s1, &err)) == 0)
+            ret = infer_session_prefill(s1, ids, ctx, &err);
     } else if (ret == 0) {
         struct infer_pipeline_opts po;
         infer_pipeline_opts_init(&po);
@@ -117,33 +123,37 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
             infer_session_drop_int8(s); /* the forwards below read the packed codes */
     }
     static const uint32_t shapes[4] = {1, 4, 8, 16};
-    struct infer_state *st = ret == 0 ? infer_session_state(s) : NULL;
+    /* one run: every shape on the split session and (one_thread) on the
+     * one-thread one, which goes first on odd runs */
     for (uint32_t r = 0; ret == 0 && r < runs; r++)
-        for (int k = 0; ret == 0 && k < 4; k++) {
-            uint32_t n = shapes[k], rows[16], pos[16];
-            int32_t par[16];
-            for (uint32_t i = 0; i < n; i++) {
-                rows[i] = i;
-                pos[i] = ctx + i;
-                par[i] = (int32_t)i - 1;
+        for (int k = 0; ret == 0 && k < 4; k++)
+            for (int w = 0; ret == 0 && w < 1 + !!s1; w++) {
+                int which = s1 && r % 2 ? 1 - w : w;
+                struct infer_session *ss = which ? s1 : s;
+                uint32_t n = shapes[k], rows[16], pos[16];
+                int32_t par[16];
+                for (uint32_t i = 0; i < n; i++) {
+                    rows[i] = i;
+                    pos[i] = ctx + i;
+                    par[i] = (int32_t)i - 1;
+                }
+                struct infer_batch b = {.n = n,
+                                        .tokens = ids + ctx,
+                                        .pos = pos,
+                                        .parent = par,
+                                        .logits_rows = rows,
+                                        .n_logits = n};
+                struct infer_state *st = infer_session_state(ss);
+                uint64_t t0 = sl_now_ns();
+                ret = infer_forward_batch(infer_session_model(ss), st, &b, lg, &err);
+                t[(which * 4 + k) * runs + r] = (double)(sl_now_ns() - t0) / 1e6;
+                if (ret == 0)
+                    ret = infer_kv_truncate(infer_state_kv(st), ctx);
             }
-            struct infer_batch b = {.n = n,
-                                    .tokens = ids + ctx,
-                                    .pos = pos,
-                                    .parent = par,
-                                    .logits_rows = rows,
-                                    .n_logits = n};
-            uint64_t t0 = sl_now_ns();
-            ret = infer_forward_batch(infer_session_model(s), st, &b, lg, &err);
-            t[k * runs + r] = (double)(sl_now_ns() - t0) / 1e6;
-            if (ret == 0)
-                ret = infer_kv_truncate(infer_state_kv(st), ctx);
-        }
     if (ret < 0) {
         fprintf(stderr, "sluice bench spec: %s\n", err.msg[0] ? err.msg : strerror(-ret));
     } else {
         cJSON *j = cJSON_CreateObject();
-        double one = bench_spec_stat(t, runs, 1);
         if (m) /* the graphs and the layer's prefill are the int8 path's */
             graph_cost(infer_session_model(s), c->seq_len < 256 ? c->seq_len : 256, j, json);
         /* a model without int8 linears (an F32 import) runs the float path */
@@ -152,18 +162,24 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
             printf("context %u, %s weights: one forward, ms (median / min over %u runs)\n", ctx,
                    res, runs);
         cJSON_AddStringToObject(j, "resident", res);
-        for (int k = 0; k < 4; k++) {
-            double md = bench_spec_stat(t + k * runs, runs, 1),
-                   mn = bench_spec_stat(t + k * runs, runs, 0);
-            char key[32];
-            snprintf(key, sizeof key, "rows_%u", shapes[k]);
-            cJSON *o = cJSON_AddObjectToObject(j, key);
-            cJSON_AddNumberToObject(o, "median_ms", md);
-            cJSON_AddNumberToObject(o, "min_ms", mn);
-            cJSON_AddNumberToObject(o, "over_one_row", one > 0 ? md / one : 0);
-            if (!json)
-                printf("  %2u rows %9.3f / %9.3f   x%.2f of one row\n", shapes[k], md, mn,
-                       one > 0 ? md / one : 0);
+        for (int w = 0; w < 1 + !!s1; w++) {
+            double one = bench_spec_stat(t + w * 4 * runs, runs, 1);
+            if (!json && s1)
+                printf(" %s:\n", w ? "the calling thread alone (no NPU device thread)"
+                                    : "split with the NPU device thread");
+            for (int k = 0; k < 4; k++) {
+                const double *tk = t + (w * 4 + k) * runs;
+                double md = bench_spec_stat(tk, runs, 1), mn = bench_spec_stat(tk, runs, 0);
+                char key[48];
+                snprintf(key, sizeof key, "%srows_%u", w ? "one_thread_" : "", shapes[k]);
+                cJSON *o = cJSON_AddObjectToObject(j, key);
+                cJSON_AddNumberToObject(o, "median_ms", md);
+                cJSON_AddNumberToObject(o, "min_ms", mn);
+                cJSON_AddNumberToObject(o, "over_one_row", one > 0 ? md / one : 0);
+                if (!json)
+                    printf("  %2u rows %9.3f / %9.3f   x%.2f of one row\n", shapes[k], md, mn,
+                           one > 0 ? md / one : 0);
+            }
         }
         if (json) {
             char *p = cJSON_PrintUnformatted(j);
@@ -177,5 +193,6 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
     free(lg);
     free(t);
     infer_session_destroy(s);
+    infer_session_destroy(s1);
     return ret < 0 ? 1 : 0;
 }

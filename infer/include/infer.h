@@ -870,7 +870,11 @@ struct infer_spec_opts {
     float row_cost;      /* the time of one more verification row relative to a
                             one-row step, for the cost model that sizes the tree
                             (0: fitted as it runs, with a verification's fixed
-                            cost beside it; set: that price, no fixed cost) */
+                            cost beside it; set: that price, and verify_cost) */
+    float verify_cost;   /* with row_cost set: a verification's fixed cost in one-row
+                            steps beside it (0: none); a fixed price makes the drafts
+                            and so the tokens per forward independent of the
+                            machine's load (bench spec --row-cost A --verify-fixed B) */
     const int *history;  /* earlier generations (-1 separates them), or NULL */
     uint32_t n_history;
     /* called after every verification (for a trace): its start and end

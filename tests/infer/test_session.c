@@ -17,6 +17,7 @@
 
 #include "import.h"
 #include "infer_internal.h"
+#include "npu.h"
 #include "quantizer.h"
 #include "testutil.h"
 #include "tiny_q5.h"
@@ -501,7 +502,11 @@ static void test_sessions(void **st)
     assert_memory_equal(g1.tok, g2.tok, sizeof(int) * 20);
     struct infer_session_stats ss;
     infer_session_stats(s2, &ss);
-    assert_true(ss.npu_jobs > 0);
+    /* the device thread ran parts, or (a few rows: linear_s8_few) the calling
+     * thread took back the parts it had not started */
+    struct npu_device_stats ds;
+    npu_device_stats(infer_session_state(s2)->dev, &ds);
+    assert_true(ss.npu_jobs + ds.jobs_revoked > 0);
     assert_int_equal(ss.prompt_tokens, 30);
     infer_session_stats(s1, &ss);
     assert_int_equal(ss.npu_jobs, 0);
@@ -561,7 +566,9 @@ static void test_cold_session(void **st)
     }
     struct infer_session_stats ss;
     infer_session_stats(sess, &ss);
-    assert_true(ss.npu_jobs > 0);
+    struct npu_device_stats ds;
+    npu_device_stats(infer_session_state(sess)->dev, &ds);
+    assert_true(ss.npu_jobs + ds.jobs_revoked > 0); /* ran there, or taken back */
     assert_int_equal(ss.decoded, 8);
     infer_session_destroy(sess);
     free(lg);

@@ -174,11 +174,11 @@ static int gate_hold(void *arg)
     return 0;
 }
 
-/* dev: the tree's float linears are split with its thread; late: each
- * verification is queued behind a call that holds the device thread until
- * the forward is done, so the calling thread takes the device thread's
- * share of every split and takes those calls back (float_shared in
- * infer_linear.c) */
+/* dev: the tree's linears are split with its thread (float, or int8 with
+ * every linear split: npu_min_weights 1); late: each verification is queued
+ * behind a call that holds the device thread until the forward is done, so
+ * the calling thread takes the device thread's share of every split and
+ * takes those calls back (float_shared and s8_shared in infer_linear.c) */
 static void tree_forward_dev(const char *path, struct npu_device *dev, int late)
 {
     struct sl_err err;
@@ -189,6 +189,7 @@ static void tree_forward_dev(const char *path, struct npu_device *dev, int late)
     assert_int_equal(infer_state_create(m, 32, &s, &err), 0);
     assert_int_equal(infer_state_create(m, 32, &p, &err), 0);
     s->dev = dev;
+    s->npu_min_weights = 1;
     struct test_rng r;
     test_rng_init(&r, test_seed() + 2);
     int prompt[12];
@@ -294,6 +295,8 @@ static void test_tree_forward_split(void **st)
     assert_int_equal(npu_device_create(&dev), 0);
     tree_forward_dev(float_model, dev, 0);
     tree_forward_dev(float_model, dev, 1);
+    tree_forward_dev(q_model, dev, 0);
+    tree_forward_dev(q_model, dev, 1);
     npu_device_destroy(dev);
 }
 
