@@ -31,7 +31,7 @@
 void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float *c)
 {
 #if SLUICE_KERNELS_X86
-    if (infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+    if (infer_matmul_kernel_used() == INFER_MATMUL_AVX512) {
         attn_group_combine_avx512(est, ld, G, visible, c);
         return;
     }

@@ -136,7 +136,7 @@ void infer_swiglu_avx512(float *h, const float *g, const float *u, size_t n);
 /* RMSNorm, infer_op_rmsnorm's definition: a row's sum of squares in element
  * order (each product rounded, then added), / d, + eps, 1 / sqrt, then
  * out[j] = w[j] * (s * x[j]). The scalar form is the reference; the
- * AVX-512F one runs 16 or 32 rows' sums together (one row a lane) and gives
+ * AVX-512F one runs 16 rows' sums together (one row a lane) and gives
  * the same bits. out may alias x. */
 void infer_rmsnorm_scalar(float *out, const float *x, const float *w, uint32_t n, uint32_t d,
                           float eps);

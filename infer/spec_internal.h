@@ -140,7 +140,7 @@ int spec_calibrate(struct infer_model *m, const int *ctx, uint32_t n,
 /* ---- the verification's price (spec_cost.c) ------------------------------------- */
 
 /* A verification of n rows costs 1 + beta + alpha (n - 1) one-row steps:
- * fixed (row_cost given: alpha = it, beta = 0) or fitted to measured times,
+ * fixed (row_cost given: alpha = it, beta = verify_cost) or fitted to measured times,
  * each counted, after the first few, for at most 1.25x what the model
  * expects (a busy machine's bursts only add time). */
 struct spec_cost {

@@ -253,7 +253,9 @@ void npu_gemm_s8(const struct npu_gemm_b *b, const int8_t *a, uint32_t m, uint32
     npu_gemm_s8_kernel(npu_kernel_for_rows(m), b, a, m, r0, r1, c, ldc);
 }
 
+#if SLUICE_KERNELS_X86 || SLUICE_KERNELS_AMX /* a scalar-only build has no peak loop */
 static double peak_gops(uint64_t (*loop)(uint64_t), double macs_per_iter, double seconds);
+#endif
 
 double npu_gemm_peak_gops(enum npu_kernel k, double seconds)
 {
@@ -325,6 +327,7 @@ uint32_t npu_gemm_tiny_rows(enum npu_kernel k, const int8_t *q, uint32_t rows, u
     return n;
 }
 
+#if SLUICE_KERNELS_X86 || SLUICE_KERNELS_AMX
 static double peak_gops(uint64_t (*loop)(uint64_t), double macs_per_iter, double seconds)
 {
     volatile uint64_t sink = loop(1000); /* warm up (clock ramps, AVX-512 license) */
@@ -344,3 +347,4 @@ static double peak_gops(uint64_t (*loop)(uint64_t), double macs_per_iter, double
     (void)sink;
     return best;
 }
+#endif

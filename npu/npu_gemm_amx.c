@@ -265,10 +265,12 @@ static void gemm_amx(const struct npu_gemm_args *g)
     const size_t astride = (size_t)16 * ((k4 + 63) & ~63u); /* bytes of one row tile */
     const uint32_t m = g->m, mr = m < 16 ? m : 16, mt = (m + 15) / 16;
     const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
-    /* row tiles per row block: whole pairs within A_BUDGET, at least one pair;
-     * all of them when that is fewer than RB_MIN */
+    /* row tiles per row block: whole pairs within A_BUDGET; all of them when
+     * that is fewer than RB_MIN (a block of one pair would read every weight
+     * panel mt / 2 times), and so when not even one pair fits */
     uint32_t rbt = (uint32_t)(a_budget / (2 * astride)) * 2;
-    rbt = rbt < 2 ? 2 : rbt < rb_min ? (mt + 1) & ~1u : rbt;
+    if (rbt < rb_min || rbt < 2)
+        rbt = (mt + 1) & ~1u;
     const int nt = m > 16 && (uint64_t)m * (g->r1 - g->r0) * 4 >= nt_bytes;
     int32_t cbuf[2][4][16][16] __attribute__((aligned(64)));
     int cur = 0;

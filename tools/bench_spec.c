@@ -80,9 +80,10 @@ static void usage(FILE *f)
             "  --verify-cost C  instead: the time of one forward of 1, 4, 8 and 16 rows (a\n"
             "                draft tree) after a context of C tokens, --runs times each,\n"
             "                interleaved (the verification shapes against a decode step)\n"
+            "                (the task runs' options do not go with it)\n"
             "  --one-thread  with --verify-cost: also the same forwards on the calling\n"
             "                thread alone (a session without the NPU device thread),\n"
-            "                interleaved with the split ones\n"
+            "                interleaved with the split ones; not with --resident packed\n"
             "  --resident R  with --verify-cost: the model's weights as loaded (default: int8,\n"
             "                or float for a float model) or packed residency\n"
             "                (a cold start that keeps the packed codes, as run --resident\n"
@@ -346,6 +347,16 @@ int bench_spec(int argc, char **argv)
     if ((packed || one_thread) && !cost_ctx) {
         fprintf(stderr, "sluice bench spec: %s goes with --verify-cost\n",
                 packed ? "--resident" : "--one-thread");
+        return 2;
+    }
+    if (packed && one_thread) {
+        fprintf(stderr, "sluice bench spec: --one-thread times the int8 or float weights, not "
+                        "--resident packed\n");
+        return 2;
+    }
+    if (cost_ctx && (history || calibrate || row_cost > 0 || min_match || text || lookup)) {
+        fprintf(stderr, "sluice bench spec: --verify-cost times forwards alone: --text, --history, "
+                        "--calibrate, --row-cost, --min-match and --lookup go with the task runs\n");
         return 2;
     }
     if (verify_fixed > 0 && !(row_cost > 0)) {

@@ -777,7 +777,9 @@ struct infer_session_stats {
     uint32_t decoded;         /* tokens through infer_session_step */
     double prefill_s;         /* forward time of the prompt */
     double decode_s;          /* forward time of the steps */
-    uint64_t npu_jobs;        /* int8 matmuls (or parts) the NPU device ran */
+    uint64_t npu_jobs;        /* int8 matmuls the NPU device thread took part in: a
+                               * graph job, or chunks of a few-rows matmul (one the
+                               * calling thread took back whole is not counted) */
 };
 
 /* A session over a loaded model it does not own (m must outlive it). */

@@ -516,8 +516,12 @@ static void test_matmul_nn_blocked(void **st)
 {
     (void)st;
     static const uint32_t colss[] = {1, 8, 33, 64, 65, 128, 130};
+#ifdef SLUICE_KERNELS_X86
     infer_matmul_nn_fn *const fns[INFER_MATMUL_COUNT] = {
         infer_matmul_nn_scalar, infer_matmul_nn_avx2, infer_matmul_nn_avx512};
+#else /* a build without the x86 kernels: none of them is available */
+    infer_matmul_nn_fn *const fns[INFER_MATMUL_COUNT] = {infer_matmul_nn_scalar};
+#endif
     int blocked = 0;
     for (int it = 0; it < 24; it++) {
         uint32_t n = 1 + test_rng_below(&rng, 40), T = 1 + test_rng_below(&rng, 900);
@@ -554,12 +558,14 @@ static void test_matmul_nn_blocked(void **st)
     assert_true(blocked > 0);
 }
 
+#ifdef SLUICE_KERNELS_X86
 static int same_bits(float a, float b)
 {
     return memcmp(&a, &b, sizeof a) == 0;
 }
+#endif
 
-/* RMSNorm: the AVX-512 kernel (16 and 32 rows a pass, the rest one by one)
+/* RMSNorm: the AVX-512 kernel (16 rows a pass, the rest one by one)
  * and infer_op_rmsnorm against the scalar definition bit for bit, at row
  * counts around the passes, lengths with and without a 16-float tail, large,
  * tiny, signed-zero, infinite and NaN inputs, in place and not; nothing past
@@ -567,7 +573,7 @@ static int same_bits(float a, float b)
 static void test_rmsnorm_avx512(void **st)
 {
     (void)st;
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef SLUICE_KERNELS_X86
     if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
         fprintf(stderr, "no AVX-512 here: the AVX-512 RMSNorm is not run\n");
         skip();
@@ -610,7 +616,7 @@ static void test_rmsnorm_avx512(void **st)
     free(ref);
     free(got);
 #else
-    fprintf(stderr, "not x86: the AVX-512 RMSNorm is not built\n");
+    fprintf(stderr, "a build without the x86 kernels: the AVX-512 RMSNorm is not built\n");
     skip();
 #endif
 }
@@ -621,7 +627,7 @@ static void test_rmsnorm_avx512(void **st)
 static void test_rope_pairs_avx512(void **st)
 {
     (void)st;
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef SLUICE_KERNELS_X86
     if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
         fprintf(stderr, "no AVX-512 here: the AVX-512 RoPE is not run\n");
         skip();
@@ -654,7 +660,7 @@ static void test_rope_pairs_avx512(void **st)
         assert_true(got[2 * half] == -9.0f);
     }
 #else
-    fprintf(stderr, "not x86: the AVX-512 RoPE is not built\n");
+    fprintf(stderr, "a build without the x86 kernels: the AVX-512 RoPE is not built\n");
     skip();
 #endif
 }

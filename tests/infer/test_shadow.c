@@ -439,7 +439,7 @@ static void test_malformed(void **st)
 static void test_axpy_kernels(void **st)
 {
     (void)st;
-#if defined(__x86_64__)
+#ifdef SLUICE_KERNELS_X86
     struct test_rng g;
     test_rng_init(&g, test_seed() + 77);
     enum infer_matmul_kernel ks[2] = {INFER_MATMUL_AVX2, INFER_MATMUL_AVX512};
@@ -527,7 +527,7 @@ static void test_cols_kernels(void **st)
     struct test_rng g;
     test_rng_init(&g, test_seed() + 94);
     int avx2 = 0;
-#if defined(__x86_64__)
+#ifdef SLUICE_KERNELS_X86
     avx2 = infer_matmul_kernel_available(INFER_MATMUL_AVX2);
 #endif
     if (!avx2)
@@ -614,7 +614,7 @@ static void test_cols_kernels(void **st)
                 k.packed = npu_weights_packed(w, &k.block);
                 if (kk == 0)
                     infer_shadow_cols_scalar(&k, b0, b1);
-#if defined(__x86_64__)
+#ifdef SLUICE_KERNELS_X86
                 else
                     infer_shadow_cols_avx2(&k);
 #endif
@@ -692,7 +692,7 @@ static void test_clip_next(void **st)
     struct test_rng g;
     test_rng_init(&g, test_seed() + 95);
     int avx2 = 0;
-#if defined(__x86_64__)
+#ifdef SLUICE_KERNELS_X86
     avx2 = infer_matmul_kernel_available(INFER_MATMUL_AVX2);
 #endif
     if (!avx2)
@@ -725,7 +725,7 @@ static void test_clip_next(void **st)
             }
         }
         assert_int_equal(infer_clip_next_scalar(p, len, inv), want);
-#if defined(__x86_64__)
+#ifdef SLUICE_KERNELS_X86
         if (avx2)
             assert_int_equal(infer_clip_next_avx2(p, len, inv), want);
 #endif
@@ -744,7 +744,7 @@ static void test_find_clipped_q(void **st)
     struct test_rng g;
     test_rng_init(&g, test_seed() + 96);
     int avx2 = 0;
-#if defined(__x86_64__)
+#ifdef SLUICE_KERNELS_X86
     avx2 = infer_matmul_kernel_available(INFER_MATMUL_AVX2);
 #endif
     struct infer_clipbuf ba = {0}, bb = {0};
@@ -802,9 +802,11 @@ static void test_find_clipped_q(void **st)
                 break;
             }
         assert_int_equal(infer_clip_next_q_scalar(p, len), want);
-#if defined(__x86_64__)
+#ifdef SLUICE_KERNELS_X86
         if (avx2)
             assert_int_equal(infer_clip_next_q_avx2(p, len), want);
+#else
+        (void)avx2;
 #endif
         free(x);
         free(xq);

@@ -31,6 +31,7 @@ static void fill(float *x, size_t n, float scale)
         x[i] = scale * test_rng_normal(&rng);
 }
 
+#ifdef SLUICE_KERNELS_X86
 /* The AVX2 tile's dot product, one operation at a time. */
 static float dot_avx2_order(const float *x, const float *w, uint32_t cols)
 {
@@ -61,13 +62,14 @@ static float dot_avx512_order(const float *x, const float *w, uint32_t cols)
             lane[j] = lane[j] + lane[j + h];
     return lane[0];
 }
+#endif
 
 static int same_bits(float a, float b)
 {
     return !memcmp(&a, &b, sizeof a);
 }
 
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef SLUICE_KERNELS_X86
 typedef void rows_fn(float *y, size_t ldy, const float *x, size_t ldx, uint32_t n, const float *w,
                      size_t ldw, uint32_t cols, uint32_t r0, uint32_t r1);
 
@@ -123,7 +125,7 @@ static void rows_kernel_check(rows_fn *rows, float (*dot)(const float *, const f
 static void test_rows_kernel(void **st)
 {
     (void)st;
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef SLUICE_KERNELS_X86
     if (!infer_matmul_kernel_available(INFER_MATMUL_AVX2)) {
         fprintf(stderr, "no AVX2 here: the few-rows kernel is not tested\n");
         skip();
@@ -138,7 +140,7 @@ static void test_rows_kernel(void **st)
 static void test_rows_kernel_avx512(void **st)
 {
     (void)st;
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef SLUICE_KERNELS_X86
     if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
         fprintf(stderr, "no AVX-512 here: the few-rows AVX-512 kernel is not tested\n");
         skip();
@@ -156,7 +158,7 @@ static void test_rows_kernel_avx512(void **st)
 static void test_tile_avx512_4x4(void **st)
 {
     (void)st;
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef SLUICE_KERNELS_X86
     if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
         fprintf(stderr, "no AVX-512 here: the AVX-512 tile is not run\n");
         skip();
@@ -217,7 +219,7 @@ static void test_tile_avx512_4x4(void **st)
 static void test_swiglu_avx512(void **st)
 {
     (void)st;
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef SLUICE_KERNELS_X86
     if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
         fprintf(stderr, "no AVX-512 here: the AVX-512 SwiGLU is not run\n");
         skip();

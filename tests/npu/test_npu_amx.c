@@ -146,6 +146,7 @@ static void test_amx_blocking(void **st)
     check(40, 450, 300, 0, 450, 0);
     check(16, 1100, 300, 0, 1100, 0); /* 16 rows: cached */
     check(70, 40, 14336, 0, 40, 0);
+    check(40, 40, 33000, 0, 40, 0); /* not even one row pair in the budget: one block */
 }
 
 /* decode and verification shapes: m = 1, 4, 8, 16 rows */

@@ -387,12 +387,6 @@ static void test_equal_direct(void **st)
     layer_fini(&L);
 }
 
-/* Staging keys (npu_job.stage_key): a chunk cut into channel ranges whose
- * jobs share a key gives the direct call's bits, on the device (padded rows
- * too: the zero rows overwrite the staging, which must then be redone) and
- * through npu_graph_run_cached; the staging is really reused: with the
- * activations changed under the same key, the old ones are still what is
- * computed, and a new key (or key 0) stages the new ones. Keys are fresh. */
 /* A forced tiling with the default kernel: accepted only when every kernel
  * a graph may get has it (the best one, and the one for few rows, which is
  * AVX-512 VNNI where AMX is best), and then every graph, few rows or many,
@@ -446,6 +440,12 @@ static void test_forced_tile(void **st)
     }
 }
 
+/* Staging keys (npu_job.stage_key): a chunk cut into channel ranges whose
+ * jobs share a key gives the direct call's bits, on the device (padded rows
+ * too: the zero rows overwrite the staging, which must then be redone) and
+ * through npu_graph_run_cached; the staging is really reused: with the
+ * activations changed under the same key, the old ones are still what is
+ * computed, and a new key (or key 0) stages the new ones. Keys are fresh. */
 static void test_stage_keys(void **st)
 {
     (void)st;
