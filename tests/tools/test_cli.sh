@@ -179,6 +179,8 @@ profile-attn m.sluice --buckets 0|sluice profile-attn: --buckets wants a whole n
 profile-attn m.sluice --step 1|sluice profile-attn: --step wants a number in (0, 1), not '1'
 bench spec m.sluice --verify-cost 64 --resident fp16|sluice bench spec: --resident wants int8 or packed, not 'fp16'
 bench spec m.sluice --text t.txt --resident packed|sluice bench spec: --resident goes with --verify-cost
+bench spec m.sluice --verify-cost 64 --shape 5|sluice bench spec: --shape wants 1, 4, 8 or 16
+bench spec m.sluice --text t.txt --shape 8|sluice bench spec: --shape goes with --verify-cost
 bench attn --ctx 8|sluice bench attn: --ctx: '8' is not a length in 16..65536
 bench attn --shape gpt|sluice bench attn: unknown shape 'gpt'
 bench attn --threads 3|sluice bench attn: --threads wants a whole number in 1..2, not '3'
