@@ -83,8 +83,9 @@ static inline __attribute__((always_inline)) void transpose16(__m512 r[16])
     }
 }
 
-/* 16 rows' sums of squares, row i in lane i, each in element order */
-static inline __m512 sums16(const float *x, uint32_t d)
+/* rows' (1..16) sums of squares, row i in lane i, each in element order;
+ * lanes past rows are zero (their loads masked off) */
+static inline __m512 sums16(const float *x, uint32_t d, uint32_t rows)
 {
     __m512 acc = _mm512_setzero_ps();
     for (uint32_t j = 0; j < d; j += 16) {
@@ -92,8 +93,9 @@ static inline __m512 sums16(const float *x, uint32_t d)
         __mmask16 m = (__mmask16)((1u << nc) - 1);
         __m512 r[16];
 #pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) {
-            __m512 v = _mm512_maskz_loadu_ps(m, x + (size_t)i * d + j);
+        for (uint32_t i = 0; i < 16; i++) {
+            const float *xi = x + (size_t)(i < rows ? i : 0) * d + j;
+            __m512 v = _mm512_maskz_loadu_ps(i < rows ? m : 0, xi);
             r[i] = _mm512_mul_ps(v, v);
         }
         transpose16(r);
@@ -106,13 +108,19 @@ static inline __m512 sums16(const float *x, uint32_t d)
 void infer_rmsnorm_avx512(float *out, const float *x, const float *w, uint32_t n, uint32_t d,
                           float eps)
 {
-    uint32_t r = 0;
-    for (; r + 16 <= n; r += 16) {
+    /* 16 rows at a time; a last group of 2..15 rows (a draft tree's
+     * verification, a few sequences' step) the same way with the absent
+     * rows' lanes masked off: each row's sum is still one chain in element
+     * order, as the portable code adds it, but the rows' chains run side by
+     * side instead of one after another */
+    uint32_t r = 0, rows;
+    for (; r + 2 <= n; r += rows) {
+        rows = n - r < 16 ? n - r : 16;
         const float *x0 = x + (size_t)r * d;
         /* the sums are taken before any row is written: out may alias x */
-        scale_rows(out + (size_t)r * d, x0, w, d, inv_rms(sums16(x0, d), d, eps), 16);
+        scale_rows(out + (size_t)r * d, x0, w, d, inv_rms(sums16(x0, d, rows), d, eps), rows);
     }
-    for (; r < n; r++) { /* the last rows one at a time, as the portable code */
+    for (; r < n; r++) { /* a last single row as the portable code */
         const float *xr = x + (size_t)r * d;
         float ss = infer_rmsnorm_ss_scalar(xr, d);
         ss /= (float)d;

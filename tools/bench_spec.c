@@ -81,6 +81,8 @@ static void usage(FILE *f)
             "                draft tree) after a context of C tokens, --runs times each,\n"
             "                interleaved (the verification shapes against a decode step)\n"
             "                (the task runs' options do not go with it)\n"
+            "  --shape N     with --verify-cost: only the N-row forward (1, 4, 8 or 16),\n"
+            "                to profile one shape (perf record; no ratio unless N is 1)\n"
             "  --one-thread  with --verify-cost: also the same forwards on the calling\n"
             "                thread alone (a session without the NPU device thread),\n"
             "                interleaved with the split ones; not with --resident packed\n"
@@ -290,6 +292,7 @@ int bench_spec(int argc, char **argv)
     uint32_t min_match = 0;
     double row_cost = 0, verify_fixed = 0;
     int one_thread = 0, history = 0;
+    uint32_t shape = 0;
     uint32_t cost_ctx = 0;
     struct tools_args a = {"sluice bench spec", usage, argc, argv, 0};
     for (a.i = 1; a.i < argc; a.i++) {
@@ -332,6 +335,12 @@ int bench_spec(int argc, char **argv)
             bad = tools_args_double(&a, 0, 4, 0, &verify_fixed);
         } else if (!strcmp(s, "--history")) {
             history = 1;
+        } else if (!strcmp(s, "--shape")) {
+            bad = tools_args_u32(&a, 1, 16, &shape);
+            if (!bad && shape != 1 && shape != 4 && shape != 8 && shape != 16) {
+                fprintf(stderr, "sluice bench spec: --shape wants 1, 4, 8 or 16\n");
+                bad = 1;
+            }
         } else if (!strcmp(s, "--one-thread")) {
             one_thread = 1;
         } else if (!strcmp(s, "--json")) {
@@ -344,9 +353,9 @@ int bench_spec(int argc, char **argv)
         if (bad)
             return 2;
     }
-    if ((packed || one_thread) && !cost_ctx) {
+    if ((packed || one_thread || shape) && !cost_ctx) {
         fprintf(stderr, "sluice bench spec: %s goes with --verify-cost\n",
-                packed ? "--resident" : "--one-thread");
+                packed ? "--resident" : one_thread ? "--one-thread" : "--shape");
         return 2;
     }
     if (packed && one_thread) {
@@ -387,7 +396,7 @@ int bench_spec(int argc, char **argv)
     struct infer_model *m = NULL;
     struct infer_tokenizer *tk = NULL;
     if (ret == 0 && cost_ctx && packed) {
-        ret = bench_spec_cost(NULL, path, cost_ctx, runs, one_thread, json);
+        ret = bench_spec_cost(NULL, path, cost_ctx, runs, shape, one_thread, json);
         if (tmp[0])
             unlink(tmp);
         return ret;
@@ -405,7 +414,7 @@ int bench_spec(int argc, char **argv)
         return 1;
     }
     if (cost_ctx) {
-        ret = bench_spec_cost(m, path, cost_ctx, runs, one_thread, json);
+        ret = bench_spec_cost(m, path, cost_ctx, runs, shape, one_thread, json);
         infer_tokenizer_destroy(tk);
         infer_model_destroy(m);
         return ret;

@@ -13,8 +13,9 @@ double bench_spec_stat(const double *v, uint32_t n, int which);
  * times each, interleaved; the graph-switching measurement. 0 or 1. */
 /* m: int8 weights; NULL: packed residency, a cold start of path.
  * one_thread (with m): the same forwards, interleaved, on a session without
- * the NPU device thread too. */
+ * the NPU device thread too. shape (1, 4, 8 or 16; 0: all): only that
+ * forward is timed (a profile of one shape). */
 int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint32_t runs,
-                    int one_thread, int json);
+                    uint32_t shape, int one_thread, int json);
 
 #endif

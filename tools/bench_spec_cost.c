@@ -78,7 +78,7 @@ static void graph_cost(struct infer_model *m, uint32_t chunk, cJSON *j, int json
  * tree: a root and a chain below it, then dropped) after a context of ctx
  * tokens, interleaved, `runs` times each; medians and minima in ms. */
 int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint32_t runs,
-                    int one_thread, int json)
+                    uint32_t shape, int one_thread, int json)
 {
     struct sl_err err = {{0}};
     struct infer_session *s = NULL, *s1 = NULL;
@@ -127,7 +127,7 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
      * one-thread one, which goes first on odd runs */
     for (uint32_t r = 0; ret == 0 && r < runs; r++)
         for (int k = 0; ret == 0 && k < 4; k++)
-            for (int w = 0; ret == 0 && w < 1 + !!s1; w++) {
+            for (int w = 0; ret == 0 && w < 1 + !!s1 && (!shape || shape == shapes[k]); w++) {
                 int which = s1 && r % 2 ? 1 - w : w;
                 struct infer_session *ss = which ? s1 : s;
                 uint32_t n = shapes[k], rows[16], pos[16];
@@ -163,11 +163,13 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
                    res, runs);
         cJSON_AddStringToObject(j, "resident", res);
         for (int w = 0; w < 1 + !!s1; w++) {
-            double one = bench_spec_stat(t + w * 4 * runs, runs, 1);
+            double one = shape > 1 ? 0 : bench_spec_stat(t + w * 4 * runs, runs, 1);
             if (!json && s1)
                 printf(" %s:\n", w ? "the calling thread alone (no NPU device thread)"
                                     : "split with the NPU device thread");
             for (int k = 0; k < 4; k++) {
+                if (shape && shape != shapes[k])
+                    continue; /* not timed */
                 const double *tk = t + (w * 4 + k) * runs;
                 double md = bench_spec_stat(tk, runs, 1), mn = bench_spec_stat(tk, runs, 0);
                 char key[48];
@@ -176,9 +178,11 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
                 cJSON_AddNumberToObject(o, "median_ms", md);
                 cJSON_AddNumberToObject(o, "min_ms", mn);
                 cJSON_AddNumberToObject(o, "over_one_row", one > 0 ? md / one : 0);
-                if (!json)
+                if (!json && one > 0)
                     printf("  %2u rows %9.3f / %9.3f   x%.2f of one row\n", shapes[k], md, mn,
-                           one > 0 ? md / one : 0);
+                           md / one);
+                else if (!json)
+                    printf("  %2u rows %9.3f / %9.3f\n", shapes[k], md, mn);
             }
         }
         if (json) {
