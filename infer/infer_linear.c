@@ -301,31 +301,76 @@ static uint32_t graph_rows(const struct infer_state *s, uint32_t n)
     return s->max_batch;
 }
 
-/* A few rows' int8 linear shared with the device thread (linear_s8): the
- * activations staged once, the device's share [0, end) handed out in
- * chunks from an atomic counter, as for a float linear (float_shared). */
-struct s8_shared {
+/* A linear's output channels shared with the state's device thread: the
+ * device's share [0, end) is handed out in chunks from an atomic counter;
+ * the device thread takes them, and so does the calling thread once its own
+ * share is done, so a device thread that starts late (a busy machine) costs
+ * at most one chunk of waiting. part computes channels [r0, r1) of ops; each
+ * channel is computed the same way whatever the range, so any split gives
+ * the same bits. */
+typedef void split_part_fn(const void *ops, uint32_t r0, uint32_t r1);
+struct split_shared {
+    split_part_fn *part;
+    const void *ops;
+    uint32_t end, chunk;
+    _Atomic uint32_t next;
+};
+
+static void split_drain(struct split_shared *sh)
+{
+    uint32_t r0;
+    while ((r0 = atomic_fetch_add(&sh->next, sh->chunk)) < sh->end)
+        sh->part(sh->ops, r0, sh->end - r0 < sh->chunk ? sh->end : r0 + sh->chunk);
+}
+
+static int split_run(void *arg)
+{
+    split_drain(arg);
+    return 0;
+}
+
+/* Channels [0, rows) of ops: [0, r_dev) offered to the device thread in
+ * chunks of about an eighth (a multiple of unit), [r_dev, rows) on this
+ * thread, which then takes the chunks not yet started; a call the device
+ * thread has not started at all is taken back (npu_ticket_revoke) rather
+ * than waited for. */
+static int split_with_device(struct infer_state *s, split_part_fn *part, const void *ops,
+                             uint32_t r_dev, uint32_t rows, uint32_t unit, struct sl_err *err)
+{
+    uint32_t chunk = r_dev / 8 / unit * unit;
+    struct split_shared sh = {.part = part, .ops = ops, .end = r_dev,
+                              .chunk = chunk < unit ? unit : chunk};
+    atomic_init(&sh.next, 0);
+    struct npu_ticket *t = NULL;
+    int ret = npu_device_call(s->dev, split_run, &sh, &t, err);
+    if (ret < 0)
+        return ret;
+    part(ops, r_dev, rows);
+    split_drain(&sh);
+    ret = npu_ticket_revoke(s->dev, t);
+    if (ret == -ECANCELED)
+        return 0;
+    if (ret < 0) {
+        sl_err_set(err, "the device thread did not run its part of a matmul (%d)", ret);
+        return ret;
+    }
+    s->npu_jobs++;
+    return 0;
+}
+
+/* A few rows' int8 linear on activations staged once (linear_s8_few). */
+struct s8_part {
     const struct npu_weights *w;
     const void *stage;
     uint32_t n, ldy;
     float act;
     float *y;
-    uint32_t end, chunk;
-    _Atomic uint32_t next;
 };
 
-static void s8_shared_drain(struct s8_shared *sh)
+static void s8_part_do(const void *ops, uint32_t r0, uint32_t r1)
 {
-    uint32_t r0;
-    while ((r0 = atomic_fetch_add(&sh->next, sh->chunk)) < sh->end)
-        npu_linear_s8_staged(sh->w, sh->stage, sh->n, sh->act, sh->y, sh->ldy, r0,
-                             sh->end - r0 < sh->chunk ? sh->end : r0 + sh->chunk);
-}
-
-static int s8_shared_run(void *arg)
-{
-    s8_shared_drain(arg);
-    return 0;
+    const struct s8_part *p = ops;
+    npu_linear_s8_staged(p->w, p->stage, p->n, p->act, p->y, p->ldy, r0, r1);
 }
 
 #define S8_CHUNK 64 /* output channels: a multiple of the GEMM's 16-channel tiles */
@@ -336,44 +381,24 @@ static int s8_shared_run(void *arg)
  * when its half is due (the 8-row verification of tinyllama int8 read
  * x1.5-1.6 of a one-row step by the median against x1.24-1.30 by the
  * minimum). Here the device thread's half is host work in chunks (the same
- * GEMM, npu_linear_s8_staged, on activations staged once): the calling
- * thread, done with its own half, takes the chunks not yet started, and
- * takes the call back if the device thread has not started it at all. The
- * bits are those of every other split: each output channel is computed the
- * same way whatever the range (npu.h). */
+ * GEMM, npu_linear_s8_staged, on activations staged once), shared as a
+ * float linear's is (split_with_device). The bits are those of every other
+ * split: each output channel is computed the same way whatever the range
+ * (npu.h). */
 static int linear_s8_few(struct infer_state *s, const struct infer_linear *lin,
                          const int8_t *xq, uint32_t n, float act, float *y, uint32_t r_dev,
                          struct sl_err *err)
 {
-    uint32_t rows = lin->rows;
     void *stage = sl_alloc_aligned(npu_stage_bytes(n, lin->cols), 64);
     if (!stage) {
         sl_err_set(err, "out of memory for a linear's activations");
         return -ENOMEM;
     }
     npu_stage_act(xq, n, lin->cols, stage);
-    uint32_t chunk = r_dev / 8 / S8_CHUNK * S8_CHUNK;
-    struct s8_shared sh = {.w = lin->npu, .stage = stage, .n = n, .ldy = rows, .act = act,
-                           .y = y, .end = r_dev, .chunk = chunk < S8_CHUNK ? S8_CHUNK : chunk};
-    atomic_init(&sh.next, 0);
-    struct npu_ticket *t = NULL;
-    int ret = npu_device_call(s->dev, s8_shared_run, &sh, &t, err);
-    if (ret < 0) {
-        sl_free_aligned(stage);
-        return ret;
-    }
-    npu_linear_s8_staged(lin->npu, stage, n, act, y, rows, r_dev, rows);
-    s8_shared_drain(&sh);
-    ret = npu_ticket_revoke(s->dev, t);
+    struct s8_part op = {lin->npu, stage, n, lin->rows, act, y};
+    int ret = split_with_device(s, s8_part_do, &op, r_dev, lin->rows, S8_CHUNK, err);
     sl_free_aligned(stage);
-    if (ret == -ECANCELED)
-        return 0;
-    if (ret < 0) {
-        sl_err_set(err, "the device thread did not run its part of a matmul (%d)", ret);
-        return ret;
-    }
-    s->npu_jobs++;
-    return 0;
+    return ret;
 }
 
 /* y = x W^T of an int8 linear: the NPU device takes the first npu_share of
@@ -436,27 +461,9 @@ static void float_part_do(const struct float_part *p, uint32_t r0, uint32_t r1)
     infer_op_matmul(p->y, p->x, p->lin->w, p->lin->wtype, p->n, p->lin->rows, p->lin->cols, r0, r1);
 }
 
-/* The device thread's share [0, r_dev), handed out in chunks from an atomic
- * counter: the device thread takes them, and so does the calling thread once
- * its own share is done, so a device thread that starts late (a busy
- * machine) costs at most one chunk of waiting. */
-struct float_shared {
-    struct float_part part;
-    uint32_t end, chunk; /* the share is [0, end) */
-    _Atomic uint32_t next;
-};
-
-static void float_shared_drain(struct float_shared *sh)
+static void float_part_run(const void *ops, uint32_t r0, uint32_t r1)
 {
-    uint32_t r0;
-    while ((r0 = atomic_fetch_add(&sh->next, sh->chunk)) < sh->end)
-        float_part_do(&sh->part, r0, sh->end - r0 < sh->chunk ? sh->end : r0 + sh->chunk);
-}
-
-static int float_shared_run(void *arg)
-{
-    float_shared_drain(arg);
-    return 0;
+    float_part_do(ops, r0, r1);
 }
 
 /* A float linear: the first npu_share of the output channels on the state's
@@ -468,7 +475,7 @@ static int float_shared_run(void *arg)
  * and a 2-row tree's 256 x 688 linears gain from it); else the calling
  * thread (a smaller linear is worth less than the hand-off). The calling
  * thread then takes what the device thread has not started of its share
- * (float_shared), and takes the call back if the thread has not started it
+ * (split_with_device), and takes the call back if the thread has not started it
  * at all (npu_ticket_revoke): on a busy machine the split costs a queue
  * push, not a wait. */
 #define FEW_SPLIT_MIN (1u << 17)
@@ -489,27 +496,7 @@ static int linear_float(struct infer_state *s, const struct infer_linear *lin, c
         float_part_do(&own, 0, rows);
         return 0;
     }
-    uint32_t chunk = r_dev / 8 / SHARE_CHUNK * SHARE_CHUNK;
-    struct float_shared sh = {.part = own, .end = r_dev,
-                             .chunk = chunk < SHARE_CHUNK ? SHARE_CHUNK : chunk};
-    atomic_init(&sh.next, 0);
-    struct npu_ticket *t = NULL;
-    int ret;
-    if ((ret = npu_device_call(s->dev, float_shared_run, &sh, &t, err)) < 0)
-        return ret;
-    float_part_do(&own, r_dev, rows);
-    float_shared_drain(&sh);
-    /* every chunk is taken: a call the device thread has not started yet
-     * (a busy machine) is taken back rather than waited for */
-    ret = npu_ticket_revoke(s->dev, t);
-    if (ret == -ECANCELED)
-        return 0;
-    if (ret < 0) {
-        sl_err_set(err, "the device thread did not run its part of a matmul (%d)", ret);
-        return ret;
-    }
-    s->npu_jobs++;
-    return 0;
+    return split_with_device(s, float_part_run, &own, r_dev, rows, SHARE_CHUNK, err);
 }
 
 int infer_linear_exec(const struct infer_model *m, struct infer_state *s, int layer,
