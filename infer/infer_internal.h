@@ -125,6 +125,9 @@ struct infer_state {
     /* a packed group's activations past the first linear's (own scales), grown */
     int8_t *xq_group;
     size_t xq_group_cap;
+    /* a few rows' int8 activations staged for the GEMM (linear_s8_few), grown */
+    void *stage;
+    size_t stage_cap;
     /* packed matmuls of a few rows (infer_resident_rows.c): the calling
      * thread's and the device thread's tile scratch, made when first used */
     struct infer_rows_tile *rows_tile[2];

@@ -389,16 +389,20 @@ static int linear_s8_few(struct infer_state *s, const struct infer_linear *lin,
                          const int8_t *xq, uint32_t n, float act, float *y, uint32_t r_dev,
                          struct sl_err *err)
 {
-    void *stage = sl_alloc_aligned(npu_stage_bytes(n, lin->cols), 64);
-    if (!stage) {
-        sl_err_set(err, "out of memory for a linear's activations");
-        return -ENOMEM;
+    const size_t sb = npu_stage_bytes(n, lin->cols);
+    if (sb > s->stage_cap) { /* grown once: not an allocation per decode step */
+        void *p = sl_alloc_aligned(sb, 64);
+        if (!p) {
+            sl_err_set(err, "out of memory for a linear's activations");
+            return -ENOMEM;
+        }
+        sl_free_aligned(s->stage);
+        s->stage = p;
+        s->stage_cap = sb;
     }
-    npu_stage_act(xq, n, lin->cols, stage);
-    struct s8_part op = {lin->npu, stage, n, lin->rows, act, y};
-    int ret = split_with_device(s, s8_part_do, &op, r_dev, lin->rows, S8_CHUNK, err);
-    sl_free_aligned(stage);
-    return ret;
+    npu_stage_act(xq, n, lin->cols, s->stage);
+    struct s8_part op = {lin->npu, s->stage, n, lin->rows, act, y};
+    return split_with_device(s, s8_part_do, &op, r_dev, lin->rows, S8_CHUNK, err);
 }
 
 /* y = x W^T of an int8 linear: the NPU device takes the first npu_share of

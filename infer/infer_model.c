@@ -319,6 +319,7 @@ void infer_state_destroy(struct infer_state *s)
     free(s->clip_excess);
     free(s->acc);
     free(s->xq_group);
+    sl_free_aligned(s->stage);
     infer_rows_tile_free(s->rows_tile[0]);
     infer_rows_tile_free(s->rows_tile[1]);
     free(s);
