@@ -169,8 +169,7 @@ static int parse(int argc, char **argv, struct opts *o)
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i], *v;
         int bad = 0;
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&a)) {
             return 1;
         } else if (!strcmp(s, "--contexts")) {
             bad = tools_args_value(&a, &v);
@@ -218,19 +217,14 @@ static int parse(int argc, char **argv, struct opts *o)
             }
         } else if (!strcmp(s, "--json")) {
             o->json = 1;
-        } else if (s[0] == '-' || o->model) {
-            bad = tools_args_unexpected(&a);
         } else {
-            o->model = s;
+            bad = tools_args_operand(&a, &o->model);
         }
         if (bad)
             return -1;
     }
-    if (!o->model) {
-        fprintf(stderr, "sluice bench decode: no MODEL given\n\n");
-        usage(stderr);
+    if (tools_args_need(&a, o->model, "MODEL") < 0)
         return -1;
-    }
     if (!o->llama_bench != !o->n_gguf) {
         fprintf(stderr, "sluice bench decode: --llama-bench and --gguf go together\n");
         return -1;

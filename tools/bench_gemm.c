@@ -93,8 +93,7 @@ int bench_gemm(int argc, char **argv)
     struct tools_args args = {"sluice bench gemm", usage, argc, argv, 0};
     for (args.i = 1; args.i < argc; args.i++) {
         const char *a = argv[args.i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&args)) {
             return 0;
         } else if (!strcmp(a, "--seconds")) {
             if (tools_args_double(&args, 0, 600, TOOLS_ARGS_ABOVE_MIN, &seconds) < 0)

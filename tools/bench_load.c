@@ -382,8 +382,7 @@ int bench_load(int argc, char **argv)
     for (args.i = 1; args.i < argc; args.i++) {
         int bad = 0;
         const char *a = argv[args.i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&args)) {
             return 0;
         } else if (!strcmp(a, "--mount")) {
             bad = tools_args_value(&args, &mount);
@@ -412,19 +411,14 @@ int bench_load(int argc, char **argv)
             warm_only = 1;
         } else if (!strcmp(a, "--verify")) {
             verify = 1;
-        } else if (a[0] == '-' || model) {
-            bad = tools_args_unexpected(&args);
         } else {
-            model = a;
+            bad = tools_args_operand(&args, &model);
         }
         if (bad)
             return 2;
     }
-    if (!model) {
-        fprintf(stderr, "sluice bench load: no MODEL.sluice given\n\n");
-        usage(stderr);
+    if (tools_args_need(&args, model, "MODEL.sluice") < 0)
         return 2;
-    }
     int want[M_COUNT];
     for (int m = 0; m < M_COUNT; m++)
         want[m] = 1;

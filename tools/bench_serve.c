@@ -390,8 +390,7 @@ static int parse(int argc, char **argv, struct opts *o)
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i], *v;
         int bad = 0;
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&a)) {
             return 1;
         } else if (!strcmp(s, "--llama-server")) {
             bad = tools_args_value(&a, &o->llama);
@@ -430,19 +429,14 @@ static int parse(int argc, char **argv, struct opts *o)
             bad = tools_args_u32(&a, 1, 8, &o->lanes);
         } else if (!strcmp(s, "--unbatched")) {
             o->unbatched = 1;
-        } else if (s[0] == '-' || o->model) {
-            bad = tools_args_unexpected(&a);
         } else {
-            o->model = s;
+            bad = tools_args_operand(&a, &o->model);
         }
         if (bad)
             return -1;
     }
-    if (!o->model) {
-        fprintf(stderr, "sluice bench serve: no MODEL given\n\n");
-        usage(stderr);
+    if (tools_args_need(&a, o->model, "MODEL") < 0)
         return -1;
-    }
     if (!o->llama != !o->gguf) {
         fprintf(stderr, "sluice bench serve: --llama-server and --gguf go together\n");
         return -1;

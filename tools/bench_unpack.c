@@ -481,8 +481,7 @@ int bench_unpack(int argc, char **argv)
     for (args.i = 1; args.i < argc; args.i++) {
         const char *a = argv[args.i];
         int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&args)) {
             return 0;
         } else if (!strcmp(a, "--rows")) {
             bad = tools_args_u32(&args, 1, 1u << 20, &R.rows);

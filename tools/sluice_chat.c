@@ -225,8 +225,7 @@ int cmd_chat(int argc, char **argv)
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
         int bad = 0;
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&a)) {
             return 0;
         } else if (!strcmp(s, "--system")) {
             bad = tools_args_value(&a, &system);
@@ -246,19 +245,14 @@ int cmd_chat(int argc, char **argv)
             c.verbose = 1;
         } else if ((bad = tools_spec_arg(&a, s, &spec)) != 0) {
             bad = bad < 0;
-        } else if (s[0] == '-' || model) {
-            bad = tools_args_unexpected(&a);
         } else {
-            model = s;
+            bad = tools_args_operand(&a, &model);
         }
         if (bad)
             return 2;
     }
-    if (!model) {
-        fprintf(stderr, "sluice chat: no MODEL given\n\n");
-        usage(stderr);
+    if (tools_args_need(&a, model, "MODEL") < 0)
         return 2;
-    }
     c.sp = (struct infer_sampler_params){.temperature = (float)temp, .top_p = (float)top_p,
                                          .seed = seed};
     struct sl_err err = {{0}};

@@ -75,8 +75,7 @@ int cmd_eval(int argc, char **argv)
     for (args.i = 1; args.i < argc; args.i++) {
         const char *a = argv[args.i];
         int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&args)) {
             return 0;
         } else if (!strcmp(a, "--ref")) {
             bad = tools_args_value(&args, &ref);
@@ -101,10 +100,8 @@ int cmd_eval(int argc, char **argv)
                    !strcmp(a, "--keep-floor") || !strcmp(a, "--sinks") || !strcmp(a, "--window") ||
                    !strcmp(a, "--select") || !strcmp(a, "--estimate")) {
             bad = tools_attn_arg(&args, &at) < 0;
-        } else if (a[0] == '-' || model) {
-            bad = tools_args_unexpected(&args);
         } else {
-            model = a;
+            bad = tools_args_operand(&args, &model);
         }
         if (bad)
             return 2;

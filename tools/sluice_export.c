@@ -55,8 +55,7 @@ int cmd_export(int argc, char **argv)
     for (args.i = 1; args.i < argc; args.i++) {
         const char *a = argv[args.i];
         int bad = 0, k = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&args)) {
             return 0;
         } else if (!strcmp(a, "--gguf")) {
             bad = tools_args_value(&args, &out);
@@ -70,10 +69,8 @@ int cmd_export(int argc, char **argv)
                         o.alignment);
                 bad = -1;
             }
-        } else if (a[0] == '-' || model) {
-            bad = tools_args_unexpected(&args);
         } else {
-            model = a;
+            bad = tools_args_operand(&args, &model);
         }
         if (bad)
             return 2;

@@ -35,8 +35,7 @@ int cmd_import(int argc, char **argv)
     for (args.i = 1; args.i < argc; args.i++) {
         const char *a = argv[args.i];
         int bad = 0, v = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&args)) {
             return 0;
         } else if (!strcmp(a, "-o")) {
             bad = tools_args_value(&args, &out);
@@ -47,10 +46,8 @@ int cmd_import(int argc, char **argv)
         } else if (!strcmp(a, "--dtype")) {
             bad = tools_args_choice(&args, dtypes, 3, &v);
             o.dtype = dtype_ids[v];
-        } else if (a[0] == '-' || src) {
-            bad = tools_args_unexpected(&args);
         } else {
-            src = a;
+            bad = tools_args_operand(&args, &src);
         }
         if (bad)
             return 2;

@@ -70,25 +70,18 @@ int cmd_inspect(int argc, char **argv)
     struct tools_args args = {"sluice inspect", usage, argc, argv, 0};
     for (args.i = 1; args.i < argc; args.i++) {
         const char *a = argv[args.i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&args)) {
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--no-verify")) {
             verify = 0;
-        } else if (a[0] == '-' || path) {
-            tools_args_unexpected(&args);
+        } else if (tools_args_operand(&args, &path) < 0) {
             return 2;
-        } else {
-            path = a;
         }
     }
-    if (!path) {
-        fprintf(stderr, "sluice inspect: no MODEL.sluice given\n\n");
-        usage(stderr);
+    if (tools_args_need(&args, path, "MODEL.sluice") < 0)
         return 2;
-    }
     struct sl_err err = {{0}};
     struct format_reader *r;
     if (format_reader_open(path, &r, &err) < 0) {

@@ -378,10 +378,8 @@ int cmd_quantize(int argc, char **argv)
         } else if (!strcmp(a, "--encoding")) {
             bad = tools_args_choice(&args, encodings, 3, &v);
             o.encoding = encoding_ids[v];
-        } else if (a[0] == '-' || src) {
-            bad = tools_args_unexpected(&args);
         } else {
-            src = a;
+            bad = tools_args_operand(&args, &src);
         }
         if (bad)
             return 2;

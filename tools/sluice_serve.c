@@ -94,8 +94,7 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
         int bad = 0;
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&a)) {
             return 1;
         } else if (!strcmp(s, "--host")) {
             bad = tools_args_value(&a, &o->http.host);
@@ -137,19 +136,14 @@ static int serve_parse(int argc, char **argv, struct serve_opts *o)
                                 "llmnpu or sequential_granular, not '%s'\n", policy);
                 bad = 1;
             }
-        } else if (s[0] == '-' || o->model) {
-            bad = tools_args_unexpected(&a);
         } else {
-            o->model = s;
+            bad = tools_args_operand(&a, &o->model);
         }
         if (bad)
             return -1;
     }
-    if (!o->model) {
-        fprintf(stderr, "sluice serve: no MODEL given\n\n");
-        usage(stderr);
+    if (tools_args_need(&a, o->model, "MODEL") < 0)
         return -1;
-    }
     if (o->http.model_id && strpbrk(o->http.model_id, "\"\\")) {
         fprintf(stderr, "sluice serve: --model-id may not contain '\"' or '\\'\n");
         return -1;

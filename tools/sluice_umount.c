@@ -23,23 +23,16 @@ int cmd_umount(int argc, char **argv)
     struct tools_args args = {"sluice umount", usage, argc, argv, 0};
     for (args.i = 1; args.i < argc; args.i++) {
         const char *a = argv[args.i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&args)) {
             return 0;
         } else if (!strcmp(a, "--lazy") || !strcmp(a, "-z")) {
             lazy = 1;
-        } else if (a[0] == '-' || dir) {
-            tools_args_unexpected(&args);
+        } else if (tools_args_operand(&args, &dir) < 0) {
             return 2;
-        } else {
-            dir = a;
         }
     }
-    if (!dir) {
-        fprintf(stderr, "sluice umount: no DIR given\n\n");
-        usage(stderr);
+    if (tools_args_need(&args, dir, "DIR") < 0)
         return 2;
-    }
     struct sl_err err = {{0}};
     if (fs_unmount(dir, lazy, &err) < 0) {
         fprintf(stderr, "sluice umount: %s\n", err.msg);

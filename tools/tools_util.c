@@ -132,6 +132,35 @@ int tools_args_unexpected(const struct tools_args *a)
     return -1;
 }
 
+int tools_args_help(const struct tools_args *a)
+{
+    const char *s = a->argv[a->i];
+    if (strcmp(s, "-h") && strcmp(s, "--help"))
+        return 0;
+    if (a->usage)
+        a->usage(stdout);
+    return 1;
+}
+
+int tools_args_operand(const struct tools_args *a, const char **slot)
+{
+    const char *s = a->argv[a->i];
+    if (s[0] == '-' || *slot)
+        return tools_args_unexpected(a);
+    *slot = s;
+    return 0;
+}
+
+int tools_args_need(const struct tools_args *a, const char *operand, const char *what)
+{
+    if (operand)
+        return 0;
+    fprintf(stderr, "%s: no %s given\n\n", a->cmd, what);
+    if (a->usage)
+        a->usage(stderr);
+    return -1;
+}
+
 void tools_progress_init(struct tools_progress *p, const char *what)
 {
     p->what = what;

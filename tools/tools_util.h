@@ -19,15 +19,17 @@ int tools_parse_double(const char *s, double *out);
  *     for (a.i = 1; a.i < argc; a.i++) {
  *         const char *s = argv[a.i];
  *         int bad = 0;
- *         if (!strcmp(s, "-n"))
+ *         if (tools_args_help(&a))
+ *             return 0;
+ *         else if (!strcmp(s, "-n"))
  *             bad = tools_args_u32(&a, 0, UINT32_MAX, &n);
- *         else if (s[0] == '-' || model)
- *             bad = tools_args_unexpected(&a);
  *         else
- *             model = s;
+ *             bad = tools_args_operand(&a, &model);
  *         if (bad)
  *             return 2;
  *     }
+ *     if (tools_args_need(&a, model, "MODEL") < 0)
+ *         return 2;
  *
  * Each function returns 0, or -1 having printed on stderr one line that
  * names the subcommand, the option, the value and what is allowed:
@@ -58,6 +60,14 @@ int tools_args_choice(struct tools_args *a, const char *const *names, int n, int
 /* argv[a->i] is not accepted: "unknown option 'X'" when it starts with '-',
  * else "unexpected argument 'X'", then the usage. Returns -1. */
 int tools_args_unexpected(const struct tools_args *a);
+/* argv[a->i] is -h or --help: prints the usage on stdout and returns 1; else 0. */
+int tools_args_help(const struct tools_args *a);
+/* argv[a->i] is the subcommand's operand (MODEL, SRC): into *slot when it does
+ * not start with '-' and *slot is still NULL, else tools_args_unexpected. */
+int tools_args_operand(const struct tools_args *a, const char **slot);
+/* After the loop: -1 having printed "<cmd>: no WHAT given" and the usage on
+ * stderr when operand is NULL, else 0. */
+int tools_args_need(const struct tools_args *a, const char *operand, const char *what);
 
 struct tools_progress {
     const char *what;
