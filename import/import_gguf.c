@@ -496,14 +496,10 @@ static int read_vocab_tokens(struct cur *c, struct qi_source *s, struct sl_err *
     }
     struct import_vocab *v = &s->vocab;
     import_vocab_free(v);
-    v->strs = calloc(n, sizeof(char *));
-    v->lens = calloc(n, sizeof(uint32_t));
-    v->scores = calloc(n, sizeof(float));
-    if (!v->strs || !v->lens || !v->scores) {
+    if (qi_vocab_alloc(v, n) < 0) {
         sl_err_set(err, "%s: out of memory", s->path);
         return -ENOMEM;
     }
-    v->tok.n_tokens = (uint32_t)n;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t len;
         const char *str = rdstr(c, &len, "a token");
@@ -532,8 +528,6 @@ static int read_vocab_tokens(struct cur *c, struct qi_source *s, struct sl_err *
         d[k] = 0;
         v->strs[i] = d;
         v->lens[i] = (uint32_t)k;
-        if (k > v->tok.max_token_len)
-            v->tok.max_token_len = (uint32_t)k;
     }
     return 0;
 }
@@ -564,17 +558,10 @@ int qi_open_gguf(const char *path, const struct import_opts *o, struct qi_source
                  struct sl_err *err)
 {
     (void)o;
-    struct gguf *g = calloc(1, sizeof *g);
-    if (!g) {
-        sl_err_set(err, "%s: out of memory", path);
+    struct gguf *g = qi_source_new(sizeof *g, path, "gguf", gguf_tensor, gguf_destroy, err);
+    if (!g)
         return -ENOMEM;
-    }
     struct qi_source *s = &g->src;
-    s->path = path;
-    s->format = "gguf";
-    s->tensor = gguf_tensor;
-    s->destroy = gguf_destroy;
-    s->priv = g;
     int ret = qi_map_file(path, &g->data, &g->size, err);
     if (ret < 0) {
         free(g);
@@ -828,9 +815,7 @@ int qi_open_gguf(const char *path, const struct import_opts *o, struct qi_source
                                   .eos_id = (uint32_t)eos,
                                   .rope_theta = (float)theta,
                                   .norm_eps = (float)eps};
-    s->vocab.tok.scores = s->vocab.scores;
-    s->vocab.tok.lens = s->vocab.lens;
-    s->vocab.tok.tokens = (const char *const *)s->vocab.strs;
+    qi_vocab_publish(&s->vocab);
     /* Tied when there is no classifier, or when it is a byte-identical copy of
      * the embedding (llama.cpp's llama2.c converter writes both). */
     const struct gguf_tensor *emb = find_tensor(g, "token_embd.weight");

@@ -49,12 +49,28 @@ struct qi_source {
     void *priv;
 };
 
+/* An importer's state: `size` bytes, zeroed, whose first member is its
+ * struct qi_source, given the path, format name and hooks, and priv pointing
+ * back at the state. NULL, reported as out of memory, when it cannot be
+ * allocated. */
+void *qi_source_new(size_t size, const char *path, const char *format,
+                    int (*tensor)(struct qi_source *s, int layer, uint32_t role,
+                                  struct qi_tensor *t, struct sl_err *err),
+                    void (*destroy)(struct qi_source *s), struct sl_err *err);
+
 int qi_open_llama2c(const char *path, const struct import_opts *o, struct qi_source **out,
                     struct sl_err *err);
 int qi_open_gguf(const char *path, const struct import_opts *o, struct qi_source **out,
                  struct sl_err *err);
 int qi_open_safetensors(const char *path, const struct import_opts *o, struct qi_source **out,
                         struct sl_err *err);
+
+/* Empties v and allocates its arrays for n tokens (no strings yet, lengths
+ * and scores 0), with tok.n_tokens = n. 0, or -ENOMEM with v empty. */
+int qi_vocab_alloc(struct import_vocab *v, uint64_t n);
+/* Once the arrays are filled: points v->tok at them and sets its
+ * max_token_len. */
+void qi_vocab_publish(struct import_vocab *v);
 
 /* Maps a whole file read-only (MAP_PRIVATE); an empty file maps to NULL with
  * size 0. */

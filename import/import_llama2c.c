@@ -28,6 +28,31 @@ void import_vocab_free(struct import_vocab *v)
     memset(v, 0, sizeof *v);
 }
 
+int qi_vocab_alloc(struct import_vocab *v, uint64_t n)
+{
+    memset(v, 0, sizeof *v);
+    v->strs = calloc(n, sizeof(char *));
+    v->lens = calloc(n, sizeof(uint32_t));
+    v->scores = calloc(n, sizeof(float));
+    if (!v->strs || !v->lens || !v->scores) {
+        import_vocab_free(v);
+        return -ENOMEM;
+    }
+    v->tok.n_tokens = (uint32_t)n;
+    return 0;
+}
+
+void qi_vocab_publish(struct import_vocab *v)
+{
+    v->tok.max_token_len = 0;
+    for (uint32_t i = 0; i < v->tok.n_tokens; i++)
+        if (v->lens[i] > v->tok.max_token_len)
+            v->tok.max_token_len = v->lens[i];
+    v->tok.scores = v->scores;
+    v->tok.lens = v->lens;
+    v->tok.tokens = (const char *const *)v->strs;
+}
+
 int import_vocab_load_llama2c(const char *path, uint32_t n, struct import_vocab *v,
                               struct sl_err *err)
 {
@@ -54,15 +79,11 @@ int import_vocab_load_llama2c(const char *path, uint32_t n, struct import_vocab 
                    path, size, n);
         goto out;
     }
-    v->scores = malloc(sizeof(float) * n);
-    v->lens = malloc(sizeof(uint32_t) * n);
-    v->strs = calloc(n, sizeof(char *));
-    if (!v->scores || !v->lens || !v->strs) {
+    if (qi_vocab_alloc(v, n) < 0) {
         sl_err_set(err, "%s: out of memory", path);
         ret = -ENOMEM;
         goto out;
     }
-    v->tok.n_tokens = n;
     uint64_t off = 4;
     for (uint32_t i = 0; i < n; i++) {
         if (size - off < 8) {
@@ -104,13 +125,7 @@ int import_vocab_load_llama2c(const char *path, uint32_t n, struct import_vocab 
                    path, size - off, n);
         goto out;
     }
-    v->tok.max_token_len = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (v->lens[i] > v->tok.max_token_len)
-            v->tok.max_token_len = v->lens[i];
-    v->tok.scores = v->scores;
-    v->tok.lens = v->lens;
-    v->tok.tokens = (const char *const *)v->strs;
+    qi_vocab_publish(v);
     ret = 0;
 out:
     if (ret < 0)
@@ -187,17 +202,10 @@ static void l2c_destroy(struct qi_source *s)
 int qi_open_llama2c(const char *path, const struct import_opts *o, struct qi_source **out,
                     struct sl_err *err)
 {
-    struct l2c *m = calloc(1, sizeof *m);
-    if (!m) {
-        sl_err_set(err, "%s: out of memory", path);
+    struct l2c *m = qi_source_new(sizeof *m, path, "llama2c", l2c_tensor, l2c_destroy, err);
+    if (!m)
         return -ENOMEM;
-    }
     struct qi_source *s = &m->src;
-    s->path = path;
-    s->format = "llama2c";
-    s->tensor = l2c_tensor;
-    s->destroy = l2c_destroy;
-    s->priv = m;
     int ret = qi_map_file(path, &m->data, &m->size, err);
     if (ret < 0) {
         free(m);

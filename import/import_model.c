@@ -59,6 +59,24 @@ int qi_map_file(const char *path, const uint8_t **data, uint64_t *size, struct s
     return 0;
 }
 
+void *qi_source_new(size_t size, const char *path, const char *format,
+                    int (*tensor)(struct qi_source *s, int layer, uint32_t role,
+                                  struct qi_tensor *t, struct sl_err *err),
+                    void (*destroy)(struct qi_source *s), struct sl_err *err)
+{
+    struct qi_source *s = calloc(1, size);
+    if (!s) {
+        sl_err_set(err, "%s: out of memory", path);
+        return NULL;
+    }
+    s->path = path;
+    s->format = format;
+    s->tensor = tensor;
+    s->destroy = destroy;
+    s->priv = s;
+    return s;
+}
+
 void qi_unmap(const uint8_t *data, uint64_t size)
 {
     if (data && size)

@@ -497,17 +497,10 @@ static int cfg_u32(cJSON *cfg, const char *key, uint32_t *out, int required, con
 int qi_open_safetensors(const char *path, const struct import_opts *o, struct qi_source **out,
                         struct sl_err *err)
 {
-    struct st *m = calloc(1, sizeof *m);
-    if (!m) {
-        sl_err_set(err, "%s: out of memory", path);
+    struct st *m = qi_source_new(sizeof *m, path, "safetensors", st_tensor, st_destroy, err);
+    if (!m)
         return -ENOMEM;
-    }
     struct qi_source *s = &m->src;
-    s->path = path;
-    s->format = "safetensors";
-    s->tensor = st_tensor;
-    s->destroy = st_destroy;
-    s->priv = m;
     int ret = -EINVAL;
     struct stat st;
     char single[PATH_MAX] = "";

@@ -30,71 +30,38 @@
 
 #include "import_internal.h"
 
+/* A Llama-architecture config as the checkpoints have it: interleaved RoPE,
+ * BOS 1, EOS 2, RMSNorm eps 1e-5. */
+#define LLAMA_CFG(dim_, ffn, layers, heads, kv_heads, hd, vocab, ctx, theta)                      \
+    {.arch = FORMAT_ARCH_LLAMA,                                                                    \
+     .dim = (dim_),                                                                                \
+     .hidden_dim = (ffn),                                                                          \
+     .n_layers = (layers),                                                                         \
+     .n_heads = (heads),                                                                           \
+     .n_kv_heads = (kv_heads),                                                                     \
+     .head_dim = (hd),                                                                             \
+     .vocab_size = (vocab),                                                                        \
+     .seq_len = (ctx),                                                                             \
+     .rope_layout = FORMAT_ROPE_INTERLEAVED,                                                       \
+     .bos_id = 1,                                                                                  \
+     .eos_id = 2,                                                                                  \
+     .rope_theta = (theta),                                                                        \
+     .norm_eps = 1e-5f}
+
+/* LLAMA_CFG(dim, ffn, layers, heads, kv heads, head dim, vocab, context, RoPE theta) */
 static const struct import_synth_shape shapes[] = {
     {"tiny",
      "2 layers, dim 128, GQA 4/2 heads, vocab 512 (for tests, ~1 MB)",
-     {.arch = FORMAT_ARCH_LLAMA,
-      .dim = 128,
-      .hidden_dim = 352,
-      .n_layers = 2,
-      .n_heads = 4,
-      .n_kv_heads = 2,
-      .head_dim = 32,
-      .vocab_size = 512,
-      .seq_len = 512,
-      .rope_layout = FORMAT_ROPE_INTERLEAVED,
-      .bos_id = 1,
-      .eos_id = 2,
-      .rope_theta = 10000.0f,
-      .norm_eps = 1e-5f}},
+     LLAMA_CFG(128, 352, 2, 4, 2, 32, 512, 512, 10000.0f)},
     {"small",
      "8 layers, dim 512, GQA 8/2 heads, vocab 4096 (~54 MB)",
-     {.arch = FORMAT_ARCH_LLAMA,
-      .dim = 512,
-      .hidden_dim = 1408,
-      .n_layers = 8,
-      .n_heads = 8,
-      .n_kv_heads = 2,
-      .head_dim = 64,
-      .vocab_size = 4096,
-      .seq_len = 1024,
-      .rope_layout = FORMAT_ROPE_INTERLEAVED,
-      .bos_id = 1,
-      .eos_id = 2,
-      .rope_theta = 10000.0f,
-      .norm_eps = 1e-5f}},
+     LLAMA_CFG(512, 1408, 8, 8, 2, 64, 4096, 1024, 10000.0f)},
     {"tinyllama-1.1b",
      "TinyLlama-1.1B: 22 layers, dim 2048, ffn 5632, GQA 32/4, vocab 32000 (~2.2 GB)",
-     {.arch = FORMAT_ARCH_LLAMA,
-      .dim = 2048,
-      .hidden_dim = 5632,
-      .n_layers = 22,
-      .n_heads = 32,
-      .n_kv_heads = 4,
-      .head_dim = 64,
-      .vocab_size = 32000,
-      .seq_len = 2048,
-      .rope_layout = FORMAT_ROPE_INTERLEAVED,
-      .bos_id = 1,
-      .eos_id = 2,
-      .rope_theta = 10000.0f,
-      .norm_eps = 1e-5f}},
+     LLAMA_CFG(2048, 5632, 22, 32, 4, 64, 32000, 2048, 10000.0f)},
     {"llama3-8b",
      "Llama-3-8B: 32 layers, dim 4096, ffn 14336, GQA 32/8, vocab 128256 (~16 GB)",
-     {.arch = FORMAT_ARCH_LLAMA,
-      .dim = 4096,
-      .hidden_dim = 14336,
-      .n_layers = 32,
-      .n_heads = 32,
-      .n_kv_heads = 8,
-      .head_dim = 128,
-      .vocab_size = 128256,
-      .seq_len = 8192,
-      .rope_layout = FORMAT_ROPE_INTERLEAVED,
-      .bos_id = 1,
-      .eos_id = 2,
-      .rope_theta = 500000.0f,
-      .norm_eps = 1e-5f}},
+     LLAMA_CFG(4096, 14336, 32, 32, 8, 128, 128256, 8192, 500000.0f)},
 };
 
 const struct import_synth_shape *import_synth_shapes(size_t *n)
@@ -299,21 +266,15 @@ static uint64_t hash_bytes(const char *p, size_t n)
 static int synth_vocab(const struct synth *s, struct import_vocab *v, struct sl_err *err)
 {
     uint32_t n = s->cfg->vocab_size;
-    memset(v, 0, sizeof *v);
-    v->strs = calloc(n, sizeof(char *));
-    v->lens = calloc(n, sizeof(uint32_t));
-    v->scores = calloc(n, sizeof(float));
     size_t cap = 1;
     while (cap < 2 * (size_t)n)
         cap <<= 1;
     uint64_t *set = calloc(cap, sizeof(uint64_t));
-    if (!v->strs || !v->lens || !v->scores || !set) {
+    if (!set || qi_vocab_alloc(v, n) < 0) {
         free(set);
-        import_vocab_free(v);
         sl_err_set(err, "out of memory building the vocabulary");
         return -ENOMEM;
     }
-    v->tok.n_tokens = n;
     uint32_t k = 0;
     char buf[16];
 #define ADD(str, len, score)                                                                       \
@@ -378,13 +339,7 @@ static int synth_vocab(const struct synth *s, struct import_vocab *v, struct sl_
         sl_err_set(err, "could not build %u distinct tokens", n);
         return -EINVAL;
     }
-    v->tok.max_token_len = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (v->lens[i] > v->tok.max_token_len)
-            v->tok.max_token_len = v->lens[i];
-    v->tok.scores = v->scores;
-    v->tok.lens = v->lens;
-    v->tok.tokens = (const char *const *)v->strs;
+    qi_vocab_publish(v);
     return 0;
 oom:
     free(set);
