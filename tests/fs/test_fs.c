@@ -37,13 +37,14 @@
 #include <unistd.h>
 
 #include "format.h"
+#include "fs_cli.h"
 #include "fs_testmodel.h"
 #include "import.h"
 #include "testutil.h"
 #include "unpack.h"
 
 static const char *bin, *dir;
-static char model[PATH_MAX], qmodel[PATH_MAX], errfile[PATH_MAX];
+static char model[PATH_MAX], qmodel[PATH_MAX];
 
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int run(const char *fmt, ...)
@@ -56,43 +57,10 @@ static int run(const char *fmt, ...)
     return test_system("timeout 60 %s", cmd);
 }
 
-/* Runs `sluice ARGS` with stderr to errfile; returns the exit status. */
-static int sluice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sluice(const char *fmt, ...)
-{
-    char args[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return test_system("timeout 60 '%s' %s 2>'%s'", bin, args, errfile);
-}
-
-/* The last command's stderr contains `what`. */
-static void assert_said(const char *what)
-{
-    char *e = test_read_file(errfile, NULL);
-    assert_non_null(e);
-    if (!strstr(e, what))
-        fail_msg("expected \"%s\" in: %s", what, e);
-    free(e);
-}
-
-static void mount_at(const char *container, const char *mnt, const char *opts)
-{
-    mkdir(mnt, 0755);
-    if (sluice("mount %s%s%s '%s' '%s'", opts ? "-o '" : "", opts ? opts : "", opts ? "'" : "",
-               container, mnt) != 0) {
-        char *e = test_read_file(errfile, NULL);
-        fail_msg("mount %s on %s (-o %s) failed: %s", container, mnt, opts ? opts : "-",
-                 e ? e : "?");
-    }
-}
-
 static void umount_at(const char *mnt)
 {
-    if (sluice("umount '%s'", mnt) != 0) {
-        char *e = test_read_file(errfile, NULL);
+    if (fs_sluice("umount '%s'", mnt) != 0) {
+        char *e = fs_said();
         fail_msg("umount %s failed: %s", mnt, e ? e : "?");
     }
 }
@@ -378,7 +346,7 @@ static void test_bytes(void **st)
     ino_t first = 0;
     for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
         fprintf(stderr, "-o %s\n", configs[i] ? configs[i] : "(defaults)");
-        mount_at(model, mnt, configs[i]);
+        fs_mount(model, mnt, configs[i]);
         check_all_files(model, mnt);
         ino_t ino = ino_of(mnt, "layer.001/w_up.int8");
         if (i == 0)
@@ -393,7 +361,7 @@ static void test_quantized(void **st)
     (void)st;
     char mnt[PATH_MAX];
     snprintf(mnt, sizeof mnt, "%s/m2", dir);
-    mount_at(qmodel, mnt, NULL);
+    fs_mount(qmodel, mnt, NULL);
     check_all_files(qmodel, mnt);
     umount_at(mnt);
 }
@@ -412,7 +380,7 @@ static void test_real_model(void **st)
     struct sl_err err;
     assert_int_equal(import_model(src, &o, out, &err), 0);
     snprintf(mnt, sizeof mnt, "%s/m3", dir);
-    mount_at(out, mnt, NULL);
+    fs_mount(out, mnt, NULL);
     check_all_files(out, mnt);
     umount_at(mnt);
 }
@@ -458,7 +426,7 @@ static void concurrent(const char *opts)
 {
     char mnt[PATH_MAX];
     snprintf(mnt, sizeof mnt, "%s/m4", dir);
-    mount_at(model, mnt, opts);
+    fs_mount(model, mnt, opts);
     struct expected x = expected_of(model);
     pthread_t th[16];
     struct reader_arg a[16];
@@ -495,7 +463,7 @@ static void test_erofs(void **st)
     (void)st;
     char mnt[PATH_MAX], p[PATH_MAX + 64], q[PATH_MAX + 64];
     snprintf(mnt, sizeof mnt, "%s/m5", dir);
-    mount_at(model, mnt, NULL);
+    fs_mount(model, mnt, NULL);
     snprintf(p, sizeof p, "%s/new", mnt);
     expect_erofs(open(p, O_CREAT | O_WRONLY, 0644), "create");
     snprintf(p, sizeof p, "%s/layer.000/slice.bin", mnt);
@@ -522,7 +490,8 @@ static void test_erofs(void **st)
     umount_at(mnt);
 }
 
-/* ---- corruption -------------------------------------------------------------------------------- */
+/* ---- corruption --------------------------------------------------------------------------------
+ */
 
 static void corrupt(const char *opts)
 {
@@ -545,7 +514,7 @@ static void corrupt(const char *opts)
     free(c);
     snprintf(mnt, sizeof mnt, "%s/m6", dir);
     snprintf(o, sizeof o, "log=%s%s%s", log, opts ? "," : "", opts ? opts : "");
-    mount_at(bad, mnt, o); /* the index is intact: it mounts */
+    fs_mount(bad, mnt, o); /* the index is intact: it mounts */
     const char *same[] = {"w_up.bin", "attn_norm.bin", "slice.bin", "w_up.int8", "wq.scales"};
     char buf[4096];
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
@@ -586,24 +555,25 @@ static void test_corrupt(void **st)
     corrupt("pagecache");
 }
 
-/* ---- unmounting and the daemon's life ----------------------------------------------------------- */
+/* ---- unmounting and the daemon's life -----------------------------------------------------------
+ */
 
 static void test_unmount_busy(void **st)
 {
     (void)st;
     char mnt[PATH_MAX], p[PATH_MAX + 64];
     snprintf(mnt, sizeof mnt, "%s/m7", dir);
-    mount_at(model, mnt, NULL);
+    fs_mount(model, mnt, NULL);
     pid_t pid = daemon_pid(mnt);
     snprintf(p, sizeof p, "%s/layer.001/slice.bin", mnt);
     int fd = open(p, O_RDONLY);
     assert_true(fd >= 0);
     /* a plain unmount refuses while the file is open, and says why */
-    assert_int_not_equal(sluice("umount '%s'", mnt), 0);
-    assert_said("busy");
+    assert_int_not_equal(fs_sluice("umount '%s'", mnt), 0);
+    fs_assert_said("busy");
     assert_true(is_mounted(mnt));
     /* --lazy detaches at once; the open file still reads the right bytes */
-    assert_int_equal(sluice("umount --lazy '%s'", mnt), 0);
+    assert_int_equal(fs_sluice("umount --lazy '%s'", mnt), 0);
     assert_false(is_mounted(mnt));
     struct expected x = expected_of(model);
     const struct expect *e = NULL;
@@ -625,18 +595,18 @@ static void test_dead_mount(void **st)
     (void)st;
     char mnt[PATH_MAX];
     snprintf(mnt, sizeof mnt, "%s/m8", dir);
-    mount_at(model, mnt, NULL);
+    fs_mount(model, mnt, NULL);
     pid_t pid = daemon_pid(mnt);
     assert_int_equal(kill(pid, SIGKILL), 0);
     assert_true(wait_gone(pid, 5000));
     struct stat s;
     assert_int_equal(stat(mnt, &s), -1);
     assert_int_equal(errno, ENOTCONN);
-    assert_int_not_equal(sluice("mount '%s' '%s'", model, mnt), 0);
-    assert_said("dead FUSE mount");
+    assert_int_not_equal(fs_sluice("mount '%s' '%s'", model, mnt), 0);
+    fs_assert_said("dead FUSE mount");
     umount_at(mnt); /* cleans it up */
     assert_false(is_mounted(mnt));
-    mount_at(model, mnt, NULL);
+    fs_mount(model, mnt, NULL);
     umount_at(mnt);
 }
 
@@ -645,7 +615,7 @@ static void test_sigterm(void **st)
     (void)st;
     char mnt[PATH_MAX];
     snprintf(mnt, sizeof mnt, "%s/m9", dir);
-    mount_at(model, mnt, NULL);
+    fs_mount(model, mnt, NULL);
     pid_t pid = daemon_pid(mnt);
     assert_int_equal(kill(pid, SIGTERM), 0);
     assert_true(wait_gone(pid, 5000));
@@ -685,61 +655,63 @@ static void test_foreground(void **st)
     free(s);
 }
 
-/* ---- errors ---------------------------------------------------------------------------------------- */
+/* ---- errors
+ * ---------------------------------------------------------------------------------------- */
 
 static void test_mount_errors(void **st)
 {
     (void)st;
     char mnt[PATH_MAX], file[PATH_MAX + 64];
     snprintf(mnt, sizeof mnt, "%s/missing-dir", dir);
-    assert_int_equal(sluice("mount '%s' '%s'", model, mnt), 1);
-    assert_said("no such directory");
+    assert_int_equal(fs_sluice("mount '%s' '%s'", model, mnt), 1);
+    fs_assert_said("no such directory");
     snprintf(file, sizeof file, "%s/plain-file", dir);
     FILE *f = fopen(file, "w");
     fclose(f);
-    assert_int_equal(sluice("mount '%s' '%s'", model, file), 1);
-    assert_said("is not a directory");
+    assert_int_equal(fs_sluice("mount '%s' '%s'", model, file), 1);
+    fs_assert_said("is not a directory");
     snprintf(mnt, sizeof mnt, "%s/nonempty", dir);
     mkdir(mnt, 0755);
     snprintf(file, sizeof file, "%s/x", mnt);
     f = fopen(file, "w");
     fclose(f);
-    assert_int_equal(sluice("mount '%s' '%s'", model, mnt), 1);
-    assert_said("is not empty");
+    assert_int_equal(fs_sluice("mount '%s' '%s'", model, mnt), 1);
+    fs_assert_said("is not empty");
     /* ... unless asked */
-    mount_at(model, mnt, "nonempty");
+    fs_mount(model, mnt, "nonempty");
     umount_at(mnt);
     snprintf(mnt, sizeof mnt, "%s/m11", dir);
     mkdir(mnt, 0755);
-    assert_int_equal(sluice("mount /nonexistent.sluice '%s'", mnt), 1);
-    assert_said("no such file");
+    assert_int_equal(fs_sluice("mount /nonexistent.sluice '%s'", mnt), 1);
+    fs_assert_said("no such file");
     snprintf(file, sizeof file, "%s/garbage.sluice", dir);
     f = fopen(file, "w");
     fputs("not a container, not even close to one; a few bytes of text", f);
     fclose(f);
-    assert_int_equal(sluice("mount '%s' '%s'", file, mnt), 1);
-    assert_said(file);
+    assert_int_equal(fs_sluice("mount '%s' '%s'", file, mnt), 1);
+    fs_assert_said(file);
     /* a truncated container */
     snprintf(file, sizeof file, "%s/short.sluice", dir);
     assert_int_equal(run("head -c 100000 '%s' > '%s'", model, file), 0);
-    assert_int_equal(sluice("mount '%s' '%s'", file, mnt), 1);
-    assert_said(file);
-    assert_int_equal(sluice("mount -o max_pages=1000 '%s' '%s'", model, mnt), 2);
-    assert_said("max_pages");
-    mount_at(model, mnt, NULL);
-    assert_int_equal(sluice("mount '%s' '%s'", model, mnt), 1);
-    assert_said("already a mount point");
+    assert_int_equal(fs_sluice("mount '%s' '%s'", file, mnt), 1);
+    fs_assert_said(file);
+    assert_int_equal(fs_sluice("mount -o max_pages=1000 '%s' '%s'", model, mnt), 2);
+    fs_assert_said("max_pages");
+    fs_mount(model, mnt, NULL);
+    assert_int_equal(fs_sluice("mount '%s' '%s'", model, mnt), 1);
+    fs_assert_said("already a mount point");
     umount_at(mnt);
     assert_false(is_mounted(mnt));
-    assert_int_equal(sluice("umount '%s'", mnt), 1);
-    assert_said("not mounted");
-    assert_int_equal(sluice("umount /proc"), 1);
-    assert_said("not a sluice mount");
-    assert_int_equal(sluice("umount '%s/nowhere'", dir), 1);
-    assert_int_equal(sluice("mount '%s'", model), 2);
+    assert_int_equal(fs_sluice("umount '%s'", mnt), 1);
+    fs_assert_said("not mounted");
+    assert_int_equal(fs_sluice("umount /proc"), 1);
+    fs_assert_said("not a sluice mount");
+    assert_int_equal(fs_sluice("umount '%s/nowhere'", dir), 1);
+    assert_int_equal(fs_sluice("mount '%s'", model), 2);
 }
 
-/* ---- an ordinary user ---------------------------------------------------------------------------- */
+/* ---- an ordinary user
+ * ---------------------------------------------------------------------------- */
 
 /* As root: a private mount namespace whose /dev/fuse is a private node open
  * to everyone (the system's may be root-only), then nobody mounts, reads
@@ -808,7 +780,7 @@ static void test_cgroup(void **st)
     assert_int_equal(mkdir(group, 0755), 0);
     snprintf(mnt, sizeof mnt, "%s/m12", dir);
     snprintf(opts, sizeof opts, "cgroup=%s", group);
-    mount_at(model, mnt, opts);
+    fs_mount(model, mnt, opts);
     pid_t pid = daemon_pid(mnt);
     char cmd[PATH_MAX + 64];
     snprintf(cmd, sizeof cmd, "grep -qx '%d' %s/cgroup.procs", (int)pid, group);
@@ -817,26 +789,17 @@ static void test_cgroup(void **st)
     rmdir(group);
     assert_int_equal(in, 0);
     snprintf(opts, sizeof opts, "cgroup=%s/none", dir);
-    assert_int_equal(sluice("mount -o '%s' '%s' '%s'", opts, model, mnt), 1);
-    assert_said("cannot join the cgroup");
+    assert_int_equal(fs_sluice("mount -o '%s' '%s' '%s'", opts, model, mnt), 1);
+    fs_assert_said("cannot join the cgroup");
     assert_false(is_mounted(mnt));
 }
 
 int main(void)
 {
-    bin = test_sluice_bin();
-    if (!bin)
-        test_skip_all("the sluice binary is not available ($SLUICE_BIN)");
-    if (access("/dev/fuse", F_OK) != 0)
-        test_skip_all("/dev/fuse is not available here");
-    if (access("/dev/fuse", R_OK | W_OK) != 0 && geteuid() != 0)
-        test_skip_all("/dev/fuse is not open to this user");
-    if (test_system("command -v fusermount3 >/dev/null") != 0)
-        test_skip_all("fusermount3 is not installed");
-    dir = test_tmpdir();
+    dir = fs_cli_setup(60);
+    bin = fs_cli_bin();
     snprintf(model, sizeof model, "%s/model.sluice", dir);
     snprintf(qmodel, sizeof qmodel, "%s/tiny-q.sluice", dir);
-    snprintf(errfile, sizeof errfile, "%s/stderr", dir);
     struct sl_err err = {{0}};
     if (fs_test_model_write(model, test_seed(), 3, 256, &err) < 0)
         fail_msg("writing the test model: %s", err.msg);

@@ -23,42 +23,13 @@
 #include <unistd.h>
 
 #include "format.h"
+#include "fs_cli.h"
 #include "fs_testmodel.h"
 #include "gguf.h"
 #include "testutil.h"
 
 static const char *bin, *dir;
-static char model[PATH_MAX], errfile[PATH_MAX], mnt[PATH_MAX];
-
-static int sluice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sluice(const char *fmt, ...)
-{
-    char args[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return test_system("timeout 120 '%s' %s 2>'%s'", bin, args, errfile);
-}
-
-static void assert_said(const char *what)
-{
-    char *e = test_read_file(errfile, NULL);
-    assert_non_null(e);
-    if (!strstr(e, what))
-        fail_msg("expected \"%s\" in: %s", what, e);
-    free(e);
-}
-
-static void mount_it(const char *container, const char *opts)
-{
-    mkdir(mnt, 0755);
-    if (sluice("mount %s%s%s '%s' '%s'", opts ? "-o '" : "", opts ? opts : "", opts ? "'" : "",
-               container, mnt) != 0) {
-        char *e = test_read_file(errfile, NULL);
-        fail_msg("mount %s (-o %s) failed: %s", container, opts ? opts : "-", e ? e : "?");
-    }
-}
+static char model[PATH_MAX], mnt[PATH_MAX];
 
 static void umount_it(void)
 {
@@ -77,11 +48,11 @@ static uint8_t *exported(const char *container, const char *type, size_t *len)
 {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/export-%s.gguf", dir, type);
-    if (sluice("export --gguf '%s' --type %s '%s'", p, type, container) != 0) {
-        char *e = test_read_file(errfile, NULL);
+    if (fs_sluice("export --gguf '%s' --type %s '%s'", p, type, container) != 0) {
+        char *e = fs_said();
         fail_msg("sluice export failed: %s", e ? e : "?");
     }
-    assert_said("sluice export: wrote");
+    fs_assert_said("sluice export: wrote");
     uint8_t *b = test_read_file(p, len);
     assert_non_null(b);
     return b;
@@ -186,7 +157,7 @@ static void test_pieces(void **st)
     uint8_t *want = exported(model, "q8_0", &len);
     const char *opts[3] = {NULL, "gguf_cache=1M", "gguf_cache=0"};
     for (int i = 0; i < 3; i++) {
-        mount_it(model, opts[i]);
+        fs_mount(model, mnt, opts[i]);
         check_concurrent(want, len);
         check_mmap(want, len);
         char p[PATH_MAX];
@@ -232,7 +203,7 @@ static void test_warm(void **st)
 
     /* the default: an open converts the whole file and pushes it into the
      * page cache; reading it then sends no read to the daemon */
-    mount_it(model, NULL);
+    fs_mount(model, mnt, NULL);
     int fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
     /* (a chunk counts as warmed before its push ends) */
@@ -260,7 +231,7 @@ static void test_warm(void **st)
     umount_it();
 
     /* a cache of 2 chunks: warmers stay one chunk ahead of the reader */
-    mount_it(model, "gguf_cache=2M");
+    fs_mount(model, mnt, "gguf_cache=2M");
     fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
     assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
@@ -283,7 +254,7 @@ static void test_warm(void **st)
     umount_it();
 
     /* none */
-    mount_it(model, "gguf_warm=0");
+    fs_mount(model, mnt, "gguf_warm=0");
     check_concurrent(want, len);
     s = stats();
     assert_int_equal(gguf_stat(s, "warmed"), 0);
@@ -299,7 +270,7 @@ static void test_f16(void **st)
     (void)st;
     size_t len;
     uint8_t *want = exported(model, "f16", &len);
-    mount_it(model, "gguf=f16");
+    fs_mount(model, mnt, "gguf=f16");
     check_concurrent(want, len);
     umount_it();
     free(want);
@@ -336,7 +307,7 @@ static void test_corrupt(void **st)
         /* with the cache too: a chunk spanning the bad slice fails as a
          * whole, and the read falls back to its own range */
         snprintf(opts, sizeof opts, "%slog=%s", cached ? "" : "gguf_cache=0,", log);
-        mount_it(bad, opts);
+        fs_mount(bad, mnt, opts);
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/model.gguf", mnt);
         /* no readahead: a read must not pull in pages of the corrupt slice */
@@ -374,8 +345,8 @@ static void test_corrupt(void **st)
     /* export refuses it and writes nothing */
     char out[PATH_MAX];
     snprintf(out, sizeof out, "%s/bad.gguf", dir);
-    assert_int_equal(sluice("export --gguf '%s' '%s'", out, bad), 1);
-    assert_said("checksum");
+    assert_int_equal(fs_sluice("export --gguf '%s' '%s'", out, bad), 1);
+    fs_assert_said("checksum");
     assert_int_equal(test_system("ls '%s' | grep -q '^bad.gguf'", dir), 1);
     gguf_view_destroy(v);
     format_reader_close(r);
@@ -386,30 +357,21 @@ static void test_bad_options(void **st)
 {
     (void)st;
     mkdir(mnt, 0755);
-    assert_int_equal(sluice("mount -o gguf=q4 '%s' '%s'", model, mnt), 2);
-    assert_said("gguf=q8_0, gguf=f16 or gguf=f32");
-    assert_int_equal(sluice("mount -o gguf_cache=12X '%s' '%s'", model, mnt), 2);
-    assert_said("gguf_cache");
-    assert_int_equal(sluice("mount -o gguf_warm=9 '%s' '%s'", model, mnt), 2);
-    assert_said("gguf_warm");
-    assert_int_equal(sluice("export --gguf x.gguf --alignment 48 '%s'", model), 2);
-    assert_said("power of two");
+    assert_int_equal(fs_sluice("mount -o gguf=q4 '%s' '%s'", model, mnt), 2);
+    fs_assert_said("gguf=q8_0, gguf=f16 or gguf=f32");
+    assert_int_equal(fs_sluice("mount -o gguf_cache=12X '%s' '%s'", model, mnt), 2);
+    fs_assert_said("gguf_cache");
+    assert_int_equal(fs_sluice("mount -o gguf_warm=9 '%s' '%s'", model, mnt), 2);
+    fs_assert_said("gguf_warm");
+    assert_int_equal(fs_sluice("export --gguf x.gguf --alignment 48 '%s'", model), 2);
+    fs_assert_said("power of two");
 }
 
 int main(void)
 {
-    bin = test_sluice_bin();
-    if (!bin)
-        test_skip_all("the sluice binary is not available ($SLUICE_BIN)");
-    if (access("/dev/fuse", F_OK) != 0)
-        test_skip_all("/dev/fuse is not available here");
-    if (access("/dev/fuse", R_OK | W_OK) != 0 && geteuid() != 0)
-        test_skip_all("/dev/fuse is not open to this user");
-    if (test_system("command -v fusermount3 >/dev/null") != 0)
-        test_skip_all("fusermount3 is not installed");
-    dir = test_tmpdir();
+    dir = fs_cli_setup(120);
+    bin = fs_cli_bin();
     snprintf(model, sizeof model, "%s/m.sluice", dir);
-    snprintf(errfile, sizeof errfile, "%s/stderr", dir);
     snprintf(mnt, sizeof mnt, "%s/mnt", dir);
     struct sl_err err = {{0}};
     if (fs_test_model_write(model, test_seed(), 6, 224, &err) < 0)
