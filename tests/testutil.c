@@ -103,6 +103,18 @@ const char *test_tmpdir(void)
     return d;
 }
 
+const char *test_tmp_path(const char *name)
+{
+    static const char *dir;
+    static char buf[64][4096];
+    static int k;
+    if (!dir)
+        dir = test_tmpdir();
+    char *p = buf[k++ % 64];
+    snprintf(p, 4096, "%s/%s", dir, name);
+    return p;
+}
+
 uint64_t test_seed(void)
 {
     static uint64_t seed;

@@ -35,6 +35,10 @@ const char *test_sluice_bin(void);
 /* A fresh private directory under $TMPDIR (or /tmp), removed with its
  * contents at exit. Static storage per call (up to 16 directories). */
 const char *test_tmpdir(void);
+/* NAME inside one scratch directory of this binary (made at the first
+ * call); the path lives in a ring of 64 buffers, so a caller may keep up to
+ * 64 at once. */
+const char *test_tmp_path(const char *name);
 
 /* Seed for this binary: $SLUICE_TEST_SEED or time-based; printed once. */
 uint64_t test_seed(void);

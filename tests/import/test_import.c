@@ -19,18 +19,6 @@
 #include "import.h"
 #include "testutil.h"
 
-static const char *tmp(const char *name)
-{
-    static const char *dir;
-    static char buf[8][4096];
-    static int k;
-    if (!dir)
-        dir = test_tmpdir();
-    char *p = buf[k++ % 8];
-    snprintf(p, 4096, "%s/%s", dir, name);
-    return p;
-}
-
 static char models[4096];
 
 static const char *model(const char *name)
@@ -95,10 +83,11 @@ static void test_cross_format(void **st)
 {
     (void)st;
     struct format_reader *a =
-        import_open(model("kjv6L.bin"), model("kjv6L.tok1024.bin"), 0, tmp("a.sluice"));
-    struct format_reader *g = import_open(model("kjv6L.gguf"), NULL, 256, tmp("g.sluice"));
+        import_open(model("kjv6L.bin"), model("kjv6L.tok1024.bin"), 0, test_tmp_path("a.sluice"));
+    struct format_reader *g =
+        import_open(model("kjv6L.gguf"), NULL, 256, test_tmp_path("g.sluice"));
     struct format_reader *h =
-        import_open(model("kjv6L-hf"), model("kjv6L.tok1024.bin"), 0, tmp("h.sluice"));
+        import_open(model("kjv6L-hf"), model("kjv6L.tok1024.bin"), 0, test_tmp_path("h.sluice"));
     const struct format_config *ca = format_reader_config(a);
     assert_int_equal(ca->dim, 256);
     assert_int_equal(ca->hidden_dim, 688);
@@ -141,9 +130,10 @@ static void test_cross_format(void **st)
 static void test_cross_format_aidreams(void **st)
 {
     (void)st;
-    struct format_reader *a = import_open(model("aidreams260K.bin"),
-                                          model("aidreams260K.tok512.bin"), 0, tmp("a2.sluice"));
-    struct format_reader *g = import_open(model("aidreams260K.gguf"), NULL, 0, tmp("g2.sluice"));
+    struct format_reader *a = import_open(
+        model("aidreams260K.bin"), model("aidreams260K.tok512.bin"), 0, test_tmp_path("a2.sluice"));
+    struct format_reader *g =
+        import_open(model("aidreams260K.gguf"), NULL, 0, test_tmp_path("g2.sluice"));
     const struct format_config *ca = format_reader_config(a), *cg = format_reader_config(g);
     assert_int_equal(ca->dim, 64);
     assert_int_equal(ca->hidden_dim, 172);
@@ -216,10 +206,11 @@ static void test_truncations(void **st)
         assert_non_null(b);
         size_t cuts[] = {0, 3, 4, 8, 20, 27, 28, 100, 1000, 5000, len / 3, len / 2, len - 1};
         for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
-            const char *p = tmp(s ? "cut.gguf" : "cut.bin");
+            const char *p = test_tmp_path(s ? "cut.gguf" : "cut.bin");
             write_bytes(p, b, cuts[i]);
             struct sl_err err;
-            int ret = try_import(p, model("aidreams260K.tok512.bin"), tmp("cut.sluice"), &err);
+            int ret =
+                try_import(p, model("aidreams260K.tok512.bin"), test_tmp_path("cut.sluice"), &err);
             if (ret == 0)
                 fail_msg("%s cut at %zu imported", srcs[s], cuts[i]);
             assert_true(strlen(err.msg) > 0);
@@ -228,10 +219,10 @@ static void test_truncations(void **st)
         if (s == 0) {
             uint8_t *bigger = calloc(1, len + 4);
             memcpy(bigger, b, len);
-            write_bytes(tmp("long.bin"), bigger, len + 4);
+            write_bytes(test_tmp_path("long.bin"), bigger, len + 4);
             struct sl_err err;
-            assert_true(try_import(tmp("long.bin"), model("aidreams260K.tok512.bin"),
-                                   tmp("x.sluice"), &err) < 0);
+            assert_true(try_import(test_tmp_path("long.bin"), model("aidreams260K.tok512.bin"),
+                                   test_tmp_path("x.sluice"), &err) < 0);
             assert_non_null(strstr(err.msg, "trailing"));
             free(bigger);
         }
@@ -239,11 +230,11 @@ static void test_truncations(void **st)
     }
     /* a tokenizer with the wrong number of tokens */
     struct sl_err err;
-    assert_true(try_import(model("kjv6L.bin"), model("aidreams260K.tok512.bin"), tmp("x.sluice"),
-                           &err) < 0);
+    assert_true(try_import(model("kjv6L.bin"), model("aidreams260K.tok512.bin"),
+                           test_tmp_path("x.sluice"), &err) < 0);
     assert_non_null(strstr(err.msg, "tok512"));
     /* a missing tokenizer */
-    assert_true(try_import(model("kjv6L.bin"), NULL, tmp("x.sluice"), &err) < 0);
+    assert_true(try_import(model("kjv6L.bin"), NULL, test_tmp_path("x.sluice"), &err) < 0);
     assert_non_null(strstr(err.msg, "--tokenizer"));
 }
 
@@ -266,13 +257,13 @@ static void test_gguf_rejections(void **st)
     uint8_t *b = test_read_file(model("aidreams260K.gguf"), &len);
     /* bad magic */
     b[0] = 'X';
-    write_bytes(tmp("m.gguf"), b, len);
-    assert_true(try_import(tmp("m.gguf"), NULL, tmp("x.sluice"), &err) < 0);
+    write_bytes(test_tmp_path("m.gguf"), b, len);
+    assert_true(try_import(test_tmp_path("m.gguf"), NULL, test_tmp_path("x.sluice"), &err) < 0);
     b[0] = 'G';
     /* version 1 and 4 */
     sl_store_le32(b + 4, 4);
-    write_bytes(tmp("v.gguf"), b, len);
-    assert_true(try_import(tmp("v.gguf"), NULL, tmp("x.sluice"), &err) < 0);
+    write_bytes(test_tmp_path("v.gguf"), b, len);
+    assert_true(try_import(test_tmp_path("v.gguf"), NULL, test_tmp_path("x.sluice"), &err) < 0);
     assert_non_null(strstr(err.msg, "version 4"));
     free(b);
     /* architecture: the string value "llama" becomes "gpt2x" */
@@ -280,25 +271,25 @@ static void test_gguf_rejections(void **st)
     uint8_t *p = memmem(b, len, "general.architecture", 20);
     assert_non_null(p);
     memcpy(p + 20 + 4 + 8, "gpt2x", 5);
-    write_bytes(tmp("a.gguf"), b, len);
-    assert_true(try_import(tmp("a.gguf"), NULL, tmp("x.sluice"), &err) < 0);
+    write_bytes(test_tmp_path("a.gguf"), b, len);
+    assert_true(try_import(test_tmp_path("a.gguf"), NULL, test_tmp_path("x.sluice"), &err) < 0);
     assert_non_null(strstr(err.msg, "gpt2x"));
     free(b);
     /* a tensor type: token_embd.weight's type (after name, n_dims, 2 dims) = Q4_0 (2) */
     b = gguf_patch("token_embd.weight", 4 + 16, 2, &len);
-    write_bytes(tmp("t.gguf"), b, len);
-    assert_true(try_import(tmp("t.gguf"), NULL, tmp("x.sluice"), &err) < 0);
+    write_bytes(test_tmp_path("t.gguf"), b, len);
+    assert_true(try_import(test_tmp_path("t.gguf"), NULL, test_tmp_path("x.sluice"), &err) < 0);
     assert_non_null(strstr(err.msg, "ggml type 2"));
     free(b);
     /* a shape that disagrees with the hyperparameters: blk.0.attn_q ne[0] = 65 */
     b = gguf_patch("blk.0.attn_q.weight", 4, 65, &len);
-    write_bytes(tmp("s.gguf"), b, len);
-    assert_true(try_import(tmp("s.gguf"), NULL, tmp("x.sluice"), &err) < 0);
+    write_bytes(test_tmp_path("s.gguf"), b, len);
+    assert_true(try_import(test_tmp_path("s.gguf"), NULL, test_tmp_path("x.sluice"), &err) < 0);
     assert_non_null(strstr(err.msg, "attn_q"));
     free(b);
     /* not a model at all */
-    write_bytes(tmp("junk.bin"), "hello world, this is not a model!", 33);
-    assert_true(try_import(tmp("junk.bin"), NULL, tmp("x.sluice"), &err) < 0);
+    write_bytes(test_tmp_path("junk.bin"), "hello world, this is not a model!", 33);
+    assert_true(try_import(test_tmp_path("junk.bin"), NULL, test_tmp_path("x.sluice"), &err) < 0);
     assert_non_null(strstr(err.msg, "unrecognized"));
 }
 
@@ -306,7 +297,7 @@ static void test_safetensors_rejections(void **st)
 {
     (void)st;
     struct sl_err err;
-    const char *dir = tmp("hf");
+    const char *dir = test_tmp_path("hf");
     mkdir(dir, 0755);
     char cfg[8192];
     size_t len;
@@ -320,7 +311,7 @@ static void test_safetensors_rejections(void **st)
     write_bytes(path, cfg, strlen(cfg));
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     symlink(model("kjv6L-hf/model.safetensors"), path);
-    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), tmp("x.sluice"), &err) < 0);
+    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), test_tmp_path("x.sluice"), &err) < 0);
     assert_non_null(strstr(err.msg, "mistral"));
     /* intermediate_size inconsistent with the tensors */
     char *hs = strstr(c, "\"intermediate_size\": 688");
@@ -328,7 +319,7 @@ static void test_safetensors_rejections(void **st)
     snprintf(cfg, sizeof cfg, "%.*s\"intermediate_size\": 700%s", (int)(hs - c), c, hs + 24);
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_bytes(path, cfg, strlen(cfg));
-    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), tmp("x.sluice"), &err) < 0);
+    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), test_tmp_path("x.sluice"), &err) < 0);
     assert_non_null(strstr(err.msg, "shape"));
     /* a truncated safetensors file */
     write_bytes(path, c, len);
@@ -337,9 +328,9 @@ static void test_safetensors_rejections(void **st)
     size_t slen;
     uint8_t *s = test_read_file(model("kjv6L-hf/model.safetensors"), &slen);
     write_bytes(path, s, slen / 2);
-    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), tmp("x.sluice"), &err) < 0);
+    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), test_tmp_path("x.sluice"), &err) < 0);
     write_bytes(path, s, 6);
-    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), tmp("x.sluice"), &err) < 0);
+    assert_true(try_import(dir, model("kjv6L.tok1024.bin"), test_tmp_path("x.sluice"), &err) < 0);
     free(s);
     free(c);
 }
@@ -359,7 +350,7 @@ static void test_cli(void **st)
     const char *bin = test_sluice_bin();
     if (!bin)
         skip();
-    const char *out = tmp("cli.out"), *errf = tmp("cli.err");
+    const char *out = test_tmp_path("cli.out"), *errf = test_tmp_path("cli.err");
     assert_int_equal(test_system("%s import --help >%s 2>%s", bin, out, errf), 0);
     char *o = slurp_text(out);
     assert_non_null(strstr(o, "usage: sluice import"));
@@ -367,7 +358,7 @@ static void test_cli(void **st)
     free(o);
     assert_int_equal(test_system("%s import >%s 2>%s", bin, out, errf), 2);
     /* GGUF F32 -> f16 container, progress on stderr */
-    const char *m = tmp("cli.sluice");
+    const char *m = test_tmp_path("cli.sluice");
     assert_int_equal(test_system("%s import %s --dtype f16 -o %s >%s 2>%s", bin,
                                  model("kjv6L.gguf"), m, out, errf),
                      0);
@@ -385,7 +376,7 @@ static void test_cli(void **st)
     assert_non_null(strstr(e, "sluice import: wrote"));
     free(e);
     /* errors: "sluice import: <file>: <problem>", exit 1, no output */
-    const char *m2 = tmp("cli2.sluice");
+    const char *m2 = test_tmp_path("cli2.sluice");
     assert_int_equal(
         test_system("%s import %s -o %s >%s 2>%s", bin, model("kjv6L.bin"), m2, out, errf), 1);
     e = slurp_text(errf);

@@ -20,18 +20,6 @@
 #include "infer.h"
 #include "testutil.h"
 
-static const char *tmp(const char *name)
-{
-    static const char *dir;
-    static char buf[8][4096];
-    static int k;
-    if (!dir)
-        dir = test_tmpdir();
-    char *p = buf[k++ % 8];
-    snprintf(p, 4096, "%s/%s", dir, name);
-    return p;
-}
-
 static float *tensor_f32(struct format_reader *r, int layer, uint32_t role, uint64_t *n)
 {
     int i = format_reader_find(r, layer, role);
@@ -52,13 +40,13 @@ static void test_determinism(void **st)
 {
     (void)st;
     struct sl_err err;
-    assert_int_equal(import_synth("tiny", 5, tmp("s1.sluice"), NULL, NULL, &err), 0);
-    assert_int_equal(import_synth("tiny", 5, tmp("s2.sluice"), NULL, NULL, &err), 0);
-    assert_int_equal(import_synth("tiny", 6, tmp("s3.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 5, test_tmp_path("s1.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 5, test_tmp_path("s2.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 6, test_tmp_path("s3.sluice"), NULL, NULL, &err), 0);
     size_t l1, l2, l3;
-    uint8_t *a = test_read_file(tmp("s1.sluice"), &l1);
-    uint8_t *b = test_read_file(tmp("s2.sluice"), &l2);
-    uint8_t *c = test_read_file(tmp("s3.sluice"), &l3);
+    uint8_t *a = test_read_file(test_tmp_path("s1.sluice"), &l1);
+    uint8_t *b = test_read_file(test_tmp_path("s2.sluice"), &l2);
+    uint8_t *c = test_read_file(test_tmp_path("s3.sluice"), &l3);
     assert_int_equal(l1, l2);
     assert_memory_equal(a, b, l1);
     assert_true(l1 != l3 || memcmp(a, c, l1) != 0);
@@ -68,10 +56,10 @@ static void test_determinism(void **st)
         char n[8];
         snprintf(n, sizeof n, "%d", t);
         setenv("SLUICE_SYNTH_THREADS", n, 1);
-        assert_int_equal(import_synth("tiny", 5, tmp("s2.sluice"), NULL, NULL, &err), 0);
+        assert_int_equal(import_synth("tiny", 5, test_tmp_path("s2.sluice"), NULL, NULL, &err), 0);
         unsetenv("SLUICE_SYNTH_THREADS");
         free(b);
-        b = test_read_file(tmp("s2.sluice"), &l2);
+        b = test_read_file(test_tmp_path("s2.sluice"), &l2);
         assert_int_equal(l1, l2);
         assert_memory_equal(a, b, l1);
     }
@@ -79,7 +67,7 @@ static void test_determinism(void **st)
     free(b);
     free(c);
     struct format_reader *r;
-    assert_int_equal(format_reader_open(tmp("s1.sluice"), &r, &err), 0);
+    assert_int_equal(format_reader_open(test_tmp_path("s1.sluice"), &r, &err), 0);
     const void *v;
     uint64_t n;
     assert_int_equal(format_reader_meta_get(r, "synth.shape", &v, &n), 0);
@@ -87,7 +75,7 @@ static void test_determinism(void **st)
     assert_int_equal(format_reader_meta_get(r, "synth.seed", &v, &n), 0);
     assert_memory_equal(v, "5", 1);
     format_reader_close(r);
-    assert_int_equal(import_synth("nope", 1, tmp("x.sluice"), NULL, NULL, &err), -EINVAL);
+    assert_int_equal(import_synth("nope", 1, test_tmp_path("x.sluice"), NULL, NULL, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "nope"));
 }
 
@@ -135,9 +123,9 @@ static void test_vocab(void **st)
 {
     (void)st;
     struct sl_err err;
-    assert_int_equal(import_synth("tiny", 9, tmp("v.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 9, test_tmp_path("v.sluice"), NULL, NULL, &err), 0);
     struct format_reader *r;
-    assert_int_equal(format_reader_open(tmp("v.sluice"), &r, &err), 0);
+    assert_int_equal(format_reader_open(test_tmp_path("v.sluice"), &r, &err), 0);
     const struct format_config *c = format_reader_config(r);
     const struct format_tokenizer *t = format_reader_tokenizer(r);
     assert_int_equal(t->n_tokens, c->vocab_size);
@@ -185,9 +173,9 @@ static void test_statistics(void **st)
 {
     (void)st;
     struct sl_err err;
-    assert_int_equal(import_synth("tiny", 11, tmp("t.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 11, test_tmp_path("t.sluice"), NULL, NULL, &err), 0);
     struct format_reader *r;
-    assert_int_equal(format_reader_open(tmp("t.sluice"), &r, &err), 0);
+    assert_int_equal(format_reader_open(test_tmp_path("t.sluice"), &r, &err), 0);
     const struct format_config *c = format_reader_config(r);
     uint32_t dim = c->dim;
     /* the outlier channels, as the attention norm of layer 0 shows them */
@@ -279,9 +267,9 @@ static void test_forward(void **st)
 {
     (void)st;
     struct sl_err err;
-    assert_int_equal(import_synth("tiny", 13, tmp("f.sluice"), NULL, NULL, &err), 0);
+    assert_int_equal(import_synth("tiny", 13, test_tmp_path("f.sluice"), NULL, NULL, &err), 0);
     struct format_reader *r;
-    assert_int_equal(format_reader_open(tmp("f.sluice"), &r, &err), 0);
+    assert_int_equal(format_reader_open(test_tmp_path("f.sluice"), &r, &err), 0);
     uint64_t n;
     float *norm = tensor_f32(r, 0, FORMAT_ROLE_ATTN_NORM, &n);
     static struct act_stats s;
@@ -293,7 +281,7 @@ static void test_forward(void **st)
     format_reader_close(r);
 
     struct infer_model *m;
-    if (infer_model_load(tmp("f.sluice"), NULL, &m, &err) < 0)
+    if (infer_model_load(test_tmp_path("f.sluice"), NULL, &m, &err) < 0)
         fail_msg("%s", err.msg);
     const struct format_config *c = infer_model_config(m);
     struct infer_state *state;

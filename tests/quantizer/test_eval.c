@@ -30,18 +30,6 @@
 
 static const char *bin;
 
-static const char *tmp(const char *name)
-{
-    static const char *dir;
-    static char buf[64][4096]; /* callers keep up to 64 paths */
-    static int k;
-    if (!dir)
-        dir = test_tmpdir();
-    char *p = buf[k++ % 64];
-    snprintf(p, 4096, "%s/%s", dir, name);
-    return p;
-}
-
 struct result {
     double ppl, ppl_ref, kl_mean, kl_p99, top1, tokens, ctx, chunks;
 };
@@ -52,7 +40,7 @@ static int run(const char *cmd, char *out, size_t cap, char *err_out, size_t eca
     static const char *errf;
     char full[16384];
     if (!errf)
-        errf = tmp("stderr.txt");
+        errf = test_tmp_path("stderr.txt");
     snprintf(full, sizeof full, "%s 2>%s", cmd, errf);
     FILE *f = popen(full, "r");
     assert_non_null(f);
@@ -209,7 +197,7 @@ static void test_eval_synth(void **st)
 {
     (void)st;
     struct sl_err err;
-    const char *model = tmp("tiny.sluice"), *text = tmp("text.txt");
+    const char *model = test_tmp_path("tiny.sluice"), *text = test_tmp_path("text.txt");
     assert_int_equal(import_synth("tiny", 4, model, NULL, NULL, &err), 0);
     write_text(text, 2500);
     /* itself: exactly no divergence */
@@ -218,7 +206,7 @@ static void test_eval_synth(void **st)
     assert_true(r.ctx == 128 && r.chunks >= 10);
     /* a 4-bit model: the tool against the reference computation */
     char cmd[8192], out[65536], e[65536];
-    const char *q4 = tmp("q4.sluice");
+    const char *q4 = test_tmp_path("q4.sluice");
     snprintf(cmd, sizeof cmd, "'%s' quantize '%s' -o '%s' --bits 4 --method uniform --act dynamic",
              bin, model, q4);
     if (run(cmd, out, sizeof out, e, sizeof e) != 0)
@@ -248,7 +236,8 @@ static void test_eval_errors(void **st)
 {
     (void)st;
     char args[8192];
-    const char *model = tmp("tiny.sluice"), *text = tmp("text.txt"), *small = tmp("small.txt");
+    const char *model = test_tmp_path("tiny.sluice"), *text = test_tmp_path("text.txt"),
+               *small = test_tmp_path("small.txt");
     snprintf(args, sizeof args, "'%s' --ref '%s' --text '%s' --ctx 100000", model, model, text);
     expect_failure(args, "context");
     FILE *f = fopen(small, "w");
@@ -256,23 +245,26 @@ static void test_eval_errors(void **st)
     fclose(f);
     snprintf(args, sizeof args, "'%s' --ref '%s' --text '%s'", model, model, small);
     expect_failure(args, "fewer than one chunk");
-    snprintf(args, sizeof args, "'%s' --ref '%s' --text '%s'", model, model, tmp("missing.txt"));
+    snprintf(args, sizeof args, "'%s' --ref '%s' --text '%s'", model, model,
+             test_tmp_path("missing.txt"));
     expect_failure(args, "missing.txt");
     snprintf(args, sizeof args, "'%s' --text '%s'", model, text);
     expect_failure(args, "--ref");
-    snprintf(args, sizeof args, "'%s' --ref '%s' --text '%s'", tmp("nomodel.sluice"), model, text);
+    snprintf(args, sizeof args, "'%s' --ref '%s' --text '%s'", test_tmp_path("nomodel.sluice"),
+             model, text);
     expect_failure(args, "nomodel.sluice");
     /* sluice quantize refuses a quantized source before calibrating it */
-    snprintf(args, sizeof args, "'%s' -o '%s' --bits 5", tmp("q4.sluice"), tmp("qq.sluice"));
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 5", test_tmp_path("q4.sluice"),
+             test_tmp_path("qq.sluice"));
     expect_failure_of("quantize", args, "already quantized");
     snprintf(args, sizeof args, "'%s' -o '%s' --bits 4.5 --method uniform", model,
-             tmp("qq.sluice"));
+             test_tmp_path("qq.sluice"));
     expect_failure_of("quantize", args, "integer");
-    snprintf(args, sizeof args, "'%s' -o '%s' --bits 9", model, tmp("qq.sluice"));
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 9", model, test_tmp_path("qq.sluice"));
     expect_failure_of("quantize", args, "--bits");
     /* an empty calibration text: an error naming it, no output file (it
      * used to free the token buffer twice and abort) */
-    const char *empty = tmp("empty.txt"), *qe = tmp("qe.sluice");
+    const char *empty = test_tmp_path("empty.txt"), *qe = test_tmp_path("qe.sluice");
     FILE *fe = fopen(empty, "w");
     assert_non_null(fe);
     fclose(fe);
@@ -280,7 +272,8 @@ static void test_eval_errors(void **st)
     expect_failure_of("quantize", args, "empty.txt: no text");
     assert_int_equal(access(qe, F_OK), -1);
     /* an output folder that does not exist: said before calibrating */
-    snprintf(args, sizeof args, "'%s' -o '%s' --bits 5", model, tmp("no/such/dir/q.sluice"));
+    snprintf(args, sizeof args, "'%s' -o '%s' --bits 5", model,
+             test_tmp_path("no/such/dir/q.sluice"));
     expect_failure_of("quantize", args, "cannot write into");
 }
 
@@ -315,8 +308,9 @@ static void test_quantize_auto(void **st)
 {
     (void)st;
     struct sl_err err;
-    const char *model = tmp("auto-f32.sluice"), *text = tmp("auto-text.txt");
-    const char *qa = tmp("auto-q.sluice"), *qt = tmp("auto-qt.sluice"), *qg = tmp("auto-qg.sluice");
+    const char *model = test_tmp_path("auto-f32.sluice"), *text = test_tmp_path("auto-text.txt");
+    const char *qa = test_tmp_path("auto-q.sluice"), *qt = test_tmp_path("auto-qt.sluice"),
+               *qg = test_tmp_path("auto-qg.sluice");
     assert_int_equal(import_synth("tiny", 5, model, NULL, NULL, &err), 0);
     write_text(text, 2500);
     char args[8192], out[65536], e[65536];
@@ -368,7 +362,7 @@ static void test_quantize_auto(void **st)
             fail_msg("left behind: %s", de->d_name);
     closedir(d);
     /* a text shorter than one chunk: the per-tensor budget, said so */
-    const char *small = tmp("auto-small.txt");
+    const char *small = test_tmp_path("auto-small.txt");
     FILE *f = fopen(small, "w");
     fputs("the river under the stone", f);
     fclose(f);
@@ -415,8 +409,8 @@ static void real_model(const char *name, const char *tok, double ctx)
     char calib[256];
     snprintf(calib, sizeof calib, "%.*s.calib.txt", (int)(strrchr(name, '.') - name), name);
     snprintf(txt_p, sizeof txt_p, "%s", test_shared_path(calib));
-    const char *f32 = tmp("real.sluice"), *q4 = tmp("real-q4.sluice");
-    const char *a = tmp("calib-a.txt"), *b = tmp("calib-b.txt");
+    const char *f32 = test_tmp_path("real.sluice"), *q4 = test_tmp_path("real-q4.sluice");
+    const char *a = test_tmp_path("calib-a.txt"), *b = test_tmp_path("calib-b.txt");
     split_text(txt_p, a, b);
     snprintf(cmd, sizeof cmd, "'%s' import '%s' --tokenizer '%s' -o '%s'", bin, bin_p, tok_p, f32);
     if (run(cmd, out, sizeof out, e, sizeof e) != 0)

@@ -34,18 +34,6 @@ static char model[4096], model_untied[4096];
 static struct quantizer_calib *cal, *cal_untied;
 enum { NCAL = 1024 }; /* calibration tokens; 128 overfit the static scales */
 
-static const char *tmp(const char *name)
-{
-    static const char *dir;
-    static char buf[8][4096];
-    static int k;
-    if (!dir)
-        dir = test_tmpdir();
-    char *p = buf[k++ % 8];
-    snprintf(p, 4096, "%s/%s", dir, name);
-    return p;
-}
-
 /* Calibration through the runtime's observer on NCAL random tokens, in
  * chunks of at most the context length that start with BOS. */
 static struct quantizer_calib *calibrate(const char *path)
@@ -85,8 +73,8 @@ static int setup(void **st)
 {
     (void)st;
     struct sl_err err;
-    snprintf(model, sizeof model, "%s", tmp("tiny.sluice"));
-    snprintf(model_untied, sizeof model_untied, "%s", tmp("small.sluice"));
+    snprintf(model, sizeof model, "%s", test_tmp_path("tiny.sluice"));
+    snprintf(model_untied, sizeof model_untied, "%s", test_tmp_path("small.sluice"));
     if (import_synth("tiny", 31, model, NULL, NULL, &err) < 0)
         return -1;
     cal = calibrate(model);
@@ -211,7 +199,7 @@ static void test_roundtrip_uniform(void **st)
         struct quantizer_opts o = {
             .method = QUANTIZER_METHOD_UNIFORM, .bits = b, .alpha = -1, .clip = clip};
         struct quantizer_report rep;
-        const char *out = tmp("u.sluice");
+        const char *out = test_tmp_path("u.sluice");
         quantize(model, cal, &o, out, &rep);
         struct quantizer_tensor_rule rule = {.bits = b, .uniform_bits = (uint8_t)b};
         assert_int_equal(
@@ -254,17 +242,17 @@ static void test_roundtrip_edgeflow(void **st)
                                        .alpha = -1,
                                        .clip = (enum quantizer_clip)clip};
             struct quantizer_report rep, rep_f;
-            quantize(model, cal, &o, tmp("e.sluice"), &rep);
+            quantize(model, cal, &o, test_tmp_path("e.sluice"), &rep);
             /* the same smoothing, written in float: what was quantized */
             o.float_out = 1;
-            quantize(model, cal, &o, tmp("ef.sluice"), &rep_f);
+            quantize(model, cal, &o, test_tmp_path("ef.sluice"), &rep_f);
             assert_int_equal(rep.groups, 9); /* 2 layers x 4 groups, the untied classifier */
             assert_true(rep.mean_alpha == rep_f.mean_alpha);
             struct quantizer_tensor_rule rule = {.bits = budgets[k],
                                                  .clip = (enum quantizer_clip)clip};
-            assert_int_equal(
-                check_codes(tmp("ef.sluice"), tmp("e.sluice"), rule, (enum quantizer_clip)clip),
-                15);
+            assert_int_equal(check_codes(test_tmp_path("ef.sluice"), test_tmp_path("e.sluice"),
+                                         rule, (enum quantizer_clip)clip),
+                             15);
         }
     }
 }
@@ -274,21 +262,21 @@ static void test_cmpq_and_smoothquant(void **st)
     (void)st;
     struct quantizer_opts o = {.method = QUANTIZER_METHOD_SMOOTHQUANT, .bits = 6, .alpha = -1};
     struct quantizer_report rep;
-    quantize(model, cal, &o, tmp("sq.sluice"), &rep);
+    quantize(model, cal, &o, test_tmp_path("sq.sluice"), &rep);
     assert_int_equal(rep.groups, 9);
     assert_true(rep.mean_alpha == 0.5);
     o.float_out = 1;
-    quantize(model, cal, &o, tmp("sqf.sluice"), &rep);
+    quantize(model, cal, &o, test_tmp_path("sqf.sluice"), &rep);
     struct quantizer_tensor_rule rule = {.bits = 6, .uniform_bits = 6};
-    check_codes(tmp("sqf.sluice"), tmp("sq.sluice"), rule, QUANTIZER_CLIP_MSE);
+    check_codes(test_tmp_path("sqf.sluice"), test_tmp_path("sq.sluice"), rule, QUANTIZER_CLIP_MSE);
     /* cmpq: not smoothed; widths from the RE allocation with each row's RE
      * weighted by S_O^2 (floored at 1e-6 of the largest) */
     struct quantizer_opts c = {.method = QUANTIZER_METHOD_CMPQ, .bits = 4.5, .alpha = -1};
-    quantize(model, cal, &c, tmp("cm.sluice"), &rep);
+    quantize(model, cal, &c, test_tmp_path("cm.sluice"), &rep);
     assert_int_equal(rep.groups, 0);
     struct format_reader *r, *fr;
     struct sl_err err;
-    assert_int_equal(format_reader_open(tmp("cm.sluice"), &r, &err), 0);
+    assert_int_equal(format_reader_open(test_tmp_path("cm.sluice"), &r, &err), 0);
     assert_int_equal(format_reader_open(model, &fr, &err), 0);
     for (size_t k = 0; k < 7; k++) {
         const struct quantizer_calib_slot *sl = quantizer_calib_slot(cal, 1, linear_roles[k]);
@@ -329,17 +317,19 @@ static void test_uniform_widths(void **st)
     struct quantizer_opts o = {
         .method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5, .alpha = -1, .uniform_widths = 1};
     struct quantizer_report rep, rep_f;
-    quantize(model, cal, &o, tmp("uw.sluice"), &rep);
+    quantize(model, cal, &o, test_tmp_path("uw.sluice"), &rep);
     assert_int_equal(rep.groups, 9);
     o.float_out = 1;
-    quantize(model, cal, &o, tmp("uwf.sluice"), &rep_f);
+    quantize(model, cal, &o, test_tmp_path("uwf.sluice"), &rep_f);
     struct quantizer_tensor_rule rule = {.bits = 5, .uniform_bits = 5};
-    assert_int_equal(check_codes(tmp("uwf.sluice"), tmp("uw.sluice"), rule, QUANTIZER_CLIP_MSE),
+    assert_int_equal(check_codes(test_tmp_path("uwf.sluice"), test_tmp_path("uw.sluice"), rule,
+                                 QUANTIZER_CLIP_MSE),
                      15);
     o.float_out = 0;
     o.bits = 4.5;
     struct sl_err err = {{0}};
-    assert_int_equal(quantizer_quantize(model, cal, &o, tmp("uw2.sluice"), NULL, &err), -EINVAL);
+    assert_int_equal(quantizer_quantize(model, cal, &o, test_tmp_path("uw2.sluice"), NULL, &err),
+                     -EINVAL);
     assert_non_null(strstr(err.msg, "integer"));
 }
 
@@ -355,10 +345,10 @@ static void test_global_budget(void **st)
                                        .budget = QUANTIZER_BUDGET_GLOBAL,
                                        .global = (enum quantizer_global)obj};
             struct quantizer_report rep;
-            quantize(model, cal, &o, tmp("g.sluice"), &rep);
+            quantize(model, cal, &o, test_tmp_path("g.sluice"), &rep);
             struct format_reader *r;
             struct sl_err err;
-            assert_int_equal(format_reader_open(tmp("g.sluice"), &r, &err), 0);
+            assert_int_equal(format_reader_open(test_tmp_path("g.sluice"), &r, &err), 0);
             double bits = 0, weights = 0;
             int spread = 0;
             for (uint32_t i = 0; i < format_reader_n_tensors(r); i++) {
@@ -388,14 +378,14 @@ static void test_encodings(void **st)
     const uint32_t encs[] = {FORMAT_ENC_INT4INT8, FORMAT_ENC_BITPLANE};
     struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5.5, .alpha = -1};
     struct quantizer_report rep;
-    quantize(model, cal, &o, tmp("a.sluice"), &rep);
+    quantize(model, cal, &o, test_tmp_path("a.sluice"), &rep);
     for (int k = 0; k < 2; k++) {
         o.encoding = encs[k];
-        quantize(model, cal, &o, tmp("b.sluice"), &rep);
+        quantize(model, cal, &o, test_tmp_path("b.sluice"), &rep);
         struct format_reader *ra, *rb;
         struct sl_err err;
-        assert_int_equal(format_reader_open(tmp("a.sluice"), &ra, &err), 0);
-        assert_int_equal(format_reader_open(tmp("b.sluice"), &rb, &err), 0);
+        assert_int_equal(format_reader_open(test_tmp_path("a.sluice"), &ra, &err), 0);
+        assert_int_equal(format_reader_open(test_tmp_path("b.sluice"), &rb, &err), 0);
         for (size_t j = 0; j < 7; j++) {
             int8_t *qa, *qb;
             float *sa, *sb;
@@ -438,8 +428,8 @@ static void test_activations_and_metadata(void **st)
                                .bits = 5,
                                .alpha = -1,
                                .calib_source = "random tokens"};
-    quantize(model, cal, &o, tmp("m.sluice"), &rep);
-    assert_int_equal(format_reader_open(tmp("m.sluice"), &r, &err), 0);
+    quantize(model, cal, &o, test_tmp_path("m.sluice"), &rep);
+    assert_int_equal(format_reader_open(test_tmp_path("m.sluice"), &r, &err), 0);
     assert_string_equal(meta(r, "quant.method"), "edgeflow");
     assert_string_equal(meta(r, "quant.bits"), "5");
     assert_string_equal(meta(r, "quant.budget"), "tensor");
@@ -469,9 +459,9 @@ static void test_activations_and_metadata(void **st)
     /* dynamic: no scales; without calibration: dynamic, not smoothed */
     for (int k = 0; k < 2; k++) {
         o.act_dynamic = k == 0;
-        quantize(model, k == 0 ? cal : NULL, &o, tmp("d.sluice"), &rep);
+        quantize(model, k == 0 ? cal : NULL, &o, test_tmp_path("d.sluice"), &rep);
         assert_int_equal(rep.groups, k == 0 ? 9 : 0);
-        assert_int_equal(format_reader_open(tmp("d.sluice"), &r, &err), 0);
+        assert_int_equal(format_reader_open(test_tmp_path("d.sluice"), &r, &err), 0);
         assert_string_equal(meta(r, "quant.activations"), "dynamic");
         assert_true(k == 0 || meta(r, "calib.tokens") == NULL);
         for (uint32_t i = 0; i < format_reader_n_tensors(r); i++)
@@ -550,10 +540,10 @@ static void test_runs_int8(void **st)
     for (int k = 0; k < 3; k++) {
         struct quantizer_opts o = {.method = cases[k].m, .bits = cases[k].bits, .alpha = -1};
         struct quantizer_report rep;
-        quantize(model, cal, &o, tmp("r.sluice"), &rep);
+        quantize(model, cal, &o, test_tmp_path("r.sluice"), &rep);
         kl[k] = 0;
         for (int p = 0; p < P; p++)
-            kl[k] += kl_vs_float(tmp("r.sluice"), ids[p], N) / P;
+            kl[k] += kl_vs_float(test_tmp_path("r.sluice"), ids[p], N) / P;
     }
     fprintf(stderr, "KL vs float: uniform 8 bits %.4f, edgeflow 8 bits %.4f, 3 bits %.4f\n", kl[0],
             kl[1], kl[2]);
@@ -568,10 +558,10 @@ static void test_untied_embedding(void **st)
      * into the output norm, the embedding quantized like a linear layer */
     struct gen_model g;
     assert_int_equal(gen_model_create(&g, 0, 77), 0);
-    assert_int_equal(gen_write_llama2c(&g, tmp("un.bin"), tmp("un.tok")), 0);
+    assert_int_equal(gen_write_llama2c(&g, test_tmp_path("un.bin"), test_tmp_path("un.tok")), 0);
     gen_model_destroy(&g);
-    struct import_opts io = {.tokenizer = tmp("un.tok"), .dtype = -1};
-    if (import_model(tmp("un.bin"), &io, model_untied, &err) < 0)
+    struct import_opts io = {.tokenizer = test_tmp_path("un.tok"), .dtype = -1};
+    if (import_model(test_tmp_path("un.bin"), &io, model_untied, &err) < 0)
         fail_msg("%s", err.msg);
     cal_untied = calibrate(model_untied);
     assert_non_null(cal_untied);
@@ -582,9 +572,9 @@ static void test_untied_embedding(void **st)
     format_reader_close(r);
     struct quantizer_opts o = {.method = QUANTIZER_METHOD_EDGEFLOW, .bits = 4, .alpha = -1};
     struct quantizer_report rep;
-    quantize(model_untied, cal_untied, &o, tmp("uq.sluice"), &rep);
+    quantize(model_untied, cal_untied, &o, test_tmp_path("uq.sluice"), &rep);
     assert_int_equal(rep.groups, L * 4 + 1);
-    assert_int_equal(format_reader_open(tmp("uq.sluice"), &r, &err), 0);
+    assert_int_equal(format_reader_open(test_tmp_path("uq.sluice"), &r, &err), 0);
     const struct format_tensor_info *e =
         format_reader_tensor(r, (uint32_t)format_reader_find(r, -1, FORMAT_ROLE_TOK_EMBD));
     const struct format_tensor_info *k =
@@ -597,9 +587,9 @@ static void test_untied_embedding(void **st)
     format_reader_close(r);
     /* the classifier's smoothing keeps the float function */
     o.float_out = 1;
-    quantize(model_untied, cal_untied, &o, tmp("uf.sluice"), &rep);
+    quantize(model_untied, cal_untied, &o, test_tmp_path("uf.sluice"), &rep);
     float *lg[2];
-    const char *paths[2] = {model_untied, tmp("uf.sluice")};
+    const char *paths[2] = {model_untied, test_tmp_path("uf.sluice")};
     int ids[16] = {1, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140, 150, 160, 170, 180, 190};
     uint32_t V = 0;
     for (int j = 0; j < 2; j++) {
@@ -627,7 +617,7 @@ static void expect_error(const char *src, struct quantizer_calib *c, struct quan
                          const char *needle)
 {
     struct sl_err err = {{0}};
-    const char *out = tmp("bad.sluice");
+    const char *out = test_tmp_path("bad.sluice");
     unlink(out);
     assert_true(quantizer_quantize(src, c, o, out, NULL, &err) < 0);
     if (!strstr(err.msg, needle))
@@ -654,8 +644,8 @@ static void test_errors(void **st)
     o.encoding = 0;
     /* an already quantized source */
     struct quantizer_report rep;
-    quantize(model, cal, &o, tmp("q.sluice"), &rep);
-    expect_error(tmp("q.sluice"), cal, &o, "already quantized");
+    quantize(model, cal, &o, test_tmp_path("q.sluice"), &rep);
+    expect_error(test_tmp_path("q.sluice"), cal, &o, "already quantized");
     /* statistics of another model */
     struct quantizer_calib *other;
     struct format_config c = cal->cfg;
@@ -664,7 +654,7 @@ static void test_errors(void **st)
     expect_error(model, other, &o, "do not belong");
     quantizer_calib_destroy(other);
     /* a missing source */
-    expect_error(tmp("nonexistent.sluice"), NULL, &o, "nonexistent");
+    expect_error(test_tmp_path("nonexistent.sluice"), NULL, &o, "nonexistent");
 }
 
 /* Calibration statistics that are NaN or infinite (issue 21, finding 3): the
@@ -696,7 +686,7 @@ static void test_bad_statistics(void **st)
         v->out_max[2] = keep;
     }
     o.method = QUANTIZER_METHOD_EDGEFLOW;
-    quantize(model, cal, &o, tmp("ok.sluice"), NULL); /* restored: quantizes */
+    quantize(model, cal, &o, test_tmp_path("ok.sluice"), NULL); /* restored: quantizes */
 
     /* the observer keeps a NaN it sees, whatever comes after (fmaxf would
      * drop it and the statistics would look fine) */

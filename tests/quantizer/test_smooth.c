@@ -22,18 +22,6 @@
 
 static struct test_rng rng;
 
-static const char *tmp(const char *name)
-{
-    static const char *dir;
-    static char buf[8][4096];
-    static int k;
-    if (!dir)
-        dir = test_tmpdir();
-    char *p = buf[k++ % 8];
-    snprintf(p, 4096, "%s/%s", dir, name);
-    return p;
-}
-
 /* Inputs with a few outlier channels (like the inputs of Q/K/V in LLMs). */
 static void outlier_inputs(float *x, uint32_t n, uint32_t in, float *in_max)
 {
@@ -345,7 +333,7 @@ static void test_model_invariance_synth(void **st)
 {
     (void)st;
     struct sl_err err;
-    const char *model = tmp("tiny.sluice");
+    const char *model = test_tmp_path("tiny.sluice");
     assert_int_equal(import_synth("tiny", 21, model, NULL, NULL, &err), 0);
     enum { N = 96 };
     int ids[N];
@@ -353,16 +341,17 @@ static void test_model_invariance_synth(void **st)
     for (int i = 1; i < N; i++)
         ids[i] = 3 + (int)test_rng_below(&rng, 500);
     struct quantizer_calib *cal = calibrate(model, ids, N);
-    assert_true(
-        smoothed_same(model, cal, QUANTIZER_METHOD_EDGEFLOW, 0.5, ids, N, tmp("s1.sluice")) > 0.1);
-    smoothed_same(model, cal, QUANTIZER_METHOD_EDGEFLOW, -1, ids, N, tmp("s2.sluice"));
+    assert_true(smoothed_same(model, cal, QUANTIZER_METHOD_EDGEFLOW, 0.5, ids, N,
+                              test_tmp_path("s1.sluice")) > 0.1);
+    smoothed_same(model, cal, QUANTIZER_METHOD_EDGEFLOW, -1, ids, N, test_tmp_path("s2.sluice"));
     assert_true(smoothed_same(model, cal, QUANTIZER_METHOD_SMOOTHQUANT, -1, ids, N,
-                              tmp("s3.sluice")) > 0.1);
+                              test_tmp_path("s3.sluice")) > 0.1);
     /* without calibration nothing is smoothed: the float model is copied */
     struct quantizer_opts o = {
         .method = QUANTIZER_METHOD_EDGEFLOW, .bits = 5, .alpha = -1, .float_out = 1};
     struct quantizer_report rep;
-    assert_int_equal(quantizer_quantize(model, NULL, &o, tmp("s4.sluice"), &rep, &err), 0);
+    assert_int_equal(quantizer_quantize(model, NULL, &o, test_tmp_path("s4.sluice"), &rep, &err),
+                     0);
     assert_int_equal(rep.groups, 0);
     quantizer_calib_destroy(cal);
 }
@@ -378,7 +367,7 @@ static void test_model_invariance_kjv(void **st)
     snprintf(tok_s, sizeof tok_s, "%s", test_shared_path("models/kjv6L.tok1024.bin"));
     snprintf(txt_s, sizeof txt_s, "%s", test_shared_path("models/kjv6L.calib.txt"));
     struct sl_err err;
-    const char *model = tmp("kjv.sluice");
+    const char *model = test_tmp_path("kjv.sluice");
     struct import_opts io = {.tokenizer = tok_s, .dtype = -1};
     if (import_model(bin_s, &io, model, &err) < 0)
         fail_msg("%s", err.msg);
@@ -398,9 +387,11 @@ static void test_model_invariance_kjv(void **st)
     ids[0] = ids[256] = 1; /* BOS */
     struct quantizer_calib *cal = calibrate(model, ids, 256);
     assert_true(smoothed_same(model, cal, QUANTIZER_METHOD_EDGEFLOW, 0.5, ids + 256, 256,
-                              tmp("k1.sluice")) > 0.1);
-    smoothed_same(model, cal, QUANTIZER_METHOD_EDGEFLOW, -1, ids + 256, 256, tmp("k2.sluice"));
-    smoothed_same(model, cal, QUANTIZER_METHOD_SMOOTHQUANT, -1, ids + 256, 256, tmp("k3.sluice"));
+                              test_tmp_path("k1.sluice")) > 0.1);
+    smoothed_same(model, cal, QUANTIZER_METHOD_EDGEFLOW, -1, ids + 256, 256,
+                  test_tmp_path("k2.sluice"));
+    smoothed_same(model, cal, QUANTIZER_METHOD_SMOOTHQUANT, -1, ids + 256, 256,
+                  test_tmp_path("k3.sluice"));
     quantizer_calib_destroy(cal);
     free(ids);
     free(text);
