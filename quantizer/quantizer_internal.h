@@ -1,8 +1,8 @@
 /* quantizer_internal.h: calibration records, the per-channel quantizer and
  * the smoothing helpers shared by the quantization files of the quantizer
- * (quantizer_calib.c, quantizer_alloc.c, quantizer_smooth.c,
- * quantizer_quantize.c). Not a public API: the tests include it to reach the
- * pieces one at a time. */
+ * (quantizer_calib.c, quantizer_alloc.c, quantizer_smooth.c, the driver's
+ * files of quantizer_driver.h). Not a public API: the tests include it to
+ * reach the pieces one at a time. */
 #ifndef SLUICE_QUANTIZER_INTERNAL_H
 #define SLUICE_QUANTIZER_INTERNAL_H
 

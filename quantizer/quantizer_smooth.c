@@ -5,7 +5,7 @@
  * O; gate/up; down; an untied classifier). With per-input-channel activation
  * maxima S_I, s = S_I^alpha; the layers' weights become W' = W diag(s)
  * (columns scaled) and their input x' = x diag(s)^-1, folded into whatever
- * produces x (quantizer_quantize.c): the RMSNorm weight (Q/K/V, gate/up,
+ * produces x (quantizer_pass1.c): the RMSNorm weight (Q/K/V, gate/up,
  * classifier), the rows of W_up (down: h = silu(gate) * up is linear in up's
  * rows) or the rows of W_v (O: the attention output is linear in v; with GQA
  * every query head of a kv group reads the same v channel, so s is common to
