@@ -41,8 +41,10 @@ int fs_sluice(const char *fmt, ...)
     char args[8192];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
+    int n = vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof args)
+        fail_msg("sluice arguments of %d bytes do not fit in %zu", n, sizeof args);
     return test_system("timeout %u '%s' %s 2>'%s'", timeout, bin, args, errfile);
 }
 
