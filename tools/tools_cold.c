@@ -96,39 +96,25 @@ int tools_cgroup_create(const char *file, uint64_t read_bps, struct tools_cgroup
     static unsigned counter;
     struct stat st;
     char line[128];
-    if (stat("/sys/fs/cgroup/blkio", &st) == 0) {
-        snprintf(cg->dir, sizeof cg->dir, "/sys/fs/cgroup/blkio/sluice.%d.%u", (int)getpid(),
-                 counter++);
-        if (mkdir(cg->dir, 0755) < 0 && errno != EEXIST) {
-            int e = errno;
-            sl_err_set(err, "cannot create cgroup %s: %s", cg->dir, strerror(e));
-            return -e;
-        }
-        cg->created = 1;
-        if (read_bps) {
-            char f[300];
-            snprintf(f, sizeof f, "%s/blkio.throttle.read_bps_device", cg->dir);
-            snprintf(line, sizeof line, "%u:%u %llu", cg->major, cg->minor,
-                     (unsigned long long)read_bps);
-            ret = write_file(f, line);
-        }
-    } else {
-        cg->v2 = 1;
+    /* cgroup v1 (blkio) when mounted, else v2 (io) */
+    int v1 = stat("/sys/fs/cgroup/blkio", &st) == 0;
+    cg->v2 = !v1;
+    if (!v1)
         (void)write_file("/sys/fs/cgroup/cgroup.subtree_control", "+io");
-        snprintf(cg->dir, sizeof cg->dir, "/sys/fs/cgroup/sluice.%d.%u", (int)getpid(), counter++);
-        if (mkdir(cg->dir, 0755) < 0 && errno != EEXIST) {
-            int e = errno;
-            sl_err_set(err, "cannot create cgroup %s: %s", cg->dir, strerror(e));
-            return -e;
-        }
-        cg->created = 1;
-        if (read_bps) {
-            char f[300];
-            snprintf(f, sizeof f, "%s/io.max", cg->dir);
-            snprintf(line, sizeof line, "%u:%u rbps=%llu", cg->major, cg->minor,
-                     (unsigned long long)read_bps);
-            ret = write_file(f, line);
-        }
+    snprintf(cg->dir, sizeof cg->dir, "%s/sluice.%d.%u",
+             v1 ? "/sys/fs/cgroup/blkio" : "/sys/fs/cgroup", (int)getpid(), counter++);
+    if (mkdir(cg->dir, 0755) < 0 && errno != EEXIST) {
+        int e = errno;
+        sl_err_set(err, "cannot create cgroup %s: %s", cg->dir, strerror(e));
+        return -e;
+    }
+    cg->created = 1;
+    if (read_bps) {
+        char f[300];
+        snprintf(f, sizeof f, "%s/%s", cg->dir, v1 ? "blkio.throttle.read_bps_device" : "io.max");
+        snprintf(line, sizeof line, "%u:%u %s%llu", cg->major, cg->minor,
+                 v1 ? "" : "rbps=", (unsigned long long)read_bps);
+        ret = write_file(f, line);
     }
     if (ret < 0) {
         sl_err_set(err, "cannot set the read limit in %s: %s", cg->dir, strerror(-ret));
