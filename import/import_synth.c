@@ -266,6 +266,7 @@ static uint64_t hash_bytes(const char *p, size_t n)
 static int synth_vocab(const struct synth *s, struct import_vocab *v, struct sl_err *err)
 {
     uint32_t n = s->cfg->vocab_size;
+    memset(v, 0, sizeof *v);
     size_t cap = 1;
     while (cap < 2 * (size_t)n)
         cap <<= 1;

@@ -11,8 +11,7 @@
 
 #include "quantizer_driver.h"
 
-/* ---- metadata
- * ------------------------------------------------------------------------------------- */
+/* ---- metadata ------------------------------------------------------------------------------ */
 
 static int copy_meta(struct format_reader *src, struct format_writer *w, struct sl_err *err)
 {

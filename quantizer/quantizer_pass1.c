@@ -182,8 +182,7 @@ void qd_fold_classifier(const struct qctx *q, float *cls, float *out_norm)
             cls[(size_t)r * D + j] *= q->s_cls[j];
 }
 
-/* ---- global allocation ------------------------------------------------------------------------
- */
+/* ---- global allocation --------------------------------------------------------------------- */
 
 /* Records a tensor's channels (pass 1) in pass-2 order. Objective
  * QUANTIZER_GLOBAL_TENSOR_MEAN: sum over tensors of the tensor's mean
@@ -231,8 +230,7 @@ static uint64_t count_channels(const struct format_config *c)
     return per_layer * c->n_layers + (c->tied_embedding ? 1 : 2) * (uint64_t)c->vocab_size;
 }
 
-/* ---- pass 1 ------------------------------------------------------------------------------------
- */
+/* ---- pass 1 -------------------------------------------------------------------------------- */
 
 int qd_pass1(struct qctx *q)
 {

@@ -69,8 +69,7 @@ oom:
     return -ENOMEM;
 }
 
-/* ---- pass 2: one tensor -------------------------------------------------------------------------
- */
+/* ---- pass 2: one tensor -------------------------------------------------------------------- */
 
 static int emit_float(struct qctx *q, struct format_writer *w, int layer, uint32_t role,
                       const float *v, uint32_t n_dims, uint32_t rows, uint32_t cols)

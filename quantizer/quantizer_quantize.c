@@ -63,8 +63,7 @@ int quantizer_method_parse(const char *s, enum quantizer_method *out)
     return -EINVAL;
 }
 
-/* ---- entry
- * ------------------------------------------------------------------------------------------ */
+/* ---- entry --------------------------------------------------------------------------------- */
 
 static int check_opts(const struct quantizer_opts *o, struct sl_err *err)
 {

@@ -194,8 +194,12 @@ int test_system(const char *fmt, ...)
     char cmd[8192];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    int n = vsnprintf(cmd, sizeof cmd, fmt, ap);
     va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof cmd) {
+        fprintf(stderr, "test_system: the command does not fit in %zu bytes\n", sizeof cmd);
+        return -1;
+    }
     int st = system(cmd);
     if (st == -1)
         return -1;

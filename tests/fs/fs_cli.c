@@ -2,6 +2,7 @@
 #include "fs_cli.h"
 
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,7 @@ const char *fs_cli_bin(void)
     return bin;
 }
 
-int fs_sluice(const char *fmt, ...)
+int fs_cli_run(const char *fmt, ...)
 {
     char args[8192];
     va_list ap;
@@ -48,26 +49,26 @@ int fs_sluice(const char *fmt, ...)
     return test_system("timeout %u '%s' %s 2>'%s'", timeout, bin, args, errfile);
 }
 
-char *fs_said(void)
+char *fs_cli_said(void)
 {
     return test_read_file(errfile, NULL);
 }
 
-void fs_assert_said(const char *what)
+void fs_cli_assert_said(const char *what)
 {
-    char *e = fs_said();
+    char *e = fs_cli_said();
     assert_non_null(e);
     if (!strstr(e, what))
         fail_msg("expected \"%s\" in: %s", what, e);
     free(e);
 }
 
-void fs_mount(const char *container, const char *mnt, const char *opts)
+void fs_cli_mount(const char *container, const char *mnt, const char *opts)
 {
     mkdir(mnt, 0755);
-    if (fs_sluice("mount %s%s%s '%s' '%s'", opts ? "-o '" : "", opts ? opts : "", opts ? "'" : "",
+    if (fs_cli_run("mount %s%s%s '%s' '%s'", opts ? "-o '" : "", opts ? opts : "", opts ? "'" : "",
                   container, mnt) != 0) {
-        char *e = fs_said();
+        char *e = fs_cli_said();
         fail_msg("mount %s on %s (-o %s) failed: %s", container, mnt, opts ? opts : "-",
                  e ? e : "?");
     }

@@ -13,13 +13,13 @@ const char *fs_cli_setup(unsigned timeout_s);
 const char *fs_cli_bin(void);
 
 /* Runs `sluice ARGS` with its stderr to the file; its exit status. */
-int fs_sluice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int fs_cli_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The last run's stderr (malloc'd; NULL if it cannot be read). */
-char *fs_said(void);
+char *fs_cli_said(void);
 /* The last run's stderr contains `what`, or the test fails. */
-void fs_assert_said(const char *what);
+void fs_cli_assert_said(const char *what);
 /* `sluice mount [-o opts] container mnt` (mnt made first), or the test
  * fails with the message. opts NULL: none. */
-void fs_mount(const char *container, const char *mnt, const char *opts);
+void fs_cli_mount(const char *container, const char *mnt, const char *opts);
 
 #endif

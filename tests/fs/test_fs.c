@@ -59,8 +59,8 @@ static int run(const char *fmt, ...)
 
 static void umount_at(const char *mnt)
 {
-    if (fs_sluice("umount '%s'", mnt) != 0) {
-        char *e = fs_said();
+    if (fs_cli_run("umount '%s'", mnt) != 0) {
+        char *e = fs_cli_said();
         fail_msg("umount %s failed: %s", mnt, e ? e : "?");
     }
 }
@@ -346,7 +346,7 @@ static void test_bytes(void **st)
     ino_t first = 0;
     for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
         fprintf(stderr, "-o %s\n", configs[i] ? configs[i] : "(defaults)");
-        fs_mount(model, mnt, configs[i]);
+        fs_cli_mount(model, mnt, configs[i]);
         check_all_files(model, mnt);
         ino_t ino = ino_of(mnt, "layer.001/w_up.int8");
         if (i == 0)
@@ -361,7 +361,7 @@ static void test_quantized(void **st)
     (void)st;
     char mnt[PATH_MAX];
     snprintf(mnt, sizeof mnt, "%s/m2", dir);
-    fs_mount(qmodel, mnt, NULL);
+    fs_cli_mount(qmodel, mnt, NULL);
     check_all_files(qmodel, mnt);
     umount_at(mnt);
 }
@@ -380,7 +380,7 @@ static void test_real_model(void **st)
     struct sl_err err;
     assert_int_equal(import_model(src, &o, out, &err), 0);
     snprintf(mnt, sizeof mnt, "%s/m3", dir);
-    fs_mount(out, mnt, NULL);
+    fs_cli_mount(out, mnt, NULL);
     check_all_files(out, mnt);
     umount_at(mnt);
 }
@@ -426,7 +426,7 @@ static void concurrent(const char *opts)
 {
     char mnt[PATH_MAX];
     snprintf(mnt, sizeof mnt, "%s/m4", dir);
-    fs_mount(model, mnt, opts);
+    fs_cli_mount(model, mnt, opts);
     struct expected x = expected_of(model);
     pthread_t th[16];
     struct reader_arg a[16];
@@ -463,7 +463,7 @@ static void test_erofs(void **st)
     (void)st;
     char mnt[PATH_MAX], p[PATH_MAX + 64], q[PATH_MAX + 64];
     snprintf(mnt, sizeof mnt, "%s/m5", dir);
-    fs_mount(model, mnt, NULL);
+    fs_cli_mount(model, mnt, NULL);
     snprintf(p, sizeof p, "%s/new", mnt);
     expect_erofs(open(p, O_CREAT | O_WRONLY, 0644), "create");
     snprintf(p, sizeof p, "%s/layer.000/slice.bin", mnt);
@@ -490,8 +490,7 @@ static void test_erofs(void **st)
     umount_at(mnt);
 }
 
-/* ---- corruption --------------------------------------------------------------------------------
- */
+/* ---- corruption ---------------------------------------------------------------------------- */
 
 static void corrupt(const char *opts)
 {
@@ -514,7 +513,7 @@ static void corrupt(const char *opts)
     free(c);
     snprintf(mnt, sizeof mnt, "%s/m6", dir);
     snprintf(o, sizeof o, "log=%s%s%s", log, opts ? "," : "", opts ? opts : "");
-    fs_mount(bad, mnt, o); /* the index is intact: it mounts */
+    fs_cli_mount(bad, mnt, o); /* the index is intact: it mounts */
     const char *same[] = {"w_up.bin", "attn_norm.bin", "slice.bin", "w_up.int8", "wq.scales"};
     char buf[4096];
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
@@ -555,25 +554,24 @@ static void test_corrupt(void **st)
     corrupt("pagecache");
 }
 
-/* ---- unmounting and the daemon's life -----------------------------------------------------------
- */
+/* ---- unmounting and the daemon's life ------------------------------------------------------ */
 
 static void test_unmount_busy(void **st)
 {
     (void)st;
     char mnt[PATH_MAX], p[PATH_MAX + 64];
     snprintf(mnt, sizeof mnt, "%s/m7", dir);
-    fs_mount(model, mnt, NULL);
+    fs_cli_mount(model, mnt, NULL);
     pid_t pid = daemon_pid(mnt);
     snprintf(p, sizeof p, "%s/layer.001/slice.bin", mnt);
     int fd = open(p, O_RDONLY);
     assert_true(fd >= 0);
     /* a plain unmount refuses while the file is open, and says why */
-    assert_int_not_equal(fs_sluice("umount '%s'", mnt), 0);
-    fs_assert_said("busy");
+    assert_int_not_equal(fs_cli_run("umount '%s'", mnt), 0);
+    fs_cli_assert_said("busy");
     assert_true(is_mounted(mnt));
     /* --lazy detaches at once; the open file still reads the right bytes */
-    assert_int_equal(fs_sluice("umount --lazy '%s'", mnt), 0);
+    assert_int_equal(fs_cli_run("umount --lazy '%s'", mnt), 0);
     assert_false(is_mounted(mnt));
     struct expected x = expected_of(model);
     const struct expect *e = NULL;
@@ -595,18 +593,18 @@ static void test_dead_mount(void **st)
     (void)st;
     char mnt[PATH_MAX];
     snprintf(mnt, sizeof mnt, "%s/m8", dir);
-    fs_mount(model, mnt, NULL);
+    fs_cli_mount(model, mnt, NULL);
     pid_t pid = daemon_pid(mnt);
     assert_int_equal(kill(pid, SIGKILL), 0);
     assert_true(wait_gone(pid, 5000));
     struct stat s;
     assert_int_equal(stat(mnt, &s), -1);
     assert_int_equal(errno, ENOTCONN);
-    assert_int_not_equal(fs_sluice("mount '%s' '%s'", model, mnt), 0);
-    fs_assert_said("dead FUSE mount");
+    assert_int_not_equal(fs_cli_run("mount '%s' '%s'", model, mnt), 0);
+    fs_cli_assert_said("dead FUSE mount");
     umount_at(mnt); /* cleans it up */
     assert_false(is_mounted(mnt));
-    fs_mount(model, mnt, NULL);
+    fs_cli_mount(model, mnt, NULL);
     umount_at(mnt);
 }
 
@@ -615,7 +613,7 @@ static void test_sigterm(void **st)
     (void)st;
     char mnt[PATH_MAX];
     snprintf(mnt, sizeof mnt, "%s/m9", dir);
-    fs_mount(model, mnt, NULL);
+    fs_cli_mount(model, mnt, NULL);
     pid_t pid = daemon_pid(mnt);
     assert_int_equal(kill(pid, SIGTERM), 0);
     assert_true(wait_gone(pid, 5000));
@@ -655,63 +653,61 @@ static void test_foreground(void **st)
     free(s);
 }
 
-/* ---- errors
- * ---------------------------------------------------------------------------------------- */
+/* ---- errors -------------------------------------------------------------------------------- */
 
 static void test_mount_errors(void **st)
 {
     (void)st;
     char mnt[PATH_MAX], file[PATH_MAX + 64];
     snprintf(mnt, sizeof mnt, "%s/missing-dir", dir);
-    assert_int_equal(fs_sluice("mount '%s' '%s'", model, mnt), 1);
-    fs_assert_said("no such directory");
+    assert_int_equal(fs_cli_run("mount '%s' '%s'", model, mnt), 1);
+    fs_cli_assert_said("no such directory");
     snprintf(file, sizeof file, "%s/plain-file", dir);
     FILE *f = fopen(file, "w");
     fclose(f);
-    assert_int_equal(fs_sluice("mount '%s' '%s'", model, file), 1);
-    fs_assert_said("is not a directory");
+    assert_int_equal(fs_cli_run("mount '%s' '%s'", model, file), 1);
+    fs_cli_assert_said("is not a directory");
     snprintf(mnt, sizeof mnt, "%s/nonempty", dir);
     mkdir(mnt, 0755);
     snprintf(file, sizeof file, "%s/x", mnt);
     f = fopen(file, "w");
     fclose(f);
-    assert_int_equal(fs_sluice("mount '%s' '%s'", model, mnt), 1);
-    fs_assert_said("is not empty");
+    assert_int_equal(fs_cli_run("mount '%s' '%s'", model, mnt), 1);
+    fs_cli_assert_said("is not empty");
     /* ... unless asked */
-    fs_mount(model, mnt, "nonempty");
+    fs_cli_mount(model, mnt, "nonempty");
     umount_at(mnt);
     snprintf(mnt, sizeof mnt, "%s/m11", dir);
     mkdir(mnt, 0755);
-    assert_int_equal(fs_sluice("mount /nonexistent.sluice '%s'", mnt), 1);
-    fs_assert_said("no such file");
+    assert_int_equal(fs_cli_run("mount /nonexistent.sluice '%s'", mnt), 1);
+    fs_cli_assert_said("no such file");
     snprintf(file, sizeof file, "%s/garbage.sluice", dir);
     f = fopen(file, "w");
     fputs("not a container, not even close to one; a few bytes of text", f);
     fclose(f);
-    assert_int_equal(fs_sluice("mount '%s' '%s'", file, mnt), 1);
-    fs_assert_said(file);
+    assert_int_equal(fs_cli_run("mount '%s' '%s'", file, mnt), 1);
+    fs_cli_assert_said(file);
     /* a truncated container */
     snprintf(file, sizeof file, "%s/short.sluice", dir);
     assert_int_equal(run("head -c 100000 '%s' > '%s'", model, file), 0);
-    assert_int_equal(fs_sluice("mount '%s' '%s'", file, mnt), 1);
-    fs_assert_said(file);
-    assert_int_equal(fs_sluice("mount -o max_pages=1000 '%s' '%s'", model, mnt), 2);
-    fs_assert_said("max_pages");
-    fs_mount(model, mnt, NULL);
-    assert_int_equal(fs_sluice("mount '%s' '%s'", model, mnt), 1);
-    fs_assert_said("already a mount point");
+    assert_int_equal(fs_cli_run("mount '%s' '%s'", file, mnt), 1);
+    fs_cli_assert_said(file);
+    assert_int_equal(fs_cli_run("mount -o max_pages=1000 '%s' '%s'", model, mnt), 2);
+    fs_cli_assert_said("max_pages");
+    fs_cli_mount(model, mnt, NULL);
+    assert_int_equal(fs_cli_run("mount '%s' '%s'", model, mnt), 1);
+    fs_cli_assert_said("already a mount point");
     umount_at(mnt);
     assert_false(is_mounted(mnt));
-    assert_int_equal(fs_sluice("umount '%s'", mnt), 1);
-    fs_assert_said("not mounted");
-    assert_int_equal(fs_sluice("umount /proc"), 1);
-    fs_assert_said("not a sluice mount");
-    assert_int_equal(fs_sluice("umount '%s/nowhere'", dir), 1);
-    assert_int_equal(fs_sluice("mount '%s'", model), 2);
+    assert_int_equal(fs_cli_run("umount '%s'", mnt), 1);
+    fs_cli_assert_said("not mounted");
+    assert_int_equal(fs_cli_run("umount /proc"), 1);
+    fs_cli_assert_said("not a sluice mount");
+    assert_int_equal(fs_cli_run("umount '%s/nowhere'", dir), 1);
+    assert_int_equal(fs_cli_run("mount '%s'", model), 2);
 }
 
-/* ---- an ordinary user
- * ---------------------------------------------------------------------------- */
+/* ---- an ordinary user ---------------------------------------------------------------------- */
 
 /* As root: a private mount namespace whose /dev/fuse is a private node open
  * to everyone (the system's may be root-only), then nobody mounts, reads
@@ -780,7 +776,7 @@ static void test_cgroup(void **st)
     assert_int_equal(mkdir(group, 0755), 0);
     snprintf(mnt, sizeof mnt, "%s/m12", dir);
     snprintf(opts, sizeof opts, "cgroup=%s", group);
-    fs_mount(model, mnt, opts);
+    fs_cli_mount(model, mnt, opts);
     pid_t pid = daemon_pid(mnt);
     char cmd[PATH_MAX + 64];
     snprintf(cmd, sizeof cmd, "grep -qx '%d' %s/cgroup.procs", (int)pid, group);
@@ -789,8 +785,8 @@ static void test_cgroup(void **st)
     rmdir(group);
     assert_int_equal(in, 0);
     snprintf(opts, sizeof opts, "cgroup=%s/none", dir);
-    assert_int_equal(fs_sluice("mount -o '%s' '%s' '%s'", opts, model, mnt), 1);
-    fs_assert_said("cannot join the cgroup");
+    assert_int_equal(fs_cli_run("mount -o '%s' '%s' '%s'", opts, model, mnt), 1);
+    fs_cli_assert_said("cannot join the cgroup");
     assert_false(is_mounted(mnt));
 }
 

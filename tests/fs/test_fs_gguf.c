@@ -48,11 +48,11 @@ static uint8_t *exported(const char *container, const char *type, size_t *len)
 {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/export-%s.gguf", dir, type);
-    if (fs_sluice("export --gguf '%s' --type %s '%s'", p, type, container) != 0) {
-        char *e = fs_said();
+    if (fs_cli_run("export --gguf '%s' --type %s '%s'", p, type, container) != 0) {
+        char *e = fs_cli_said();
         fail_msg("sluice export failed: %s", e ? e : "?");
     }
-    fs_assert_said("sluice export: wrote");
+    fs_cli_assert_said("sluice export: wrote");
     uint8_t *b = test_read_file(p, len);
     assert_non_null(b);
     return b;
@@ -157,7 +157,7 @@ static void test_pieces(void **st)
     uint8_t *want = exported(model, "q8_0", &len);
     const char *opts[3] = {NULL, "gguf_cache=1M", "gguf_cache=0"};
     for (int i = 0; i < 3; i++) {
-        fs_mount(model, mnt, opts[i]);
+        fs_cli_mount(model, mnt, opts[i]);
         check_concurrent(want, len);
         check_mmap(want, len);
         char p[PATH_MAX];
@@ -203,7 +203,7 @@ static void test_warm(void **st)
 
     /* the default: an open converts the whole file and pushes it into the
      * page cache; reading it then sends no read to the daemon */
-    fs_mount(model, mnt, NULL);
+    fs_cli_mount(model, mnt, NULL);
     int fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
     /* (a chunk counts as warmed before its push ends) */
@@ -231,7 +231,7 @@ static void test_warm(void **st)
     umount_it();
 
     /* a cache of 2 chunks: warmers stay one chunk ahead of the reader */
-    fs_mount(model, mnt, "gguf_cache=2M");
+    fs_cli_mount(model, mnt, "gguf_cache=2M");
     fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
     assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
@@ -254,7 +254,7 @@ static void test_warm(void **st)
     umount_it();
 
     /* none */
-    fs_mount(model, mnt, "gguf_warm=0");
+    fs_cli_mount(model, mnt, "gguf_warm=0");
     check_concurrent(want, len);
     s = stats();
     assert_int_equal(gguf_stat(s, "warmed"), 0);
@@ -270,7 +270,7 @@ static void test_f16(void **st)
     (void)st;
     size_t len;
     uint8_t *want = exported(model, "f16", &len);
-    fs_mount(model, mnt, "gguf=f16");
+    fs_cli_mount(model, mnt, "gguf=f16");
     check_concurrent(want, len);
     umount_it();
     free(want);
@@ -307,7 +307,7 @@ static void test_corrupt(void **st)
         /* with the cache too: a chunk spanning the bad slice fails as a
          * whole, and the read falls back to its own range */
         snprintf(opts, sizeof opts, "%slog=%s", cached ? "" : "gguf_cache=0,", log);
-        fs_mount(bad, mnt, opts);
+        fs_cli_mount(bad, mnt, opts);
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/model.gguf", mnt);
         /* no readahead: a read must not pull in pages of the corrupt slice */
@@ -345,8 +345,8 @@ static void test_corrupt(void **st)
     /* export refuses it and writes nothing */
     char out[PATH_MAX];
     snprintf(out, sizeof out, "%s/bad.gguf", dir);
-    assert_int_equal(fs_sluice("export --gguf '%s' '%s'", out, bad), 1);
-    fs_assert_said("checksum");
+    assert_int_equal(fs_cli_run("export --gguf '%s' '%s'", out, bad), 1);
+    fs_cli_assert_said("checksum");
     assert_int_equal(test_system("ls '%s' | grep -q '^bad.gguf'", dir), 1);
     gguf_view_destroy(v);
     format_reader_close(r);
@@ -357,14 +357,14 @@ static void test_bad_options(void **st)
 {
     (void)st;
     mkdir(mnt, 0755);
-    assert_int_equal(fs_sluice("mount -o gguf=q4 '%s' '%s'", model, mnt), 2);
-    fs_assert_said("gguf=q8_0, gguf=f16 or gguf=f32");
-    assert_int_equal(fs_sluice("mount -o gguf_cache=12X '%s' '%s'", model, mnt), 2);
-    fs_assert_said("gguf_cache");
-    assert_int_equal(fs_sluice("mount -o gguf_warm=9 '%s' '%s'", model, mnt), 2);
-    fs_assert_said("gguf_warm");
-    assert_int_equal(fs_sluice("export --gguf x.gguf --alignment 48 '%s'", model), 2);
-    fs_assert_said("power of two");
+    assert_int_equal(fs_cli_run("mount -o gguf=q4 '%s' '%s'", model, mnt), 2);
+    fs_cli_assert_said("gguf=q8_0, gguf=f16 or gguf=f32");
+    assert_int_equal(fs_cli_run("mount -o gguf_cache=12X '%s' '%s'", model, mnt), 2);
+    fs_cli_assert_said("gguf_cache");
+    assert_int_equal(fs_cli_run("mount -o gguf_warm=9 '%s' '%s'", model, mnt), 2);
+    fs_cli_assert_said("gguf_warm");
+    assert_int_equal(fs_cli_run("export --gguf x.gguf --alignment 48 '%s'", model), 2);
+    fs_cli_assert_said("power of two");
 }
 
 int main(void)
