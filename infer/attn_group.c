@@ -8,7 +8,7 @@
  * top stays near the top of the group whatever the other heads' scales.
  * Only subtractions and maxima: plain C (the compiler's vectors give the
  * same bits as a loop over scalars), and an AVX-512 kernel
- * (attn_topk_avx512.c; at 4K keys and 8 heads the plain loop was ~15% of
+ * (attn_group_avx512.c; at 4K keys and 8 heads the plain loop was ~15% of
  * the group selection's time: it has no AVX-512 flags).
  *
  * attn_group_rows runs the group's heads over the shared list together: the
@@ -21,7 +21,7 @@
  * With the AVX2 matmul kernel (and hs % 8 == 0) attn_group_rows_avx2 does
  * it without gathering (attn_sel_avx2.c; its scalar twin
  * attn_group_rows_ref), and with the AVX-512 one (hs % 16 == 0)
- * attn_group_rows_avx512 (attn_sel_avx512.c; twin attn_group_rows_ref16). */
+ * attn_group_rows_avx512 (attn_group_avx512.c; twin attn_group_rows_ref16). */
 #include <math.h>
 
 #include "attn_sparse.h"

@@ -144,7 +144,7 @@ void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uin
                          uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
                          const uint32_t *list, uint32_t len, float *s);
 /* The same with the AVX-512 matmul kernel's bits (hs % 16 == 0;
- * attn_sel_avx512.c: each key and value row loaded once for several heads)
+ * attn_group_avx512.c: each key and value row loaded once for several heads)
  * and its twin (attn_sel_row_ref16 per head). */
 void attn_group_rows_avx512(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
                             uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
