@@ -3,11 +3,17 @@
  * head (GQA's group).
  *
  * attn_group_combine folds the group's int8 estimates into one score per
- * slot: c[t] = max over the heads h of (est_h[t] - max_t' est_h[t']), each
- * head's scores relative to its own largest, so a key a head ranks near its
- * top stays near the top of the group whatever the other heads' scales.
- * Only subtractions and maxima: plain C (the compiler's vectors give the
- * same bits as a loop over scalars), and an AVX-512 kernel
+ * slot: c[t] = max over the heads h of (est_h[t] - off_h), off_h the
+ * head's largest estimate plus sqrt(head_dim) times the log of its
+ * softmax's denominator, so c[t] / sqrt(head_dim) is the largest of the
+ * heads' estimated log-probabilities of slot t. The rule before, each head
+ * relative to its largest alone (off_h = max est_h), let a head with a flat
+ * row (many keys near its maximum, each of little mass) fill the list with
+ * them: on kjv6L-1k (eval --max-chunks 3, keep 0.45) KL 0.00736 / top-1
+ * 95.76% against 0.00457 / 96.93% now; the targets need keep 0.65 then,
+ * 0.55 now (docs/BENCHMARKS.md, twelfth session, a17). Subtractions and
+ * maxima, and infer_div_max / infer_exp_sum for the denominators (their
+ * kernels share their bits): plain C, and an AVX-512 kernel
  * (attn_group_avx512.c; at 4K keys and 8 heads the plain loop was ~15% of
  * the group selection's time: it has no AVX-512 flags).
  *
@@ -23,36 +29,45 @@
  * attn_group_rows_ref), and with the AVX-512 one (hs % 16 == 0)
  * attn_group_rows_avx512 (attn_group_avx512.c; twin attn_group_rows_ref16). */
 #include <math.h>
+#include <string.h>
 
 #include "attn_sparse.h"
 #include "infer_internal.h"
 #include "infer_matmul.h"
 
-void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float *c)
+void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float sq,
+                        float *c, float *tmp)
 {
 #if SLUICE_KERNELS_X86
     if (infer_matmul_kernel_used() == INFER_MATMUL_AVX512) {
-        attn_group_combine_avx512(est, ld, G, visible, c);
+        attn_group_combine_avx512(est, ld, G, visible, sq, c, tmp);
         return;
     }
 #endif
-    attn_group_combine_scalar(est, ld, G, visible, c);
+    attn_group_combine_scalar(est, ld, G, visible, sq, c, tmp);
 }
 
 void attn_group_combine_scalar(const float *est, size_t ld, uint32_t G, uint32_t visible,
-                               float *c)
+                               float sq, float *c, float *tmp)
 {
     for (uint32_t j = 0; j < G; j++) {
         const float *e = est + (size_t)j * ld;
         float m = -INFINITY;
         for (uint32_t t = 0; t < visible; t++)
             m = e[t] > m ? e[t] : m;
+        /* the softmax's denominator of the estimates (as attention's: / sq,
+         * less the maximum, exp, summed) */
+        memcpy(tmp, e, sizeof(float) * visible);
+        float ms = infer_div_max_scalar(tmp, visible, sq);
+        float off = m + logf(infer_exp_sum_scalar(tmp, visible, ms)) * sq;
+        if (!isfinite(off))
+            off = m;
         if (j == 0) {
             for (uint32_t t = 0; t < visible; t++)
-                c[t] = e[t] - m;
+                c[t] = e[t] - off;
         } else {
             for (uint32_t t = 0; t < visible; t++) {
-                float d = e[t] - m;
+                float d = e[t] - off;
                 c[t] = d > c[t] ? d : c[t];
             }
         }

@@ -17,10 +17,12 @@
  * the scalar loop's e > m ? e : m (_mm512_max_ps(e, m) is exactly that, a
  * NaN never taken), lanes folded the same way; only where that maximum is
  * a zero (whose sign the order of a +0/-0 tie decides) the scalar loop's
- * own order gives it. The subtractions and the per-slot maxima (d > c ? d
- * : c) are per slot: the same bits as attn_group_combine_scalar. */
+ * own order gives it. The denominator by infer_div_max_avx512 and
+ * infer_exp_sum_avx512 (the scalar kernels' bits); the subtractions and the
+ * per-slot maxima (d > c ? d : c) are per slot: the same bits as
+ * attn_group_combine_scalar. */
 void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t visible,
-                               float *c)
+                               float sq, float *c, float *tmp)
 {
     for (uint32_t j = 0; j < G; j++) {
         const float *e = est + (size_t)j * ld;
@@ -39,6 +41,15 @@ void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t
             for (t = 0; t < visible; t++)
                 m = e[t] > m ? e[t] : m;
         }
+        for (t = 0; t + 16 <= visible; t += 16)
+            _mm512_storeu_ps(tmp + t, _mm512_loadu_ps(e + t));
+        for (; t < visible; t++)
+            tmp[t] = e[t];
+        float msc = infer_div_max_avx512(tmp, visible, sq);
+        float off = m + logf(infer_exp_sum_avx512(tmp, visible, msc)) * sq;
+        if (!isfinite(off))
+            off = m;
+        m = off;
         const __m512 ms = _mm512_set1_ps(m);
         for (t = 0; t + 16 <= visible; t += 16) {
             __m512 d = _mm512_sub_ps(_mm512_loadu_ps(e + t), ms);

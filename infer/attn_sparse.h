@@ -115,15 +115,24 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
                           uint32_t *cur, float *pack);
 
 /* The shared selection (infer_sparse_opts.select_group): G heads' estimates
- * (rows est + j * ld, j < G) folded into one score per slot t < visible:
- * c[t] = max_j (est_j[t] - max_t' est_j[t']). */
-void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float *c);
+ * (rows est + j * ld, j < G) folded into one score per slot t < visible,
+ * each head's estimate less its softmax's log-denominator (in estimate
+ * units): c[t] = max_j (est_j[t] - off_j), off_j = m_j + sq * log S_j, m_j =
+ * max_t est_j[t], S_j = sum_t exp(est_j[t] / sq - m_j / sq) (sq: the
+ * softmax's sqrt(head_dim); the division, maximum and sum of
+ * infer_div_max and infer_exp_sum, whose kernels share their bits), off_j =
+ * m_j where that is not finite. So c[t] / sq is the largest of the heads'
+ * log-probabilities of slot t: a head whose estimate is flat (many keys near
+ * its maximum, each of little mass) no longer fills the list with them.
+ * tmp: visible floats of scratch. */
+void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float sq,
+                        float *c, float *tmp);
 /* Its scalar definition and the AVX-512 kernel (the same bits, NaN and
  * signed zeros included). */
 void attn_group_combine_scalar(const float *est, size_t ld, uint32_t G, uint32_t visible,
-                               float *c);
+                               float sq, float *c, float *tmp);
 void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t visible,
-                               float *c);
+                               float sq, float *c, float *tmp);
 
 /* G query heads (rows q + j * ldq, outputs out + j * ldo, j < G) of one kv
  * head over one shared list of slots (ascending, len >= 1; keys and values

@@ -70,6 +70,7 @@ static void attend_group(struct infer_sparse *sp, uint32_t layer,
         ha = l->head[j] < ha ? l->head[j] : ha;
     }
     r /= G;
+    float sq = sqrtf((float)hd);
     /* rows in blocks of PAIRS / G (their G heads each: PAIRS pairs), whose
      * keys and values attn_group_rows_blk walks together */
     uint32_t rb = PAIRS / G ? PAIRS / G : 1, T = rows->base + rows->n;
@@ -81,7 +82,7 @@ static void attend_group(struct infer_sparse *sp, uint32_t layer,
             uint32_t visible = rows->base + i + 1, k = attn_keep_count(r, visible);
             const float *e = l->y + (size_t)(i - l->i0) * ld;
             uint32_t *sel = b->sel + (size_t)(i - i0) * T;
-            attn_group_combine(e, (size_t)l->nr * ld, G, visible, b->fs);
+            attn_group_combine(e, (size_t)l->nr * ld, G, visible, sq, b->fs, (float *)b->work);
             uint32_t ns = attn_select_row_hint(b->fs, visible, k, sinks, window, sel, b->work,
                                                &hint[ha - h0]);
             w[i - i0] = (struct attn_group_row){.q = q + (size_t)i * qdim + (size_t)ha * hd,

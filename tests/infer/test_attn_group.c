@@ -1,6 +1,8 @@
 /* test_attn_group.c: sparse attention's shared selection (select_group:
  * one key list per query row and kv head, shared by its query heads):
- * - attn_group_combine against its definition, max_h(est_h - max est_h);
+ * - attn_group_combine against its definition, max_h(est_h - off_h), off_h
+ *   the head's maximum plus sq times the log of its softmax's denominator
+ *   (and against that rule in double precision);
  * - attn_group_rows: every head's output bit-identical to infer_attn_list
  *   for that head over the shared list (random head counts, head sizes,
  *   lists, strides), and its AVX2 and AVX-512 kernels to their scalar twins;
@@ -24,27 +26,48 @@ static struct test_rng rng;
 static void test_combine(void **state)
 {
     (void)state;
+    static const float hds[] = {16.0f, 32.0f, 64.0f, 128.0f};
     for (int it = 0; it < 200; it++) {
         uint32_t G = 1 + test_rng_below(&rng, 8), vis = 1 + test_rng_below(&rng, 300);
         size_t ld = vis + test_rng_below(&rng, 40);
+        float sq = sqrtf(hds[it % 4]);
         float *e = malloc(sizeof(float) * G * ld), *c = malloc(sizeof(float) * vis);
-        assert_true(e && c);
+        float *tmp = malloc(sizeof(float) * vis), *off = malloc(sizeof(float) * G);
+        float *cs = malloc(sizeof(float) * vis);
+        assert_true(e && c && tmp && off && cs);
         for (size_t i = 0; i < G * ld; i++)
             e[i] = (test_rng_float(&rng) - 0.5f) * (float)(1 + it % 9) * 10.0f;
-        attn_group_combine(e, ld, G, vis, c);
+        attn_group_combine(e, ld, G, vis, sq, c, tmp);
+        attn_group_combine_scalar(e, ld, G, vis, sq, cs, tmp); /* the twin, whatever dispatches */
+        for (uint32_t j = 0; j < G; j++) {
+            float m = -INFINITY;
+            for (uint32_t u = 0; u < vis; u++)
+                m = fmaxf(m, e[j * ld + u]);
+            for (uint32_t u = 0; u < vis; u++)
+                tmp[u] = e[j * ld + u];
+            float ms = infer_div_max_scalar(tmp, vis, sq);
+            off[j] = m + logf(infer_exp_sum_scalar(tmp, vis, ms)) * sq;
+            /* the rule in double: the head's log-denominator of e / sq */
+            double z = 0;
+            for (uint32_t u = 0; u < vis; u++)
+                z += exp(((double)e[j * ld + u] - m) / sq);
+            double offd = m + log(z) * sq;
+            if (fabs(offd - off[j]) > 1e-4 * (1.0 + fabs(offd)))
+                fail_msg("G %u vis %u head %u: offset %g vs %g in double", G, vis, j, off[j],
+                         offd);
+        }
         for (uint32_t t = 0; t < vis; t++) {
             float best = -INFINITY;
-            for (uint32_t j = 0; j < G; j++) {
-                float m = -INFINITY;
-                for (uint32_t u = 0; u < vis; u++)
-                    m = fmaxf(m, e[j * ld + u]);
-                best = fmaxf(best, e[j * ld + t] - m);
-            }
-            if (c[t] != best)
-                fail_msg("G %u vis %u t %u: %g vs %g", G, vis, t, c[t], best);
+            for (uint32_t j = 0; j < G; j++)
+                best = fmaxf(best, e[j * ld + t] - off[j]);
+            if (c[t] != best || cs[t] != best)
+                fail_msg("G %u vis %u t %u: %g (scalar %g) vs %g", G, vis, t, c[t], cs[t], best);
         }
         free(e);
         free(c);
+        free(cs);
+        free(tmp);
+        free(off);
     }
 }
 
@@ -67,8 +90,9 @@ static void test_combine_avx512(void **state)
         uint32_t G = 1 + test_rng_below(&rng, 8), vis = 1 + test_rng_below(&rng, 300);
         size_t ld = vis + test_rng_below(&rng, 40);
         float *e = malloc(sizeof(float) * G * ld), *c1 = malloc(sizeof(float) * vis);
-        float *c2 = malloc(sizeof(float) * vis);
-        assert_true(e && c1 && c2);
+        float *c2 = malloc(sizeof(float) * vis), *tmp = malloc(sizeof(float) * vis);
+        float sq = sqrtf((float)(8u << (it % 4)));
+        assert_true(e && c1 && c2 && tmp);
         uint32_t mode = (uint32_t)it % 4; /* 0 plain, 1 some specials, 2 signed zeros, 3 <= 0 */
         for (size_t i = 0; i < G * ld; i++) {
             float x = (test_rng_float(&rng) - 0.5f) * 20.0f;
@@ -80,8 +104,8 @@ static void test_combine_avx512(void **state)
                 x = -fabsf(x) * (float)test_rng_below(&rng, 2);
             e[i] = x;
         }
-        attn_group_combine_scalar(e, ld, G, vis, c1);
-        attn_group_combine_avx512(e, ld, G, vis, c2);
+        attn_group_combine_scalar(e, ld, G, vis, sq, c1, tmp);
+        attn_group_combine_avx512(e, ld, G, vis, sq, c2, tmp);
         if (memcmp(c1, c2, sizeof(float) * vis))
             fail_msg("it %d G %u vis %u: avx512 != scalar", it, G, vis);
         /* rows whose maximum is a zero (of either sign): the case the order decides */
@@ -94,6 +118,7 @@ static void test_combine_avx512(void **state)
         free(e);
         free(c1);
         free(c2);
+        free(tmp);
     }
     assert_true(zero_max > 100);
 #endif
@@ -388,7 +413,7 @@ static void test_group_reference(void **state)
             for (uint32_t j = 0; j < G; j++)
                 memcpy(rowsj + (size_t)j * vis, est + (size_t)j * n * 1024 + (size_t)i * L,
                        sizeof(float) * vis);
-            attn_group_combine(rowsj, vis, G, vis, comb);
+            attn_group_combine(rowsj, vis, G, vis, sqrtf((float)hd), comb, a);
             free(rowsj);
             uint32_t m = attn_select_row(comb, vis, k, 3, 10, sel, work);
             for (uint32_t j = 0; j < G; j++) {
