@@ -13,17 +13,45 @@
 #include "attn_sparse.h"
 #include "infer_matmul.h"
 
+/* attn_group_exp2_sum_scalar's sum, 16 lanes a step (the tail masked):
+ * fmadd, max then min (a NaN gives the second operand, -126, as the
+ * scalar compare does), roundscale down, the cubic by fmadd, scalef (exact:
+ * the terms are normal), the lanes folded as the scalar twin folds them. */
+static float exp2_sum(const float *e, uint32_t n, float k, float mk)
+{
+    const __m512 kv = _mm512_set1_ps(k), nmk = _mm512_set1_ps(-mk);
+    const __m512 lo = _mm512_set1_ps(-126.0f), zero = _mm512_setzero_ps();
+    const __m512 c0 = _mm512_set1_ps(ATTN_EXP2_C0), c1 = _mm512_set1_ps(ATTN_EXP2_C1);
+    const __m512 c2 = _mm512_set1_ps(ATTN_EXP2_C2), c3 = _mm512_set1_ps(ATTN_EXP2_C3);
+    __m512 acc = zero;
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 mt = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
+        __m512 x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mt, e + t), kv, nmk);
+        x = _mm512_min_ps(_mm512_max_ps(x, lo), zero);
+        __m512 fl = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        __m512 f = _mm512_sub_ps(x, fl);
+        __m512 p = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(c3, f, c2), f, c1), f, c0);
+        acc = _mm512_mask_add_ps(acc, mt, acc, _mm512_scalef_ps(p, fl));
+    }
+    float l[16];
+    _mm512_storeu_ps(l, acc);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++)
+            l[i] += l[i + w];
+    return l[0];
+}
+
 /* attn_group_combine with 16 lanes: each head's maximum lane by lane, as
  * the scalar loop's e > m ? e : m (_mm512_max_ps(e, m) is exactly that, a
  * NaN never taken), lanes folded the same way; only where that maximum is
  * a zero (whose sign the order of a +0/-0 tie decides) the scalar loop's
- * own order gives it. The denominator by infer_div_max_avx512 and
- * infer_exp_sum_avx512 (the scalar kernels' bits); the subtractions and the
- * per-slot maxima (d > c ? d : c) are per slot: the same bits as
- * attn_group_combine_scalar. */
+ * own order gives it. The denominator by exp2_sum (the scalar twin's
+ * bits); the subtractions and the per-slot maxima (d > c ? d : c) are per
+ * slot: the same bits as attn_group_combine_scalar. */
 void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t visible,
-                               float sq, float *c, float *tmp)
+                               float sq, float *c)
 {
+    const float k = ATTN_EXP2_LOG2E / sq;
     for (uint32_t j = 0; j < G; j++) {
         const float *e = est + (size_t)j * ld;
         __m512 mv = _mm512_set1_ps(-INFINITY);
@@ -41,22 +69,16 @@ void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t
             for (t = 0; t < visible; t++)
                 m = e[t] > m ? e[t] : m;
         }
-        for (t = 0; t + 16 <= visible; t += 16)
-            _mm512_storeu_ps(tmp + t, _mm512_loadu_ps(e + t));
-        for (; t < visible; t++)
-            tmp[t] = e[t];
-        float msc = infer_div_max_avx512(tmp, visible, sq);
-        float off = m + logf(infer_exp_sum_avx512(tmp, visible, msc)) * sq;
+        float off = m + logf(exp2_sum(e, visible, k, m * k)) * sq;
         if (!isfinite(off))
             off = m;
-        m = off;
-        const __m512 ms = _mm512_set1_ps(m);
+        const __m512 ms = _mm512_set1_ps(off);
         for (t = 0; t + 16 <= visible; t += 16) {
             __m512 d = _mm512_sub_ps(_mm512_loadu_ps(e + t), ms);
             _mm512_storeu_ps(c + t, j == 0 ? d : _mm512_max_ps(d, _mm512_loadu_ps(c + t)));
         }
         for (; t < visible; t++) {
-            float d = e[t] - m;
+            float d = e[t] - off;
             c[t] = j == 0 ? d : d > c[t] ? d : c[t];
         }
     }

@@ -82,7 +82,7 @@ static void attend_group(struct infer_sparse *sp, uint32_t layer,
             uint32_t visible = rows->base + i + 1, k = attn_keep_count(r, visible);
             const float *e = l->y + (size_t)(i - l->i0) * ld;
             uint32_t *sel = b->sel + (size_t)(i - i0) * T;
-            attn_group_combine(e, (size_t)l->nr * ld, G, visible, sq, b->fs, (float *)b->work);
+            attn_group_combine(e, (size_t)l->nr * ld, G, visible, sq, b->fs);
             uint32_t ns = attn_select_row_hint(b->fs, visible, k, sinks, window, sel, b->work,
                                                &hint[ha - h0]);
             w[i - i0] = (struct attn_group_row){.q = q + (size_t)i * qdim + (size_t)ha * hd,
