@@ -3,12 +3,18 @@
  * head (GQA's group).
  *
  * attn_group_combine folds the group's int8 estimates into one score per
- * slot: c[t] = max over the heads h of (est_h[t] - max_t' est_h[t']), each
- * head's scores relative to its own largest, so a key a head ranks near its
- * top stays near the top of the group whatever the other heads' scales.
- * Only subtractions and maxima: plain C (the compiler's vectors give the
- * same bits as a loop over scalars), and an AVX-512 kernel
- * (attn_topk_avx512.c; at 4K keys and 8 heads the plain loop was ~15% of
+ * slot: c[t] = max over the heads h of (est_h[t] - off_h), off_h the
+ * head's largest estimate plus sqrt(head_dim) times the log of its
+ * softmax's denominator, so c[t] / sqrt(head_dim) is the largest of the
+ * heads' estimated log-probabilities of slot t. The rule before, each head
+ * relative to its largest alone (off_h = max est_h), let a head with a flat
+ * row (many keys near its maximum, each of little mass) fill the list with
+ * them: on kjv6L-1k (eval --max-chunks 3, keep 0.45) KL 0.00736 / top-1
+ * 95.76% against 0.00457 / 96.93% now; the targets need keep 0.65 then,
+ * 0.55 now (docs/BENCHMARKS.md, twelfth session, a17). Subtractions and
+ * maxima, and a sum of 2^x for the denominators (attn_group_exp2_sum_scalar):
+ * plain C, and an AVX-512 kernel
+ * (attn_group_avx512.c; at 4K keys and 8 heads the plain loop was ~15% of
  * the group selection's time: it has no AVX-512 flags).
  *
  * attn_group_rows runs the group's heads over the shared list together: the
@@ -21,38 +27,63 @@
  * With the AVX2 matmul kernel (and hs % 8 == 0) attn_group_rows_avx2 does
  * it without gathering (attn_sel_avx2.c; its scalar twin
  * attn_group_rows_ref), and with the AVX-512 one (hs % 16 == 0)
- * attn_group_rows_avx512 (attn_sel_avx512.c; twin attn_group_rows_ref16). */
+ * attn_group_rows_avx512 (attn_group_avx512.c; twin attn_group_rows_ref16). */
 #include <math.h>
 
 #include "attn_sparse.h"
 #include "infer_internal.h"
 #include "infer_matmul.h"
 
-void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float *c)
+void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float sq,
+                        float *c)
 {
 #if SLUICE_KERNELS_X86
     if (infer_matmul_kernel_used() == INFER_MATMUL_AVX512) {
-        attn_group_combine_avx512(est, ld, G, visible, c);
+        attn_group_combine_avx512(est, ld, G, visible, sq, c);
         return;
     }
 #endif
-    attn_group_combine_scalar(est, ld, G, visible, c);
+    attn_group_combine_scalar(est, ld, G, visible, sq, c);
+}
+
+/* (one pass over the row, where infer_div_max and infer_exp_sum on a copy
+ * took three and most of the combine's time) */
+float attn_group_exp2_sum_scalar(const float *e, uint32_t n, float k, float mk)
+{
+    float l[16] = {0};
+    for (uint32_t t = 0; t < n; t++) {
+        float x = fmaf(e[t], k, -mk);
+        x = x > -126.0f ? x : -126.0f;
+        x = x < 0.0f ? x : 0.0f;
+        float fl = floorf(x), f = x - fl;
+        float p = fmaf(fmaf(fmaf(ATTN_EXP2_C3, f, ATTN_EXP2_C2), f, ATTN_EXP2_C1), f, ATTN_EXP2_C0);
+        l[t & 15] += ldexpf(p, (int)fl);
+    }
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++)
+            l[i] += l[i + w];
+    return l[0];
 }
 
 void attn_group_combine_scalar(const float *est, size_t ld, uint32_t G, uint32_t visible,
-                               float *c)
+                               float sq, float *c)
 {
+    const float k = ATTN_EXP2_LOG2E / sq;
     for (uint32_t j = 0; j < G; j++) {
         const float *e = est + (size_t)j * ld;
         float m = -INFINITY;
         for (uint32_t t = 0; t < visible; t++)
             m = e[t] > m ? e[t] : m;
+        /* the softmax's denominator of the estimates: sum of exp((e - m) / sq) */
+        float off = m + logf(attn_group_exp2_sum_scalar(e, visible, k, m * k)) * sq;
+        if (!isfinite(off))
+            off = m;
         if (j == 0) {
             for (uint32_t t = 0; t < visible; t++)
-                c[t] = e[t] - m;
+                c[t] = e[t] - off;
         } else {
             for (uint32_t t = 0; t < visible; t++) {
-                float d = e[t] - m;
+                float d = e[t] - off;
                 c[t] = d > c[t] ? d : c[t];
             }
         }

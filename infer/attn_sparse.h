@@ -115,15 +115,34 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
                           uint32_t *cur, float *pack);
 
 /* The shared selection (infer_sparse_opts.select_group): G heads' estimates
- * (rows est + j * ld, j < G) folded into one score per slot t < visible:
- * c[t] = max_j (est_j[t] - max_t' est_j[t']). */
-void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float *c);
+ * (rows est + j * ld, j < G) folded into one score per slot t < visible,
+ * each head's estimate less its softmax's log-denominator (in estimate
+ * units): c[t] = max_j (est_j[t] - off_j), off_j = m_j + sq * log S_j, m_j =
+ * max_t est_j[t], S_j = sum_t exp((est_j[t] - m_j) / sq) (sq: the softmax's
+ * sqrt(head_dim)) by attn_group_exp2_sum_scalar(est_j, visible, k, m_j * k),
+ * k = ATTN_EXP2_LOG2E / sq; off_j = m_j where that is not finite. So c[t] /
+ * sq is about the largest of the heads' log-probabilities of slot t: a head
+ * whose estimate is flat (many keys near its maximum, each of little mass)
+ * no longer fills the list with them. */
+void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float sq,
+                        float *c);
 /* Its scalar definition and the AVX-512 kernel (the same bits, NaN and
  * signed zeros included). */
 void attn_group_combine_scalar(const float *est, size_t ld, uint32_t G, uint32_t visible,
-                               float *c);
+                               float sq, float *c);
 void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t visible,
-                               float *c);
+                               float sq, float *c);
+/* The sum of 2^x_t over t < n, x_t = fmaf(e[t], k, -mk) clamped to [-126, 0]
+ * (NaN: -126), each term 2^floor(x) * p(x - floor(x)), p a cubic for 2^f on
+ * [0, 1) (relative error 1.5e-4: the sum only sets a head's offset), into
+ * lane t mod 16, the lanes folded pairwise (lane i + lane i + 8, then + 4,
+ * + 2, + 1). The AVX-512 kernel (attn_group_avx512.c) gives the same bits. */
+float attn_group_exp2_sum_scalar(const float *e, uint32_t n, float k, float mk);
+#define ATTN_EXP2_LOG2E 1.44269504088896341f
+#define ATTN_EXP2_C0 1.0f
+#define ATTN_EXP2_C1 0.6960656421638072f
+#define ATTN_EXP2_C2 0.224494337302845f
+#define ATTN_EXP2_C3 0.07944023841053369f
 
 /* G query heads (rows q + j * ldq, outputs out + j * ldo, j < G) of one kv
  * head over one shared list of slots (ascending, len >= 1; keys and values
@@ -144,7 +163,7 @@ void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uin
                          uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
                          const uint32_t *list, uint32_t len, float *s);
 /* The same with the AVX-512 matmul kernel's bits (hs % 16 == 0;
- * attn_sel_avx512.c: each key and value row loaded once for several heads)
+ * attn_group_avx512.c: each key and value row loaded once for several heads)
  * and its twin (attn_sel_row_ref16 per head). */
 void attn_group_rows_avx512(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
                             uint32_t hs, const float *kh, const float *vh, size_t kv_dim,

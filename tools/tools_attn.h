@@ -67,7 +67,8 @@ uint32_t tools_attn_auto_min_keys(void);
     "  --window N       sparse: most recent slots always kept (default 16)\n"                \
     "  --select S       sparse: head (default: a key list per query head and row) or\n"      \
     "                   group (one list per kv head and row, shared by its query heads\n"   \
-    "                   (GQA): the top of max over the heads of estimate - row max;\n"      \
+    "                   (GQA): the top of max over the heads of the estimated log-\n"      \
+    "                   probability (estimate less the row's log-sum-exp);\n"               \
     "                   keys and values gathered once for the heads; faster, less\n"        \
     "                   accurate at equal keep: docs/BENCHMARKS.md)\n"                  \
     "  --estimate E     sparse: where the int8 estimates run: inline (default: the\n"       \

@@ -1,6 +1,8 @@
 /* test_attn_group.c: sparse attention's shared selection (select_group:
  * one key list per query row and kv head, shared by its query heads):
- * - attn_group_combine against its definition, max_h(est_h - max est_h);
+ * - attn_group_combine against its definition, max_h(est_h - off_h), off_h
+ *   the head's maximum plus sq times the log of its softmax's denominator
+ *   (attn_group_exp2_sum_scalar; both against the rule in double precision);
  * - attn_group_rows: every head's output bit-identical to infer_attn_list
  *   for that head over the shared list (random head counts, head sizes,
  *   lists, strides), and its AVX2 and AVX-512 kernels to their scalar twins;
@@ -24,28 +26,62 @@ static struct test_rng rng;
 static void test_combine(void **state)
 {
     (void)state;
+    static const float hds[] = {16.0f, 32.0f, 64.0f, 128.0f};
     for (int it = 0; it < 200; it++) {
         uint32_t G = 1 + test_rng_below(&rng, 8), vis = 1 + test_rng_below(&rng, 300);
         size_t ld = vis + test_rng_below(&rng, 40);
+        float sq = sqrtf(hds[it % 4]);
         float *e = malloc(sizeof(float) * G * ld), *c = malloc(sizeof(float) * vis);
-        assert_true(e && c);
+        float *cs = malloc(sizeof(float) * vis), *off = malloc(sizeof(float) * G);
+        assert_true(e && c && cs && off);
         for (size_t i = 0; i < G * ld; i++)
             e[i] = (test_rng_float(&rng) - 0.5f) * (float)(1 + it % 9) * 10.0f;
-        attn_group_combine(e, ld, G, vis, c);
+        attn_group_combine(e, ld, G, vis, sq, c);
+        attn_group_combine_scalar(e, ld, G, vis, sq, cs); /* the twin, whatever dispatches */
+        for (uint32_t j = 0; j < G; j++) {
+            float m = -INFINITY;
+            for (uint32_t u = 0; u < vis; u++)
+                m = fmaxf(m, e[j * ld + u]);
+            float k = ATTN_EXP2_LOG2E / sq;
+            off[j] = m + logf(attn_group_exp2_sum_scalar(e + j * ld, vis, k, m * k)) * sq;
+            /* the sum itself against 2^x in double (its cubic: 1.5e-4) */
+            double s2 = 0;
+            for (uint32_t u = 0; u < vis; u++) {
+                float x = fmaf(e[j * ld + u], k, -m * k);
+                s2 += exp2(x < -126.0f ? -126.0 : x > 0.0f ? 0.0 : (double)x);
+            }
+            float s1 = attn_group_exp2_sum_scalar(e + j * ld, vis, k, m * k);
+            if (fabs(s1 - s2) > 2e-4 * s2)
+                fail_msg("G %u vis %u head %u: sum %g vs %g in double", G, vis, j, s1, s2);
+            /* the rule in double: the head's log-denominator of e / sq */
+            double z = 0;
+            for (uint32_t u = 0; u < vis; u++)
+                z += exp(((double)e[j * ld + u] - m) / sq);
+            double offd = m + log(z) * sq;
+            if (fabs(offd - off[j]) > 3e-4 * sq + 1e-5 * (1.0 + fabs(offd)))
+                fail_msg("G %u vis %u head %u: offset %g vs %g in double", G, vis, j, off[j],
+                         offd);
+        }
         for (uint32_t t = 0; t < vis; t++) {
             float best = -INFINITY;
-            for (uint32_t j = 0; j < G; j++) {
-                float m = -INFINITY;
-                for (uint32_t u = 0; u < vis; u++)
-                    m = fmaxf(m, e[j * ld + u]);
-                best = fmaxf(best, e[j * ld + t] - m);
-            }
-            if (c[t] != best)
-                fail_msg("G %u vis %u t %u: %g vs %g", G, vis, t, c[t], best);
+            for (uint32_t j = 0; j < G; j++)
+                best = fmaxf(best, e[j * ld + t] - off[j]);
+            if (c[t] != best || cs[t] != best)
+                fail_msg("G %u vis %u t %u: %g (scalar %g) vs %g", G, vis, t, c[t], cs[t], best);
         }
         free(e);
         free(c);
+        free(cs);
+        free(off);
     }
+    /* the clamp: exponents under -126 count as -126, over 0 as 0, NaN as -126 */
+    float row[37];
+    for (int i = 0; i < 37; i++)
+        row[i] = i % 3 == 0 ? -1000.0f : i % 3 == 1 ? NAN : -200.0f;
+    assert_true(attn_group_exp2_sum_scalar(row, 37, 1.0f, 0.0f) == ldexpf(37.0f, -126));
+    for (int i = 0; i < 37; i++)
+        row[i] = 5.0f;
+    assert_true(attn_group_exp2_sum_scalar(row, 37, 1.0f, 0.0f) == 37.0f);
 }
 
 /* the AVX-512 kernel against the scalar definition bit for bit, with rows
@@ -68,6 +104,7 @@ static void test_combine_avx512(void **state)
         size_t ld = vis + test_rng_below(&rng, 40);
         float *e = malloc(sizeof(float) * G * ld), *c1 = malloc(sizeof(float) * vis);
         float *c2 = malloc(sizeof(float) * vis);
+        float sq = sqrtf((float)(8u << (it % 4)));
         assert_true(e && c1 && c2);
         uint32_t mode = (uint32_t)it % 4; /* 0 plain, 1 some specials, 2 signed zeros, 3 <= 0 */
         for (size_t i = 0; i < G * ld; i++) {
@@ -80,8 +117,8 @@ static void test_combine_avx512(void **state)
                 x = -fabsf(x) * (float)test_rng_below(&rng, 2);
             e[i] = x;
         }
-        attn_group_combine_scalar(e, ld, G, vis, c1);
-        attn_group_combine_avx512(e, ld, G, vis, c2);
+        attn_group_combine_scalar(e, ld, G, vis, sq, c1);
+        attn_group_combine_avx512(e, ld, G, vis, sq, c2);
         if (memcmp(c1, c2, sizeof(float) * vis))
             fail_msg("it %d G %u vis %u: avx512 != scalar", it, G, vis);
         /* rows whose maximum is a zero (of either sign): the case the order decides */
@@ -388,7 +425,7 @@ static void test_group_reference(void **state)
             for (uint32_t j = 0; j < G; j++)
                 memcpy(rowsj + (size_t)j * vis, est + (size_t)j * n * 1024 + (size_t)i * L,
                        sizeof(float) * vis);
-            attn_group_combine(rowsj, vis, G, vis, comb);
+            attn_group_combine(rowsj, vis, G, vis, sqrtf((float)hd), comb);
             free(rowsj);
             uint32_t m = attn_select_row(comb, vis, k, 3, 10, sel, work);
             for (uint32_t j = 0; j < G; j++) {

@@ -1,0 +1,244 @@
+/* attn_group_avx512.c: the shared selection (--select group: one key list
+ * per kv head and query row, attended by the kv head's G query heads) with
+ * AVX-512F, the bits of infer_attn_list per head under the AVX-512 matmul
+ * kernels (attn_sparse.h; the scalar twins are attn_group_rows_ref16 and
+ * attn_group_combine_scalar in attn_group.c): the heads' estimates folded
+ * into one score per slot, and the exact stage with each key and value row
+ * loaded once for several heads. The dot, fold and values chain are
+ * attn_sel_avx512.c's (attn_avx512_inl.h). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "attn_avx512_inl.h"
+#include "attn_sparse.h"
+#include "infer_matmul.h"
+
+/* attn_group_exp2_sum_scalar's sum, 16 lanes a step (the tail masked):
+ * fmadd, max then min (a NaN gives the second operand, -126, as the
+ * scalar compare does), roundscale down, the cubic by fmadd, scalef (exact:
+ * the terms are normal), the lanes folded as the scalar twin folds them. */
+static float exp2_sum(const float *e, uint32_t n, float k, float mk)
+{
+    const __m512 kv = _mm512_set1_ps(k), nmk = _mm512_set1_ps(-mk);
+    const __m512 lo = _mm512_set1_ps(-126.0f), zero = _mm512_setzero_ps();
+    const __m512 c0 = _mm512_set1_ps(ATTN_EXP2_C0), c1 = _mm512_set1_ps(ATTN_EXP2_C1);
+    const __m512 c2 = _mm512_set1_ps(ATTN_EXP2_C2), c3 = _mm512_set1_ps(ATTN_EXP2_C3);
+    __m512 acc = zero;
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 mt = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
+        __m512 x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mt, e + t), kv, nmk);
+        x = _mm512_min_ps(_mm512_max_ps(x, lo), zero);
+        __m512 fl = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        __m512 f = _mm512_sub_ps(x, fl);
+        __m512 p = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(c3, f, c2), f, c1), f, c0);
+        acc = _mm512_mask_add_ps(acc, mt, acc, _mm512_scalef_ps(p, fl));
+    }
+    float l[16];
+    _mm512_storeu_ps(l, acc);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++)
+            l[i] += l[i + w];
+    return l[0];
+}
+
+/* attn_group_combine with 16 lanes: each head's maximum lane by lane, as
+ * the scalar loop's e > m ? e : m (_mm512_max_ps(e, m) is exactly that, a
+ * NaN never taken), lanes folded the same way; only where that maximum is
+ * a zero (whose sign the order of a +0/-0 tie decides) the scalar loop's
+ * own order gives it. The denominator by exp2_sum (the scalar twin's
+ * bits); the subtractions and the per-slot maxima (d > c ? d : c) are per
+ * slot: the same bits as attn_group_combine_scalar. */
+void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t visible,
+                               float sq, float *c)
+{
+    const float k = ATTN_EXP2_LOG2E / sq;
+    for (uint32_t j = 0; j < G; j++) {
+        const float *e = est + (size_t)j * ld;
+        __m512 mv = _mm512_set1_ps(-INFINITY);
+        uint32_t t = 0;
+        for (; t + 16 <= visible; t += 16)
+            mv = _mm512_max_ps(_mm512_loadu_ps(e + t), mv);
+        float l[16], m = -INFINITY;
+        _mm512_storeu_ps(l, mv);
+        for (int i = 0; i < 16; i++)
+            m = l[i] > m ? l[i] : m;
+        for (; t < visible; t++)
+            m = e[t] > m ? e[t] : m;
+        if (m == 0.0f) { /* +0 or -0: the scalar order's */
+            m = -INFINITY;
+            for (t = 0; t < visible; t++)
+                m = e[t] > m ? e[t] : m;
+        }
+        float off = m + logf(exp2_sum(e, visible, k, m * k)) * sq;
+        if (!isfinite(off))
+            off = m;
+        const __m512 ms = _mm512_set1_ps(off);
+        for (t = 0; t + 16 <= visible; t += 16) {
+            __m512 d = _mm512_sub_ps(_mm512_loadu_ps(e + t), ms);
+            _mm512_storeu_ps(c + t, j == 0 ? d : _mm512_max_ps(d, _mm512_loadu_ps(c + t)));
+        }
+        for (; t < visible; t++) {
+            float d = e[t] - off;
+            c[t] = j == 0 ? d : d > c[t] ? d : c[t];
+        }
+    }
+}
+
+/* attn_group_rows_avx512's values: NH heads (outputs out + h * ldo, weights
+ * a + h * len) over the shared list's slots [j0, j1), NC * 16 columns: each
+ * value row loaded once for the NH heads, each head's column a FMA chain in
+ * list order resumed from out (the same chain as values_t) */
+#define VALUES_HEADS(NAME, NH, NC)                                                                \
+    static void NAME(float *out, size_t ldo, const float *a, uint32_t len, const float *vh,       \
+                     size_t ld, const uint32_t *list, uint32_t j0, uint32_t j1, int pf)           \
+    {                                                                                             \
+        __m512 acc[NH][NC];                                                                       \
+        for (int h = 0; h < NH; h++)                                                              \
+            for (int i = 0; i < NC; i++)                                                          \
+                acc[h][i] = _mm512_loadu_ps(out + (size_t)h * ldo + 16 * i);                     \
+        for (uint32_t j = j0; j < j1; j++) {                                                      \
+            if (pf && j + AHEAD < j1)                                                             \
+                prefetch_row(vh + (size_t)list[j + AHEAD] * ld, 16 * NC);                         \
+            const float *v = vh + (size_t)list[j] * ld;                                           \
+            __m512 x[NC];                                                                         \
+            for (int i = 0; i < NC; i++)                                                          \
+                x[i] = _mm512_loadu_ps(v + 16 * i);                                               \
+            for (int h = 0; h < NH; h++) {                                                        \
+                __m512 p = _mm512_set1_ps(a[(size_t)h * len + j]);                                \
+                for (int i = 0; i < NC; i++)                                                      \
+                    acc[h][i] = _mm512_fmadd_ps(p, x[i], acc[h][i]);                              \
+            }                                                                                     \
+        }                                                                                         \
+        for (int h = 0; h < NH; h++)                                                              \
+            for (int i = 0; i < NC; i++)                                                          \
+                _mm512_storeu_ps(out + (size_t)h * ldo + 16 * i, acc[h][i]);                     \
+    }
+VALUES_HEADS(values_h4_64, 4, 4)
+VALUES_HEADS(values_h2_128, 2, 8)
+#undef VALUES_HEADS
+
+/* G query heads of one kv head over one shared list (attn_group_rows; the
+ * shared selection), keys and values read in place (rows kv_dim apart),
+ * the list walked in chunks of GROUP_CHUNK slots: the first head's scores
+ * prefetch the chunk's key rows, the other heads find them in L1; every
+ * score scores_t's (the AVX-512 dense kernel's dot and fold); each head's
+ * softmax by the kernel's steps; then the values chunk by chunk, each row
+ * loaded once for 4 heads (head size 64) or 2 (128), else per head by
+ * values_t. Every head gets attn_sel_row_avx512's bits (its twin:
+ * attn_group_rows_ref16). s: G * len floats. */
+#define GROUP_CHUNK 64u
+void attn_group_rows_avx512(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,
+                            uint32_t hs, const float *kh, const float *vh, size_t kv_dim,
+                            const uint32_t *list, uint32_t len, float *s)
+{
+    for (uint32_t j0 = 0; j0 < len; j0 += GROUP_CHUNK) {
+        uint32_t n = len - j0 < GROUP_CHUNK ? len - j0 : GROUP_CHUNK;
+        for (uint32_t h = 0; h < G; h++) {
+            float *a = s + (size_t)h * len + j0;
+            const float *qh = q + (size_t)h * ldq;
+            if (h == 0)
+                scores_t(0, 1, a, qh, kh, kv_dim, hs, list + j0, n, 0);
+            else if (hs == 64)
+                scores_t(64, 0, a, qh, kh, kv_dim, hs, list + j0, n, 0);
+            else if (hs == 128)
+                scores_t(128, 0, a, qh, kh, kv_dim, hs, list + j0, n, 0);
+            else
+                scores_t(0, 0, a, qh, kh, kv_dim, hs, list + j0, n, 0);
+        }
+    }
+    for (uint32_t h = 0; h < G; h++) {
+        float *a = s + (size_t)h * len;
+        float maxv = infer_div_max_avx512(a, len, sqrtf((float)hs));
+        float sum = infer_exp_sum_avx512(a, len, maxv);
+        (void)infer_div_max_avx512(a, len, sum);
+        for (uint32_t c = 0; c < hs; c++)
+            out[(size_t)h * ldo + c] = 0.0f;
+    }
+    for (uint32_t j0 = 0; j0 < len; j0 += GROUP_CHUNK) {
+        uint32_t j1 = len - j0 < GROUP_CHUNK ? len : j0 + GROUP_CHUNK;
+        uint32_t h = 0;
+        if (hs == 64)
+            for (; h + 4 <= G; h += 4)
+                values_h4_64(out + (size_t)h * ldo, ldo, s + (size_t)h * len, len, vh, kv_dim,
+                             list, j0, j1, h == 0);
+        else if (hs == 128)
+            for (; h + 2 <= G; h += 2)
+                values_h2_128(out + (size_t)h * ldo, ldo, s + (size_t)h * len, len, vh, kv_dim,
+                              list, j0, j1, h == 0);
+        for (; h < G; h++) {
+            float *o = out + (size_t)h * ldo;
+            const float *a = s + (size_t)h * len;
+            if (hs == 64)
+                values_t(64, o, a, vh, kv_dim, hs, list, j0, j1, 0);
+            else if (hs == 128)
+                values_t(128, o, a, vh, kv_dim, hs, list, j0, j1, 0);
+            else
+                values_t(0, o, a, vh, kv_dim, hs, list, j0, j1, 0);
+        }
+    }
+}
+
+/* attn_group_rows_avx512 for R rows at once (each its own shared list),
+ * walking the keys in blocks of kb slots for all of them as
+ * attn_sel_rows_avx512 does, so that a block's key and value rows are read
+ * from memory once for the R rows (one row at a time read ~20% of a kv
+ * head's rows per row: from L3 at 4K keys). The same bits per head as
+ * attn_group_rows_avx512 (each dot and fold, softmax, and each column's
+ * chain in list order, resumed block by block). cur: R uint32_t. */
+void attn_group_rows_blk_avx512(uint32_t R, const struct attn_group_row *w, uint32_t G,
+                                size_t ldq, size_t ldo, uint32_t hs, const float *kh,
+                                const float *vh, size_t kv_dim, uint32_t kb, uint32_t T,
+                                uint32_t *cur)
+{
+    for (uint32_t r = 0; r < R; r++)
+        cur[r] = 0;
+    for (uint32_t t0 = 0; t0 < T; t0 += kb) {
+        uint32_t t1 = T - t0 < kb ? T : t0 + kb;
+        for (uint32_t r = 0; r < R; r++) {
+            uint32_t j = cur[r], e = list_end(w[r].list, j, w[r].len, t1);
+            for (uint32_t h = 0; h < G && e > j; h++)
+                scores_blk(w[r].s + (size_t)h * w[r].len + j, w[r].q + (size_t)h * ldq, kh, kv_dim,
+                           hs, w[r].list + j, e - j, 0);
+            cur[r] = e;
+        }
+    }
+    for (uint32_t r = 0; r < R; r++) {
+        for (uint32_t h = 0; h < G; h++) {
+            float *a = w[r].s + (size_t)h * w[r].len;
+            float maxv = infer_div_max_avx512(a, w[r].len, sqrtf((float)hs));
+            float sum = infer_exp_sum_avx512(a, w[r].len, maxv);
+            (void)infer_div_max_avx512(a, w[r].len, sum);
+            for (uint32_t c = 0; c < hs; c++)
+                w[r].out[(size_t)h * ldo + c] = 0.0f;
+        }
+        cur[r] = 0;
+    }
+    for (uint32_t t0 = 0; t0 < T; t0 += kb) {
+        uint32_t t1 = T - t0 < kb ? T : t0 + kb;
+        for (uint32_t r = 0; r < R; r++) {
+            const uint32_t *list = w[r].list;
+            uint32_t len = w[r].len, j0 = cur[r], e = list_end(list, j0, len, t1), h = 0;
+            cur[r] = e;
+            if (e == j0)
+                continue;
+            if (hs == 64)
+                for (; h + 4 <= G; h += 4)
+                    values_h4_64(w[r].out + (size_t)h * ldo, ldo, w[r].s + (size_t)h * len, len, vh,
+                                 kv_dim, list, j0, e, 0);
+            else if (hs == 128)
+                for (; h + 2 <= G; h += 2)
+                    values_h2_128(w[r].out + (size_t)h * ldo, ldo, w[r].s + (size_t)h * len, len,
+                                  vh, kv_dim, list, j0, e, 0);
+            for (; h < G; h++) {
+                float *o = w[r].out + (size_t)h * ldo;
+                const float *a = w[r].s + (size_t)h * len;
+                if (hs == 64)
+                    values_t(64, o, a, vh, kv_dim, hs, list, j0, e, 0);
+                else if (hs == 128)
+                    values_t(128, o, a, vh, kv_dim, hs, list, j0, e, 0);
+                else
+                    values_t(0, o, a, vh, kv_dim, hs, list, j0, e, 0);
+            }
+        }
+    }
+}
