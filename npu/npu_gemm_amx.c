@@ -16,10 +16,12 @@
  * weights hold the next block there). With k a multiple of 64 a caller may
  * skip the copy (npu_gemm_args.xq, npu_gemm_direct): the tile loads read 16
  * rows of the activations themselves, a row stride apart, and only a
- * partial last row tile is staged. As fast as the staged tiles where they
- * are staged once (a scratch loop of the prefill's 256 x 512-channel jobs:
- * 1.7-1.9 TOPS either way), and the copy per job, which the prefill's
- * pieces paid for nearly every job, is gone.
+ * partial last row tile is staged. With the activations in cache as fast
+ * as staged tiles (a scratch loop of the prefill's 256 x 512-channel jobs:
+ * 1.7-1.9 TOPS either way); from L3 5-8% slower than copying first, but a
+ * prefill chunk's input is read by many pieces and mostly cached: in the
+ * pipeline the kernel's time stayed the same and the copy per piece is gone
+ * (docs/BENCHMARKS.md, twelfth session, a22).
  *
  * Register blocking: four C tiles (2 row tiles x 2 channel blocks = 32 x 32),
  * two A and two B tiles per k step. Memory blocking: rows in blocks whose

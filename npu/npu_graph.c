@@ -166,8 +166,8 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *sta
 #endif
     if (!P && npu_gemm_direct(g->ops, d->k)) {
         /* the whole row tiles read straight from xq (no copy: restaging a
-         * chunk's activations for every 512-channel piece was 14% of the
-         * AMX time of a 512-token prefill); a partial last tile staged */
+         * chunk's activations for every 512-channel piece cost 10-15% of
+         * the AMX kernel's time in a 512-token prefill); a partial last tile staged */
         const uint32_t whole = job->rows / 16 * 16;
         a.xq = job->xq;
         a.lda = d->k;
