@@ -90,6 +90,17 @@ const struct npu_kernel_ops *npu_kernel_ops(enum npu_kernel k)
     }
 }
 
+int npu_gemm_direct(const struct npu_kernel_ops *ops, uint32_t k)
+{
+#if SLUICE_KERNELS_AMX
+    return ops == &npu_ops_amx && k % 64 == 0;
+#else
+    (void)ops;
+    (void)k;
+    return 0;
+#endif
+}
+
 int npu_gemm_b_alloc(uint32_t n, uint32_t k, struct npu_gemm_b **out)
 {
     *out = NULL;

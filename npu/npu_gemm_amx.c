@@ -13,7 +13,15 @@
  * load is one 1 KiB stream; k padded with zeros to k64, rows m..m16-1 zero.
  * When k4 is not a multiple of 64, the B tile of the last k step comes from
  * a copy of the block's last groups padded with zero rows (the packed
- * weights hold the next block there).
+ * weights hold the next block there). With k a multiple of 64 a caller may
+ * skip the copy (npu_gemm_args.xq, npu_gemm_direct): the tile loads read 16
+ * rows of the activations themselves, a row stride apart, and only a
+ * partial last row tile is staged. With the activations in cache as fast
+ * as staged tiles (a scratch loop of the prefill's 256 x 512-channel jobs:
+ * 1.7-1.9 TOPS either way); from L3 5-8% slower than copying first, but a
+ * prefill chunk's input is read by many pieces and mostly cached: in the
+ * pipeline the kernel's time stayed the same and the copy per piece is gone
+ * (docs/BENCHMARKS.md, twelfth session, a22).
  *
  * Register blocking: four C tiles (2 row tiles x 2 channel blocks = 32 x 32),
  * two A and two B tiles per k step. Memory blocking: rows in blocks whose
@@ -117,18 +125,37 @@ AI void drain_step(struct drain *d, uint32_t n)
     }
 }
 
-/* NR row tiles (1, 2) x NB blocks (1, 2) over k steps [q0, q1): a at the
- * first row tile's first A tile (the next row tile astride further), b at
+/* Where row tile it's A tiles are: k step q's tile at p + q * step, its
+ * rows ld bytes apart. Staged: 1 KiB tiles one after another (step 1024, ld
+ * 64); straight from the activations (npu_gemm_args.xq): 64 bytes further
+ * along the same 16 rows per step (step 64, ld the row stride). */
+struct arow {
+    const uint8_t *p;
+    size_t step, ld;
+};
+
+AI struct arow arow_of(const struct npu_gemm_args *g, uint32_t it, uint32_t direct,
+                       size_t astride)
+{
+    if (it < direct)
+        return (struct arow){(const uint8_t *)g->xq + (size_t)it * 16 * g->lda, 64, g->lda};
+    return (struct arow){g->a + (size_t)(it - direct) * astride, 1024, 64};
+}
+
+/* NR row tiles (1, 2) x NB blocks (1, 2) over k steps [q0, q1): ar[r] the
+ * A tiles of row tile r (arow), b at
  * block 0 (the next block bstride further); tail: the zero-padded copy of the
  * last partial step, taken after step q1 - 1 (NULL: none); cin: the C tiles
  * to continue from (NULL: zero). The C tiles go to cout[2r + j]. pf, pfl:
  * pfl cache lines from pf on are prefetched into L2 at each k step (the next
  * panel's weights, npu_gemm_amx's prefetch; pfl 0: none). */
-AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, const int8_t *b,
+AI void block(const int NR, const int NB, const struct arow *ar, const int8_t *b,
               size_t bstride, uint32_t q0, uint32_t q1, const int8_t *tail,
               int32_t (*cin)[16][16], int32_t (*cout)[16][16], const int8_t *pf, uint32_t pfl,
               struct drain *dr)
 {
+    const uint8_t *a = ar[0].p, *a1 = ar[1].p;
+    const size_t s0 = ar[0].step, s1 = ar[1].step, ld0 = ar[0].ld, ld1 = ar[1].ld;
     if (cin) {
         _tile_loadd(0, cin[0], 64);
         if (NB > 1)
@@ -146,21 +173,20 @@ AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, cons
         if (NR > 1 && NB > 1)
             _tile_zero(3);
     }
-    const uint8_t *a1 = a + astride;
     for (uint32_t q = q0; q < q1; q++) {
         for (uint32_t l = 0; l < pfl; l++, pf += 64)
             _mm_prefetch((const char *)pf, _MM_HINT_T1);
         if (dr->c)
             drain_step(dr, dr->per);
         _tile_loadd(6, b + (size_t)q * 1024, 64);
-        _tile_loadd(4, a + (size_t)q * 1024, 64);
+        _tile_loadd(4, a + q * s0, ld0);
         _tile_dpbssd(0, 4, 6);
         if (NB > 1) {
             _tile_loadd(7, b + bstride + (size_t)q * 1024, 64);
             _tile_dpbssd(1, 4, 7);
         }
         if (NR > 1) {
-            _tile_loadd(5, a1 + (size_t)q * 1024, 64);
+            _tile_loadd(5, a1 + q * s1, ld1);
             _tile_dpbssd(2, 5, 6);
             if (NB > 1)
                 _tile_dpbssd(3, 5, 7);
@@ -169,14 +195,14 @@ AI void block(const int NR, const int NB, const uint8_t *a, size_t astride, cons
     if (tail) {
         const size_t q = q1;
         _tile_loadd(6, tail, 64);
-        _tile_loadd(4, a + q * 1024, 64);
+        _tile_loadd(4, a + q * s0, ld0);
         _tile_dpbssd(0, 4, 6);
         if (NB > 1) {
             _tile_loadd(7, tail + 1024, 64);
             _tile_dpbssd(1, 4, 7);
         }
         if (NR > 1) {
-            _tile_loadd(5, a1 + q * 1024, 64);
+            _tile_loadd(5, a1 + q * s1, ld1);
             _tile_dpbssd(2, 5, 6);
             if (NB > 1)
                 _tile_dpbssd(3, 5, 7);
@@ -264,6 +290,10 @@ static void gemm_amx(const struct npu_gemm_args *g)
     const size_t bstride = npu_gemm_b_block_bytes(b);
     const size_t astride = (size_t)16 * ((k4 + 63) & ~63u); /* bytes of one row tile */
     const uint32_t m = g->m, mr = m < 16 ? m : 16, mt = (m + 15) / 16;
+    /* row tiles read straight from xq: every whole one (all m rows when m <
+     * 16: the tiles have m rows then); the rest, a partial last tile, staged
+     * at a */
+    const uint32_t direct = !g->xq ? 0 : m < 16 ? 1 : m / 16;
     const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
     /* row tiles per row block: whole pairs within A_BUDGET; all of them when
      * that is fewer than RB_MIN (a block of one pair would read every weight
@@ -288,7 +318,8 @@ static void gemm_amx(const struct npu_gemm_args *g)
                                                     .r1 = g->r1, .c = g->c, .ldc = g->ldc,
                                                     .y = g->y, .ldy = g->ldy,
                                                     .act_scale = g->act_scale,
-                                                    .scale = g->scale, .tile = 0});
+                                                    .scale = g->scale, .tile = 0,
+                                                    .xq = g->xq, .lda = g->lda});
             return;
         }
     }
@@ -322,7 +353,9 @@ static void gemm_amx(const struct npu_gemm_args *g)
                 const int last = q1 == ksteps;
                 for (uint32_t it = rb; it < rbe; it += 2) {
                     const int nr = rbe - it >= 2 ? 2 : 1;
-                    const uint8_t *a = g->a + (size_t)it * astride;
+                    struct arow ar[2];
+                    ar[0] = arow_of(g, it, direct, astride);
+                    ar[1] = nr == 2 ? arow_of(g, it + 1, direct, astride) : ar[0];
                     int32_t(*cin)[16][16] = q0 ? park[(it - rb) / 2] : NULL;
                     int32_t(*cout)[16][16] = last ? cbuf[cur] : park[(it - rb) / 2];
                     const int8_t *t = last ? tp : NULL;
@@ -332,13 +365,13 @@ static void gemm_amx(const struct npu_gemm_args *g)
                     const int8_t *p = pf + (size_t)pf_done * 64;
                     pf_done += l * (q1 - q0);
                     if (nr == 2 && nb == 2)
-                        block(2, 2, a, astride, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
+                        block(2, 2, ar, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
                     else if (nr == 2)
-                        block(2, 1, a, astride, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
+                        block(2, 1, ar, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
                     else if (nb == 2)
-                        block(1, 2, a, astride, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
+                        block(1, 2, ar, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
                     else
-                        block(1, 1, a, astride, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
+                        block(1, 1, ar, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
                     if (dr.c)
                         drain_step(&dr, 64);
                     if (!last) {

@@ -89,6 +89,13 @@ struct npu_gemm_args {
     float act_scale;       /* per-tensor activation scale */
     const float *scale;    /* per-channel weight scales [n] */
     int tile;              /* register tiling (index into the kernel's table; 0 = default) */
+    /* NULL, or (the AMX kernel only, npu_gemm_direct) the int8 activations
+     * themselves, [m][k] with row stride lda: the kernel reads every whole
+     * row tile of 16 rows straight from them (all m rows when m < 16), and a
+     * holds only the prep of the rest (rows m / 16 * 16 .. m - 1, when m > 16
+     * is not a multiple of 16). No copy of the activations for a call. */
+    const int8_t *xq;
+    size_t lda;
 };
 
 typedef void npu_prep_fn(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
@@ -136,6 +143,10 @@ npu_absmax_fn npu_absmax_avx512;
 
 /* The ops of a kernel (scalar when the kernel is not compiled in). */
 const struct npu_kernel_ops *npu_kernel_ops(enum npu_kernel k);
+/* 1 when ops' gemm reads npu_gemm_args.xq for k input channels: the AMX
+ * kernel, k a multiple of 64 (whole tiles: no zero padding, no read past a
+ * row). Then a caller preps only the rows past the last whole row tile. */
+int npu_gemm_direct(const struct npu_kernel_ops *ops, uint32_t k);
 
 /* Staging bytes for m rows (npu_gemm_args.a) under any tiling (row counts
  * R <= 16 round m up), with room for over-reads. */

@@ -164,7 +164,22 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *sta
     if (P > 0)
         npu_est_gemm_avx2(&a, P);
 #endif
-    if (!P) {
+    if (!P && npu_gemm_direct(g->ops, d->k)) {
+        /* the whole row tiles read straight from xq (no copy: restaging a
+         * chunk's activations for every 512-channel piece cost 10-15% of
+         * the AMX kernel's time in a 512-token prefill); a partial last tile staged */
+        const uint32_t whole = job->rows / 16 * 16;
+        a.xq = job->xq;
+        a.lda = d->k;
+        if (job->rows > 16 && whole < job->rows) {
+            g->ops->prep(job->xq + (size_t)whole * d->k, d->k, job->rows - whole, d->k, g->k4,
+                         g->tile, stage);
+            if (held)
+                *held = 0;
+        }
+        g->ops->gemm(&a);
+        a.xq = NULL;
+    } else if (!P) {
         /* a chunk's activations staged once for all its jobs (npu_job.stage_key) */
         if (!job->stage_key || !held || *held != job->stage_key)
             g->ops->prep(job->xq, d->k, job->rows, d->k, g->k4, g->tile, stage);

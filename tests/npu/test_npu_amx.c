@@ -5,7 +5,9 @@
  * nor of 4, output ranges [r0, r1) starting and ending inside 16-channel
  * blocks, extreme codes (a = 127 against b = -127); a staging buffer filled
  * with junk before the prep (nothing may depend on it); the few-row shapes
- * of decode and verification (m = 1, 4, 8, 16); the memory blocking forced
+ * of decode and verification (m = 1, 4, 8, 16); where k is a multiple of
+ * 64, the activations also read straight from their rows (row strides k and
+ * beyond, only a partial last row tile staged); the memory blocking forced
  * small (row blocks of 1-3 row pairs, whole output rows streamed) and at
  * its defaults; two threads running the
  * kernel at once (each configures its own tiles); the kernel table (AMX is
@@ -22,22 +24,44 @@
 
 static struct test_rng rng;
 
+/* direct: the whole row tiles read straight from a copy of a with row
+ * stride lda (npu_gemm_args.xq; k a multiple of 64), only the rows past
+ * them staged (the staging NULL when there are none, so nothing else can be
+ * read from it) */
 static void run(const struct npu_kernel_ops *ops, int tile, const struct npu_gemm_b *b,
                 const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1, const float *scale,
-                int32_t *c, float *y)
+                int32_t *c, float *y, int direct, size_t lda)
 {
     const size_t bytes = npu_gemm_prep_bytes(b->k4, m);
     uint8_t *stage = malloc(bytes);
     assert_non_null(stage);
     memset(stage, 0x5a, bytes);
-    ops->prep(a, b->k, m, b->k, b->k4, tile, stage);
     struct npu_gemm_args g = {.b = b, .a = stage, .m = m, .r0 = r0, .r1 = r1, .c = c,
                               .ldc = r1 - r0, .act_scale = 0.0173f, .scale = scale,
                               .tile = tile};
+    int8_t *xs = NULL;
+    if (direct) {
+        /* the rows lda apart, junk between them (never read) */
+        xs = malloc((size_t)m * lda);
+        assert_non_null(xs);
+        memset(xs, 0x77, (size_t)m * lda);
+        for (uint32_t i = 0; i < m; i++)
+            memcpy(xs + (size_t)i * lda, a + (size_t)i * b->k, b->k);
+        const uint32_t whole = m / 16 * 16;
+        g.xq = xs;
+        g.lda = lda;
+        if (m > 16 && whole < m)
+            ops->prep(xs + (size_t)whole * lda, lda, m - whole, b->k, b->k4, tile, stage);
+        else
+            g.a = NULL;
+    } else {
+        ops->prep(a, b->k, m, b->k, b->k4, tile, stage);
+    }
     ops->gemm(&g);
     g.c = NULL, g.y = y, g.ldy = r1 - r0;
     ops->gemm(&g);
     free(stage);
+    free(xs);
 }
 
 static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, int extreme)
@@ -61,17 +85,25 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
     int32_t *c0 = malloc(sizeof(int32_t) * cnt), *c1 = aligned_alloc(64, cb);
     float *y0 = malloc(sizeof(float) * cnt), *y1 = aligned_alloc(64, cb);
     assert_true(c0 && c1 && y0 && y1);
-    run(&npu_ops_scalar, 0, b, a, m, r0, r1, scale, c0, y0);
-    for (int t = 0; t < npu_kernel_tiles(NPU_KERNEL_AMX); t++) {
+    run(&npu_ops_scalar, 0, b, a, m, r0, r1, scale, c0, y0, 0, k);
+    const struct npu_kernel_ops *amx = npu_kernel_ops(NPU_KERNEL_AMX);
+    assert_int_equal(npu_gemm_direct(amx, k), k % 64 == 0);
+    assert_false(npu_gemm_direct(&npu_ops_scalar, k));
+    for (int t = 0; t < 2 * npu_kernel_tiles(NPU_KERNEL_AMX); t++) {
+        const int direct = t % 2;
+        if (direct && !npu_gemm_direct(amx, k))
+            continue;
         memset(c1, 0x55, sizeof(int32_t) * cnt);
         memset(y1, 0x55, sizeof(float) * cnt);
-        run(npu_kernel_ops(NPU_KERNEL_AMX), t, b, a, m, r0, r1, scale, c1, y1);
+        /* the direct rows at stride k, or further apart */
+        const size_t lda = k + (size_t)(t / 2 + m % 2) * 64;
+        run(amx, t / 2, b, a, m, r0, r1, scale, c1, y1, direct, lda);
         for (size_t i = 0; i < cnt; i++)
             if (c0[i] != c1[i] || memcmp(&y0[i], &y1[i], sizeof(float)))
-                fail_msg("amx tile %d m=%u n=%u k=%u [%u,%u): [%zu][%zu] %d / %.9g, scalar %d / "
-                         "%.9g",
-                         t, m, n, k, r0, r1, i / w, i % w, c1[i], (double)y1[i], c0[i],
-                         (double)y0[i]);
+                fail_msg("amx tile %d%s m=%u n=%u k=%u [%u,%u): [%zu][%zu] %d / %.9g, scalar "
+                         "%d / %.9g",
+                         t / 2, direct ? " direct" : "", m, n, k, r0, r1, i / w, i % w, c1[i],
+                         (double)y1[i], c0[i], (double)y0[i]);
     }
     /* the public entry with the best kernel (AMX here) */
     memset(c1, 0x55, sizeof(int32_t) * cnt);
@@ -95,6 +127,15 @@ static void test_amx_random(void **st)
             r1 = r0 + 1 + test_rng_below(&rng, n - r0);
         }
         check(m, n, k, r0, r1, 0);
+    }
+    /* k a multiple of 64: the activations read straight from their rows too
+     * (whole tiles, odd tiles, partial last tiles, m < 16) */
+    for (int t = 0; t < 24; t++) {
+        const uint32_t m = 1 + test_rng_below(&rng, t < 8 ? 40 : 300);
+        const uint32_t n = 1 + test_rng_below(&rng, 100);
+        const uint32_t k = 64 * (1 + test_rng_below(&rng, t % 2 ? 8 : 40));
+        const uint32_t r0 = t % 3 ? 0 : test_rng_below(&rng, n);
+        check(m, n, k, r0, n, t == 7);
     }
     /* k a multiple of 64 (no tail step) and 64 + a few; full pairs of tiles */
     check(64, 64, 256, 0, 64, 0);
