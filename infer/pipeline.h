@@ -554,14 +554,6 @@ int pl_arrived(struct pl *p, uint32_t s);
 int pl_map_open(struct pl *p);
 int pl_map_feed(struct pl *p, struct sl_err *err);
 int pl_map_populate(struct pl *p, uint32_t s, struct sl_err *err);
-/* format_slice_verify (the same result and message), hashing with
- * pl_checksum_avx512 where the CPU has AVX-512 (sl_cpu_features, so
- * SLUICE_SIMD=avx2 takes the library's). pl_checksum_avx512: XXH3-64 as
- * format_checksum, compiled for AVX-512 (pipeline_verify_avx512.c, x86 only;
- * call only where sl_cpu_features()->avx512). */
-int pl_slice_verify(const struct format_reader *r, uint32_t s, const void *data,
-                    struct sl_err *err);
-uint64_t pl_checksum_avx512(const void *data, size_t len);
 void pl_map_release(struct pl *p, int layer);
 
 /* ---- pipeline_trace.c: statistics and trace ------------------------------------------------ */
