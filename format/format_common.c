@@ -359,9 +359,18 @@ int fmt_check_tensor_meta(const struct format_config *c, const char *name, int32
 
 /* ---- checksums and helpers ------------------------------------------------------ */
 
-uint64_t format_checksum(const void *data, size_t len)
+uint64_t fmt_checksum_portable(const void *data, size_t len)
 {
     return XXH3_64bits(data, len);
+}
+
+uint64_t format_checksum(const void *data, size_t len)
+{
+#if SLUICE_KERNELS_X86
+    if (sl_cpu_features()->avx512)
+        return fmt_checksum_avx512(data, len);
+#endif
+    return fmt_checksum_portable(data, len);
 }
 
 uint64_t format_tensor_numel(const struct format_tensor_info *t)

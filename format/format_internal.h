@@ -85,6 +85,13 @@ void fmt_config_load(const uint8_t *p, struct format_config *c);
 uint32_t fmt_tensor_slice_kind(const struct format_config *c, int32_t layer, uint32_t role);
 int fmt_exec_rank(uint32_t role);
 
+/* format_checksum's two ways: the system's libxxhash (the reference, and the
+ * way without AVX-512 or where SLUICE_SIMD asks for less) and the same XXH3-64
+ * compiled for AVX-512 (format_checksum_avx512.c, x86 only; call only where
+ * sl_cpu_features()->avx512). The same value for every input. */
+uint64_t fmt_checksum_portable(const void *data, size_t len);
+uint64_t fmt_checksum_avx512(const void *data, size_t len);
+
 /* Checks a tensor description against the config and its encoding (not the
  * bytes), and its act_scale against format_act_scale_valid(); `what` names
  * the file. */

@@ -231,6 +231,8 @@ struct pl {
      * per estimated second of the matmuls it finished (the steal-ahead rule) */
     uint32_t npu_running;
     double npu_actual_s, npu_est_s;
+    uint64_t npu_idle_t0;   /* when the NPU last finished a task (0: none yet) */
+    uint32_t npu_late;      /* NPU tasks taken by CPU workers under the late rule */
     uint32_t splits;        /* NPU matmuls cut by split stealing */
     uint32_t tails;         /* NPU matmuls cut at dispatch to keep a stealable tail */
     uint64_t bytes_read;
@@ -481,6 +483,17 @@ struct pl_steal {
 };
 struct pl_steal pl_steal_decide(const struct pl *p, uint64_t now_ns);
 
+/* The late rule: the emulated NPU is a thread, and on cores shared with
+ * other processes it can wait for a core while the CPU workers idle (in
+ * traces of loaded machines, 1-52 ms with a 32-channel piece queued, which
+ * no other rule lets a worker take). When nothing runs on the NPU, the time
+ * (sl_now_ns's clock) from which the CPU takes its best queued task whole:
+ * PL_NPU_LATE_NS after that task turned ready and after the NPU last
+ * finished; 0 where the rule does not apply (the NPU running or its queue
+ * empty, no steal-ahead). */
+#define PL_NPU_LATE_NS 1000000ull
+uint64_t pl_npu_late_at(const struct pl *p);
+
 /* The steal-ahead estimate: the NPU's work ahead of its queued task at
  * queue index `last` (the rest of its running task at now_ns plus every
  * other queued one) in *ahead, that task's own time in *own, both the
@@ -554,14 +567,6 @@ int pl_arrived(struct pl *p, uint32_t s);
 int pl_map_open(struct pl *p);
 int pl_map_feed(struct pl *p, struct sl_err *err);
 int pl_map_populate(struct pl *p, uint32_t s, struct sl_err *err);
-/* format_slice_verify (the same result and message), hashing with
- * pl_checksum_avx512 where the CPU has AVX-512 (sl_cpu_features, so
- * SLUICE_SIMD=avx2 takes the library's). pl_checksum_avx512: XXH3-64 as
- * format_checksum, compiled for AVX-512 (pipeline_verify_avx512.c, x86 only;
- * call only where sl_cpu_features()->avx512). */
-int pl_slice_verify(const struct format_reader *r, uint32_t s, const void *data,
-                    struct sl_err *err);
-uint64_t pl_checksum_avx512(const void *data, size_t len);
 void pl_map_release(struct pl *p, int layer);
 
 /* ---- pipeline_trace.c: statistics and trace ------------------------------------------------ */

@@ -185,7 +185,7 @@ int pl_embed_finish(struct pl *p, struct sl_err *err)
             data = sl.data;
             p->bytes_read += sl.length;
         }
-        ret = pl_slice_verify(r, i, data, err);
+        ret = format_slice_verify(r, i, data, err);
         const struct format_tensor_info *t = format_reader_tensor(r, s->first_tensor);
         if (ret == 0) {
             if (format_encoding_traits(t->encoding)->quantized) {

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 
 #include "pipeline.h"
 
@@ -47,6 +48,7 @@ void pl_npu_done(void *ctx, struct npu_job *j)
     p->busy[0] += t->t1 - t->t0;
     p->running--;
     p->npu_running = UINT32_MAX;
+    p->npu_idle_t0 = t->t1;
     p->npu_actual_s += (double)(t->t1 - t->t0) / 1e9;
     p->npu_est_s += t->est;
     if (j->status < 0) {
@@ -162,7 +164,18 @@ void *pl_cpu_worker(void *arg)
             p->idle_workers++;
             if (p->next_pf < p->n_pf)
                 pthread_cond_signal(&p->pf_cv);
-            pthread_cond_wait(&p->cv, &p->lock);
+            uint64_t late = steal_on ? pl_npu_late_at(p) : 0;
+            if (late) { /* look again when the NPU would be late */
+                uint64_t now = sl_now_ns(), wait = late > now ? late - now : 0;
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                uint64_t ns = (uint64_t)ts.tv_nsec + wait;
+                ts.tv_sec += (time_t)(ns / 1000000000u);
+                ts.tv_nsec = (long)(ns % 1000000000u);
+                pthread_cond_timedwait(&p->cv, &p->lock, &ts);
+            } else {
+                pthread_cond_wait(&p->cv, &p->lock);
+            }
             p->idle_workers--;
         }
         if (ti == UINT32_MAX)

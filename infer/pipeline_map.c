@@ -133,21 +133,6 @@ int pl_map_populate(struct pl *p, uint32_t s, struct sl_err *err)
     return 0;
 }
 
-int pl_slice_verify(const struct format_reader *r, uint32_t s, const void *data,
-                    struct sl_err *err)
-{
-#if SLUICE_KERNELS_X86
-    /* a mismatch (or a bad index) goes to format_slice_verify, which hashes
-     * again and words the error */
-    if (s < format_reader_n_slices(r) && sl_cpu_features()->avx512) {
-        const struct format_slice_info *si = format_reader_slice(r, s);
-        if (pl_checksum_avx512(data, (size_t)si->length) == si->checksum)
-            return format_slice_validate(r, s, data, err);
-    }
-#endif
-    return format_slice_verify(r, s, data, err);
-}
-
 /* The read-ahead thread: populates the slices in `order` ahead of the
  * driver, at most the window past the slice the driver waits for, so that
  * the disk keeps reading while the driver hashes. Read-ahead advice cannot
@@ -259,7 +244,7 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
          * guest has not touched faults in the hypervisor (docs/BENCHMARKS.md,
          * issue 22, sixth session); this thread would only wait for the disk */
         if (ret == 0)
-            ret = pl_slice_verify(r, s, data, err);
+            ret = format_slice_verify(r, s, data, err);
         if (ret < 0)
             break;
         pthread_mutex_lock(&p->lock);

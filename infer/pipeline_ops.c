@@ -278,7 +278,7 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         const uint8_t *data = p->slice_data[t->slice];
         /* mapped slices are hashed by the driver as they come (pipeline_map.c) */
         if (!p->slice_ok || !p->slice_ok[t->slice])
-            ret = pl_slice_verify(p->r, t->slice, data, &err);
+            ret = format_slice_verify(p->r, t->slice, data, &err);
         for (uint32_t k = s->first_tensor; ret == 0 && k < s->first_tensor + s->n_tensors; k++) {
             const struct format_tensor_info *ti2 = format_reader_tensor(p->r, k);
             if (ti2->n_dims != 1)

@@ -330,7 +330,16 @@ static struct pl_steal steal_split(const struct pl *p, uint32_t last, double ahe
     return (struct pl_steal){PL_STEAL_CUT, last, cpu_rows};
 }
 
-/* With more than steal_threshold queued, the last in priority order (the
+uint64_t pl_npu_late_at(const struct pl *p)
+{
+    if (!p->npu_q.n || p->npu_running != UINT32_MAX || !(p->o->steal_ahead > 0))
+        return 0;
+    uint64_t t = p->tasks[p->npu_q.items[qbest(p, &p->npu_q)]].t_ready;
+    return (t > p->npu_idle_t0 ? t : p->npu_idle_t0) + PL_NPU_LATE_NS;
+}
+
+/* The NPU late (pl_npu_late_at): its best queued task, whole. Then, with
+ * more than steal_threshold queued, the last in priority order (the
  * top with steal_top); otherwise under steal_ahead the last when the NPU's
  * other work outlasts it (the CPU finishes it before the NPU would have
  * started it), or a cut of it (steal_split) when it does not. */
@@ -339,6 +348,9 @@ struct pl_steal pl_steal_decide(const struct pl *p, uint64_t now_ns)
     const struct pl_steal none = {PL_STEAL_NONE, 0, 0};
     if (!p->npu_q.n)
         return none;
+    uint64_t late = pl_npu_late_at(p);
+    if (late && now_ns >= late)
+        return (struct pl_steal){PL_STEAL_WHOLE, qbest(p, &p->npu_q), 0};
     if (p->npu_q.n > p->o->steal_threshold)
         return (struct pl_steal){PL_STEAL_WHOLE,
                                  p->o->steal_top ? qbest(p, &p->npu_q) : qlast(p, &p->npu_q), 0};
@@ -356,8 +368,10 @@ uint32_t pl_steal(struct pl *p, uint64_t now_ns)
 {
     struct pl_steal s = pl_steal_decide(p, now_ns);
     uint32_t ci;
+    uint64_t late = pl_npu_late_at(p);
     switch (s.how) {
     case PL_STEAL_WHOLE:
+        p->npu_late += late && now_ns >= late;
         return qtake(&p->npu_q, s.at);
     case PL_STEAL_CUT: /* the NPU's part stays queued, the new task is the CPU's */
         ci = pl_graph_cut(p, p->npu_q.items[s.at], s.rows);

@@ -19,10 +19,10 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"policy\": \"%s\", "
                "\"ttft_s\": %.6f, \"stall_s\": %.6f, \"bubble_npu\": %.4f, "
                "\"bubble_cpu\": %.4f, \"idle_npu\": %.4f, \"idle_cpu\": %.4f, \"stolen\": %u, "
-               "\"attention\": \"%s\"},\n"
+               "\"npu_late\": %u, \"attention\": \"%s\"},\n"
                "\"traceEvents\": [\n",
             infer_policy_name(p->o->policy), st->ttft_s, st->stall_s, st->bubble_npu,
-            st->bubble_cpu, st->idle_npu, st->idle_cpu, st->stolen, p->st->attn->name);
+            st->bubble_cpu, st->idle_npu, st->idle_cpu, st->stolen, p->npu_late, p->st->attn->name);
     fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, "
                "\"args\": {\"name\": \"NPU\"}},\n");
     for (uint32_t w = 1; w <= p->n_workers; w++)

@@ -426,7 +426,7 @@ int format_reader_read_slice(const struct format_reader *r, uint32_t i, void *bu
 
 /* ---- checksums ------------------------------------------------------------------ */
 
-uint64_t format_checksum(const void *data, size_t len);   /* XXH3-64, seed 0 */
+uint64_t format_checksum(const void *data, size_t len);   /* XXH3-64, seed 0 (AVX-512 where there) */
 
 /* Verifies bytes that were read by someone else (the loader, the FUSE layer):
  * the checksum (-EIO with a message naming the file and the slice or tensor),

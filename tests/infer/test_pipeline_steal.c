@@ -4,7 +4,7 @@
  * (the NPU's other work, scaled by its pace, including what is left of its
  * running task at the given time, outlasts the task), split stealing (a cut
  * sized so both finish together, on 16-channel blocks, both parts at least
- * 32 channels), and the kept tail. Then the rules applied: the task taken
+ * 32 channels), the kept tail and the late rule. Then the rules applied: the task taken
  * out of the queue, or a cut made as a new task with the right channels. */
 #include <math.h>
 #include <stdlib.h>
@@ -228,6 +228,53 @@ static void test_apply(void **state)
     assert_int_equal(p->npu_q.items[0], 0);
 }
 
+/* The late rule: nothing runs on the NPU and its best queued task has
+ * waited PL_NPU_LATE_NS since it turned ready and since the NPU last
+ * finished: the CPU takes that task whole, even a piece too small to cut;
+ * not before, not while the NPU runs, not without steal-ahead. */
+static void test_late(void **state)
+{
+    struct fixture *f = *state;
+    struct pl *p = f->p;
+    const uint64_t L = PL_NPU_LATE_NS;
+    uint32_t a = mm(p, 20, 1.0, 32, 1);
+    p->tasks[a].t_ready = 1 * NS;
+    assert_int_equal(pl_npu_late_at(p), 1 * NS + L);
+    expect(p, 1 * NS + L - 1, PL_STEAL_NONE, 0, 0); /* alone, 32 channels: no cut */
+    expect(p, 1 * NS + L, PL_STEAL_WHOLE, a, 0);
+    /* the NPU finished a task after a turned ready: late from then */
+    p->npu_idle_t0 = 2 * NS;
+    assert_int_equal(pl_npu_late_at(p), 2 * NS + L);
+    expect(p, 1 * NS + L, PL_STEAL_NONE, 0, 0);
+    expect(p, 2 * NS + L, PL_STEAL_WHOLE, a, 0);
+    /* the best in priority order, not the last; and the rule comes first */
+    uint32_t b = mm(p, 10, 1.0, 32, 1);
+    p->tasks[b].t_ready = 1 * NS;
+    expect(p, 2 * NS + L, PL_STEAL_WHOLE, b, 0);
+    f->o.steal_threshold = 1; /* would take the last (a) */
+    expect(p, 2 * NS + L, PL_STEAL_WHOLE, b, 0);
+    expect(p, 2 * NS, PL_STEAL_WHOLE, a, 0);
+    f->o.steal_threshold = UINT32_MAX;
+    /* the NPU running: no late rule */
+    uint32_t r = mm(p, 5, 10.0, 256, 0);
+    p->tasks[r].t0 = 1 * NS;
+    p->npu_running = r;
+    assert_int_equal(pl_npu_late_at(p), 0);
+    p->npu_running = UINT32_MAX;
+    /* no steal-ahead (EdgeFlow's rule alone): none */
+    f->o.steal_ahead = 0;
+    assert_int_equal(pl_npu_late_at(p), 0);
+    expect(p, 9 * NS, PL_STEAL_NONE, 0, 0);
+    f->o.steal_ahead = 1.0;
+    /* applied: b leaves the queue, counted */
+    assert_int_equal(pl_steal(p, 2 * NS + L), b);
+    assert_int_equal(p->npu_late, 1);
+    assert_int_equal(p->npu_q.n, 1);
+    assert_int_equal(pl_steal(p, 2 * NS + L), a);
+    assert_int_equal(p->npu_late, 2);
+    assert_int_equal(pl_npu_late_at(p), 0); /* queue empty */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -237,6 +284,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_clock_and_pace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_apply, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_late, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
