@@ -39,6 +39,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: sluice bench spec MODEL --text FILE [--tokenizer FILE] [-n N] [--runs R]\n"
             "                         [--rows 4|8|16] [--calibrate] [--min-match N] [--history]\n"
+            "                         [--history-shared]\n"
             "                         [--row-cost A [--verify-fixed B]] [--lookup BIN --gguf FILE]\n"
             "                         [--json]\n"
             "       sluice bench spec MODEL --verify-cost C [--runs R] [--resident int8|packed]\n"
@@ -63,6 +64,10 @@ static void usage(FILE *f)
             "  --history     a history store per kind: a task drafts from the greedy outputs\n"
             "                of the earlier tasks of its kind (other passages), as a store of\n"
             "                earlier generations per task kind would hold them\n"
+            "  --history-shared  one history store for every task, whatever its kind:\n"
+            "                a task drafts from the greedy outputs of all the tasks before it\n"
+            "                (those on the same passage included), as a store used under\n"
+            "                one task kind would hold a user's earlier generations\n"
             "  --min-match N shortest n-gram that drafts from the context, 1..4 (default 2;\n"
             "                a 1-gram still drafts when no longer match drafted anything)\n"
             "  --row-cost A  the cost model's price of one more verification row against a\n"
@@ -291,7 +296,7 @@ int bench_spec(int argc, char **argv)
     int json = 0, calibrate = 0, packed = 0;
     uint32_t min_match = 0;
     double row_cost = 0, verify_fixed = 0;
-    int one_thread = 0, history = 0;
+    int one_thread = 0, history = 0, history_shared = 0;
     uint32_t shape = 0;
     uint32_t cost_ctx = 0;
     struct tools_args a = {"sluice bench spec", usage, argc, argv, 0};
@@ -335,6 +340,8 @@ int bench_spec(int argc, char **argv)
             bad = tools_args_double(&a, 0, 4, 0, &verify_fixed);
         } else if (!strcmp(s, "--history")) {
             history = 1;
+        } else if (!strcmp(s, "--history-shared")) {
+            history = history_shared = 1;
         } else if (!strcmp(s, "--shape")) {
             bad = tools_args_u32(&a, 1, 16, &shape);
             if (!bad && shape != 1 && shape != 4 && shape != 8 && shape != 16) {
@@ -469,8 +476,9 @@ int bench_spec(int argc, char **argv)
         }
         double *vp = v, *vs = v + runs, *vl = v + 2 * runs, *vlp = v + 3 * runs;
         struct infer_spec_stats sst = {0}, one;
-        so.history = history ? hist[tasks[ti].k] : NULL;
-        so.n_history = history ? n_hist[tasks[ti].k] : 0;
+        int hk = history_shared ? 0 : tasks[ti].k; /* the task's store */
+        so.history = history ? hist[hk] : NULL;
+        so.n_history = history ? n_hist[hk] : 0;
         for (uint32_t r = 0; r < runs; r++) { /* statistics: the sums over the runs */
             /* plain first on even runs, speculative first on odd ones, so
              * neither always runs second (with nothing to verify, --row-cost
@@ -500,16 +508,17 @@ int bench_spec(int argc, char **argv)
                ml = tools_median(vl, runs), mlp = tools_median(vlp, runs);
         int k = tasks[ti].k;
         if (history) {
-            int *h = realloc(hist[k], sizeof(int) * (n_hist[k] + kp.n + 1));
+            int hs = history_shared ? 0 : k;
+            int *h = realloc(hist[hs], sizeof(int) * (n_hist[hs] + kp.n + 1));
             if (!h) {
                 fprintf(stderr, "sluice bench spec: out of memory for the history\n");
                 failed = 1;
                 break;
             }
-            memcpy(h + n_hist[k], kp.t, sizeof(int) * kp.n);
-            n_hist[k] += kp.n;
-            h[n_hist[k]++] = -1;
-            hist[k] = h;
+            memcpy(h + n_hist[hs], kp.t, sizeof(int) * kp.n);
+            n_hist[hs] += kp.n;
+            h[n_hist[hs]++] = -1;
+            hist[hs] = h;
         }
         double copy = copy_share(ids, np, kp.t, kp.n);
         kind_copy[k] += copy;
@@ -644,6 +653,7 @@ int bench_spec(int argc, char **argv)
     cJSON_AddNumberToObject(root, "row_cost", row_cost);
     cJSON_AddNumberToObject(root, "verify_fixed", verify_fixed);
     cJSON_AddBoolToObject(root, "history", history);
+    cJSON_AddBoolToObject(root, "history_shared", history_shared);
     cJSON_AddBoolToObject(root, "greedy_identical", mismatch == 0);
     if (json) {
         char *s = cJSON_PrintUnformatted(root);
