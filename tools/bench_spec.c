@@ -15,14 +15,11 @@
 #include "tools_stats.h"
 #include "tools_util.h"
 
-#define TASKS_PER_KIND 3
-
-#define PASSAGE_VERSES 8
-#define N_KINDS 4
-#define COPY_GRAM 4        /* an output token copies the prompt: its 4-gram is there */
-#define NEAR_VERBATIM 0.8 /* share of copied tokens that makes a kind near-verbatim */
-
-static const char *const kinds[N_KINDS] = {"restart", "middle", "continue", "free"};
+#define TASKS_PER_KIND BENCH_SPEC_TASKS_PER_KIND
+#define PASSAGE_VERSES BENCH_SPEC_PASSAGE_VERSES
+#define N_KINDS BENCH_SPEC_KINDS
+#define COPY_GRAM BENCH_SPEC_COPY_GRAM
+#define NEAR_VERBATIM BENCH_SPEC_NEAR_VERBATIM
 
 double bench_spec_stat(const double *v, uint32_t n, int which)
 {
@@ -39,6 +36,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: sluice bench spec MODEL --text FILE [--tokenizer FILE] [-n N] [--runs R]\n"
             "                         [--rows 4|8|16] [--calibrate] [--min-match N] [--history]\n"
+            "                         [--history-shared]\n"
             "                         [--row-cost A [--verify-fixed B]] [--lookup BIN --gguf FILE]\n"
             "                         [--json]\n"
             "       sluice bench spec MODEL --verify-cost C [--runs R] [--resident int8|packed]\n"
@@ -63,6 +61,10 @@ static void usage(FILE *f)
             "  --history     a history store per kind: a task drafts from the greedy outputs\n"
             "                of the earlier tasks of its kind (other passages), as a store of\n"
             "                earlier generations per task kind would hold them\n"
+            "  --history-shared  one history store for every task, whatever its kind:\n"
+            "                a task drafts from the greedy outputs of all the tasks before it\n"
+            "                (those on the same passage included), as a store used under\n"
+            "                one task kind would hold a user's earlier generations\n"
             "  --min-match N shortest n-gram that drafts from the context, 1..4 (default 2;\n"
             "                a 1-gram still drafts when no longer match drafted anything)\n"
             "  --row-cost A  the cost model's price of one more verification row against a\n"
@@ -95,195 +97,6 @@ static void usage(FILE *f)
             PASSAGE_VERSES, TASKS_PER_KIND, COPY_GRAM, 100 * NEAR_VERBATIM);
 }
 
-struct task {
-    const char *kind;
-    int k; /* index in kinds */
-    char *prompt;
-};
-
-/* The share of out[0..n)'s tokens that end a COPY_GRAM-gram (over the
- * prompt's tail and the output) found in the prompt. */
-static double copy_share(const int *prompt, uint32_t np, const int *out, uint32_t n)
-{
-    uint32_t copied = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        int g[COPY_GRAM];
-        int ok = 1;
-        for (int j = 0; j < COPY_GRAM && ok; j++) { /* the gram ending at out[i] */
-            int64_t at = (int64_t)i - (COPY_GRAM - 1) + j;
-            if (at >= 0)
-                g[j] = out[at];
-            else if ((int64_t)np + at >= 0)
-                g[j] = prompt[np + at];
-            else
-                ok = 0;
-        }
-        for (uint32_t e = COPY_GRAM - 1; ok && e < np; e++)
-            if (!memcmp(prompt + e - (COPY_GRAM - 1), g, sizeof g)) {
-                copied++;
-                break;
-            }
-    }
-    return n ? (double)copied / n : 0;
-}
-
-static char **read_lines(const char *path, uint32_t *n)
-{
-    size_t len;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char **v = NULL, *line = NULL;
-    size_t cap = 0;
-    *n = 0;
-    ssize_t r;
-    while ((r = getline(&line, &cap, f)) > 0) {
-        len = (size_t)r;
-        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-            line[--len] = 0;
-        if (!len)
-            continue;
-        char **nv = realloc(v, sizeof *v * (*n + 1));
-        if (!nv)
-            break;
-        v = nv;
-        v[(*n)++] = strdup(line);
-    }
-    free(line);
-    fclose(f);
-    return v;
-}
-
-/* The first `words` words of s. */
-static void opening(char *out, size_t cap, const char *s, int words)
-{
-    size_t i = 0;
-    int w = 0;
-    while (s[i] && i + 1 < cap) {
-        if (s[i] == ' ' && ++w == words)
-            break;
-        i++;
-    }
-    memcpy(out, s, i);
-    out[i] = 0;
-}
-
-static int make_tasks(char **lines, uint32_t n, struct task *t, uint32_t *nt)
-{
-    *nt = 0;
-    if (n < (TASKS_PER_KIND + 1) * (PASSAGE_VERSES + 2))
-        return -EINVAL;
-    for (int k = 0; k < TASKS_PER_KIND; k++) {
-        uint32_t a = (uint32_t)k * (n / (TASKS_PER_KIND + 1));
-        size_t cap = 16;
-        for (uint32_t i = 0; i < PASSAGE_VERSES; i++)
-            cap += strlen(lines[a + i]) + 1;
-        for (int kind = 0; kind < N_KINDS; kind++) {
-            char *p = malloc(cap + 256);
-            if (!p)
-                return -ENOMEM;
-            p[0] = 0;
-            char open[256];
-            if (kind < 3) {
-                for (uint32_t i = 0; i < PASSAGE_VERSES; i++) {
-                    strcat(p, lines[a + i]);
-                    strcat(p, " ");
-                }
-                opening(open, sizeof open,
-                        lines[a + (kind == 0 ? 0 : kind == 1 ? 4 : PASSAGE_VERSES)], 6);
-            } else {
-                opening(open, sizeof open, lines[a + PASSAGE_VERSES + 1], 6);
-            }
-            strcat(p, open);
-            t[*nt] = (struct task){kinds[kind], kind, p};
-            (*nt)++;
-        }
-    }
-    return 0;
-}
-
-struct keep {
-    int *t;
-    uint32_t n, cap;
-};
-
-static int keep_tok(void *ctx, int tok)
-{
-    struct keep *k = ctx;
-    if (k->n < k->cap)
-        k->t[k->n++] = tok;
-    return 0;
-}
-
-/* One decode of n tokens after the prompt: tokens/s (0 on error). */
-static double decode_once(struct infer_model *m, const int *ids, uint32_t np, uint32_t n,
-                          const struct infer_spec_opts *so, struct keep *out,
-                          struct infer_spec_stats *sst, struct sl_err *err)
-{
-    struct infer_session *s;
-    struct infer_session_opts o = {.max_batch = 256};
-    if (infer_session_create(m, &o, &s, err) < 0)
-        return 0;
-    double tps = 0;
-    out->n = 0;
-    if (infer_session_prefill(s, ids, np, err) == 0) {
-        uint64_t t0 = sl_now_ns();
-        int ret;
-        uint32_t got;
-        struct infer_spec *sp = NULL;
-        if (so) {
-            ret = infer_spec_create(s, ids, np, so, &sp, err);
-            if (ret == 0)
-                ret = infer_spec_generate(sp, n, NULL, 0, keep_tok, out, &got, err);
-            if (sp)
-                infer_spec_stats(sp, sst);
-            infer_spec_destroy(sp);
-        } else {
-            ret = infer_session_generate(s, n, NULL, 0, keep_tok, out, &got, err);
-        }
-        double dt = (double)(sl_now_ns() - t0) / 1e9;
-        if (ret == 0 && dt > 0)
-            tps = got / dt;
-    }
-    infer_session_destroy(s);
-    return tps;
-}
-
-/* llama-lookup's decode speed on the prompt, or 0. */
-static double lookup_once(const char *bin, const char *gguf, const char *prompt, uint32_t n,
-                          int plain)
-{
-    char path[] = "/tmp/sluice-spec-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0)
-        return 0;
-    FILE *pf = fdopen(fd, "w");
-    if (!pf) {
-        close(fd);
-        unlink(path);
-        return 0;
-    }
-    fputs(prompt, pf);
-    fclose(pf);
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "'%s' -m '%s' -f '%s' -n %u --temp 0 -t 1 -c 1024 --ignore-eos%s 2>&1 >/dev/null", bin,
-             gguf, path, n, plain ? " --draft-max 0" : "");
-    FILE *p = popen(cmd, "r");
-    double tps = 0;
-    char line[1024];
-    while (p && fgets(line, sizeof line, p)) {
-        const char *d = strstr(line, "decoded");
-        const char *sp = d ? strstr(d, "speed:") : NULL;
-        if (sp)
-            tps = atof(sp + 6);
-    }
-    if (p)
-        pclose(p);
-    unlink(path);
-    return tps;
-}
-
 int bench_spec(int argc, char **argv)
 {
     const char *model = NULL, *text = NULL, *tokenizer = NULL, *lookup = NULL, *gguf = NULL;
@@ -291,7 +104,7 @@ int bench_spec(int argc, char **argv)
     int json = 0, calibrate = 0, packed = 0;
     uint32_t min_match = 0;
     double row_cost = 0, verify_fixed = 0;
-    int one_thread = 0, history = 0;
+    int one_thread = 0, history = 0, history_shared = 0;
     uint32_t shape = 0;
     uint32_t cost_ctx = 0;
     struct tools_args a = {"sluice bench spec", usage, argc, argv, 0};
@@ -335,6 +148,8 @@ int bench_spec(int argc, char **argv)
             bad = tools_args_double(&a, 0, 4, 0, &verify_fixed);
         } else if (!strcmp(s, "--history")) {
             history = 1;
+        } else if (!strcmp(s, "--history-shared")) {
+            history = history_shared = 1;
         } else if (!strcmp(s, "--shape")) {
             bad = tools_args_u32(&a, 1, 16, &shape);
             if (!bad && shape != 1 && shape != 4 && shape != 8 && shape != 16) {
@@ -425,10 +240,10 @@ int bench_spec(int argc, char **argv)
                 "differ under speculation\n",
                 model);
     uint32_t nl = 0;
-    char **lines = read_lines(text, &nl);
-    struct task tasks[N_KINDS * TASKS_PER_KIND];
+    char **lines = bench_spec_read_lines(text, &nl);
+    struct bench_spec_task tasks[N_KINDS * TASKS_PER_KIND];
     uint32_t nt = 0;
-    if (!lines || make_tasks(lines, nl, tasks, &nt) < 0) {
+    if (!lines || bench_spec_make_tasks(lines, nl, tasks, &nt) < 0) {
         fprintf(stderr, "sluice bench spec: %s: want at least %d lines of text\n", text,
                 (TASKS_PER_KIND + 1) * (PASSAGE_VERSES + 2));
         infer_tokenizer_destroy(tk);
@@ -437,8 +252,8 @@ int bench_spec(int argc, char **argv)
     }
     uint32_t seq = infer_model_config(m)->seq_len;
     int *ids = malloc(sizeof(int) * seq);
-    struct keep kp = {.t = malloc(sizeof(int) * n), .cap = n};
-    struct keep ks = {.t = malloc(sizeof(int) * n), .cap = n};
+    struct bench_spec_keep kp = {.t = malloc(sizeof(int) * n), .cap = n};
+    struct bench_spec_keep ks = {.t = malloc(sizeof(int) * n), .cap = n};
     double *v = malloc(sizeof(double) * runs * 4);
     cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "tasks");
     struct infer_spec_opts so = {.max_rows = rows, .calibrate = calibrate,
@@ -448,16 +263,7 @@ int bench_spec(int argc, char **argv)
     /* --history: per kind, the greedy outputs of its earlier tasks, -1 after each */
     int *hist[N_KINDS] = {NULL};
     uint32_t n_hist[N_KINDS] = {0};
-    /* per kind: sums of medians (and of best runs) for the summary */
-    double kind_plain[N_KINDS] = {0}, kind_spec[N_KINDS] = {0}, kind_look[N_KINDS] = {0},
-           kind_lplain[N_KINDS] = {0}, kind_copy[N_KINDS] = {0};
-    double kbest_plain[N_KINDS] = {0}, kbest_spec[N_KINDS] = {0}, kbest_look[N_KINDS] = {0},
-           kbest_lplain[N_KINDS] = {0};
-    uint32_t kind_acc[N_KINDS] = {0}, kind_rounds[N_KINDS] = {0}, kind_drafted[N_KINDS] = {0},
-             kind_tasks[N_KINDS] = {0}, kind_steps[N_KINDS] = {0},
-             kind_skipped[N_KINDS] = {0};
-    double kind_step_s[N_KINDS] = {0}, kind_verify_s[N_KINDS] = {0}, kind_draft_s[N_KINDS] = {0},
-           kind_calib_s[N_KINDS] = {0};
+    struct bench_spec_sums S = {0}; /* per kind, for the summary */
     if (!json)
         printf("%-8s %6s %9s %9s %9s %9s %8s %8s %7s %6s %5s\n", "task", "prompt", "plain",
                "spec", "llama", "lookup", "spec/pl", "look/lla", "accept", "len", "copy");
@@ -469,8 +275,9 @@ int bench_spec(int argc, char **argv)
         }
         double *vp = v, *vs = v + runs, *vl = v + 2 * runs, *vlp = v + 3 * runs;
         struct infer_spec_stats sst = {0}, one;
-        so.history = history ? hist[tasks[ti].k] : NULL;
-        so.n_history = history ? n_hist[tasks[ti].k] : 0;
+        int hk = history_shared ? 0 : tasks[ti].k; /* the task's store */
+        so.history = history ? hist[hk] : NULL;
+        so.n_history = history ? n_hist[hk] : 0;
         for (uint32_t r = 0; r < runs; r++) { /* statistics: the sums over the runs */
             /* plain first on even runs, speculative first on odd ones, so
              * neither always runs second (with nothing to verify, --row-cost
@@ -478,10 +285,10 @@ int bench_spec(int argc, char **argv)
              * with plain always first, 0.77-1.34x either way at load 7) */
             memset(&one, 0, sizeof one);
             if (r % 2 == 0)
-                vp[r] = decode_once(m, ids, np, n, NULL, &kp, NULL, &err);
-            vs[r] = decode_once(m, ids, np, n, &so, &ks, &one, &err);
+                vp[r] = bench_spec_decode_once(m, ids, np, n, NULL, &kp, NULL, &err);
+            vs[r] = bench_spec_decode_once(m, ids, np, n, &so, &ks, &one, &err);
             if (r % 2 == 1)
-                vp[r] = decode_once(m, ids, np, n, NULL, &kp, NULL, &err);
+                vp[r] = bench_spec_decode_once(m, ids, np, n, NULL, &kp, NULL, &err);
             sst.accepted += one.accepted;
             sst.rounds += one.rounds;
             sst.drafted += one.drafted;
@@ -491,8 +298,8 @@ int bench_spec(int argc, char **argv)
             sst.verify_s += one.verify_s;
             sst.draft_s += one.draft_s;
             sst.calib_s += one.calib_s;
-            vlp[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 1) : 0;
-            vl[r] = lookup ? lookup_once(lookup, gguf, tasks[ti].prompt, n, 0) : 0;
+            vlp[r] = lookup ? bench_spec_lookup_once(lookup, gguf, tasks[ti].prompt, n, 1) : 0;
+            vl[r] = lookup ? bench_spec_lookup_once(lookup, gguf, tasks[ti].prompt, n, 0) : 0;
             if (kp.n != ks.n || memcmp(kp.t, ks.t, sizeof(int) * kp.n))
                 mismatch++;
         }
@@ -500,38 +307,39 @@ int bench_spec(int argc, char **argv)
                ml = tools_median(vl, runs), mlp = tools_median(vlp, runs);
         int k = tasks[ti].k;
         if (history) {
-            int *h = realloc(hist[k], sizeof(int) * (n_hist[k] + kp.n + 1));
+            int hs = history_shared ? 0 : k;
+            int *h = realloc(hist[hs], sizeof(int) * (n_hist[hs] + kp.n + 1));
             if (!h) {
                 fprintf(stderr, "sluice bench spec: out of memory for the history\n");
                 failed = 1;
                 break;
             }
-            memcpy(h + n_hist[k], kp.t, sizeof(int) * kp.n);
-            n_hist[k] += kp.n;
-            h[n_hist[k]++] = -1;
-            hist[k] = h;
+            memcpy(h + n_hist[hs], kp.t, sizeof(int) * kp.n);
+            n_hist[hs] += kp.n;
+            h[n_hist[hs]++] = -1;
+            hist[hs] = h;
         }
-        double copy = copy_share(ids, np, kp.t, kp.n);
-        kind_copy[k] += copy;
-        kind_tasks[k]++;
-        kind_plain[k] += mp;
-        kind_spec[k] += ms;
-        kind_look[k] += ml;
-        kind_lplain[k] += mlp;
+        double copy = bench_spec_copy_share(ids, np, kp.t, kp.n);
+        S.copy[k] += copy;
+        S.tasks[k]++;
+        S.plain[k] += mp;
+        S.spec[k] += ms;
+        S.look[k] += ml;
+        S.lplain[k] += mlp;
         /* the best run of each (highest tokens/s): the least disturbed by other load */
-        kbest_plain[k] += bench_spec_stat(vp, runs, 2);
-        kbest_spec[k] += bench_spec_stat(vs, runs, 2);
-        kbest_look[k] += bench_spec_stat(vl, runs, 2);
-        kbest_lplain[k] += bench_spec_stat(vlp, runs, 2);
-        kind_acc[k] += sst.accepted;
-        kind_rounds[k] += sst.rounds;
-        kind_drafted[k] += sst.drafted;
-        kind_steps[k] += sst.plain_steps;
-        kind_skipped[k] += sst.skipped;
-        kind_step_s[k] += sst.plain_s;
-        kind_verify_s[k] += sst.verify_s;
-        kind_draft_s[k] += sst.draft_s;
-        kind_calib_s[k] += sst.calib_s;
+        S.best_plain[k] += bench_spec_stat(vp, runs, 2);
+        S.best_spec[k] += bench_spec_stat(vs, runs, 2);
+        S.best_look[k] += bench_spec_stat(vl, runs, 2);
+        S.best_lplain[k] += bench_spec_stat(vlp, runs, 2);
+        S.acc[k] += sst.accepted;
+        S.rounds[k] += sst.rounds;
+        S.drafted[k] += sst.drafted;
+        S.steps[k] += sst.plain_steps;
+        S.skipped[k] += sst.skipped;
+        S.step_s[k] += sst.plain_s;
+        S.verify_s[k] += sst.verify_s;
+        S.draft_s[k] += sst.draft_s;
+        S.calib_s[k] += sst.calib_s;
         double len = sst.rounds ? (double)(sst.accepted + sst.rounds) / sst.rounds : 0;
         double rate = sst.drafted ? (double)sst.accepted / sst.drafted : 0;
         if (!json)
@@ -558,84 +366,9 @@ int bench_spec(int argc, char **argv)
         cJSON_AddNumberToObject(o, "copy_share", copy);
         cJSON_AddItemToArray(arr, o);
     }
-    cJSON *sum = cJSON_AddObjectToObject(root, "by_kind");
-    for (int k = 0; k < N_KINDS; k++) {
-        double copy = kind_tasks[k] ? kind_copy[k] / kind_tasks[k] : 0;
-        double sp = kind_plain[k] > 0 ? kind_spec[k] / kind_plain[k] : 0;
-        double len = kind_rounds[k] ? (double)(kind_acc[k] + kind_rounds[k]) / kind_rounds[k] : 0;
-        if (!json)
-            printf("%-8s spec/plain %.2fx, mean acceptance length %.2f, accepted %u of %u "
-                   "drafts; output %.0f%% copied: %s\n",
-                   kinds[k], sp, len, kind_acc[k], kind_drafted[k], 100 * copy,
-                   copy >= NEAR_VERBATIM ? "near-verbatim" : "not near-verbatim");
-        /* where the time went: verifications against one-row steps */
-        double v_ms = kind_rounds[k] ? 1e3 * kind_verify_s[k] / kind_rounds[k] : 0;
-        double s_ms = kind_steps[k] ? 1e3 * kind_step_s[k] / kind_steps[k] : 0;
-        double vrows = kind_rounds[k] ? 1.0 + (double)kind_drafted[k] / kind_rounds[k] : 0;
-        if (!json)
-            printf("         %u verifications of %.1f rows, %.3f ms each (x%.2f of a one-row "
-                   "step); %u one-row steps, %.3f ms each; drafting %.1f%% of the time\n"
-                   "         one-row steps: %u without a draft, %u with one the cost model "
-                   "skipped; %.2f tokens per forward\n",
-                   kind_rounds[k], vrows, v_ms, s_ms > 0 ? v_ms / s_ms : 0, kind_steps[k], s_ms,
-                   100 * kind_draft_s[k] /
-                       (kind_draft_s[k] + kind_verify_s[k] + kind_step_s[k] + 1e-12),
-                   kind_steps[k] - kind_skipped[k], kind_skipped[k],
-                   kind_rounds[k] + kind_steps[k]
-                       ? (double)(kind_acc[k] + kind_rounds[k] + kind_steps[k]) /
-                             (kind_rounds[k] + kind_steps[k])
-                       : 0.0);
-        /* at a fixed price the drafts do not depend on the load: plain
-         * decoding's one-row steps (one a token) over speculation's, each
-         * verification of n rows counted as 1 + B + A (n - 1) of them */
-        uint32_t toks = kind_acc[k] + kind_rounds[k] + kind_steps[k];
-        double priced = kind_steps[k] + kind_rounds[k] * (1.0 + verify_fixed) +
-                        row_cost * kind_drafted[k];
-        double spent = kind_draft_s[k] + kind_verify_s[k] + kind_step_s[k] + kind_calib_s[k];
-        if (!json && calibrate)
-            printf("         calibration %.2f ms a run, %.1f%% of speculation's time\n",
-                   kind_tasks[k] ? 1e3 * kind_calib_s[k] / (kind_tasks[k] * runs) : 0,
-                   spent > 0 ? 100 * kind_calib_s[k] / spent : 0);
-        if (!json && row_cost > 0)
-            printf("         priced at 1 + %.2f + %.2f (n - 1) one-row steps a verification: "
-                   "%u tokens in %.1f steps, %.3fx plain\n",
-                   verify_fixed, row_cost, toks, priced, priced > 0 ? toks / priced : 0);
-        if (!json && lookup)
-            printf("         llama-lookup/llama plain %.2fx; tokens/s spec/lookup %.2fx\n",
-                   kind_lplain[k] > 0 ? kind_look[k] / kind_lplain[k] : 0,
-                   kind_look[k] > 0 ? kind_spec[k] / kind_look[k] : 0);
-        if (!json)
-            printf("         best runs: spec/plain %.2fx%s",
-                   kbest_plain[k] > 0 ? kbest_spec[k] / kbest_plain[k] : 0, lookup ? "" : "\n");
-        if (!json && lookup)
-            printf(", llama-lookup/llama plain %.2fx, spec/lookup %.2fx\n",
-                   kbest_lplain[k] > 0 ? kbest_look[k] / kbest_lplain[k] : 0,
-                   kbest_look[k] > 0 ? kbest_spec[k] / kbest_look[k] : 0);
-        cJSON *o = cJSON_AddObjectToObject(sum, kinds[k]);
-        cJSON_AddNumberToObject(o, "copy_share", copy);
-        cJSON_AddBoolToObject(o, "near_verbatim", copy >= NEAR_VERBATIM);
-        cJSON_AddNumberToObject(o, "verifications", kind_rounds[k]);
-        cJSON_AddNumberToObject(o, "verify_rows_mean", vrows);
-        cJSON_AddNumberToObject(o, "verify_ms_mean", v_ms);
-        cJSON_AddNumberToObject(o, "one_row_steps", kind_steps[k]);
-        cJSON_AddNumberToObject(o, "one_row_steps_draft_skipped", kind_skipped[k]);
-        cJSON_AddNumberToObject(o, "step_ms_mean", s_ms);
-        cJSON_AddNumberToObject(o, "calib_s", kind_calib_s[k]);
-        cJSON_AddNumberToObject(o, "spec_over_plain", sp);
-        cJSON_AddNumberToObject(o, "spec_over_plain_best_runs",
-                                kbest_plain[k] > 0 ? kbest_spec[k] / kbest_plain[k] : 0);
-        if (lookup) {
-            cJSON_AddNumberToObject(o, "lookup_over_llama_plain_best_runs",
-                                    kbest_lplain[k] > 0 ? kbest_look[k] / kbest_lplain[k] : 0);
-            cJSON_AddNumberToObject(o, "lookup_over_llama_plain",
-                                    kind_lplain[k] > 0 ? kind_look[k] / kind_lplain[k] : 0);
-            cJSON_AddNumberToObject(o, "spec_over_lookup_tps",
-                                    kind_look[k] > 0 ? kind_spec[k] / kind_look[k] : 0);
-        }
-        cJSON_AddNumberToObject(o, "mean_acceptance_length", len);
-        if (row_cost > 0)
-            cJSON_AddNumberToObject(o, "priced_over_plain", priced > 0 ? toks / priced : 0);
-    }
+    bench_spec_report(&S, &(struct bench_spec_report_opts){runs, row_cost, verify_fixed,
+                                                           calibrate, lookup != NULL, json},
+                      root);
     cJSON_AddNumberToObject(root, "tokens", n);
     cJSON_AddNumberToObject(root, "runs", runs);
     cJSON_AddNumberToObject(root, "rows", rows);
@@ -644,6 +377,7 @@ int bench_spec(int argc, char **argv)
     cJSON_AddNumberToObject(root, "row_cost", row_cost);
     cJSON_AddNumberToObject(root, "verify_fixed", verify_fixed);
     cJSON_AddBoolToObject(root, "history", history);
+    cJSON_AddBoolToObject(root, "history_shared", history_shared);
     cJSON_AddBoolToObject(root, "greedy_identical", mismatch == 0);
     if (json) {
         char *s = cJSON_PrintUnformatted(root);

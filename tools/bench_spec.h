@@ -1,11 +1,82 @@
-/* bench_spec.h: the two halves of `sluice bench spec` (bench_spec.c: the
- * task benchmark; bench_spec_cost.c: --verify-cost). */
+/* bench_spec.h: the parts of `sluice bench spec`: bench_spec.c (options and
+ * the task runs), bench_spec_tasks.c (the task set), bench_spec_run.c (one
+ * decode, ours or llama-lookup's), bench_spec_report.c (the summary by kind)
+ * and bench_spec_cost.c (--verify-cost). */
 #ifndef SLUICE_BENCH_SPEC_H
 #define SLUICE_BENCH_SPEC_H
 
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "infer.h"
+
+#define BENCH_SPEC_KINDS 4 /* restart, middle, continue, free */
+#define BENCH_SPEC_TASKS_PER_KIND 3
+#define BENCH_SPEC_PASSAGE_VERSES 8
+#define BENCH_SPEC_COPY_GRAM 4       /* an output token copies the prompt: its 4-gram is there */
+#define BENCH_SPEC_NEAR_VERBATIM 0.8 /* share of copied tokens that makes a kind near-verbatim */
+
+extern const char *const bench_spec_kinds[BENCH_SPEC_KINDS];
+
+/* ---- the task set (bench_spec_tasks.c) ---- */
+
+struct bench_spec_task {
+    const char *kind;
+    int k; /* index in bench_spec_kinds */
+    char *prompt;
+};
+
+/* The file's non-empty lines (NULL on an error). */
+char **bench_spec_read_lines(const char *path, uint32_t *n);
+/* BENCH_SPEC_TASKS_PER_KIND tasks of every kind from the lines; -EINVAL
+ * when there are too few, -ENOMEM. */
+int bench_spec_make_tasks(char **lines, uint32_t n, struct bench_spec_task *t, uint32_t *nt);
+/* The share of out[0..n)'s tokens that end a BENCH_SPEC_COPY_GRAM-gram
+ * (over the prompt's tail and the output) found in the prompt. */
+double bench_spec_copy_share(const int *prompt, uint32_t np, const int *out, uint32_t n);
+
+/* ---- one decode (bench_spec_run.c) ---- */
+
+struct bench_spec_keep { /* the tokens generated, up to cap */
+    int *t;
+    uint32_t n, cap;
+};
+
+int bench_spec_keep_tok(void *ctx, int tok);
+/* One decode of n tokens after the prompt on a fresh session, plain (so
+ * NULL) or speculative (its statistics into sst): tokens/s (0 on error). */
+double bench_spec_decode_once(struct infer_model *m, const int *ids, uint32_t np, uint32_t n,
+                              const struct infer_spec_opts *so, struct bench_spec_keep *out,
+                              struct infer_spec_stats *sst, struct sl_err *err);
+/* llama-lookup's decode speed on the prompt (plain: --draft-max 0), or 0. */
+double bench_spec_lookup_once(const char *bin, const char *gguf, const char *prompt, uint32_t n,
+                              int plain);
+
+/* ---- the summary (bench_spec_report.c) ---- */
+
+/* Per kind: sums over its tasks of medians (best_*: of best runs) and of
+ * the speculative runs' statistics. */
+struct bench_spec_sums {
+    double plain[BENCH_SPEC_KINDS], spec[BENCH_SPEC_KINDS], look[BENCH_SPEC_KINDS],
+        lplain[BENCH_SPEC_KINDS], copy[BENCH_SPEC_KINDS];
+    double best_plain[BENCH_SPEC_KINDS], best_spec[BENCH_SPEC_KINDS], best_look[BENCH_SPEC_KINDS],
+        best_lplain[BENCH_SPEC_KINDS];
+    uint32_t acc[BENCH_SPEC_KINDS], rounds[BENCH_SPEC_KINDS], drafted[BENCH_SPEC_KINDS],
+        tasks[BENCH_SPEC_KINDS], steps[BENCH_SPEC_KINDS], skipped[BENCH_SPEC_KINDS];
+    double step_s[BENCH_SPEC_KINDS], verify_s[BENCH_SPEC_KINDS], draft_s[BENCH_SPEC_KINDS],
+        calib_s[BENCH_SPEC_KINDS];
+};
+
+struct bench_spec_report_opts {
+    uint32_t runs;
+    double row_cost, verify_fixed; /* row_cost > 0: the priced line */
+    int calibrate, lookup, json;
+};
+
+/* Prints the summary by kind (unless json) and adds "by_kind" to root. */
+void bench_spec_report(const struct bench_spec_sums *S, const struct bench_spec_report_opts *ro,
+                       cJSON *root);
 
 /* v[0..n): 0 min, 1 median, 2 max (0 on an error). */
 double bench_spec_stat(const double *v, uint32_t n, int which);

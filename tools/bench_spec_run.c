@@ -1,0 +1,87 @@
+/* bench_spec_run.c: one decode of `sluice bench spec`: plain or speculative
+ * on a fresh session after the prompt's prefill (timed from the first
+ * generated token), or llama.cpp's llama-lookup on the same prompt text. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_spec.h"
+#include "tools_util.h"
+
+int bench_spec_keep_tok(void *ctx, int tok)
+{
+    struct bench_spec_keep *k = ctx;
+    if (k->n < k->cap)
+        k->t[k->n++] = tok;
+    return 0;
+}
+
+/* One decode of n tokens after the prompt: tokens/s (0 on error). */
+double bench_spec_decode_once(struct infer_model *m, const int *ids, uint32_t np, uint32_t n,
+                              const struct infer_spec_opts *so, struct bench_spec_keep *out,
+                              struct infer_spec_stats *sst, struct sl_err *err)
+{
+    struct infer_session *s;
+    struct infer_session_opts o = {.max_batch = 256};
+    if (infer_session_create(m, &o, &s, err) < 0)
+        return 0;
+    double tps = 0;
+    out->n = 0;
+    if (infer_session_prefill(s, ids, np, err) == 0) {
+        uint64_t t0 = sl_now_ns();
+        int ret;
+        uint32_t got;
+        struct infer_spec *sp = NULL;
+        if (so) {
+            ret = infer_spec_create(s, ids, np, so, &sp, err);
+            if (ret == 0)
+                ret = infer_spec_generate(sp, n, NULL, 0, bench_spec_keep_tok, out, &got, err);
+            if (sp)
+                infer_spec_stats(sp, sst);
+            infer_spec_destroy(sp);
+        } else {
+            ret = infer_session_generate(s, n, NULL, 0, bench_spec_keep_tok, out, &got, err);
+        }
+        double dt = (double)(sl_now_ns() - t0) / 1e9;
+        if (ret == 0 && dt > 0)
+            tps = got / dt;
+    }
+    infer_session_destroy(s);
+    return tps;
+}
+
+/* llama-lookup's decode speed on the prompt, or 0. */
+double bench_spec_lookup_once(const char *bin, const char *gguf, const char *prompt, uint32_t n,
+                              int plain)
+{
+    char path[] = "/tmp/sluice-spec-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return 0;
+    FILE *pf = fdopen(fd, "w");
+    if (!pf) {
+        close(fd);
+        unlink(path);
+        return 0;
+    }
+    fputs(prompt, pf);
+    fclose(pf);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "'%s' -m '%s' -f '%s' -n %u --temp 0 -t 1 -c 1024 --ignore-eos%s 2>&1 >/dev/null", bin,
+             gguf, path, n, plain ? " --draft-max 0" : "");
+    FILE *p = popen(cmd, "r");
+    double tps = 0;
+    char line[1024];
+    while (p && fgets(line, sizeof line, p)) {
+        const char *d = strstr(line, "decoded");
+        const char *sp = d ? strstr(d, "speed:") : NULL;
+        if (sp)
+            tps = atof(sp + 6);
+    }
+    if (p)
+        pclose(p);
+    unlink(path);
+    return tps;
+}

@@ -1,0 +1,116 @@
+/* bench_spec_tasks.c: `sluice bench spec`'s task set: prompts made from a
+ * text of one verse a line (a passage, then words to restart, extract or
+ * continue from; or free generation), and how verbatim an output is. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "bench_spec.h"
+
+const char *const bench_spec_kinds[BENCH_SPEC_KINDS] = {"restart", "middle", "continue", "free"};
+
+/* The share of out[0..n)'s tokens that end a BENCH_SPEC_COPY_GRAM-gram (over the
+ * prompt's tail and the output) found in the prompt. */
+double bench_spec_copy_share(const int *prompt, uint32_t np, const int *out, uint32_t n)
+{
+    uint32_t copied = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        int g[BENCH_SPEC_COPY_GRAM];
+        int ok = 1;
+        for (int j = 0; j < BENCH_SPEC_COPY_GRAM && ok; j++) { /* the gram ending at out[i] */
+            int64_t at = (int64_t)i - (BENCH_SPEC_COPY_GRAM - 1) + j;
+            if (at >= 0)
+                g[j] = out[at];
+            else if ((int64_t)np + at >= 0)
+                g[j] = prompt[np + at];
+            else
+                ok = 0;
+        }
+        for (uint32_t e = BENCH_SPEC_COPY_GRAM - 1; ok && e < np; e++)
+            if (!memcmp(prompt + e - (BENCH_SPEC_COPY_GRAM - 1), g, sizeof g)) {
+                copied++;
+                break;
+            }
+    }
+    return n ? (double)copied / n : 0;
+}
+
+char **bench_spec_read_lines(const char *path, uint32_t *n)
+{
+    size_t len;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char **v = NULL, *line = NULL;
+    size_t cap = 0;
+    *n = 0;
+    ssize_t r;
+    while ((r = getline(&line, &cap, f)) > 0) {
+        len = (size_t)r;
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = 0;
+        if (!len)
+            continue;
+        char **nv = realloc(v, sizeof *v * (*n + 1));
+        if (!nv)
+            break;
+        v = nv;
+        v[(*n)++] = strdup(line);
+    }
+    free(line);
+    fclose(f);
+    return v;
+}
+
+/* The first `words` words of s. */
+static void opening(char *out, size_t cap, const char *s, int words)
+{
+    size_t i = 0;
+    int w = 0;
+    while (s[i] && i + 1 < cap) {
+        if (s[i] == ' ' && ++w == words)
+            break;
+        i++;
+    }
+    memcpy(out, s, i);
+    out[i] = 0;
+}
+
+int bench_spec_make_tasks(char **lines, uint32_t n, struct bench_spec_task *t, uint32_t *nt)
+{
+    *nt = 0;
+    if (n < (BENCH_SPEC_TASKS_PER_KIND + 1) * (BENCH_SPEC_PASSAGE_VERSES + 2))
+        return -EINVAL;
+    for (int k = 0; k < BENCH_SPEC_TASKS_PER_KIND; k++) {
+        uint32_t a = (uint32_t)k * (n / (BENCH_SPEC_TASKS_PER_KIND + 1));
+        size_t cap = 16;
+        for (uint32_t i = 0; i < BENCH_SPEC_PASSAGE_VERSES; i++)
+            cap += strlen(lines[a + i]) + 1;
+        for (int kind = 0; kind < BENCH_SPEC_KINDS; kind++) {
+            char *p = malloc(cap + 256);
+            if (!p)
+                return -ENOMEM;
+            p[0] = 0;
+            char open[256];
+            if (kind < 3) {
+                for (uint32_t i = 0; i < BENCH_SPEC_PASSAGE_VERSES; i++) {
+                    strcat(p, lines[a + i]);
+                    strcat(p, " ");
+                }
+                opening(open, sizeof open,
+                        lines[a + (kind == 0   ? 0
+                                   : kind == 1 ? 4
+                                               : BENCH_SPEC_PASSAGE_VERSES)],
+                        6);
+            } else {
+                opening(open, sizeof open, lines[a + BENCH_SPEC_PASSAGE_VERSES + 1], 6);
+            }
+            strcat(p, open);
+            t[*nt] = (struct bench_spec_task){bench_spec_kinds[kind], kind, p};
+            (*nt)++;
+        }
+    }
+    return 0;
+}
