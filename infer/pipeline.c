@@ -293,7 +293,12 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     p->tokens = tokens;
     p->logits = logits;
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    /* the workers' timed waits (the NPU's late rule) count on sl_now_ns's clock */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&p->pf_cv, NULL);
     pthread_cond_init(&p->drop_cv, NULL);
     void *whole = NULL;

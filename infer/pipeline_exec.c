@@ -49,6 +49,10 @@ void pl_npu_done(void *ctx, struct npu_job *j)
     p->running--;
     p->npu_running = UINT32_MAX;
     p->npu_idle_t0 = t->t1;
+    /* workers that went idle while the NPU ran sleep without a deadline:
+     * wake them so that they arm the late rule for what is still queued */
+    if (p->npu_q.n && p->idle_workers)
+        pthread_cond_broadcast(&p->cv);
     p->npu_actual_s += (double)(t->t1 - t->t0) / 1e9;
     p->npu_est_s += t->est;
     if (j->status < 0) {
@@ -166,13 +170,11 @@ void *pl_cpu_worker(void *arg)
                 pthread_cond_signal(&p->pf_cv);
             uint64_t late = steal_on ? pl_npu_late_at(p) : 0;
             if (late) { /* look again when the NPU would be late */
-                uint64_t now = sl_now_ns(), wait = late > now ? late - now : 0;
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                uint64_t ns = (uint64_t)ts.tv_nsec + wait;
-                ts.tv_sec += (time_t)(ns / 1000000000u);
-                ts.tv_nsec = (long)(ns % 1000000000u);
-                pthread_cond_timedwait(&p->cv, &p->lock, &ts);
+                /* p->cv runs on CLOCK_MONOTONIC, sl_now_ns's clock; a
+                 * timeout or an early wake-up both just look again */
+                struct timespec ts = {.tv_sec = (time_t)(late / 1000000000u),
+                                      .tv_nsec = (long)(late % 1000000000u)};
+                (void)pthread_cond_timedwait(&p->cv, &p->lock, &ts);
             } else {
                 pthread_cond_wait(&p->cv, &p->lock);
             }
