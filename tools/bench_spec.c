@@ -240,12 +240,22 @@ int bench_spec(int argc, char **argv)
                 "differ under speculation\n",
                 model);
     uint32_t nl = 0;
-    char **lines = bench_spec_read_lines(text, &nl);
+    int lerr = 0;
+    char **lines = bench_spec_read_lines(text, &nl, &lerr);
     struct bench_spec_task tasks[N_KINDS * TASKS_PER_KIND];
     uint32_t nt = 0;
-    if (!lines || bench_spec_make_tasks(lines, nl, tasks, &nt) < 0) {
-        fprintf(stderr, "sluice bench spec: %s: want at least %d lines of text\n", text,
-                (TASKS_PER_KIND + 1) * (PASSAGE_VERSES + 2));
+    int terr = lines ? bench_spec_make_tasks(lines, nl, tasks, &nt) : 0;
+    if (!lines || terr < 0) {
+        if (!lines)
+            fprintf(stderr, "sluice bench spec: %s: %s\n", text, strerror(-lerr));
+        else if (terr == -EINVAL)
+            fprintf(stderr, "sluice bench spec: %s: want at least %d lines of text\n", text,
+                    (TASKS_PER_KIND + 1) * (PASSAGE_VERSES + 2));
+        else
+            fprintf(stderr, "sluice bench spec: out of memory making the tasks\n");
+        for (uint32_t i = 0; i < nt; i++)
+            free(tasks[i].prompt);
+        bench_spec_free_lines(lines, nl);
         infer_tokenizer_destroy(tk);
         infer_model_destroy(m);
         return 1;
@@ -263,11 +273,16 @@ int bench_spec(int argc, char **argv)
     /* --history: per kind, the greedy outputs of its earlier tasks, -1 after each */
     int *hist[N_KINDS] = {NULL};
     uint32_t n_hist[N_KINDS] = {0};
+    if (!ids || !kp.t || !ks.t || !v || !root || !arr) {
+        fprintf(stderr, "sluice bench spec: out of memory\n");
+        failed = 1;
+        goto done;
+    }
     struct bench_spec_sums S = {0}; /* per kind, for the summary */
     if (!json)
         printf("%-8s %6s %9s %9s %9s %9s %8s %8s %7s %6s %5s\n", "task", "prompt", "plain",
                "spec", "llama", "lookup", "spec/pl", "look/lla", "accept", "len", "copy");
-    for (uint32_t ti = 0; ti < nt && ids && kp.t && ks.t && v; ti++) {
+    for (uint32_t ti = 0; ti < nt; ti++) {
         uint32_t np;
         if (infer_tokenizer_encode(tk, tasks[ti].prompt, 1, ids, seq - n - 1, &np) < 0) {
             fprintf(stderr, "sluice bench spec: task %u's prompt is too long\n", ti);
@@ -387,12 +402,11 @@ int bench_spec(int argc, char **argv)
     } else {
         printf("greedy tokens %s\n", mismatch ? "DIFFER" : "identical in every run");
     }
+done:
     cJSON_Delete(root);
     for (uint32_t i = 0; i < nt; i++)
         free(tasks[i].prompt);
-    for (uint32_t i = 0; i < nl; i++)
-        free(lines[i]);
-    free(lines);
+    bench_spec_free_lines(lines, nl);
     free(ids);
     free(kp.t);
     free(ks.t);

@@ -27,10 +27,14 @@ struct bench_spec_task {
     char *prompt;
 };
 
-/* The file's non-empty lines (NULL on an error). */
-char **bench_spec_read_lines(const char *path, uint32_t *n);
+/* The file's non-empty lines; NULL with *err = -errno (the open), -EIO (a
+ * read) or -ENOMEM on an error. */
+char **bench_spec_read_lines(const char *path, uint32_t *n, int *err);
+/* Frees what bench_spec_read_lines returned. */
+void bench_spec_free_lines(char **lines, uint32_t n);
 /* BENCH_SPEC_TASKS_PER_KIND tasks of every kind from the lines; -EINVAL
- * when there are too few, -ENOMEM. */
+ * when there are too few, -ENOMEM (the *nt tasks made are the caller's to
+ * free). */
 int bench_spec_make_tasks(char **lines, uint32_t n, struct bench_spec_task *t, uint32_t *nt);
 /* The share of out[0..n)'s tokens that end a BENCH_SPEC_COPY_GRAM-gram
  * (over the prompt's tail and the output) found in the prompt. */

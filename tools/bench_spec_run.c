@@ -65,8 +65,11 @@ double bench_spec_lookup_once(const char *bin, const char *gguf, const char *pro
         unlink(path);
         return 0;
     }
-    fputs(prompt, pf);
-    fclose(pf);
+    int werr = fputs(prompt, pf) < 0;
+    if (fclose(pf) != 0 || werr) { /* no prompt file, no llama run: 0 tokens/s */
+        unlink(path);
+        return 0;
+    }
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "'%s' -m '%s' -f '%s' -n %u --temp 0 -t 1 -c 1024 --ignore-eos%s 2>&1 >/dev/null", bin,

@@ -37,15 +37,18 @@ double bench_spec_copy_share(const int *prompt, uint32_t np, const int *out, uin
     return n ? (double)copied / n : 0;
 }
 
-char **bench_spec_read_lines(const char *path, uint32_t *n)
+char **bench_spec_read_lines(const char *path, uint32_t *n, int *err)
 {
     size_t len;
+    *n = 0;
+    *err = 0;
     FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!f) {
+        *err = -errno;
         return NULL;
+    }
     char **v = NULL, *line = NULL;
     size_t cap = 0;
-    *n = 0;
     ssize_t r;
     while ((r = getline(&line, &cap, f)) > 0) {
         len = (size_t)r;
@@ -54,14 +57,33 @@ char **bench_spec_read_lines(const char *path, uint32_t *n)
         if (!len)
             continue;
         char **nv = realloc(v, sizeof *v * (*n + 1));
-        if (!nv)
+        char *dup = nv ? strdup(line) : NULL;
+        if (!dup) {
+            *err = -ENOMEM;
+            if (nv)
+                v = nv;
             break;
+        }
         v = nv;
-        v[(*n)++] = strdup(line);
+        v[(*n)++] = dup;
     }
+    if (!*err && ferror(f))
+        *err = -EIO;
     free(line);
     fclose(f);
+    if (*err) {
+        bench_spec_free_lines(v, *n);
+        *n = 0;
+        return NULL;
+    }
     return v;
+}
+
+void bench_spec_free_lines(char **lines, uint32_t n)
+{
+    for (uint32_t i = 0; lines && i < n; i++)
+        free(lines[i]);
+    free(lines);
 }
 
 /* The first `words` words of s. */
