@@ -46,6 +46,7 @@
  * (arch_prctl(ARCH_REQ_XCOMP_PERM)): sl_cpu_features asks once, and its amx
  * is 0 when refused; then the kernel is unavailable and the VNNI kernel is
  * the best. */
+#include <assert.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -293,6 +294,7 @@ static void gemm_amx(const struct npu_gemm_args *g)
     /* row tiles read straight from xq: every whole one (all m rows when m <
      * 16: the tiles have m rows then); the rest, a partial last tile, staged
      * at a */
+    assert(!g->xq || (b->k % 64 == 0 && g->lda >= b->k)); /* npu_gemm_direct's contract */
     const uint32_t direct = !g->xq ? 0 : m < 16 ? 1 : m / 16;
     const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
     /* row tiles per row block: whole pairs within A_BUDGET; all of them when
