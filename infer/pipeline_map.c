@@ -78,10 +78,13 @@ static uint64_t map_window(const struct pl *p)
 #define MAP_PIECE (2u << 20)
 #define MAP_DEPTH (64u << 20)
 #define MAP_PACED_MAX (2ull << 30)
-/* not more: the prompt's embedding rows, read by the pipeline's setup
- * before it maps the file, queue behind these on a throttled disk
- * (32 MiB: 40 ms at 800 MB/s, about the first layer's slice) */
-#define MAP_EARLY (32u << 20)
+/* not more: every other read of the process until then (the binary's and
+ * libraries' pages faulted in as the setup first runs their code, the
+ * prompt's embedding rows) queues behind these on a throttled disk, and
+ * the setup waits for it; 16 MiB is 20 ms at 800 MB/s, about the time from
+ * the model's opening to the pipeline's mapping (with 32 and 64 MiB the
+ * time to the pipeline's start grew by 10-70 ms in some runs) */
+#define MAP_EARLY (16u << 20)
 
 /* The bytes of the slices the first token needs: all but an untied
  * embedding (read after it). */

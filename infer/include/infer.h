@@ -788,7 +788,7 @@ int infer_session_create(struct infer_model *m, const struct infer_session_opts 
 /* A cold start's first reads, started before the caller's own setup: where
  * infer_pipeline_prefill with opts o will map the container r (packed
  * residency read from the page cache, a model of up to 2 GiB of slices
- * before the first token) the first 32 MiB of those slices are advised
+ * before the first token) the first 16 MiB of those slices are advised
  * (POSIX_FADV_WILLNEED, which does not wait); elsewhere nothing. Advice:
  * it cannot fail. */
 void infer_pipeline_read_early(const struct format_reader *r, const struct infer_pipeline_opts *o);
