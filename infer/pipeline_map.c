@@ -55,92 +55,6 @@ static uint64_t map_window(const struct pl *p)
     return w > (256u << 20) ? w : (256u << 20);
 }
 
-/* Paced read-ahead (models whose first token needs at most MAP_PACED_MAX
- * bytes): the read-ahead thread advises the slices in pieces of MAP_PIECE
- * (POSIX_FADV_WILLNEED, which does not wait), up to MAP_DEPTH past the
- * piece it populates, from the first slice on, and sluice run advises the
- * first MAP_EARLY bytes right after it opens the model
- * (infer_pipeline_read_early), before its tokenizer and the pipeline's
- * graph. Why: on this kernel (6.18) a fault in a MADV_SEQUENTIAL mapping
- * reads synchronously, ra_pages at a time (16 MiB with
- * POSIX_FADV_SEQUENTIAL) and with no asynchronous read-ahead marker
- * (page_cache_sync_ra takes it for a small random read: the contiguous
- * cached pages it finds never exceed the request), so each populate had
- * one window in flight and the disk waited between windows, and the first
- * slice was read alone by the driver 24 ms after the execve. Throttled
- * requests are served in order, so the pieces past the first slice do not
- * delay it. A WILLNEED piece is capped by the kernel at max(ra_pages,
- * io_pages) (8 MiB here); on a device with smaller ones the populate reads
- * the rest, as before. Measured on the TinyLlama shape (0.65 GB;
- * docs/BENCHMARKS.md, twelfth session, c22); larger models (llama3-8b, 4.7
- * GB) keep the window populate above, measured there (eleventh session,
- * y22c). */
-#define MAP_PIECE (2u << 20)
-#define MAP_DEPTH (64u << 20)
-#define MAP_PACED_MAX (2ull << 30)
-/* not more: every other read of the process until then (the binary's and
- * libraries' pages faulted in as the setup first runs their code, the
- * prompt's embedding rows) queues behind these on a throttled disk, and
- * the setup waits for it; 16 MiB is 20 ms at 800 MB/s, about the time from
- * the model's opening to the pipeline's mapping (with 32 and 64 MiB the
- * time to the pipeline's start grew by 10-70 ms in some runs) */
-#define MAP_EARLY (16u << 20)
-
-/* The bytes of the slices the first token needs: all but an untied
- * embedding (read after it). */
-static uint64_t map_needed_bytes(const struct format_reader *r)
-{
-    uint64_t n = 0;
-    for (uint32_t s = 0; s < format_reader_n_slices(r); s++)
-        if (format_reader_slice(r, s)->kind != FORMAT_SLICE_EMBED)
-            n += format_reader_slice(r, s)->length;
-    return n;
-}
-
-static int map_paced(const struct format_reader *r)
-{
-    return map_needed_bytes(r) <= MAP_PACED_MAX;
-}
-
-/* Advice that the bytes [off, off + len) will be read, in pieces the
- * kernel reads whole. */
-static void map_advise(int fd, uint64_t off, uint64_t len)
-{
-    for (uint64_t o = off; o < off + len; o += MAP_PIECE) {
-        uint64_t n = off + len - o < MAP_PIECE ? off + len - o : MAP_PIECE;
-        (void)posix_fadvise(fd, (off_t)o, (off_t)n, POSIX_FADV_WILLNEED); /* advice */
-    }
-}
-
-/* Where the first token's slices start in the file: the first layer's slice
- * where the embedding is untied (its slice, before the layers', is not read
- * for the prompt: pl_embed_rows reads its rows), else 0. */
-static uint64_t map_first_offset(const struct format_reader *r)
-{
-    uint64_t start = UINT64_MAX;
-    for (uint32_t s = 0; s < format_reader_n_slices(r) && !format_reader_config(r)->tied_embedding;
-         s++) {
-        const struct format_slice_info *si = format_reader_slice(r, s);
-        if (si->kind == FORMAT_SLICE_LAYER && si->offset < start)
-            start = si->offset;
-    }
-    return start == UINT64_MAX ? 0 : start;
-}
-
-void infer_pipeline_read_early(const struct format_reader *r, const struct infer_pipeline_opts *o)
-{
-    /* only where the pipeline maps the file (open_stream, pl_map_open) */
-    if (o->load != INFER_LOAD_STREAM || o->slices_read || !map_paced(r) ||
-        infer_resident_resolve(o->resident, r, o->no_shadow) != INFER_RESIDENT_PACKED)
-        return;
-    for (uint32_t s = 0; s < format_reader_n_slices(r); s++)
-        if (format_reader_slice(r, s)->offset % 4096)
-            return;
-    uint64_t len = format_reader_file_size(r), start = map_first_offset(r);
-    if (start < len)
-        map_advise(format_reader_fd(r), start, len - start < MAP_EARLY ? len - start : MAP_EARLY);
-}
-
 int pl_map_open(struct pl *p)
 {
     uint64_t len = format_reader_file_size(p->r);
@@ -181,14 +95,14 @@ int pl_map_open(struct pl *p)
      * is untied: its slice, before the layers', is not read for the prompt
      * (its rows are read on their own, pl_embed_rows); pl_map_feed advises
      * on from here */
-    uint64_t start = map_first_offset(p->r);
-    if (start >= len)
-        start = 0;
-    if (map_paced(p->r)) { /* pieces the kernel reads whole (sluice run advised them already) */
-        p->ra_end = MAP_DEPTH < len - start ? start + MAP_DEPTH : len;
-        map_advise(format_reader_fd(p->r), start, p->ra_end - start);
-        return 0;
+    uint64_t start = len;
+    for (uint32_t s = 0; s < format_reader_n_slices(p->r) && !p->c->tied_embedding; s++) {
+        const struct format_slice_info *si = format_reader_slice(p->r, s);
+        if (si->kind == FORMAT_SLICE_LAYER && si->offset < start)
+            start = si->offset;
     }
+    if (start == len)
+        start = 0;
     uint64_t window = map_window(p);
     p->ra_end = window < len - start ? start + window : len;
     (void)posix_fadvise(format_reader_fd(p->r), (off_t)start, (off_t)(p->ra_end - start),
@@ -254,71 +168,15 @@ struct prefetch {
     uint32_t n, cur; /* cur: the slice (index in order) the driver waits for */
     int first_in;    /* the first slice is populated: until then the disk is its alone */
     uint64_t window;
-    int paced; /* prefetch_paced */
     int stop;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
 
-/* A position in the slices of f->order: slice j, offset off within it. */
-struct cursor {
-    uint32_t j;
-    uint64_t off;
-};
-
-/* The next piece (file offset and length) at c, c moved past it; 0 at the end. */
-static int cursor_next(const struct prefetch *f, struct cursor *c, uint64_t *off, uint64_t *len)
-{
-    for (; c->j < f->n; c->j++, c->off = 0) {
-        const struct format_slice_info *si = format_reader_slice(f->p->r, f->order[c->j]);
-        if (c->off < si->length) {
-            uint64_t n = si->length - c->off;
-            *len = n < MAP_PIECE ? n : MAP_PIECE;
-            *off = si->offset + c->off;
-            c->off += *len;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Paced (MAP_PACED_MAX above): advises the pieces in order up to MAP_DEPTH
- * past the piece it populates (which waits for that piece's reads and maps
- * it for the driver), from the start. */
-static void prefetch_paced(struct prefetch *f)
-{
-    int fd = format_reader_fd(f->p->r);
-    const uint8_t *base = f->p->m->slices;
-    struct cursor adv = {0, 0}, pop = {0, 0};
-    uint64_t advised = 0, populated = 0, off, len;
-    for (;;) {
-        pthread_mutex_lock(&f->mu);
-        int stop = f->stop;
-        pthread_mutex_unlock(&f->mu);
-        if (stop)
-            return;
-        while (advised < populated + MAP_DEPTH && cursor_next(f, &adv, &off, &len)) {
-            map_advise(fd, off, len);
-            advised += len;
-        }
-        if (!cursor_next(f, &pop, &off, &len))
-            return;
-        uintptr_t lo = (uintptr_t)(base + off) & ~(uintptr_t)4095;
-        uintptr_t hi = (uintptr_t)(base + off + len);
-        /* a failure only means the driver's own populate reads it (and reports) */
-        (void)madvise((void *)lo, hi - lo, MADV_POPULATE_READ);
-        populated += len;
-    }
-}
-
 static void *prefetch_worker(void *arg)
 {
     struct prefetch *f = arg;
     const struct format_reader *r = f->p->r;
-    if (f->paced) {
-        prefetch_paced(f);
-        return NULL;
-    }
     pthread_mutex_lock(&f->mu);
     /* nothing runs before the first slice is in: reading the next ones
      * beside it would halve its share of a throttled disk and delay the
@@ -366,8 +224,7 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
             order[k] = order[k - 1];
             order[k - 1] = t;
         }
-    struct prefetch f = {.p = p, .order = order, .n = n, .window = map_window(p),
-                         .paced = map_paced(r)};
+    struct prefetch f = {.p = p, .order = order, .n = n, .window = map_window(p)};
     pthread_t tid;
     int started = 0;
     if (pthread_mutex_init(&f.mu, NULL) == 0) {

@@ -367,13 +367,7 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     struct infer_sparse *sparse = NULL;
     int profiled;
     int ret = format_reader_open(path, &r, err); /* for the tokenizer; the pipeline loads */
-    if (ret < 0)
-        goto fail;
-    /* the first weights' reads go out now, not after the tokenizer and the
-     * pipeline's setup (~15 ms on a cold start; docs/BENCHMARKS.md, twelfth
-     * session, c22) */
-    infer_pipeline_read_early(r, &o->pipeline);
-    if ((ret = tools_attn_create(&o->attn, r, 0, &sparse, &profiled, err)) < 0)
+    if (ret < 0 || (ret = tools_attn_create(&o->attn, r, 0, &sparse, &profiled, err)) < 0)
         goto fail;
     struct infer_pipeline_opts po = o->pipeline;
     po.attn = sparse ? infer_sparse_attention(sparse) : NULL;

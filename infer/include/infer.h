@@ -785,13 +785,6 @@ struct infer_session_stats {
 /* A session over a loaded model it does not own (m must outlive it). */
 int infer_session_create(struct infer_model *m, const struct infer_session_opts *o,
                          struct infer_session **out, struct sl_err *err);
-/* A cold start's first reads, started before the caller's own setup: where
- * infer_pipeline_prefill with opts o will map the container r (packed
- * residency read from the page cache, a model of up to 2 GiB of slices
- * before the first token) the first 16 MiB of those slices are advised
- * (POSIX_FADV_WILLNEED, which does not wait); elsewhere nothing. Advice:
- * it cannot fail. */
-void infer_pipeline_read_early(const struct format_reader *r, const struct infer_pipeline_opts *o);
 /* A cold start: the prompt tokens[0..n) through the cold-start pipeline
  * (infer_pipeline_prefill, its NPU device then kept for decode); the
  * session owns the model. The prompt's last logits are the session's. */
