@@ -444,8 +444,7 @@ int bench_attn(int argc, char **argv)
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
         int bad = 0;
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&a)) {
             return 0;
         } else if (!strcmp(s, "--shape")) {
             bad = tools_args_value(&a, &shape);

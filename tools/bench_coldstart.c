@@ -290,8 +290,7 @@ int bench_coldstart(int argc, char **argv)
     for (args.i = 1; args.i < argc; args.i++) {
         const char *a = argv[args.i];
         int bad = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&args)) {
             return 0;
         } else if (!strcmp(a, "--prompt-tokens")) {
             bad = tools_args_u32(&args, 1, UINT32_MAX, &tokens);
@@ -307,19 +306,14 @@ int bench_coldstart(int argc, char **argv)
             bad = tools_args_value(&args, &only);
         } else if (!strcmp(a, "--json")) {
             json = 1;
-        } else if (a[0] == '-' || model) {
-            bad = tools_args_unexpected(&args);
         } else {
-            model = a;
+            bad = tools_args_operand(&args, &model);
         }
         if (bad)
             return 2;
     }
-    if (!model) {
-        fprintf(stderr, "sluice bench coldstart: no MODEL.sluice given\n\n");
-        usage(stderr);
+    if (tools_args_need(&args, model, "MODEL.sluice") < 0)
         return 2;
-    }
     int want[NC];
     for (size_t k = 0; k < NC; k++)
         want[k] = only == NULL || k == 0; /* full: the bound counts its bytes */

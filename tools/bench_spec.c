@@ -111,8 +111,7 @@ int bench_spec(int argc, char **argv)
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
         int bad = 0;
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&a)) {
             return 0;
         } else if (!strcmp(s, "--text")) {
             bad = tools_args_value(&a, &text);
@@ -160,10 +159,8 @@ int bench_spec(int argc, char **argv)
             one_thread = 1;
         } else if (!strcmp(s, "--json")) {
             json = 1;
-        } else if (s[0] == '-' || model) {
-            bad = tools_args_unexpected(&a);
         } else {
-            model = s;
+            bad = tools_args_operand(&a, &model);
         }
         if (bad)
             return 2;

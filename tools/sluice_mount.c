@@ -73,8 +73,7 @@ int cmd_mount(int argc, char **argv)
     struct tools_args args = {"sluice mount", usage, argc, argv, 0};
     for (args.i = 1; args.i < argc; args.i++) {
         const char *a = argv[args.i], *value;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&args)) {
             ret = 0;
             goto out;
         } else if (!strcmp(a, "-f")) {

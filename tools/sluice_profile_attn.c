@@ -153,8 +153,7 @@ int cmd_profile_attn(int argc, char **argv)
     for (a.i = 1; a.i < argc; a.i++) {
         const char *s = argv[a.i];
         int bad = 0;
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            usage(stdout);
+        if (tools_args_help(&a)) {
             return 0;
         } else if (!strcmp(s, "--text")) {
             bad = tools_args_value(&a, &text);
@@ -172,10 +171,8 @@ int cmd_profile_attn(int argc, char **argv)
             bad = tools_args_double(&a, 0, 1, TOOLS_ARGS_ABOVE_MIN | TOOLS_ARGS_BELOW_MAX, &step);
         } else if (!strcmp(s, "--json")) {
             json = 1;
-        } else if (s[0] == '-' || model) {
-            bad = tools_args_unexpected(&a);
         } else {
-            model = s;
+            bad = tools_args_operand(&a, &model);
         }
         if (bad)
             return 2;

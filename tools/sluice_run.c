@@ -162,8 +162,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
         int bad = 0, sp;
         if ((sp = tools_spec_arg_history(&a, s, &o->spec)) != 0) {
             bad = sp < 0;
-        } else if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            usage(stdout);
+        } else if (tools_args_help(&a)) {
             return 1;
         } else if (!strcmp(s, "-p")) {
             bad = tools_args_value(&a, &o->prompt);
@@ -225,19 +224,14 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
                    !strcmp(s, "--keep-floor") || !strcmp(s, "--sinks") || !strcmp(s, "--window") ||
                    !strcmp(s, "--select") || !strcmp(s, "--estimate")) {
             bad = tools_attn_arg(&a, &o->attn) < 0;
-        } else if (s[0] == '-' || o->model) {
-            bad = tools_args_unexpected(&a);
         } else {
-            o->model = s;
+            bad = tools_args_operand(&a, &o->model);
         }
         if (bad)
             return -1;
     }
-    if (!o->model) {
-        fprintf(stderr, "sluice run: no MODEL given\n\n");
-        usage(stderr);
+    if (tools_args_need(&a, o->model, "MODEL") < 0)
         return -1;
-    }
     o->pipeline.no_decode = o->n_gen <= 1; /* the first token comes from the prefill */
     o->sampler.temperature = (float)temp;
     o->sampler.top_p = (float)(top_p < 0 ? (temp > 0 ? 0.9 : 0.0) : top_p);
