@@ -165,6 +165,27 @@ float test_rng_normal(struct test_rng *r)
     return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530718f * u2);
 }
 
+int test_fuzz_replay_files(int argc, char **argv, int (*one)(const uint8_t *, size_t),
+                           long *mutations)
+{
+    int first = 1;
+    if (argc > 2 && !strcmp(argv[1], "--mutations")) {
+        *mutations = strtol(argv[2], NULL, 10);
+        first = 3;
+    }
+    for (int i = first; i < argc; i++) {
+        size_t n;
+        uint8_t *b = test_read_file(argv[i], &n);
+        if (!b) {
+            fprintf(stderr, "cannot read %s\n", argv[i]);
+            return -1;
+        }
+        one(b, n);
+        free(b);
+    }
+    return 0;
+}
+
 void *test_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

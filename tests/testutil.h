@@ -56,6 +56,13 @@ float test_rng_normal(struct test_rng *r);               /* standard normal */
 /* Reads a whole file into a malloc'ed buffer (NUL-terminated); NULL on error. */
 void *test_read_file(const char *path, size_t *len);
 
+/* The replay drivers' command line, [--mutations N] [FILE...]: N into
+ * *mutations (left as it is without the option), then each FILE (a libFuzzer
+ * corpus or crash file) fed whole to the fuzz target one. 0, or -1 having
+ * printed which file could not be read. */
+int test_fuzz_replay_files(int argc, char **argv, int (*one)(const uint8_t *, size_t),
+                           long *mutations);
+
 /* Runs a shell command, returns its exit status (-1 if it could not run). */
 int test_system(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

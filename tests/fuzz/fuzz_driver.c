@@ -87,7 +87,6 @@ static void reseal(uint8_t *b, size_t len)
 int main(int argc, char **argv)
 {
     long mutations = 3000;
-    int first_file = 1;
     if (argc == 3 && !strcmp(argv[1], "--write-seed")) {
         size_t n;
         uint8_t *b = make_seed(&n);
@@ -98,26 +97,19 @@ int main(int argc, char **argv)
         free(b);
         return ok ? 0 : 1;
     }
-    if (argc > 2 && !strcmp(argv[1], "--mutations")) {
-        mutations = strtol(argv[2], NULL, 10);
-        first_file = 3;
-    }
-    for (int i = first_file; i < argc; i++) {
-        size_t n;
-        uint8_t *b = test_read_file(argv[i], &n);
-        if (!b) {
-            fprintf(stderr, "cannot read %s\n", argv[i]);
-            return 1;
-        }
-        LLVMFuzzerTestOneInput(b, n);
-        free(b);
-    }
+    if (test_fuzz_replay_files(argc, argv, LLVMFuzzerTestOneInput, &mutations) < 0)
+        return 1;
     size_t len;
     uint8_t *seed = make_seed(&len);
+    uint8_t *m = seed ? malloc(len + 8192) : NULL;
+    if (!m) {
+        fprintf(stderr, "fuzz_driver: cannot read the seed back or out of memory\n");
+        free(seed);
+        return 1;
+    }
     LLVMFuzzerTestOneInput(seed, len);
     struct test_rng rng;
     test_rng_init(&rng, test_seed());
-    uint8_t *m = malloc(len + 8192);
     /* interesting offsets: header fields, config, index entries */
     uint64_t io = sl_load_le64(seed + 80);
     for (long k = 0; k < mutations; k++) {

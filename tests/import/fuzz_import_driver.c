@@ -35,7 +35,6 @@ static size_t hot_len(int kind, const uint8_t *b, size_t len)
 int main(int argc, char **argv)
 {
     long mutations = 3000;
-    int first_file = 1;
     if (fuzz_import_setup() < 0) {
         fprintf(stderr, "fuzz_import_driver: cannot create the reference model\n");
         return 1;
@@ -58,20 +57,8 @@ int main(int argc, char **argv)
         }
         return 0;
     }
-    if (argc > 2 && !strcmp(argv[1], "--mutations")) {
-        mutations = strtol(argv[2], NULL, 10);
-        first_file = 3;
-    }
-    for (int i = first_file; i < argc; i++) {
-        size_t n;
-        uint8_t *b = test_read_file(argv[i], &n);
-        if (!b) {
-            fprintf(stderr, "cannot read %s\n", argv[i]);
-            return 1;
-        }
-        LLVMFuzzerTestOneInput(b, n);
-        free(b);
-    }
+    if (test_fuzz_replay_files(argc, argv, LLVMFuzzerTestOneInput, &mutations) < 0)
+        return 1;
     struct test_rng rng;
     test_rng_init(&rng, test_seed());
     for (int kind = 0; kind < FUZZ_IMPORT_KINDS; kind++) {
@@ -81,6 +68,10 @@ int main(int argc, char **argv)
             return 1;
         size_t cap = len + 1 + 9000;
         uint8_t *m = malloc(cap);
+        if (!m) {
+            free(seed);
+            return 1;
+        }
         m[0] = (uint8_t)kind;
         memcpy(m + 1, seed, len);
         LLVMFuzzerTestOneInput(m, len + 1);
