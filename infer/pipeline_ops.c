@@ -13,11 +13,41 @@
 #include "pipeline.h"
 #include "unpack.h"
 
+/* The role whose int8 codes (layer, role) reads: q and v take k's, up takes
+ * gate's, where both are int8 and their act scales are the same (the same
+ * input, scale and rounding: the same codes, quantized once); else role. */
+static uint32_t code_lead(const struct pl *p, int layer, uint32_t role)
+{
+    uint32_t lead = role == FORMAT_ROLE_WQ || role == FORMAT_ROLE_WV ? FORMAT_ROLE_WK
+                    : role == FORMAT_ROLE_W_UP                       ? FORMAT_ROLE_W_GATE
+                                                                     : role;
+    float a = p->lin_info[layer + 1][role].act, l = p->lin_info[layer + 1][lead].act;
+    if (lead == role || !p->lin_info[layer + 1][role].int8 ||
+        !p->lin_info[layer + 1][lead].int8 || !(a > 0 ? a == l : l <= 0))
+        return role;
+    return lead;
+}
+
+/* Points the q/v and up inputs of the chunk's (freshly bound) set at their
+ * lead's codes where code_lead shares them (before any of them is written
+ * or read: PL_NORM runs before the layer's other tasks of the chunk). */
+static void share_codes(struct pl *p, struct chunkbuf *b, int layer)
+{
+    static const uint32_t roles[] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WV, FORMAT_ROLE_W_UP};
+    for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++)
+        b->xq[roles[k]] = b->xq[code_lead(p, layer, roles[k])];
+}
+
 static void quantize_for(struct pl *p, struct chunkbuf *b, int layer, uint32_t role,
                          const float *x, uint32_t rows, uint32_t cols)
 {
     if (!p->lin_info[layer + 1][role].int8)
         return; /* float weights take the float input */
+    uint32_t lead = code_lead(p, layer, role);
+    if (lead != role) { /* its lead quantized the same input first */
+        b->act[role] = b->act[lead];
+        return;
+    }
     size_t n = (size_t)rows * cols;
     float act = p->lin_info[layer + 1][role].act;
     float s = act > 0 ? act : npu_act_scale_dynamic(x, n);
@@ -39,7 +69,7 @@ static void quantize_cols(struct pl *p, struct chunkbuf *b, int layer, uint32_t 
     if (!p->lin_info[layer + 1][role].int8)
         return;
     float s = p->lin_info[layer + 1][role].act;
-    for (uint32_t r = r0; r < r0 + rows; r++)
+    for (uint32_t r = r0; code_lead(p, layer, role) == role && r < r0 + rows; r++)
         npu_quantize_act(x + (size_t)r * cols + c0, c1 - c0, s,
                          b->xq[role] + (size_t)r * cols + c0);
     if (c0 == 0 && r0 + rows == b->n) /* one writer (the pieces of attention's rows: the
@@ -318,10 +348,11 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
     }
     case PL_NORM: {
         pl_acts_bind(p, t->chunk, t->layer);
+        share_codes(p, b, t->layer);
         infer_step_attn_norm(p->m, t->layer, b->xb, b->x, b->n);
+        quantize_for(p, b, t->layer, FORMAT_ROLE_WK, b->xb, b->n, D); /* q's and v's lead */
         if (t->trim != PL_TRIM_KV) /* PL_TRIM_KV: no queries */
             quantize_for(p, b, t->layer, FORMAT_ROLE_WQ, b->xb, b->n, D);
-        quantize_for(p, b, t->layer, FORMAT_ROLE_WK, b->xb, b->n, D);
         quantize_for(p, b, t->layer, FORMAT_ROLE_WV, b->xb, b->n, D);
         break;
     }
