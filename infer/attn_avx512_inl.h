@@ -181,6 +181,20 @@ values_t(const uint32_t HS, float *out, const float *a, const float *vb0, size_t
     }
 }
 
+/* values_t specialized for the head sizes that have their own unrolled form
+ * (64, 128), the general one otherwise */
+static inline __attribute__((always_inline)) void
+values_hs(float *out, const float *a, const float *vb0, size_t ld, uint32_t hs,
+          const uint32_t *list, uint32_t j0, uint32_t e, uint32_t t0)
+{
+    if (hs == 64)
+        values_t(64, out, a, vb0, ld, hs, list, j0, e, t0);
+    else if (hs == 128)
+        values_t(128, out, a, vb0, ld, hs, list, j0, e, t0);
+    else
+        values_t(0, out, a, vb0, ld, hs, list, j0, e, t0);
+}
+
 /* the first e >= j with e == len or list[e] >= t1 (list ascending) */
 static inline uint32_t list_end(const uint32_t *list, uint32_t j, uint32_t len, uint32_t t1)
 {

@@ -165,16 +165,9 @@ void attn_group_rows_avx512(float *out, size_t ldo, const float *q, size_t ldq, 
             for (; h + 2 <= G; h += 2)
                 values_h2_128(out + (size_t)h * ldo, ldo, s + (size_t)h * len, len, vh, kv_dim,
                               list, j0, j1, h == 0);
-        for (; h < G; h++) {
-            float *o = out + (size_t)h * ldo;
-            const float *a = s + (size_t)h * len;
-            if (hs == 64)
-                values_t(64, o, a, vh, kv_dim, hs, list, j0, j1, 0);
-            else if (hs == 128)
-                values_t(128, o, a, vh, kv_dim, hs, list, j0, j1, 0);
-            else
-                values_t(0, o, a, vh, kv_dim, hs, list, j0, j1, 0);
-        }
+        for (; h < G; h++)
+            values_hs(out + (size_t)h * ldo, s + (size_t)h * len, vh, kv_dim, hs, list, j0, j1,
+                      0);
     }
 }
 
@@ -229,16 +222,9 @@ void attn_group_rows_blk_avx512(uint32_t R, const struct attn_group_row *w, uint
                 for (; h + 2 <= G; h += 2)
                     values_h2_128(w[r].out + (size_t)h * ldo, ldo, w[r].s + (size_t)h * len, len,
                                   vh, kv_dim, list, j0, e, 0);
-            for (; h < G; h++) {
-                float *o = w[r].out + (size_t)h * ldo;
-                const float *a = w[r].s + (size_t)h * len;
-                if (hs == 64)
-                    values_t(64, o, a, vh, kv_dim, hs, list, j0, e, 0);
-                else if (hs == 128)
-                    values_t(128, o, a, vh, kv_dim, hs, list, j0, e, 0);
-                else
-                    values_t(0, o, a, vh, kv_dim, hs, list, j0, e, 0);
-            }
+            for (; h < G; h++)
+                values_hs(w[r].out + (size_t)h * ldo, w[r].s + (size_t)h * len, vh, kv_dim, hs,
+                          list, j0, e, 0);
         }
     }
 }

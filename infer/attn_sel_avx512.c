@@ -128,12 +128,7 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
             cur[r] = e;
             if (e == j0)
                 continue;
-            if (hs == 64)
-                values_t(64, p[r].out, p[r].a, vb0, ld, hs, p[r].list, j0, e, t0);
-            else if (hs == 128)
-                values_t(128, p[r].out, p[r].a, vb0, ld, hs, p[r].list, j0, e, t0);
-            else
-                values_t(0, p[r].out, p[r].a, vb0, ld, hs, p[r].list, j0, e, t0);
+            values_hs(p[r].out, p[r].a, vb0, ld, hs, p[r].list, j0, e, t0);
         }
     }
 }
