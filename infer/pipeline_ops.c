@@ -69,9 +69,10 @@ static void quantize_cols(struct pl *p, struct chunkbuf *b, int layer, uint32_t 
     if (!p->lin_info[layer + 1][role].int8)
         return;
     float s = p->lin_info[layer + 1][role].act;
-    for (uint32_t r = r0; code_lead(p, layer, role) == role && r < r0 + rows; r++)
-        npu_quantize_act(x + (size_t)r * cols + c0, c1 - c0, s,
-                         b->xq[role] + (size_t)r * cols + c0);
+    if (code_lead(p, layer, role) == role) /* else its lead wrote the codes */
+        for (uint32_t r = r0; r < r0 + rows; r++)
+            npu_quantize_act(x + (size_t)r * cols + c0, c1 - c0, s,
+                             b->xq[role] + (size_t)r * cols + c0);
     if (c0 == 0 && r0 + rows == b->n) /* one writer (the pieces of attention's rows: the
                                          last); the matmuls read it after every piece */
         b->act[role] = s;
