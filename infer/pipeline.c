@@ -295,10 +295,13 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     pthread_mutex_init(&p->lock, NULL);
     /* the workers' timed waits (the NPU's late rule) count on sl_now_ns's clock */
     pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    int cv_err = pthread_condattr_init(&ca);
+    if (!cv_err) {
+        cv_err = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        if (!cv_err)
+            cv_err = pthread_cond_init(&p->cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
     pthread_cond_init(&p->pf_cv, NULL);
     pthread_cond_init(&p->drop_cv, NULL);
     void *whole = NULL;
@@ -306,7 +309,11 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     struct pl_worker_arg wargs[PL_MAX_CPU_WORKERS + 1];
     int dev_started = 0;
     struct infer_load_opts lo = {.lazy = 1, .no_mmap = 1};
-    int ret = infer_model_load(path, &lo, &p->m, err);
+    int ret = -cv_err;
+    if (cv_err) /* (a calloc'd, never initialized p->cv is destroyed harmlessly at out) */
+        sl_err_set(err, "the pipeline's monotonic condition variable: %s", strerror(cv_err));
+    else
+        ret = infer_model_load(path, &lo, &p->m, err);
     if (ret < 0)
         goto out;
     /* shadow outlier execution where the container calibrated it */
