@@ -360,13 +360,8 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     struct format_reader *r = NULL;
     struct infer_sparse *sparse = NULL;
     int profiled;
-    struct infer_early *early = NULL;
     int ret = format_reader_open(path, &r, err); /* for the tokenizer; the pipeline loads */
-    /* the weights' first reads go out now, before the tokenizer, the attention
-     * setup and the pipeline's graph (pipeline_early.c) */
-    if (ret < 0 || (ret = infer_pipeline_read_early(r, &o->pipeline, &early, err)) < 0)
-        goto fail;
-    if ((ret = tools_attn_create(&o->attn, r, 0, &sparse, &profiled, err)) < 0)
+    if (ret < 0 || (ret = tools_attn_create(&o->attn, r, 0, &sparse, &profiled, err)) < 0)
         goto fail;
     struct infer_pipeline_opts po = o->pipeline;
     po.attn = sparse ? infer_sparse_attention(sparse) : NULL;
@@ -428,8 +423,6 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     }
     ret = infer_session_cold_start(path, tokens, n_prompt, &so, &po, &sess,
                                    &st->pipeline, err);
-    infer_pipeline_early_end(early); /* done by now: its bytes were the first layers' */
-    early = NULL;
     if (ret == 0 && first.ret < 0)
         ret = first.ret;
     if (ret < 0)
@@ -462,7 +455,6 @@ fail:
     if (ret == -ENOMEM && !err->msg[0])
         sl_err_set(err, "out of memory");
     free(tokens);
-    infer_pipeline_early_end(early);
     infer_tokenizer_destroy(tk);
     infer_session_destroy(sess);
     infer_sparse_destroy(sparse);

@@ -727,19 +727,6 @@ void infer_pipeline_opts_init(struct infer_pipeline_opts *o);
 const char *infer_policy_name(enum infer_policy p);
 int infer_policy_parse(const char *s, enum infer_policy *out);
 
-/* The weights' first bytes (the first layers', 64 MiB at most) read into the
- * page cache from now by a thread of its own, one read-ahead window at a
- * time, while the caller builds its tokenizer and the pipeline its graph
- * (pipeline_early.c). r: the container, open; o: the options the prefill
- * will get (NULL: the defaults). *out is NULL where the pipeline would not
- * map the file (int8 residency, slices_read, slices off 4 KiB, no mapping):
- * nothing is read then. 0, or a negative errno (no memory, no thread) with
- * err set. End it (it may still be reading) before r is closed. */
-struct infer_early;
-int infer_pipeline_read_early(const struct format_reader *r, const struct infer_pipeline_opts *o,
-                              struct infer_early **out, struct sl_err *err);
-void infer_pipeline_early_end(struct infer_early *e); /* NULL: nothing */
-
 int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
                            const struct infer_pipeline_opts *opts, struct infer_model **model,
                            struct infer_state **state, float *logits,
