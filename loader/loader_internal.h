@@ -33,7 +33,7 @@ int loader_reopen_fd(int fd, int flags);
 int loader_ring_init(struct loader_ring *r, uint64_t bytes, int want_mirror);
 void loader_ring_fini(struct loader_ring *r);
 
-/* ---- the stream (loader_stream.c) ------------------------------------------------------ */
+/* ---- the stream (loader_stream.c, loader_io.c, loader_files.c) ------------------------ */
 
 /* One read. Its buffer is inside the ring's first mapping (ring_off <
  * ring bytes, never crossing the end or a registration piece). */
@@ -151,5 +151,22 @@ int64_t loader_pread_once(int fd, void *buf, uint64_t len, uint64_t off);
  * caller's callback. */
 void loader_warn(struct loader_stream *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* ---- shared between the stream's files ------------------------------------------- */
+
+/* loader_files.c: a file's name for messages; its buffered descriptor, opened
+ * on first need (-1 if impossible); the index of a request's file, opened on
+ * first sight (negative errno with err set on failure); the choice of files
+ * read buffered where O_DIRECT cannot help (see loader_opts.always_direct). */
+const char *loader_file_name(const struct loader_file *f);
+int loader_buffered_fd(struct loader_file *f);
+int loader_file_index(struct loader_stream *s, const struct loader_request *r,
+                      struct sl_err *err);
+void loader_choose_direct(struct loader_stream *s);
+
+/* loader_io.c: where request q's bytes are (its buffer, or its ring space);
+ * the I/O thread's body (arg: the stream). */
+uint8_t *loader_req_data(const struct loader_stream *s, const struct loader_req_state *q);
+void *loader_io_thread(void *arg);
 
 #endif
