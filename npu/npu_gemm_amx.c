@@ -221,8 +221,14 @@ AI void block(const int NR, const int NB, const struct arow *ar, const int8_t *b
 /* Tiling 1 keeps the panel's B tiles in L1: k in chunks of KCHUNK steps
  * (2 blocks x KCHUNK KiB), every row pair passing over one chunk before the
  * next, its C tiles parked in memory between chunks (4 KiB per row pair;
- * without memory for them, tiling 0). The device times both on each graph's
- * shape and keeps the faster (npu_graph.c). */
+ * without memory for them, tiling 0). The device times both only on graphs
+ * of at most 16 rows (probe_max_m); larger ones take tiling 0: the
+ * prefill's jobs (256 rows, 512-channel pieces, float outputs streamed) ran
+ * it 13-15% faster at down (k = 5632) and level (within 2%) or faster at
+ * q,o, k,v and gate,up, and the
+ * probe's one timed run per tiling had picked tiling 1 for one of the five
+ * prefill graphs in about half the runs (docs/BENCHMARKS.md, thirteenth
+ * session, p22). */
 #define KCHUNK 16u
 /* Memory blocking. The staged activations of one row block (at most
  * A_BUDGET bytes, whole row pairs) stay in L2 while every panel of two
@@ -406,7 +412,8 @@ static void gemm_amx(const struct npu_gemm_args *g)
 }
 
 const struct npu_kernel_ops npu_ops_amx = {
-    prep_amx, gemm_amx, npu_pack_avx512vnni, npu_quant_avx512, npu_absmax_avx512, 2, tile_names};
+    prep_amx,         gemm_amx, npu_pack_avx512vnni, npu_quant_avx512, npu_absmax_avx512, 2,
+    tile_names,       16};
 
 /* Peak: four independent TDPBSSD chains on tiles loaded once (no memory
  * traffic in the loop), 16 x 16 x 64 multiply-adds each. */

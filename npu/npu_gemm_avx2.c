@@ -553,7 +553,7 @@ static float absmax_avx2(const float *x, size_t n)
 }
 
 const struct npu_kernel_ops npu_ops_avx2 = {prep_avx2,   gemm_avx2, pack_avx2, quant_avx2,
-                                            absmax_avx2, 1,         tile_names};
+                                            absmax_avx2, 1,         tile_names, UINT32_MAX};
 
 /* Peak of this kernel's fastest inner step, as the kernel runs it: the
  * narrow step (maddubs of unsigned activations and codes within +-64, madd,

@@ -280,7 +280,8 @@ float npu_absmax_avx512(const float *x, size_t n)
 }
 
 const struct npu_kernel_ops npu_ops_avx512vnni = {
-    prep_vnni, gemm_vnni, npu_pack_avx512vnni, npu_quant_avx512, npu_absmax_avx512, NTILES, tile_names};
+    prep_vnni,  gemm_vnni, npu_pack_avx512vnni, npu_quant_avx512, npu_absmax_avx512, NTILES,
+    tile_names, UINT32_MAX};
 
 /* Peak: 16 independent vpdpbusd chains on registers only (no memory), so
  * throughput, not latency, bounds the loop. 64 multiply-adds per instruction. */

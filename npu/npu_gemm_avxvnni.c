@@ -127,4 +127,5 @@ static void gemm_avxvnni(const struct npu_gemm_args *g)
 }
 
 const struct npu_kernel_ops NPU_OPS_AVXVNNI = {prep_avxvnni, gemm_avxvnni, NULL, NULL, NULL,
-                                               1,            tile_names};
+                                               1,            tile_names,
+                                               UINT32_MAX};

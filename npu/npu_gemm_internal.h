@@ -127,6 +127,9 @@ struct npu_kernel_ops {
     npu_absmax_fn *absmax; /* NULL: the scalar one */
     int tiles;
     const char *const *tile_names;
+    /* Graphs of more rows than this take tiling 0 without timing the others
+     * (npu_graph.c; UINT32_MAX: every graph with several tilings is timed). */
+    uint32_t probe_max_m;
 };
 
 extern const struct npu_kernel_ops npu_ops_scalar;

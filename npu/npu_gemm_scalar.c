@@ -154,4 +154,4 @@ static const char *const tile_names[] = {"1x1"};
 
 const struct npu_kernel_ops npu_ops_scalar = {prep_scalar,  gemm_scalar,   pack_scalar,
                                               quant_scalar, absmax_scalar, 1,
-                                              tile_names};
+                                              tile_names,   UINT32_MAX};

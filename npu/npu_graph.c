@@ -237,7 +237,8 @@ static void fill_random(int8_t *x, size_t n, uint64_t *st)
  * of PROBE_N (or PROBE_N_SMALL) channels (after one warm-up run) and keeps
  * the fastest; every tiling's output is checked against the scalar
  * definition on the first, middle and last rows. With one candidate (a
- * forced tiling, a kernel with one) nothing is timed, only checked. The
+ * forced tiling, a kernel with one, a graph of more than the kernel's
+ * probe_max_m rows) nothing is timed, only checked. The
  * cost grows with m (the probe is m x k x its channels), so a decode graph
  * costs a small part of a prefill graph of the same k and n. */
 static int choose_and_check(struct npu_graph *g, int forced_tile, struct sl_err *err)
@@ -288,6 +289,7 @@ static int choose_and_check(struct npu_graph *g, int forced_tile, struct sl_err 
         ga.tile = t;
         if (t == t0 || reps == 0)
             g->ops->gemm(&ga); /* warm-up: code, probe weights and staging in cache */
+        g->tilings_timed += reps > 0;
         for (int rep = 0; rep < reps; rep++) {
             uint64_t ts = sl_now_ns();
             g->ops->gemm(&ga);
@@ -369,7 +371,11 @@ int npu_graph_create(const struct npu_device *dev, const struct npu_device_confi
         ret = -EINVAL;
         goto fail;
     }
-    ret = choose_and_check(g, cfg->tile, err);
+    /* past the kernel's probe_max_m, tiling 0 untimed (the probe's one timed
+     * run per tiling flipped the prefill's AMX graphs between tilings on
+     * noise: npu_gemm_amx.c, KCHUNK) */
+    const int tile = cfg->tile < 0 && desc->m > g->ops->probe_max_m ? 0 : cfg->tile;
+    ret = choose_and_check(g, tile, err);
     if (ret < 0)
         goto fail;
     g->build_ns = sl_now_ns() - t0;
@@ -396,6 +402,7 @@ void npu_graph_info(const struct npu_graph *g, struct npu_graph_info *info)
     info->tile = g->tile;
     info->tile_name = g->ops->tile_names[g->tile];
     info->build_ns = g->build_ns;
+    info->tilings_timed = g->tilings_timed;
     info->scratch_bytes = g->scratch_bytes;
 }
 

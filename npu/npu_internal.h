@@ -28,6 +28,7 @@ struct npu_graph {
     uint8_t *stage;                /* the device worker's staging, touched at build */
     uint64_t *held;                /* the stage_key of the job staged there (0: none) */
     uint64_t build_ns;
+    int tilings_timed; /* npu_graph_info */
 };
 
 /* Builds a graph for a validated desc (npu_graph.c); the device's registry

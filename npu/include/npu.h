@@ -338,6 +338,7 @@ struct npu_graph_info {
     enum npu_kernel kernel;
     int tile;
     const char *tile_name;  /* "6x64": rows x output channels per register tile */
+    int tilings_timed;      /* how many tilings the build timed to choose it (0: none) */
     uint64_t build_ns;      /* what building it cost, on the building thread */
     size_t scratch_bytes;   /* staging npu_graph_run needs */
 };

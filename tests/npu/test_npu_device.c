@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "npu.h"
+#include "npu_gemm_internal.h"
 #include "testutil.h"
 
 static struct test_rng rng;
@@ -449,6 +450,50 @@ static void test_forced_tile(void **st)
     }
 }
 
+/* The probe rule (npu_kernel_ops.probe_max_m): with no tiling forced, every
+ * graph of more rows than its kernel's probe_max_m gets tiling 0 untimed
+ * (AMX: more than 16 rows), one of at most probe_max_m rows has all its
+ * tilings timed; each equals the reference. */
+static void test_probe_rule(void **st)
+{
+    (void)st;
+    for (int kern = 0; kern < NPU_KERNEL_COUNT; kern++) {
+        const struct npu_kernel_ops *ops = npu_kernel_ops((enum npu_kernel)kern);
+        if (!npu_kernel_available((enum npu_kernel)kern) || ops->probe_max_m == UINT32_MAX)
+            continue;
+        struct npu_device_config cfg;
+        npu_device_config_init(&cfg);
+        cfg.kernel = kern;
+        struct npu_device *d;
+        struct sl_err err = {{0}};
+        assert_int_equal(npu_device_create_config(&cfg, &d, &err), 0);
+        for (int i = 0; i < 3; i++) {
+            const uint32_t m = i == 0 ? ops->probe_max_m : i == 1 ? ops->probe_max_m + 1 : 64;
+            struct layer L;
+            layer_init(&L, m, 1152, 48 + 16 * (uint32_t)i);
+            const struct npu_graph *g;
+            assert_int_equal(npu_device_graph(d, L.m, L.k, L.n, &g, &err), 0);
+            struct npu_graph_info info;
+            npu_graph_info(g, &info);
+            assert_int_equal(info.kernel, kern);
+            if (m > ops->probe_max_m) {
+                assert_int_equal(info.tile, 0);
+                assert_int_equal(info.tilings_timed, 0);
+            } else {
+                assert_int_equal(info.tilings_timed, ops->tiles);
+            }
+            float *want = expect(&L, L.m, 0, L.n), *y = nan_buf((size_t)L.m * L.n);
+            struct npu_job j = job_for(g, &L, L.m, y);
+            assert_int_equal(npu_device_run(d, &j, &err), 0);
+            assert_memory_equal(y, want, sizeof(float) * L.m * L.n);
+            free(want);
+            free(y);
+            layer_fini(&L);
+        }
+        npu_device_destroy(d);
+    }
+}
+
 /* Staging keys (npu_job.stage_key): a chunk cut into channel ranges whose
  * jobs share a key gives the direct call's bits, on the device (padded rows
  * too: the zero rows overwrite the staging, which must then be redone) and
@@ -869,6 +914,7 @@ int main(void)
         cmocka_unit_test(test_graphs),         cmocka_unit_test(test_graph_shapes),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_equal_direct),   cmocka_unit_test(test_forced_tile),
+        cmocka_unit_test(test_probe_rule),
         cmocka_unit_test(test_stage_keys),
         cmocka_unit_test(test_submit_overlap),
         cmocka_unit_test(test_pull),           cmocka_unit_test(test_stop_pending),
