@@ -133,9 +133,18 @@ void attn_group_rows_blk(uint32_t R, const struct attn_group_row *w, uint32_t G,
     (void)T;
     (void)cur;
 #endif
-    for (uint32_t r = 0; r < R; r++)
-        attn_group_rows(w[r].out, ldo, w[r].q, ldq, G, hs, kh, vh, kv_dim, w[r].list, w[r].len,
-                        w[r].s, gather);
+    for (uint32_t r = 0; r < R; r++) {
+        uint32_t gm = w[r].m ? w[r].m : G;
+        if (!w[r].lens) {
+            attn_group_rows(w[r].out, ldo, w[r].q, ldq, gm, hs, kh, vh, kv_dim, w[r].list,
+                            w[r].len, w[r].s, gather);
+            continue;
+        }
+        for (uint32_t h = 0; h < gm; h++) /* each member its own prefix */
+            attn_group_rows(w[r].out + (size_t)h * ldo, ldo, w[r].q + (size_t)h * ldq, ldq, 1, hs,
+                            kh, vh, kv_dim, w[r].list, w[r].lens[h], w[r].s + (size_t)h * w[r].len,
+                            gather);
+    }
 }
 
 void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,

@@ -183,6 +183,11 @@ struct attn_group_row {
     const uint32_t *list;
     uint32_t len;
     float *s;
+    /* row blocks (infer_sparse_opts.row_block): m members instead of G (0:
+     * G), member h attending the list's first lens[h] slots (NULL: all
+     * len; each 1..len): its bits are attn_group_rows's for that prefix */
+    uint32_t m;
+    const uint32_t *lens;
 };
 void attn_group_rows_blk(uint32_t R, const struct attn_group_row *w, uint32_t G, size_t ldq,
                          size_t ldo, uint32_t hs, const float *kh, const float *vh, size_t kv_dim,

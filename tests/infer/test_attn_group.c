@@ -267,7 +267,8 @@ static void test_group_rows_blk(void **state)
             if (len == 0)
                 l[len++] = test_rng_below(&rng, T);
             /* heads of a row hs apart within the row's ldq (as a query row's heads) */
-            w[r] = (struct attn_group_row){q + r * ldq, o1 + r * ldq, l, len, s + (size_t)r * G * T};
+            w[r] = (struct attn_group_row){q + r * ldq, o1 + r * ldq, l, len, s + (size_t)r * G * T, 0,
+                                           NULL};
         }
         const float *kh = k + (size_t)g * hs, *vh = v + (size_t)g * hs;
         attn_group_rows_blk(R, w, G, hs, hs, hs, kh, vh, kv_dim, kb, T, cur, gather);
