@@ -171,48 +171,19 @@ void attn_group_rows_avx512(float *out, size_t ldo, const float *q, size_t ldq, 
     }
 }
 
-/* scores of 4 members (queries q + h * ldq, scores a + h * len) over the
- * list's slots [j0, j1), 4 keys at a time: each key row loaded once per
- * column step for the 4 members (16 chains in flight), each (member, key)
- * the 16-lane chain of scores_t in column order and folded by hsum4_16:
- * scores_t's bits; pf: prefetch the keys AHEAD slots on (the first pass
- * over a block's keys reads them from memory). The last j1 - j0 mod 4 keys
- * by scores_blk. */
-static void scores_m4(float *a, size_t len, const float *q, size_t ldq, const float *kh,
-                      size_t ld, uint32_t hs, const uint32_t *list, uint32_t j0, uint32_t j1,
-                      int pf)
+/* a member's scores over list[0..n) (keys in place, rows ld apart), sixteen
+ * keys a step (one hsum16_16 fold for the sixteen: the fold, not the FMAs,
+ * was the cost of 8-key steps at head size 64), the head size a constant
+ * where it is 64 or 128: scores_t's bits */
+static void scores_16(float *a, const float *q, const float *kh, size_t ld, uint32_t hs,
+                      const uint32_t *list, uint32_t n)
 {
-    uint32_t j = j0;
-    for (; j + 4 <= j1; j += 4) {
-        if (pf && j + AHEAD + 4 <= j1)
-            for (uint32_t e = 0; e < 4; e++)
-                prefetch_row(kh + (size_t)list[j + AHEAD + e] * ld, hs);
-        const float *k0 = kh + (size_t)list[j] * ld, *k1 = kh + (size_t)list[j + 1] * ld;
-        const float *k2 = kh + (size_t)list[j + 2] * ld, *k3 = kh + (size_t)list[j + 3] * ld;
-        __m512 acc[4][4];
-        for (int m = 0; m < 4; m++)
-            for (int e = 0; e < 4; e++)
-                acc[m][e] = _mm512_setzero_ps();
-        for (uint32_t c = 0; c < hs; c += 16) {
-            __m512 x0 = _mm512_loadu_ps(k0 + c), x1 = _mm512_loadu_ps(k1 + c);
-            __m512 x2 = _mm512_loadu_ps(k2 + c), x3 = _mm512_loadu_ps(k3 + c);
-#pragma GCC unroll 4
-            for (int m = 0; m < 4; m++) {
-                __m512 qm = _mm512_loadu_ps(q + (size_t)m * ldq + c);
-                acc[m][0] = _mm512_fmadd_ps(qm, x0, acc[m][0]);
-                acc[m][1] = _mm512_fmadd_ps(qm, x1, acc[m][1]);
-                acc[m][2] = _mm512_fmadd_ps(qm, x2, acc[m][2]);
-                acc[m][3] = _mm512_fmadd_ps(qm, x3, acc[m][3]);
-            }
-        }
-        for (int m = 0; m < 4; m++)
-            _mm_storeu_ps(a + (size_t)m * len + j, hsum4_16(acc[m][0], acc[m][1], acc[m][2],
-                                                            acc[m][3]));
-    }
-    if (j < j1)
-        for (int m = 0; m < 4; m++)
-            scores_blk(a + (size_t)m * len + j, q + (size_t)m * ldq, kh, ld, hs, list + j, j1 - j,
-                       0);
+    if (hs == 64)
+        scores_t(64, 0, a, q, kh, ld, hs, list, n, 0);
+    else if (hs == 128)
+        scores_t(128, 0, a, q, kh, ld, hs, list, n, 0);
+    else
+        scores_t(0, 0, a, q, kh, ld, hs, list, n, 0);
 }
 
 /* values over [j0, e) of the list for NH members at once (values_h4_64 or
@@ -258,13 +229,10 @@ void attn_group_rows_blk_avx512(uint32_t R, const struct attn_group_row *w, uint
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
         for (uint32_t r = 0; r < R; r++) {
             uint32_t j = cur[r], e = list_end(w[r].list, j, w[r].len, t1);
-            uint32_t gm = w[r].m ? w[r].m : G, h = 0;
-            for (; h + 4 <= gm && e > j; h += 4)
-                scores_m4(w[r].s + (size_t)h * w[r].len, w[r].len, w[r].q + (size_t)h * ldq, ldq,
-                          kh, kv_dim, hs, w[r].list, j, e, h == 0);
-            for (; h < gm && e > j; h++)
-                scores_blk(w[r].s + (size_t)h * w[r].len + j, w[r].q + (size_t)h * ldq, kh, kv_dim,
-                           hs, w[r].list + j, e - j, 0);
+            uint32_t gm = w[r].m ? w[r].m : G;
+            for (uint32_t h = 0; h < gm && e > j; h++)
+                scores_16(w[r].s + (size_t)h * w[r].len + j, w[r].q + (size_t)h * ldq, kh, kv_dim,
+                          hs, w[r].list + j, e - j);
             cur[r] = e;
         }
     }
