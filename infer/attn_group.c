@@ -13,9 +13,10 @@
  * 95.76% against 0.00457 / 96.93% now; the targets need keep 0.65 then,
  * 0.55 now (docs/BENCHMARKS.md, twelfth session, a17). Subtractions and
  * maxima, and a sum of 2^x for the denominators (attn_group_exp2_sum_scalar):
- * plain C, and an AVX-512 kernel
+ * plain C, an AVX-512 kernel
  * (attn_group_avx512.c; at 4K keys and 8 heads the plain loop was ~15% of
- * the group selection's time: it has no AVX-512 flags).
+ * the group selection's time: it has no AVX-512 flags) and an AVX2 one
+ * (attn_group_avx2.c), both with the plain loop's bits.
  *
  * attn_group_rows runs the group's heads over the shared list together: the
  * list's keys gathered into consecutive rows once for all heads, the dense
@@ -40,6 +41,10 @@ void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visibl
 #if SLUICE_KERNELS_X86
     if (infer_matmul_kernel_used() == INFER_MATMUL_AVX512) {
         attn_group_combine_avx512(est, ld, G, visible, sq, c);
+        return;
+    }
+    if (infer_matmul_kernel_available(INFER_MATMUL_AVX2)) {
+        attn_group_combine_avx2(est, ld, G, visible, sq, c);
         return;
     }
 #endif
@@ -133,9 +138,18 @@ void attn_group_rows_blk(uint32_t R, const struct attn_group_row *w, uint32_t G,
     (void)T;
     (void)cur;
 #endif
-    for (uint32_t r = 0; r < R; r++)
-        attn_group_rows(w[r].out, ldo, w[r].q, ldq, G, hs, kh, vh, kv_dim, w[r].list, w[r].len,
-                        w[r].s, gather);
+    for (uint32_t r = 0; r < R; r++) {
+        uint32_t gm = w[r].m ? w[r].m : G;
+        if (!w[r].lens) {
+            attn_group_rows(w[r].out, ldo, w[r].q, ldq, gm, hs, kh, vh, kv_dim, w[r].list,
+                            w[r].len, w[r].s, gather);
+            continue;
+        }
+        for (uint32_t h = 0; h < gm; h++) /* each member its own prefix */
+            attn_group_rows(w[r].out + (size_t)h * ldo, ldo, w[r].q + (size_t)h * ldq, ldq, 1, hs,
+                            kh, vh, kv_dim, w[r].list, w[r].lens[h], w[r].s + (size_t)h * w[r].len,
+                            gather);
+    }
 }
 
 void attn_group_rows_ref(float *out, size_t ldo, const float *q, size_t ldq, uint32_t G,

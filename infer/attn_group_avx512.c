@@ -171,6 +171,46 @@ void attn_group_rows_avx512(float *out, size_t ldo, const float *q, size_t ldq, 
     }
 }
 
+/* a member's scores over list[0..n) (keys in place, rows ld apart), sixteen
+ * keys a step (one hsum16_16 fold for the sixteen: the fold, not the FMAs,
+ * was the cost of 8-key steps at head size 64), the head size a constant
+ * where it is 64 or 128: scores_t's bits */
+static void scores_16(float *a, const float *q, const float *kh, size_t ld, uint32_t hs,
+                      const uint32_t *list, uint32_t n)
+{
+    if (hs == 64)
+        scores_t(64, 0, a, q, kh, ld, hs, list, n, 0);
+    else if (hs == 128)
+        scores_t(128, 0, a, q, kh, ld, hs, list, n, 0);
+    else
+        scores_t(0, 0, a, q, kh, ld, hs, list, n, 0);
+}
+
+/* values over [j0, e) of the list for NH members at once (values_h4_64 or
+ * values_h2_128: vf) where every member attends all of it, then each
+ * member's own part of the block (its prefix: lens) by values_hs: each
+ * column's chain in list order, as one member at a time */
+typedef void values_fn(float *out, size_t ldo, const float *a, uint32_t len, const float *vh,
+                       size_t ld, const uint32_t *list, uint32_t j0, uint32_t j1, int pf);
+static inline __attribute__((always_inline)) void
+values_members(values_fn *vf, uint32_t NH, const struct attn_group_row *w, uint32_t h,
+               size_t ldo, uint32_t hs, const float *vh, size_t kv_dim, uint32_t j0, uint32_t e)
+{
+    uint32_t len = w->len, me = e;
+    for (uint32_t i = 0; w->lens && i < NH; i++)
+        me = w->lens[h + i] < me ? w->lens[h + i] : me;
+    me = me > j0 ? me : j0;
+    if (me > j0)
+        vf(w->out + (size_t)h * ldo, ldo, w->s + (size_t)h * len, len, vh, kv_dim, w->list, j0,
+           me, 0);
+    for (uint32_t i = 0; me < e && i < NH; i++) {
+        uint32_t b = w->lens[h + i] < e ? w->lens[h + i] : e;
+        if (b > me)
+            values_hs(w->out + (size_t)(h + i) * ldo, w->s + (size_t)(h + i) * len, vh, kv_dim,
+                      hs, w->list, me, b, 0);
+    }
+}
+
 /* attn_group_rows_avx512 for R rows at once (each its own shared list),
  * walking the keys in blocks of kb slots for all of them as
  * attn_sel_rows_avx512 does, so that a block's key and value rows are read
@@ -189,18 +229,21 @@ void attn_group_rows_blk_avx512(uint32_t R, const struct attn_group_row *w, uint
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
         for (uint32_t r = 0; r < R; r++) {
             uint32_t j = cur[r], e = list_end(w[r].list, j, w[r].len, t1);
-            for (uint32_t h = 0; h < G && e > j; h++)
-                scores_blk(w[r].s + (size_t)h * w[r].len + j, w[r].q + (size_t)h * ldq, kh, kv_dim,
-                           hs, w[r].list + j, e - j, 0);
+            uint32_t gm = w[r].m ? w[r].m : G;
+            for (uint32_t h = 0; h < gm && e > j; h++)
+                scores_16(w[r].s + (size_t)h * w[r].len + j, w[r].q + (size_t)h * ldq, kh, kv_dim,
+                          hs, w[r].list + j, e - j);
             cur[r] = e;
         }
     }
     for (uint32_t r = 0; r < R; r++) {
-        for (uint32_t h = 0; h < G; h++) {
+        uint32_t gm = w[r].m ? w[r].m : G;
+        for (uint32_t h = 0; h < gm; h++) {
             float *a = w[r].s + (size_t)h * w[r].len;
-            float maxv = infer_div_max_avx512(a, w[r].len, sqrtf((float)hs));
-            float sum = infer_exp_sum_avx512(a, w[r].len, maxv);
-            (void)infer_div_max_avx512(a, w[r].len, sum);
+            uint32_t n = w[r].lens ? w[r].lens[h] : w[r].len;
+            float maxv = infer_div_max_avx512(a, n, sqrtf((float)hs));
+            float sum = infer_exp_sum_avx512(a, n, maxv);
+            (void)infer_div_max_avx512(a, n, sum);
             for (uint32_t c = 0; c < hs; c++)
                 w[r].out[(size_t)h * ldo + c] = 0.0f;
         }
@@ -211,20 +254,22 @@ void attn_group_rows_blk_avx512(uint32_t R, const struct attn_group_row *w, uint
         for (uint32_t r = 0; r < R; r++) {
             const uint32_t *list = w[r].list;
             uint32_t len = w[r].len, j0 = cur[r], e = list_end(list, j0, len, t1), h = 0;
+            uint32_t gm = w[r].m ? w[r].m : G;
             cur[r] = e;
             if (e == j0)
                 continue;
             if (hs == 64)
-                for (; h + 4 <= G; h += 4)
-                    values_h4_64(w[r].out + (size_t)h * ldo, ldo, w[r].s + (size_t)h * len, len, vh,
-                                 kv_dim, list, j0, e, 0);
+                for (; h + 4 <= gm; h += 4)
+                    values_members(values_h4_64, 4, &w[r], h, ldo, hs, vh, kv_dim, j0, e);
             else if (hs == 128)
-                for (; h + 2 <= G; h += 2)
-                    values_h2_128(w[r].out + (size_t)h * ldo, ldo, w[r].s + (size_t)h * len, len,
-                                  vh, kv_dim, list, j0, e, 0);
-            for (; h < G; h++)
-                values_hs(w[r].out + (size_t)h * ldo, w[r].s + (size_t)h * len, vh, kv_dim, hs,
-                          list, j0, e, 0);
+                for (; h + 2 <= gm; h += 2)
+                    values_members(values_h2_128, 2, &w[r], h, ldo, hs, vh, kv_dim, j0, e);
+            for (; h < gm; h++) {
+                uint32_t b = w[r].lens && w[r].lens[h] < e ? w[r].lens[h] : e;
+                if (b > j0)
+                    values_hs(w[r].out + (size_t)h * ldo, w[r].s + (size_t)h * len, vh, kv_dim,
+                              hs, list, j0, b, 0);
+            }
         }
     }
 }

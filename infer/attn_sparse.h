@@ -126,12 +126,14 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
  * no longer fills the list with them. */
 void attn_group_combine(const float *est, size_t ld, uint32_t G, uint32_t visible, float sq,
                         float *c);
-/* Its scalar definition and the AVX-512 kernel (the same bits, NaN and
- * signed zeros included). */
+/* Its scalar definition and the AVX-512 and AVX2 (with FMA) kernels (the
+ * same bits, NaN and signed zeros included). */
 void attn_group_combine_scalar(const float *est, size_t ld, uint32_t G, uint32_t visible,
                                float sq, float *c);
 void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t visible,
                                float sq, float *c);
+void attn_group_combine_avx2(const float *est, size_t ld, uint32_t G, uint32_t visible, float sq,
+                             float *c);
 /* The sum of 2^x_t over t < n, x_t = fmaf(e[t], k, -mk) clamped to [-126, 0]
  * (NaN: -126), each term 2^floor(x) * p(x - floor(x)), p a cubic for 2^f on
  * [0, 1) (relative error 1.5e-4: the sum only sets a head's offset), into
@@ -183,6 +185,11 @@ struct attn_group_row {
     const uint32_t *list;
     uint32_t len;
     float *s;
+    /* row blocks (infer_sparse_opts.row_block): m members instead of G (0:
+     * G), member h attending the list's first lens[h] slots (NULL: all
+     * len; each 1..len): its bits are attn_group_rows's for that prefix */
+    uint32_t m;
+    const uint32_t *lens;
 };
 void attn_group_rows_blk(uint32_t R, const struct attn_group_row *w, uint32_t G, size_t ldq,
                          size_t ldo, uint32_t hs, const float *kh, const float *vh, size_t kv_dim,

@@ -111,6 +111,66 @@ static void attend_group(struct infer_sparse *sp, uint32_t layer,
     }
 }
 
+/* Row blocks (sp->o.row_block = R): head h's rows [p0, p1) (estimates e0,
+ * rows ld apart, the first of them row p0's) in blocks of R rows, each
+ * block one list: the top of the rows' estimates combined as the shared
+ * selection combines heads (attn_group_combine: the largest of the rows'
+ * estimated log-probabilities) over the keys its first row sees, the
+ * sinks and recent window of that row, then the block's own newest keys
+ * (row m attends the list's first ns + m slots: a prefix, in order). The
+ * count is centred: ns + m averages the rows' keep counts over the block.
+ * Fills w[*nw...] (pair slots from *np: lists, weights) and lens. */
+static void select_blocks(struct infer_sparse *sp, uint32_t layer,
+                          const struct infer_attn_rows *rows, const float *q, uint32_t h,
+                          uint32_t p0, uint32_t p1, const float *e0, size_t ld, float *out,
+                          float *hint, const float *kh, size_t kv_dim, const struct attend_buf *b,
+                          struct attn_group_row *w, uint32_t *nw, uint32_t *np, uint32_t *lens,
+                          struct call_stats *cs)
+{
+    const struct format_config *c = &sp->cfg;
+    uint32_t hd = c->head_dim, H = c->n_heads, R = sp->o.row_block, T = rows->base + rows->n;
+    size_t qdim = (size_t)H * hd;
+    uint32_t sinks = sp->o.sinks == UINT32_MAX ? 0 : sp->o.sinks;
+    uint32_t window = sp->o.window == UINT32_MAX ? 0 : sp->o.window;
+    double r = sp->ratio[(size_t)layer * H + h];
+    float sq = sqrtf((float)hd);
+    for (uint32_t a = p0; a < p1; a += R) {
+        uint32_t m = p1 - a < R ? p1 - a : R, v0 = rows->base + a + 1, mid = (m - 1) / 2;
+        const float *e = e0 + (size_t)(a - p0) * ld;
+        uint32_t *sel = b->sel + (size_t)*np * T;
+        uint32_t k = attn_keep_count(r, v0 + mid);
+        k = k > mid ? k - mid : 1;
+        k = k < v0 ? k : v0;
+        attn_group_combine(e, ld, m, v0, sq, b->fs);
+        uint32_t ns = attn_select_row_hint(b->fs, v0, k, sinks, window, sel, b->work, hint);
+        for (uint32_t j = 1; j < m; j++) {
+            sel[ns + j - 1] = v0 + j - 1;
+            lens[*np + j] = ns + j;
+        }
+        lens[*np] = ns;
+        w[(*nw)++] = (struct attn_group_row){.q = q + (size_t)a * qdim + (size_t)h * hd,
+                                             .out = out + (size_t)a * qdim + (size_t)h * hd,
+                                             .list = sel, .len = ns + m - 1,
+                                             .s = b->a + (size_t)*np * T, .m = m,
+                                             .lens = lens + *np};
+        for (uint32_t j = 0; j < m; j++) {
+            cs->row_heads++;
+            cs->visible += v0 + j;
+            cs->kept += ns + j;
+            if (sp->o.measure) {
+                double rc, ms;
+                measure_row(q + (size_t)(a + j) * qdim + (size_t)h * hd, kh, kv_dim, hd,
+                            e + (size_t)j * ld, v0 + j, attn_keep_count(r, v0 + j), sel, ns + j,
+                            b->fs, b->i1, b->i2, b->work, &rc, &ms);
+                cs->recall += rc;
+                cs->mass += ms;
+                cs->recall_n++;
+            }
+        }
+        *np += m;
+    }
+}
+
 /* Top-k and softmax.V for every row of every head of a finished launch
  * (kv head l->g's keys and values at kh, vh, rows kv_dim apart),
  * PAIRS (row, head) pairs at a time: each pair's keys picked (the previous
@@ -130,6 +190,8 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
     uint32_t rb = PAIRS / l->cnt ? PAIRS / l->cnt : 1; /* rows per block */
     uint32_t end = l->i0 + l->nr;
     struct attn_sel_pair pr[PAIRS];
+    struct attn_group_row wr[PAIRS];
+    uint32_t lens[PAIRS], R = sp->o.row_block > 1 ? sp->o.row_block : 1;
     (void)kv_mul;
     (void)n;
     if (sp->o.select_group) {
@@ -137,7 +199,7 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
         return 0;
     }
     for (uint32_t i0 = l->i0; i0 < end; i0 += rb) {
-        uint32_t i1 = end - i0 < rb ? end : i0 + rb, np = 0, tmax = rows->base + i1;
+        uint32_t i1 = end - i0 < rb ? end : i0 + rb, np = 0, nw = 0, tmax = rows->base + i1;
         uint64_t t0 = sl_now_ns();
         for (uint32_t j = 0; j < l->cnt; j++) {
             uint32_t h = l->head[j];
@@ -177,6 +239,11 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
                     t0 += dw; /* estimate time, not top-k time */
                     cs->wait_ns += dw;
                 }
+                if (R > 1) {
+                    select_blocks(sp, layer, rows, q, h, p0, p1, yj + (size_t)(p0 - ybase) * ld,
+                                  ld, out, &hint[h - h0], kh, kv_dim, b, wr, &nw, &np, lens, cs);
+                    continue;
+                }
                 for (uint32_t i = p0; i < p1; i++, np++) {
                     uint32_t visible = rows->base + i + 1;
                     uint32_t k = attn_keep_count(r, visible);
@@ -203,7 +270,11 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
             }
         }
         uint64_t t1 = sl_now_ns();
-        attn_sel_rows(np, pr, kh, vh, kv_dim, hd, KEY_TILE, tmax, b->cur, b->gather);
+        if (R > 1)
+            attn_group_rows_blk(nw, wr, R, qdim, qdim, hd, kh, vh, kv_dim, KEY_TILE, tmax, b->cur,
+                                b->gather);
+        else
+            attn_sel_rows(np, pr, kh, vh, kv_dim, hd, KEY_TILE, tmax, b->cur, b->gather);
         cs->topk_ns += t1 - t0;
         cs->qkv_ns += sl_now_ns() - t1;
     }

@@ -83,6 +83,8 @@ struct call_stats {
 /* the fewest rows per launch (per head) whose inline estimates run per head */
 #define SPLIT_ROWS 8u
 #define KEY_TILE 256u
+/* the most rows of a row block (infer_sparse_opts.row_block) */
+#define ATTN_ROW_BLOCK_MAX 16u
 /* inline estimates: the most bytes of one head's estimates run at once
  * (llama3-8b's 32 rows per head at 4K, 557 KB, did not stay in L2 until
  * their rows picked their keys; tinyllama's 16, 278 KB, did) */

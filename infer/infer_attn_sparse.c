@@ -64,6 +64,11 @@ int infer_sparse_create(const struct format_config *c, const struct infer_attn_p
         sl_err_set(err, "sparse attention: the keep ratio %g is not in (0, 1]", d.keep);
         return -EINVAL;
     }
+    if (d.row_block > ATTN_ROW_BLOCK_MAX || (d.row_block > 1 && d.select_group)) {
+        sl_err_set(err, "sparse attention: row blocks of %u rows%s are not supported", d.row_block,
+                   d.select_group ? " with the shared selection" : "");
+        return -EINVAL;
+    }
     if (c->n_kv_heads == 0 || c->n_heads % c->n_kv_heads || c->n_heads / c->n_kv_heads > ATTN_PLAN_MAX) {
         sl_err_set(err, "sparse attention: %u heads over %u kv heads is not supported",
                    c->n_heads, c->n_kv_heads);

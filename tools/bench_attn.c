@@ -19,8 +19,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice bench attn [--shape S] [--ctx N[,N...]] [--mode M] [--keep R]\n"
-            "                         [--reps N] [--threads N] [--select S] [--estimate E]\n"
-            "                         [--ablate-plan] [--json]\n\n"
+            "                         [--reps N] [--threads N] [--select S] [--rows N]\n"
+            "                         [--estimate E] [--ablate-plan] [--json]\n\n"
             "Times one layer's attention over a KV cache of N slots: dense float attention\n"
             "(the runtime's blocked kernel) against sparse attention (int8 Q.K estimated on\n"
             "the emulated NPU's thread, top-k and exact softmax.V on the CPU), interleaved,\n"
@@ -45,6 +45,8 @@ static void usage(FILE *f)
             "                both (group timed as a third contender, interleaved; JSON\n"
             "                group_ms, group_ms_min, group_speedup (dense / group medians),\n"
             "                group_recall, group_mass)\n"
+            "  --rows N      per-head sparse: blocks of N adjacent query rows share one key\n"
+            "                list (1..16; default 1: a list per row)\n"
             "  --estimate E  where sparse's int8 estimates run: device (the emulated NPU's own\n"
             "                thread, launches pipelined two ahead of the CPU side; default),\n"
             "                inline (on the calling thread, in prefill per head just before\n"
@@ -182,6 +184,7 @@ struct bench_opts {
     uint32_t reps, threads;
     int json, ablate_plan, select; /* select: 0 head, 1 group, 2 both */
     int estimate;                  /* 0 device, 1 inline, 2 both */
+    uint32_t rows;                 /* per-head contenders' row blocks */
 };
 
 static int one_case(const struct shape *sh, uint32_t T, int decode, const struct bench_opts *bo,
@@ -252,6 +255,7 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
     }
     struct infer_sparse_opts so = {.keep = keep, .sinks = 4, .window = 16, .uniform = 1,
                                    .select_group = bo->select == 1,
+                                   .row_block = bo->select == 1 ? 0 : bo->rows,
                                    .inline_npu = bo->estimate == 1};
     if ((ret = infer_sparse_create(&c, NULL, &so, &sp, err)) < 0)
         goto out;
@@ -270,7 +274,7 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
         if ((ret = infer_sparse_create(&c, NULL, &so, &spgm, err)) < 0)
             goto out;
         so = (struct infer_sparse_opts){.keep = keep, .sinks = 4, .window = 16, .uniform = 1,
-                                        .inline_npu = bo->estimate == 1};
+                                        .row_block = bo->rows, .inline_npu = bo->estimate == 1};
     }
     if (bo->ablate_plan) {
         so.no_plan = 1;
@@ -360,6 +364,10 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
         cJSON_AddNumberToObject(o, "speedup", dmed / smed);
         cJSON_AddNumberToObject(o, "recall", st.recall);
         cJSON_AddNumberToObject(o, "mass", st.mass);
+        cJSON_AddNumberToObject(o, "rows_per_list", bo->rows > 1 ? bo->rows : 1);
+        cJSON_AddNumberToObject(o, "kept_share", st.keys_visible ? (double)st.keys_kept /
+                                                                       (double)st.keys_visible
+                                                                 : 0);
         cJSON_AddNumberToObject(o, "reps", reps);
         cJSON_AddNumberToObject(o, "threads", bo->threads);
         if (spn) {
@@ -461,6 +469,8 @@ int bench_attn(int argc, char **argv)
         } else if (!strcmp(s, "--select")) {
             static const char *const sel[] = {"head", "group", "both"};
             bad = tools_args_choice(&a, sel, 3, &bo.select);
+        } else if (!strcmp(s, "--rows")) {
+            bad = tools_args_u32(&a, 1, 16, &bo.rows);
         } else if (!strcmp(s, "--estimate")) {
             static const char *const est[] = {"device", "inline", "both"};
             bad = tools_args_choice(&a, est, 3, &bo.estimate);

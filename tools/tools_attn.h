@@ -17,6 +17,7 @@ struct tools_attn {
     uint32_t sinks;  /* --sinks (default 4) */
     uint32_t window; /* --window (default 16) */
     int group;       /* --select group */
+    uint32_t rows;   /* --rows N: row blocks (infer_sparse_opts.row_block) */
     int inline_est;  /* --estimate inline */
 };
 
@@ -73,6 +74,8 @@ uint32_t tools_attn_auto_min_keys(void);
     "                   probability (estimate less the row's log-sum-exp);\n"               \
     "                   keys and values gathered once for the heads; faster, less\n"        \
     "                   accurate at equal keep: docs/BENCHMARKS.md)\n"                  \
+    "  --rows N         sparse, per head: blocks of N adjacent query rows share one\n"     \
+    "                   key list (1..16; default 1: a list per row)\n"                      \
     "  --estimate E     sparse: where the int8 estimates run: inline (default: the\n"       \
     "                   graphs on the attention's own thread; measured faster on this\n"   \
     "                   2-core machine, attention alone and end to end:\n"                 \

@@ -362,6 +362,11 @@ struct infer_sparse_opts {
     int select_group;  /* 1: one key list per query row and kv head, shared by its query
                           heads (GQA): the top of max_h(estimate_h - its row max), one
                           Q bucket per kv head (its heads' largest scale); 0: per head */
+    uint32_t row_block; /* per head, 2..16: blocks of this many adjacent query
+                           rows share one key list (the top of the rows' combined estimates
+                           over the first row's keys, then the block's own newest keys), so
+                           the exact stage reads each key and value once for the block;
+                           0 or 1: a list per row. Not with select_group */
     struct npu_device *device; /* NULL: one of its own */
 };
 

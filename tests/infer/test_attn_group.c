@@ -87,16 +87,13 @@ static void test_combine(void **state)
 /* the AVX-512 kernel against the scalar definition bit for bit, with rows
  * of NaNs, zeros of both signs (a maximum of +0 or -0: the order decides
  * its sign), infinities and ordinary values */
-static void test_combine_avx512(void **state)
+#ifdef SLUICE_KERNELS_X86
+typedef void combine_fn(const float *est, size_t ld, uint32_t G, uint32_t visible, float sq,
+                        float *c);
+/* a SIMD combine against the scalar definition, bit for bit, on rows with
+ * NaN, infinities and signed zeros (and rows whose maximum is a zero) */
+static void check_combine(const char *name, combine_fn *fn)
 {
-    (void)state;
-#ifndef SLUICE_KERNELS_X86
-    printf("test_combine_avx512: a build without the x86 kernels, skipped\n");
-#else
-    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
-        printf("test_combine_avx512: no AVX-512 here, skipped\n");
-        return;
-    }
     static const float special[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1.0f, -1.0f};
     int zero_max = 0;
     for (int it = 0; it < 400; it++) {
@@ -118,9 +115,9 @@ static void test_combine_avx512(void **state)
             e[i] = x;
         }
         attn_group_combine_scalar(e, ld, G, vis, sq, c1);
-        attn_group_combine_avx512(e, ld, G, vis, sq, c2);
+        fn(e, ld, G, vis, sq, c2);
         if (memcmp(c1, c2, sizeof(float) * vis))
-            fail_msg("it %d G %u vis %u: avx512 != scalar", it, G, vis);
+            fail_msg("it %d G %u vis %u: %s != scalar", it, G, vis, name);
         /* rows whose maximum is a zero (of either sign): the case the order decides */
         for (uint32_t j = 0; j < G; j++) {
             float m = -INFINITY;
@@ -133,6 +130,34 @@ static void test_combine_avx512(void **state)
         free(c2);
     }
     assert_true(zero_max > 100);
+}
+#endif
+
+static void test_combine_avx512(void **state)
+{
+    (void)state;
+#ifndef SLUICE_KERNELS_X86
+    printf("test_combine_avx512: a build without the x86 kernels, skipped\n");
+#else
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512)) {
+        printf("test_combine_avx512: no AVX-512 here, skipped\n");
+        return;
+    }
+    check_combine("avx512", attn_group_combine_avx512);
+#endif
+}
+
+static void test_combine_avx2(void **state)
+{
+    (void)state;
+#ifndef SLUICE_KERNELS_X86
+    printf("test_combine_avx2: a build without the x86 kernels, skipped\n");
+#else
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX2)) {
+        printf("test_combine_avx2: no AVX2 here, skipped\n");
+        return;
+    }
+    check_combine("avx2", attn_group_combine_avx2);
 #endif
 }
 
@@ -267,7 +292,8 @@ static void test_group_rows_blk(void **state)
             if (len == 0)
                 l[len++] = test_rng_below(&rng, T);
             /* heads of a row hs apart within the row's ldq (as a query row's heads) */
-            w[r] = (struct attn_group_row){q + r * ldq, o1 + r * ldq, l, len, s + (size_t)r * G * T};
+            w[r] = (struct attn_group_row){q + r * ldq, o1 + r * ldq, l, len, s + (size_t)r * G * T, 0,
+                                           NULL};
         }
         const float *kh = k + (size_t)g * hs, *vh = v + (size_t)g * hs;
         attn_group_rows_blk(R, w, G, hs, hs, hs, kh, vh, kv_dim, kb, T, cur, gather);
@@ -464,6 +490,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_combine),
         cmocka_unit_test(test_combine_avx512),
+        cmocka_unit_test(test_combine_avx2),
         cmocka_unit_test(test_group_rows),
         cmocka_unit_test(test_group_rows_blk),
         cmocka_unit_test(test_keep_all_is_dense),
