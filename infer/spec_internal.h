@@ -38,6 +38,26 @@ typedef int (*spec_match_fn)(void *ctx, const struct spec_index *ix, uint32_t en
 void spec_index_match(const struct spec_index *ix, const int *q, uint32_t nq, uint32_t g,
                       uint32_t limit, spec_match_fn fn, void *ctx);
 
+/* ---- choosing among matches (spec_select.c) --------------------------------------- */
+
+#define SPEC_MAX_EXTENT 32 /* how far back a match's agreement is measured */
+#define SPEC_MAX_GATHER 64 /* matches gathered per order and source */
+
+struct spec_cand {
+    uint32_t end; /* where the match ends in the index */
+    uint32_t ext; /* its extent: how many tokens back it agrees with the context (>= g) */
+};
+
+/* How many tokens back, up to SPEC_MAX_EXTENT, tok[..end] agrees with
+ * q[..nq) (stopping at a separator). */
+uint32_t spec_match_extent(const struct spec_index *ix, uint32_t end, const int *q, uint32_t nq);
+/* The best `take` of up to `gather` matches of q's last g tokens (newest
+ * first) into out[]: those with a token after them and not in used[],
+ * longest extent first, newest first within one. Returns how many. */
+uint32_t spec_select(const struct spec_index *ix, const int *q, uint32_t nq, uint32_t g,
+                     uint32_t gather, uint32_t take, const uint32_t *used, uint32_t n_used,
+                     struct spec_cand *out);
+
 /* ---- draft tree (spec_tree.c) ----------------------------------------------------- */
 
 #define SPEC_MAX_ROWS INFER_SPEC_MAX_ROWS /* the largest verification shape */

@@ -12,6 +12,9 @@
 #include "spec_internal.h"
 
 #define MATCHES_PER_ORDER 4 /* candidates taken per n-gram order and source */
+/* matches gathered per order and source, the best MATCHES_PER_ORDER taken
+ * (spec_select: longest extent first); 4-64 priced within +-0.01 */
+#define MATCHES_GATHERED 16
 
 struct infer_spec {
     struct infer_session *s;
@@ -178,6 +181,9 @@ static void draft(struct infer_spec *sp, int root, uint32_t pos, uint32_t depth,
                         .n_stop = n_stop,
                         .depth = depth < SPEC_MAX_ROWS - 1 ? depth : SPEC_MAX_ROWS - 1,
                         .max_rows = max_rows};
+    /* per source, the match ends drafted from at a longer order (the same
+     * match again at a shorter one would take a candidate's place) */
+    uint32_t used[SPEC_SRC_REUSE][SPEC_MAX_ORDER * MATCHES_PER_ORDER], n_used[SPEC_SRC_REUSE] = {0};
     /* longest match first; within an order the context, the calibrated
      * sequences, then history; the reused segment fills what the 2-grams
      * leave before the weaker matches */
@@ -192,15 +198,22 @@ static void draft(struct infer_spec *sp, int root, uint32_t pos, uint32_t depth,
                                 a[0], a[1], sp->cost.alpha);
         }
         for (size_t k = 0; k < sizeof order / sizeof order[0] && t->n < max_rows; k++) {
-            c.src = order[k];
-            c.order = g;
+            enum spec_src src = order[k];
             /* below the minimum match only calibrated sequences, and the
              * context's 1-grams when nothing longer drafted anything (the
              * cost model prices them by their measured acceptance) */
-            if (g < sp->o.min_match && c.src != SPEC_SRC_CALIB &&
-                !(g == 1 && c.src == SPEC_SRC_CONTEXT && t->n == 1))
+            if (g < sp->o.min_match && src != SPEC_SRC_CALIB &&
+                !(g == 1 && src == SPEC_SRC_CONTEXT && t->n == 1))
                 continue;
-            spec_index_match(&sp->src[c.src], cx->tok, cx->n, g, MATCHES_PER_ORDER, on_match, &c);
+            struct spec_cand cand[MATCHES_PER_ORDER];
+            uint32_t nc = spec_select(&sp->src[src], cx->tok, cx->n, g, MATCHES_GATHERED,
+                                      MATCHES_PER_ORDER, used[src], n_used[src], cand);
+            c.src = src;
+            c.order = g;
+            for (uint32_t i = 0; i < nc && t->n < max_rows; i++) {
+                used[src][n_used[src]++] = cand[i].end;
+                on_match(&c, &sp->src[src], cand[i].end);
+            }
         }
     }
 }
@@ -297,9 +310,8 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
         return ret;
     uint32_t np;
     ret = spec_accept(t, sp->logits, sp->vocab,
-                      sp->o.sampler ? sp->o.sampler : infer_session_sampler(sp->s), sp->probs,
-                      path, &np,
-                      next);
+                      sp->o.sampler ? sp->o.sampler : infer_session_sampler(sp->s), sp->probs, path,
+                      &np, next);
     memcpy(sp->path, path, sizeof path);
     sp->np = ret == 0 ? np : 0;
     uint32_t slots[SPEC_MAX_ROWS];
@@ -450,8 +462,8 @@ int infer_spec_generate(struct infer_spec *sp, uint32_t max_tokens, const int *s
         if (len >= infer_kv_capacity(kv))
             break; /* the context is full: this token cannot be fed back */
         int next;
-        if ((ret = infer_spec_round(sp, tok, max_tokens - taken, stop, n_stop, acc, &n_acc,
-                                    &next, err)) < 0)
+        if ((ret = infer_spec_round(sp, tok, max_tokens - taken, stop, n_stop, acc, &n_acc, &next,
+                                    err)) < 0)
             break;
         int stopped = 0;
         for (uint32_t i = 0; i < n_acc && !stopped; i++) {

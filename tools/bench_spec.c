@@ -36,7 +36,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: sluice bench spec MODEL --text FILE [--tokenizer FILE] [-n N] [--runs R]\n"
             "                         [--rows 4|8|16] [--calibrate] [--min-match N] [--history]\n"
-            "                         [--history-shared]\n"
+            "                         [--history-shared|--history-shared-all]\n"
             "                         [--row-cost A [--verify-fixed B]] [--lookup BIN --gguf FILE]\n"
             "                         [--json]\n"
             "       sluice bench spec MODEL --verify-cost C [--runs R] [--resident int8|packed]\n"
@@ -63,8 +63,10 @@ static void usage(FILE *f)
             "                earlier generations per task kind would hold them\n"
             "  --history-shared  one history store for every task, whatever its kind:\n"
             "                a task drafts from the greedy outputs of all the tasks before it\n"
-            "                (those on the same passage included), as a store used under\n"
-            "                one task kind would hold a user's earlier generations\n"
+            "                on other passages, as a store used under one task kind would\n"
+            "                hold a user's earlier generations on other texts\n"
+            "  --history-shared-all  the same with the earlier tasks on the same passage\n"
+            "                too (what the model wrote on this very text: optimistic)\n"
             "  --min-match N shortest n-gram that drafts from the context, 1..4 (default 2;\n"
             "                a 1-gram still drafts when no longer match drafted anything)\n"
             "  --row-cost A  the cost model's price of one more verification row against a\n"
@@ -104,7 +106,8 @@ int bench_spec(int argc, char **argv)
     int json = 0, calibrate = 0, packed = 0;
     uint32_t min_match = 0;
     double row_cost = 0, verify_fixed = 0;
-    int one_thread = 0, history = 0, history_shared = 0;
+    int one_thread = 0;
+    enum bench_spec_hist history = BENCH_SPEC_HIST_NONE;
     uint32_t shape = 0;
     uint32_t cost_ctx = 0;
     struct tools_args a = {"sluice bench spec", usage, argc, argv, 0};
@@ -146,9 +149,11 @@ int bench_spec(int argc, char **argv)
         } else if (!strcmp(s, "--verify-fixed")) {
             bad = tools_args_double(&a, 0, 4, 0, &verify_fixed);
         } else if (!strcmp(s, "--history")) {
-            history = 1;
+            history = BENCH_SPEC_HIST_KIND;
         } else if (!strcmp(s, "--history-shared")) {
-            history = history_shared = 1;
+            history = BENCH_SPEC_HIST_SHARED;
+        } else if (!strcmp(s, "--history-shared-all")) {
+            history = BENCH_SPEC_HIST_SHARED_ALL;
         } else if (!strcmp(s, "--shape")) {
             bad = tools_args_u32(&a, 1, 16, &shape);
             if (!bad && shape != 1 && shape != 4 && shape != 8 && shape != 16) {
@@ -267,9 +272,9 @@ int bench_spec(int argc, char **argv)
                                  .min_match = min_match, .row_cost = (float)row_cost,
                                  .verify_cost = (float)verify_fixed};
     int mismatch = 0, failed = 0;
-    /* --history: per kind, the greedy outputs of its earlier tasks, -1 after each */
-    int *hist[N_KINDS] = {NULL};
-    uint32_t n_hist[N_KINDS] = {0};
+    /* --history: every task's greedy output, for the later tasks' stores */
+    int *outs[N_KINDS * BENCH_SPEC_TASKS_PER_KIND] = {NULL}, *hist = NULL;
+    uint32_t n_outs[N_KINDS * BENCH_SPEC_TASKS_PER_KIND] = {0}, n_hist = 0;
     if (!ids || !kp.t || !ks.t || !v || !root || !arr) {
         fprintf(stderr, "sluice bench spec: out of memory\n");
         failed = 1;
@@ -287,9 +292,14 @@ int bench_spec(int argc, char **argv)
         }
         double *vp = v, *vs = v + runs, *vl = v + 2 * runs, *vlp = v + 3 * runs;
         struct infer_spec_stats sst = {0}, one;
-        int hk = history_shared ? 0 : tasks[ti].k; /* the task's store */
-        so.history = history ? hist[hk] : NULL;
-        so.n_history = history ? n_hist[hk] : 0;
+        free(hist);
+        if (bench_spec_history(tasks, outs, n_outs, ti, history, &hist, &n_hist) < 0) {
+            fprintf(stderr, "sluice bench spec: out of memory for the history\n");
+            failed = 1;
+            break;
+        }
+        so.history = hist;
+        so.n_history = n_hist;
         for (uint32_t r = 0; r < runs; r++) { /* statistics: the sums over the runs */
             /* plain first on even runs, speculative first on odd ones, so
              * neither always runs second (with nothing to verify, --row-cost
@@ -319,17 +329,14 @@ int bench_spec(int argc, char **argv)
                ml = tools_median(vl, runs), mlp = tools_median(vlp, runs);
         int k = tasks[ti].k;
         if (history) {
-            int hs = history_shared ? 0 : k;
-            int *h = realloc(hist[hs], sizeof(int) * (n_hist[hs] + kp.n + 1));
-            if (!h) {
+            if (ti >= sizeof outs / sizeof outs[0] ||
+                !(outs[ti] = malloc(sizeof(int) * ((size_t)kp.n + 1)))) {
                 fprintf(stderr, "sluice bench spec: out of memory for the history\n");
                 failed = 1;
                 break;
             }
-            memcpy(h + n_hist[hs], kp.t, sizeof(int) * kp.n);
-            n_hist[hs] += kp.n;
-            h[n_hist[hs]++] = -1;
-            hist[hs] = h;
+            memcpy(outs[ti], kp.t, sizeof(int) * kp.n);
+            n_outs[ti] = kp.n;
         }
         double copy = bench_spec_copy_share(ids, np, kp.t, kp.n);
         S.copy[k] += copy;
@@ -388,8 +395,9 @@ int bench_spec(int argc, char **argv)
     cJSON_AddNumberToObject(root, "min_match", min_match ? min_match : 2);
     cJSON_AddNumberToObject(root, "row_cost", row_cost);
     cJSON_AddNumberToObject(root, "verify_fixed", verify_fixed);
-    cJSON_AddBoolToObject(root, "history", history);
-    cJSON_AddBoolToObject(root, "history_shared", history_shared);
+    cJSON_AddBoolToObject(root, "history", history != BENCH_SPEC_HIST_NONE);
+    cJSON_AddBoolToObject(root, "history_shared", history >= BENCH_SPEC_HIST_SHARED);
+    cJSON_AddStringToObject(root, "history_store", bench_spec_hist_names[history]);
     cJSON_AddBoolToObject(root, "greedy_identical", mismatch == 0);
     if (json) {
         char *s = cJSON_PrintUnformatted(root);
@@ -408,8 +416,9 @@ done:
     free(kp.t);
     free(ks.t);
     free(v);
-    for (int k = 0; k < N_KINDS; k++)
-        free(hist[k]);
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+        free(outs[i]);
+    free(hist);
     infer_tokenizer_destroy(tk);
     infer_model_destroy(m);
     return mismatch || failed ? 1 : 0;

@@ -23,7 +23,8 @@ extern const char *const bench_spec_kinds[BENCH_SPEC_KINDS];
 
 struct bench_spec_task {
     const char *kind;
-    int k; /* index in bench_spec_kinds */
+    int k;       /* index in bench_spec_kinds */
+    int passage; /* the passage (or, for free, the verses) it was made from */
     char *prompt;
 };
 
@@ -36,6 +37,21 @@ void bench_spec_free_lines(char **lines, uint32_t n);
  * when there are too few, -ENOMEM (the *nt tasks made are the caller's to
  * free). */
 int bench_spec_make_tasks(char **lines, uint32_t n, struct bench_spec_task *t, uint32_t *nt);
+/* --history's stores: a task's history is the greedy outputs of the tasks
+ * before it, each followed by -1: of its own kind (per kind), of any kind
+ * on another passage (shared), or of any kind (shared, the same passage's
+ * included). */
+enum bench_spec_hist {
+    BENCH_SPEC_HIST_NONE = 0,
+    BENCH_SPEC_HIST_KIND,
+    BENCH_SPEC_HIST_SHARED,
+    BENCH_SPEC_HIST_SHARED_ALL
+};
+extern const char *const bench_spec_hist_names[4];
+/* Task ti's history (outs[j][0..n_outs[j]) being task j's output) into
+ * *h (the caller's to free; NULL and 0 when empty); -ENOMEM. */
+int bench_spec_history(const struct bench_spec_task *t, int *const *outs, const uint32_t *n_outs,
+                       uint32_t ti, enum bench_spec_hist mode, int **h, uint32_t *nh);
 /* The share of out[0..n)'s tokens that end a BENCH_SPEC_COPY_GRAM-gram
  * (over the prompt's tail and the output) found in the prompt. */
 double bench_spec_copy_share(const int *prompt, uint32_t np, const int *out, uint32_t n);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_spec.h"
 #include "npu.h"
@@ -74,6 +75,15 @@ static void graph_cost(struct infer_model *m, uint32_t chunk, cJSON *j, int json
     cJSON_AddNumberToObject(o, "chunk", chunk);
 }
 
+/* CPU time of the process (every thread), ms: what a forward costs in
+ * work, whether or not the device thread got a core when it was due. */
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 /* --verify-cost: the time of one forward of 1, 4, 8 and 16 rows (a draft
  * tree: a root and a chain below it, then dropped) after a context of ctx
  * tokens, interleaved, `runs` times each; medians and minima in ms. */
@@ -87,7 +97,7 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
         fprintf(stderr, "sluice bench spec: --one-thread goes with the int8 or float weights\n");
         return 1;
     }
-    struct format_config cfg;
+    struct format_config cfg = {0};
     int ret = 0;
     if (m) {
         cfg = *infer_model_config(m);
@@ -103,7 +113,8 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
         ctx = c->seq_len - 16;
     int *ids = ret == 0 ? malloc(sizeof(int) * (ctx + 16)) : NULL;
     float *lg = ret == 0 ? malloc(sizeof(float) * c->vocab_size * 16) : NULL;
-    double *t = malloc(sizeof(double) * runs * 8); /* [2][4][runs]: split, one thread */
+    /* [2][4][runs]: split, one thread; wall ms, then the process's CPU ms */
+    double *t = malloc(sizeof(double) * runs * 16), *tc = t ? t + runs * 8 : NULL;
     if (ret == 0 && (!ids || !lg || !t))
         ret = -ENOMEM;
     for (uint32_t i = 0; ids && i < ctx + 16; i++)
@@ -144,9 +155,11 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
                                         .logits_rows = rows,
                                         .n_logits = n};
                 struct infer_state *st = infer_session_state(ss);
+                double c0 = cpu_ms();
                 uint64_t t0 = sl_now_ns();
                 ret = infer_forward_batch(infer_session_model(ss), st, &b, lg, &err);
                 t[(which * 4 + k) * runs + r] = (double)(sl_now_ns() - t0) / 1e6;
+                tc[(which * 4 + k) * runs + r] = cpu_ms() - c0;
                 if (ret == 0)
                     ret = infer_kv_truncate(infer_state_kv(st), ctx);
             }
@@ -164,6 +177,7 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
         cJSON_AddStringToObject(j, "resident", res);
         for (int w = 0; w < 1 + !!s1; w++) {
             double one = shape > 1 ? 0 : bench_spec_stat(t + w * 4 * runs, runs, 1);
+            double one_c = shape > 1 ? 0 : bench_spec_stat(tc + w * 4 * runs, runs, 1);
             if (!json && s1)
                 printf(" %s:\n", w ? "the calling thread alone (no NPU device thread)"
                                     : "split with the NPU device thread");
@@ -172,17 +186,20 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
                     continue; /* not timed */
                 const double *tk = t + (w * 4 + k) * runs;
                 double md = bench_spec_stat(tk, runs, 1), mn = bench_spec_stat(tk, runs, 0);
+                double cmd = bench_spec_stat(tc + (w * 4 + k) * runs, runs, 1);
                 char key[48];
                 snprintf(key, sizeof key, "%srows_%u", w ? "one_thread_" : "", shapes[k]);
                 cJSON *o = cJSON_AddObjectToObject(j, key);
                 cJSON_AddNumberToObject(o, "median_ms", md);
                 cJSON_AddNumberToObject(o, "min_ms", mn);
                 cJSON_AddNumberToObject(o, "over_one_row", one > 0 ? md / one : 0);
+                cJSON_AddNumberToObject(o, "cpu_median_ms", cmd);
+                cJSON_AddNumberToObject(o, "cpu_over_one_row", one_c > 0 ? cmd / one_c : 0);
                 if (!json && one > 0)
-                    printf("  %2u rows %9.3f / %9.3f   x%.2f of one row\n", shapes[k], md, mn,
-                           md / one);
+                    printf("  %2u rows %9.3f / %9.3f   x%.2f of one row; CPU %8.3f ms x%.2f\n",
+                           shapes[k], md, mn, md / one, cmd, one_c > 0 ? cmd / one_c : 0);
                 else if (!json)
-                    printf("  %2u rows %9.3f / %9.3f\n", shapes[k], md, mn);
+                    printf("  %2u rows %9.3f / %9.3f; CPU %8.3f ms\n", shapes[k], md, mn, cmd);
             }
         }
         if (json) {

@@ -130,9 +130,49 @@ int bench_spec_make_tasks(char **lines, uint32_t n, struct bench_spec_task *t, u
                 opening(open, sizeof open, lines[a + BENCH_SPEC_PASSAGE_VERSES + 1], 6);
             }
             strcat(p, open);
-            t[*nt] = (struct bench_spec_task){bench_spec_kinds[kind], kind, p};
+            t[*nt] = (struct bench_spec_task){bench_spec_kinds[kind], kind, k, p};
             (*nt)++;
         }
+    }
+    return 0;
+}
+
+const char *const bench_spec_hist_names[4] = {"none", "kind", "shared", "shared_all"};
+
+static int hist_takes(const struct bench_spec_task *t, uint32_t ti, uint32_t j,
+                      enum bench_spec_hist mode)
+{
+    switch (mode) {
+    case BENCH_SPEC_HIST_KIND:
+        return t[j].k == t[ti].k;
+    case BENCH_SPEC_HIST_SHARED:
+        return t[j].passage != t[ti].passage;
+    case BENCH_SPEC_HIST_SHARED_ALL:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int bench_spec_history(const struct bench_spec_task *t, int *const *outs, const uint32_t *n_outs,
+                       uint32_t ti, enum bench_spec_hist mode, int **h, uint32_t *nh)
+{
+    size_t len = 0;
+    *h = NULL;
+    *nh = 0;
+    for (uint32_t j = 0; j < ti; j++)
+        if (hist_takes(t, ti, j, mode) && n_outs[j])
+            len += (size_t)n_outs[j] + 1;
+    if (len == 0)
+        return 0;
+    if (len > UINT32_MAX || !(*h = malloc(sizeof(int) * len)))
+        return -ENOMEM;
+    for (uint32_t j = 0; j < ti; j++) {
+        if (!hist_takes(t, ti, j, mode) || !n_outs[j])
+            continue;
+        memcpy(*h + *nh, outs[j], sizeof(int) * n_outs[j]);
+        *nh += n_outs[j];
+        (*h)[(*nh)++] = -1;
     }
     return 0;
 }

@@ -113,6 +113,78 @@ static void test_index(void **st)
     }
 }
 
+/* spec_select against the scan: the first `gather` live matches (a token
+ * after them, not in used), newest first, each's extent counted directly,
+ * stably sorted by extent, the first `take`. */
+static void test_select(void **st)
+{
+    (void)st;
+    struct test_rng r;
+    test_rng_init(&r, test_seed() + 1);
+    for (int round = 0; round < 200; round++) {
+        struct spec_index ix;
+        assert_int_equal(spec_index_init(&ix, 16), 0);
+        uint32_t n = 1 + test_rng_below(&r, 1200), alpha = 2 + test_rng_below(&r, 4);
+        int *t = malloc(sizeof(int) * n);
+        assert_non_null(t);
+        for (uint32_t i = 0; i < n; i++)
+            t[i] = test_rng_below(&r, 30) == 0 ? -1 : (int)test_rng_below(&r, alpha);
+        assert_int_equal(spec_index_append(&ix, t, n), 0);
+        /* the query: the index's own tail (its newest match has nothing
+         * after it) or random tokens, a separator in it now and then */
+        uint32_t nq = 1 + test_rng_below(&r, 48);
+        int q[48];
+        int own = round % 3 == 0 && n >= nq;
+        for (uint32_t j = 0; j < nq; j++)
+            q[j] = own                           ? t[n - nq + j]
+                   : test_rng_below(&r, 25) == 0 ? -1
+                                                 : (int)test_rng_below(&r, alpha);
+        uint32_t g = 1 + test_rng_below(&r, SPEC_MAX_ORDER);
+        uint32_t gather = 1 + test_rng_below(&r, SPEC_MAX_GATHER + 8);
+        uint32_t take = 1 + test_rng_below(&r, 8), used[8], n_used = test_rng_below(&r, 9);
+        for (uint32_t i = 0; i < n_used; i++)
+            used[i] = test_rng_below(&r, n);
+        struct spec_cand want[SPEC_MAX_GATHER], got[8];
+        uint32_t nw = 0, cap = gather < SPEC_MAX_GATHER ? gather : SPEC_MAX_GATHER;
+        int q_ok = g <= nq;
+        for (uint32_t j = 0; q_ok && j < g; j++)
+            q_ok = q[nq - g + j] >= 0;
+        for (uint32_t e = n; q_ok && e-- > 0 && nw < cap;) {
+            if (e + 1 < g || memcmp(t + e + 1 - g, q + nq - g, sizeof(int) * g))
+                continue;
+            if (e + 1 >= n || t[e + 1] < 0)
+                continue;
+            int in_used = 0;
+            for (uint32_t i = 0; i < n_used; i++)
+                in_used |= used[i] == e;
+            if (in_used)
+                continue;
+            uint32_t x = 0;
+            while (x < SPEC_MAX_EXTENT && x <= e && x < nq && q[nq - 1 - x] >= 0 &&
+                   t[e - x] == q[nq - 1 - x])
+                x++;
+            assert_true(x >= g);
+            want[nw++] = (struct spec_cand){e, x};
+        }
+        for (uint32_t i = 0; i < nw; i++) /* selection sort, stable: pick the first longest */
+            for (uint32_t j = i + 1; j < nw; j++)
+                if (want[j].ext > want[i].ext) {
+                    struct spec_cand x = want[j];
+                    memmove(want + i + 1, want + i, sizeof x * (j - i));
+                    want[i] = x;
+                }
+        uint32_t ng = spec_select(&ix, q, nq, g, gather, take, used, n_used, got);
+        assert_int_equal(ng, nw < take ? nw : take);
+        for (uint32_t i = 0; i < ng; i++) {
+            assert_int_equal(got[i].end, want[i].end);
+            assert_int_equal(got[i].ext, want[i].ext);
+            assert_int_equal(spec_match_extent(&ix, got[i].end, q, nq), want[i].ext);
+        }
+        free(t);
+        spec_index_free(&ix);
+    }
+}
+
 /* ---- trees ------------------------------------------------------------------------ */
 
 /* Every candidate's prefix that fits is a path of the tree; the tree has no
@@ -877,6 +949,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_index),
+        cmocka_unit_test(test_select),
         cmocka_unit_test(test_tree_build),
         cmocka_unit_test(test_tree_forward),
         cmocka_unit_test(test_tree_forward_split),

@@ -182,6 +182,7 @@ bench spec m.sluice --text t.txt --resident packed|sluice bench spec: --resident
 bench spec m.sluice --verify-cost 64 --one-thread --resident packed|sluice bench spec: --one-thread times the int8 or float weights, not --resident packed
 bench spec m.sluice --verify-cost 64 --history|sluice bench spec: --verify-cost times forwards alone
 bench spec m.sluice --verify-cost 64 --history-shared|sluice bench spec: --verify-cost times forwards alone
+bench spec m.sluice --verify-cost 64 --history-shared-all|sluice bench spec: --verify-cost times forwards alone
 bench spec m.sluice --verify-cost 64 --shape 5|sluice bench spec: --shape wants 1, 4, 8 or 16
 bench spec m.sluice --text t.txt --shape 8|sluice bench spec: --shape goes with --verify-cost
 bench attn --ctx 8|sluice bench attn: --ctx: '8' is not a length in 16..65536
