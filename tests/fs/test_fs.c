@@ -24,6 +24,7 @@
  *   own /dev/fuse node when the system's is root-only);
  * - -o cgroup= puts the daemon into the cgroup. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -94,20 +95,35 @@ static pid_t daemon_pid(const char *mnt)
     return pid;
 }
 
-/* 1 once pid has exited: gone, or a zombie (an exited daemon waits for its
- * reaper; PID 1 of some containers reaps orphans only every 2 s or so). */
+/* 1 once every thread of pid has exited: the process is gone or a zombie
+ * with no thread left (an exited daemon waits for its reaper, and PID 1 of
+ * some containers reaps orphans only every 2 s or so). The main thread alone
+ * turns zombie while the others still exit: its files (/dev/fuse) are closed
+ * only when the last one has. */
 static int proc_exited(pid_t pid)
 {
-    char p[64], st[512];
-    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(p, "r");
-    if (!f)
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(p);
+    if (!d)
         return 1;
-    size_t n = fread(st, 1, sizeof st - 1, f);
-    fclose(f);
-    st[n] = 0;
-    const char *rp = strrchr(st, ')');
-    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+    int live = 0;
+    for (struct dirent *e; !live && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char sp[320], st[512];
+        snprintf(sp, sizeof sp, "/proc/%d/task/%s/stat", (int)pid, e->d_name);
+        FILE *f = fopen(sp, "r");
+        if (!f)
+            continue; /* that thread is gone */
+        size_t n = fread(st, 1, sizeof st - 1, f);
+        fclose(f);
+        st[n] = 0;
+        const char *rp = strrchr(st, ')');
+        live = !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+    }
+    closedir(d);
+    return !live;
 }
 
 /* 1 once pid has exited within about ms; else 0, with its state on stderr. */
