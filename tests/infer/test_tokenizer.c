@@ -543,15 +543,12 @@ static void test_golden_prompts(void **st)
         char *prompt = test_read_file(path, &plen);
         assert_non_null(prompt);
         snprintf(path, sizeof path, "%s/%s.ids.txt", golden, stem);
-        FILE *f = fopen(path, "r");
-        assert_non_null(f);
         int *ids = malloc(sizeof(int) * ctx), *enc = malloc(sizeof(int) * ctx);
         assert_non_null(ids);
         assert_non_null(enc);
-        uint32_t n_ids = 0;
-        while (n_ids < ctx && fscanf(f, "%d", &ids[n_ids]) == 1)
-            n_ids++;
-        fclose(f);
+        int got = test_read_ints(path, ids, (int)ctx);
+        assert_true(got >= 0);
+        uint32_t n_ids = (uint32_t)got;
         struct infer_tokenizer *t;
         struct sl_err err;
         assert_int_equal(infer_tokenizer_create(&v.tok, &v.cfg, &t, &err), 0);
