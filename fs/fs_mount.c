@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -367,6 +368,34 @@ static void escape_opt(char *dst, size_t n, const char *src)
     dst[j] = 0;
 }
 
+/* Starts the loader and the warmers with SIGTERM, SIGINT, SIGHUP and SIGQUIT
+ * blocked in them, as libfuse blocks them in its workers: libfuse's handler
+ * only sets the session's exit flag, and it is the main thread's wait that the
+ * signal must interrupt for the loop to see the flag. A signal the kernel gave
+ * to a loader or warmer thread (it does when the main thread blocks signals
+ * for a moment, inside pthread_create) set the flag with no one to look at it:
+ * the daemon kept serving after SIGTERM until the next request (1 in 60
+ * SIGTERMs right after the mount, under load). */
+static int start_threads(struct fs_state *s, struct sl_err *err)
+{
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGQUIT);
+    int e = pthread_sigmask(SIG_BLOCK, &set, &old);
+    if (e) {
+        sl_err_set(err, "cannot block signals: %s", strerror(e));
+        return -e;
+    }
+    int ret = fs_store_start(s->store, err);
+    if (ret == 0)
+        ret = fs_gguf_start(s, err);
+    pthread_sigmask(SIG_SETMASK, &old, NULL); /* a signal that came meanwhile: to this thread */
+    return ret;
+}
+
 int fs_mount_run(const struct fs_options *o, struct sl_err *err)
 {
     struct fs_state *s = calloc(1, sizeof *s);
@@ -457,7 +486,7 @@ int fs_mount_run(const struct fs_options *o, struct sl_err *err)
         sl_err_set(err, "cannot daemonize");
         goto out;
     }
-    if ((ret = fs_store_start(s->store, err)) < 0 || (ret = fs_gguf_start(s, err)) < 0)
+    if ((ret = start_threads(s, err)) < 0)
         goto out;
     s->mount_ns = sl_now_ns();
     if (o->single_thread) {

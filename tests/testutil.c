@@ -210,6 +210,18 @@ void *test_read_file(const char *path, size_t *len)
     return buf;
 }
 
+int test_read_ints(const char *path, int *ids, int max)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int n = 0;
+    while (n < max && fscanf(f, "%d", &ids[n]) == 1)
+        n++;
+    fclose(f);
+    return n;
+}
+
 int test_system(const char *fmt, ...)
 {
     char cmd[8192];

@@ -56,6 +56,10 @@ float test_rng_normal(struct test_rng *r);               /* standard normal */
 /* Reads a whole file into a malloc'ed buffer (NUL-terminated); NULL on error. */
 void *test_read_file(const char *path, size_t *len);
 
+/* Up to max whitespace-separated decimal ints of a text file (the golden
+ * *.ids.txt files) into ids; how many, or -1 if it cannot be opened. */
+int test_read_ints(const char *path, int *ids, int max);
+
 /* The replay drivers' command line, [--mutations N] [FILE...]: N into
  * *mutations (left as it is without the option), then each FILE (a libFuzzer
  * corpus or crash file) fed whole to the fuzz target one. 0, or -1 having

@@ -191,19 +191,31 @@ static uint64_t wait_stat(const char *key, uint64_t n)
     return w;
 }
 
-static void test_warm(void **st)
+/* Pages the kernel has dropped so far, machine-wide: drop_caches writes and
+ * what reclaim took (/proc/vmstat; 0 where it cannot be read). */
+static uint64_t pages_dropped(void)
 {
-    (void)st;
-    size_t len;
-    uint8_t *want = exported(model, "q8_0", &len);
-    uint64_t n_chunks = (len + GGUF_VIEW_CHUNK - 1) / GGUF_VIEW_CHUNK;
-    assert_true(n_chunks >= 4);
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/model.gguf", mnt);
+    static const char *const keys[] = {"drop_pagecache", "pgsteal_kswapd", "pgsteal_direct",
+                                       "pgsteal_khugepaged", "pgsteal_proactive", "pginodesteal",
+                                       "kswapd_inodesteal"};
+    FILE *f = fopen("/proc/vmstat", "r");
+    if (!f)
+        return 0;
+    char key[64];
+    unsigned long long v;
+    uint64_t n = 0;
+    while (fscanf(f, "%63s %llu", key, &v) == 2)
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            if (!strcmp(key, keys[i]))
+                n += v;
+    fclose(f);
+    return n;
+}
 
-    /* the default: an open converts the whole file and pushes it into the
-     * page cache; reading it then sends no read to the daemon */
-    fs_cli_mount(model, mnt, NULL);
+/* Opens MOUNT/model.gguf, waits until the warmers have pushed all n_chunks,
+ * reads it whole (it must equal want) and returns stats.json after that. */
+static char *read_pushed(const char *path, const uint8_t *want, size_t len, uint64_t n_chunks)
+{
     int fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
     /* (a chunk counts as warmed before its push ends) */
@@ -223,21 +235,52 @@ static void test_warm(void **st)
     }
     assert_int_equal(got, len);
     assert_memory_equal(buf, want, len);
+    free(buf);
     close(fd);
-    s = stats();
-    if (strstr(s, "\"model.gguf\": {"))
-        fail_msg("model.gguf was read through the daemon although it was pushed: %s", s);
-    free(s);
-    umount_it();
+    return stats();
+}
 
+static void test_warm(void **st)
+{
+    (void)st;
+    size_t len;
+    uint8_t *want = exported(model, "q8_0", &len);
+    uint64_t n_chunks = (len + GGUF_VIEW_CHUNK - 1) / GGUF_VIEW_CHUNK;
+    assert_true(n_chunks >= 4);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/model.gguf", mnt);
+
+    /* the default: an open converts the whole file and pushes it into the
+     * page cache; reading it then sends no read to the daemon. A try during
+     * which the kernel dropped pages (a cold-start benchmark's drop_caches,
+     * reclaim) may read some through the daemon: it is tried again. */
+    for (int attempt = 1;; attempt++) {
+        fs_cli_mount(model, mnt, NULL);
+        uint64_t dropped = pages_dropped();
+        char *s = read_pushed(path, want, len, n_chunks);
+        umount_it();
+        if (!strstr(s, "\"model.gguf\": {")) {
+            free(s);
+            break;
+        }
+        if (pages_dropped() == dropped)
+            fail_msg("model.gguf was read through the daemon although it was pushed: %s", s);
+        free(s);
+        if (attempt == 5) {
+            fprintf(stderr, "note: the kernel dropped pages during each of 5 tries: whether "
+                            "reads of a pushed model.gguf reach the daemon is not checked\n");
+            break;
+        }
+        fprintf(stderr, "note: the kernel dropped pages during try %d; again\n", attempt);
+    }
     /* a cache of 2 chunks: warmers stay one chunk ahead of the reader */
     fs_cli_mount(model, mnt, "gguf_cache=2M");
-    fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
     assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
     assert_int_equal(wait_stat("pushed", 1), 1);
     usleep(200000);
-    s = stats();
+    char *s = stats();
     assert_int_equal(gguf_stat(s, "warmed"), 1);
     free(s);
     /* a read that misses the page cache where the warmed part ends moves
@@ -261,7 +304,6 @@ static void test_warm(void **st)
     assert_true(gguf_stat(s, "misses") > 0);
     free(s);
     umount_it();
-    free(buf);
     free(want);
 }
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "import.h"
+#include "testfmt.h"
 #include "testutil.h"
 
 static char models[4096];
@@ -50,22 +51,6 @@ static struct format_reader *import_open(const char *src, const char *tok, uint3
     if (format_reader_open(out, &r, &err) < 0)
         fail_msg("open %s: %s", out, err.msg);
     return r;
-}
-
-/* Reads a tensor as floats. */
-static float *tensor_f32(struct format_reader *r, int layer, uint32_t role, uint64_t *n)
-{
-    int i = format_reader_find(r, layer, role);
-    assert_true(i >= 0);
-    const struct format_tensor_info *t = format_reader_tensor(r, (uint32_t)i);
-    void *raw = malloc(t->length);
-    struct sl_err err;
-    assert_int_equal(format_reader_read_tensor(r, (uint32_t)i, raw, t->length, &err), 0);
-    *n = format_tensor_numel(t);
-    float *f = malloc(sizeof(float) * *n);
-    assert_int_equal(format_decode_float(t->encoding, raw, f, *n), 0);
-    free(raw);
-    return f;
 }
 
 static void assert_same_tokenizer(struct format_reader *a, struct format_reader *b)
@@ -104,9 +89,9 @@ static void test_cross_format(void **st)
     for (uint32_t i = 0; i < format_reader_n_tensors(a); i++) {
         const struct format_tensor_info *t = format_reader_tensor(a, i);
         uint64_t n1, n2, n3;
-        float *x = tensor_f32(a, t->layer, t->role, &n1);
-        float *y = tensor_f32(g, t->layer, t->role, &n2);
-        float *z = tensor_f32(h, t->layer, t->role, &n3);
+        float *x = test_tensor_f32(a, t->layer, t->role, &n1, NULL);
+        float *y = test_tensor_f32(g, t->layer, t->role, &n2, NULL);
+        float *z = test_tensor_f32(h, t->layer, t->role, &n3, NULL);
         assert_int_equal(n1, n2);
         assert_int_equal(n1, n3);
         assert_memory_equal(x, y, n1 * sizeof(float)); /* GGUF F32: bit-identical */
@@ -167,8 +152,8 @@ static void test_cross_format_aidreams(void **st)
         assert_int_equal(x->length, y->length);
         assert_int_equal(x->checksum, y->checksum);
         uint64_t n1, n2;
-        float *p = tensor_f32(a, x->layer, x->role, &n1);
-        float *q = tensor_f32(g, y->layer, y->role, &n2);
+        float *p = test_tensor_f32(a, x->layer, x->role, &n1, NULL);
+        float *q = test_tensor_f32(g, y->layer, y->role, &n2, NULL);
         assert_int_equal(n1, n2);
         assert_memory_equal(p, q, n1 * sizeof(float));
         free(p);

@@ -18,21 +18,15 @@
 
 #include "import.h"
 #include "infer.h"
+#include "testfmt.h"
 #include "testutil.h"
 
+/* A tensor of a synthetic model as floats; synth writes F16. */
 static float *tensor_f32(struct format_reader *r, int layer, uint32_t role, uint64_t *n)
 {
-    int i = format_reader_find(r, layer, role);
-    assert_true(i >= 0);
-    const struct format_tensor_info *t = format_reader_tensor(r, (uint32_t)i);
+    const struct format_tensor_info *t;
+    float *f = test_tensor_f32(r, layer, role, n, &t);
     assert_int_equal(t->encoding, FORMAT_ENC_F16);
-    void *raw = malloc(t->length);
-    struct sl_err err;
-    assert_int_equal(format_reader_read_tensor(r, (uint32_t)i, raw, t->length, &err), 0);
-    *n = format_tensor_numel(t);
-    float *f = malloc(sizeof(float) * *n);
-    assert_int_equal(format_decode_float(t->encoding, raw, f, *n), 0);
-    free(raw);
     return f;
 }
 

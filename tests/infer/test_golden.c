@@ -63,18 +63,6 @@ static void path_in(char *out, size_t len, const char *area, const char *name)
     snprintf(out, len, "%s/%s", test_shared_path(area), name);
 }
 
-static int read_ids(const char *path, int *ids, int max)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    int n = 0;
-    while (n < max && fscanf(f, "%d", &ids[n]) == 1)
-        n++;
-    fclose(f);
-    return n;
-}
-
 static int exists(const char *area, const char *name)
 {
     char p[4096];
@@ -145,7 +133,7 @@ static void discover_sources(void)
             static int ids[MAX_IDS];
             snprintf(name, sizeof name, "%s.greedy%d.ids.txt", m->name, m->cases[c]);
             path_in(f, sizeof f, "golden", name);
-            int n = read_ids(f, ids, MAX_IDS);
+            int n = test_read_ints(f, ids, MAX_IDS);
             if (n > m->max_ids)
                 m->max_ids = n;
         }
@@ -218,7 +206,7 @@ static void check_case(const struct source *s, const char *container, int raised
     struct sl_err err;
     snprintf(name, sizeof name, "%s.greedy%d.ids.txt", mn, k);
     path_in(f, sizeof f, "golden", name);
-    int n = read_ids(f, ids, MAX_IDS);
+    int n = test_read_ints(f, ids, MAX_IDS);
     assert_true(n > 2);
     /* the prompt encodes to the golden prefix */
     char pfile[4096];

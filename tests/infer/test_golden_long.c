@@ -32,18 +32,6 @@
  * by orders of magnitude more). */
 #define LOGITS_TOL 1e-4
 
-static int read_ids(const char *path, int *ids, int max)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    int n = 0;
-    while (n < max && fscanf(f, "%d", &ids[n]) == 1)
-        n++;
-    fclose(f);
-    return n;
-}
-
 static char container[4096];
 static int ids[MAX_IDS], n_ids, n_prompt;
 static float *gold;
@@ -62,7 +50,7 @@ static int setup(void **state)
         return -1;
     }
     snprintf(f, sizeof f, "%s", test_shared_path("golden/" CASE ".ids.txt"));
-    n_ids = read_ids(f, ids, MAX_IDS);
+    n_ids = test_read_ints(f, ids, MAX_IDS);
     size_t glen;
     snprintf(f, sizeof f, "%s", test_shared_path("golden/" CASE ".logits.f32"));
     gold = test_read_file(f, &glen);

@@ -32,23 +32,6 @@ static int setup(void **st)
     return tiny_q5_models(19, float_model, q_model) < 0 ? -1 : 0;
 }
 
-/* A packed-resident session (its int8 copies dropped). */
-static struct infer_session *packed_session(int no_npu)
-{
-    struct sl_err err = {{0}};
-    struct infer_session_opts so = {.max_batch = 32, .npu_min_weights = 1, .no_npu = no_npu};
-    struct infer_pipeline_opts po;
-    infer_pipeline_opts_init(&po);
-    po.chunk = 32;
-    po.resident = INFER_RESIDENT_PACKED;
-    int p[8] = {1, 5, 9, 12, 40, 41, 7, 3};
-    struct infer_session *s;
-    if (infer_session_cold_start(q_model, p, 8, &so, &po, &s, NULL, &err) < 0)
-        fail_msg("cold start: %s", err.msg);
-    infer_session_drop_int8(s);
-    return s;
-}
-
 /* The row path's y [n][rows] for one linear. */
 static void reference(const struct infer_linear *lin, const int8_t *xq, uint32_t n, float act,
                       float *y)
@@ -116,7 +99,7 @@ static void test_group_bits(void **st)
     uint64_t seed = test_seed() + 23;
     test_rng_init(&g, seed);
     fprintf(stderr, "seed %llu\n", (unsigned long long)seed);
-    struct infer_session *s = packed_session(0);
+    struct infer_session *s = tiny_packed_session(q_model, 0);
     const struct format_config *c = infer_model_config(infer_session_model(s));
     static const uint32_t mixed[][3] = {{FORMAT_ROLE_WK, FORMAT_ROLE_WQ, FORMAT_ROLE_W_DOWN},
                                         {FORMAT_ROLE_W_UP, FORMAT_ROLE_WV, 0},
@@ -152,7 +135,7 @@ static void test_exec_group(void **st)
     uint64_t seed = test_seed() + 29;
     test_rng_init(&g, seed);
     fprintf(stderr, "seed %llu\n", (unsigned long long)seed);
-    struct infer_session *s = packed_session(0);
+    struct infer_session *s = tiny_packed_session(q_model, 0);
     struct infer_model *m = infer_session_model(s);
     struct infer_state *sta = infer_session_state(s);
     struct sl_err err = {{0}};
@@ -204,7 +187,7 @@ static void test_exec_group(void **st)
 static void test_refused(void **st)
 {
     (void)st;
-    struct infer_session *s = packed_session(0);
+    struct infer_session *s = tiny_packed_session(q_model, 0);
     struct infer_model *m = infer_session_model(s);
     struct infer_state *sta = infer_session_state(s);
     const struct infer_linear *lins[4];
@@ -228,7 +211,7 @@ static void test_refused(void **st)
     assert_true(err.msg[0] != 0);
     infer_session_destroy(s);
     /* no device thread: nothing to share the range with */
-    s = packed_session(1);
+    s = tiny_packed_session(q_model, 1);
     m = infer_session_model(s);
     lins[0] = infer_model_linear(m, 0, FORMAT_ROLE_WQ);
     memset(&err, 0, sizeof err);

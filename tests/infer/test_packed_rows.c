@@ -39,26 +39,9 @@ static int setup(void **st)
     return 0;
 }
 
-/* A packed-resident session of model (its int8 copies dropped). */
-static struct infer_session *packed_session(const char *model, int no_npu)
-{
-    struct sl_err err = {{0}};
-    struct infer_session_opts so = {.max_batch = 32, .npu_min_weights = 1, .no_npu = no_npu};
-    struct infer_pipeline_opts po;
-    infer_pipeline_opts_init(&po);
-    po.chunk = 32;
-    po.resident = INFER_RESIDENT_PACKED;
-    int p[8] = {1, 5, 9, 12, 40, 41, 7, 3};
-    struct infer_session *s;
-    if (infer_session_cold_start(model, p, 8, &so, &po, &s, NULL, &err) < 0)
-        fail_msg("cold start: %s", err.msg);
-    infer_session_drop_int8(s);
-    return s;
-}
-
 static void same_bits(const char *model, int no_npu, uint32_t tile, struct test_rng *g)
 {
-    struct infer_session *s = packed_session(model, no_npu);
+    struct infer_session *s = tiny_packed_session(model, no_npu);
     struct infer_model *m = infer_session_model(s);
     struct infer_state *st = infer_session_state(s);
     struct sl_err err = {{0}};
@@ -121,7 +104,7 @@ static void test_faults(void **st)
     infer_packed_rows_set_tile(16);
     uint32_t failed = 0;
     for (long k = 1;; k++) {
-        struct infer_session *s = packed_session(q_model, 0);
+        struct infer_session *s = tiny_packed_session(q_model, 0);
         struct infer_model *m = infer_session_model(s);
         struct infer_linear *lin = infer_model_linear(m, 0, FORMAT_ROLE_W_GATE);
         assert_non_null(lin->upk);

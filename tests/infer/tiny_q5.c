@@ -69,3 +69,20 @@ int tiny_q5_static_model(const char *float_model, uint32_t salt, char static_mod
         fprintf(stderr, "tiny static model: %s\n", err.msg[0] ? err.msg : "out of memory");
     return ret < 0 ? -1 : 0;
 }
+
+/* A packed-resident session of model (its int8 copies dropped). */
+struct infer_session *tiny_packed_session(const char *model, int no_npu)
+{
+    struct sl_err err = {{0}};
+    struct infer_session_opts so = {.max_batch = 32, .npu_min_weights = 1, .no_npu = no_npu};
+    struct infer_pipeline_opts po;
+    infer_pipeline_opts_init(&po);
+    po.chunk = 32;
+    po.resident = INFER_RESIDENT_PACKED;
+    int p[8] = {1, 5, 9, 12, 40, 41, 7, 3};
+    struct infer_session *s;
+    if (infer_session_cold_start(model, p, 8, &so, &po, &s, NULL, &err) < 0)
+        fail_msg("cold start: %s", err.msg);
+    infer_session_drop_int8(s);
+    return s;
+}

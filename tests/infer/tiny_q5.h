@@ -22,4 +22,10 @@ int *tiny_prompt(uint32_t n, uint32_t vocab, uint32_t salt);
  * the reason on stderr. */
 int tiny_q5_static_model(const char *float_model, uint32_t salt, char static_model[4096]);
 
+struct infer_session;
+/* A packed-resident session of model (its int8 copies dropped): a cold
+ * start on an 8-token prompt, chunks of 32, batches up to 32, the NPU for
+ * every linear unless no_npu; the test fails if it cannot start. */
+struct infer_session *tiny_packed_session(const char *model, int no_npu);
+
 #endif

@@ -26,6 +26,7 @@
 #include "import.h"
 #include "infer.h"
 #include "quantizer_internal.h"
+#include "testfmt.h"
 #include "testutil.h"
 #include "unpack.h"
 
@@ -101,18 +102,11 @@ static void quantize(const char *src, struct quantizer_calib *c, struct quantize
 static float *read_float(struct format_reader *r, int layer, uint32_t role, uint32_t *rows,
                          uint32_t *cols)
 {
-    struct sl_err err;
-    int i = format_reader_find(r, layer, role);
-    assert_true(i >= 0);
-    const struct format_tensor_info *t = format_reader_tensor(r, (uint32_t)i);
-    assert_false(format_encoding_traits(t->encoding)->quantized);
+    const struct format_tensor_info *t;
+    uint64_t n;
+    float *f = test_tensor_f32(r, layer, role, &n, &t);
     *rows = (uint32_t)t->shape[0];
     *cols = t->n_dims == 2 ? (uint32_t)t->shape[1] : 1;
-    void *raw = malloc(t->length);
-    float *f = malloc(sizeof(float) * *rows * *cols);
-    assert_int_equal(format_reader_read_tensor(r, (uint32_t)i, raw, t->length, &err), 0);
-    assert_int_equal(format_decode_float(t->encoding, raw, f, (uint64_t)*rows * *cols), 0);
-    free(raw);
     return f;
 }
 

@@ -18,6 +18,7 @@
 #include "import.h"
 #include "infer.h"
 #include "quantizer_internal.h"
+#include "testfmt.h"
 #include "testutil.h"
 
 static struct test_rng rng;
@@ -273,15 +274,9 @@ static float *norm_weight(const char *model, int layer, uint32_t role, uint32_t 
     struct format_reader *r;
     struct sl_err err;
     assert_int_equal(format_reader_open(model, &r, &err), 0);
-    int i = format_reader_find(r, layer, role);
-    assert_true(i >= 0);
-    const struct format_tensor_info *t = format_reader_tensor(r, (uint32_t)i);
-    *n = (uint32_t)format_tensor_numel(t);
-    void *raw = malloc(t->length);
-    float *f = malloc(sizeof(float) * *n);
-    assert_int_equal(format_reader_read_tensor(r, (uint32_t)i, raw, t->length, &err), 0);
-    assert_int_equal(format_decode_float(t->encoding, raw, f, *n), 0);
-    free(raw);
+    uint64_t numel;
+    float *f = test_tensor_f32(r, layer, role, &numel, NULL);
+    *n = (uint32_t)numel;
     format_reader_close(r);
     return f;
 }
