@@ -392,7 +392,13 @@ static int start_threads(struct fs_state *s, struct sl_err *err)
     int ret = fs_store_start(s->store, err);
     if (ret == 0)
         ret = fs_gguf_start(s, err);
-    pthread_sigmask(SIG_SETMASK, &old, NULL); /* a signal that came meanwhile: to this thread */
+    /* a signal that came meanwhile: to this thread (restoring a mask that
+     * was in force cannot fail: the only error is EINVAL for a bad `how`) */
+    e = pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e && ret == 0) {
+        sl_err_set(err, "cannot restore the signal mask: %s", strerror(e));
+        ret = -e;
+    }
     return ret;
 }
 

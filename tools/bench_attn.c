@@ -46,7 +46,8 @@ static void usage(FILE *f)
             "                group_ms, group_ms_min, group_speedup (dense / group medians),\n"
             "                group_recall, group_mass)\n"
             "  --rows N      per-head sparse: blocks of N adjacent query rows share one key\n"
-            "                list (1..16; default 1: a list per row)\n"
+            "                list (1..16; default 1: a list per row); not with --select group\n"
+            "                (with both, the group contender keeps a list per row)\n"
             "  --estimate E  where sparse's int8 estimates run: device (the emulated NPU's own\n"
             "                thread, launches pipelined two ahead of the CPU side; default),\n"
             "                inline (on the calling thread, in prefill per head just before\n"
@@ -58,7 +59,9 @@ static void usage(FILE *f)
             "                instead of Algorithm 1's plan (interleaved with the others)\n"
             "  --json        one JSON object per line: shape, context, mode, rows, threads,\n"
             "                dense and sparse ms (min, median), speedup (of the medians),\n"
-            "                recall, mass, the sparse stages' CPU ms (summed over threads),\n"
+            "                recall (each row's int8 top-k against its float top-k: with\n"
+            "                --rows, not the block's shared list), mass (the float attention\n"
+            "                the kept keys hold), the sparse stages' CPU ms (summed over threads),\n"
             "                and with --ablate-plan noplan_ms, noplan_ms_min, plan_speedup\n");
 }
 
@@ -265,8 +268,10 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
             goto out;
         so.inline_npu = 0;
     }
-    if (bo->select == 2) { /* the shared selection as a third contender */
+    if (bo->select == 2) { /* the shared selection as a third contender (row
+                              * blocks are the per-head selection's only) */
         so.select_group = 1;
+        so.row_block = 0;
         if ((ret = infer_sparse_create(&c, NULL, &so, &spg, err)) < 0)
             goto out;
         so.measure = 1;
@@ -364,7 +369,7 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
         cJSON_AddNumberToObject(o, "speedup", dmed / smed);
         cJSON_AddNumberToObject(o, "recall", st.recall);
         cJSON_AddNumberToObject(o, "mass", st.mass);
-        cJSON_AddNumberToObject(o, "rows_per_list", bo->rows > 1 ? bo->rows : 1);
+        cJSON_AddNumberToObject(o, "rows_per_list", bo->select != 1 && bo->rows > 1 ? bo->rows : 1);
         cJSON_AddNumberToObject(o, "kept_share", st.keys_visible ? (double)st.keys_kept /
                                                                        (double)st.keys_visible
                                                                  : 0);
@@ -483,6 +488,11 @@ int bench_attn(int argc, char **argv)
         }
         if (bad)
             return 2;
+    }
+    if (bo.select == 1 && bo.rows > 1) {
+        fprintf(stderr, "sluice bench attn: --rows applies to the per-head selection "
+                        "(--select head or both), not to --select group\n");
+        return 2;
     }
     int pick = !strcmp(shape, "all") ? -1 : !strcmp(shape, "tinyllama") ? 0
                : !strcmp(shape, "llama3-8b")                            ? 1

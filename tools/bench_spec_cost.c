@@ -76,7 +76,9 @@ static void graph_cost(struct infer_model *m, uint32_t chunk, cJSON *j, int json
 }
 
 /* CPU time of the process (every thread), ms: what a forward costs in
- * work, whether or not the device thread got a core when it was due. */
+ * work, less dependent on whether the device thread got a core when it was
+ * due than the wall time; it includes the threads' short spin-waits (the
+ * device's NPU_SPIN_NS polls), so it still moves somewhat with load. */
 static double cpu_ms(void)
 {
     struct timespec ts;

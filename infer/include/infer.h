@@ -364,8 +364,9 @@ struct infer_sparse_opts {
                           Q bucket per kv head (its heads' largest scale); 0: per head */
     uint32_t row_block; /* per head, 2..16: blocks of this many adjacent query
                            rows share one key list (the top of the rows' combined estimates
-                           over the first row's keys, then the block's own newest keys), so
-                           the exact stage reads each key and value once for the block;
+                           over the first row's keys, then the block's own newest keys); the
+                           AVX-512 exact stage (head size a multiple of 16) reads each key
+                           and value once for the block, the other kernels once per row;
                            0 or 1: a list per row. Not with select_group */
     struct npu_device *device; /* NULL: one of its own */
 };

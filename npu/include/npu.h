@@ -281,7 +281,9 @@ struct npu_graph_desc {
 
 struct npu_device_config {
     int kernel;          /* enum npu_kernel to use (one this CPU has), or -1: the best */
-    int tile;            /* register tiling index of that kernel, or -1: timed at build */
+    int tile;            /* register tiling index of that kernel, or -1: timed at build
+                            (graphs of more rows than the kernel's probe_max_m: tiling 0,
+                            untimed; AMX past 16 rows) */
     int pad_rows;        /* 1: a short job computes all m rows of its graph */
     uint32_t max_graphs; /* graphs one device may hold (memory bound) */
 };
@@ -318,7 +320,8 @@ void npu_device_destroy(struct npu_device *dev);
  * Graphs are keyed by (m, k, n): one linear's prefill (m = chunk), decode
  * (m = 1) and draft verification (m = 4, 8, 16) graphs are five graphs, and
  * the default max_graphs (64) holds those five for 12 shapes of (k, n). The
- * tiling is timed per m (with fewer rows than a register tile the tilings
+ * tiling is timed per m, up to the kernel's probe_max_m rows (AMX: 16; past
+ * it tiling 0, untimed) (with fewer rows than a register tile the tilings
  * differ only in panel width, and the best one changes with m), on a probe
  * of m x k x 96 (m <= 16: 192) multiply-adds, so the cost grows with m:
  * measured on an AVX-512 VNNI core for k x n = 2048 x 2048 (5632 x 2048),

@@ -21,7 +21,9 @@ static struct test_rng rng;
  * entries of fewer members (m), q and outputs a query row apart (ldq =
  * ldo = the row's width, as row blocks call it), against each member alone
  * over its prefix: attn_group_rows_ref16 under the AVX-512 kernel (its
- * bits), else attn_group_rows */
+ * bits), else attn_group_rows (which the fallback itself runs per member:
+ * there only the wiring is checked: prefix lengths, member order, members
+ * past m untouched) */
 static void test_blk_prefix(void **state)
 {
     (void)state;

@@ -86,6 +86,8 @@ static void test_history(void **state)
     h = (int *)1;
     assert_int_equal(bench_spec_history(t, outs, n_outs, 1, BENCH_SPEC_HIST_SHARED, &h, &nh), 0);
     assert_true(h == NULL && nh == 0);
+    h = (int *)1;
+    nh = 7;
     assert_int_equal(bench_spec_history(t, outs, n_outs, 4, BENCH_SPEC_HIST_NONE, &h, &nh), 0);
     assert_true(h == NULL && nh == 0);
     /* the first task: nothing before it */
