@@ -141,8 +141,15 @@ static void select_blocks(struct infer_sparse *sp, uint32_t layer,
         uint32_t k = attn_keep_count(r, v0 + mid);
         k = k > mid ? k - mid : 1;
         k = k < v0 ? k : v0;
-        attn_group_combine(e, ld, m, v0, sq, b->fs);
-        uint32_t ns = attn_select_row_hint(b->fs, v0, k, sinks, window, sel, b->work, hint);
+        /* a block of one row (a decode step, a chunk's last row): its own
+         * estimates, as a list per row ranks them (the combine would only
+         * shift them by its log-sum-exp) */
+        const float *rank = e;
+        if (m > 1) {
+            attn_group_combine(e, ld, m, v0, sq, b->fs);
+            rank = b->fs;
+        }
+        uint32_t ns = attn_select_row_hint(rank, v0, k, sinks, window, sel, b->work, hint);
         for (uint32_t j = 1; j < m; j++) {
             sel[ns + j - 1] = v0 + j - 1;
             lens[*np + j] = ns + j;
