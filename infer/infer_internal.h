@@ -191,6 +191,12 @@ void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, ui
  * INFER_ATT_ROWS: scores Q K^T and probabilities times V go through the
  * matmul kernels; a row's result does not depend on n or on the blocking. */
 #define INFER_ATT_ROWS 16
+/* Grouped-query heads (h0, h1 on kv group bounds, at most INFER_ATT_ROWS
+ * query heads a kv head) take their rows one at a time, a group's heads as
+ * the rows of one product over exactly the keys the row sees, while a row
+ * sees at most this many keys (and always for a single row); the rows past
+ * it go in blocks (docs/BENCHMARKS.md, thirteenth session, w22). */
+#define INFER_ATT_GROUP_T 768u
 
 /* Rows list[0..len) of src (row stride ld floats) copied to dst as len
  * consecutive rows of hs, with the rows ahead prefetched (scattered keys and
