@@ -188,9 +188,16 @@ void infer_op_rope(float *x, uint32_t n, uint32_t n_heads, uint32_t head_dim, ui
  * [h0, h1): q [n][Q] (RoPE applied), key/value cache [seq_len][KV], out
  * [n][Q] (only the columns of heads h0..h1-1 written). att is scratch of
  * INFER_ATT_ROWS * (pos0 + n) floats. Rows are processed in blocks of
- * INFER_ATT_ROWS: scores Q K^T and probabilities times V go through the
+ * INFER_ATT_ROWS, or a row at a time for a kv group's heads together
+ * (INFER_ATT_GROUP_T): scores Q K^T and probabilities times V go through the
  * matmul kernels; a row's result does not depend on n or on the blocking. */
 #define INFER_ATT_ROWS 16
+/* Grouped-query heads (h0, h1 on kv group bounds, at most INFER_ATT_ROWS
+ * query heads a kv head) take their rows one at a time, a group's heads as
+ * the rows of one product over exactly the keys the row sees, while a row
+ * sees at most this many keys (and always for a single row); the rows past
+ * it go in blocks (docs/BENCHMARKS.md, thirteenth session, w22). */
+#define INFER_ATT_GROUP_T 768u
 
 /* Rows list[0..len) of src (row stride ld floats) copied to dst as len
  * consecutive rows of hs, with the rows ahead prefetched (scattered keys and

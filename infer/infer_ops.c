@@ -200,25 +200,37 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
     uint32_t kv_mul = c->n_heads / c->n_kv_heads;
     float sq = sqrtf((float)hs);
     enum infer_matmul_kernel k = infer_matmul_kernel_used();
-    if (n == 1 && kv_mul > 1 && kv_mul <= INFER_ATT_ROWS && h0 % kv_mul == 0 &&
-        h1 % kv_mul == 0) {
-        /* one row (decoding): the query heads of a kv head as the rows of one
-         * product, so each key and value row is read once per group, not
-         * once per head; every score and output is computed exactly as one
-         * head alone (the kernels' sums do not depend on the rows around) */
-        uint32_t T = pos0 + 1;
-        for (uint32_t g = h0 / kv_mul; g < h1 / kv_mul; g++) {
-            const float *kh = key_cache + (size_t)g * hs, *vh = value_cache + (size_t)g * hs;
-            const float *qg = q + (size_t)g * kv_mul * hs;
-            infer_matmul_nt(k, att, T, qg, hs, kh, INFER_W_F32, kv_dim, kv_mul, hs, 0, T);
-            for (uint32_t i = 0; i < kv_mul; i++) {
-                float *a = att + (size_t)i * T;
-                infer_softmax_scaled(k, a, T, sq);
+    if (kv_mul > 1 && kv_mul <= INFER_ATT_ROWS && h0 % kv_mul == 0 && h1 % kv_mul == 0) {
+        /* grouped-query attention, a row at a time (decoding's one row, and
+         * a prefill's rows while they see at most INFER_ATT_GROUP_T keys):
+         * the query heads of a kv head as the rows of one product, each key
+         * and value row read once per group, not once per head, and over
+         * exactly the keys the row sees (a block of rows scores keys past
+         * its first rows, then masks them); every score and output is
+         * computed exactly as one head alone (the kernels' sums do not depend
+         * on the rows around, and the zeros a mask adds do not change a sum).
+         * Past INFER_ATT_GROUP_T keys the blocks below are faster: a block's
+         * 16 rows share each key block from L1, a row's group only 8 */
+        uint32_t ng = n == 1                      ? 1
+                      : pos0 >= INFER_ATT_GROUP_T ? 0
+                      : n < INFER_ATT_GROUP_T - pos0 ? n
+                                                     : INFER_ATT_GROUP_T - pos0;
+        for (uint32_t r = 0; r < ng; r++) {
+            uint32_t T = pos0 + r + 1;
+            for (uint32_t g = h0 / kv_mul; g < h1 / kv_mul; g++) {
+                const float *kh = key_cache + (size_t)g * hs, *vh = value_cache + (size_t)g * hs;
+                size_t off = (size_t)r * qdim + (size_t)g * kv_mul * hs;
+                infer_matmul_nt(k, att, T, q + off, hs, kh, INFER_W_F32, kv_dim, kv_mul, hs, 0, T);
+                for (uint32_t i = 0; i < kv_mul; i++)
+                    infer_softmax_scaled(k, att + (size_t)i * T, T, sq);
+                infer_matmul_nn(k, out + off, hs, att, T, vh, kv_dim, kv_mul, T, hs);
             }
-            infer_matmul_nn(k, out + (size_t)g * kv_mul * hs, hs, att, T, vh, kv_dim, kv_mul, T,
-                            hs);
         }
-        return;
+        /* the rest in blocks (a row's bits do not depend on its block) */
+        q += (size_t)ng * qdim;
+        out += (size_t)ng * qdim;
+        pos0 += ng;
+        n -= ng;
     }
     for (uint32_t h = h0; h < h1; h++) {
         const float *kh = key_cache + (size_t)(h / kv_mul) * hs;   /* [t][kv_dim] */

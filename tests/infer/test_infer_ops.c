@@ -269,6 +269,16 @@ static void check_attention(uint32_t n_heads, uint32_t n_kv, uint32_t hd, uint32
         assert_memory_equal(one, out + r * Q, sizeof(float) * Q);
     }
     free(one);
+    /* every row of one head at a time (one head of a group runs in blocks
+     * of rows with the causal mask; the batch, a group's heads a row at a
+     * time over the visible keys only): bit-identical columns */
+    float *oh = malloc(sizeof(float) * n * Q);
+    for (uint32_t h = 0; h < n_heads; h++) {
+        infer_op_attention(oh, q, kc, vc, n, pos0, &c, h, h + 1, att);
+        for (uint32_t r = 0; r < n; r++)
+            assert_memory_equal(oh + r * Q + h * hd, out + r * Q + h * hd, sizeof(float) * hd);
+    }
+    free(oh);
     free(q);
     free(kc);
     free(vc);
@@ -286,6 +296,8 @@ static void test_attention_gqa(void **st)
     check_attention(6, 3, 17, 33, 20);  /* odd head size: kernel tails */
     check_attention(4, 1, 80, 17, 100); /* head size over one 64-column NN step */
     check_attention(32, 4, 64, 15, 990); /* TinyLlama's heads, a long context */
+    /* rows on both sides of INFER_ATT_GROUP_T (a row at a time, then blocks) */
+    check_attention(32, 4, 64, 40, INFER_ATT_GROUP_T - 21);
 
     /* a head range writes only its columns */
     struct format_config c = {.n_heads = 4, .n_kv_heads = 2, .head_dim = 6, .seq_len = 16};
