@@ -24,7 +24,6 @@
  *   own /dev/fuse node when the system's is root-only);
  * - -o cgroup= puts the daemon into the cgroup. */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -38,6 +37,7 @@
 #include <unistd.h>
 
 #include "format.h"
+#include "fs.h"
 #include "fs_cli.h"
 #include "fs_testmodel.h"
 #include "import.h"
@@ -95,46 +95,19 @@ static pid_t daemon_pid(const char *mnt)
     return pid;
 }
 
-/* 1 once every thread of pid has exited: the process is gone or a zombie
- * with no thread left (an exited daemon waits for its reaper, and PID 1 of
- * some containers reaps orphans only every 2 s or so). The main thread alone
- * turns zombie while the others still exit: its files (/dev/fuse) are closed
- * only when the last one has. */
-static int proc_exited(pid_t pid)
-{
-    char p[64];
-    snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(p);
-    if (!d)
-        return 1;
-    int live = 0;
-    for (struct dirent *e; !live && (e = readdir(d));) {
-        if (e->d_name[0] == '.')
-            continue;
-        char sp[320], st[512];
-        snprintf(sp, sizeof sp, "/proc/%d/task/%s/stat", (int)pid, e->d_name);
-        FILE *f = fopen(sp, "r");
-        if (!f)
-            continue; /* that thread is gone */
-        size_t n = fread(st, 1, sizeof st - 1, f);
-        fclose(f);
-        st[n] = 0;
-        const char *rp = strrchr(st, ')');
-        live = !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
-    }
-    closedir(d);
-    return !live;
-}
-
-/* 1 once pid has exited within about ms; else 0, with its state on stderr. */
+/* 1 once every thread of pid has exited within about ms (fs_daemon_threads:
+ * an exited daemon may wait ~2 s for its reaper, PID 1 of some containers
+ * reaps orphans only that often; and its main thread alone turns zombie while
+ * the others, holding /dev/fuse, still exit); else 0, with its state on
+ * stderr. */
 static int wait_gone(pid_t pid, int ms)
 {
     for (int i = 0; i < ms / 10; i++) {
-        if (proc_exited(pid))
+        if (fs_daemon_threads(pid) == 0)
             return 1;
         usleep(10000);
     }
-    if (proc_exited(pid))
+    if (fs_daemon_threads(pid) == 0)
         return 1;
     char cmd[128];
     snprintf(cmd, sizeof cmd, "grep -E '^(State|SigBlk|SigCgt)' /proc/%d/status >&2", (int)pid);
@@ -622,7 +595,7 @@ static void test_unmount_busy(void **st)
     assert_memory_equal(buf, e->bytes, e->len);
     free(buf);
     expected_free(&x);
-    assert_false(proc_exited(pid)); /* still serving the open file */
+    assert_true(fs_daemon_threads(pid) > 0); /* still serving the open file */
     close(fd);
     assert_true(wait_gone(pid, 5000)); /* and gone once it is closed */
 }
