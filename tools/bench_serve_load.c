@@ -221,6 +221,12 @@ int bs_cold_run(const struct bs_opts *o, double *ttft)
     }
     exe[en] = 0;
     pid_t pid = fork();
+    if (pid < 0) { /* else waitpid(-1) below would reap any child */
+        int e = errno;
+        close(fd[0]);
+        close(fd[1]);
+        return -e;
+    }
     if (pid == 0) {
         dup2(fd[1], 1);
         close(fd[0]);
