@@ -563,14 +563,12 @@ static pid_t daemon_pid(const char *mnt)
     return r;
 }
 
-/* 1 while pid runs (a zombie has exited). */
-static int alive(pid_t pid)
+/* 1 if the task whose /proc/.../stat is at path runs (a zombie has exited,
+ * a task that is gone too). */
+static int task_runs(const char *path)
 {
-    if (kill(pid, 0) < 0 && errno == ESRCH)
-        return 0;
-    char p[64], buf[512];
-    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(p, "r");
+    char buf[512];
+    FILE *f = fopen(path, "r");
     if (!f)
         return 0;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
@@ -578,6 +576,29 @@ static int alive(pid_t pid)
     buf[n] = 0;
     const char *rp = strrchr(buf, ')');
     return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+}
+
+int fs_daemon_threads(int pid)
+{
+    if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH))
+        return 0;
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/task", pid);
+    DIR *d = opendir(p);
+    if (!d) { /* no /proc/PID/task: the process itself, then */
+        snprintf(p, sizeof p, "/proc/%d/stat", pid);
+        return task_runs(p);
+    }
+    int live = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char sp[320];
+        snprintf(sp, sizeof sp, "/proc/%d/task/%s/stat", pid, e->d_name);
+        live += task_runs(sp);
+    }
+    closedir(d);
+    return live;
 }
 
 int fs_unmount(const char *mountpoint, int lazy, struct sl_err *err)
@@ -639,12 +660,19 @@ int fs_unmount(const char *mountpoint, int lazy, struct sl_err *err)
     }
     if (lazy || pid <= 0)
         return 0; /* lazy: the daemon serves open files until they are closed */
+    /* the whole daemon: its main thread may be a zombie while the others
+     * still exit (and hold /dev/fuse and the container open) */
+    int live = 0;
     for (int i = 0; i < 1000; i++) {
-        if (!alive(pid))
+        if (!(live = fs_daemon_threads((int)pid)))
             return 0;
         usleep(10000);
     }
-    sl_err_set(err, "%s is unmounted, but its daemon (pid %d) did not exit within 10 s", real,
-               (int)pid);
+    if (!(live = fs_daemon_threads((int)pid)))
+        return 0;
+    sl_err_set(err,
+               "%s is unmounted, but its daemon (pid %d) did not exit within 10 s "
+               "(%d of its threads still run)",
+               real, (int)pid, live);
     return -ETIMEDOUT;
 }

@@ -11,6 +11,7 @@
 #include "infer.h"
 #include "sluice.h"
 #include "tools_calib.h"
+#include "tools_rewrite.h"
 #include "tools_util.h"
 
 static void usage(FILE *f)
@@ -54,49 +55,15 @@ static int write_with_profile(const char *src, const char *dst, const struct inf
                               struct sl_err *err)
 {
     struct format_reader *r;
-    struct format_writer *w = NULL;
-    int ret = format_reader_open(src, &r, err);
+    struct format_writer *w;
+    int ret = tools_rewrite_begin(src, dst, "attn.", &r, &w, err);
     if (ret < 0)
         return ret;
-    ret = format_writer_create(dst, &w, err);
-    if (ret == 0)
-        ret = format_writer_set_config(w, format_reader_config(r), err);
-    if (ret == 0)
-        ret = format_writer_set_tokenizer(w, format_reader_tokenizer(r), err);
-    for (uint32_t i = 0; ret == 0 && i < format_reader_meta_count(r); i++) {
-        const char *k = format_reader_meta_key(r, i);
-        const void *v;
-        size_t len;
-        if (!strncmp(k, "attn.", 5) || format_reader_meta_get(r, k, &v, &len) < 0)
-            continue;
-        ret = format_writer_set_meta(w, k, v, len, err);
-    }
     struct copy_meta cm = {w, err};
-    if (ret == 0)
-        ret = infer_attn_profile_write(p, set_meta, &cm);
-    for (uint32_t i = 0; ret == 0 && i < format_reader_n_tensors(r); i++) {
-        const struct format_tensor_info *t = format_reader_tensor(r, i);
-        void *raw = malloc(t->length ? t->length : 1);
-        if (!raw) {
-            sl_err_set(err, "out of memory for tensor %s", t->name);
-            ret = -ENOMEM;
-            break;
-        }
-        ret = format_reader_read_tensor(r, i, raw, t->length, err);
-        struct format_tensor_desc d = {.name = t->name, .layer = t->layer, .role = t->role,
-                                       .encoding = t->encoding, .n_dims = t->n_dims,
-                                       .act_scale = t->act_scale};
-        memcpy(d.shape, t->shape, sizeof d.shape);
-        memcpy(d.bits_hist, t->bits_hist, sizeof d.bits_hist);
-        if (ret == 0)
-            ret = format_writer_add_tensor(w, &d, raw, t->length, err);
-        free(raw);
-    }
-    if (ret == 0)
-        ret = format_writer_finish(w, err);
-    format_writer_destroy(w);
-    format_reader_close(r);
-    return ret;
+    ret = infer_attn_profile_write(p, set_meta, &cm);
+    for (uint32_t i = 0; ret == 0 && i < format_reader_n_tensors(r); i++)
+        ret = tools_rewrite_tensor(r, i, w, err);
+    return tools_rewrite_end(r, w, ret, err);
 }
 
 static void on_progress(void *ctx, uint32_t done, uint32_t total)

@@ -10,8 +10,9 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: sluice umount DIR [--lazy]\n\n"
                "Unmounts a `sluice mount` (umount2 as root, fusermount3 -u otherwise) and\n"
-               "waits (up to 10 s) for its daemon to exit. Fails while files are open in it,\n"
-               "unless --lazy. A dead mount (its daemon was killed) is cleaned up.\n"
+               "waits (up to 10 s) for every thread of its daemon to exit. Fails while files\n"
+               "are open in it, unless --lazy. A dead mount (its daemon was killed) is\n"
+               "cleaned up.\n"
                "  --lazy, -z  detach the mount at once: open files stay readable and the\n"
                "              daemon exits when the last one is closed\n");
 }

@@ -7,29 +7,27 @@
 
 #include "format.h"
 #include "quantizer.h"
+#include "tools_rewrite.h"
 #include "unpack.h"
 
 static int one_tensor(const struct format_reader *r, uint32_t i, uint32_t encoding,
                       struct format_writer *w, struct sl_err *err)
 {
     const struct format_tensor_info *t = format_reader_tensor(r, i);
+    if (!format_encoding_traits(t->encoding)->quantized || t->encoding == encoding)
+        return tools_rewrite_tensor(r, i, w, err);
     void *raw = malloc(t->length);
     if (!raw) {
         sl_err_set(err, "out of memory");
         return -ENOMEM;
     }
     int ret = format_reader_read_tensor(r, i, raw, t->length, err);
-    struct format_tensor_desc d = {.name = t->name, .layer = t->layer, .role = t->role,
-                                   .encoding = t->encoding, .n_dims = t->n_dims,
-                                   .act_scale = t->act_scale};
-    memcpy(d.shape, t->shape, sizeof d.shape);
-    memcpy(d.bits_hist, t->bits_hist, sizeof d.bits_hist);
-    if (ret < 0 || !format_encoding_traits(t->encoding)->quantized || t->encoding == encoding) {
-        if (ret == 0)
-            ret = format_writer_add_tensor(w, &d, raw, t->length, err);
+    if (ret < 0) {
         free(raw);
         return ret;
     }
+    struct format_tensor_desc d;
+    tools_rewrite_desc(t, &d);
     uint32_t rows = (uint32_t)t->shape[0], cols = (uint32_t)t->shape[1];
     int8_t *q = malloc((size_t)rows * cols);
     float *sc = malloc(sizeof(float) * rows);
@@ -76,30 +74,13 @@ static int one_tensor(const struct format_reader *r, uint32_t i, uint32_t encodi
 int tools_transcode(const char *src, const char *dst, uint32_t encoding, struct sl_err *err)
 {
     struct format_reader *r;
-    struct format_writer *w = NULL;
-    int ret = format_reader_open(src, &r, err);
+    struct format_writer *w;
+    int ret = tools_rewrite_begin(src, dst, NULL, &r, &w, err);
     if (ret < 0)
         return ret;
-    ret = format_writer_create(dst, &w, err);
-    if (ret == 0)
-        ret = format_writer_set_config(w, format_reader_config(r), err);
-    if (ret == 0)
-        ret = format_writer_set_tokenizer(w, format_reader_tokenizer(r), err);
-    for (uint32_t i = 0; ret == 0 && i < format_reader_meta_count(r); i++) {
-        const char *k = format_reader_meta_key(r, i);
-        const void *v;
-        size_t len;
-        format_reader_meta_get(r, k, &v, &len);
-        ret = format_writer_set_meta(w, k, v, len, err);
-    }
     const char *name = format_encoding_traits(encoding)->name;
-    if (ret == 0)
-        ret = format_writer_set_meta(w, "quant.storage", name, strlen(name), err);
+    ret = format_writer_set_meta(w, "quant.storage", name, strlen(name), err);
     for (uint32_t i = 0; ret == 0 && i < format_reader_n_tensors(r); i++)
         ret = one_tensor(r, i, encoding, w, err);
-    if (ret == 0)
-        ret = format_writer_finish(w, err);
-    format_writer_destroy(w);
-    format_reader_close(r);
-    return ret;
+    return tools_rewrite_end(r, w, ret, err);
 }

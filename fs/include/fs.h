@@ -113,11 +113,18 @@ int fs_options_parse(struct fs_options *o, const char *word, struct sl_err *err)
 int fs_mount_run(const struct fs_options *o, struct sl_err *err);
 
 /* Unmounts a sluice mount (umount2 as root, else fusermount3 -u) and waits up
- * to 10 s for its daemon to exit. Refuses (-EBUSY) while files are open,
+ * to 10 s for its daemon to exit (every thread of it: fs_daemon_threads). Refuses (-EBUSY) while files are open,
  * unless `lazy`: the mount is then detached at once, open files stay readable
  * and the daemon exits when the last one is closed. A dead mount (daemon
  * killed: ENOTCONN) is cleaned up. */
 int fs_unmount(const char *mountpoint, int lazy, struct sl_err *err);
+
+/* How many threads of process pid (a mount's daemon: stats.json's "pid")
+ * have not exited; 0 once it is gone. A zombie counts as exited, a process
+ * whose main thread is a zombie while other threads run does not (those
+ * threads may still hold /dev/fuse and the container open). What fs_unmount
+ * waits for. */
+int fs_daemon_threads(int pid);
 
 /* The model config as JSON, the object served as the mount's config.json and
  * printed by `sluice inspect --json`: adds architecture ("llama"), dim,

@@ -1,4 +1,6 @@
-/* test_fs.c: real mounts through the sluice binary (label "integration").
+/* test_fs.c: real mounts through the sluice binary (label "integration"),
+ * what a mount serves; the daemon's life, mount errors, an ordinary user and
+ * cgroups are in test_fs_life.c (one test binary).
  * Containers: one written here with the format writer (every quantized
  * encoding), one from `sluice quantize`, and the real kjv6L model imported
  * from ../shared when present.
@@ -12,24 +14,12 @@
  * - writes, creates, mkdir, rmdir, unlink, rename, links, truncate, chmod:
  *   EROFS;
  * - a corrupted slice reads as EIO (all its files), is logged, the others
- *   read;
- * - unmount while a file is open: plain unmount refuses (busy), --lazy
- *   detaches, the open file stays readable, the daemon exits at close;
- * - a killed daemon leaves a dead mount: mount refuses it, umount cleans it;
- *   SIGTERM unmounts; -f serves in the foreground;
- * - mount errors with their messages: missing or non-directory mount point,
- *   non-empty directory, missing or corrupt container, already mounted, bad
- *   option; umount of what is not a sluice mount;
- * - an ordinary user mounts and unmounts (private mount namespace with its
- *   own /dev/fuse node when the system's is root-only);
- * - -o cgroup= puts the daemon into the cgroup. */
+ *   read. */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,14 +31,15 @@
 #include "fs_cli.h"
 #include "fs_testmodel.h"
 #include "import.h"
+#include "test_fs_internal.h"
 #include "testutil.h"
 #include "unpack.h"
 
-static const char *bin, *dir;
-static char model[PATH_MAX], qmodel[PATH_MAX];
+const char *tf_bin, *tf_dir;
+char tf_model[PATH_MAX];
+static char qmodel[PATH_MAX];
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
+int tf_run(const char *fmt, ...)
 {
     char cmd[8192];
     va_list ap;
@@ -58,7 +49,7 @@ static int run(const char *fmt, ...)
     return test_system("timeout 60 %s", cmd);
 }
 
-static void umount_at(const char *mnt)
+void tf_umount_at(const char *mnt)
 {
     if (fs_cli_run("umount '%s'", mnt) != 0) {
         char *e = fs_cli_said();
@@ -66,7 +57,7 @@ static void umount_at(const char *mnt)
     }
 }
 
-static int is_mounted(const char *mnt)
+int tf_is_mounted(const char *mnt)
 {
     return test_system("grep -q ' %s .* - fuse.sluice ' /proc/self/mountinfo", mnt) == 0;
 }
@@ -77,85 +68,11 @@ static int cleanup_mounts(void **st)
     (void)st;
     test_system("for m in $(awk '$5 ~ \"^%s/\" && $0 ~ / - fuse.sluice / {print $5}' "
                 "/proc/self/mountinfo); do '%s' umount --lazy \"$m\" 2>/dev/null; done",
-                dir, bin);
-    return 0;
-}
-
-static pid_t daemon_pid(const char *mnt)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/stats.json", mnt);
-    char *t = test_read_file(p, NULL);
-    assert_non_null(t);
-    cJSON *j = cJSON_Parse(t);
-    assert_non_null(j);
-    pid_t pid = (pid_t)cJSON_GetObjectItem(j, "pid")->valuedouble;
-    cJSON_Delete(j);
-    free(t);
-    return pid;
-}
-
-/* 1 once every thread of pid has exited: the process is gone or a zombie
- * with no thread left (an exited daemon waits for its reaper, and PID 1 of
- * some containers reaps orphans only every 2 s or so). The main thread alone
- * turns zombie while the others still exit: its files (/dev/fuse) are closed
- * only when the last one has. */
-static int proc_exited(pid_t pid)
-{
-    char p[64];
-    snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(p);
-    if (!d)
-        return 1;
-    int live = 0;
-    for (struct dirent *e; !live && (e = readdir(d));) {
-        if (e->d_name[0] == '.')
-            continue;
-        char sp[320], st[512];
-        snprintf(sp, sizeof sp, "/proc/%d/task/%s/stat", (int)pid, e->d_name);
-        FILE *f = fopen(sp, "r");
-        if (!f)
-            continue; /* that thread is gone */
-        size_t n = fread(st, 1, sizeof st - 1, f);
-        fclose(f);
-        st[n] = 0;
-        const char *rp = strrchr(st, ')');
-        live = !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
-    }
-    closedir(d);
-    return !live;
-}
-
-/* 1 once pid has exited within about ms; else 0, with its state on stderr. */
-static int wait_gone(pid_t pid, int ms)
-{
-    for (int i = 0; i < ms / 10; i++) {
-        if (proc_exited(pid))
-            return 1;
-        usleep(10000);
-    }
-    if (proc_exited(pid))
-        return 1;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "grep -E '^(State|SigBlk|SigCgt)' /proc/%d/status >&2", (int)pid);
-    fprintf(stderr, "the daemon (pid %d) is still running after %d ms:\n", (int)pid, ms);
-    test_system("%s", cmd);
+                tf_dir, tf_bin);
     return 0;
 }
 
 /* ---- expected contents ---------------------------------------------------------------- */
-
-/* Every file the mount must serve and its exact bytes, from the container. */
-struct expect {
-    char path[128];
-    uint8_t *bytes;
-    size_t len;
-};
-
-struct expected {
-    struct expect *f;
-    int n;
-};
 
 static void expect_add(struct expected *x, const char *path, const void *b, size_t len, int copy)
 {
@@ -179,7 +96,7 @@ static void dirname_of(const struct format_slice_info *si, char *d, size_t n)
         snprintf(d, n, "%s", si->kind == FORMAT_SLICE_EMBED ? "embed" : "head");
 }
 
-static struct expected expected_of(const char *container)
+struct expected tf_expected_of(const char *container)
 {
     struct expected x = {0};
     size_t clen;
@@ -236,7 +153,7 @@ static struct expected expected_of(const char *container)
     return x;
 }
 
-static void expected_free(struct expected *x)
+void tf_expected_free(struct expected *x)
 {
     for (int i = 0; i < x->n; i++)
         free(x->f[i].bytes);
@@ -250,9 +167,9 @@ static void check_listing(const char *mnt, const struct expected *x)
     /* every expected file is listed with its exact size; nothing else is */
     char p[PATH_MAX];
     int listed = 0;
-    snprintf(p, sizeof p, "cd '%s' && find . -type f | sort > '%s/listing'", mnt, dir);
-    assert_int_equal(run("sh -c \"%s\"", p), 0);
-    snprintf(p, sizeof p, "%s/listing", dir);
+    snprintf(p, sizeof p, "cd '%s' && find . -type f | sort > '%s/listing'", mnt, tf_dir);
+    assert_int_equal(tf_run("sh -c \"%s\"", p), 0);
+    snprintf(p, sizeof p, "%s/listing", tf_dir);
     char *ls = test_read_file(p, NULL);
     assert_non_null(ls);
     for (char *line = strtok(ls, "\n"); line; line = strtok(NULL, "\n")) {
@@ -280,7 +197,7 @@ static void check_listing(const char *mnt, const struct expected *x)
 
 static void check_all_files(const char *container, const char *mnt)
 {
-    struct expected x = expected_of(container);
+    struct expected x = tf_expected_of(container);
     char p[PATH_MAX];
     for (int i = 0; i < x.n; i++) {
         snprintf(p, sizeof p, "%s/%s", mnt, x.f[i].path);
@@ -357,7 +274,7 @@ static void check_all_files(const char *container, const char *mnt)
     cJSON_Delete(m);
     free(mj);
     format_reader_close(r);
-    expected_free(&x);
+    tf_expected_free(&x);
 }
 
 static ino_t ino_of(const char *mnt, const char *rel)
@@ -373,25 +290,25 @@ static void test_bytes(void **st)
 {
     (void)st;
     static const char *configs[] = {
-        NULL,                         /* the defaults: memory slices, prefetch */
-        "pagecache",                  /* splice from the container */
-        "pagecache,nosplice",         /* copy through the daemon */
-        "direct_io,no_keep_cache",    /* no kernel page cache */
-        "cache_mb=1,prefetch=2",      /* evictions; the biggest slices via the page cache */
+        NULL,                      /* the defaults: memory slices, prefetch */
+        "pagecache",               /* splice from the container */
+        "pagecache,nosplice",      /* copy through the daemon */
+        "direct_io,no_keep_cache", /* no kernel page cache */
+        "cache_mb=1,prefetch=2",   /* evictions; the biggest slices via the page cache */
         "single,noclone_fd,max_pages=32,max_background=12,max_readahead=131072",
     };
     char mnt[PATH_MAX];
-    snprintf(mnt, sizeof mnt, "%s/m1", dir);
+    snprintf(mnt, sizeof mnt, "%s/m1", tf_dir);
     ino_t first = 0;
     for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
         fprintf(stderr, "-o %s\n", configs[i] ? configs[i] : "(defaults)");
-        fs_cli_mount(model, mnt, configs[i]);
-        check_all_files(model, mnt);
+        fs_cli_mount(tf_model, mnt, configs[i]);
+        check_all_files(tf_model, mnt);
         ino_t ino = ino_of(mnt, "layer.001/w_up.int8");
         if (i == 0)
             first = ino;
         assert_int_equal(ino, first); /* stable inode numbers */
-        umount_at(mnt);
+        tf_umount_at(mnt);
     }
 }
 
@@ -399,10 +316,10 @@ static void test_quantized(void **st)
 {
     (void)st;
     char mnt[PATH_MAX];
-    snprintf(mnt, sizeof mnt, "%s/m2", dir);
+    snprintf(mnt, sizeof mnt, "%s/m2", tf_dir);
     fs_cli_mount(qmodel, mnt, NULL);
     check_all_files(qmodel, mnt);
-    umount_at(mnt);
+    tf_umount_at(mnt);
 }
 
 static void test_real_model(void **st)
@@ -414,14 +331,14 @@ static void test_real_model(void **st)
     char src[PATH_MAX], tok[PATH_MAX], out[PATH_MAX], mnt[PATH_MAX];
     snprintf(src, sizeof src, "%s", m);
     snprintf(tok, sizeof tok, "%s", test_shared_path("models/kjv6L.tok1024.bin"));
-    snprintf(out, sizeof out, "%s/kjv.sluice", dir);
+    snprintf(out, sizeof out, "%s/kjv.sluice", tf_dir);
     struct import_opts o = {.tokenizer = tok, .dtype = -1};
     struct sl_err err;
     assert_int_equal(import_model(src, &o, out, &err), 0);
-    snprintf(mnt, sizeof mnt, "%s/m3", dir);
+    snprintf(mnt, sizeof mnt, "%s/m3", tf_dir);
     fs_cli_mount(out, mnt, NULL);
     check_all_files(out, mnt);
-    umount_at(mnt);
+    tf_umount_at(mnt);
 }
 
 /* ---- concurrency ------------------------------------------------------------------------- */
@@ -464,9 +381,9 @@ static void *reader(void *p)
 static void concurrent(const char *opts)
 {
     char mnt[PATH_MAX];
-    snprintf(mnt, sizeof mnt, "%s/m4", dir);
-    fs_cli_mount(model, mnt, opts);
-    struct expected x = expected_of(model);
+    snprintf(mnt, sizeof mnt, "%s/m4", tf_dir);
+    fs_cli_mount(tf_model, mnt, opts);
+    struct expected x = tf_expected_of(tf_model);
     pthread_t th[16];
     struct reader_arg a[16];
     for (int i = 0; i < 16; i++) {
@@ -477,15 +394,15 @@ static void concurrent(const char *opts)
         pthread_join(th[i], NULL);
         assert_int_equal(a[i].bad, 0);
     }
-    expected_free(&x);
-    umount_at(mnt);
+    tf_expected_free(&x);
+    tf_umount_at(mnt);
 }
 
 static void test_concurrent(void **st)
 {
     (void)st;
     concurrent(NULL);
-    concurrent("cache_mb=1,direct_io");  /* every read reaches the daemon; evictions */
+    concurrent("cache_mb=1,direct_io"); /* every read reaches the daemon; evictions */
     concurrent("pagecache");
 }
 
@@ -501,8 +418,8 @@ static void test_erofs(void **st)
 {
     (void)st;
     char mnt[PATH_MAX], p[PATH_MAX + 64], q[PATH_MAX + 64];
-    snprintf(mnt, sizeof mnt, "%s/m5", dir);
-    fs_cli_mount(model, mnt, NULL);
+    snprintf(mnt, sizeof mnt, "%s/m5", tf_dir);
+    fs_cli_mount(tf_model, mnt, NULL);
     snprintf(p, sizeof p, "%s/new", mnt);
     expect_erofs(open(p, O_CREAT | O_WRONLY, 0644), "create");
     snprintf(p, sizeof p, "%s/layer.000/slice.bin", mnt);
@@ -526,7 +443,7 @@ static void test_erofs(void **st)
     char *c = test_read_file(p, NULL);
     assert_non_null(c);
     free(c);
-    umount_at(mnt);
+    tf_umount_at(mnt);
 }
 
 /* ---- corruption ---------------------------------------------------------------------------- */
@@ -534,23 +451,23 @@ static void test_erofs(void **st)
 static void corrupt(const char *opts)
 {
     size_t len;
-    uint8_t *c = test_read_file(model, &len);
+    uint8_t *c = test_read_file(tf_model, &len);
     struct format_reader *r;
     struct sl_err err;
-    assert_int_equal(format_reader_open(model, &r, &err), 0);
+    assert_int_equal(format_reader_open(tf_model, &r, &err), 0);
     const struct format_tensor_info *t =
         format_reader_tensor(r, (uint32_t)format_reader_find(r, 0, FORMAT_ROLE_W_UP));
     c[t->offset + t->length / 2] ^= 0x20;
     format_reader_close(r);
     char bad[PATH_MAX], mnt[PATH_MAX], p[PATH_MAX + 64], log[PATH_MAX], o[PATH_MAX + 64];
-    snprintf(bad, sizeof bad, "%s/bad.sluice", dir);
-    snprintf(log, sizeof log, "%s/bad.log", dir);
+    snprintf(bad, sizeof bad, "%s/bad.sluice", tf_dir);
+    snprintf(log, sizeof log, "%s/bad.log", tf_dir);
     unlink(log);
     FILE *f = fopen(bad, "wb");
     assert_int_equal(fwrite(c, 1, len, f), len);
     fclose(f);
     free(c);
-    snprintf(mnt, sizeof mnt, "%s/m6", dir);
+    snprintf(mnt, sizeof mnt, "%s/m6", tf_dir);
     snprintf(o, sizeof o, "log=%s%s%s", log, opts ? "," : "", opts ? opts : "");
     fs_cli_mount(bad, mnt, o); /* the index is intact: it mounts */
     const char *same[] = {"w_up.bin", "attn_norm.bin", "slice.bin", "w_up.int8", "wq.scales"};
@@ -578,7 +495,7 @@ static void corrupt(const char *opts)
         1);
     cJSON_Delete(j);
     free(sj);
-    umount_at(mnt);
+    tf_umount_at(mnt);
     char *lt = test_read_file(log, NULL);
     assert_non_null(lt);
     assert_non_null(strstr(lt, "checksum mismatch in slice 'layer 0'"));
@@ -593,268 +510,27 @@ static void test_corrupt(void **st)
     corrupt("pagecache");
 }
 
-/* ---- unmounting and the daemon's life ------------------------------------------------------ */
-
-static void test_unmount_busy(void **st)
-{
-    (void)st;
-    char mnt[PATH_MAX], p[PATH_MAX + 64];
-    snprintf(mnt, sizeof mnt, "%s/m7", dir);
-    fs_cli_mount(model, mnt, NULL);
-    pid_t pid = daemon_pid(mnt);
-    snprintf(p, sizeof p, "%s/layer.001/slice.bin", mnt);
-    int fd = open(p, O_RDONLY);
-    assert_true(fd >= 0);
-    /* a plain unmount refuses while the file is open, and says why */
-    assert_int_not_equal(fs_cli_run("umount '%s'", mnt), 0);
-    fs_cli_assert_said("busy");
-    assert_true(is_mounted(mnt));
-    /* --lazy detaches at once; the open file still reads the right bytes */
-    assert_int_equal(fs_cli_run("umount --lazy '%s'", mnt), 0);
-    assert_false(is_mounted(mnt));
-    struct expected x = expected_of(model);
-    const struct expect *e = NULL;
-    for (int i = 0; i < x.n; i++)
-        if (!strcmp(x.f[i].path, "layer.001/slice.bin"))
-            e = &x.f[i];
-    uint8_t *buf = malloc(e->len);
-    assert_int_equal(pread(fd, buf, e->len, 0), (ssize_t)e->len);
-    assert_memory_equal(buf, e->bytes, e->len);
-    free(buf);
-    expected_free(&x);
-    assert_false(proc_exited(pid)); /* still serving the open file */
-    close(fd);
-    assert_true(wait_gone(pid, 5000)); /* and gone once it is closed */
-}
-
-static void test_dead_mount(void **st)
-{
-    (void)st;
-    char mnt[PATH_MAX];
-    snprintf(mnt, sizeof mnt, "%s/m8", dir);
-    fs_cli_mount(model, mnt, NULL);
-    pid_t pid = daemon_pid(mnt);
-    assert_int_equal(kill(pid, SIGKILL), 0);
-    assert_true(wait_gone(pid, 5000));
-    struct stat s;
-    assert_int_equal(stat(mnt, &s), -1);
-    assert_int_equal(errno, ENOTCONN);
-    assert_int_not_equal(fs_cli_run("mount '%s' '%s'", model, mnt), 0);
-    fs_cli_assert_said("dead FUSE mount");
-    umount_at(mnt); /* cleans it up */
-    assert_false(is_mounted(mnt));
-    fs_cli_mount(model, mnt, NULL);
-    umount_at(mnt);
-}
-
-static void test_sigterm(void **st)
-{
-    (void)st;
-    char mnt[PATH_MAX];
-    snprintf(mnt, sizeof mnt, "%s/m9", dir);
-    /* a few times, the signal right after the first request: it once hit
-     * the daemon while its main thread was starting the loop (1 in 60 under
-     * load), and the daemon kept serving */
-    for (int i = 0; i < 10; i++) {
-        fs_cli_mount(model, mnt, NULL);
-        pid_t pid = daemon_pid(mnt);
-        assert_int_equal(kill(pid, SIGTERM), 0);
-        assert_true(wait_gone(pid, 5000));
-        assert_false(is_mounted(mnt));
-    }
-}
-
-static void test_foreground(void **st)
-{
-    (void)st;
-    char mnt[PATH_MAX], p[PATH_MAX + 64], status[PATH_MAX];
-    snprintf(mnt, sizeof mnt, "%s/m10", dir);
-    snprintf(status, sizeof status, "%s/fg.status", dir);
-    mkdir(mnt, 0755);
-    unlink(status);
-    /* -f: the command itself serves; it returns when unmounted */
-    assert_int_equal(run("sh -c \"'%s' mount -f '%s' '%s'; echo \\$? > '%s'\" &", bin, model, mnt,
-                         status),
-                     0);
-    int up = 0;
-    for (int i = 0; i < 500 && !up; i++) {
-        up = is_mounted(mnt);
-        if (!up)
-            usleep(10000);
-    }
-    assert_true(up);
-    snprintf(p, sizeof p, "%s/layer.002/slice.bin", mnt);
-    size_t len;
-    uint8_t *b = test_read_file(p, &len);
-    assert_non_null(b);
-    free(b);
-    umount_at(mnt);
-    char *s = NULL;
-    for (int i = 0; i < 500 && !(s = test_read_file(status, NULL)); i++)
-        usleep(10000);
-    assert_non_null(s);
-    assert_int_equal(atoi(s), 0);
-    free(s);
-}
-
-/* ---- errors -------------------------------------------------------------------------------- */
-
-static void test_mount_errors(void **st)
-{
-    (void)st;
-    char mnt[PATH_MAX], file[PATH_MAX + 64];
-    snprintf(mnt, sizeof mnt, "%s/missing-dir", dir);
-    assert_int_equal(fs_cli_run("mount '%s' '%s'", model, mnt), 1);
-    fs_cli_assert_said("no such directory");
-    snprintf(file, sizeof file, "%s/plain-file", dir);
-    FILE *f = fopen(file, "w");
-    fclose(f);
-    assert_int_equal(fs_cli_run("mount '%s' '%s'", model, file), 1);
-    fs_cli_assert_said("is not a directory");
-    snprintf(mnt, sizeof mnt, "%s/nonempty", dir);
-    mkdir(mnt, 0755);
-    snprintf(file, sizeof file, "%s/x", mnt);
-    f = fopen(file, "w");
-    fclose(f);
-    assert_int_equal(fs_cli_run("mount '%s' '%s'", model, mnt), 1);
-    fs_cli_assert_said("is not empty");
-    /* ... unless asked */
-    fs_cli_mount(model, mnt, "nonempty");
-    umount_at(mnt);
-    snprintf(mnt, sizeof mnt, "%s/m11", dir);
-    mkdir(mnt, 0755);
-    assert_int_equal(fs_cli_run("mount /nonexistent.sluice '%s'", mnt), 1);
-    fs_cli_assert_said("no such file");
-    snprintf(file, sizeof file, "%s/garbage.sluice", dir);
-    f = fopen(file, "w");
-    fputs("not a container, not even close to one; a few bytes of text", f);
-    fclose(f);
-    assert_int_equal(fs_cli_run("mount '%s' '%s'", file, mnt), 1);
-    fs_cli_assert_said(file);
-    /* a truncated container */
-    snprintf(file, sizeof file, "%s/short.sluice", dir);
-    assert_int_equal(run("head -c 100000 '%s' > '%s'", model, file), 0);
-    assert_int_equal(fs_cli_run("mount '%s' '%s'", file, mnt), 1);
-    fs_cli_assert_said(file);
-    assert_int_equal(fs_cli_run("mount -o max_pages=1000 '%s' '%s'", model, mnt), 2);
-    fs_cli_assert_said("max_pages");
-    fs_cli_mount(model, mnt, NULL);
-    assert_int_equal(fs_cli_run("mount '%s' '%s'", model, mnt), 1);
-    fs_cli_assert_said("already a mount point");
-    umount_at(mnt);
-    assert_false(is_mounted(mnt));
-    assert_int_equal(fs_cli_run("umount '%s'", mnt), 1);
-    fs_cli_assert_said("not mounted");
-    assert_int_equal(fs_cli_run("umount /proc"), 1);
-    fs_cli_assert_said("not a sluice mount");
-    assert_int_equal(fs_cli_run("umount '%s/nowhere'", dir), 1);
-    assert_int_equal(fs_cli_run("mount '%s'", model), 2);
-}
-
-/* ---- an ordinary user ---------------------------------------------------------------------- */
-
-/* As root: a private mount namespace whose /dev/fuse is a private node open
- * to everyone (the system's may be root-only), then nobody mounts, reads
- * and unmounts there through fusermount3. Nothing outside changes. */
-static void test_nonroot(void **st)
-{
-    (void)st;
-    if (geteuid() != 0 ||
-        test_system("command -v setpriv >/dev/null && command -v unshare >/dev/null")) {
-        fprintf(stderr, "note: needs root, setpriv and unshare: the ordinary-user mount is "
-                        "not tested here\n");
-        skip();
-    }
-    char base[] = "/tmp/sluice-user.XXXXXX";
-    assert_non_null(mkdtemp(base));
-    chmod(base, 0755);
-    char script[PATH_MAX + 64];
-    snprintf(script, sizeof script, "%s/run.sh", base);
-    FILE *f = fopen(script, "w");
-    assert_non_null(f);
-    fprintf(f,
-            "set -e\n"
-            "if [ ! -w /dev/fuse ] || [ \"$(stat -c %%a /dev/fuse)\" != 666 ]; then\n"
-            "  mknod -m 0666 %s/fuse c 10 229 || exit 77\n"
-            "  mount --bind %s/fuse /dev/fuse || exit 77\n"
-            "fi\n"
-            "as='setpriv --reuid=nobody --regid=nogroup --clear-groups'\n"
-            "$as '%s' mount %s/m.sluice %s/mnt\n"
-            "$as cmp %s/mnt/layer.001/slice.bin %s/slice1\n"
-            "grep ' %s/mnt .* - fuse.sluice .*user_id=65534' /proc/self/mountinfo >/dev/null\n"
-            "$as '%s' umount %s/mnt\n"
-            "! grep -q ' %s/mnt ' /proc/self/mountinfo\n",
-            base, base, bin, base, base, base, base, base, bin, base, base);
-    fclose(f);
-    /* layer 1's bytes, for cmp */
-    struct format_reader *r;
-    struct sl_err err;
-    assert_int_equal(format_reader_open(model, &r, &err), 0);
-    const struct format_slice_info *si = format_reader_slice(r, 2);
-    assert_int_equal(run("cp '%s' %s/m.sluice && mkdir %s/mnt && "
-                         "dd if='%s' of=%s/slice1 bs=4096 skip=%llu count=%llu status=none && "
-                         "chown -R nobody %s",
-                         model, base, base, model, base,
-                         (unsigned long long)(si->offset / 4096),
-                         (unsigned long long)(si->length / 4096), base),
-                     0);
-    format_reader_close(r);
-    int ret = run("unshare -m --propagation private sh %s", script);
-    run("rm -rf '%s'", base);
-    if (ret == 77) {
-        fprintf(stderr, "note: cannot make a private /dev/fuse node here: skipped\n");
-        skip();
-    }
-    assert_int_equal(ret, 0);
-}
-
-static void test_cgroup(void **st)
-{
-    (void)st;
-    if (geteuid() != 0 || access("/sys/fs/cgroup/blkio", W_OK) != 0) {
-        fprintf(stderr, "note: needs root and the blkio cgroup (v1)\n");
-        skip();
-    }
-    char group[PATH_MAX], mnt[PATH_MAX], opts[PATH_MAX + 16];
-    snprintf(group, sizeof group, "/sys/fs/cgroup/blkio/sluice-test-fs.%d", (int)getpid());
-    assert_int_equal(mkdir(group, 0755), 0);
-    snprintf(mnt, sizeof mnt, "%s/m12", dir);
-    snprintf(opts, sizeof opts, "cgroup=%s", group);
-    fs_cli_mount(model, mnt, opts);
-    pid_t pid = daemon_pid(mnt);
-    char cmd[PATH_MAX + 64];
-    snprintf(cmd, sizeof cmd, "grep -qx '%d' %s/cgroup.procs", (int)pid, group);
-    int in = test_system("%s", cmd);
-    umount_at(mnt);
-    rmdir(group);
-    assert_int_equal(in, 0);
-    snprintf(opts, sizeof opts, "cgroup=%s/none", dir);
-    assert_int_equal(fs_cli_run("mount -o '%s' '%s' '%s'", opts, model, mnt), 1);
-    fs_cli_assert_said("cannot join the cgroup");
-    assert_false(is_mounted(mnt));
-}
-
 int main(void)
 {
-    dir = fs_cli_setup(60);
-    bin = fs_cli_bin();
-    snprintf(model, sizeof model, "%s/model.sluice", dir);
-    snprintf(qmodel, sizeof qmodel, "%s/tiny-q.sluice", dir);
+    tf_dir = fs_cli_setup(60);
+    tf_bin = fs_cli_bin();
+    snprintf(tf_model, sizeof tf_model, "%s/model.sluice", tf_dir);
+    snprintf(qmodel, sizeof qmodel, "%s/tiny-q.sluice", tf_dir);
     struct sl_err err = {{0}};
-    if (fs_test_model_write(model, test_seed(), 3, 256, &err) < 0)
+    if (fs_test_model_write(tf_model, test_seed(), 3, 256, &err) < 0)
         fail_msg("writing the test model: %s", err.msg);
     char tiny[PATH_MAX];
-    snprintf(tiny, sizeof tiny, "%s/tiny.sluice", dir);
+    snprintf(tiny, sizeof tiny, "%s/tiny.sluice", tf_dir);
     if (import_synth("tiny", 7, tiny, NULL, NULL, &err) < 0)
         fail_msg("synth: %s", err.msg);
-    if (run("'%s' quantize '%s' -o '%s' --bits 5 --calib-tokens 256 >/dev/null 2>&1", bin, tiny,
-            qmodel) != 0)
+    if (tf_run("'%s' quantize '%s' -o '%s' --bits 5 --calib-tokens 256 >/dev/null 2>&1", tf_bin,
+               tiny, qmodel) != 0)
         fail_msg("sluice quantize failed on the tiny model");
 #define T(f) cmocka_unit_test_teardown(f, cleanup_mounts)
     const struct CMUnitTest tests[] = {
-        T(test_bytes),        T(test_quantized),    T(test_real_model), T(test_concurrent),
-        T(test_erofs),        T(test_corrupt),      T(test_unmount_busy), T(test_dead_mount),
-        T(test_sigterm),      T(test_foreground),   T(test_mount_errors), T(test_nonroot),
+        T(test_bytes),   T(test_quantized),  T(test_real_model),   T(test_concurrent),
+        T(test_erofs),   T(test_corrupt),    T(test_unmount_busy), T(test_dead_mount),
+        T(test_sigterm), T(test_foreground), T(test_mount_errors), T(test_nonroot),
         T(test_cgroup),
     };
 #undef T
