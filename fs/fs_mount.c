@@ -569,8 +569,9 @@ static int task_runs(const char *path)
 {
     char buf[512];
     FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
+    if (!f) /* gone; unreadable (no /proc, hidepid): counted as running, as
+               kill(pid, 0) found the process */
+        return errno != ENOENT;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
@@ -585,7 +586,10 @@ int fs_daemon_threads(int pid)
     char p[64];
     snprintf(p, sizeof p, "/proc/%d/task", pid);
     DIR *d = opendir(p);
-    if (!d) { /* no /proc/PID/task: the process itself, then */
+    if (!d) { /* no /proc/PID/task: the process itself, then (running when
+               * /proc cannot tell: kill(pid, 0) found it) */
+        if (errno != ENOENT)
+            return 1;
         snprintf(p, sizeof p, "/proc/%d/stat", pid);
         return task_runs(p);
     }

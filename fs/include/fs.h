@@ -122,8 +122,9 @@ int fs_unmount(const char *mountpoint, int lazy, struct sl_err *err);
 /* How many threads of process pid (a mount's daemon: stats.json's "pid")
  * have not exited; 0 once it is gone. A zombie counts as exited, a process
  * whose main thread is a zombie while other threads run does not (those
- * threads may still hold /dev/fuse and the container open). What fs_unmount
- * waits for. */
+ * threads may still hold /dev/fuse and the container open). Where /proc
+ * cannot be read for a process that kill(pid, 0) finds, it counts as one
+ * running thread (never "gone" for want of /proc). What fs_unmount waits for. */
 int fs_daemon_threads(int pid);
 
 /* The model config as JSON, the object served as the mount's config.json and
