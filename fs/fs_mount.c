@@ -564,16 +564,19 @@ static pid_t daemon_pid(const char *mnt)
 }
 
 /* 1 if the task whose /proc/.../stat is at path runs (a zombie has exited,
- * a task that is gone too). */
+ * a task that is gone too: its stat vanished or cannot be read any more);
+ * a stat that cannot be opened for another reason counts as running. */
 static int task_runs(const char *path)
 {
     char buf[512];
     FILE *f = fopen(path, "r");
-    if (!f) /* gone; unreadable (no /proc, hidepid): counted as running, as
-               kill(pid, 0) found the process */
+    if (!f)
         return errno != ENOENT;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int failed = n == 0 && ferror(f); /* reaped between the open and the read */
     fclose(f);
+    if (failed)
+        return 0;
     buf[n] = 0;
     const char *rp = strrchr(buf, ')');
     return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
@@ -586,15 +589,18 @@ int fs_daemon_threads(int pid)
     char p[64];
     snprintf(p, sizeof p, "/proc/%d/task", pid);
     DIR *d = opendir(p);
-    if (!d) { /* no /proc/PID/task: the process itself, then (running when
-               * /proc cannot tell: kill(pid, 0) found it) */
-        if (errno != ENOENT)
-            return 1;
-        snprintf(p, sizeof p, "/proc/%d/stat", pid);
-        return task_runs(p);
-    }
+    if (!d) /* gone since the kill (ESRCH now), or /proc cannot tell (no /proc,
+               hidepid, EACCES): running, as kill(pid, 0) found it */
+        return kill(pid, 0) < 0 && errno == ESRCH ? 0 : 1;
     int live = 0;
-    for (struct dirent *e; (e = readdir(d));) {
+    for (;;) {
+        errno = 0;
+        struct dirent *e = readdir(d);
+        if (!e) {
+            if (errno) /* a partial count must not read as gone */
+                live = live ? live : 1;
+            break;
+        }
         if (e->d_name[0] == '.')
             continue;
         char sp[320];

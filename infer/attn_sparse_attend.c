@@ -145,11 +145,13 @@ static void select_blocks(struct infer_sparse *sp, uint32_t layer,
          * estimates, as a list per row ranks them (the combine would only
          * shift them by its log-sum-exp) */
         const float *rank = e;
+        float *guess = NULL; /* the hint is on the combined scale: not for this one */
         if (m > 1) {
             attn_group_combine(e, ld, m, v0, sq, b->fs);
             rank = b->fs;
+            guess = hint;
         }
-        uint32_t ns = attn_select_row_hint(rank, v0, k, sinks, window, sel, b->work, hint);
+        uint32_t ns = attn_select_row_hint(rank, v0, k, sinks, window, sel, b->work, guess);
         for (uint32_t j = 1; j < m; j++) {
             sel[ns + j - 1] = v0 + j - 1;
             lens[*np + j] = ns + j;

@@ -257,10 +257,10 @@ void pl_mm_residual(struct pl *p, const struct task *t)
  * Used by the pieces of a kv head group (pl_graph_build: the one with
  * q0 == 0 stores, the others run after it) and by the trimmed last layer
  * (enum pl_trim: the last row only, or keys and values only). Dense causal
- * attention computes a query row alone with the same bits as within the
- * chunk, and pieces start at multiples of INFER_ATT_ROWS, so
- * infer_op_attention's blocks of rows are those of the whole chunk: the
- * same bits (infer_attn.c). */
+ * attention computes a query row with the same bits whatever rows, heads
+ * or block it is computed with (infer_op_attention: every score its own dot
+ * product, every output one chain over the keys in order), so a piece's rows
+ * get the whole chunk's bits (infer_attn.c). */
 static int attn_rows(struct pl *p, struct chunkbuf *b, const struct task *t,
                      const struct infer_rows *rows, uint32_t kv0, uint32_t kv1, int store_kv,
                      uint32_t q0, uint32_t q1, float *scratch)

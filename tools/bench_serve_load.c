@@ -240,12 +240,27 @@ int bs_cold_run(const struct bs_opts *o, double *ttft)
     char buf[16384];
     size_t len = 0;
     ssize_t r;
-    while ((r = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0)
+    int rerr = 0;
+    while (len < sizeof buf - 1) {
+        r = read(fd[0], buf + len, sizeof buf - 1 - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            rerr = errno;
+        if (r <= 0)
+            break;
         len += (size_t)r;
+    }
     buf[len] = 0;
     close(fd[0]);
-    int st;
-    waitpid(pid, &st, 0);
+    int st = 0;
+    pid_t w;
+    while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR)
+        ;
+    if (w < 0)
+        return -errno;
+    if (rerr)
+        return -rerr;
     cJSON *j = cJSON_Parse(buf);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "ttft_s");
     int ok = cJSON_IsNumber(t) && WIFEXITED(st) && WEXITSTATUS(st) == 0;

@@ -192,16 +192,18 @@ static void test_keep_all_is_dense(void **state)
     infer_kv_destroy(kv);
 }
 
-/* keep < 1, estimates on the device (one launch covers the call's 30 rows,
+/* keep < 1, estimates on the device (one launch covers the call's 29 rows,
  * so the blocks start at rows 0, R, 2R, ...): per head and block, the keys
  * the rows' combined estimates pick over the first row's keys (a
- * reference: the NPU path's estimates, combined, selected), the block's
- * newer keys appended, each row through infer_attn_list over its prefix */
+ * reference: the NPU path's estimates, combined, selected; the last block,
+ * of one row, ranks its own estimates), the block's newer keys appended,
+ * each row through infer_attn_list over its prefix. A decode step (one row)
+ * with row blocks equals one without. */
 static void test_rows_reference(void **state)
 {
     (void)state;
     struct format_config c = shape(8, 2, 32, 1024);
-    uint32_t T = 530, n = 30, base = T - n, hd = c.head_dim, H = c.n_heads, R = 4;
+    uint32_t T = 530, n = 29, base = T - n, hd = c.head_dim, H = c.n_heads, R = 4;
     size_t qdim = (size_t)H * hd, kv_dim = (size_t)c.n_kv_heads * hd;
     double keep = 0.15;
     struct infer_kv *kv = random_cache(&c, T);
@@ -239,8 +241,12 @@ static void test_rows_reference(void **state)
             uint32_t m = n - i0 < R ? n - i0 : R, v0 = base + i0 + 1, mid = (m - 1) / 2;
             uint32_t k = attn_keep_count(keep, v0 + mid);
             k = k > mid ? k - mid : 1;
-            attn_group_combine(est + (size_t)i0 * L, L, m, v0, sqrtf((float)hd), comb);
-            uint32_t ns = attn_select_row(comb, v0, k, 3, 10, sel, work);
+            const float *rank = est + (size_t)i0 * L;
+            if (m > 1) {
+                attn_group_combine(est + (size_t)i0 * L, L, m, v0, sqrtf((float)hd), comb);
+                rank = comb;
+            }
+            uint32_t ns = attn_select_row(rank, v0, k, 3, 10, sel, work);
             for (uint32_t j = 1; j < m; j++)
                 sel[ns + j - 1] = v0 + j - 1;
             for (uint32_t j = 0; j < m; j++) {
@@ -262,6 +268,14 @@ static void test_rows_reference(void **state)
     assert_true(st.keys_kept == kept && st.keys_visible == visible);
     /* the real ratio: within a key a row of the keep */
     assert_true(fabs((double)kept / (double)visible - keep) < 2.0 / base);
+    float *q1 = random_q(&c, 1), *d1 = malloc(sizeof(float) * qdim), *d2 = malloc(sizeof(float) * qdim);
+    assert_true(q1 && d1 && d2);
+    run_attn(infer_sparse_attention(sp), &c, kv, 0, 1, T - 1, q1, d1);
+    run_attn(infer_sparse_attention(sph), &c, kv, 0, 1, T - 1, q1, d2);
+    assert_memory_equal(d1, d2, sizeof(float) * qdim);
+    free(q1);
+    free(d1);
+    free(d2);
     infer_sparse_destroy(sp);
     infer_sparse_destroy(sp2);
     infer_sparse_destroy(sph);
