@@ -13,6 +13,7 @@
 #include "attn_sparse.h"
 #include "infer_internal.h"
 #include "infer_matmul.h"
+#include "attn_ref.h"
 #include "testutil.h"
 
 static struct test_rng rng;
@@ -111,58 +112,12 @@ static void test_blk_prefix(void **state)
                "attn_group_rows\n");
 }
 
-static struct format_config shape(uint32_t H, uint32_t KV, uint32_t hd, uint32_t seq)
-{
-    return (struct format_config){.dim = H * hd, .hidden_dim = 64, .n_layers = 2, .n_heads = H,
-                                  .n_kv_heads = KV, .head_dim = hd, .vocab_size = 32,
-                                  .seq_len = seq, .rope_theta = 10000, .norm_eps = 1e-5f};
-}
-
-static struct infer_kv *random_cache(const struct format_config *c, uint32_t T)
-{
-    size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
-    assert_true(k && v);
-    for (size_t i = 0; i < T * kv_dim; i++) {
-        k[i] = test_rng_normal(&rng) * (i % 7 == 0 ? 3.0f : 1.0f);
-        v[i] = test_rng_normal(&rng);
-    }
-    struct infer_kv *kv;
-    struct sl_err err;
-    assert_int_equal(infer_kv_create(c, 0, INFER_KV_K8, &kv, &err), 0);
-    assert_int_equal(infer_kv_append(kv, k, v, T), 0);
-    free(k);
-    free(v);
-    return kv;
-}
-
-static float *random_q(const struct format_config *c, uint32_t n)
-{
-    size_t qdim = (size_t)c->n_heads * c->head_dim;
-    float *q = malloc(sizeof(float) * n * qdim);
-    assert_non_null(q);
-    for (size_t i = 0; i < n * qdim; i++)
-        q[i] = test_rng_normal(&rng) * 0.4f * (i % 96 < 32 ? 2.0f : 1.0f);
-    return q;
-}
-
-static void run_attn(const struct infer_attention *a, const struct format_config *c,
-                     const struct infer_kv *kv, uint32_t layer, uint32_t n, uint32_t base,
-                     const float *q, float *out)
-{
-    struct infer_attn_rows rows = {.n = n, .base = base};
-    float *scratch = malloc(sizeof(float) * 16 * (base + n));
-    assert_non_null(scratch);
-    assert_int_equal(a->run(a, c, kv, layer, &rows, q, 0, c->n_heads, out, scratch), 0);
-    free(scratch);
-}
-
 static void test_keep_all_is_dense(void **state)
 {
     (void)state;
-    struct format_config c = shape(8, 2, 64, 1024);
+    struct format_config c = attn_ref_shape(8, 2, 64, 1024);
     uint32_t T = 600;
-    struct infer_kv *kv = random_cache(&c, T);
+    struct infer_kv *kv = attn_ref_cache(&rng, &c, T);
     size_t qdim = (size_t)c.n_heads * c.head_dim;
     static const uint32_t Rs[] = {2, 4, 5, 16};
     for (int it = 0; it < 8; it++) {
@@ -174,10 +129,10 @@ static void test_keep_all_is_dense(void **state)
         uint32_t ns[2] = {37, 1};
         for (int j = 0; j < 2; j++) {
             uint32_t n = ns[j], base = T - n;
-            float *q = random_q(&c, n), *od = malloc(sizeof(float) * n * qdim),
+            float *q = attn_ref_q(&rng, &c, n, 2.0f), *od = malloc(sizeof(float) * n * qdim),
                   *os = malloc(sizeof(float) * n * qdim);
-            run_attn(&infer_attention_dense, &c, kv, 1, n, base, q, od);
-            run_attn(infer_sparse_attention(sp), &c, kv, 1, n, base, q, os);
+            attn_ref_run(&infer_attention_dense, &c, kv, 1, n, base, q, od);
+            attn_ref_run(infer_sparse_attention(sp), &c, kv, 1, n, base, q, os);
             assert_memory_equal(od, os, sizeof(float) * n * qdim);
             free(q);
             free(od);
@@ -202,12 +157,12 @@ static void test_keep_all_is_dense(void **state)
 static void test_rows_reference(void **state)
 {
     (void)state;
-    struct format_config c = shape(8, 2, 32, 1024);
+    struct format_config c = attn_ref_shape(8, 2, 32, 1024);
     uint32_t T = 530, n = 29, base = T - n, hd = c.head_dim, H = c.n_heads, R = 4;
     size_t qdim = (size_t)H * hd, kv_dim = (size_t)c.n_kv_heads * hd;
     double keep = 0.15;
-    struct infer_kv *kv = random_cache(&c, T);
-    float *q = random_q(&c, n), *os = malloc(sizeof(float) * n * qdim);
+    struct infer_kv *kv = attn_ref_cache(&rng, &c, T);
+    float *q = attn_ref_q(&rng, &c, n, 2.0f), *os = malloc(sizeof(float) * n * qdim);
     float *oh = malloc(sizeof(float) * n * qdim);
     struct infer_sparse_opts o = {.keep = keep, .sinks = 3, .window = 10, .row_block = R};
     struct infer_sparse *sp, *sp2, *sph;
@@ -225,8 +180,8 @@ static void test_rows_reference(void **state)
     assert_int_equal(infer_sparse_create(&c, NULL, &o, &bad, &err), -EINVAL);
     assert_null(bad);
     o.row_block = R;
-    run_attn(infer_sparse_attention(sp), &c, kv, 0, n, base, q, os);
-    run_attn(infer_sparse_attention(sph), &c, kv, 0, n, base, q, oh);
+    attn_ref_run(infer_sparse_attention(sp), &c, kv, 0, n, base, q, os);
+    attn_ref_run(infer_sparse_attention(sph), &c, kv, 0, n, base, q, oh);
     assert_true(memcmp(os, oh, sizeof(float) * n * qdim) != 0); /* another selection */
     float *est = malloc(sizeof(float) * n * 1024), *comb = malloc(sizeof(float) * T);
     float *a = malloc(sizeof(float) * T), *gather = malloc(sizeof(float) * T * hd), out[32];
@@ -268,10 +223,11 @@ static void test_rows_reference(void **state)
     assert_true(st.keys_kept == kept && st.keys_visible == visible);
     /* the real ratio: within a key a row of the keep */
     assert_true(fabs((double)kept / (double)visible - keep) < 2.0 / base);
-    float *q1 = random_q(&c, 1), *d1 = malloc(sizeof(float) * qdim), *d2 = malloc(sizeof(float) * qdim);
+    float *q1 = attn_ref_q(&rng, &c, 1, 2.0f), *d1 = malloc(sizeof(float) * qdim);
+    float *d2 = malloc(sizeof(float) * qdim);
     assert_true(q1 && d1 && d2);
-    run_attn(infer_sparse_attention(sp), &c, kv, 0, 1, T - 1, q1, d1);
-    run_attn(infer_sparse_attention(sph), &c, kv, 0, 1, T - 1, q1, d2);
+    attn_ref_run(infer_sparse_attention(sp), &c, kv, 0, 1, T - 1, q1, d1);
+    attn_ref_run(infer_sparse_attention(sph), &c, kv, 0, 1, T - 1, q1, d2);
     assert_memory_equal(d1, d2, sizeof(float) * qdim);
     free(q1);
     free(d1);

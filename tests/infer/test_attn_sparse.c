@@ -21,6 +21,7 @@
 #include "import.h"
 #include "infer_internal.h"
 #include "npu.h"
+#include "attn_ref.h"
 #include "testutil.h"
 #include "topk_ref.h"
 
@@ -170,49 +171,14 @@ static void test_ratios(void **state)
     assert_int_equal(attn_bucket_pick(2.0f, 0.5f, 9, 1e-6f), 8);
 }
 
-static struct format_config shape(uint32_t H, uint32_t KV, uint32_t hd, uint32_t seq)
-{
-    return (struct format_config){.dim = H * hd, .hidden_dim = 64, .n_layers = 2, .n_heads = H,
-                                  .n_kv_heads = KV, .head_dim = hd, .vocab_size = 32,
-                                  .seq_len = seq, .rope_theta = 10000, .norm_eps = 1e-5f};
-}
-
-static struct infer_kv *random_cache(const struct format_config *c, uint32_t T)
-{
-    size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
-    assert_true(k && v);
-    for (size_t i = 0; i < T * kv_dim; i++) {
-        k[i] = test_rng_normal(&rng) * (i % 7 == 0 ? 3.0f : 1.0f);
-        v[i] = test_rng_normal(&rng);
-    }
-    struct infer_kv *kv;
-    struct sl_err err;
-    assert_int_equal(infer_kv_create(c, 0, INFER_KV_K8, &kv, &err), 0);
-    assert_int_equal(infer_kv_append(kv, k, v, T), 0);
-    free(k);
-    free(v);
-    return kv;
-}
-
-static float *random_q(const struct format_config *c, uint32_t n)
-{
-    size_t qdim = (size_t)c->n_heads * c->head_dim;
-    float *q = malloc(sizeof(float) * n * qdim);
-    assert_non_null(q);
-    for (size_t i = 0; i < n * qdim; i++)
-        q[i] = test_rng_normal(&rng) * 0.4f;
-    return q;
-}
-
 static void test_estimate(void **state)
 {
     (void)state;
-    struct format_config c = shape(8, 2, 64, 1024);
+    struct format_config c = attn_ref_shape(8, 2, 64, 1024);
     uint32_t T = 700, n = 20, base = T - n, hd = c.head_dim;
     size_t kv_dim = (size_t)c.n_kv_heads * hd;
-    struct infer_kv *kv = random_cache(&c, T);
-    float *q = random_q(&c, n);
+    struct infer_kv *kv = attn_ref_cache(&rng, &c, T);
+    float *q = attn_ref_q(&rng, &c, n, 1.0f);
     struct infer_sparse *sp;
     struct sl_err err;
     assert_int_equal(infer_sparse_create(&c, NULL, NULL, &sp, &err), 0);
@@ -274,23 +240,12 @@ static void test_estimate(void **state)
     free(q);
 }
 
-static void run_attn(const struct infer_attention *a, const struct format_config *c,
-                     const struct infer_kv *kv, uint32_t layer, uint32_t n, uint32_t base,
-                     const float *q, float *out)
-{
-    struct infer_attn_rows rows = {.n = n, .base = base};
-    float *scratch = malloc(sizeof(float) * 16 * (base + n));
-    assert_non_null(scratch);
-    assert_int_equal(a->run(a, c, kv, layer, &rows, q, 0, c->n_heads, out, scratch), 0);
-    free(scratch);
-}
-
 static void test_keep_all_is_dense(void **state)
 {
     (void)state;
-    struct format_config c = shape(8, 2, 32, 1024);
+    struct format_config c = attn_ref_shape(8, 2, 32, 1024);
     uint32_t T = 600;
-    struct infer_kv *kv = random_cache(&c, T);
+    struct infer_kv *kv = attn_ref_cache(&rng, &c, T);
     size_t qdim = (size_t)c.n_heads * c.head_dim;
     for (int inl = 0; inl < 2; inl++) {
         struct infer_sparse_opts o = {.keep = 1.0, .sinks = 4, .window = 16, .inline_npu = inl};
@@ -300,10 +255,10 @@ static void test_keep_all_is_dense(void **state)
         uint32_t ns[2] = {37, 1};
         for (int j = 0; j < 2; j++) {
             uint32_t n = ns[j], base = T - n;
-            float *q = random_q(&c, n), *od = malloc(sizeof(float) * n * qdim),
+            float *q = attn_ref_q(&rng, &c, n, 1.0f), *od = malloc(sizeof(float) * n * qdim),
                   *os = malloc(sizeof(float) * n * qdim);
-            run_attn(&infer_attention_dense, &c, kv, 1, n, base, q, od);
-            run_attn(infer_sparse_attention(sp), &c, kv, 1, n, base, q, os);
+            attn_ref_run(&infer_attention_dense, &c, kv, 1, n, base, q, od);
+            attn_ref_run(infer_sparse_attention(sp), &c, kv, 1, n, base, q, os);
             assert_memory_equal(od, os, sizeof(float) * n * qdim);
             free(q);
             free(od);
@@ -327,17 +282,17 @@ static void test_keep_all_is_dense(void **state)
  * pieces (EST_PIECE_BYTES in infer_attn_sparse.c) */
 static void sparse_reference(int inl, uint32_t T)
 {
-    struct format_config c = shape(8, 2, 32, 4096);
+    struct format_config c = attn_ref_shape(8, 2, 32, 4096);
     uint32_t n = 30, base = T - n, hd = c.head_dim, H = c.n_heads;
     size_t qdim = (size_t)H * hd;
-    struct infer_kv *kv = random_cache(&c, T);
-    float *q = random_q(&c, n), *os = malloc(sizeof(float) * n * qdim);
+    struct infer_kv *kv = attn_ref_cache(&rng, &c, T);
+    float *q = attn_ref_q(&rng, &c, n, 1.0f), *os = malloc(sizeof(float) * n * qdim);
     struct infer_sparse_opts o = {.keep = 0.15, .sinks = 3, .window = 10, .inline_npu = inl};
     struct infer_sparse *sp, *sp2;
     struct sl_err err;
     assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
     assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp2, &err), 0);
-    run_attn(infer_sparse_attention(sp), &c, kv, 0, n, base, q, os);
+    attn_ref_run(infer_sparse_attention(sp), &c, kv, 0, n, base, q, os);
     float *est = malloc(sizeof(float) * n * (T + 256)), *a = malloc(sizeof(float) * T),
           *gather = malloc(sizeof(float) * T * hd), out[64];
     uint32_t *sel = malloc(sizeof(uint32_t) * T), *work = malloc(sizeof(uint32_t) * 2 * T);
@@ -494,28 +449,28 @@ static void test_pipeline_identical(void **state)
 static void test_dense_fallback(void **state)
 {
     (void)state;
-    struct format_config c = shape(8, 2, 32, 1024);
+    struct format_config c = attn_ref_shape(8, 2, 32, 1024);
     uint32_t T = 300;
     size_t qdim = (size_t)c.n_heads * c.head_dim;
-    struct infer_kv *kv = random_cache(&c, T);
+    struct infer_kv *kv = attn_ref_cache(&rng, &c, T);
     struct infer_sparse_opts o = {.keep = 0.1, .window = 4, .min_keys = 200, .max_rows = 1};
     struct infer_sparse *sp;
     struct sl_err err;
     assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
-    float *q = random_q(&c, 20), *od = malloc(sizeof(float) * 20 * qdim),
+    float *q = attn_ref_q(&rng, &c, 20, 1.0f), *od = malloc(sizeof(float) * 20 * qdim),
           *os = malloc(sizeof(float) * 20 * qdim);
     /* 20 rows: over max_rows; 1 row over 100 keys: under min_keys; both dense */
-    run_attn(&infer_attention_dense, &c, kv, 0, 20, T - 20, q, od);
-    run_attn(infer_sparse_attention(sp), &c, kv, 0, 20, T - 20, q, os);
+    attn_ref_run(&infer_attention_dense, &c, kv, 0, 20, T - 20, q, od);
+    attn_ref_run(infer_sparse_attention(sp), &c, kv, 0, 20, T - 20, q, os);
     assert_memory_equal(od, os, sizeof(float) * 20 * qdim);
-    run_attn(&infer_attention_dense, &c, kv, 0, 1, 99, q, od);
-    run_attn(infer_sparse_attention(sp), &c, kv, 0, 1, 99, q, os);
+    attn_ref_run(&infer_attention_dense, &c, kv, 0, 1, 99, q, od);
+    attn_ref_run(infer_sparse_attention(sp), &c, kv, 0, 1, 99, q, os);
     assert_memory_equal(od, os, sizeof(float) * qdim);
     struct infer_sparse_stats st;
     infer_sparse_stats(sp, &st);
     assert_int_equal(st.dense_calls, 2);
     /* 1 row over 300 keys: sparse, a tenth of them */
-    run_attn(infer_sparse_attention(sp), &c, kv, 0, 1, T - 1, q, os);
+    attn_ref_run(infer_sparse_attention(sp), &c, kv, 0, 1, T - 1, q, os);
     infer_sparse_stats(sp, &st);
     assert_int_equal(st.calls, 3);
     assert_int_equal(st.dense_calls, 2);
@@ -640,7 +595,7 @@ static void test_profile(void **state)
 static void test_bad_options(void **state)
 {
     (void)state;
-    struct format_config c = shape(8, 2, 32, 128);
+    struct format_config c = attn_ref_shape(8, 2, 32, 128);
     struct infer_sparse *sp = NULL;
     struct sl_err err;
     struct infer_sparse_opts o = {.keep = 1.5};
