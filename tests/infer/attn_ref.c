@@ -53,3 +53,31 @@ void attn_ref_run(const struct infer_attention *a, const struct format_config *c
     assert_int_equal(a->run(a, c, kv, layer, &rows, q, 0, c->n_heads, out, scratch), 0);
     free(scratch);
 }
+
+void attn_ref_keep_all(struct test_rng *rng, const struct format_config *c,
+                       const struct infer_kv *kv, uint32_t T, const struct infer_sparse_opts *o,
+                       float lift)
+{
+    size_t qdim = (size_t)c->n_heads * c->head_dim;
+    struct infer_sparse *sp;
+    struct sl_err err;
+    assert_int_equal(infer_sparse_create(c, NULL, o, &sp, &err), 0);
+    uint32_t ns[2] = {37, 1};
+    for (int j = 0; j < 2; j++) {
+        uint32_t n = ns[j], base = T - n;
+        float *q = attn_ref_q(rng, c, n, lift), *od = malloc(sizeof(float) * n * qdim),
+              *os = malloc(sizeof(float) * n * qdim);
+        assert_true(od && os);
+        attn_ref_run(&infer_attention_dense, c, kv, 1, n, base, q, od);
+        attn_ref_run(infer_sparse_attention(sp), c, kv, 1, n, base, q, os);
+        assert_memory_equal(od, os, sizeof(float) * n * qdim);
+        free(q);
+        free(od);
+        free(os);
+    }
+    struct infer_sparse_stats st;
+    infer_sparse_stats(sp, &st);
+    assert_int_equal(st.dense_calls, 0); /* the sparse path ran */
+    assert_true(st.launches > 0 && st.keys_kept == st.keys_visible);
+    infer_sparse_destroy(sp);
+}

@@ -23,5 +23,11 @@ float *attn_ref_q(struct test_rng *rng, const struct format_config *c, uint32_t 
 void attn_ref_run(const struct infer_attention *a, const struct format_config *c,
                   const struct infer_kv *kv, uint32_t layer, uint32_t n, uint32_t base,
                   const float *q, float *out);
+/* Sparse attention made with o (keep 1) over the T-slot cache kv equals
+ * dense bit for bit on 37 rows and on one (queries attn_ref_q's with
+ * lift), and ran the sparse path with every visible key kept. */
+void attn_ref_keep_all(struct test_rng *rng, const struct format_config *c,
+                       const struct infer_kv *kv, uint32_t T, const struct infer_sparse_opts *o,
+                       float lift);
 
 #endif

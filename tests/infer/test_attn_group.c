@@ -19,6 +19,7 @@
 #include "attn_sparse.h"
 #include "infer_internal.h"
 #include "infer_matmul.h"
+#include "attn_ref.h"
 #include "testutil.h"
 
 static struct test_rng rng;
@@ -325,82 +326,16 @@ static void test_group_rows_blk(void **state)
                "attn_group_rows\n");
 }
 
-static struct format_config shape(uint32_t H, uint32_t KV, uint32_t hd, uint32_t seq)
-{
-    return (struct format_config){.dim = H * hd, .hidden_dim = 64, .n_layers = 2, .n_heads = H,
-                                  .n_kv_heads = KV, .head_dim = hd, .vocab_size = 32,
-                                  .seq_len = seq, .rope_theta = 10000, .norm_eps = 1e-5f};
-}
-
-static struct infer_kv *random_cache(const struct format_config *c, uint32_t T)
-{
-    size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);
-    assert_true(k && v);
-    for (size_t i = 0; i < T * kv_dim; i++) {
-        k[i] = test_rng_normal(&rng) * (i % 7 == 0 ? 3.0f : 1.0f);
-        v[i] = test_rng_normal(&rng);
-    }
-    struct infer_kv *kv;
-    struct sl_err err;
-    assert_int_equal(infer_kv_create(c, 0, INFER_KV_K8, &kv, &err), 0);
-    assert_int_equal(infer_kv_append(kv, k, v, T), 0);
-    free(k);
-    free(v);
-    return kv;
-}
-
-static float *random_q(const struct format_config *c, uint32_t n)
-{
-    size_t qdim = (size_t)c->n_heads * c->head_dim;
-    float *q = malloc(sizeof(float) * n * qdim);
-    assert_non_null(q);
-    for (size_t i = 0; i < n * qdim; i++)
-        q[i] = test_rng_normal(&rng) * 0.4f * (i % 96 < 32 ? 2.0f : 1.0f);
-    return q;
-}
-
-static void run_attn(const struct infer_attention *a, const struct format_config *c,
-                     const struct infer_kv *kv, uint32_t layer, uint32_t n, uint32_t base,
-                     const float *q, float *out)
-{
-    struct infer_attn_rows rows = {.n = n, .base = base};
-    float *scratch = malloc(sizeof(float) * 16 * (base + n));
-    assert_non_null(scratch);
-    assert_int_equal(a->run(a, c, kv, layer, &rows, q, 0, c->n_heads, out, scratch), 0);
-    free(scratch);
-}
-
 static void test_keep_all_is_dense(void **state)
 {
     (void)state;
-    struct format_config c = shape(8, 2, 32, 1024);
+    struct format_config c = attn_ref_shape(8, 2, 32, 1024);
     uint32_t T = 600;
-    struct infer_kv *kv = random_cache(&c, T);
-    size_t qdim = (size_t)c.n_heads * c.head_dim;
+    struct infer_kv *kv = attn_ref_cache(&rng, &c, T);
     for (int inl = 0; inl < 2; inl++) {
         struct infer_sparse_opts o = {.keep = 1.0, .sinks = 4, .window = 16, .inline_npu = inl,
                                       .select_group = 1};
-        struct infer_sparse *sp;
-        struct sl_err err;
-        assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
-        uint32_t ns[2] = {37, 1};
-        for (int j = 0; j < 2; j++) {
-            uint32_t n = ns[j], base = T - n;
-            float *q = random_q(&c, n), *od = malloc(sizeof(float) * n * qdim),
-                  *os = malloc(sizeof(float) * n * qdim);
-            run_attn(&infer_attention_dense, &c, kv, 1, n, base, q, od);
-            run_attn(infer_sparse_attention(sp), &c, kv, 1, n, base, q, os);
-            assert_memory_equal(od, os, sizeof(float) * n * qdim);
-            free(q);
-            free(od);
-            free(os);
-        }
-        struct infer_sparse_stats st;
-        infer_sparse_stats(sp, &st);
-        assert_int_equal(st.dense_calls, 0); /* the sparse path ran */
-        assert_true(st.launches > 0 && st.keys_kept == st.keys_visible);
-        infer_sparse_destroy(sp);
+        attn_ref_keep_all(&rng, &c, kv, T, &o, 2.0f);
     }
     infer_kv_destroy(kv);
 }
@@ -411,12 +346,12 @@ static void test_keep_all_is_dense(void **state)
 static void test_group_reference(void **state)
 {
     (void)state;
-    struct format_config c = shape(8, 2, 32, 1024);
+    struct format_config c = attn_ref_shape(8, 2, 32, 1024);
     uint32_t T = 530, n = 30, base = T - n, hd = c.head_dim, H = c.n_heads;
     uint32_t G = H / c.n_kv_heads;
     size_t qdim = (size_t)H * hd, kv_dim = (size_t)c.n_kv_heads * hd;
-    struct infer_kv *kv = random_cache(&c, T);
-    float *q = random_q(&c, n), *os = malloc(sizeof(float) * n * qdim);
+    struct infer_kv *kv = attn_ref_cache(&rng, &c, T);
+    float *q = attn_ref_q(&rng, &c, n, 2.0f), *os = malloc(sizeof(float) * n * qdim);
     float *oh = malloc(sizeof(float) * n * qdim);
     struct infer_sparse_opts o = {.keep = 0.15, .sinks = 3, .window = 10, .select_group = 1};
     struct infer_sparse *sp, *sp2, *sph;
@@ -425,8 +360,8 @@ static void test_group_reference(void **state)
     assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp2, &err), 0);
     o.select_group = 0;
     assert_int_equal(infer_sparse_create(&c, NULL, &o, &sph, &err), 0);
-    run_attn(infer_sparse_attention(sp), &c, kv, 0, n, base, q, os);
-    run_attn(infer_sparse_attention(sph), &c, kv, 0, n, base, q, oh);
+    attn_ref_run(infer_sparse_attention(sp), &c, kv, 0, n, base, q, os);
+    attn_ref_run(infer_sparse_attention(sph), &c, kv, 0, n, base, q, oh);
     assert_true(memcmp(os, oh, sizeof(float) * n * qdim) != 0); /* another selection */
     float *est = malloc(sizeof(float) * G * n * 1024), *comb = malloc(sizeof(float) * T);
     float *a = malloc(sizeof(float) * T), *gather = malloc(sizeof(float) * T * hd), out[32];

@@ -118,31 +118,11 @@ static void test_keep_all_is_dense(void **state)
     struct format_config c = attn_ref_shape(8, 2, 64, 1024);
     uint32_t T = 600;
     struct infer_kv *kv = attn_ref_cache(&rng, &c, T);
-    size_t qdim = (size_t)c.n_heads * c.head_dim;
     static const uint32_t Rs[] = {2, 4, 5, 16};
     for (int it = 0; it < 8; it++) {
         struct infer_sparse_opts o = {.keep = 1.0, .sinks = 4, .window = 16,
                                       .inline_npu = it & 1, .row_block = Rs[it / 2]};
-        struct infer_sparse *sp;
-        struct sl_err err;
-        assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
-        uint32_t ns[2] = {37, 1};
-        for (int j = 0; j < 2; j++) {
-            uint32_t n = ns[j], base = T - n;
-            float *q = attn_ref_q(&rng, &c, n, 2.0f), *od = malloc(sizeof(float) * n * qdim),
-                  *os = malloc(sizeof(float) * n * qdim);
-            attn_ref_run(&infer_attention_dense, &c, kv, 1, n, base, q, od);
-            attn_ref_run(infer_sparse_attention(sp), &c, kv, 1, n, base, q, os);
-            assert_memory_equal(od, os, sizeof(float) * n * qdim);
-            free(q);
-            free(od);
-            free(os);
-        }
-        struct infer_sparse_stats st;
-        infer_sparse_stats(sp, &st);
-        assert_int_equal(st.dense_calls, 0); /* the sparse path ran */
-        assert_true(st.launches > 0 && st.keys_kept == st.keys_visible);
-        infer_sparse_destroy(sp);
+        attn_ref_keep_all(&rng, &c, kv, T, &o, 2.0f);
     }
     infer_kv_destroy(kv);
 }
