@@ -104,8 +104,8 @@ static void attend_group(struct infer_sparse *sp, uint32_t layer,
                 }
         }
         uint64_t t1 = sl_now_ns();
-        attn_group_rows_blk(i1 - i0, w, G, hd, hd, hd, kh, vh, kv_dim, KEY_TILE, rows->base + i1,
-                            b->cur, b->gather);
+        attn_group_rows_blk(i1 - i0, w, G, hd, hd, hd, kh, vh, kv_dim, attn_key_tile(hd),
+                            rows->base + i1, b->cur, b->gather);
         cs->topk_ns += t1 - t0;
         cs->qkv_ns += sl_now_ns() - t1;
     }
@@ -280,10 +280,11 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
         }
         uint64_t t1 = sl_now_ns();
         if (R > 1)
-            attn_group_rows_blk(nw, wr, R, qdim, qdim, hd, kh, vh, kv_dim, KEY_TILE, tmax, b->cur,
-                                b->gather);
+            attn_group_rows_blk(nw, wr, R, qdim, qdim, hd, kh, vh, kv_dim, attn_key_tile(hd),
+                                tmax, b->cur, b->gather);
         else
-            attn_sel_rows(np, pr, kh, vh, kv_dim, hd, KEY_TILE, tmax, b->cur, b->gather);
+            attn_sel_rows(np, pr, kh, vh, kv_dim, hd, attn_key_tile(hd), tmax, b->cur,
+                          b->gather);
         cs->topk_ns += t1 - t0;
         cs->qkv_ns += sl_now_ns() - t1;
     }

@@ -185,7 +185,8 @@ int attn_sparse_run(const struct infer_attention *at, const struct format_config
     size_t yb = up64(sizeof(float) * (size_t)kv_mul * rc * (maxL + YPAD)), xb = up64((size_t)kv_mul * rc * hd);
     size_t pb = up64(sizeof(float) * (size_t)PAIRS * T); /* sel or a */
     size_t sb = up64(sizeof(uint32_t) * ((size_t)T * 4 + PAIRS)), ab = up64(sizeof(float) * T);
-    size_t gb = up64(sizeof(float) * (size_t)(T > KEY_TILE ? T : KEY_TILE) * hd);
+    size_t tile = attn_key_tile(hd);
+    size_t gb = up64(sizeof(float) * (T > tile ? T : tile) * hd);
     /* with many pairs per kv head, its keys and values are copied once per
      * call into consecutive rows (cache rows are kv_dim apart: at a stride
      * of a power of two they share few cache sets), which every job of the
