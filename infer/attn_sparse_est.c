@@ -11,7 +11,29 @@
 
 #include "attn_sparse_int.h"
 
-/* K weights of (layer, g) covering slots [0, T), from the cache. */
+/* The host copy of a slot's codes and scales holds at least L rows. */
+static int mirror_reserve(struct kslot *ks, uint32_t L, uint32_t hd)
+{
+    if (ks->cap >= L)
+        return 0;
+    int8_t *q = sl_realloc(ks->codes, (size_t)L * hd);
+    if (!q)
+        return -ENOMEM;
+    ks->codes = q;
+    float *sc = sl_realloc(ks->sc, (size_t)L * sizeof *sc);
+    if (!sc)
+        return -ENOMEM;
+    ks->sc = sc;
+    ks->cap = L;
+    return 0;
+}
+
+/* K weights of (layer, g) covering slots [0, T), from the cache. Only the
+ * slots from min(filled, base) on are quantized; those before are the host
+ * copy's, which refills the weights when T outgrows them: a 4K prefill in
+ * 256-row chunks grows them every chunk, and requantizing every key each
+ * time quantized each key ~8 times (attn_quantize_key_q, 2.4% of the
+ * sparse warm 4K prefill; the same codes, so the same bits). */
 int attn_sparse_prepare_keys(struct infer_sparse *sp, const struct infer_kv *kv, uint32_t layer,
                              uint32_t g, uint32_t base, uint32_t T, struct sl_err *err)
 {
@@ -19,10 +41,12 @@ int attn_sparse_prepare_keys(struct infer_sparse *sp, const struct infer_kv *kv,
     uint32_t hd = c->head_dim, KV = c->n_kv_heads;
     size_t kv_dim = (size_t)KV * hd;
     struct kslot *ks = &sp->ks[(size_t)layer * KV + g];
+    uint32_t keep = ks->filled < base ? ks->filled : base; /* host codes still right */
+    uint32_t from = keep & ~15u;                           /* weights rows to refill */
     if (!ks->w || ks->L < T) {
         uint32_t L = (T + KEY_BUCKET - 1) / KEY_BUCKET * KEY_BUCKET;
         struct npu_weights *w;
-        if (npu_weights_alloc(L, hd, &w) < 0) {
+        if (mirror_reserve(ks, L, hd) < 0 || npu_weights_alloc(L, hd, &w) < 0) {
             sl_err_set(err, "sparse attention: out of memory for %u int8 keys", L);
             return -ENOMEM;
         }
@@ -30,41 +54,26 @@ int attn_sparse_prepare_keys(struct infer_sparse *sp, const struct infer_kv *kv,
         ks->w = w;
         ks->L = L;
         ks->filled = 0;
-        /* padding slots: codes 0 (computed and discarded, as a static graph would) */
-        int8_t *z = sl_calloc((size_t)16 * hd, 1);
-        float zs[16] = {0};
-        if (!z) {
-            sl_err_set(err, "sparse attention: out of memory");
-            return -ENOMEM;
-        }
-        for (uint32_t r = 0; r < L; r += 16)
-            npu_weights_fill(w, r, L - r < 16 ? L - r : 16, z, zs);
-        free(z);
+        from = 0;
     }
-    uint32_t from = ks->filled < base ? ks->filled : base;
-    from &= ~15u;
     uint32_t to = (T + 15) & ~15u;
     if (to > ks->L)
         to = ks->L;
     if (from >= to)
         return 0;
-    int8_t *codes = sl_calloc((size_t)(to - from) * hd, 1);
-    float *sc = sl_calloc(to - from, sizeof(float));
-    if (!codes || !sc) {
-        free(codes);
-        free(sc);
-        sl_err_set(err, "sparse attention: out of memory");
-        return -ENOMEM;
-    }
     /* from the float keys (post-RoPE), codes within +-ATTN_EST_QMAX: the
-     * cache's int8 mirror (+-127) would need the kernels' wide step */
+     * cache's int8 mirror (+-127) would need the kernels' wide step; the
+     * slots [T, to) and every padding slot: codes 0, scale 0 (computed and
+     * discarded, as a static graph would) */
     const float *kf = infer_kv_keys(kv, layer);
-    for (uint32_t t = from; t < T; t++)
-        sc[t - from] = attn_quantize_key_q(kf + t * kv_dim + (size_t)g * hd, hd, ATTN_EST_QMAX,
-                                           codes + (size_t)(t - from) * hd);
-    int ret = npu_weights_fill(ks->w, from, to - from, codes, sc);
-    free(codes);
-    free(sc);
+    for (uint32_t t = keep; t < T; t++)
+        ks->sc[t] = attn_quantize_key_q(kf + t * kv_dim + (size_t)g * hd, hd, ATTN_EST_QMAX,
+                                        ks->codes + (size_t)t * hd);
+    uint32_t pad = T > keep ? T : keep;
+    memset(ks->codes + (size_t)pad * hd, 0, (size_t)(ks->L - pad) * hd);
+    memset(ks->sc + pad, 0, (size_t)(ks->L - pad) * sizeof *ks->sc);
+    uint32_t end = from == 0 ? ks->L : to; /* a new block: its padding too */
+    int ret = npu_weights_fill(ks->w, from, end - from, ks->codes + (size_t)from * hd, ks->sc + from);
     if (ret < 0) {
         sl_err_set(err, "sparse attention: cannot prepare the int8 keys of layer %u", layer);
         return ret;

@@ -26,6 +26,9 @@
 struct kslot {
     struct npu_weights *w; /* [L][head_dim] int8 keys of one layer and kv head */
     uint32_t L, filled;
+    int8_t *codes; /* [cap][head_dim]: the host copy of w's codes */
+    float *sc;     /* [cap]: their scales */
+    uint32_t cap;
 };
 
 struct infer_sparse {

@@ -142,8 +142,11 @@ void infer_sparse_destroy(struct infer_sparse *sp)
     if (sp->own_dev)
         npu_device_destroy(sp->dev);
     if (sp->ks)
-        for (size_t i = 0; i < (size_t)sp->cfg.n_layers * sp->cfg.n_kv_heads; i++)
+        for (size_t i = 0; i < (size_t)sp->cfg.n_layers * sp->cfg.n_kv_heads; i++) {
             npu_weights_destroy(sp->ks[i].w);
+            free(sp->ks[i].codes);
+            free(sp->ks[i].sc);
+        }
     if (sp->ratio) { /* the mutexes were initialized */
         pthread_mutex_destroy(&sp->lock);
         for (int i = 0; i < SCRATCH_SLOTS; i++)

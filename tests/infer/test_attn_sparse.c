@@ -240,6 +240,58 @@ static void test_estimate(void **state)
     free(q);
 }
 
+/* the int8 keys prepared call by call, growing past two buckets (the
+ * earlier calls' codes kept, the new slots quantized), then rewound to a
+ * cache whose slots from 400 on changed: every estimate equals a fresh
+ * instance's that prepared the same cache in one call */
+static void test_estimate_grown(void **state)
+{
+    (void)state;
+    struct format_config c = attn_ref_shape(8, 2, 64, 1024);
+    uint32_t n = 20, hd = c.head_dim;
+    size_t kv_dim = (size_t)c.n_kv_heads * hd;
+    struct infer_kv *kv = attn_ref_cache(&rng, &c, 700);
+    float *q = attn_ref_q(&rng, &c, n, 1.0f);
+    float *est = malloc(sizeof(float) * n * 1024), *ref = malloc(sizeof(float) * n * 1024);
+    float *k = malloc(sizeof(float) * 300 * kv_dim), *v = malloc(sizeof(float) * 300 * kv_dim);
+    assert_true(est && ref && k && v);
+    struct infer_sparse *sp, *fresh;
+    struct sl_err err;
+    assert_int_equal(infer_sparse_create(&c, NULL, NULL, &sp, &err), 0);
+    static const uint32_t bases[] = {100, 300, 600, 400};
+    uint32_t h = 5, L, L2;
+    float qs, qs2;
+    for (uint32_t b = 0; b < 4; b++) {
+        if (b == 3) { /* slots 400.. rewritten */
+            assert_int_equal(infer_kv_truncate(kv, 400), 0);
+            for (size_t i = 0; i < 300 * kv_dim; i++) {
+                k[i] = test_rng_normal(&rng) * 2.0f;
+                v[i] = test_rng_normal(&rng);
+            }
+            assert_int_equal(infer_kv_append(kv, k, v, 300), 0);
+        }
+        uint32_t base = bases[b], T = base + n;
+        for (uint32_t layer = 0; layer < 2; layer++) {
+            assert_int_equal(infer_sparse_create(&c, NULL, NULL, &fresh, &err), 0);
+            if (attn_sparse_estimate(sp, kv, layer, q, n, base, h, est, &L, &qs, &err) < 0 ||
+                attn_sparse_estimate(fresh, kv, layer, q, n, base, h, ref, &L2, &qs2, &err) < 0)
+                fail_msg("estimate: %s", err.msg);
+            assert_true(qs == qs2 && L >= T && L2 >= T);
+            for (uint32_t i = 0; i < n; i++)
+                if (memcmp(est + (size_t)i * L, ref + (size_t)i * L2, sizeof(float) * T))
+                    fail_msg("base %u layer %u row %u: the estimates differ", base, layer, i);
+            infer_sparse_destroy(fresh);
+        }
+    }
+    infer_sparse_destroy(sp);
+    infer_kv_destroy(kv);
+    free(est);
+    free(ref);
+    free(k);
+    free(v);
+    free(q);
+}
+
 static void test_keep_all_is_dense(void **state)
 {
     (void)state;
@@ -594,6 +646,7 @@ int main(void)
         cmocka_unit_test(test_select_row_small_k),
         cmocka_unit_test(test_ratios),
         cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_estimate_grown),
         cmocka_unit_test(test_keep_all_is_dense),
         cmocka_unit_test(test_sparse_reference),
         cmocka_unit_test(test_plan),
