@@ -5,8 +5,8 @@
  * weights, a row stride k apart, loaded as they lie) and the activations as
  * B (staged as [k / 4][m][4]: 16 groups of all m rows per step, m x 4 bytes
  * a row) gives C = the transposed output, 16 channels x m rows, exact int32
- * (signed x signed, no offset): no packing of the weights at all. Four
- * channel blocks (64 channels) per pass share each step's B tile; the C
+ * (signed x signed, no offset): no packing of the weights at all. Up to
+ * four channel blocks (64 channels) per pass share each step's B tile; the C
  * tiles are stored and written out transposed with the scalar formula
  * (act * scale[r]) * (float)acc, so the floats are the reference's. */
 #include <immintrin.h>
@@ -43,52 +43,72 @@ static void write_out(const int32_t (*c)[16], uint32_t m, const float *scale, fl
     }
 }
 
-#define NB 4 /* channel blocks per pass */
+#define AI static inline __attribute__((always_inline))
+
+/* NB channel blocks (1..4) from channel r: C tiles 0..NB-1, each step's A
+ * tiles rotating through tmm4..6 (so a load need not wait for the product
+ * that read the same tile just before), one B tile for all of them. Several
+ * blocks per pass also keep several independent product chains going (one
+ * block alone waits on TDPBSSD's latency every step). */
+AI void pass(const int NB, const int8_t *q, const float *scale, uint32_t r, uint32_t k,
+             const uint8_t *b, size_t bstep, uint32_t m, float act, float *y, size_t ldy)
+{
+    int32_t c[4][16][16] __attribute__((aligned(64)));
+    const int8_t *a = q + (size_t)r * k;
+    const size_t blk = (size_t)16 * k;
+    _tile_zero(0);
+    if (NB > 1)
+        _tile_zero(1);
+    if (NB > 2)
+        _tile_zero(2);
+    if (NB > 3)
+        _tile_zero(3);
+    for (uint32_t s = 0; s < k / 64; s++) {
+        const int8_t *as = a + (size_t)s * 64;
+        _tile_loadd(7, b + s * bstep, m * 4);
+        _tile_loadd(4, as, k);
+        _tile_dpbssd(0, 4, 7);
+        if (NB > 1) {
+            _tile_loadd(5, as + blk, k);
+            _tile_dpbssd(1, 5, 7);
+        }
+        if (NB > 2) {
+            _tile_loadd(6, as + 2 * blk, k);
+            _tile_dpbssd(2, 6, 7);
+        }
+        if (NB > 3) {
+            _tile_loadd(4, as + 3 * blk, k);
+            _tile_dpbssd(3, 4, 7);
+        }
+    }
+    _tile_stored(0, c[0], 64);
+    if (NB > 1)
+        _tile_stored(1, c[1], 64);
+    if (NB > 2)
+        _tile_stored(2, c[2], 64);
+    if (NB > 3)
+        _tile_stored(3, c[3], 64);
+    for (int j = 0; j < NB; j++)
+        write_out((const int32_t(*)[16])c[j], m, scale, act, r + 16 * (uint32_t)j, y, ldy);
+}
 
 void npu_rowmajor_amx(const int8_t *q, const float *scale, uint32_t n, uint32_t k,
                       const void *stage, uint32_t m, float act, float *y, size_t ldy)
 {
-    const uint32_t steps = k / 64;
     const size_t bstep = (size_t)16 * m * 4; /* one step's 16 groups of m rows */
     const uint8_t *b = stage;
-    int32_t c[NB][16][16] __attribute__((aligned(64)));
     configure(m);
-    uint32_t r = 0;
-    for (; r + 16 * NB <= n; r += 16 * NB) {
-        const int8_t *a = q + (size_t)r * k;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (uint32_t s = 0; s < steps; s++) {
-            const int8_t *as = a + (size_t)s * 64;
-            _tile_loadd(7, b + s * bstep, m * 4);
-            _tile_loadd(4, as, k);
-            _tile_dpbssd(0, 4, 7);
-            _tile_loadd(5, as + (size_t)16 * k, k);
-            _tile_dpbssd(1, 5, 7);
-            _tile_loadd(6, as + (size_t)32 * k, k);
-            _tile_dpbssd(2, 6, 7);
-            _tile_loadd(4, as + (size_t)48 * k, k);
-            _tile_dpbssd(3, 4, 7);
-        }
-        _tile_stored(0, c[0], 64);
-        _tile_stored(1, c[1], 64);
-        _tile_stored(2, c[2], 64);
-        _tile_stored(3, c[3], 64);
-        for (int j = 0; j < NB; j++)
-            write_out((const int32_t(*)[16])c[j], m, scale, act, r + 16 * (uint32_t)j, y, ldy);
-    }
-    for (; r < n; r += 16) { /* the last blocks, one at a time */
-        const int8_t *a = q + (size_t)r * k;
-        _tile_zero(0);
-        for (uint32_t s = 0; s < steps; s++) {
-            _tile_loadd(7, b + s * bstep, m * 4);
-            _tile_loadd(4, a + (size_t)s * 64, k);
-            _tile_dpbssd(0, 4, 7);
-        }
-        _tile_stored(0, c[0], 64);
-        write_out((const int32_t(*)[16])c[0], m, scale, act, r, y, ldy);
+    for (uint32_t r = 0; r < n;) {
+        const uint32_t left = (n - r) / 16;
+        if (left >= 4)
+            pass(4, q, scale, r, k, b, bstep, m, act, y, ldy);
+        else if (left == 3)
+            pass(3, q, scale, r, k, b, bstep, m, act, y, ldy);
+        else if (left == 2)
+            pass(2, q, scale, r, k, b, bstep, m, act, y, ldy);
+        else
+            pass(1, q, scale, r, k, b, bstep, m, act, y, ldy);
+        r += 16 * (left >= 4 ? 4 : left);
     }
     _tile_release();
 }
