@@ -6,7 +6,8 @@
  * in the NPU's layout (npu_weights_fill), and the tile is multiplied with
  * all n rows by the NPU's GEMM (its few-rows kernel where the codes are
  * small; the activations staged once per call), while the tile is in the
- * core's cache. The sums are the same
+ * core's cache; on AMX the unpacked tile is multiplied as it lies
+ * (npu_linear_s8_rowmajor, the same bits), without that packing. The sums are the same
  * exact integers, and y = (act * scale[r]) * acc as on both other paths,
  * so the floats are the same bits (test_spec: packed_rows). */
 #include <errno.h>
@@ -59,7 +60,7 @@ static uint32_t tile_rows(uint32_t cols)
 }
 
 /* t's buffers for tiles of `rows` channels of `cols` inputs. */
-static int tile_fit(struct infer_rows_tile *t, uint32_t rows, uint32_t cols)
+static int tile_fit(struct infer_rows_tile *t, uint32_t rows, uint32_t cols, int plain)
 {
     size_t need = (size_t)rows * cols;
     if (need > t->cap_q) {
@@ -78,8 +79,8 @@ static int tile_fit(struct infer_rows_tile *t, uint32_t rows, uint32_t cols)
         t->scale = s;
         t->cap_rows = rows;
     }
-    if (t->w && npu_weights_reshape(t->w, rows, cols) == 0)
-        return 0;
+    if (plain || (t->w && npu_weights_reshape(t->w, rows, cols) == 0))
+        return 0; /* plain: no NPU copy of the tile */
     /* room for any tile of this many columns or fewer rows (a tile is at
      * most TILE_BYTES but where 16 channels are more), so that linears of
      * other shapes reuse it */
@@ -104,7 +105,10 @@ int infer_packed_rows(struct infer_rows_tile **tp, const struct infer_linear *li
         return -ENOMEM;
     struct infer_rows_tile *t = *tp;
     const uint32_t rows = lin->rows, cols = lin->cols, T = tile_rows(cols);
-    const size_t sb = npu_stage_bytes(n, cols);
+    /* on AMX, the unpacked tile is multiplied as it lies, row-major
+     * (npu_linear_s8_rowmajor): no packing into the GEMM's layout */
+    const int plain = npu_rowmajor_takes(n, r1 - r0, cols);
+    const size_t sb = plain ? npu_rowmajor_stage_bytes(n, cols) : npu_stage_bytes(n, cols);
     if (sb > t->cap_stage) {
         void *p = sl_alloc_aligned(sb, 64);
         if (!p)
@@ -113,15 +117,24 @@ int infer_packed_rows(struct infer_rows_tile **tp, const struct infer_linear *li
         t->stage = p;
         t->cap_stage = sb;
     }
-    npu_stage_act(xq, n, cols, t->stage);
+    if (plain)
+        npu_rowmajor_stage(xq, n, cols, t->stage);
+    else
+        npu_stage_act(xq, n, cols, t->stage);
     for (uint32_t r = r0; r < r1; r += T) {
         uint32_t nr = r1 - r < T ? r1 - r : T;
-        int ret = tile_fit(t, nr, cols);
+        int ret = tile_fit(t, nr, cols, plain);
         if (ret == 0)
             ret = unpack_tensor_rows_store(lin->upk, unpack_kernel_best(), r, r + nr, t->q, NULL,
                                            UNPACK_STORE_CACHED);
         for (uint32_t i = 0; ret == 0 && i < nr; i++)
             t->scale[i] = unpack_tensor_scale(lin->upk, r + i);
+        if (ret == 0 && plain) {
+            ret = npu_linear_s8_rowmajor(t->q, t->scale, nr, cols, t->stage, n, act, y + r, rows);
+            if (ret < 0)
+                return ret;
+            continue;
+        }
         if (ret == 0)
             ret = npu_weights_fill(t->w, 0, nr, t->q, t->scale);
         if (ret < 0)

@@ -337,12 +337,19 @@ static void gemm_amx(const struct npu_gemm_args *g)
     for (uint32_t rb = 0; rb < mt; rb += rbt) {
         const uint32_t rbe = mt - rb > rbt ? rb + rbt : mt;
         /* the next panel's weights, prefetched into L2 over this panel's k
-         * steps (lines per step, rounded up; only with several row pairs,
-         * where one panel's steps outnumber its lines' share) */
+         * steps (lines per step, rounded up): with several row pairs, where
+         * one panel's steps outnumber its lines' share, and with one row
+         * tile (m <= 16: a decode step on AMX, a draft tree's verification),
+         * where the panel's two weight streams come straight from memory and
+         * the tile loads alone keep too few lines in flight (one thread
+         * streaming 22 copies of tinyllama's gate, m = 8: 13.7-14.0 GB/s
+         * without, 14.5-14.6 with; docs/BENCHMARKS.md, fourteenth session,
+         * v18) */
         const uint32_t pairs = (rbe - rb + 1) / 2;
         const uint32_t panel_lines = (uint32_t)(2 * bstride / 64);
         const uint32_t steps = pairs * (ksteps + (krem != 0));
-        const uint32_t pfl = pairs > 1 && steps ? (panel_lines + steps - 1) / steps : 0;
+        const uint32_t pfl =
+            (pairs > 1 || mt == 1) && steps ? (panel_lines + steps - 1) / steps : 0;
         for (uint32_t bl = blk0; bl < blk1; bl += 2) {
             const int nb = blk1 - bl >= 2 ? 2 : 1;
             const int8_t *bp = b->packed + (size_t)bl * bstride;

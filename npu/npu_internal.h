@@ -53,4 +53,9 @@ static inline uint32_t npu_job_r1(const struct npu_graph *g, const struct npu_jo
     return job->r1 ? job->r1 : g->desc.n;
 }
 
+/* The AMX kernel of npu_linear_s8_rowmajor (npu_rowmajor_amx.c; its
+ * contract, with npu_rowmajor_takes true). */
+void npu_rowmajor_amx(const int8_t *q, const float *scale, uint32_t n, uint32_t k,
+                      const void *stage, uint32_t m, float act, float *y, size_t ldy);
+
 #endif

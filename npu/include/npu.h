@@ -492,4 +492,23 @@ void npu_device_stats(struct npu_device *dev, struct npu_device_stats *st);
 }
 #endif
 
+/* A few rows' int8 linear on row-major weights q [n][k] (per-channel scale
+ * [n]), without preparing them (npu_weights_fill): y[i * ldy + r] = (act *
+ * scale[r]) * (float)sum_j xq[i][j] q[r][j], for rows i < m and channels r <
+ * n: the same floats as npu_linear_s8 on the same weights. The activations
+ * xq [m][k] are staged once by npu_rowmajor_stage into stage (at least
+ * npu_rowmajor_stage_bytes(m, k) bytes, 64-byte aligned), then any number
+ * of calls on weights of k inputs. Only where npu_rowmajor_takes(m, n, k):
+ * an AMX CPU, 1 <= m <= NPU_ROWMAJOR_ROWS_MAX, n a multiple of 16, k of 64;
+ * else -EINVAL and nothing written (the caller takes another path).
+ * npu_linear_s8_rowmajor_ref is the definition, from xq itself (tests). */
+#define NPU_ROWMAJOR_ROWS_MAX 16
+int npu_rowmajor_takes(uint32_t m, uint32_t n, uint32_t k);
+size_t npu_rowmajor_stage_bytes(uint32_t m, uint32_t k);
+void npu_rowmajor_stage(const int8_t *xq, uint32_t m, uint32_t k, void *stage);
+int npu_linear_s8_rowmajor(const int8_t *q, const float *scale, uint32_t n, uint32_t k,
+                           const void *stage, uint32_t m, float act, float *y, size_t ldy);
+void npu_linear_s8_rowmajor_ref(const int8_t *q, const float *scale, uint32_t n, uint32_t k,
+                                const int8_t *xq, uint32_t m, float act, float *y, size_t ldy);
+
 #endif /* SLUICE_NPU_H */
