@@ -166,17 +166,33 @@ size_t infer_session_drop_int8(struct infer_session *s)
     return infer_model_drop_int8(s->m);
 }
 
-/* Runs tokens as a chain after the cache; logits of the last. */
-static int run_chain(struct infer_session *s, const int *tokens, uint32_t n, struct sl_err *err)
+/* Runs tokens as a chain after the cache; logits of the last (and, with
+ * all, of every row into all[n][vocab]). */
+static int run_chain(struct infer_session *s, const int *tokens, uint32_t n, float *all,
+                     struct sl_err *err)
 {
-    uint32_t last = n - 1;
+    uint32_t last = n - 1, *rows = NULL;
     infer_session_drop_int8(s); /* after the first token, not before it (its TTFT) */
     struct infer_batch b = {.n = n, .tokens = tokens, .logits_rows = &last, .n_logits = 1};
+    if (all) {
+        if (!(rows = malloc(sizeof(uint32_t) * n))) {
+            sl_err_set(err, "out of memory for the prefill's rows");
+            return -ENOMEM;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            rows[i] = i;
+        b.logits_rows = rows;
+        b.n_logits = n;
+    }
     s->has_logits = 0;
     s->next = -1;
     uint64_t jobs = s->st->npu_jobs;
-    int ret = infer_forward_batch(s->m, s->st, &b, s->logits, err);
+    int ret = infer_forward_batch(s->m, s->st, &b, all ? all : s->logits, err);
     s->stats.npu_jobs += s->st->npu_jobs - jobs;
+    free(rows);
+    if (ret == 0 && all)
+        memcpy(s->logits, all + (size_t)last * s->m->cfg.vocab_size,
+               sizeof(float) * s->m->cfg.vocab_size);
     if (ret == 0)
         s->has_logits = 1;
     return ret;
@@ -185,10 +201,16 @@ static int run_chain(struct infer_session *s, const int *tokens, uint32_t n, str
 int infer_session_prefill(struct infer_session *s, const int *tokens, uint32_t n,
                           struct sl_err *err)
 {
+    return infer_session_prefill_logits(s, tokens, n, NULL, err);
+}
+
+int infer_session_prefill_logits(struct infer_session *s, const int *tokens, uint32_t n,
+                                 float *all, struct sl_err *err)
+{
     if (n == 0)
         return 0;
     uint64_t t0 = sl_now_ns();
-    int ret = run_chain(s, tokens, n, err);
+    int ret = run_chain(s, tokens, n, all, err);
     if (ret == 0) {
         s->stats.prompt_tokens += n;
         s->stats.prefill_s += (double)(sl_now_ns() - t0) / 1e9;
@@ -199,7 +221,7 @@ int infer_session_prefill(struct infer_session *s, const int *tokens, uint32_t n
 int infer_session_step(struct infer_session *s, int token, struct sl_err *err)
 {
     uint64_t t0 = sl_now_ns();
-    int ret = run_chain(s, &token, 1, err);
+    int ret = run_chain(s, &token, 1, NULL, err);
     if (ret == 0) {
         s->stats.decoded++;
         s->stats.decode_s += (double)(sl_now_ns() - t0) / 1e9;

@@ -156,6 +156,11 @@ struct spec_calib_opts {
 int spec_calibrate(struct infer_model *m, const int *ctx, uint32_t n,
                    const struct spec_calib_opts *o, struct spec_index *out, uint32_t *n_seqs,
                    struct sl_err *err);
+/* The same from the prefill's logits of every context position,
+ * logits[n][vocab] (no forward pass). */
+int spec_calibrate_logits(const int *ctx, uint32_t n, const float *logits, uint32_t vocab,
+                          const struct spec_calib_opts *o, struct spec_index *out,
+                          uint32_t *n_seqs, struct sl_err *err);
 
 /* ---- the verification's price (spec_cost.c) ------------------------------------- */
 

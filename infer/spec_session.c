@@ -40,6 +40,8 @@ struct infer_spec {
 
 #define ACC_RATE 0.1f /* moving-average weight of one observation */
 
+static int calibrate(struct infer_spec *sp, struct sl_err *err);
+
 int infer_spec_exact(const struct infer_model *m)
 {
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
@@ -124,6 +126,12 @@ int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
     }
     sp->n_prompt = n;
     sp->n_fed = n;
+    /* the prefill's logits: calibrated now (the array need not outlive this call) */
+    if (sp->o.calibrate && sp->o.prompt_logits && (ret = calibrate(sp, err)) < 0) {
+        infer_spec_destroy(sp);
+        return ret;
+    }
+    sp->o.prompt_logits = NULL;
     *out = sp;
     return 0;
 }
@@ -360,8 +368,12 @@ static int calibrate(struct infer_spec *sp, struct sl_err *err)
     struct spec_calib_opts co = {
         .breadth = sp->o.calib_breadth, .depth = sp->o.calib_depth, .min_p = sp->o.calib_min_p};
     uint64_t t0 = sl_now_ns();
-    int ret = spec_calibrate(sp->m, sp->src[SPEC_SRC_CONTEXT].tok, sp->n_prompt, &co,
-                             &sp->src[SPEC_SRC_CALIB], &sp->stats.calib_seqs, err);
+    int ret = sp->o.prompt_logits
+                  ? spec_calibrate_logits(sp->src[SPEC_SRC_CONTEXT].tok, sp->n_prompt,
+                                          sp->o.prompt_logits, sp->vocab, &co,
+                                          &sp->src[SPEC_SRC_CALIB], &sp->stats.calib_seqs, err)
+                  : spec_calibrate(sp->m, sp->src[SPEC_SRC_CONTEXT].tok, sp->n_prompt, &co,
+                                   &sp->src[SPEC_SRC_CALIB], &sp->stats.calib_seqs, err);
     sp->stats.calib_s += (double)(sl_now_ns() - t0) / 1e9;
     sp->calibrated = 1;
     return ret;

@@ -58,6 +58,9 @@ static void usage(FILE *f)
             "  --runs R      runs of every contender on every task (default 3)\n"
             "  --rows N      verification rows (default 8)\n"
             "  --calibrate   in-context calibration (its pass over the prompt is timed)\n"
+            "  --calibrate-prefill  the same from the prefill's logits of every row (the\n"
+            "                classifier over every prompt row: its time is the prefill's,\n"
+            "                reported beside plain decoding's prefill)\n"
             "  --history     a history store per kind: a task drafts from the greedy outputs\n"
             "                of the earlier tasks of its kind (other passages), as a store of\n"
             "                earlier generations per task kind would hold them\n"
@@ -144,6 +147,8 @@ int bench_spec(int argc, char **argv)
             packed = !bad && !strcmp(v, "packed");
         } else if (!strcmp(s, "--calibrate")) {
             calibrate = 1;
+        } else if (!strcmp(s, "--calibrate-prefill")) {
+            calibrate = 2;
         } else if (!strcmp(s, "--min-match")) {
             bad = tools_args_u32(&a, 1, 4, &min_match);
         } else if (!strcmp(s, "--row-cost")) {
@@ -267,10 +272,11 @@ int bench_spec(int argc, char **argv)
     uint32_t seq = infer_model_config(m)->seq_len;
     int *ids = malloc(sizeof(int) * seq);
     struct bench_spec_keep kp = {.t = malloc(sizeof(int) * n), .cap = n};
-    struct bench_spec_keep ks = {.t = malloc(sizeof(int) * n), .cap = n};
+    struct bench_spec_keep ks = {
+        .t = malloc(sizeof(int) * n), .cap = n, .prefill_logits = calibrate == 2};
     double *v = malloc(sizeof(double) * runs * 4);
     cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "tasks");
-    struct infer_spec_opts so = {.max_rows = rows, .calibrate = calibrate,
+    struct infer_spec_opts so = {.max_rows = rows, .calibrate = calibrate != 0,
                                  .min_match = min_match, .row_cost = (float)row_cost,
                                  .verify_cost = (float)verify_fixed};
     int mismatch = 0, failed = 0;
@@ -322,6 +328,8 @@ int bench_spec(int argc, char **argv)
             sst.verify_s += one.verify_s;
             sst.draft_s += one.draft_s;
             sst.calib_s += one.calib_s;
+            S.prefill_plain_s[tasks[ti].k] += kp.prefill_s;
+            S.prefill_spec_s[tasks[ti].k] += ks.prefill_s;
             vlp[r] = lookup ? bench_spec_lookup_once(lookup, gguf, tasks[ti].prompt, n, 1) : 0;
             vl[r] = lookup ? bench_spec_lookup_once(lookup, gguf, tasks[ti].prompt, n, 0) : 0;
             if (kp.n != ks.n || memcmp(kp.t, ks.t, sizeof(int) * kp.n))
@@ -393,7 +401,8 @@ int bench_spec(int argc, char **argv)
     cJSON_AddNumberToObject(root, "tokens", n);
     cJSON_AddNumberToObject(root, "runs", runs);
     cJSON_AddNumberToObject(root, "rows", rows);
-    cJSON_AddBoolToObject(root, "calibrate", calibrate);
+    cJSON_AddBoolToObject(root, "calibrate", calibrate != 0);
+    cJSON_AddBoolToObject(root, "calibrate_prefill", calibrate == 2);
     cJSON_AddNumberToObject(root, "min_match", min_match ? min_match : 2);
     cJSON_AddNumberToObject(root, "row_cost", row_cost);
     cJSON_AddNumberToObject(root, "verify_fixed", verify_fixed);

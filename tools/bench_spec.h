@@ -61,6 +61,9 @@ double bench_spec_copy_share(const int *prompt, uint32_t np, const int *out, uin
 struct bench_spec_keep { /* the tokens generated, up to cap */
     int *t;
     uint32_t n, cap;
+    int prefill_logits; /* in: a speculative run's prefill keeps every row's logits
+                           (calibration from them: --calibrate-prefill) */
+    double prefill_s;   /* out: the prefill's time */
 };
 
 int bench_spec_keep_tok(void *ctx, int tok);
@@ -86,6 +89,7 @@ struct bench_spec_sums {
         tasks[BENCH_SPEC_KINDS], steps[BENCH_SPEC_KINDS], skipped[BENCH_SPEC_KINDS];
     double step_s[BENCH_SPEC_KINDS], verify_s[BENCH_SPEC_KINDS], draft_s[BENCH_SPEC_KINDS],
         calib_s[BENCH_SPEC_KINDS];
+    double prefill_plain_s[BENCH_SPEC_KINDS], prefill_spec_s[BENCH_SPEC_KINDS];
 };
 
 struct bench_spec_report_opts {

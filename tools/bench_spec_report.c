@@ -49,6 +49,12 @@ void bench_spec_report(const struct bench_spec_sums *S, const struct bench_spec_
             printf("         calibration %.2f ms a run, %.1f%% of speculation's time\n",
                    S->tasks[k] ? 1e3 * S->calib_s[k] / (S->tasks[k] * runs) : 0,
                    spent > 0 ? 100 * S->calib_s[k] / spent : 0);
+        double pre_p = S->tasks[k] ? S->prefill_plain_s[k] / (S->tasks[k] * runs) : 0,
+               pre_s = S->tasks[k] ? S->prefill_spec_s[k] / (S->tasks[k] * runs) : 0;
+        if (!json && calibrate)
+            printf("         prefill %.2f ms a run, plain's %.2f ms (x%.2f: %s)\n", 1e3 * pre_s,
+                   1e3 * pre_p, pre_p > 0 ? pre_s / pre_p : 0,
+                   calibrate == 2 ? "every row's logits" : "the last row's");
         if (!json && row_cost > 0)
             printf("         priced at 1 + %.2f + %.2f (n - 1) one-row steps a verification: "
                    "%u tokens in %.1f steps, %.3fx plain\n",
@@ -75,6 +81,8 @@ void bench_spec_report(const struct bench_spec_sums *S, const struct bench_spec_
         cJSON_AddNumberToObject(o, "one_row_steps_draft_skipped", S->skipped[k]);
         cJSON_AddNumberToObject(o, "step_ms_mean", s_ms);
         cJSON_AddNumberToObject(o, "calib_s", S->calib_s[k]);
+        cJSON_AddNumberToObject(o, "prefill_plain_s", S->prefill_plain_s[k]);
+        cJSON_AddNumberToObject(o, "prefill_spec_s", S->prefill_spec_s[k]);
         cJSON_AddNumberToObject(o, "spec_over_plain", sp);
         cJSON_AddNumberToObject(o, "spec_over_plain_best_runs",
                                 S->best_plain[k] > 0 ? S->best_spec[k] / S->best_plain[k] : 0);

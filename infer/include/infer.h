@@ -808,6 +808,11 @@ uint32_t infer_session_len(const struct infer_session *s);
  * session's. -EINVAL past the context length (nothing appended). */
 int infer_session_prefill(struct infer_session *s, const int *tokens, uint32_t n,
                           struct sl_err *err);
+/* The same, keeping every position's logits in all[n][vocab] (the classifier
+ * over every row: for in-context calibration, infer_spec_opts.prompt_logits;
+ * its cost is the prefill's). */
+int infer_session_prefill_logits(struct infer_session *s, const int *tokens, uint32_t n,
+                                 float *all, struct sl_err *err);
 /* One decode step: token at the next position. */
 int infer_session_step(struct infer_session *s, int token, struct sl_err *err);
 /* The logits [vocab] of the last position run (valid until the next call). */
@@ -875,6 +880,11 @@ struct infer_spec_opts {
     int calibrate;       /* 1: in-context calibration (paper 3.3) after the first token */
     uint32_t calib_breadth, calib_depth; /* 0: 2 and 4 */
     float calib_min_p;   /* 0: 0.2 */
+    const float *prompt_logits; /* with calibrate: the prefill's logits of every context
+                                   position, [n][vocab] (infer_session_prefill_logits):
+                                   calibration reads them in infer_spec_create instead
+                                   of its own pass over the context; NULL: that pass,
+                                   after the first token */
     float row_cost;      /* the time of one more verification row relative to a
                             one-row step, for the cost model that sizes the tree
                             (0: fitted as it runs, with a verification's fixed

@@ -657,6 +657,76 @@ static void greedy_same(const char *path, int expect_exact)
     infer_model_destroy(m);
 }
 
+/* Calibration from the prefill's logits (infer_session_prefill_logits):
+ * every row's logits are the model's at that position (a prefix's prefill
+ * gives the same), the session's logits are the last row's, and the
+ * calibrated sequences equal those of calibration's own pass; generation
+ * with them stays greedy-identical. */
+static void test_calib_prefill(void **st)
+{
+    (void)st;
+    struct sl_err err;
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(float_model, NULL, &m, &err), 0);
+    uint32_t V = infer_model_config(m)->vocab_size;
+    enum { N = 40 };
+    int prompt[N];
+    for (int i = 0; i < N; i++)
+        prompt[i] = i == 0 ? 1 : 3 + (i % 13) * 7 % (int)(V - 3);
+    struct infer_session_opts so = {.max_batch = 32, .npu_min_weights = 1};
+    float *all = malloc(sizeof(float) * V * N);
+    assert_non_null(all);
+    struct infer_session *a, *b;
+    assert_int_equal(infer_session_create(m, &so, &a, &err), 0);
+    assert_int_equal(infer_session_prefill_logits(a, prompt, N, all, &err), 0);
+    assert_memory_equal(infer_session_logits(a), all + (size_t)(N - 1) * V, sizeof(float) * V);
+    static const uint32_t at[] = {1, 7, 31, 32, 33};
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+        assert_int_equal(infer_session_create(m, &so, &b, &err), 0);
+        assert_int_equal(infer_session_prefill(b, prompt, at[k], &err), 0);
+        const float *ref = infer_session_logits(b), *got = all + (size_t)(at[k] - 1) * V;
+        for (uint32_t i = 0; i < V; i++)
+            assert_true(fabsf(ref[i] - got[i]) <= 1e-4f * (1.0f + fabsf(ref[i])));
+        infer_session_destroy(b);
+    }
+    struct spec_calib_opts co = {.breadth = 2, .depth = 4, .min_p = 0.05f};
+    struct spec_index pass, from;
+    uint32_t n_pass, n_from;
+    assert_int_equal(spec_index_init(&pass, 64), 0);
+    assert_int_equal(spec_index_init(&from, 64), 0);
+    assert_int_equal(spec_calibrate(m, prompt, N, &co, &pass, &n_pass, &err), 0);
+    assert_int_equal(spec_calibrate_logits(prompt, N, all, V, &co, &from, &n_from, &err), 0);
+    assert_true(n_pass > 0);
+    assert_int_equal(n_pass, n_from);
+    assert_int_equal(pass.n, from.n);
+    assert_memory_equal(pass.tok, from.tok, sizeof(int) * pass.n);
+    spec_index_free(&pass);
+    spec_index_free(&from);
+    /* generation: plain on a, speculative with the prefill's calibration on b */
+    assert_int_equal(infer_session_create(m, &so, &b, &err), 0);
+    assert_int_equal(infer_session_prefill_logits(b, prompt, N, all, &err), 0);
+    struct collect_toks ca = {.n = 0}, cb = {.n = 0};
+    uint32_t na, nb;
+    assert_int_equal(infer_session_generate(a, 60, NULL, 0, keep_token, &ca, &na, &err), 0);
+    struct infer_spec *sp;
+    struct infer_spec_opts o = {
+        .max_rows = 8, .calibrate = 1, .calib_min_p = 0.05f, .prompt_logits = all};
+    assert_int_equal(infer_spec_create(b, prompt, N, &o, &sp, &err), 0);
+    memset(all, 0xff, sizeof(float) * V * N); /* not read after create */
+    assert_int_equal(infer_spec_generate(sp, 60, NULL, 0, keep_token, &cb, &nb, &err), 0);
+    struct infer_spec_stats ss;
+    infer_spec_stats(sp, &ss);
+    assert_true(ss.calib_seqs > 0);
+    assert_int_equal(na, nb);
+    assert_int_equal(ca.n, cb.n);
+    assert_memory_equal(ca.t, cb.t, sizeof(int) * ca.n);
+    infer_spec_destroy(sp);
+    infer_session_destroy(a);
+    infer_session_destroy(b);
+    free(all);
+    infer_model_destroy(m);
+}
+
 static void test_greedy_same(void **st)
 {
     (void)st;
@@ -957,6 +1027,7 @@ int main(void)
         cmocka_unit_test(test_reuse),
         cmocka_unit_test(test_store),
         cmocka_unit_test(test_greedy_same),
+        cmocka_unit_test(test_calib_prefill),
         cmocka_unit_test(test_dynamic_not_exact),
         cmocka_unit_test(test_sampling_same_distribution),
         cmocka_unit_test(test_context_end_and_stop),
