@@ -519,9 +519,15 @@ int pl_keep_tail(struct pl *p, uint32_t ti);
  * not held. 0, or a negative errno after pl_fail. */
 int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch);
 
-/* After matmul t computed its channels (lock not held): a down projection
- * without a term adds them to the chunk's residual stream. */
-void pl_mm_residual(struct pl *p, const struct task *t);
+/* 1 when matmul t's output channels go to the chunk's residual stream x
+ * as soon as they are computed (an o or down projection without a linear
+ * term: x += o, x += d, the forward's elementwise sums): an NPU job adds
+ * them in its output write (npu_job.add), other paths after it. */
+int pl_mm_adds_residual(const struct pl *p, const struct task *t);
+/* After matmul t computed its channels (lock not held): where
+ * pl_mm_adds_residual and the job did not add them itself (fused 0), adds
+ * them to the chunk's residual stream. */
+void pl_mm_residual(struct pl *p, const struct task *t, int fused);
 
 /* Fills an NPU task's job (lock held, when it is dispatched or stolen). */
 void pl_prepare_job(struct pl *p, struct task *t);

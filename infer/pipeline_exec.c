@@ -42,7 +42,7 @@ void pl_npu_done(void *ctx, struct npu_job *j)
     struct pl *p = ctx;
     struct task *t = j->user;
     if (j->status == 0)
-        pl_mm_residual(p, t); /* on the device thread, before its time ends */
+        pl_mm_residual(p, t, j->add); /* on the device thread, before its time ends */
     pthread_mutex_lock(&p->lock);
     t->t1 = sl_now_ns();
     p->busy[0] += t->t1 - t->t0;

@@ -233,21 +233,30 @@ static int mm_packed(const struct infer_linear *lin, const int8_t *xq, uint32_t 
     return ret;
 }
 
-/* A down projection without a linear term: each piece adds its output
- * channels to the residual stream as soon as it is computed (x += d, the
- * same elementwise sums as the forward's residual), so d is scratch of the
- * (layer, chunk)'s activation set; with a term the next norm adds it. */
-void pl_mm_residual(struct pl *p, const struct task *t)
+/* An o or down projection without a linear term: each piece adds its
+ * output channels to the residual stream as soon as it is computed (x += o
+ * or x += d, the same elementwise sums as the forward's residual), an NPU
+ * job in its own output write (pl_prepare_job: npu_job.add, y = x), so o
+ * and d are scratch of the (layer, chunk)'s activation set, and PL_FFN_NORM
+ * only normalizes; with a term its shadow task adds d after the term, and
+ * PL_FFN_NORM adds o. */
+int pl_mm_adds_residual(const struct pl *p, const struct task *t)
 {
-    if (t->op != PL_MM || t->role != FORMAT_ROLE_W_DOWN || t->layer < 0 ||
-        p->lin_info[t->layer + 1][FORMAT_ROLE_W_DOWN].term)
+    return t->op == PL_MM && (t->role == FORMAT_ROLE_WO || t->role == FORMAT_ROLE_W_DOWN) &&
+           t->layer >= 0 && !p->lin_info[t->layer + 1][t->role].term;
+}
+
+void pl_mm_residual(struct pl *p, const struct task *t, int fused)
+{
+    if (fused || !pl_mm_adds_residual(p, t))
         return;
     struct chunkbuf *b = &p->cb[t->chunk];
     size_t D = p->c->dim;
+    const float *y = mm_output(p, b, t->role);
     uint32_t r0 = t->r0, r1 = t->r1 > t->r0 ? t->r1 : (uint32_t)D, i0;
     uint32_t n = task_rows(b, t, &i0);
     for (uint32_t r = i0; r < i0 + n; r++)
-        infer_op_add(b->x + r * D + r0, b->d + r * D + r0, r1 - r0);
+        infer_op_add(b->x + r * D + r0, y + r * D + r0, r1 - r0);
 }
 
 /* Attention of query rows [q0, q1) of the chunk, kv heads [kv0, kv1): with
@@ -382,8 +391,12 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_FFN_NORM:
-        infer_step_ffn_norm(p->m, t->layer, b->x + (size_t)i0 * D, b->o + (size_t)i0 * D,
-                            b->xf + (size_t)i0 * D, nr); /* xf may be o */
+        if (p->lin_info[t->layer + 1][FORMAT_ROLE_WO].term) /* else o's pieces added o */
+            infer_step_ffn_norm(p->m, t->layer, b->x + (size_t)i0 * D, b->o + (size_t)i0 * D,
+                                b->xf + (size_t)i0 * D, nr); /* xf may be o */
+        else
+            infer_op_rmsnorm(b->xf + (size_t)i0 * D, b->x + (size_t)i0 * D,
+                             p->m->layers[t->layer].ffn_norm, nr, D, p->m->cfg.norm_eps);
         quantize_cols(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xf, i0, nr, D, 0, D);
         quantize_cols(p, b, t->layer, FORMAT_ROLE_W_UP, b->xf, i0, nr, D, 0, D);
         /* their clipped elements now: the up matmul's output takes xf's memory */
@@ -427,7 +440,7 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         if (!lin->npu) {
             infer_op_matmul(y, x, lin->w, (enum infer_wtype)lin->wtype, rows, lin->rows, lin->cols,
                             t->r0, t->r1);
-            pl_mm_residual(p, t);
+            pl_mm_residual(p, t, 0);
             break;
         }
         /* an NPU job on a CPU worker: stolen work, run with the same code as
@@ -439,7 +452,7 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         if (ret < 0)
             sl_err_prefix(&err, "the NPU refused a stolen job");
         else
-            pl_mm_residual(p, t);
+            pl_mm_residual(p, t, t->job.add);
         (void)x;
         (void)y;
         (void)rows;
@@ -469,7 +482,10 @@ void pl_prepare_job(struct pl *p, struct task *t)
     t->job.xq = b->xq[t->role] + (size_t)i0 * cols;
     t->job.rows = t->role == FORMAT_ROLE_CLASSIFIER ? 1 : nr;
     t->job.act_scale = b->act[t->role];
-    t->job.y = mm_output(p, b, t->role) + (size_t)i0 * lin->rows;
+    /* an o or down projection without a term: straight into the residual
+     * stream (x's rows are D = lin->rows apart, as o's and d's) */
+    t->job.add = pl_mm_adds_residual(p, t);
+    t->job.y = (t->job.add ? b->x : mm_output(p, b, t->role)) + (size_t)i0 * lin->rows;
     t->job.ldy = lin->rows;
     t->job.r0 = t->r0;
     t->job.r1 = t->r1;

@@ -19,7 +19,10 @@
  *      either c[i * ldc + (r - r0)] = acc, or (c == NULL) the dequantized
  *      y[i * ldy + (r - r0)] = (act_scale * scale[r]) * (float)acc: first the
  *      float product of the two scales, then times the accumulator converted
- *      to float (round to nearest), so every kernel gives identical floats. */
+ *      to float (round to nearest), so every kernel gives identical floats;
+ *      with npu_gemm_args.add, y[i * ldy + (r - r0)] += that float (the
+ *      product rounded, then the sum rounded: the bits of storing it and
+ *      adding it to y after). */
 #ifndef SLUICE_NPU_GEMM_INTERNAL_H
 #define SLUICE_NPU_GEMM_INTERNAL_H
 
@@ -86,6 +89,9 @@ struct npu_gemm_args {
     size_t ldc;
     float *y;              /* float output when c is NULL */
     size_t ldy;
+    /* 1: the float output is added to what y holds (y = y + s * acc, two
+     * roundings: a residual add fused into the output write); c NULL */
+    int add;
     float act_scale;       /* per-tensor activation scale */
     const float *scale;    /* per-channel weight scales [n] */
     int tile;              /* register tiling (index into the kernel's table; 0 = default) */

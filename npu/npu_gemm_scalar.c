@@ -29,8 +29,9 @@ static void gemm_scalar(const struct npu_gemm_args *g)
             if (g->c) {
                 g->c[(size_t)i * g->ldc + (r - g->r0)] = acc;
             } else {
-                float s = g->act_scale * g->scale[r];
-                g->y[(size_t)i * g->ldy + (r - g->r0)] = s * (float)acc;
+                float s = g->act_scale * g->scale[r], f = s * (float)acc;
+                float *dst = g->y + (size_t)i * g->ldy + (r - g->r0);
+                *dst = g->add ? *dst + f : f;
             }
         }
     }
@@ -144,8 +145,9 @@ void npu_gemm_rows_ref(const struct npu_gemm_args *g, uint32_t bl, int nb)
             if (g->c) {
                 g->c[(size_t)i * g->ldc + (r - g->r0)] = acc;
             } else {
-                float s = g->act_scale * g->scale[r];
-                g->y[(size_t)i * g->ldy + (r - g->r0)] = s * (float)acc;
+                float s = g->act_scale * g->scale[r], f = s * (float)acc;
+                float *dst = g->y + (size_t)i * g->ldy + (r - g->r0);
+                *dst = g->add ? *dst + f : f;
             }
         }
 }

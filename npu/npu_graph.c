@@ -112,6 +112,11 @@ int npu_job_check(const struct npu_graph *g, const struct npu_job *job, struct s
                    job->xq ? "output" : "input");
         return -EINVAL;
     }
+    if (job->add && job->a_max) {
+        sl_err_set(err, "npu: graph %ux%ux%u: a job with a_max cannot add to its output",
+                   d->m, d->k, d->n);
+        return -EINVAL;
+    }
     if (!(job->act_scale > 0) || !isfinite(job->act_scale)) {
         sl_err_set(err, "npu: graph %ux%ux%u: activation scale %g is not positive and finite",
                    d->m, d->k, d->n, (double)job->act_scale);
@@ -134,6 +139,7 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *sta
                               .r1 = n1,
                               .y = job->y + n0,
                               .ldy = job->ldy ? job->ldy : d->n,
+                              .add = job->add,
                               .act_scale = job->act_scale,
                               .scale = w->scale,
                               .tile = g->tile};
@@ -205,6 +211,7 @@ void npu_graph_exec(const struct npu_graph *g, struct npu_job *job, uint8_t *sta
         a.m = pad - i < PAD_SLICE ? pad - i : PAD_SLICE;
         a.y = sink;
         a.ldy = n1 - n0;
+        a.add = 0; /* nothing to add to in the sink */
         g->ops->gemm(&a);
     }
     job->t_end = sl_now_ns();

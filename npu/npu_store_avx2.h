@@ -11,7 +11,7 @@
 
 /* Row i, channels c0..c0+7 of the int32 sums v, kept inside [r0, r1):
  * int32 (g->c), or the dequantized float, the two scales' product first, as
- * the scalar GEMM computes it. */
+ * the scalar GEMM computes it (with g->add, added to y's value). */
 static inline __attribute__((always_inline)) void
 npu_avx2_store8(__m256i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0)
 {
@@ -31,13 +31,18 @@ npu_avx2_store8(__m256i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c
     float *yi = g->y + (size_t)i * g->ldy;
     if (c0 >= lo && c0 + 8 <= hi) {
         __m256 sc = _mm256_mul_ps(_mm256_set1_ps(g->act_scale), _mm256_loadu_ps(g->scale + c0));
-        _mm256_storeu_ps(yi + (c0 - lo), _mm256_mul_ps(sc, _mm256_cvtepi32_ps(v)));
+        __m256 f = _mm256_mul_ps(sc, _mm256_cvtepi32_ps(v));
+        if (g->add)
+            f = _mm256_add_ps(_mm256_loadu_ps(yi + (c0 - lo)), f);
+        _mm256_storeu_ps(yi + (c0 - lo), f);
         return;
     }
     _mm256_storeu_si256((__m256i *)t, v);
     for (uint32_t q = 0; q < 8; q++)
-        if (c0 + q >= lo && c0 + q < hi)
-            yi[c0 + q - lo] = (g->act_scale * g->scale[c0 + q]) * (float)t[q];
+        if (c0 + q >= lo && c0 + q < hi) {
+            float f = (g->act_scale * g->scale[c0 + q]) * (float)t[q];
+            yi[c0 + q - lo] = g->add ? yi[c0 + q - lo] + f : f;
+        }
 }
 
 #endif

@@ -11,7 +11,8 @@
 
 /* Row i, channels c0..c0+15 of the exact int32 sums v, only the channels
  * inside [r0, r1): int32 into c, or (act_scale * scale[r]) * (float)acc into
- * y, the two scales' product first, as the scalar GEMM computes it. */
+ * y, the two scales' product first, as the scalar GEMM computes it (with
+ * g->add, added to y's value: two roundings, as the scalar GEMM). */
 static inline __attribute__((always_inline)) void
 npu_avx512_store16(__m512i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0)
 {
@@ -35,10 +36,14 @@ npu_avx512_store16(__m512i v, const struct npu_gemm_args *g, uint32_t i, uint32_
                                   _mm512_maskz_loadu_ps(keep, g->scale + c0));
         __m512 f = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(v));
         if (keep == 0xffff) {
+            if (g->add)
+                f = _mm512_add_ps(_mm512_loadu_ps(dst), f);
             _mm512_storeu_ps(dst, f);
         } else {
             if (s)
                 f = _mm512_maskz_compress_ps(keep, f);
+            if (g->add)
+                f = _mm512_add_ps(_mm512_maskz_loadu_ps(out, dst), f);
             _mm512_mask_storeu_ps(dst, out, f);
         }
     }

@@ -361,6 +361,11 @@ struct npu_job {
     float act_scale;             /* positive and finite */
     float *y;                    /* output, row stride ldy */
     size_t ldy;                  /* 0: graph n */
+    /* 1: each output is added to what y holds, y = y + (act_scale *
+     * scale[r]) * (float)acc, the product rounded, then the sum (the bits of
+     * writing the output and adding it to y after: a residual add fused into
+     * the output write); not with a_max */
+    int add;
     void *user;                  /* the caller's */
     /* 0, or a key from npu_stage_keys naming the job's activations: jobs with
      * one key have the same graph, rows and xq contents (a chunk's input of
@@ -382,7 +387,8 @@ struct npu_job {
 
 /* The checks the device applies to a job (against job->graph): 0, or -ENOENT
  * (no graph), -EINVAL (missing or mismatched prepared weights, rows out of
- * 1..m, a bad channel range or stride, missing buffers, a bad scale),
+ * 1..m, a bad channel range or stride, missing buffers, a bad scale, add
+ * with a_max),
  * -ENOTSUP (a non-int8 operand), with a sentence. */
 int npu_job_validate(const struct npu_job *job, struct sl_err *err);
 

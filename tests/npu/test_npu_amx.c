@@ -9,7 +9,9 @@
  * 64, the activations also read straight from their rows (row strides k and
  * beyond, only a partial last row tile staged); the memory blocking forced
  * small (row blocks of 1-3 row pairs, whole output rows streamed) and at
- * its defaults; two threads running the
+ * its defaults; each float output also added to a random residual in y
+ * (npu_gemm_args.add: streamed or not, the residual prefetched) against
+ * the residual plus the scalar reference's float; two threads running the
  * kernel at once (each configures its own tiles); the kernel table (AMX is
  * the best kernel, its peak above vpdpbusd's). Skips, saying so, where the
  * CPU, the compiler or the OS does not allow AMX. */
@@ -30,7 +32,7 @@ static struct test_rng rng;
  * read from it) */
 static void run(const struct npu_kernel_ops *ops, int tile, const struct npu_gemm_b *b,
                 const int8_t *a, uint32_t m, uint32_t r0, uint32_t r1, const float *scale,
-                int32_t *c, float *y, int direct, size_t lda)
+                int32_t *c, float *y, float *ya, int direct, size_t lda)
 {
     const size_t bytes = npu_gemm_prep_bytes(b->k4, m);
     uint8_t *stage = malloc(bytes);
@@ -60,6 +62,10 @@ static void run(const struct npu_kernel_ops *ops, int tile, const struct npu_gem
     ops->gemm(&g);
     g.c = NULL, g.y = y, g.ldy = r1 - r0;
     ops->gemm(&g);
+    if (ya) {
+        g.y = ya, g.add = 1;
+        ops->gemm(&g);
+    }
     free(stage);
     free(xs);
 }
@@ -84,8 +90,14 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
     const size_t cb = (sizeof(int32_t) * cnt + 63) & ~(size_t)63;
     int32_t *c0 = malloc(sizeof(int32_t) * cnt), *c1 = aligned_alloc(64, cb);
     float *y0 = malloc(sizeof(float) * cnt), *y1 = aligned_alloc(64, cb);
-    assert_true(c0 && c1 && y0 && y1);
-    run(&npu_ops_scalar, 0, b, a, m, r0, r1, scale, c0, y0, 0, k);
+    float *base = malloc(sizeof(float) * cnt), *want = malloc(sizeof(float) * cnt);
+    float *ya = aligned_alloc(64, cb);
+    assert_true(c0 && c1 && y0 && y1 && base && want && ya);
+    run(&npu_ops_scalar, 0, b, a, m, r0, r1, scale, c0, y0, NULL, 0, k);
+    for (size_t i = 0; i < cnt; i++) {
+        base[i] = (test_rng_float(&rng) - 0.5f) * (i % 3 ? 40.0f : 1e5f);
+        want[i] = base[i] + y0[i];
+    }
     const struct npu_kernel_ops *amx = npu_kernel_ops(NPU_KERNEL_AMX);
     assert_int_equal(npu_gemm_direct(amx, k), k % 64 == 0);
     assert_false(npu_gemm_direct(&npu_ops_scalar, k));
@@ -97,19 +109,21 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
         memset(y1, 0x55, sizeof(float) * cnt);
         /* the direct rows at stride k, or further apart */
         const size_t lda = k + (size_t)(t / 2 + m % 2) * 64;
-        run(amx, t / 2, b, a, m, r0, r1, scale, c1, y1, direct, lda);
+        memcpy(ya, base, sizeof(float) * cnt);
+        run(amx, t / 2, b, a, m, r0, r1, scale, c1, y1, ya, direct, lda);
         for (size_t i = 0; i < cnt; i++)
-            if (c0[i] != c1[i] || memcmp(&y0[i], &y1[i], sizeof(float)))
-                fail_msg("amx tile %d%s m=%u n=%u k=%u [%u,%u): [%zu][%zu] %d / %.9g, scalar "
-                         "%d / %.9g",
+            if (c0[i] != c1[i] || memcmp(&y0[i], &y1[i], sizeof(float)) ||
+                memcmp(&ya[i], &want[i], sizeof(float)))
+                fail_msg("amx tile %d%s m=%u n=%u k=%u [%u,%u): [%zu][%zu] %d / %.9g / added "
+                         "%.9g, scalar %d / %.9g / %.9g",
                          t / 2, direct ? " direct" : "", m, n, k, r0, r1, i / w, i % w, c1[i],
-                         (double)y1[i], c0[i], (double)y0[i]);
+                         (double)y1[i], (double)ya[i], c0[i], (double)y0[i], (double)want[i]);
     }
     /* the public entry with the best kernel (AMX here) */
     memset(c1, 0x55, sizeof(int32_t) * cnt);
     npu_gemm_s8(b, a, m, r0, r1, c1, w);
     assert_memory_equal(c0, c1, sizeof(int32_t) * cnt);
-    free(c0), free(c1), free(y0), free(y1);
+    free(c0), free(c1), free(y0), free(y1), free(base), free(want), free(ya);
     npu_gemm_b_destroy(b);
     free(a), free(bw), free(scale);
 }

@@ -306,6 +306,9 @@ static void test_refusals(void **st)
     REFUSE(0, -EINVAL, "scale");
     j.act_scale = NAN;
     REFUSE(0, -EINVAL, "scale");
+    j = job_for(g, &L, 16, y);
+    j.add = 1, j.a_max = 63; /* the estimate kernels do not add */
+    REFUSE(0, -EINVAL, "add");
 #undef REFUSE
     j = job_for(g, &L, 16, y); /* a good job, but nothing to wait on */
     assert_int_equal(npu_device_submit(d, &j, NULL, &err), -EINVAL);
@@ -316,7 +319,7 @@ static void test_refusals(void **st)
     struct npu_device_stats s;
     npu_device_stats(d, &s);
     assert_int_equal(s.jobs, 0);
-    assert_int_equal(s.jobs_refused, 16);
+    assert_int_equal(s.jobs_refused, 17);
     /* the same checks on the calling thread */
     j = job_for(g, &L, 17, y);
     assert_int_equal(npu_job_execute(&j), -EINVAL);

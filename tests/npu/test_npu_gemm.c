@@ -8,7 +8,9 @@
  * mixed with wide blocks, and within +-16 (its int16 rounds of four groups:
  * b at +16, a at 127), alone and mixed with narrow and wide blocks; the
  * prepared-weight and quantization
- * contracts of npu.h. */
+ * contracts of npu.h; every kernel and tiling's float output added to what
+ * y holds (npu_gemm_args.add) against y's random values plus the reference's
+ * float output, bit for bit. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,10 +35,11 @@ static void fill(int8_t *x, size_t n, int mode)
     }
 }
 
-/* Runs kernel kern with tiling tile: int32 into c, float into y. */
+/* Runs kernel kern with tiling tile: int32 into c, float into y, and (ya
+ * not NULL) the float added to what ya holds. */
 static void run(enum npu_kernel kern, int tile, const struct npu_gemm_b *b, const int8_t *a,
                 uint32_t m, uint32_t r0, uint32_t r1, float act, const float *scale, int32_t *c,
-                float *y)
+                float *y, float *ya)
 {
     const struct npu_kernel_ops *ops = npu_kernel_ops(kern);
     uint8_t *stage = malloc(npu_gemm_prep_bytes(b->k4, m));
@@ -49,6 +52,11 @@ static void run(enum npu_kernel kern, int tile, const struct npu_gemm_b *b, cons
     g.y = y;
     g.ldy = r1 - r0;
     ops->gemm(&g);
+    if (ya) {
+        g.y = ya;
+        g.add = 1;
+        ops->gemm(&g);
+    }
     free(stage);
 }
 
@@ -113,7 +121,15 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
     size_t cnt = (size_t)m * w;
     int32_t *ref = malloc(sizeof(int32_t) * cnt + 4), *got = malloc(sizeof(int32_t) * cnt + 4);
     float *yref = malloc(sizeof(float) * cnt + 4), *ygot = malloc(sizeof(float) * cnt + 4);
-    run(NPU_KERNEL_SCALAR, 0, pb, a, m, r0, r1, act, scale, ref, yref);
+    /* the residual the add pass adds to (random, of the outputs' magnitude
+     * and far beyond it), and its sums with the reference's floats */
+    float *base = malloc(sizeof(float) * cnt + 4), *sum = malloc(sizeof(float) * cnt + 4);
+    float *yadd = malloc(sizeof(float) * cnt + 4);
+    for (size_t i = 0; i < cnt; i++)
+        base[i] = (test_rng_float(&rng) - 0.5f) * (i % 3 ? 40.0f : 1e5f);
+    run(NPU_KERNEL_SCALAR, 0, pb, a, m, r0, r1, act, scale, ref, yref, NULL);
+    for (size_t i = 0; i < cnt; i++)
+        sum[i] = base[i] + yref[i];
     for (int kern = 0; kern < NPU_KERNEL_COUNT; kern++) {
         if (!npu_kernel_available((enum npu_kernel)kern))
             continue;
@@ -121,7 +137,8 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
         for (int t = 0; t < ops->tiles; t++) {
             memset(got, 0x55, sizeof(int32_t) * cnt);
             memset(ygot, 0x55, sizeof(float) * cnt);
-            run((enum npu_kernel)kern, t, pb, a, m, r0, r1, act, scale, got, ygot);
+            memcpy(yadd, base, sizeof(float) * cnt);
+            run((enum npu_kernel)kern, t, pb, a, m, r0, r1, act, scale, got, ygot, yadd);
             for (size_t i = 0; i < cnt; i++) {
                 if (got[i] != ref[i])
                     fail_msg("%s tile %s m=%u n=%u k=%u range [%u,%u) mode %d: C[%zu][%zu] = "
@@ -133,6 +150,11 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
                              "scalar %.9g",
                              npu_kernel_name((enum npu_kernel)kern), ops->tile_names[t], m, n, k,
                              r0, r1, i / w, i % w, (double)ygot[i], (double)yref[i]);
+                if (memcmp(&yadd[i], &sum[i], sizeof(float)))
+                    fail_msg("%s tile %s m=%u n=%u k=%u range [%u,%u): y[%zu][%zu] added = %.9g, "
+                             "residual + scalar %.9g",
+                             npu_kernel_name((enum npu_kernel)kern), ops->tile_names[t], m, n, k,
+                             r0, r1, i / w, i % w, (double)yadd[i], (double)sum[i]);
             }
         }
         /* the public entry (allocates its own staging, default tiling) */
@@ -158,6 +180,9 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
     free(got);
     free(yref);
     free(ygot);
+    free(base);
+    free(sum);
+    free(yadd);
 }
 
 static void test_shapes(void **st)
