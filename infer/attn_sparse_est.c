@@ -70,9 +70,11 @@ int attn_sparse_prepare_keys(struct infer_sparse *sp, const struct infer_kv *kv,
         ks->sc[t] = attn_quantize_key_q(kf + t * kv_dim + (size_t)g * hd, hd, ATTN_EST_QMAX,
                                         ks->codes + (size_t)t * hd);
     uint32_t pad = T > keep ? T : keep;
-    memset(ks->codes + (size_t)pad * hd, 0, (size_t)(ks->L - pad) * hd);
-    memset(ks->sc + pad, 0, (size_t)(ks->L - pad) * sizeof *ks->sc);
     uint32_t end = from == 0 ? ks->L : to; /* a new block: its padding too */
+    if (end > pad) { /* only what is copied below: a new block zeroes the rest */
+        memset(ks->codes + (size_t)pad * hd, 0, (size_t)(end - pad) * hd);
+        memset(ks->sc + pad, 0, (size_t)(end - pad) * sizeof *ks->sc);
+    }
     int ret = npu_weights_fill(ks->w, from, end - from, ks->codes + (size_t)from * hd, ks->sc + from);
     if (ret < 0) {
         sl_err_set(err, "sparse attention: cannot prepare the int8 keys of layer %u", layer);

@@ -88,8 +88,10 @@ struct call_stats {
 /* A block of key (then value) rows walked together is KEY_TILE_BYTES: 32 KB
  * stays in the 48 KB L1 while every pair reads its kept rows of it. 256
  * slots of head size 64 (64 KB) did not, and each pair's reads of the block
- * went to L2 (bench attn, tinyllama, 4K, keep 0.4: the sparse time ~15%
- * lower with 128 slots than with 256; 64 no better than 128). */
+ * went to L2 (bench attn, 4K, keep 0.4, speedup over dense in two rounds at
+ * load 5-6: tinyllama 64 KB 0.94x / 0.83x, 32 KB 1.01x / 1.09x, 16 KB
+ * 1.18x / 1.34x; llama3-8b 64 KB 1.48x / 1.31x, 32 KB 1.62x / 1.40x, 16 KB
+ * 1.40x / 1.81x: 16 and 32 KB level within the noise, both ahead of 64). */
 #define KEY_TILE_BYTES 32768u
 static inline uint32_t attn_key_tile(uint32_t hd)
 {

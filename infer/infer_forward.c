@@ -241,15 +241,20 @@ int infer_head_forward(struct infer_model *m, struct infer_state *s, const float
 }
 
 /* The classifier for the rows of this batch [b0, b0 + nb) that are listed;
- * runs of consecutive rows in one call (a batched GEMM). *li: next list entry. */
+ * runs of consecutive rows in one call (a batched GEMM). *li: next list entry.
+ * An int8 classifier with dynamic activation scales takes its scale from all
+ * the rows of a call, so there each row is its own call: a row's logits are
+ * then the same whichever other rows were asked for (the last row of a
+ * prefill that keeps every row's logits equals the plain prefill's). */
 static int head_rows(struct infer_model *m, struct infer_state *s, const struct infer_batch *b,
                      uint32_t b0, uint32_t nb, uint32_t *li, float *logits, struct sl_err *err)
 {
     size_t V = m->cfg.vocab_size, D = m->cfg.dim;
+    int dynamic = !m->cls->w && !(m->cls->act_scale > 0);
     while (*li < b->n_logits && b->logits_rows[*li] < b0 + nb) {
         uint32_t first = *li, row = b->logits_rows[first];
         uint32_t run = 1;
-        while (first + run < b->n_logits && b->logits_rows[first + run] == row + run &&
+        while (!dynamic && first + run < b->n_logits && b->logits_rows[first + run] == row + run &&
                row + run < b0 + nb)
             run++;
         int ret = infer_head_forward(m, s, s->x + (size_t)(row - b0) * D, run,

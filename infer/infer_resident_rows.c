@@ -107,7 +107,7 @@ int infer_packed_rows(struct infer_rows_tile **tp, const struct infer_linear *li
     const uint32_t rows = lin->rows, cols = lin->cols, T = tile_rows(cols);
     /* on AMX, the unpacked tile is multiplied as it lies, row-major
      * (npu_linear_s8_rowmajor): no packing into the GEMM's layout */
-    const int plain = npu_rowmajor_takes(n, r1 - r0, cols);
+    const int plain = T % 16 == 0 && npu_rowmajor_takes(n, r1 - r0, cols); /* every tile then 16 | nr */
     const size_t sb = plain ? npu_rowmajor_stage_bytes(n, cols) : npu_stage_bytes(n, cols);
     if (sb > t->cap_stage) {
         void *p = sl_alloc_aligned(sb, 64);

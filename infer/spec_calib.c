@@ -60,11 +60,11 @@ static void top_succ(const float *lg, uint32_t vocab, uint32_t b, float min_p, i
         top[k] = v;
         tok[k] = (int)i;
     }
-    float sum = 0;
+    double sum = 0; /* in double: over a large vocabulary a float sum drifts */
     for (uint32_t i = 0; i < vocab; i++)
         sum += expf(lg[i] - mx);
     for (uint32_t k = 0; k < b; k++) {
-        float pk = tok[k] >= 0 ? expf(top[k] - mx) / sum : 0;
+        float pk = tok[k] >= 0 ? (float)(expf(top[k] - mx) / sum) : 0;
         if (pk < min_p) { /* and every later one: they are no likelier */
             for (; k < b; k++)
                 tok[k] = -1, p[k] = 0;

@@ -369,9 +369,9 @@ static void gemm_amx(const struct npu_gemm_args *g)
          * tile (m <= 16: a decode step on AMX, a draft tree's verification),
          * where the panel's two weight streams come straight from memory and
          * the tile loads alone keep too few lines in flight (one thread
-         * streaming 22 copies of tinyllama's gate, m = 8: 13.7-14.0 GB/s
-         * without, 14.5-14.6 with; docs/BENCHMARKS.md, fourteenth session,
-         * v18) */
+         * streaming 22 copies of a linear, m = 8, GB/s by the min: gate
+         * 14.0 without, 14.6 with; q,o 13.7 -> 14.5; down 14.4 -> 14.5;
+         * docs/BENCHMARKS.md, fourteenth session, v18) */
         const uint32_t pairs = (rbe - rb + 1) / 2;
         const uint32_t panel_lines = (uint32_t)(2 * bstride / 64);
         const uint32_t steps = pairs * (ksteps + (krem != 0));

@@ -35,8 +35,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: sluice bench spec MODEL --text FILE [--tokenizer FILE] [-n N] [--runs R]\n"
-            "                         [--rows 4|8|16] [--calibrate] [--min-match N] [--history]\n"
-            "                         [--history-shared|--history-shared-all]\n"
+            "                         [--rows 4|8|16] [--calibrate|--calibrate-prefill] [--min-match N]\n"
+            "                         [--history|--history-shared|--history-shared-all]\n"
             "                         [--row-cost A [--verify-fixed B]] [--lookup BIN --gguf FILE]\n"
             "                         [--json]\n"
             "       sluice bench spec MODEL --verify-cost C [--runs R] [--resident int8|packed]\n"
@@ -60,7 +60,8 @@ static void usage(FILE *f)
             "  --calibrate   in-context calibration (its pass over the prompt is timed)\n"
             "  --calibrate-prefill  the same from the prefill's logits of every row (the\n"
             "                classifier over every prompt row: its time is the prefill's,\n"
-            "                reported beside plain decoding's prefill)\n"
+            "                reported beside plain decoding's prefill; at most 1 GiB of\n"
+            "                logits: prompt tokens x vocabulary x 4 bytes)\n"
             "  --history     a history store per kind: a task drafts from the greedy outputs\n"
             "                of the earlier tasks of its kind (other passages), as a store of\n"
             "                earlier generations per task kind would hold them\n"
@@ -145,10 +146,14 @@ int bench_spec(int argc, char **argv)
                 bad = 1;
             }
             packed = !bad && !strcmp(v, "packed");
-        } else if (!strcmp(s, "--calibrate")) {
-            calibrate = 1;
-        } else if (!strcmp(s, "--calibrate-prefill")) {
-            calibrate = 2;
+        } else if (!strcmp(s, "--calibrate") || !strcmp(s, "--calibrate-prefill")) {
+            int want = !strcmp(s, "--calibrate") ? 1 : 2;
+            if (calibrate && calibrate != want) {
+                fprintf(stderr, "sluice bench spec: --calibrate and --calibrate-prefill are "
+                                "two ways of the same calibration: give one\n");
+                bad = 1;
+            }
+            calibrate = want;
         } else if (!strcmp(s, "--min-match")) {
             bad = tools_args_u32(&a, 1, 4, &min_match);
         } else if (!strcmp(s, "--row-cost")) {

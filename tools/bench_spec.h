@@ -58,6 +58,9 @@ double bench_spec_copy_share(const int *prompt, uint32_t np, const int *out, uin
 
 /* ---- one decode (bench_spec_run.c) ---- */
 
+/* The most --calibrate-prefill keeps of the prompt's logits (n x vocab floats). */
+#define BENCH_SPEC_LOGITS_MAX (1024 << 20)
+
 struct bench_spec_keep { /* the tokens generated, up to cap */
     int *t;
     uint32_t n, cap;

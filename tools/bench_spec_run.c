@@ -28,9 +28,19 @@ double bench_spec_decode_once(struct infer_model *m, const int *ids, uint32_t np
         return 0;
     double tps = 0;
     out->n = 0;
-    /* the prefill with every row's logits for calibration, timed apart (TTFT) */
+    out->prefill_s = 0;
+    /* the prefill with every row's logits for calibration, timed apart (TTFT);
+     * n x vocab floats, so bounded (a 4K prompt of a 128K vocabulary is 2 GB) */
     uint32_t V = infer_model_config(m)->vocab_size;
-    float *all = so && out->prefill_logits ? malloc(sizeof(float) * V * np) : NULL;
+    size_t all_bytes = sizeof(float) * V * np;
+    if (so && out->prefill_logits && all_bytes > BENCH_SPEC_LOGITS_MAX) {
+        sl_err_set(err, "the prompt's logits for --calibrate-prefill would take %zu MiB "
+                   "(over %d MiB): use --calibrate",
+                   all_bytes >> 20, BENCH_SPEC_LOGITS_MAX >> 20);
+        infer_session_destroy(s);
+        return 0;
+    }
+    float *all = so && out->prefill_logits ? malloc(all_bytes) : NULL;
     struct infer_spec_opts o2;
     if (all) {
         o2 = *so;

@@ -76,11 +76,7 @@
 
 #ifdef __cplusplus
 extern "C" {
-#ifdef __cplusplus
-}
 #endif
-
-#endif /* SLUICE_NPU_H */
 
 /* ---- the int8 GEMM kernels (benchmarks, tests) -------------------------------------
  *
@@ -494,10 +490,6 @@ struct npu_device_stats {
  * idle / (busy + idle). */
 void npu_device_stats(struct npu_device *dev, struct npu_device_stats *st);
 
-#ifdef __cplusplus
-}
-#endif
-
 /* A few rows' int8 linear on row-major weights q [n][k] (per-channel scale
  * [n]), without preparing them (npu_weights_fill): y[i * ldy + r] = (act *
  * scale[r]) * (float)sum_j xq[i][j] q[r][j], for rows i < m and channels r <
@@ -516,5 +508,9 @@ int npu_linear_s8_rowmajor(const int8_t *q, const float *scale, uint32_t n, uint
                            const void *stage, uint32_t m, float act, float *y, size_t ldy);
 void npu_linear_s8_rowmajor_ref(const int8_t *q, const float *scale, uint32_t n, uint32_t k,
                                 const int8_t *xq, uint32_t m, float act, float *y, size_t ldy);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* SLUICE_NPU_H */

@@ -662,12 +662,11 @@ static void greedy_same(const char *path, int expect_exact)
  * gives the same), the session's logits are the last row's, and the
  * calibrated sequences equal those of calibration's own pass; generation
  * with them stays greedy-identical. */
-static void test_calib_prefill(void **st)
+static void calib_prefill(const char *path, int exact)
 {
-    (void)st;
     struct sl_err err;
     struct infer_model *m;
-    assert_int_equal(infer_model_load(float_model, NULL, &m, &err), 0);
+    assert_int_equal(infer_model_load(path, NULL, &m, &err), 0);
     uint32_t V = infer_model_config(m)->vocab_size;
     enum { N = 40 };
     int prompt[N];
@@ -677,11 +676,18 @@ static void test_calib_prefill(void **st)
     float *all = malloc(sizeof(float) * V * N);
     assert_non_null(all);
     struct infer_session *a, *b;
+    /* b keeps every row's logits; a is the plain prefill: the same last row */
+    assert_int_equal(infer_session_create(m, &so, &b, &err), 0);
+    assert_int_equal(infer_session_prefill_logits(b, prompt, N, all, &err), 0);
+    assert_memory_equal(infer_session_logits(b), all + (size_t)(N - 1) * V, sizeof(float) * V);
     assert_int_equal(infer_session_create(m, &so, &a, &err), 0);
-    assert_int_equal(infer_session_prefill_logits(a, prompt, N, all, &err), 0);
+    assert_int_equal(infer_session_prefill(a, prompt, N, &err), 0);
     assert_memory_equal(infer_session_logits(a), all + (size_t)(N - 1) * V, sizeof(float) * V);
+    infer_session_destroy(b);
+    /* a prefix's prefill gives each row's logits (float: its chunks' rows
+     * do not affect each other; an int8 model's activation scales may) */
     static const uint32_t at[] = {1, 7, 31, 32, 33};
-    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+    for (size_t k = 0; exact && k < sizeof at / sizeof at[0]; k++) {
         assert_int_equal(infer_session_create(m, &so, &b, &err), 0);
         assert_int_equal(infer_session_prefill(b, prompt, at[k], &err), 0);
         const float *ref = infer_session_logits(b), *got = all + (size_t)(at[k] - 1) * V;
@@ -696,12 +702,20 @@ static void test_calib_prefill(void **st)
     assert_int_equal(spec_index_init(&from, 64), 0);
     assert_int_equal(spec_calibrate(m, prompt, N, &co, &pass, &n_pass, &err), 0);
     assert_int_equal(spec_calibrate_logits(prompt, N, all, V, &co, &from, &n_from, &err), 0);
-    assert_true(n_pass > 0);
-    assert_int_equal(n_pass, n_from);
-    assert_int_equal(pass.n, from.n);
-    assert_memory_equal(pass.tok, from.tok, sizeof(int) * pass.n);
+    assert_true(n_pass > 0 && n_from > 0);
+    if (infer_spec_exact(m)) { /* rows independent: the same logits */
+        assert_int_equal(n_pass, n_from);
+        assert_int_equal(pass.n, from.n);
+        assert_memory_equal(pass.tok, from.tok, sizeof(int) * pass.n);
+    }
     spec_index_free(&pass);
     spec_index_free(&from);
+    if (!infer_spec_exact(m)) { /* speculation refuses it: no generation to compare */
+        infer_session_destroy(a);
+        free(all);
+        infer_model_destroy(m);
+        return;
+    }
     /* generation: plain on a, speculative with the prefill's calibration on b */
     assert_int_equal(infer_session_create(m, &so, &b, &err), 0);
     assert_int_equal(infer_session_prefill_logits(b, prompt, N, all, &err), 0);
@@ -725,6 +739,14 @@ static void test_calib_prefill(void **st)
     infer_session_destroy(b);
     free(all);
     infer_model_destroy(m);
+}
+
+static void test_calib_prefill(void **st)
+{
+    (void)st;
+    calib_prefill(float_model, 1);
+    calib_prefill(q_model, 0);
+    calib_prefill(dyn_model, 0);
 }
 
 static void test_greedy_same(void **st)
