@@ -132,9 +132,14 @@ AI void drain_pf(const struct drain *d)
             u |= 15; /* the rest of this tile: none */
             continue;
         }
-        if (c0 >= d->g->r0 && c0 < d->g->r1)
-            _mm_prefetch((const char *)(d->g->y + (size_t)row * d->g->ldy + (c0 - d->g->r0)),
-                         _MM_HINT_T1);
+        /* the block's channels inside [r0, r1): first and last line */
+        const uint32_t lo = c0 > d->g->r0 ? c0 : d->g->r0;
+        const uint32_t hi = c0 + 16 < d->g->r1 ? c0 + 16 : d->g->r1;
+        if (lo < hi) {
+            const float *yr = d->g->y + (size_t)row * d->g->ldy;
+            _mm_prefetch((const char *)(yr + (lo - d->g->r0)), _MM_HINT_T1);
+            _mm_prefetch((const char *)(yr + (hi - 1 - d->g->r0)), _MM_HINT_T1);
+        }
     }
 }
 
@@ -427,7 +432,7 @@ static void gemm_amx(const struct npu_gemm_args *g)
                                         .per = (64 + q1 - q0 - 1) / (q1 - q0 ? q1 - q0 : 1),
                                         .nr = nr, .nb = nb, .nt = nt};
                     cur ^= 1;
-                    if (g->add)
+                    if (g->add && !g->c)
                         drain_pf(&dr);
                     if (nr == 1) {
                         drain_step(&dr, 64);

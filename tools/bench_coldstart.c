@@ -61,8 +61,9 @@ static void usage(FILE *f)
             "Reports min and median TTFT, a breakdown (start: from the execve to the\n"
             "pipeline's start (exec, dynamic loader, model header, tokenizer); load: from\n"
             "there until the last slice needed arrived; tail: from there to the first\n"
-            "token; x raw: (start + load) / (bytes read / raw MB/s), how far the reading\n"
-            "is from the raw read of the same bytes; unpack, NPU and CPU busy time; prefalt: idle CPU time spent faulting\n"
+            "token; x raw: (start + load) / its round's raw read (below), scaled to the\n"
+            "run's bytes (no raw read that round: at the median whole-file rate), how far\n"
+            "the reading is from the raw read of the same bytes; unpack, NPU and CPU busy time; prefalt: idle CPU time spent faulting\n"
             "weight memory in ahead (full only; not in the busy times); stall: no task\n"
             "running or ready anywhere, everything waiting on the disk), peak RSS, bytes\n"
             "read, the NPU/CPU\n"
@@ -87,6 +88,14 @@ static void usage(FILE *f)
             "MB/s (reported beside it; JSON ratio_to_rate_bound, bound_rate_s), and the\n"
             "bytes' time at the limit itself, for comparison (a fresh cgroup's raw read\n"
             "can run ahead of the limit; JSON bytes_at_limit_s).\n"
+            "JSON (since the fourteenth session; ratio_to_bound was the median TTFT over\n"
+            "the rate bound before it): ratio_to_bound / ratio_to_bound_min /\n"
+            "ratio_to_bound_rounds per contender (the per-round median / min / rounds\n"
+            "counted), raw_read_s (each round's raw read; 0: it failed), bound_io_s /\n"
+            "bound_io_min_s / bound_io_max_s (median / min / max of those),\n"
+            "bound_io_measured (false: no raw read worked, every ratio 0), bound_bytes\n"
+            "(the bytes of the last round's raw read). The required and tiny ratios are\n"
+            "per round in the same way.\n"
             "The prefill ops count every row of every layer; the required bound counts\n"
             "only what the first token needs (the last layer's keys and values of every\n"
             "row, its queries, attention, O and FFN of the last row: what the pipeline\n"
@@ -224,8 +233,12 @@ static int raw_child(void *arg)
 {
     const struct raw_arg *ra = arg;
     struct tools_raw_read rr;
-    if (tools_raw_read(ra->model, ra->bytes, &rr) < 0)
+    int ret = tools_raw_read(ra->model, ra->bytes, &rr);
+    if (ret < 0) {
+        fprintf(stderr, "sluice bench coldstart: the raw read of %s: %s\n", ra->model,
+                strerror(-ret));
         return 1;
+    }
     return write(STDOUT_FILENO, &rr, sizeof rr) == (ssize_t)sizeof rr ? 0 : 1;
 }
 
@@ -240,8 +253,10 @@ static int raw_once(const char *model, uint64_t bytes, const struct tools_cgroup
                                  .drop_caches = 1, .capture = 1};
     struct tools_child_result res;
     struct sl_err err;
-    if (tools_child_run(&o, &res, &err) < 0)
+    if (tools_child_run(&o, &res, &err) < 0) {
+        fprintf(stderr, "sluice bench coldstart: the raw read: %s\n", err.msg);
         return -1;
+    }
     int ok = res.exit_code == 0 && res.out_len == sizeof *rr;
     if (ok)
         memcpy(rr, res.out, sizeof *rr);
@@ -410,7 +425,7 @@ int bench_coldstart(int argc, char **argv)
     static double tt[NC][32]; /* TTFT by round; 0: failed */
     uint32_t nok[NC] = {0};
     /* by round: the raw read of full's bytes (s), the whole file's MB/s */
-    double raw_rd[32] = {0}, raws[32];
+    double raw_rd[32] = {0}, raw_rb[32] = {0}, raws[32];
     uint32_t nraw = 0;
     uint64_t raw_bytes = 0;
     for (uint32_t run = 0; run < runs; run++) {
@@ -440,14 +455,17 @@ int bench_coldstart(int argc, char **argv)
         if (nok[0])
             raw_bytes = (uint64_t)samples[0][nok[0] - 1].bytes;
         struct tools_raw_read rr;
-        int ok = raw_bytes > 0 &&
-                 tools_cgroup_create(model, (uint64_t)mbps * 1000000, &cg, &err) == 0;
+        /* no full run yet: the whole file (its rate at least) */
+        int ok = tools_cgroup_create(model, (uint64_t)mbps * 1000000, &cg, &err) == 0;
+        if (!ok)
+            fprintf(stderr, "sluice bench coldstart: the raw read's cgroup: %s\n", err.msg);
         if (ok) {
             ok = raw_once(model, raw_bytes, &cg, &rr) == 0;
             tools_cgroup_destroy(&cg);
         }
         if (ok) {
             raw_rd[run] = rr.bytes_s;
+            raw_rb[run] = (double)rr.bytes;
             raws[nraw++] = (double)rr.file / rr.file_s / 1e6;
         }
         fprintf(stderr, "run %u %-24s %s\n", run + 1, "raw read", ok ? "" : "FAILED");
@@ -477,6 +495,9 @@ int bench_coldstart(int argc, char **argv)
     }
     double bound_io = rd_st.median;
     double bound = bound_io > 0 ? tools_bound_round(bound_io, bound_compute) : 0;
+    if (!nrd)
+        fprintf(stderr, "sluice bench coldstart: no raw read could be measured: the bound and "
+                        "every ratio to it are 0 (not measured; JSON bound_io_measured false)\n");
     /* the old rule: full's bytes over the median whole-file rate */
     double bound_rate_io = raw > 0 ? bytes_full / (raw * 1e6) : 0;
     double bound_rate = bound_rate_io > bound_compute ? bound_rate_io : bound_compute;
@@ -494,6 +515,13 @@ int bench_coldstart(int argc, char **argv)
     double bound_tiny_req_compute = peak > 0 ? (ops_req - ops_tiny_req) / (peak * 1e9) + tiny_req_s : 0;
     double bound_tiny = bound_io > bound_tiny_compute ? bound_io : bound_tiny_compute;
     double bound_tiny_req = bound_io > bound_tiny_req_compute ? bound_io : bound_tiny_req_compute;
+    /* their ratios per round too, against each round's own raw read */
+    double round_req[32] = {0}, round_tiny[32] = {0}, round_tiny_req[32] = {0};
+    for (uint32_t run = 0; run < runs; run++) {
+        round_req[run] = tools_bound_round(raw_rd[run], bound_req_compute);
+        round_tiny[run] = tools_bound_round(raw_rd[run], bound_tiny_compute);
+        round_tiny_req[run] = tools_bound_round(raw_rd[run], bound_tiny_req_compute);
+    }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", model);
     cJSON_AddNumberToObject(o, "prompt_tokens", tokens);
@@ -505,6 +533,7 @@ int bench_coldstart(int argc, char **argv)
     cJSON_AddStringToObject(o, "gemm_peak_kernel", npu_kernel_name(peak_kern));
     cJSON_AddNumberToObject(o, "prefill_gops", ops / 1e9);
     cJSON_AddNumberToObject(o, "bound_s", bound);
+    cJSON_AddBoolToObject(o, "bound_io_measured", nrd > 0);
     cJSON_AddNumberToObject(o, "bound_io_s", bound_io);
     cJSON_AddNumberToObject(o, "bound_io_min_s", rd_st.min);
     cJSON_AddNumberToObject(o, "bound_io_max_s", rd_st.max);
@@ -556,10 +585,13 @@ int bench_coldstart(int argc, char **argv)
             bn[i] = samples[k][i].bubble_npu;
             bc[i] = samples[k][i].bubble_cpu;
         }
-        struct tools_stats ts, bns, bcs, xs;
+        struct tools_stats ts, bns, bcs, xs, xreq, xtiny, xtreq;
         if (tools_stats_compute(t, n, &ts) < 0 || tools_stats_compute(bn, n, &bns) < 0 ||
             tools_stats_compute(bc, n, &bcs) < 0 ||
-            tools_bound_ratios(tt[k], round_bound, runs, &xs) < 0) {
+            tools_bound_ratios(tt[k], round_bound, runs, &xs) < 0 ||
+            tools_bound_ratios(tt[k], round_req, runs, &xreq) < 0 ||
+            tools_bound_ratios(tt[k], round_tiny, runs, &xtiny) < 0 ||
+            tools_bound_ratios(tt[k], round_tiny_req, runs, &xtreq) < 0) {
             fprintf(stderr, "sluice bench coldstart: out of memory\n");
             cJSON_Delete(o);
             return 1;
@@ -583,8 +615,8 @@ int bench_coldstart(int argc, char **argv)
         /* the median run's exec-to-last-slice time over the raw read of its
          * bytes: its round's (scaled to its bytes), else at the median rate */
         double raw_s = raw > 0 ? m.bytes / (raw * 1e6) : 0;
-        if (n && raw_rd[m.round] > 0 && bytes_full > 0)
-            raw_s = raw_rd[m.round] * m.bytes / bytes_full;
+        if (n && raw_rd[m.round] > 0 && raw_rb[m.round] > 0)
+            raw_s = raw_rd[m.round] * m.bytes / raw_rb[m.round];
         double x_raw = raw_s > 0 && m.load > 0 ? (m.start + m.load) / raw_s : 0;
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "policy", contenders[k].name);
@@ -597,10 +629,9 @@ int bench_coldstart(int argc, char **argv)
         cJSON_AddNumberToObject(e, "ratio_to_bound_rounds", (double)xs.n);
         cJSON_AddNumberToObject(e, "ratio_to_rate_bound", bound_rate > 0 ? md / bound_rate : 0);
         cJSON_AddNumberToObject(e, "read_over_raw", x_raw);
-        cJSON_AddNumberToObject(e, "ratio_to_required_bound", bound_req > 0 ? md / bound_req : 0);
-        cJSON_AddNumberToObject(e, "ratio_to_tiny_bound", bound_tiny > 0 ? md / bound_tiny : 0);
-        cJSON_AddNumberToObject(e, "ratio_to_tiny_required_bound",
-                                bound_tiny_req > 0 ? md / bound_tiny_req : 0);
+        cJSON_AddNumberToObject(e, "ratio_to_required_bound", xreq.median);
+        cJSON_AddNumberToObject(e, "ratio_to_tiny_bound", xtiny.median);
+        cJSON_AddNumberToObject(e, "ratio_to_tiny_required_bound", xtreq.median);
         cJSON_AddNumberToObject(e, "bytes_read", m.bytes);
         cJSON_AddNumberToObject(e, "peak_rss_mb", rss);
         cJSON_AddNumberToObject(e, "rss_over_int8_kv", mem_base_mb > 0 ? rss / mem_base_mb : 0);
@@ -623,7 +654,7 @@ int bench_coldstart(int argc, char **argv)
                 "%-24s %8.3f %8.3f %7.3f %8.3f %6.3f %7.2f %6.3f %7.3f %6.3f %6.3f %7.3f %7.3f %7.3f %7.3f %7.3f "
                 "%7.2f %7.2f %8.1f %8.0f %6.2f\n",
                 contenders[k].name, mn, md, xs.median, xs.min, bound_rate > 0 ? md / bound_rate : 0,
-                bound_tiny > 0 ? md / bound_tiny : 0, m.start, m.load, m.tail, x_raw, m.unpack,
+                xtiny.median, m.start, m.load, m.tail, x_raw, m.unpack,
                 m.prefault, m.npu, m.cpu, m.stall, m.bubble_npu, m.bubble_cpu, m.bytes / 1e6, rss,
                 mem_base_mb > 0 ? rss / mem_base_mb : 0);
     }

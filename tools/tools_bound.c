@@ -29,6 +29,8 @@ int tools_raw_read(const char *path, uint64_t bytes, struct tools_raw_read *out)
         if (!tb && want > off && want - off < n)
             n = (size_t)(want - off); /* one request ends at the asked bytes */
         k = pread(fd, buf, n, (off_t)off);
+        if (k < 0 && errno == EINTR)
+            continue;
         if (k <= 0)
             break;
         off += (uint64_t)k;

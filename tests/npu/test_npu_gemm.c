@@ -39,7 +39,7 @@ static void fill(int8_t *x, size_t n, int mode)
  * not NULL) the float added to what ya holds. */
 static void run(enum npu_kernel kern, int tile, const struct npu_gemm_b *b, const int8_t *a,
                 uint32_t m, uint32_t r0, uint32_t r1, float act, const float *scale, int32_t *c,
-                float *y, float *ya)
+                float *y, float *ya, size_t ldya)
 {
     const struct npu_kernel_ops *ops = npu_kernel_ops(kern);
     uint8_t *stage = malloc(npu_gemm_prep_bytes(b->k4, m));
@@ -54,6 +54,7 @@ static void run(enum npu_kernel kern, int tile, const struct npu_gemm_b *b, cons
     ops->gemm(&g);
     if (ya) {
         g.y = ya;
+        g.ldy = ldya;
         g.add = 1;
         ops->gemm(&g);
     }
@@ -122,14 +123,17 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
     int32_t *ref = malloc(sizeof(int32_t) * cnt + 4), *got = malloc(sizeof(int32_t) * cnt + 4);
     float *yref = malloc(sizeof(float) * cnt + 4), *ygot = malloc(sizeof(float) * cnt + 4);
     /* the residual the add pass adds to (random, of the outputs' magnitude
-     * and far beyond it), and its sums with the reference's floats */
-    float *base = malloc(sizeof(float) * cnt + 4), *sum = malloc(sizeof(float) * cnt + 4);
-    float *yadd = malloc(sizeof(float) * cnt + 4);
+     * and far beyond it), and its sums with the reference's floats; its rows
+     * are a wider stride apart (as the pipeline's residual rows are), with
+     * a sentinel between them that no kernel may touch */
+    const size_t lda2 = w + 37, cnt2 = (size_t)m * lda2;
+    float *base = malloc(sizeof(float) * cnt2 + 4), *sum = malloc(sizeof(float) * cnt + 4);
+    float *yadd = malloc(sizeof(float) * cnt2 + 4);
+    for (size_t i = 0; i < cnt2; i++)
+        base[i] = i % lda2 < w ? (test_rng_float(&rng) - 0.5f) * (i % 3 ? 40.0f : 1e5f) : 7.25f;
+    run(NPU_KERNEL_SCALAR, 0, pb, a, m, r0, r1, act, scale, ref, yref, NULL, 0);
     for (size_t i = 0; i < cnt; i++)
-        base[i] = (test_rng_float(&rng) - 0.5f) * (i % 3 ? 40.0f : 1e5f);
-    run(NPU_KERNEL_SCALAR, 0, pb, a, m, r0, r1, act, scale, ref, yref, NULL);
-    for (size_t i = 0; i < cnt; i++)
-        sum[i] = base[i] + yref[i];
+        sum[i] = base[i / w * lda2 + i % w] + yref[i];
     for (int kern = 0; kern < NPU_KERNEL_COUNT; kern++) {
         if (!npu_kernel_available((enum npu_kernel)kern))
             continue;
@@ -137,8 +141,14 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
         for (int t = 0; t < ops->tiles; t++) {
             memset(got, 0x55, sizeof(int32_t) * cnt);
             memset(ygot, 0x55, sizeof(float) * cnt);
-            memcpy(yadd, base, sizeof(float) * cnt);
-            run((enum npu_kernel)kern, t, pb, a, m, r0, r1, act, scale, got, ygot, yadd);
+            memcpy(yadd, base, sizeof(float) * cnt2);
+            run((enum npu_kernel)kern, t, pb, a, m, r0, r1, act, scale, got, ygot, yadd, lda2);
+            for (size_t i = 0; i < cnt2; i++)
+                if (i % lda2 >= w && yadd[i] != 7.25f)
+                    fail_msg("%s tile %s m=%u n=%u k=%u range [%u,%u): the add wrote past its "
+                             "row's channels (y[%zu][%zu])",
+                             npu_kernel_name((enum npu_kernel)kern), ops->tile_names[t], m, n, k,
+                             r0, r1, i / lda2, i % lda2);
             for (size_t i = 0; i < cnt; i++) {
                 if (got[i] != ref[i])
                     fail_msg("%s tile %s m=%u n=%u k=%u range [%u,%u) mode %d: C[%zu][%zu] = "
@@ -150,11 +160,12 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
                              "scalar %.9g",
                              npu_kernel_name((enum npu_kernel)kern), ops->tile_names[t], m, n, k,
                              r0, r1, i / w, i % w, (double)ygot[i], (double)yref[i]);
-                if (memcmp(&yadd[i], &sum[i], sizeof(float)))
+                if (memcmp(&yadd[i / w * lda2 + i % w], &sum[i], sizeof(float)))
                     fail_msg("%s tile %s m=%u n=%u k=%u range [%u,%u): y[%zu][%zu] added = %.9g, "
                              "residual + scalar %.9g",
                              npu_kernel_name((enum npu_kernel)kern), ops->tile_names[t], m, n, k,
-                             r0, r1, i / w, i % w, (double)yadd[i], (double)sum[i]);
+                             r0, r1, i / w, i % w, (double)yadd[i / w * lda2 + i % w],
+                             (double)sum[i]);
             }
         }
         /* the public entry (allocates its own staging, default tiling) */

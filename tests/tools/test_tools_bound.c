@@ -35,8 +35,10 @@ static void test_raw_read(void **state)
     const char *p = write_file("model", len);
     struct tools_raw_read rr;
     int ret = tools_raw_read(p, 20 * MIB + 1, &rr);
-    if (ret == -EINVAL)
-        test_skip_all("no O_DIRECT on the temporary directory's file system");
+    if (ret == -EINVAL) { /* the ratio rules (test_round_and_ratios) still run */
+        printf("no O_DIRECT on the temporary directory's file system: raw read not checked\n");
+        skip();
+    }
     assert_int_equal(ret, 0);
     assert_true(rr.bytes == 20 * MIB + 4096);
     assert_true(rr.file == len);
@@ -78,8 +80,8 @@ static void test_round_and_ratios(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_raw_read),
         cmocka_unit_test(test_round_and_ratios),
+        cmocka_unit_test(test_raw_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
