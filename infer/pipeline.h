@@ -214,6 +214,9 @@ struct pl {
         int int8;
         float act;
         int term; /* the model's linear term wants it: PL_SHADOW tasks per chunk */
+        int packed_mm; /* packed residency, one-row matmuls (the classifier, the trimmed
+                          last layer's Q, O and FFN): straight from the packed codes on
+                          the CPU workers, never unpacked (pl_graph_build) */
     } (*lin_info)[FORMAT_ROLE_COUNT];
 
     uint64_t t_start, t_logits, t_loaded;
@@ -270,7 +273,6 @@ struct pl {
                                 * completed its matmul once it has unlocked */
     uint32_t *parked;       /* unpacking tasks whose linear is not admitted yet */
     uint32_t n_parked;
-    int cls_packed;         /* the classifier's matmul straight from its packed bytes (CPU) */
     int trim_last;          /* the last layer trimmed (enum pl_trim) */
 
     /* the chunks' activations (pipeline_acts.c): x of every row (d too where
