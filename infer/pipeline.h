@@ -214,6 +214,9 @@ struct pl {
         int int8;
         float act;
         int term; /* the model's linear term wants it: PL_SHADOW tasks per chunk */
+        int packed_mm; /* packed residency, one-row matmuls (the classifier, the trimmed
+                          last layer's Q, O and FFN): straight from the packed codes on
+                          the CPU workers, never unpacked (pl_graph_build) */
     } (*lin_info)[FORMAT_ROLE_COUNT];
 
     uint64_t t_start, t_logits, t_loaded;
@@ -270,7 +273,6 @@ struct pl {
                                 * completed its matmul once it has unlocked */
     uint32_t *parked;       /* unpacking tasks whose linear is not admitted yet */
     uint32_t n_parked;
-    int cls_packed;         /* the classifier's matmul straight from its packed bytes (CPU) */
     int trim_last;          /* the last layer trimmed (enum pl_trim) */
 
     /* the chunks' activations (pipeline_acts.c): x of every row (d too where
@@ -345,6 +347,12 @@ int pl_weights_unpack(struct infer_linear *lin, const struct format_tensor_info 
  * with borrow, as pl_weights_keep_bytes) or, INT8, as rows; no NPU copy. */
 int pl_weights_keep_packed(struct infer_linear *lin, const struct format_tensor_info *t,
                            const uint8_t *data, int borrow, struct sl_err *err);
+
+/* A linear whose matmul read its kept packed bytes (int8 residency's one-row
+ * linears, lin_info packed_mm) unpacked into the NPU's layout for decoding,
+ * its packed bytes let go; after the first token. 0 or a negative errno. */
+int pl_weights_unpack_kept(struct infer_linear *lin, const struct format_tensor_info *t,
+                           struct sl_err *err);
 
 /* A norm vector decoded into a new array at *out (the caller frees it, also
  * on failure when *out is set). */

@@ -340,7 +340,7 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         const uint8_t *data = p->slice_data[t->slice] + (ti2->offset - s->offset);
         /* the worker's scratch where its rows fit (fill_linear allocates otherwise) */
         int8_t *scratch = ti2->shape[1] <= p->fill_cols ? p->fill_scratch[w] : NULL;
-        if (t->layer < 0 && p->cls_packed) { /* its matmul reads the packed bytes */
+        if (p->lin_info[t->layer + 1][t->role].packed_mm) { /* its matmul reads the packed bytes */
             ret = 0;
         } else if (t->r1 > t->r0 || lin->npu) { /* a piece, or storage from the pool */
             uint32_t r1 = t->r1 > t->r0 ? t->r1 : lin->rows;
@@ -349,7 +349,9 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
             ret = pl_weights_unpack(lin, ti2, data, p->m->force_dynamic_act, 0, 1, scratch, &err);
         }
         /* packed residency: the first piece (or the whole tensor) keeps the bytes */
-        if (ret == 0 && p->o->resident == INFER_RESIDENT_PACKED && t->r0 == 0)
+        if (ret == 0 && t->r0 == 0 &&
+            (p->o->resident == INFER_RESIDENT_PACKED ||
+             p->lin_info[t->layer + 1][t->role].packed_mm))
             ret = pl_weights_keep_bytes(lin, ti2, data, p->m->slices != NULL, &err);
         pthread_mutex_lock(&p->lock);
         p->unpack_ns += sl_now_ns() - t0;
@@ -433,8 +435,11 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         uint32_t rows = t->role == FORMAT_ROLE_CLASSIFIER ? 1 : nr;
         x += (size_t)i0 * cols; /* PL_TRIM_LAST: int8 weights (trim_allowed), only here */
         y += (size_t)i0 * lin->rows;
-        if (!lin->npu && lin->upk) { /* packed residency's classifier */
-            ret = mm_packed(lin, b->xq[t->role], rows, b->act[t->role], y, t->r0, t->r1, &err);
+        if (!lin->npu && lin->upk) { /* packed residency's one-row matmuls (lin_info packed_mm) */
+            ret = mm_packed(lin, b->xq[t->role] + (size_t)i0 * cols, rows, b->act[t->role], y,
+                            t->r0, t->r1, &err);
+            if (ret == 0)
+                pl_mm_residual(p, t, 0);
             break;
         }
         if (!lin->npu) {

@@ -9,16 +9,21 @@
  * three decoding steps after the prefill equal the forward's (the last
  * layer's cache holds every prompt row). With dynamic scales the trim is
  * refused (a row's scale would depend on the others): the same task count
- * as with no_trim_last. */
+ * as with no_trim_last. With packed residency the trimmed layer's one-row
+ * linears (Q, O, gate, up, down) are multiplied straight from their packed
+ * codes: none of them takes int8 storage from the pool; with int8 residency
+ * too, their int8 copies made after the first token (no packed bytes left). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "infer.h"
+#include "infer_internal.h"
 #include "testutil.h"
 #include "tiny_q5.h"
 
 static char dyn_model[4096], static_model[4096], float_model[4096];
+static uint64_t last_int8; /* the last prefill's int8 pool bytes given (fresh + reused) */
 
 /* The float model, its 5-bit copy with dynamic scales and one with static
  * scales calibrated through the runtime's observer. */
@@ -50,7 +55,14 @@ static uint32_t prefill(const char *model, enum infer_policy pol, enum infer_res
     if (infer_pipeline_prefill(model, ids, n, &o, pm, ps, lg, &st, &err) < 0)
         fail_msg("%s, policy %s, chunk %u, %u tokens, no_trim %d: %s", model,
                  infer_policy_name(pol), chunk, n, no_trim, err.msg);
+    last_int8 = st.int8_pool_fresh + st.int8_pool_reused;
     return st.tasks;
+}
+
+/* Policies that split matmuls (pipeline.h, pl_granular): packed residency's pool. */
+static int pl_granular_policy(enum infer_policy p)
+{
+    return p == INFER_POLICY_FULL || p == INFER_POLICY_SEQUENTIAL_GRANULAR;
 }
 
 /* Trimmed and untrimmed prefill against the forward; 1 if the trim cut
@@ -70,7 +82,18 @@ static int check(const char *model, enum infer_policy pol, enum infer_resident r
     assert_int_equal(infer_state_create(m, chunk, &s, &err), 0);
     assert_int_equal(infer_forward(m, s, ids, n, 0, a, INFER_LOGITS_LAST, &err), 0);
     uint32_t trimmed = prefill(model, pol, res, chunk, ids, n, 0, b, &pm, &ps);
+    uint64_t int8_trimmed = last_int8;
     uint32_t whole = prefill(model, pol, res, chunk, ids, n, 1, u, &um, &us);
+    if (res == INFER_RESIDENT_PACKED && pl_granular_policy(pol) && !strcmp(model, static_model)) {
+        /* the trimmed layer's Q, O, gate, up and down: no int8 copy at all */
+        const struct format_config *c = infer_model_config(m);
+        uint64_t q = (uint64_t)c->n_heads * c->head_dim,
+                 one_row = 2 * q * c->dim + 3 * (uint64_t)c->hidden_dim * c->dim;
+        if (int8_trimmed + one_row > last_int8)
+            fail_msg("%s, chunk %u, %u tokens: trimmed run took %llu int8 bytes, untrimmed %llu",
+                     model, chunk, n, (unsigned long long)int8_trimmed,
+                     (unsigned long long)last_int8);
+    }
     if (memcmp(a, b, sizeof(float) * V) != 0)
         fail_msg("%s, policy %s, chunk %u, %u tokens: trimmed logits differ from the forward",
                  model, infer_policy_name(pol), chunk, n);
@@ -78,6 +101,21 @@ static int check(const char *model, enum infer_policy pol, enum infer_resident r
         fail_msg("%s, policy %s, chunk %u, %u tokens: untrimmed logits differ", model,
                  infer_policy_name(pol), chunk, n);
     assert_true(trimmed <= whole);
+    /* int8 residency: the one-row linears' int8 copies made after the first token */
+    if (res == INFER_RESIDENT_INT8 && strcmp(model, float_model) != 0) {
+        static const uint32_t roles[] = {
+            FORMAT_ROLE_WQ,     FORMAT_ROLE_WK,   FORMAT_ROLE_WV,     FORMAT_ROLE_WO,
+            FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP, FORMAT_ROLE_W_DOWN, FORMAT_ROLE_CLASSIFIER};
+        int L = (int)infer_model_config(pm)->n_layers;
+        for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++) {
+            int layer = roles[k] == FORMAT_ROLE_CLASSIFIER ? -1 : L - 1;
+            const struct infer_linear *lin = infer_model_linear(pm, layer, roles[k]);
+            if (!lin->npu || lin->upk)
+                fail_msg(
+                    "%s, policy %s, chunk %u, %u tokens: layer %d %s not int8 after the prefill",
+                    model, infer_policy_name(pol), chunk, n, layer, format_role_name(roles[k]));
+        }
+    }
     /* decoding reads the last layer's keys and values of every prompt row */
     for (uint32_t k = 0; k < 3; k++) {
         int t = 7 + (int)k * 11;
@@ -113,6 +151,9 @@ static void test_trim_static(void **st)
     }
     assert_true(check(static_model, INFER_POLICY_FULL, INFER_RESIDENT_INT8, 16, 40));
     assert_true(check(static_model, INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 64, 150));
+    check(static_model, INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 64, 64);
+    check(static_model, INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 16, 1);
+    check(static_model, INFER_POLICY_SEQUENTIAL_GRANULAR, INFER_RESIDENT_PACKED, 16, 40);
 }
 
 static void test_trim_refused_dynamic(void **st)
