@@ -171,25 +171,14 @@ size_t infer_session_drop_int8(struct infer_session *s)
 static int run_chain(struct infer_session *s, const int *tokens, uint32_t n, float *all,
                      struct sl_err *err)
 {
-    uint32_t last = n - 1, *rows = NULL;
+    const uint32_t last = n - 1;
     infer_session_drop_int8(s); /* after the first token, not before it (its TTFT) */
-    struct infer_batch b = {.n = n, .tokens = tokens, .logits_rows = &last, .n_logits = 1};
-    if (all) {
-        if (!(rows = malloc(sizeof(uint32_t) * n))) {
-            sl_err_set(err, "out of memory for the prefill's rows");
-            return -ENOMEM;
-        }
-        for (uint32_t i = 0; i < n; i++)
-            rows[i] = i;
-        b.logits_rows = rows;
-        b.n_logits = n;
-    }
     s->has_logits = 0;
     s->next = -1;
     uint64_t jobs = s->st->npu_jobs;
-    int ret = infer_forward_batch(s->m, s->st, &b, all ? all : s->logits, err);
+    int ret = infer_forward(s->m, s->st, tokens, n, s->st->kv->len, all ? all : s->logits,
+                            all ? INFER_LOGITS_ALL : INFER_LOGITS_LAST, err);
     s->stats.npu_jobs += s->st->npu_jobs - jobs;
-    free(rows);
     if (ret == 0 && all)
         memcpy(s->logits, all + (size_t)last * s->m->cfg.vocab_size,
                sizeof(float) * s->m->cfg.vocab_size);

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "npu_amx_cfg.h"
 #include "common.h"
 #include "npu_est.h"
 
@@ -47,13 +48,6 @@ void npu_est_amx_prep(const int8_t *a, uint32_t m, uint32_t k, uint32_t k4, uint
     }
     memset(out + (size_t)m * k4, 0, (size_t)(m16 - m) * k4);
 }
-
-struct tilecfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
 
 /* The int32 tile at t (row stride ld ints) of rows [0, nrow) and channels
  * [0, ncol) of block channel c0 to the output at row i0, channel c0 + j. */
@@ -135,7 +129,7 @@ void npu_est_gemm_amx(const struct npu_gemm_args *g)
     const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
     const uint32_t mt = (m + 15) / 16; /* row tiles (the staging's zero rows fill the last) */
     int32_t buf[16 * 16] __attribute__((aligned(64)));
-    struct tilecfg cfg;
+    struct npu_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {

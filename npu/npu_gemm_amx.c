@@ -51,21 +51,16 @@
 #include <string.h>
 
 #include "common.h"
+#include "npu_amx_cfg.h"
 #include "npu_gemm_internal.h"
 #include "npu_store_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 
-struct tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
 /* tmm0..3: C (row tile r, block j at 2r + j); tmm4, 5: A; tmm6, 7: B. */
 static void configure(uint32_t mr)
 {
-    struct tilecfg cfg __attribute__((aligned(64)));
+    struct npu_tilecfg cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {

@@ -12,18 +12,13 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "npu_amx_cfg.h"
 #include "npu_internal.h"
-
-struct tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
 
 /* tmm0..3: C (16 channels x m rows, int32); tmm4..6: A (weights); tmm7: B. */
 static void configure(uint32_t m)
 {
-    struct tilecfg cfg __attribute__((aligned(64)));
+    struct npu_tilecfg cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {
