@@ -249,29 +249,6 @@ static void reclaim_join(struct pl *p)
         pl_map_release(p, (int)p->rel_layer[--n_rel] - 1);
 }
 
-/* int8 residency: the linears whose one-row matmuls read their packed bytes
- * (lin_info packed_mm: the classifier, the trimmed last layer's Q, O and
- * FFN) unpacked into int8 for decoding, after the first token, off its
- * critical path. 0 or a negative errno. */
-static int unpack_kept(struct pl *p, struct sl_err *err)
-{
-    for (int l = -1; l < (int)p->c->n_layers; l++)
-        for (uint32_t role = 0; role < FORMAT_ROLE_COUNT; role++) {
-            if (!p->lin_info[l + 1][role].packed_mm)
-                continue;
-            int ti = format_reader_find(p->r, l, role);
-            if (ti < 0) {
-                sl_err_set(err, "layer %d %s: no tensor to unpack", l, format_role_name(role));
-                return -EINVAL;
-            }
-            int ret = pl_weights_unpack_kept(pl_graph_linear(p, l, role),
-                                             format_reader_tensor(p->r, (uint32_t)ti), err);
-            if (ret < 0)
-                return ret;
-        }
-    return 0;
-}
-
 int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
                            const struct infer_pipeline_opts *opts, struct infer_model **model,
                            struct infer_state **state, float *logits,
@@ -597,8 +574,6 @@ join:
     pl_acts_fini(p); /* before the embedding comes in */
     /* decoding needs the (untied) embedding: read after the first token */
     ret = o.no_decode ? 0 : pl_embed_finish(p, err);
-    if (ret == 0 && !o.no_decode && o.resident == INFER_RESIDENT_INT8)
-        ret = unpack_kept(p, err);
     if (ret < 0)
         goto out;
     p->m->globals_loaded = 1;

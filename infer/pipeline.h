@@ -348,12 +348,6 @@ int pl_weights_unpack(struct infer_linear *lin, const struct format_tensor_info 
 int pl_weights_keep_packed(struct infer_linear *lin, const struct format_tensor_info *t,
                            const uint8_t *data, int borrow, struct sl_err *err);
 
-/* A linear whose matmul read its kept packed bytes (int8 residency's one-row
- * linears, lin_info packed_mm) unpacked into the NPU's layout for decoding,
- * its packed bytes let go; after the first token. 0 or a negative errno. */
-int pl_weights_unpack_kept(struct infer_linear *lin, const struct format_tensor_info *t,
-                           struct sl_err *err);
-
 /* A norm vector decoded into a new array at *out (the caller frees it, also
  * on failure when *out is set). */
 int pl_weights_decode_norm(const struct format_tensor_info *t, const uint8_t *data, float **out);

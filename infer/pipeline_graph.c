@@ -278,12 +278,11 @@ static int input_splits(const struct pl *p, int layer, uint32_t role)
  * only the last chunk's last row computes (K and V: every row). Packed
  * residency takes these straight from the packed codes: unpacking a whole
  * tensor into int8 for one row cost more than the product (issue 22: the
- * cold start's tail after the last slice); int8 residency too, its decoding's
- * int8 copies unpacked after the first token. */
+ * cold start's tail after the last slice). */
 static int one_row_linear(const struct pl *p, int layer, uint32_t role)
 {
-    if (layer < 0) /* int8 residency: not a tied one (its rows are looked up) */
-        return p->o->resident == INFER_RESIDENT_PACKED || !p->c->tied_embedding;
+    if (layer < 0)
+        return 1;
     if (!p->trim_last || (uint32_t)layer + 1 != p->c->n_layers)
         return 0;
     return role == FORMAT_ROLE_WQ || role == FORMAT_ROLE_WO || role == FORMAT_ROLE_W_GATE ||
@@ -342,15 +341,13 @@ static int add_slice_tasks(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_C
              * the pool when admitted (pipeline_pool.c); a linear whose
              * matmul is one row (one_row_linear) runs from its packed bytes
              * with decoding's dot kernel (no int8 at all) */
-            int packable = pl_granular(p->o->policy) && ti->encoding != FORMAT_ENC_Q8_CHANNEL &&
-                           format_encoding_traits(ti->encoding)->quantized &&
-                           !p->lin_info[layer + 1][role].term;
-            int one_row = packable && one_row_linear(p, layer, role);
-            /* int8 residency: only the one-row linears, unpacked for decoding
-             * after the first token (pl_weights_unpack_kept) */
-            int packed = packable && (p->o->resident == INFER_RESIDENT_PACKED || one_row);
+            int packed = p->o->resident == INFER_RESIDENT_PACKED &&
+                         pl_granular(p->o->policy) && ti->encoding != FORMAT_ENC_Q8_CHANNEL &&
+                         format_encoding_traits(ti->encoding)->quantized &&
+                         !p->lin_info[layer + 1][role].term;
             if (packed) {
                 struct infer_linear *lin = pl_graph_linear(p, layer, role);
+                int one_row = one_row_linear(p, layer, role);
                 ret = pl_weights_prepare(lin, ti, p->m->force_dynamic_act, 0, 0, &p->err);
                 if (ret == 0 && !one_row)
                     ret = pl_pool_add(p, layer, role, rows, (uint32_t)ti->shape[1]);

@@ -349,9 +349,7 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
             ret = pl_weights_unpack(lin, ti2, data, p->m->force_dynamic_act, 0, 1, scratch, &err);
         }
         /* packed residency: the first piece (or the whole tensor) keeps the bytes */
-        if (ret == 0 && t->r0 == 0 &&
-            (p->o->resident == INFER_RESIDENT_PACKED ||
-             p->lin_info[t->layer + 1][t->role].packed_mm))
+        if (ret == 0 && p->o->resident == INFER_RESIDENT_PACKED && t->r0 == 0)
             ret = pl_weights_keep_bytes(lin, ti2, data, p->m->slices != NULL, &err);
         pthread_mutex_lock(&p->lock);
         p->unpack_ns += sl_now_ns() - t0;

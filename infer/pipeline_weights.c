@@ -173,36 +173,6 @@ int pl_weights_keep_bytes(struct infer_linear *lin, const struct format_tensor_i
     return 0;
 }
 
-/* A linear whose prefill read its kept packed bytes (int8 residency's
- * one-row matmuls) unpacked into the NPU's layout for decoding, its packed
- * bytes then let go: the linear ends as every other int8 one. 0 or a
- * negative errno (the linear then keeps its packed bytes, usable as such). */
-int pl_weights_unpack_kept(struct infer_linear *lin, const struct format_tensor_info *t,
-                           struct sl_err *err)
-{
-    if (lin->npu || !lin->upk)
-        return 0;
-    int ret = npu_weights_alloc(lin->rows, lin->cols, &lin->npu);
-    if (ret < 0) {
-        sl_err_set(err, "out of memory for '%s'", t->name);
-        return ret;
-    }
-    ret = pl_weights_fill(lin, t, lin->packed, 0, lin->rows, NULL, err);
-    if (ret < 0) {
-        npu_weights_destroy(lin->npu);
-        lin->npu = NULL;
-        return ret;
-    }
-    unpack_tensor_fini(lin->upk);
-    free(lin->upk);
-    if (!lin->packed_borrowed)
-        sl_free_aligned((void *)lin->packed);
-    lin->upk = NULL;
-    lin->packed = NULL;
-    lin->packed_borrowed = 0;
-    return 0;
-}
-
 int pl_weights_decode_norm(const struct format_tensor_info *t, const uint8_t *data, float **out)
 {
     *out = sl_malloc(sizeof(float) * t->shape[0]);
