@@ -594,7 +594,9 @@ enum infer_load {
 #define INFER_PIPELINE_MAX_CPU_WORKERS 8
 
 /* What a cold-started model keeps resident for decoding (`--resident`). The
- * prefill always computes from int8 weights in the NPU's layout; with
+ * prefill computes from int8 weights in the NPU's layout, except, with
+ * PACKED, the one-row products (the classifier's, and the trimmed last
+ * layer's Q, O, gate, up, down), which read the packed codes directly; with
  * PACKED the pipeline also keeps each quantized linear's packed bytes
  * (adaptive, bitplane, int4int8; q8 tensors stay int8), and the session
  * frees the int8 copies before its first decode step: decode reads the

@@ -23,10 +23,14 @@
 #include "infer.h"
 #include "quantizer.h"
 #include "testutil.h"
+#include "tiny_q5.h"
 
 #define WATCHDOG_S 20
 
-static char q_model[4096], f_model[4096];
+/* q_model: dynamic activation scales (no trimmed last layer); s_model:
+ * static ones, so the last layer is trimmed and its one-row products (and
+ * the classifier's) run from the packed codes with packed residency */
+static char q_model[4096], f_model[4096], s_model[4096];
 static long current_k; /* for the watchdog's message */
 
 static void watchdog(int sig)
@@ -56,6 +60,8 @@ static int setup(void **st)
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
+    if (tiny_q5_static_model(f_model, 5, s_model) < 0)
+        return -1;
     struct sigaction sa = {.sa_handler = watchdog};
     return sigaction(SIGALRM, &sa, NULL);
 }
@@ -174,6 +180,30 @@ static void test_float(void **st)
     sweep(f_model, &o, "float");
 }
 
+/* The trimmed last layer, each residency, two policies, mapped or read. */
+static void test_trimmed(void **st)
+{
+    (void)st;
+    static const struct {
+        enum infer_policy policy;
+        enum infer_resident resident;
+        int slices_read;
+        const char *what;
+    } cf[] = {
+        {INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 0, "trimmed, packed"},
+        {INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 1, "trimmed, packed, slices read"},
+        {INFER_POLICY_FULL, INFER_RESIDENT_INT8, 0, "trimmed, int8"},
+        {INFER_POLICY_SEQUENTIAL_GRANULAR, INFER_RESIDENT_INT8, 0, "trimmed, int8, granular"},
+    };
+    for (size_t i = 0; i < sizeof cf / sizeof cf[0]; i++) {
+        struct infer_pipeline_opts o = {.policy = cf[i].policy, .chunk = 16, .split = 16,
+                                        .steal_threshold = 5, .steal_ahead = 1.0,
+                                        .resident = cf[i].resident,
+                                        .slices_read = cf[i].slices_read};
+        sweep(s_model, &o, cf[i].what);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_full),
         cmocka_unit_test(test_sequential_read),
         cmocka_unit_test(test_float),
+        cmocka_unit_test(test_trimmed),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
