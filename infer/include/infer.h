@@ -93,7 +93,10 @@ void infer_state_destroy(struct infer_state *s);
 enum infer_logits_mode {
     INFER_LOGITS_NONE = 0, /* no classifier (e.g. calibration of the layers only) */
     INFER_LOGITS_LAST = 1, /* logits[vocab] for the last row only (first token) */
-    INFER_LOGITS_ALL = 2,  /* logits[n][vocab] for every row (evaluation) */
+    INFER_LOGITS_ALL = 2,  /* logits[n][vocab] for every row (evaluation); an int8
+                              classifier with dynamic activation scales runs a row at
+                              a time, so each row's logits are the ones that row gets
+                              alone (as with INFER_LOGITS_LAST) */
 };
 
 /* Runs tokens[0..n) at positions pos..pos+n-1 (n may exceed max_batch: it is
