@@ -88,6 +88,18 @@ static struct npu_job job_for(const struct npu_graph *g, const struct layer *L, 
     return j;
 }
 
+/* Runs all of L's rows through g on d: the output equals the reference. */
+static void run_all_rows(struct npu_device *d, const struct npu_graph *g, const struct layer *L)
+{
+    struct sl_err err;
+    float *want = expect(L, L->m, 0, L->n), *y = nan_buf((size_t)L->m * L->n);
+    struct npu_job j = job_for(g, L, L->m, y);
+    assert_int_equal(npu_device_run(d, &j, &err), 0);
+    assert_memory_equal(y, want, sizeof(float) * L->m * L->n);
+    free(want);
+    free(y);
+}
+
 static void test_graphs(void **st)
 {
     (void)st;
@@ -440,12 +452,7 @@ static void test_forced_tile(void **st)
                 assert_int_equal(info.tile, tile);
                 assert_int_equal(info.kernel, kern >= 0 ? (enum npu_kernel)kern
                                                         : npu_kernel_for_rows(L.m));
-                float *want = expect(&L, L.m, 0, L.n), *y = nan_buf((size_t)L.m * L.n);
-                struct npu_job j = job_for(g, &L, L.m, y);
-                assert_int_equal(npu_device_run(d, &j, &err), 0);
-                assert_memory_equal(y, want, sizeof(float) * L.m * L.n);
-                free(want);
-                free(y);
+                run_all_rows(d, g, &L);
                 layer_fini(&L);
             }
             npu_device_destroy(d);
@@ -512,12 +519,7 @@ static void test_probe_rule(void **st)
             } else {
                 assert_int_equal(info.tilings_timed, ops->tiles);
             }
-            float *want = expect(&L, L.m, 0, L.n), *y = nan_buf((size_t)L.m * L.n);
-            struct npu_job j = job_for(g, &L, L.m, y);
-            assert_int_equal(npu_device_run(d, &j, &err), 0);
-            assert_memory_equal(y, want, sizeof(float) * L.m * L.n);
-            free(want);
-            free(y);
+            run_all_rows(d, g, &L);
             layer_fini(&L);
         }
         npu_device_destroy(d);
