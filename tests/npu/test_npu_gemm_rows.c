@@ -10,7 +10,11 @@
  * model int16 saturation: with codes of 17..64 it differs from the exact
  * GEMM, so agreement on tiny codes is a real check. And the staged linear
  * (npu_stage_act once, npu_linear_s8_staged per refill) against
- * npu_linear_s8_range. Seed printed. */
+ * npu_linear_s8_range. Every GEMM also runs a third pass adding its float
+ * output to a random residual (npu_gemm_args.add, the pipeline's fused
+ * residual add) on a wider row stride: the scalar kernel's sums against
+ * residual + its own float output, the others against the scalar's, bit for
+ * bit, and no write past a row's channels. Seed printed. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,25 +53,38 @@ static void make(int8_t *a, size_t na, int8_t *b, uint32_t n, uint32_t k, int mo
 struct out {
     int32_t *c;
     float *y;
+    float *ya; /* the add pass's output: [m][w + ADD_PAD], the residual plus y */
 };
 
-/* One GEMM into o (int32, then float) through fn, or (fn NULL) the rows
+/* The add pass's rows are ADD_PAD floats wider than the outputs (the
+ * pipeline's residual rows are a wider stride apart), the gap a sentinel
+ * that no kernel may write. */
+#define ADD_PAD 5
+#define ADD_SENTINEL 7.25f
+
+/* One GEMM into o (int32, then float, then the float added to the residual
+ * res [m][w + ADD_PAD], npu_gemm_args.add) through fn, or (fn NULL) the rows
  * kernel / reference column by column (rows_fn). */
 static void run(void (*fn)(const struct npu_gemm_args *),
                 void (*rows_fn)(const struct npu_gemm_args *, uint32_t, int),
                 const struct npu_gemm_b *pb, const uint8_t *stage, uint32_t m, uint32_t r0,
-                uint32_t r1, const float *scale, struct out *o)
+                uint32_t r1, const float *scale, const float *res, struct out *o)
 {
     uint32_t w = r1 - r0;
     memset(o->c, 0x55, sizeof(int32_t) * m * w);
     memset(o->y, 0x55, sizeof(float) * m * w);
+    memcpy(o->ya, res, sizeof(float) * m * (w + ADD_PAD));
     struct npu_gemm_args g = {.b = pb, .a = stage, .m = m, .r0 = r0, .r1 = r1, .c = o->c,
                               .ldc = w, .act_scale = 0.0173f, .scale = scale};
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
         if (pass == 1) {
             g.c = NULL;
             g.y = o->y;
             g.ldy = w;
+        } else if (pass == 2) {
+            g.y = o->ya;
+            g.ldy = w + ADD_PAD;
+            g.add = 1;
         }
         if (fn) {
             fn(&g);
@@ -82,6 +99,15 @@ static void run(void (*fn)(const struct npu_gemm_args *),
 static void expect_same(const struct out *got, const struct out *ref, uint32_t m, uint32_t w,
                         const char *what, uint32_t n, uint32_t k, int mode)
 {
+    const size_t lda = w + ADD_PAD;
+    for (size_t i = 0; i < (size_t)m * lda; i++) {
+        if (i % lda >= w && got->ya[i] != ADD_SENTINEL)
+            fail_msg("%s m=%u n=%u k=%u mode %d: the add wrote past its row (y[%zu][%zu])", what,
+                     m, n, k, mode, i / lda, i % lda);
+        if (i % lda < w && memcmp(&got->ya[i], &ref->ya[i], sizeof(float)))
+            fail_msg("%s m=%u n=%u k=%u mode %d: y[%zu][%zu] added = %.9g, exact %.9g", what, m,
+                     n, k, mode, i / lda, i % lda, (double)got->ya[i], (double)ref->ya[i]);
+    }
     for (size_t i = 0; i < (size_t)m * w; i++) {
         if (got->c[i] != ref->c[i])
             fail_msg("%s m=%u n=%u k=%u mode %d: C[%zu][%zu] = %d, exact %d", what, m, n, k, mode,
@@ -105,19 +131,35 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
     struct npu_gemm_b *pb;
     assert_int_equal(npu_gemm_b_create(b, n, k, &pb), 0);
     const uint32_t w = r1 - r0;
+    const size_t lda = w + ADD_PAD;
     struct out o[4];
     for (int i = 0; i < 4; i++) {
         o[i].c = malloc(sizeof(int32_t) * m * w);
         o[i].y = malloc(sizeof(float) * m * w);
+        o[i].ya = malloc(sizeof(float) * m * lda);
         assert_non_null(o[i].c);
         assert_non_null(o[i].y);
+        assert_non_null(o[i].ya);
     }
+    /* the residual: random, of the outputs' magnitude and far beyond it */
+    float *res = malloc(sizeof(float) * m * lda);
+    assert_non_null(res);
+    for (size_t i = 0; i < (size_t)m * lda; i++)
+        res[i] = i % lda < w ? (test_rng_float(&rng) - 0.5f) * (i % 3 ? 0.5f : 1e5f) : ADD_SENTINEL;
     /* the exact GEMM, from the scalar staging */
     uint8_t *st_s = malloc(npu_gemm_prep_bytes(pb->k4, m)), *st = malloc(npu_gemm_prep_bytes(pb->k4, m));
     assert_non_null(st_s);
     assert_non_null(st);
     npu_ops_scalar.prep(a, k, m, k, pb->k4, 0, st_s);
-    run(npu_ops_scalar.gemm, NULL, pb, st_s, m, r0, r1, scale, &o[0]);
+    run(npu_ops_scalar.gemm, NULL, pb, st_s, m, r0, r1, scale, res, &o[0]);
+    /* the add's definition: the residual plus the float output, one rounding */
+    for (size_t i = 0; i < (size_t)m * w; i++) {
+        float want = res[i / w * lda + i % w] + o[0].y[i];
+        if (memcmp(&o[0].ya[i / w * lda + i % w], &want, sizeof(float)))
+            fail_msg("scalar m=%u n=%u k=%u mode %d: y[%zu][%zu] added = %.9g, residual + y %.9g",
+                     m, n, k, mode, i / w, i % w, (double)o[0].ya[i / w * lda + i % w],
+                     (double)want);
+    }
     /* the AVX2 staging (signed, 3-row interleave) is what the rows kernel
      * reads; the reference is portable C and reads it too */
     int avx2 = npu_kernel_available(NPU_KERNEL_AVX2);
@@ -134,24 +176,26 @@ static void check(uint32_t m, uint32_t n, uint32_t k, uint32_t r0, uint32_t r1, 
         all_tiny &= pb->tiny[bl];
     assert_true(all_tiny || mode == 3);
     if (all_tiny) {
-        run(NULL, npu_gemm_rows_ref, pb, st, m, r0, r1, scale, &o[1]);
+        run(NULL, npu_gemm_rows_ref, pb, st, m, r0, r1, scale, res, &o[1]);
         expect_same(&o[1], &o[0], m, w, "reference", n, k, mode);
     }
     if (avx2) {
         if (all_tiny) {
-            run(NULL, npu_gemm_rows_avx2, pb, st, m, r0, r1, scale, &o[2]);
+            run(NULL, npu_gemm_rows_avx2, pb, st, m, r0, r1, scale, res, &o[2]);
             expect_same(&o[2], &o[0], m, w, "rows kernel", n, k, mode);
         }
-        run(npu_gemm_avx2_tiles, NULL, pb, st, m, r0, r1, scale, &o[3]);
+        run(npu_gemm_avx2_tiles, NULL, pb, st, m, r0, r1, scale, res, &o[3]);
         expect_same(&o[3], &o[0], m, w, "avx2 tiles", n, k, mode);
-        run(npu_ops_avx2.gemm, NULL, pb, st, m, r0, r1, scale, &o[2]);
+        run(npu_ops_avx2.gemm, NULL, pb, st, m, r0, r1, scale, res, &o[2]);
         expect_same(&o[2], &o[3], m, w, "avx2 dispatched vs tiles", n, k, mode);
     }
     npu_gemm_b_destroy(pb);
     for (int i = 0; i < 4; i++) {
         free(o[i].c);
         free(o[i].y);
+        free(o[i].ya);
     }
+    free(res);
     free(st_s);
     free(st);
     free(a);
