@@ -293,7 +293,8 @@ int infer_step_attention(const struct infer_model *m, struct infer_kv *kv,
                          const struct infer_attention *attn, int layer, const struct infer_rows *r,
                          float *q, float *k, const float *v, uint32_t kv0, uint32_t kv1, float *out,
                          float *scratch);
-/* x += o (the attention's output projection); xb = rmsnorm(x) with the FFN norm. */
+/* x += o (the attention's output projection; o NULL: already added, as the
+ * pipeline's fused o projection does); xb = rmsnorm(x) with the FFN norm. */
 void infer_step_ffn_norm(const struct infer_model *m, int layer, float *x, const float *o,
                          float *xb, uint32_t n);
 /* g = silu(g) * u for columns [f0, f1) of n rows of F. */

@@ -28,7 +28,8 @@ int infer_step_attention(const struct infer_model *m, struct infer_kv *kv,
 void infer_step_ffn_norm(const struct infer_model *m, int layer, float *x, const float *o,
                          float *xb, uint32_t n)
 {
-    infer_op_add(x, o, (size_t)n * m->cfg.dim);
+    if (o)
+        infer_op_add(x, o, (size_t)n * m->cfg.dim);
     infer_op_rmsnorm(xb, x, m->layers[layer].ffn_norm, n, m->cfg.dim, m->cfg.norm_eps);
 }
 

@@ -391,12 +391,11 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     }
     case PL_FFN_NORM:
-        if (p->lin_info[t->layer + 1][FORMAT_ROLE_WO].term) /* else o's pieces added o */
-            infer_step_ffn_norm(p->m, t->layer, b->x + (size_t)i0 * D, b->o + (size_t)i0 * D,
-                                b->xf + (size_t)i0 * D, nr); /* xf may be o */
-        else
-            infer_op_rmsnorm(b->xf + (size_t)i0 * D, b->x + (size_t)i0 * D,
-                             p->m->layers[t->layer].ffn_norm, nr, D, p->m->cfg.norm_eps);
+        /* o's pieces added o to x already, unless o has a term; xf may be o */
+        infer_step_ffn_norm(p->m, t->layer, b->x + (size_t)i0 * D,
+                            p->lin_info[t->layer + 1][FORMAT_ROLE_WO].term ? b->o + (size_t)i0 * D
+                                                                           : NULL,
+                            b->xf + (size_t)i0 * D, nr);
         quantize_cols(p, b, t->layer, FORMAT_ROLE_W_GATE, b->xf, i0, nr, D, 0, D);
         quantize_cols(p, b, t->layer, FORMAT_ROLE_W_UP, b->xf, i0, nr, D, 0, D);
         /* their clipped elements now: the up matmul's output takes xf's memory */
