@@ -103,6 +103,7 @@ struct task {
     double est;             /* estimated seconds (llmnpu, stealing ahead) */
     int executor;           /* 0: NPU device, 1..: CPU worker; -1: not run */
     uint64_t t_ready, t0, t1; /* ready (all inputs there), started, finished */
+    uint64_t cpu_ns;        /* the executing thread's CPU time in it (traced runs only) */
     struct npu_job job;
 };
 
@@ -580,6 +581,9 @@ void pl_map_release(struct pl *p, int layer);
 /* ---- pipeline_trace.c: statistics and trace ------------------------------------------------ */
 
 void pl_stats_fill(struct pl *p, struct infer_pipeline_stats *st);
+/* The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), ns; 0 where
+ * unavailable. Read around a task only when the run writes a trace. */
+uint64_t pl_thread_cpu_ns(void);
 int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_stats *st);
 
 #endif

@@ -27,6 +27,7 @@ struct npu_job *pl_npu_next(void *ctx)
             pl_prepare_job(p, t);
             t->executor = 0;
             t->t0 = sl_now_ns();
+            t->cpu_ns = p->o->trace_path ? pl_thread_cpu_ns() : 0;
             p->running++;
             p->npu_running = ti;
             j = &t->job;
@@ -43,8 +44,10 @@ void pl_npu_done(void *ctx, struct npu_job *j)
     struct task *t = j->user;
     if (j->status == 0)
         pl_mm_residual(p, t, j->add); /* on the device thread, before its time ends */
+    uint64_t cpu1 = p->o->trace_path ? pl_thread_cpu_ns() : 0;
     pthread_mutex_lock(&p->lock);
     t->t1 = sl_now_ns();
+    t->cpu_ns = cpu1 > t->cpu_ns ? cpu1 - t->cpu_ns : 0;
     p->busy[0] += t->t1 - t->t0;
     p->running--;
     p->npu_running = UINT32_MAX;
@@ -191,9 +194,12 @@ void *pl_cpu_worker(void *arg)
             p->unpack_layer = layer > p->unpack_layer ? layer : p->unpack_layer;
         }
         pthread_mutex_unlock(&p->lock);
+        uint64_t cpu0 = p->o->trace_path ? pl_thread_cpu_ns() : 0;
         int ret = pl_run_task(p, ti, id, p->att_scratch[id]);
+        uint64_t cpu1 = p->o->trace_path ? pl_thread_cpu_ns() : 0;
         pthread_mutex_lock(&p->lock);
         t->t1 = sl_now_ns();
+        t->cpu_ns = cpu1 > cpu0 ? cpu1 - cpu0 : 0;
         p->busy[id] += t->t1 - t->t0;
         p->running--;
         /* a failed task or completion has stopped the run (pl_fail): the

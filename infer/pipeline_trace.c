@@ -4,9 +4,18 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pipeline.h"
+
+uint64_t pl_thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Writes the trace to path (through path.tmp, renamed when complete). */
 int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_stats *st)
@@ -63,12 +72,15 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
         else
             snprintf(name, sizeof name, "%s L%d C%u%s%s", pl_op_name(t->op), t->layer, t->chunk,
                      t->op == PL_ATTN ? " " : "", t->op == PL_ATTN ? p->st->attn->name : "");
-        /* args: how long the task waited ready for an executor */
+        /* args: how long the task waited ready for an executor, and the
+         * CPU time its thread spent in it (below the span: preempted) */
         double w = t->t_ready && t->t0 > t->t_ready ? (double)(t->t0 - t->t_ready) / 1e3 : 0;
         fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"B\", \"pid\": 1, \"tid\": %d, "
-                   "\"ts\": %.3f, \"args\": {\"ready_wait_us\": %.3f}},\n{\"name\": \"%s\", "
-                   "\"cat\": \"%s\", \"ph\": \"E\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f}",
-                name, pl_op_name(t->op), t->executor, b, w, name, pl_op_name(t->op), t->executor, e);
+                   "\"ts\": %.3f, \"args\": {\"ready_wait_us\": %.3f, \"cpu_us\": %.3f}},\n"
+                   "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"E\", \"pid\": 1, \"tid\": %d, "
+                   "\"ts\": %.3f}",
+                name, pl_op_name(t->op), t->executor, b, w, (double)t->cpu_ns / 1e3, name,
+                pl_op_name(t->op), t->executor, e);
     }
     for (uint32_t i = 0; i < p->n_pf; i++) {
         const struct prefault *pf = &p->pf[i];

@@ -147,8 +147,9 @@ static void test_trace(void **st)
     cJSON *ev = cJSON_GetObjectItem(j, "traceEvents");
     assert_true(cJSON_IsArray(ev));
     /* per track, every B is closed by an E of the same name, in order */
-    int depth[256] = {0}, spans = 0;
+    int depth[256] = {0}, spans = 0, tasks = 0, with_cpu = 0;
     char open_name[256][128];
+    double open_ts[256], open_cpu[256]; /* a task's start and its thread's CPU time in it */
     cJSON *e;
     cJSON_ArrayForEach(e, ev)
     {
@@ -166,13 +167,23 @@ static void test_trace(void **st)
             if (strcmp(cat, "load") && strcmp(cat, "prefault")) { /* a task: its wait */
                 cJSON *w = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "ready_wait_us");
                 assert_true(cJSON_IsNumber(w) && w->valuedouble >= 0);
+                cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "cpu_us");
+                assert_true(cJSON_IsNumber(c) && c->valuedouble >= 0);
+                open_cpu[tid] = c->valuedouble;
+                with_cpu += c->valuedouble > 0;
+                tasks++;
+            } else {
+                open_cpu[tid] = 0;
             }
+            open_ts[tid] = cJSON_GetObjectItem(e, "ts")->valuedouble;
             snprintf(open_name[tid], sizeof open_name[tid], "%s", name);
             depth[tid]++;
         } else {
             assert_string_equal(ph, "E");
             assert_int_equal(depth[tid], 1);
             assert_string_equal(open_name[tid], name);
+            /* the CPU time was read inside the span (1 us: the printed rounding) */
+            assert_true(open_cpu[tid] <= cJSON_GetObjectItem(e, "ts")->valuedouble - open_ts[tid] + 1.0);
             depth[tid]--;
             spans++;
         }
@@ -180,6 +191,7 @@ static void test_trace(void **st)
     for (int i = 0; i < 256; i++)
         assert_int_equal(depth[i], 0);
     assert_true(spans > 50);
+    assert_true(tasks > 0 && with_cpu > tasks / 2); /* the tasks' CPU times are there */
     cJSON *other = cJSON_GetObjectItem(j, "otherData");
     assert_non_null(cJSON_GetObjectItem(other, "bubble_npu"));
     cJSON_Delete(j);
