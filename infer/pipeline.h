@@ -103,7 +103,7 @@ struct task {
     double est;             /* estimated seconds (llmnpu, stealing ahead) */
     int executor;           /* 0: NPU device, 1..: CPU worker; -1: not run */
     uint64_t t_ready, t0, t1; /* ready (all inputs there), started, finished */
-    uint64_t cpu_ns;        /* the executing thread's CPU time in it (traced runs only) */
+    uint64_t cpu_ns;          /* the executing thread's CPU time in it (traced runs only) */
     struct npu_job job;
 };
 

@@ -75,10 +75,11 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
         /* args: how long the task waited ready for an executor, and the
          * CPU time its thread spent in it (below the span: preempted) */
         double w = t->t_ready && t->t0 > t->t_ready ? (double)(t->t0 - t->t_ready) / 1e3 : 0;
-        fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"B\", \"pid\": 1, \"tid\": %d, "
-                   "\"ts\": %.3f, \"args\": {\"ready_wait_us\": %.3f, \"cpu_us\": %.3f}},\n"
-                   "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"E\", \"pid\": 1, \"tid\": %d, "
-                   "\"ts\": %.3f}",
+        fprintf(f,
+                ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"B\", \"pid\": 1, \"tid\": %d, "
+                "\"ts\": %.3f, \"args\": {\"ready_wait_us\": %.3f, \"cpu_us\": %.3f}},\n"
+                "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"E\", \"pid\": 1, \"tid\": %d, "
+                "\"ts\": %.3f}",
                 name, pl_op_name(t->op), t->executor, b, w, (double)t->cpu_ns / 1e3, name,
                 pl_op_name(t->op), t->executor, e);
     }

@@ -102,11 +102,11 @@ static void expect_same(const struct out *got, const struct out *ref, uint32_t m
     const size_t lda = w + ADD_PAD;
     for (size_t i = 0; i < (size_t)m * lda; i++) {
         if (i % lda >= w && got->ya[i] != ADD_SENTINEL)
-            fail_msg("%s m=%u n=%u k=%u mode %d: the add wrote past its row (y[%zu][%zu])", what,
-                     m, n, k, mode, i / lda, i % lda);
+            fail_msg("%s m=%u n=%u k=%u mode %d: the add wrote past its row (y[%zu][%zu])", what, m,
+                     n, k, mode, i / lda, i % lda);
         if (i % lda < w && memcmp(&got->ya[i], &ref->ya[i], sizeof(float)))
-            fail_msg("%s m=%u n=%u k=%u mode %d: y[%zu][%zu] added = %.9g, exact %.9g", what, m,
-                     n, k, mode, i / lda, i % lda, (double)got->ya[i], (double)ref->ya[i]);
+            fail_msg("%s m=%u n=%u k=%u mode %d: y[%zu][%zu] added = %.9g, exact %.9g", what, m, n,
+                     k, mode, i / lda, i % lda, (double)got->ya[i], (double)ref->ya[i]);
     }
     for (size_t i = 0; i < (size_t)m * w; i++) {
         if (got->c[i] != ref->c[i])
