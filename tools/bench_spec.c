@@ -343,6 +343,10 @@ int bench_spec(int argc, char **argv)
             S.wall_spec_s[tasks[ti].k] += ks.wall_s;
             S.fwd_spec_s[tasks[ti].k] += ks.fwd_s;
             S.setup_spec_s[tasks[ti].k] += ks.setup_s;
+            S.cpu_plain_s[tasks[ti].k] += kp.cpu_s;
+            S.cpu_spec_s[tasks[ti].k] += ks.cpu_s;
+            S.tok_plain[tasks[ti].k] += kp.n;
+            S.tok_spec[tasks[ti].k] += ks.n;
             vlp[r] = lookup ? bench_spec_lookup_once(lookup, gguf, tasks[ti].prompt, n, 1) : 0;
             vl[r] = lookup ? bench_spec_lookup_once(lookup, gguf, tasks[ti].prompt, n, 0) : 0;
             if (kp.n != ks.n || memcmp(kp.t, ks.t, sizeof(int) * kp.n))

@@ -4,10 +4,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_spec.h"
 #include "tools_util.h"
+
+double bench_spec_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 int bench_spec_keep_tok(void *ctx, int tok)
 {
@@ -28,7 +36,7 @@ double bench_spec_decode_once(struct infer_model *m, const int *ids, uint32_t np
         return 0;
     double tps = 0;
     out->n = 0;
-    out->prefill_s = out->wall_s = out->fwd_s = out->setup_s = 0;
+    out->prefill_s = out->wall_s = out->fwd_s = out->setup_s = out->cpu_s = 0;
     /* the prefill with every row's logits for calibration, timed apart (TTFT);
      * n x vocab floats, so bounded (a 4K prompt of a 128K vocabulary is 2 GB) */
     uint32_t V = infer_model_config(m)->vocab_size;
@@ -56,6 +64,7 @@ double bench_spec_decode_once(struct infer_model *m, const int *ids, uint32_t np
     out->prefill_s = (double)(sl_now_ns() - tp) / 1e9;
     if (pre == 0) {
         uint64_t t0 = sl_now_ns();
+        double c0 = bench_spec_cpu_s();
         int ret;
         uint32_t got;
         struct infer_spec *sp = NULL;
@@ -79,6 +88,7 @@ double bench_spec_decode_once(struct infer_model *m, const int *ids, uint32_t np
         }
         double dt = (double)(sl_now_ns() - t0) / 1e9;
         out->wall_s = dt;
+        out->cpu_s = bench_spec_cpu_s() - c0;
         if (ret == 0 && dt > 0)
             tps = got / dt;
     }
