@@ -74,12 +74,12 @@ double bench_spec_decode_once(struct infer_model *m, const int *ids, uint32_t np
             if (ret == 0)
                 ret = infer_spec_generate(sp, n, NULL, 0, bench_spec_keep_tok, out, &got, err);
             uint64_t t2 = sl_now_ns();
-            if (sp)
+            if (sp) {
                 infer_spec_stats(sp, sst);
+                out->fwd_s = sst->verify_s + sst->plain_s;
+            }
             infer_spec_destroy(sp);
             out->setup_s = (double)(t1 - t0 + sl_now_ns() - t2) / 1e9;
-            if (sp)
-                out->fwd_s = sst->verify_s + sst->plain_s;
         } else {
             ret = infer_session_generate(s, n, NULL, 0, bench_spec_keep_tok, out, &got, err);
             struct infer_session_stats ss;
