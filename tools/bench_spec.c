@@ -95,7 +95,9 @@ static void usage(FILE *f)
             "                to profile one shape (perf record; no ratio unless N is 1)\n"
             "  --one-thread  with --verify-cost: also the same forwards on the calling\n"
             "                thread alone (a session without the NPU device thread),\n"
-            "                interleaved with the split ones; not with --resident packed\n"
+            "                interleaved with the split ones; not with --resident packed;\n"
+            "                with the task runs: plain and speculative decoding both on\n"
+            "                the calling thread alone (no hand-offs)\n"
             "  --resident R  with --verify-cost: the model's weights as loaded (default: int8,\n"
             "                or float for a float model) or packed residency\n"
             "                (a cold start that keeps the packed codes, as run --resident\n"
@@ -182,9 +184,9 @@ int bench_spec(int argc, char **argv)
         if (bad)
             return 2;
     }
-    if ((packed || one_thread || shape) && !cost_ctx) {
+    if ((packed || shape) && !cost_ctx) {
         fprintf(stderr, "sluice bench spec: %s goes with --verify-cost\n",
-                packed ? "--resident" : one_thread ? "--one-thread" : "--shape");
+                packed ? "--resident" : "--shape");
         return 2;
     }
     if (packed && one_thread) {
@@ -276,9 +278,10 @@ int bench_spec(int argc, char **argv)
     }
     uint32_t seq = infer_model_config(m)->seq_len;
     int *ids = malloc(sizeof(int) * seq);
-    struct bench_spec_keep kp = {.t = malloc(sizeof(int) * n), .cap = n};
+    struct bench_spec_keep kp = {.t = malloc(sizeof(int) * n), .cap = n, .no_npu = one_thread};
     struct bench_spec_keep ks = {
-        .t = malloc(sizeof(int) * n), .cap = n, .prefill_logits = calibrate == 2};
+        .t = malloc(sizeof(int) * n), .cap = n, .prefill_logits = calibrate == 2,
+        .no_npu = one_thread};
     double *v = malloc(sizeof(double) * runs * 4);
     cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "tasks");
     struct infer_spec_opts so = {.max_rows = rows, .calibrate = calibrate != 0,
@@ -335,6 +338,15 @@ int bench_spec(int argc, char **argv)
             sst.calib_s += one.calib_s;
             S.prefill_plain_s[tasks[ti].k] += kp.prefill_s;
             S.prefill_spec_s[tasks[ti].k] += ks.prefill_s;
+            S.wall_plain_s[tasks[ti].k] += kp.wall_s;
+            S.fwd_plain_s[tasks[ti].k] += kp.fwd_s;
+            S.wall_spec_s[tasks[ti].k] += ks.wall_s;
+            S.fwd_spec_s[tasks[ti].k] += ks.fwd_s;
+            S.setup_spec_s[tasks[ti].k] += ks.setup_s;
+            S.cpu_plain_s[tasks[ti].k] += kp.cpu_s;
+            S.cpu_spec_s[tasks[ti].k] += ks.cpu_s;
+            S.tok_plain[tasks[ti].k] += kp.n;
+            S.tok_spec[tasks[ti].k] += ks.n;
             vlp[r] = lookup ? bench_spec_lookup_once(lookup, gguf, tasks[ti].prompt, n, 1) : 0;
             vl[r] = lookup ? bench_spec_lookup_once(lookup, gguf, tasks[ti].prompt, n, 0) : 0;
             if (kp.n != ks.n || memcmp(kp.t, ks.t, sizeof(int) * kp.n))
@@ -414,6 +426,7 @@ int bench_spec(int argc, char **argv)
     cJSON_AddBoolToObject(root, "history", history != BENCH_SPEC_HIST_NONE);
     cJSON_AddBoolToObject(root, "history_shared", history >= BENCH_SPEC_HIST_SHARED);
     cJSON_AddStringToObject(root, "history_store", bench_spec_hist_names[history]);
+    cJSON_AddBoolToObject(root, "one_thread", one_thread);
     cJSON_AddBoolToObject(root, "greedy_identical", mismatch == 0);
     if (json) {
         char *s = cJSON_PrintUnformatted(root);

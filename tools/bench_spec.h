@@ -66,8 +66,19 @@ struct bench_spec_keep { /* the tokens generated, up to cap */
     uint32_t n, cap;
     int prefill_logits; /* in: a speculative run's prefill keeps every row's logits
                            (calibration from them: --calibrate-prefill) */
+    int no_npu;         /* in: the session runs without the NPU device thread
+                           (--one-thread: no hand-offs, the calling thread alone) */
     double prefill_s;   /* out: the prefill's time */
+    /* out: the decode's timed wall time; of it, the time in forwards (one-row
+     * steps and verifications) and, speculative, in infer_spec_create and
+     * _destroy (the indexes, calibration) */
+    double wall_s, fwd_s, setup_s;
+    double cpu_s; /* out: the process's CPU time over the timed decode (every
+                     thread's, the device thread's spin-waits included) */
 };
+/* CPU time of the process (every thread), s: what a decode or forward
+ * costs in work, less dependent on the load than the wall time. */
+double bench_spec_cpu_s(void);
 
 int bench_spec_keep_tok(void *ctx, int tok);
 /* One decode of n tokens after the prompt on a fresh session, plain (so
@@ -93,6 +104,12 @@ struct bench_spec_sums {
     double step_s[BENCH_SPEC_KINDS], verify_s[BENCH_SPEC_KINDS], draft_s[BENCH_SPEC_KINDS],
         calib_s[BENCH_SPEC_KINDS];
     double prefill_plain_s[BENCH_SPEC_KINDS], prefill_spec_s[BENCH_SPEC_KINDS];
+    /* decode wall time, of it in forwards, and (spec) in create/destroy */
+    double wall_plain_s[BENCH_SPEC_KINDS], fwd_plain_s[BENCH_SPEC_KINDS],
+        wall_spec_s[BENCH_SPEC_KINDS], fwd_spec_s[BENCH_SPEC_KINDS],
+        setup_spec_s[BENCH_SPEC_KINDS];
+    double cpu_plain_s[BENCH_SPEC_KINDS], cpu_spec_s[BENCH_SPEC_KINDS]; /* the decodes' CPU time */
+    uint32_t tok_plain[BENCH_SPEC_KINDS], tok_spec[BENCH_SPEC_KINDS]; /* tokens they made */
 };
 
 struct bench_spec_report_opts {

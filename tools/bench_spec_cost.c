@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_spec.h"
 #include "npu.h"
@@ -73,17 +72,6 @@ static void graph_cost(struct infer_model *m, uint32_t chunk, cJSON *j, int json
     cJSON_AddNumberToObject(o, "build_ms_total", build_ms);
     cJSON_AddNumberToObject(o, "layer_prefill_ms", layer_ms);
     cJSON_AddNumberToObject(o, "chunk", chunk);
-}
-
-/* CPU time of the process (every thread), ms: what a forward costs in
- * work, less dependent on whether the device thread got a core when it was
- * due than the wall time; it includes the threads' short spin-waits (the
- * device's NPU_SPIN_NS polls), so it still moves somewhat with load. */
-static double cpu_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* --verify-cost: the time of one forward of 1, 4, 8 and 16 rows (a draft
@@ -157,11 +145,11 @@ int bench_spec_cost(struct infer_model *m, const char *path, uint32_t ctx, uint3
                                         .logits_rows = rows,
                                         .n_logits = n};
                 struct infer_state *st = infer_session_state(ss);
-                double c0 = cpu_ms();
+                double c0 = 1e3 * bench_spec_cpu_s();
                 uint64_t t0 = sl_now_ns();
                 ret = infer_forward_batch(infer_session_model(ss), st, &b, lg, &err);
                 t[(which * 4 + k) * runs + r] = (double)(sl_now_ns() - t0) / 1e6;
-                tc[(which * 4 + k) * runs + r] = cpu_ms() - c0;
+                tc[(which * 4 + k) * runs + r] = 1e3 * bench_spec_cpu_s() - c0;
                 if (ret == 0)
                     ret = infer_kv_truncate(infer_state_kv(st), ctx);
             }

@@ -38,6 +38,26 @@ void bench_spec_report(const struct bench_spec_sums *S, const struct bench_spec_
                    S->rounds[k] + S->steps[k] ? (double)(S->acc[k] + S->rounds[k] + S->steps[k]) /
                                                     (S->rounds[k] + S->steps[k])
                                               : 0.0);
+        /* the decode's time outside the forwards: speculation's own work
+         * (drafting, acceptance, indexes, create/destroy) against plain
+         * decoding's (sampling) */
+        double nr = S->tasks[k] ? (double)S->tasks[k] * runs : 1;
+        double out_s = S->wall_spec_s[k] - S->fwd_spec_s[k],
+               out_p = S->wall_plain_s[k] - S->fwd_plain_s[k];
+        if (!json)
+            printf("         outside the forwards: spec %.2f ms a run (%.1f%% of its decode; "
+                   "create/destroy %.2f ms), plain %.2f ms (%.1f%%)\n",
+                   1e3 * out_s / nr,
+                   S->wall_spec_s[k] > 0 ? 100 * out_s / S->wall_spec_s[k] : 0,
+                   1e3 * S->setup_spec_s[k] / nr, 1e3 * out_p / nr,
+                   S->wall_plain_s[k] > 0 ? 100 * out_p / S->wall_plain_s[k] : 0);
+        /* tokens per CPU second (every thread's): the work ratio, which the
+         * load moves less than the wall ratio above */
+        double cpu_p = S->cpu_plain_s[k] > 0 ? S->tok_plain[k] / S->cpu_plain_s[k] : 0,
+               cpu_sp = S->cpu_spec_s[k] > 0 ? S->tok_spec[k] / S->cpu_spec_s[k] : 0;
+        if (!json)
+            printf("         by CPU time: spec %.1f tokens/s, plain %.1f: spec/plain %.2fx\n",
+                   cpu_sp, cpu_p, cpu_p > 0 ? cpu_sp / cpu_p : 0);
         /* at a fixed price the drafts do not depend on the load: plain
          * decoding's one-row steps (one a token) over speculation's, each
          * verification of n rows counted as 1 + B + A (n - 1) of them */
@@ -83,6 +103,14 @@ void bench_spec_report(const struct bench_spec_sums *S, const struct bench_spec_
         cJSON_AddNumberToObject(o, "calib_s", S->calib_s[k]);
         cJSON_AddNumberToObject(o, "prefill_plain_s", S->prefill_plain_s[k]);
         cJSON_AddNumberToObject(o, "prefill_spec_s", S->prefill_spec_s[k]);
+        cJSON_AddNumberToObject(o, "decode_plain_s", S->wall_plain_s[k]);
+        cJSON_AddNumberToObject(o, "forwards_plain_s", S->fwd_plain_s[k]);
+        cJSON_AddNumberToObject(o, "decode_spec_s", S->wall_spec_s[k]);
+        cJSON_AddNumberToObject(o, "forwards_spec_s", S->fwd_spec_s[k]);
+        cJSON_AddNumberToObject(o, "spec_create_destroy_s", S->setup_spec_s[k]);
+        cJSON_AddNumberToObject(o, "cpu_plain_s", S->cpu_plain_s[k]);
+        cJSON_AddNumberToObject(o, "cpu_spec_s", S->cpu_spec_s[k]);
+        cJSON_AddNumberToObject(o, "spec_over_plain_cpu", cpu_p > 0 ? cpu_sp / cpu_p : 0);
         cJSON_AddNumberToObject(o, "spec_over_plain", sp);
         cJSON_AddNumberToObject(o, "spec_over_plain_best_runs",
                                 S->best_plain[k] > 0 ? S->best_spec[k] / S->best_plain[k] : 0);

@@ -4,10 +4,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_spec.h"
 #include "tools_util.h"
+
+double bench_spec_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 int bench_spec_keep_tok(void *ctx, int tok)
 {
@@ -23,12 +31,12 @@ double bench_spec_decode_once(struct infer_model *m, const int *ids, uint32_t np
                               struct infer_spec_stats *sst, struct sl_err *err)
 {
     struct infer_session *s;
-    struct infer_session_opts o = {.max_batch = 256};
+    struct infer_session_opts o = {.max_batch = 256, .no_npu = out->no_npu};
     if (infer_session_create(m, &o, &s, err) < 0)
         return 0;
     double tps = 0;
     out->n = 0;
-    out->prefill_s = 0;
+    out->prefill_s = out->wall_s = out->fwd_s = out->setup_s = out->cpu_s = 0;
     /* the prefill with every row's logits for calibration, timed apart (TTFT);
      * n x vocab floats, so bounded (a 4K prompt of a 128K vocabulary is 2 GB) */
     uint32_t V = infer_model_config(m)->vocab_size;
@@ -56,20 +64,31 @@ double bench_spec_decode_once(struct infer_model *m, const int *ids, uint32_t np
     out->prefill_s = (double)(sl_now_ns() - tp) / 1e9;
     if (pre == 0) {
         uint64_t t0 = sl_now_ns();
+        double c0 = bench_spec_cpu_s();
         int ret;
         uint32_t got;
         struct infer_spec *sp = NULL;
         if (so) {
             ret = infer_spec_create(s, ids, np, so, &sp, err);
+            uint64_t t1 = sl_now_ns();
             if (ret == 0)
                 ret = infer_spec_generate(sp, n, NULL, 0, bench_spec_keep_tok, out, &got, err);
-            if (sp)
+            uint64_t t2 = sl_now_ns();
+            if (sp) {
                 infer_spec_stats(sp, sst);
+                out->fwd_s = sst->verify_s + sst->plain_s;
+            }
             infer_spec_destroy(sp);
+            out->setup_s = (double)(t1 - t0 + sl_now_ns() - t2) / 1e9;
         } else {
             ret = infer_session_generate(s, n, NULL, 0, bench_spec_keep_tok, out, &got, err);
+            struct infer_session_stats ss;
+            infer_session_stats(s, &ss);
+            out->fwd_s = ss.decode_s;
         }
         double dt = (double)(sl_now_ns() - t0) / 1e9;
+        out->wall_s = dt;
+        out->cpu_s = bench_spec_cpu_s() - c0;
         if (ret == 0 && dt > 0)
             tps = got / dt;
     }

@@ -605,6 +605,46 @@ static int keep_token(void *ctx, int tok)
     return 0;
 }
 
+/* Plain generation on a and speculative generation with o on b (both
+ * prefilled with prompt[0..n)), max 60 tokens: the same tokens; with kv
+ * also the same KV cache and last logits (the rolled-back drafts leave
+ * what plain decoding leaves). scrub (if not NULL, bytes long) is
+ * overwritten right after infer_spec_create: what create alone may read.
+ * The speculative run's statistics into *ss. */
+static void generate_compare(struct infer_model *m, struct infer_session *a,
+                             struct infer_session *b, const int *prompt, uint32_t n,
+                             const struct infer_spec_opts *o, const int *stop, uint32_t n_stop,
+                             int kv, void *scrub, size_t bytes, struct infer_spec_stats *ss)
+{
+    struct sl_err err;
+    struct collect_toks ca = {.n = 0}, cb = {.n = 0};
+    uint32_t na, nb;
+    assert_int_equal(infer_session_generate(a, 60, stop, n_stop, keep_token, &ca, &na, &err), 0);
+    struct infer_spec *sp;
+    assert_int_equal(infer_spec_create(b, prompt, n, o, &sp, &err), 0);
+    if (scrub)
+        memset(scrub, 0xff, bytes);
+    assert_int_equal(infer_spec_generate(sp, 60, stop, n_stop, keep_token, &cb, &nb, &err), 0);
+    infer_spec_stats(sp, ss);
+    assert_int_equal(na, nb);
+    assert_int_equal(ca.n, cb.n);
+    assert_memory_equal(ca.t, cb.t, sizeof(int) * ca.n);
+    if (kv) {
+        struct infer_kv *ka = infer_state_kv(infer_session_state(a));
+        struct infer_kv *kb = infer_state_kv(infer_session_state(b));
+        assert_int_equal(infer_kv_len(ka), infer_kv_len(kb));
+        const struct format_config *c = infer_model_config(m);
+        size_t w = (size_t)c->n_kv_heads * c->head_dim * infer_kv_len(ka);
+        for (uint32_t l = 0; l < c->n_layers; l++) {
+            assert_memory_equal(infer_kv_keys(ka, l), infer_kv_keys(kb, l), w * 4);
+            assert_memory_equal(infer_kv_values(ka, l), infer_kv_values(kb, l), w * 4);
+        }
+        assert_memory_equal(infer_session_logits(a), infer_session_logits(b),
+                            sizeof(float) * infer_model_config(m)->vocab_size);
+    }
+    infer_spec_destroy(sp);
+}
+
 /* A prompt that repeats itself, so drafts exist. */
 static void greedy_same(const char *path, int expect_exact)
 {
@@ -623,34 +663,11 @@ static void greedy_same(const char *path, int expect_exact)
         assert_int_equal(infer_session_create(m, &so, &b, &err), 0);
         assert_int_equal(infer_session_prefill(a, prompt, 40, &err), 0);
         assert_int_equal(infer_session_prefill(b, prompt, 40, &err), 0);
-        struct collect_toks ca = {.n = 0}, cb = {.n = 0};
         const int stop[1] = {2};
-        uint32_t na, nb;
-        assert_int_equal(infer_session_generate(a, 60, stop, 1, keep_token, &ca, &na, &err), 0);
-        struct infer_spec *sp;
         struct infer_spec_opts o = {.max_rows = rows, .min_match = 1, .calibrate = rows == 8};
-        assert_int_equal(infer_spec_create(b, prompt, 40, &o, &sp, &err), 0);
-        assert_int_equal(infer_spec_generate(sp, 60, stop, 1, keep_token, &cb, &nb, &err), 0);
         struct infer_spec_stats ss;
-        infer_spec_stats(sp, &ss);
+        generate_compare(m, a, b, prompt, 40, &o, stop, 1, expect_exact, NULL, 0, &ss);
         assert_true(ss.rounds > 0);
-        assert_int_equal(na, nb);
-        assert_int_equal(ca.n, cb.n);
-        assert_memory_equal(ca.t, cb.t, sizeof(int) * ca.n);
-        if (expect_exact) {
-            struct infer_kv *ka = infer_state_kv(infer_session_state(a));
-            struct infer_kv *kb = infer_state_kv(infer_session_state(b));
-            assert_int_equal(infer_kv_len(ka), infer_kv_len(kb));
-            const struct format_config *c = infer_model_config(m);
-            size_t w = (size_t)c->n_kv_heads * c->head_dim * infer_kv_len(ka);
-            for (uint32_t l = 0; l < c->n_layers; l++) {
-                assert_memory_equal(infer_kv_keys(ka, l), infer_kv_keys(kb, l), w * 4);
-                assert_memory_equal(infer_kv_values(ka, l), infer_kv_values(kb, l), w * 4);
-            }
-            assert_memory_equal(infer_session_logits(a), infer_session_logits(b),
-                                sizeof(float) * V);
-        }
-        infer_spec_destroy(sp);
         infer_session_destroy(a);
         infer_session_destroy(b);
     }
@@ -719,22 +736,12 @@ static void calib_prefill(const char *path, int exact)
     /* generation: plain on a, speculative with the prefill's calibration on b */
     assert_int_equal(infer_session_create(m, &so, &b, &err), 0);
     assert_int_equal(infer_session_prefill_logits(b, prompt, N, all, &err), 0);
-    struct collect_toks ca = {.n = 0}, cb = {.n = 0};
-    uint32_t na, nb;
-    assert_int_equal(infer_session_generate(a, 60, NULL, 0, keep_token, &ca, &na, &err), 0);
-    struct infer_spec *sp;
     struct infer_spec_opts o = {
         .max_rows = 8, .calibrate = 1, .calib_min_p = 0.05f, .prompt_logits = all};
-    assert_int_equal(infer_spec_create(b, prompt, N, &o, &sp, &err), 0);
-    memset(all, 0xff, sizeof(float) * V * N); /* not read after create */
-    assert_int_equal(infer_spec_generate(sp, 60, NULL, 0, keep_token, &cb, &nb, &err), 0);
     struct infer_spec_stats ss;
-    infer_spec_stats(sp, &ss);
+    /* all is not read after create */
+    generate_compare(m, a, b, prompt, N, &o, NULL, 0, 1, all, sizeof(float) * V * N, &ss);
     assert_true(ss.calib_seqs > 0);
-    assert_int_equal(na, nb);
-    assert_int_equal(ca.n, cb.n);
-    assert_memory_equal(ca.t, cb.t, sizeof(int) * ca.n);
-    infer_spec_destroy(sp);
     infer_session_destroy(a);
     infer_session_destroy(b);
     free(all);
