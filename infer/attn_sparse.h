@@ -31,18 +31,20 @@ void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32
 void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work,
                     float *hint);
 
-/* The indices i < n with s[i] >= th, ascending, into idx (room for n),
+/* The indices i < n with s[i] >= th, ascending, plus base (the caller's
+ * offset of s: its slot numbers at no extra pass), into idx (room for n),
  * and their scores in the same order into val (room for n; NULL: not
  * written); returns their count, *nan = whether any s[i] is NaN. The AVX2
  * and AVX-512 kernels (attn_topk_avx512.c) and the scalar twin give the same
  * result; so for the three below. */
-uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, float *val, int *nan);
-uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
-                           int *nan);
-uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
-                         int *nan);
-uint32_t attn_above_avx512(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
-                           int *nan);
+uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t base, uint32_t *idx,
+                    float *val, int *nan);
+uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t base, uint32_t *idx,
+                           float *val, int *nan);
+uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t base, uint32_t *idx,
+                         float *val, int *nan);
+uint32_t attn_above_avx512(const float *s, uint32_t n, float th, uint32_t base, uint32_t *idx,
+                           float *val, int *nan);
 /* The entries idx[j] (j < m) whose val[j] >= th, in order, into out (room
  * for m; out may be idx); returns their count. The AVX2 kernel and its
  * scalar twin give the same result. */
