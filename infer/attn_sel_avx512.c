@@ -74,13 +74,23 @@ values2_64(float *oa, const float *a, const uint32_t *la, uint32_t ja, uint32_t 
         values_t(64, ob, b, vb0, ld, 64, lb, jb + n, eb, t0);
 }
 
+/* the block ends the scores pass found, kept for the values pass (the pass
+ * over each list's entries to find them again cost ~10% of this stage:
+ * the compares waited on the lists, 128 pairs x T entries, in L2) when
+ * R x blocks fits this many (16 KB: 128 pairs x 32 blocks, T 4096 at head
+ * size 64) */
+#define ENDS_MAX 4096u
+
 void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float *kh,
                           const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
                           uint32_t *cur, float *pack)
 {
+    uint32_t ends[ENDS_MAX];
+    uint32_t nb = kb ? (T + kb - 1) / kb : 0;
+    int keep = (uint64_t)nb * R <= ENDS_MAX; /* ends[b * R + r]: block b's end of pair r */
     for (uint32_t r = 0; r < R; r++)
         cur[r] = 0;
-    for (uint32_t t0 = 0; t0 < T; t0 += kb) {
+    for (uint32_t t0 = 0, b = 0; t0 < T; t0 += kb, b++) {
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
         const float *kb0 = kh + (size_t)t0 * kv_dim;
         size_t ld = kv_dim;
@@ -94,6 +104,8 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
             if (e > j)
                 scores_blk(p[r].a + j, p[r].q, kb0, ld, hs, p[r].list + j, e - j, t0);
             cur[r] = e;
+            if (keep)
+                ends[(size_t)b * R + r] = e;
         }
     }
     for (uint32_t r = 0; r < R; r++) {
@@ -104,9 +116,10 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
         for (uint32_t c = 0; c < hs; c++)
             p[r].out[c] = 0.0f;
     }
-    for (uint32_t t0 = 0; t0 < T; t0 += kb) {
+    for (uint32_t t0 = 0, b = 0; t0 < T; t0 += kb, b++) {
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
         const float *vb0 = vh + (size_t)t0 * kv_dim;
+        const uint32_t *eb_ = keep ? ends + (size_t)b * R : NULL;
         size_t ld = kv_dim;
         if (pack) {
             pack_rows(pack, vh, kv_dim, hs, t0, t1);
@@ -116,15 +129,16 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
         uint32_t r = 0;
         if (hs == 64)
             for (; r + 2 <= R; r += 2) {
-                uint32_t ja = cur[r], ea = list_end(p[r].list, ja, p[r].len, t1);
-                uint32_t jb = cur[r + 1], eb = list_end(p[r + 1].list, jb, p[r + 1].len, t1);
+                uint32_t ja = cur[r], jb = cur[r + 1];
+                uint32_t ea = eb_ ? eb_[r] : list_end(p[r].list, ja, p[r].len, t1);
+                uint32_t eb = eb_ ? eb_[r + 1] : list_end(p[r + 1].list, jb, p[r + 1].len, t1);
                 cur[r] = ea;
                 cur[r + 1] = eb;
                 values2_64(p[r].out, p[r].a, p[r].list, ja, ea, p[r + 1].out, p[r + 1].a,
                            p[r + 1].list, jb, eb, vb0, ld, t0);
             }
         for (; r < R; r++) {
-            uint32_t j0 = cur[r], e = list_end(p[r].list, j0, p[r].len, t1);
+            uint32_t j0 = cur[r], e = eb_ ? eb_[r] : list_end(p[r].list, j0, p[r].len, t1);
             cur[r] = e;
             if (e == j0)
                 continue;
