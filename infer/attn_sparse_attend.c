@@ -235,6 +235,12 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
                     job.graph = b->gsub;
                     job.xq = l->xq + ((size_t)j * l->nr + (p0 - l->i0)) * hd;
                     job.rows = p1 - p0;
+                    /* only the keys the piece's rows see (its last row: base
+                     * + p1 of them), in whole 16-key blocks: a prefill's
+                     * pieces skipped ~a half chunk of the bucket's L */
+                    uint32_t L = (uint32_t)ld - YPAD, see = (rows->base + p1 + 15) & ~15u;
+                    job.r0 = 0;
+                    job.r1 = see < L ? see : 0; /* 0: all L */
                     job.y = b->ysub;
                     int ret = npu_graph_run(b->gsub, &job, b->stage, err);
                     if (ret < 0) {
