@@ -22,6 +22,7 @@
  * are in attn_avx512_inl.h. */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "attn_avx512_inl.h"
 #include "attn_sparse.h"
@@ -81,6 +82,26 @@ values2_64(float *oa, const float *a, const uint32_t *la, uint32_t ja, uint32_t 
  * size 64) */
 #define ENDS_MAX 4096u
 
+/* infer_div_max_avx512's step over one block's new scores a[0..n), while
+ * they are in L1 (the pass over a pair's whole list after the scores read
+ * 128 pairs' lists from L2: about half of the softmax's div_max samples):
+ * each score x / d (x * (1 / d) where d is a power of two, as there: the
+ * same bits), and the largest of them (ordered compares: NaN never wins) */
+static inline __attribute__((always_inline)) float
+div_max_blk(float *a, uint32_t n, int pow2, __m512 iv, __m512 dv, float mx)
+{
+    __m512 acc = _mm512_set1_ps(-INFINITY);
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 m = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
+        __m512 in = _mm512_maskz_loadu_ps(m, a + t);
+        __m512 x = pow2 ? _mm512_mul_ps(in, iv) : _mm512_div_ps(in, dv);
+        _mm512_mask_storeu_ps(a + t, m, x);
+        acc = _mm512_mask_mov_ps(acc, m & _mm512_cmp_ps_mask(x, acc, _CMP_GT_OQ), x);
+    }
+    float b = _mm512_reduce_max_ps(acc); /* no NaN in acc: the largest, or -inf */
+    return b > mx ? b : mx;
+}
+
 void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float *kh,
                           const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
                           uint32_t *cur, float *pack)
@@ -88,8 +109,20 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
     uint32_t ends[ENDS_MAX];
     uint32_t nb = kb ? (T + kb - 1) / kb : 0;
     int keep = (uint64_t)nb * R <= ENDS_MAX; /* ends[b * R + r]: block b's end of pair r */
-    for (uint32_t r = 0; r < R; r++)
+    /* the softmax's first step (scaling, maximum) block by block, for up
+     * to PAIRS_MAX pairs (mx: their maxima so far) */
+    enum { PAIRS_MAX = 128 };
+    float mx[PAIRS_MAX], d = sqrtf((float)hs);
+    int early = R <= PAIRS_MAX;
+    uint32_t db;
+    memcpy(&db, &d, sizeof db);
+    int pow2 = (db & 0x7fffffu) == 0 && (db >> 23) >= 1 && (db >> 23) <= 253;
+    __m512 iv = _mm512_set1_ps(pow2 ? 1.0f / d : 1.0f), dv = _mm512_set1_ps(d);
+    for (uint32_t r = 0; r < R; r++) {
         cur[r] = 0;
+        if (early)
+            mx[r] = -INFINITY;
+    }
     for (uint32_t t0 = 0, b = 0; t0 < T; t0 += kb, b++) {
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
         const float *kb0 = kh + (size_t)t0 * kv_dim;
@@ -101,15 +134,18 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
         }
         for (uint32_t r = 0; r < R; r++) {
             uint32_t j = cur[r], e = list_end(p[r].list, j, p[r].len, t1);
-            if (e > j)
+            if (e > j) {
                 scores_blk(p[r].a + j, p[r].q, kb0, ld, hs, p[r].list + j, e - j, t0);
+                if (early)
+                    mx[r] = div_max_blk(p[r].a + j, e - j, pow2, iv, dv, mx[r]);
+            }
             cur[r] = e;
             if (keep)
                 ends[(size_t)b * R + r] = e;
         }
     }
     for (uint32_t r = 0; r < R; r++) {
-        float maxv = infer_div_max_avx512(p[r].a, p[r].len, sqrtf((float)hs));
+        float maxv = early ? mx[r] : infer_div_max_avx512(p[r].a, p[r].len, d);
         float sum = infer_exp_sum_avx512(p[r].a, p[r].len, maxv);
         (void)infer_div_max_avx512(p[r].a, p[r].len, sum);
         cur[r] = 0;
