@@ -102,6 +102,18 @@ div_max_blk(float *a, uint32_t n, int pow2, __m512 iv, __m512 dv, float mx)
     return b > mx ? b : mx;
 }
 
+/* the softmax's last step over one block's weights a[0..n) just before the
+ * values read them: each x / sum, rounded once (infer_div_max_avx512's bits
+ * whatever sum is: where it multiplies by 1 / sum, sum is a power of two
+ * and the product is the quotient) */
+static inline __attribute__((always_inline)) void div_blk(float *a, uint32_t n, __m512 sv)
+{
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 m = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
+        _mm512_mask_storeu_ps(a + t, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, a + t), sv));
+    }
+}
+
 void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float *kh,
                           const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
                           uint32_t *cur, float *pack)
@@ -112,7 +124,7 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
     /* the softmax's first step (scaling, maximum) block by block, for up
      * to PAIRS_MAX pairs (mx: their maxima so far) */
     enum { PAIRS_MAX = 128 };
-    float mx[PAIRS_MAX], d = sqrtf((float)hs);
+    float mx[PAIRS_MAX], sm[PAIRS_MAX], d = sqrtf((float)hs);
     int early = R <= PAIRS_MAX;
     uint32_t db;
     memcpy(&db, &d, sizeof db);
@@ -147,7 +159,10 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
     for (uint32_t r = 0; r < R; r++) {
         float maxv = early ? mx[r] : infer_div_max_avx512(p[r].a, p[r].len, d);
         float sum = infer_exp_sum_avx512(p[r].a, p[r].len, maxv);
-        (void)infer_div_max_avx512(p[r].a, p[r].len, sum);
+        if (early)
+            sm[r] = sum; /* divided block by block in the values pass */
+        else
+            (void)infer_div_max_avx512(p[r].a, p[r].len, sum);
         cur[r] = 0;
         for (uint32_t c = 0; c < hs; c++)
             p[r].out[c] = 0.0f;
@@ -170,6 +185,10 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
                 uint32_t eb = eb_ ? eb_[r + 1] : list_end(p[r + 1].list, jb, p[r + 1].len, t1);
                 cur[r] = ea;
                 cur[r + 1] = eb;
+                if (early) {
+                    div_blk(p[r].a + ja, ea - ja, _mm512_set1_ps(sm[r]));
+                    div_blk(p[r + 1].a + jb, eb - jb, _mm512_set1_ps(sm[r + 1]));
+                }
                 values2_64(p[r].out, p[r].a, p[r].list, ja, ea, p[r + 1].out, p[r + 1].a,
                            p[r + 1].list, jb, eb, vb0, ld, t0);
             }
@@ -178,6 +197,8 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
             cur[r] = e;
             if (e == j0)
                 continue;
+            if (early)
+                div_blk(p[r].a + j0, e - j0, _mm512_set1_ps(sm[r]));
             values_hs(p[r].out, p[r].a, vb0, ld, hs, p[r].list, j0, e, t0);
         }
     }
