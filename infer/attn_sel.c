@@ -84,14 +84,14 @@ void attn_sel_row(float *out, const float *qh, const float *kh, const float *vh,
     infer_attn_list(out, qh, kh, vh, kv_dim, hs, list, len, a, gather);
 }
 
-uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
-                           int *nan)
+uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t base, uint32_t *idx,
+                           float *val, int *nan)
 {
     uint32_t m = 0;
     int any = 0;
     for (uint32_t i = 0; i < n; i++) {
         any |= s[i] != s[i];
-        idx[m] = i;
+        idx[m] = base + i;
         if (val)
             val[m] = s[i];
         m += s[i] >= th;
@@ -100,15 +100,16 @@ uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, 
     return m;
 }
 
-uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, float *val, int *nan)
+uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t base, uint32_t *idx,
+                    float *val, int *nan)
 {
 #if SLUICE_KERNELS_X86
     if (infer_matmul_kernel_available(INFER_MATMUL_AVX512))
-        return attn_above_avx512(s, n, th, idx, val, nan);
+        return attn_above_avx512(s, n, th, base, idx, val, nan);
     if (infer_matmul_kernel_available(INFER_MATMUL_AVX2))
-        return attn_above_avx2(s, n, th, idx, val, nan);
+        return attn_above_avx2(s, n, th, base, idx, val, nan);
 #endif
-    return attn_above_scalar(s, n, th, idx, val, nan);
+    return attn_above_scalar(s, n, th, base, idx, val, nan);
 }
 
 uint32_t attn_keep_above_scalar(const uint32_t *idx, const float *val, uint32_t m, float th,

@@ -272,8 +272,8 @@ static inline POPCNT uint32_t popc(unsigned x)
  * 8-lane store (the table's shuffle of the mask) and the count advanced by
  * its popcount: no branch per set bit (at 20% kept, one mispredicted branch
  * per vector cost more than the compares) */
-POPCNT uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
-                                int *nan)
+POPCNT uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t base,
+                                uint32_t *idx, float *val, int *nan)
 {
     const __m256 t = _mm256_set1_ps(th);
     __m256 un = _mm256_setzero_ps();
@@ -284,7 +284,7 @@ POPCNT uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *
         unsigned bits = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, t, _CMP_GE_OQ));
         __m256i pos = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)pack_lut[bits]));
         /* m <= i: the 8 lanes stored land below i + 8 <= n */
-        _mm256_storeu_si256((__m256i *)(idx + m), _mm256_add_epi32(pos, _mm256_set1_epi32((int)i)));
+        _mm256_storeu_si256((__m256i *)(idx + m), _mm256_add_epi32(pos, _mm256_set1_epi32((int)(base + i))));
         if (val)
             _mm256_storeu_ps(val + m, _mm256_permutevar8x32_ps(v, pos));
         m += popc(bits);
@@ -292,7 +292,7 @@ POPCNT uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *
     int any = _mm256_movemask_ps(un) != 0;
     for (; i < n; i++) {
         any |= s[i] != s[i];
-        idx[m] = i;
+        idx[m] = base + i;
         if (val)
             val[m] = s[i];
         m += s[i] >= th;
@@ -343,17 +343,32 @@ uint32_t attn_count_avx2(const float *s, uint32_t n, float th)
 
 void attn_range_avx2(const float *s, uint32_t n, float *lo, float *hi, int *nan)
 {
-    __m256 mn = _mm256_set1_ps(INFINITY), mx = _mm256_set1_ps(-INFINITY), un = _mm256_setzero_ps();
+    /* four minima and four maxima, 32 values a step (one chain waited on
+     * the latency of vminps/vmaxps); order does not change them */
+    __m256 mn[4], mx[4], un = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) {
+        mn[j] = _mm256_set1_ps(INFINITY);
+        mx[j] = _mm256_set1_ps(-INFINITY);
+    }
     uint32_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 4; j++) {
+            __m256 v = _mm256_loadu_ps(s + i + 8 * j);
+            un = _mm256_or_ps(un, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            mn[j] = _mm256_min_ps(v, mn[j]); /* a NaN lane keeps the second operand */
+            mx[j] = _mm256_max_ps(v, mx[j]);
+        }
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(s + i);
         un = _mm256_or_ps(un, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        mn = _mm256_min_ps(v, mn); /* a NaN lane keeps the second operand */
-        mx = _mm256_max_ps(v, mx);
+        mn[0] = _mm256_min_ps(v, mn[0]);
+        mx[0] = _mm256_max_ps(v, mx[0]);
     }
+    __m256 mn01 = _mm256_min_ps(mn[0], mn[1]), mn23 = _mm256_min_ps(mn[2], mn[3]);
+    __m256 mx01 = _mm256_max_ps(mx[0], mx[1]), mx23 = _mm256_max_ps(mx[2], mx[3]);
     float a[8], b[8], l = INFINITY, h = -INFINITY;
-    _mm256_storeu_ps(a, mn);
-    _mm256_storeu_ps(b, mx);
+    _mm256_storeu_ps(a, _mm256_min_ps(mn01, mn23));
+    _mm256_storeu_ps(b, _mm256_max_ps(mx01, mx23));
     for (int j = 0; j < 8; j++) {
         l = a[j] < l ? a[j] : l;
         h = b[j] > h ? b[j] : h;

@@ -22,6 +22,7 @@
  * are in attn_avx512_inl.h. */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "attn_avx512_inl.h"
 #include "attn_sparse.h"
@@ -74,13 +75,67 @@ values2_64(float *oa, const float *a, const uint32_t *la, uint32_t ja, uint32_t 
         values_t(64, ob, b, vb0, ld, 64, lb, jb + n, eb, t0);
 }
 
+/* the block ends the scores pass found, kept for the values pass (the pass
+ * over each list's entries to find them again cost ~10% of this stage:
+ * the compares waited on the lists, 128 pairs x T entries, in L2) when
+ * R x blocks fits this many (16 KB: 128 pairs x 32 blocks, T 4096 at head
+ * size 64) */
+#define ENDS_MAX 4096u
+
+/* infer_div_max_avx512's step over one block's new scores a[0..n), while
+ * they are in L1 (the pass over a pair's whole list after the scores read
+ * 128 pairs' lists from L2: about half of the softmax's div_max samples):
+ * each score x / d (x * (1 / d) where d is a power of two, as there: the
+ * same bits), and the largest of them (ordered compares: NaN never wins) */
+static inline __attribute__((always_inline)) float
+div_max_blk(float *a, uint32_t n, int pow2, __m512 iv, __m512 dv, float mx)
+{
+    __m512 acc = _mm512_set1_ps(-INFINITY);
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 m = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
+        __m512 in = _mm512_maskz_loadu_ps(m, a + t);
+        __m512 x = pow2 ? _mm512_mul_ps(in, iv) : _mm512_div_ps(in, dv);
+        _mm512_mask_storeu_ps(a + t, m, x);
+        acc = _mm512_mask_mov_ps(acc, m & _mm512_cmp_ps_mask(x, acc, _CMP_GT_OQ), x);
+    }
+    float b = _mm512_reduce_max_ps(acc); /* no NaN in acc: the largest, or -inf */
+    return b > mx ? b : mx;
+}
+
+/* the softmax's last step over one block's weights a[0..n) just before the
+ * values read them: each x / sum, rounded once (infer_div_max_avx512's bits
+ * whatever sum is: where it multiplies by 1 / sum, sum is a power of two
+ * and the product is the quotient) */
+static inline __attribute__((always_inline)) void div_blk(float *a, uint32_t n, __m512 sv)
+{
+    for (uint32_t t = 0; t < n; t += 16) {
+        __mmask16 m = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
+        _mm512_mask_storeu_ps(a + t, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, a + t), sv));
+    }
+}
+
 void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float *kh,
                           const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
                           uint32_t *cur, float *pack)
 {
-    for (uint32_t r = 0; r < R; r++)
+    uint32_t ends[ENDS_MAX];
+    uint32_t nb = kb ? (T + kb - 1) / kb : 0;
+    int keep = (uint64_t)nb * R <= ENDS_MAX; /* ends[b * R + r]: block b's end of pair r */
+    /* the softmax's first step (scaling, maximum) block by block, for up
+     * to PAIRS_MAX pairs (mx: their maxima so far) */
+    enum { PAIRS_MAX = 128 };
+    float mx[PAIRS_MAX], sm[PAIRS_MAX], d = sqrtf((float)hs);
+    int early = R <= PAIRS_MAX;
+    uint32_t db;
+    memcpy(&db, &d, sizeof db);
+    int pow2 = (db & 0x7fffffu) == 0 && (db >> 23) >= 1 && (db >> 23) <= 253;
+    __m512 iv = _mm512_set1_ps(pow2 ? 1.0f / d : 1.0f), dv = _mm512_set1_ps(d);
+    for (uint32_t r = 0; r < R; r++) {
         cur[r] = 0;
-    for (uint32_t t0 = 0; t0 < T; t0 += kb) {
+        if (early)
+            mx[r] = -INFINITY;
+    }
+    for (uint32_t t0 = 0, b = 0; t0 < T; t0 += kb, b++) {
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
         const float *kb0 = kh + (size_t)t0 * kv_dim;
         size_t ld = kv_dim;
@@ -91,22 +146,31 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
         }
         for (uint32_t r = 0; r < R; r++) {
             uint32_t j = cur[r], e = list_end(p[r].list, j, p[r].len, t1);
-            if (e > j)
+            if (e > j) {
                 scores_blk(p[r].a + j, p[r].q, kb0, ld, hs, p[r].list + j, e - j, t0);
+                if (early)
+                    mx[r] = div_max_blk(p[r].a + j, e - j, pow2, iv, dv, mx[r]);
+            }
             cur[r] = e;
+            if (keep)
+                ends[(size_t)b * R + r] = e;
         }
     }
     for (uint32_t r = 0; r < R; r++) {
-        float maxv = infer_div_max_avx512(p[r].a, p[r].len, sqrtf((float)hs));
+        float maxv = early ? mx[r] : infer_div_max_avx512(p[r].a, p[r].len, d);
         float sum = infer_exp_sum_avx512(p[r].a, p[r].len, maxv);
-        (void)infer_div_max_avx512(p[r].a, p[r].len, sum);
+        if (early)
+            sm[r] = sum; /* divided block by block in the values pass */
+        else
+            (void)infer_div_max_avx512(p[r].a, p[r].len, sum);
         cur[r] = 0;
         for (uint32_t c = 0; c < hs; c++)
             p[r].out[c] = 0.0f;
     }
-    for (uint32_t t0 = 0; t0 < T; t0 += kb) {
+    for (uint32_t t0 = 0, b = 0; t0 < T; t0 += kb, b++) {
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
         const float *vb0 = vh + (size_t)t0 * kv_dim;
+        const uint32_t *eb_ = keep ? ends + (size_t)b * R : NULL;
         size_t ld = kv_dim;
         if (pack) {
             pack_rows(pack, vh, kv_dim, hs, t0, t1);
@@ -116,18 +180,25 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
         uint32_t r = 0;
         if (hs == 64)
             for (; r + 2 <= R; r += 2) {
-                uint32_t ja = cur[r], ea = list_end(p[r].list, ja, p[r].len, t1);
-                uint32_t jb = cur[r + 1], eb = list_end(p[r + 1].list, jb, p[r + 1].len, t1);
+                uint32_t ja = cur[r], jb = cur[r + 1];
+                uint32_t ea = eb_ ? eb_[r] : list_end(p[r].list, ja, p[r].len, t1);
+                uint32_t eb = eb_ ? eb_[r + 1] : list_end(p[r + 1].list, jb, p[r + 1].len, t1);
                 cur[r] = ea;
                 cur[r + 1] = eb;
+                if (early) {
+                    div_blk(p[r].a + ja, ea - ja, _mm512_set1_ps(sm[r]));
+                    div_blk(p[r + 1].a + jb, eb - jb, _mm512_set1_ps(sm[r + 1]));
+                }
                 values2_64(p[r].out, p[r].a, p[r].list, ja, ea, p[r + 1].out, p[r + 1].a,
                            p[r + 1].list, jb, eb, vb0, ld, t0);
             }
         for (; r < R; r++) {
-            uint32_t j0 = cur[r], e = list_end(p[r].list, j0, p[r].len, t1);
+            uint32_t j0 = cur[r], e = eb_ ? eb_[r] : list_end(p[r].list, j0, p[r].len, t1);
             cur[r] = e;
             if (e == j0)
                 continue;
+            if (early)
+                div_blk(p[r].a + j0, e - j0, _mm512_set1_ps(sm[r]));
             values_hs(p[r].out, p[r].a, vb0, ld, hs, p[r].list, j0, e, t0);
         }
     }

@@ -27,22 +27,29 @@ void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32
  * else through a threshold refined by counting passes from the guess, else
  * the general path. The same result in every case. On
  * return *hint holds a guess for a similar row (the next query row of a
- * head: about 1.25 k + 16 of its scores are expected above it), or NaN. */
+ * head: about 1.25 k + 16 of its scores are expected above it), or NaN.
+ * hint: ATTN_HINT floats, all NaN before a head's first row: hint[1] is the
+ * score width per candidate near the k-th largest (the row's (tau - th) /
+ * (m - k)), from which the counting passes take their first guess (at a 4K
+ * prefill they were 5.8 a row from the candidates' range). */
+#define ATTN_HINT 2
 void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work,
                     float *hint);
 
-/* The indices i < n with s[i] >= th, ascending, into idx (room for n),
+/* The indices i < n with s[i] >= th, ascending, plus base (the caller's
+ * offset of s: its slot numbers at no extra pass), into idx (room for n),
  * and their scores in the same order into val (room for n; NULL: not
  * written); returns their count, *nan = whether any s[i] is NaN. The AVX2
  * and AVX-512 kernels (attn_topk_avx512.c) and the scalar twin give the same
  * result; so for the three below. */
-uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t *idx, float *val, int *nan);
-uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
-                           int *nan);
-uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
-                         int *nan);
-uint32_t attn_above_avx512(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
-                           int *nan);
+uint32_t attn_above(const float *s, uint32_t n, float th, uint32_t base, uint32_t *idx,
+                    float *val, int *nan);
+uint32_t attn_above_scalar(const float *s, uint32_t n, float th, uint32_t base, uint32_t *idx,
+                           float *val, int *nan);
+uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t base, uint32_t *idx,
+                         float *val, int *nan);
+uint32_t attn_above_avx512(const float *s, uint32_t n, float th, uint32_t base, uint32_t *idx,
+                           float *val, int *nan);
 /* The entries idx[j] (j < m) whose val[j] >= th, in order, into out (room
  * for m; out may be idx); returns their count. The AVX2 kernel and its
  * scalar twin give the same result. */
@@ -212,7 +219,8 @@ uint32_t attn_keep_count(double r, uint32_t visible);
  * 2 * visible uint32_t. Returns k. */
 uint32_t attn_select_row(const float *est, uint32_t visible, uint32_t k, uint32_t sinks,
                          uint32_t window, uint32_t *sel, uint32_t *work);
-/* The same with attn_topk_hint's threshold guess for the top of the rest. */
+/* The same with attn_topk_hint's threshold guesses (hint: ATTN_HINT floats)
+ * for the top of the rest. */
 uint32_t attn_select_row_hint(const float *est, uint32_t visible, uint32_t k, uint32_t sinks,
                               uint32_t window, uint32_t *sel, uint32_t *work, float *hint);
 

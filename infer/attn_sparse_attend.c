@@ -84,7 +84,7 @@ static void attend_group(struct infer_sparse *sp, uint32_t layer,
             uint32_t *sel = b->sel + (size_t)(i - i0) * T;
             attn_group_combine(e, (size_t)l->nr * ld, G, visible, sq, b->fs);
             uint32_t ns = attn_select_row_hint(b->fs, visible, k, sinks, window, sel, b->work,
-                                               &hint[ha - h0]);
+                                               &hint[(ha - h0) * ATTN_HINT]);
             w[i - i0] = (struct attn_group_row){.q = q + (size_t)i * qdim + (size_t)ha * hd,
                                                 .out = out + (size_t)i * qdim + (size_t)ha * hd,
                                                 .list = sel, .len = ns,
@@ -183,7 +183,7 @@ static void select_blocks(struct infer_sparse *sp, uint32_t layer,
 /* Top-k and softmax.V for every row of every head of a finished launch
  * (kv head l->g's keys and values at kh, vh, rows kv_dim apart),
  * PAIRS (row, head) pairs at a time: each pair's keys picked (the previous
- * row's threshold the guess for the next: hint[h - h0], carried across
+ * row's threshold the guess for the next: hint[(h - h0) * ATTN_HINT], carried across
  * launches), then the block's exact softmax.V. */
 int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct infer_attn_rows *rows,
                        const float *q, const struct launch *l, size_t ld, float *out, uint32_t h0,
@@ -235,6 +235,12 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
                     job.graph = b->gsub;
                     job.xq = l->xq + ((size_t)j * l->nr + (p0 - l->i0)) * hd;
                     job.rows = p1 - p0;
+                    /* only the keys the piece's rows see (its last row: base
+                     * + p1 of them), in whole 16-key blocks: a prefill's
+                     * pieces skipped ~a half chunk of the bucket's L */
+                    uint32_t L = (uint32_t)ld - YPAD, see = (rows->base + p1 + 15) & ~15u;
+                    job.r0 = 0;
+                    job.r1 = see < L ? see : 0; /* 0: all L */
                     job.y = b->ysub;
                     int ret = npu_graph_run(b->gsub, &job, b->stage, err);
                     if (ret < 0) {
@@ -250,7 +256,7 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
                 }
                 if (R > 1) {
                     select_blocks(sp, layer, rows, q, h, p0, p1, yj + (size_t)(p0 - ybase) * ld,
-                                  ld, out, &hint[h - h0], kh, kv_dim, b, wr, &nw, &np, lens, cs);
+                                  ld, out, &hint[(h - h0) * ATTN_HINT], kh, kv_dim, b, wr, &nw, &np, lens, cs);
                     continue;
                 }
                 for (uint32_t i = p0; i < p1; i++, np++) {
@@ -259,7 +265,7 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
                     const float *e = yj + (size_t)(i - ybase) * ld;
                     uint32_t *sel = b->sel + (size_t)np * T;
                     uint32_t ns = attn_select_row_hint(e, visible, k, sinks, window, sel, b->work,
-                                                       &hint[h - h0]);
+                                                       &hint[(h - h0) * ATTN_HINT]);
                     const float *qh = q + (size_t)i * qdim + (size_t)h * hd;
                     pr[np] = (struct attn_sel_pair){.q = qh, .list = sel, .len = ns,
                                                     .a = b->a + (size_t)np * T,

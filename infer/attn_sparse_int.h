@@ -146,7 +146,7 @@ float attn_sparse_group_center(struct infer_sparse *sp, uint32_t layer, uint32_t
 /* Top-k and softmax.V for every row of every head of a finished launch l
  * (attn_sparse_attend.c; estimates rows ld floats apart, kv head l->g's keys
  * and values at kh, vh, rows kv_dim apart), PAIRS (row, head) pairs at a
- * time; hint[h - h0]: each head's threshold guess, carried across launches. */
+ * time; hint[(h - h0) * ATTN_HINT]: each head's threshold guesses, carried across launches. */
 int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct infer_attn_rows *rows,
                        const float *q, const struct launch *l, size_t ld, float *out, uint32_t h0,
                        float *hint, const float *kh, const float *vh, size_t kv_dim,

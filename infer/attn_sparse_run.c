@@ -156,13 +156,13 @@ int attn_sparse_run(const struct infer_attention *at, const struct format_config
         rc = n;
     uint32_t per = (n + rc - 1) / rc, nj = nl * per;
     jobs = sl_calloc(nj ? nj : 1, sizeof *jobs);
-    hint = sl_calloc(nh, sizeof *hint);
+    hint = sl_calloc((size_t)nh * ATTN_HINT, sizeof *hint);
     if (!jobs || !hint) {
         free(order);
         ret = -ENOMEM;
         goto out;
     }
-    for (uint32_t h = 0; h < nh; h++)
+    for (uint32_t h = 0; h < nh * ATTN_HINT; h++)
         hint[h] = NAN;
     for (uint32_t i = 0; i < nl; i++)
         for (uint32_t ch = 0; ch < per; ch++) {

@@ -201,24 +201,64 @@ static float between(float lo, float hi, double frac)
  * against a stuck end). Stops when exactly k values are >= lo (then those
  * are the top k, whatever their order: *exact = 1) or when lo and hi are
  * adjacent floats (the k-th largest is lo, tied: *exact = 0). Returns lo,
- * or NaN when 64 passes did not get there (the caller's general path). */
-static float kth_count(const float *v, uint32_t m, uint32_t k, int *exact)
+ * or NaN when 64 passes did not get there (the caller's general path).
+ * Every v[j] >= th (lo starts there); the first passes at the guess g and,
+ * when that keeps more than k, one width w per surplus value above it (the
+ * previous row's width per candidate) make the bracket; the candidates'
+ * maximum (a range pass) is its top only when they do not. */
+static float kth_count(const float *v, uint32_t m, uint32_t k, float th, float g, float w,
+                       int *exact)
 {
-    float mn, mx;
-    int nan;
-    attn_range(v, m, &mn, &mx, &nan);
     *exact = 0;
-    if (nan || !isfinite(mn) || !isfinite(mx))
-        return NAN;
-    if (k == m) {
+    if (k == m) { /* every candidate (all >= th) */
         *exact = 1;
-        return mn;
+        return th;
     }
-    float lo = mn, hi = nextafterf(mx, INFINITY);
-    if (!isfinite(hi))
-        return NAN;
+    /* lo = th keeps all m >= k; hi: a first guess g above th that keeps
+     * fewer than k (one pass), else above the candidates' maximum */
+    float lo = th, hi = NAN;
     double clo = m, chi = 0;
     uint32_t nlo = m;
+    if (isfinite(g) && g > th) {
+        uint32_t c = attn_count(v, m, g);
+        if (c == k) {
+            *exact = 1;
+            return g;
+        }
+        if (c > k) {
+            lo = g;
+            clo = nlo = c;
+            /* one more step of the width: usually past the k-th largest */
+            float g2 = g + ((float)(c - k) + 0.5f) * w;
+            if (isfinite(g2) && g2 > g) {
+                c = attn_count(v, m, g2);
+                if (c == k) {
+                    *exact = 1;
+                    return g2;
+                }
+                if (c > k) {
+                    lo = g2;
+                    clo = nlo = c;
+                } else {
+                    hi = g2;
+                    chi = c;
+                }
+            }
+        } else {
+            hi = g;
+            chi = c;
+        }
+    }
+    if (hi != hi) {
+        float mn, mx;
+        int nan;
+        attn_range(v, m, &mn, &mx, &nan);
+        if (nan || !isfinite(mn) || !isfinite(mx))
+            return NAN;
+        hi = nextafterf(mx, INFINITY);
+        if (!isfinite(hi))
+            return NAN;
+    }
     int side = 0;
     for (int it = 0; it < 64; it++) {
         float t = between(lo, hi, (clo - k) / (clo - chi));
@@ -252,22 +292,30 @@ static float kth_count(const float *v, uint32_t m, uint32_t k, int *exact)
  * than k of them returns -1 (nothing written). Else the k-th largest of
  * them by counting passes over their values (kth_count; a quickselect when
  * that does not converge), ties at it: the lowest indices; returns 0 and,
- * when next is not NULL, *next = a threshold about slack above the k-th
+ * when next is not NULL, next[0] = a threshold about slack above the k-th
  * rank (interpolated between th and the k-th largest: the guess for a
- * similar row). work: 2 * n uint32_t. */
-static int topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32_t *idx,
-                   uint32_t *work, float *next)
+ * similar row) and next[1] the width per candidate between them, from
+ * which (when next is not NULL and next[1] finite) the first counting
+ * pass's guess comes: m - k candidates above th. The indices written are
+ * base + i (the caller's slot numbers, from the candidates' pass). work:
+ * 2 * n uint32_t. */
+static int topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32_t base,
+                   uint32_t *idx, uint32_t *work, float *next)
 {
     int nan, exact;
     uint32_t *cidx = work;
     float *cval = (float *)(work + n); /* the candidates' scores, in index order */
-    uint32_t m = attn_above(score, n, th, cidx, cval, &nan);
+    uint32_t m = attn_above(score, n, th, base, cidx, cval, &nan);
     if (nan || m < k)
         return -1;
-    float tau = kth_count(cval, m, k, &exact);
+    float w0 = next ? next[1] : NAN;
+    float g = isfinite(w0) ? th + ((float)(m - k) + 0.5f) * w0 : NAN;
+    float tau = kth_count(cval, m, k, th, g, w0, &exact);
     if (next) {
         float slack = (float)(k / 4 + 16);
-        *next = !isfinite(tau) ? NAN : m > k ? tau - (tau - th) * slack / (float)(m - k) : th;
+        float w = m > k && isfinite(tau) ? (tau - th) / (float)(m - k) : NAN;
+        next[0] = !isfinite(tau) ? NAN : m > k ? tau - w * slack : th;
+        next[1] = isfinite(w) && w > 0 ? w : NAN;
     }
     if (exact) { /* exactly k candidates >= tau: they are the top k */
         (void)attn_keep_above(cidx, cval, m, tau, idx);
@@ -277,7 +325,7 @@ static int topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32_
         nth_desc(cval, m, k - 1); /* reorders cval: the scores are read again below */
         tau = cval[k - 1];
         for (uint32_t j = 0; j < m; j++)
-            cval[j] = score[cidx[j]];
+            cval[j] = score[cidx[j] - base];
     }
     /* every candidate >= tau, then the last of those equal to tau dropped
      * while there are more than k */
@@ -285,7 +333,7 @@ static int topk_at(const float *score, uint32_t n, uint32_t k, float th, uint32_
     if (o > k) {
         uint32_t drop = o - k, w = o;
         for (uint32_t j = o; j-- > 0 && drop;)
-            if (score[idx[j]] == tau) {
+            if (score[idx[j] - base] == tau) {
                 idx[j] = UINT32_MAX;
                 drop--;
             }
@@ -369,19 +417,24 @@ static float sampled_threshold(const float *score, uint32_t n, uint32_t k)
     return smp[want - 1];
 }
 
-void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work,
-                    float *hint)
+/* attn_topk_hint with the indices written as base + i: the threshold
+ * paths put base in with the candidates' indices (select_row's sinks offset,
+ * which a pass over the kept indices added, ~1% of a 4K sparse prefill),
+ * the rare general paths add it after */
+static void topk_hint_base(const float *score, uint32_t n, uint32_t k, uint32_t base,
+                           uint32_t *idx, uint32_t *work, float *hint)
 {
     if (k == 0 || k >= n) {
         for (uint32_t i = 0; i < k && i < n; i++)
-            idx[i] = i;
+            idx[i] = base + i;
         return;
     }
-    float g = hint && isfinite(*hint) ? *hint : NAN, next = NAN;
+    float g = hint && isfinite(hint[0]) ? hint[0] : NAN;
+    float next[ATTN_HINT] = {NAN, hint ? hint[1] : NAN};
     if (!isfinite(g))
         g = sampled_threshold(score, n, k);
     /* the guess itself: one pass when at least k scores are >= it */
-    int done = isfinite(g) && n >= 64 && topk_at(score, n, k, g, idx, work, &next) == 0;
+    int done = isfinite(g) && n >= 64 && topk_at(score, n, k, g, base, idx, work, next) == 0;
     if (!done && isfinite(g) && n >= 64) {
         /* the hint kept fewer than k (the previous row's scores sat higher):
          * the row's own sampled guess when it is lower, one more pass where
@@ -391,18 +444,30 @@ void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, u
          * those, the top-k ~1.05x faster) */
         float g2 = sampled_threshold(score, n, k);
         if (isfinite(g2) && g2 < g)
-            done = topk_at(score, n, k, g2, idx, work, &next) == 0;
+            done = topk_at(score, n, k, g2, base, idx, work, next) == 0;
     }
     if (!done) {
         uint32_t cnt = 0;
         float th = n >= 64 ? refine_threshold(score, n, k, g, &cnt) : NAN;
-        next = NAN;
-        done = isfinite(th) && cnt >= k && topk_at(score, n, k, th, idx, work, &next) == 0;
+        next[0] = NAN;
+        done = isfinite(th) && cnt >= k && topk_at(score, n, k, th, base, idx, work, next) == 0;
     }
-    if (hint)
-        *hint = next;
-    if (!done)
+    if (hint) {
+        hint[0] = next[0];
+        hint[1] = next[1];
+    }
+    if (!done) {
         topk_binned(score, n, k, idx, work);
+        if (base)
+            for (uint32_t j = 0; j < k; j++)
+                idx[j] += base;
+    }
+}
+
+void attn_topk_hint(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work,
+                    float *hint)
+{
+    topk_hint_base(score, n, k, 0, idx, work, hint);
 }
 
 void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32_t *work)
@@ -442,12 +507,7 @@ uint32_t attn_select_row_hint(const float *est, uint32_t visible, uint32_t k, ui
     for (uint32_t t = 0; t < s; t++)
         sel[t] = t;
     uint32_t *top = sel + s, *win = sel + s + rest;
-    attn_topk_hint(est + s, mid, rest, top, work, hint);
-    /* (through pointers: with sel[s + j] the 32-bit index may wrap, and
-     * the loop stayed scalar, ~17% of the top-k stage at 4K) */
-    if (s)
-        for (uint32_t j = 0; j < rest; j++)
-            top[j] += s;
+    topk_hint_base(est + s, mid, rest, s, top, work, hint);
     for (uint32_t j = 0; j < w; j++)
         win[j] = visible - w + j;
     return k;

@@ -9,8 +9,8 @@
 
 #include "attn_sparse.h"
 
-uint32_t attn_above_avx512(const float *s, uint32_t n, float th, uint32_t *idx, float *val,
-                           int *nan)
+uint32_t attn_above_avx512(const float *s, uint32_t n, float th, uint32_t base, uint32_t *idx,
+                           float *val, int *nan)
 {
     const __m512 t = _mm512_set1_ps(th);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -22,7 +22,7 @@ uint32_t attn_above_avx512(const float *s, uint32_t n, float th, uint32_t *idx, 
         __mmask16 k = _mm512_cmp_ps_mask(v, t, _CMP_GE_OQ);
         /* m <= i: the 16 lanes stored land below i + 16 <= n */
         _mm512_storeu_si512(idx + m, _mm512_maskz_compress_epi32(
-                                         k, _mm512_add_epi32(lane, _mm512_set1_epi32((int)i))));
+                                         k, _mm512_add_epi32(lane, _mm512_set1_epi32((int)(base + i)))));
         if (val)
             _mm512_storeu_ps(val + m, _mm512_maskz_compress_ps(k, v));
         m += (uint32_t)__builtin_popcount((unsigned)k);
@@ -30,7 +30,7 @@ uint32_t attn_above_avx512(const float *s, uint32_t n, float th, uint32_t *idx, 
     int any = un != 0;
     for (; i < n; i++) {
         any |= s[i] != s[i];
-        idx[m] = i;
+        idx[m] = base + i;
         if (val)
             val[m] = s[i];
         m += s[i] >= th;
@@ -77,18 +77,35 @@ uint32_t attn_count_avx512(const float *s, uint32_t n, float th)
 
 void attn_range_avx512(const float *s, uint32_t n, float *lo, float *hi, int *nan)
 {
-    __m512 mn = _mm512_set1_ps(INFINITY), mx = _mm512_set1_ps(-INFINITY);
+    /* four minima and four maxima, 64 values a step: one chain waited on
+     * vminps/vmaxps's latency (4 cycles a vector; the range pass cost as
+     * much as three counting passes). The minimum and maximum do not depend
+     * on the order (equal values: +0 and -0 alike) */
+    __m512 mn[4], mx[4];
+    for (int j = 0; j < 4; j++) {
+        mn[j] = _mm512_set1_ps(INFINITY);
+        mx[j] = _mm512_set1_ps(-INFINITY);
+    }
     __mmask16 un = 0;
     uint32_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int j = 0; j < 4; j++) {
+            __m512 v = _mm512_loadu_ps(s + i + 16 * j);
+            un |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            mn[j] = _mm512_min_ps(v, mn[j]); /* a NaN lane keeps the second operand */
+            mx[j] = _mm512_max_ps(v, mx[j]);
+        }
     for (; i + 16 <= n; i += 16) {
         __m512 v = _mm512_loadu_ps(s + i);
         un |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-        mn = _mm512_min_ps(v, mn); /* a NaN lane keeps the second operand */
-        mx = _mm512_max_ps(v, mx);
+        mn[0] = _mm512_min_ps(v, mn[0]);
+        mx[0] = _mm512_max_ps(v, mx[0]);
     }
+    __m512 mn01 = _mm512_min_ps(mn[0], mn[1]), mn23 = _mm512_min_ps(mn[2], mn[3]);
+    __m512 mx01 = _mm512_max_ps(mx[0], mx[1]), mx23 = _mm512_max_ps(mx[2], mx[3]);
     float a[16], b[16], l = INFINITY, h = -INFINITY;
-    _mm512_storeu_ps(a, mn);
-    _mm512_storeu_ps(b, mx);
+    _mm512_storeu_ps(a, _mm512_min_ps(mn01, mn23));
+    _mm512_storeu_ps(b, _mm512_max_ps(mx01, mx23));
     for (int j = 0; j < 16; j++) {
         l = a[j] < l ? a[j] : l;
         h = b[j] > h ? b[j] : h;

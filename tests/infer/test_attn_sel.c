@@ -185,15 +185,16 @@ static void test_threshold_kernels(void **state)
         random_scores(s, n, it % 6);
         float th = it % 10 == 0 ? NAN : it % 10 == 1 ? -INFINITY : test_rng_normal(&rng);
         int nan1, nan2;
-        uint32_t m1 = attn_above_scalar(s, n, th, i1, v1, &nan1);
-        uint32_t m2 = attn_above_avx2(s, n, th, i2, v2, &nan2);
+        uint32_t base = it % 3 ? test_rng_below(&rng, 100000) : 0; /* the slots' offset */
+        uint32_t m1 = attn_above_scalar(s, n, th, base, i1, v1, &nan1);
+        uint32_t m2 = attn_above_avx2(s, n, th, base, i2, v2, &nan2);
         assert_int_equal(m1, m2);
         assert_int_equal(nan1, nan2);
         assert_memory_equal(i1, i2, sizeof(uint32_t) * m1);
         assert_memory_equal(v1, v2, sizeof(float) * m1);
         for (uint32_t j = 0; j < m1; j++) /* the scores of those indices */
-            assert_memory_equal(&v1[j], &s[i1[j]], sizeof(float));
-        assert_int_equal(attn_above_avx2(s, n, th, i2, NULL, &nan2), m1);
+            assert_memory_equal(&v1[j], &s[i1[j] - base], sizeof(float));
+        assert_int_equal(attn_above_avx2(s, n, th, base, i2, NULL, &nan2), m1);
         assert_memory_equal(i1, i2, sizeof(uint32_t) * m1);
         /* the candidates' compaction: the indices whose scores are >= a second threshold */
         {
@@ -236,7 +237,7 @@ static void test_topk_hint(void **state)
         uint32_t n = 1 + test_rng_below(&rng, it < 100 ? 200 : 5000);
         int kind = it % 7 == 2 || it % 7 == 3 ? 5 : it % 7; /* no NaN (the float sort has no
                                                             order for it), no signed zeros */
-        float hint = NAN;
+        float hint[ATTN_HINT] = {NAN, NAN};
         float *s = malloc(sizeof(float) * n);
         uint32_t *a = malloc(sizeof(uint32_t) * n), *b = malloc(sizeof(uint32_t) * n);
         uint32_t *work = malloc(sizeof(uint32_t) * 2 * n);
@@ -245,10 +246,12 @@ static void test_topk_hint(void **state)
             random_scores(s, n, kind);
             uint32_t k = test_rng_below(&rng, n + 1);
             if (row == 2)
-                hint = test_rng_normal(&rng) * 3; /* any guess, good or bad */
+                hint[0] = test_rng_normal(&rng) * 3; /* any guess, good or bad */
             if (row == 3)
-                hint = it % 2 ? INFINITY : -1e30f;
-            attn_topk_hint(s, n, k, a, work, &hint);
+                hint[0] = it % 2 ? INFINITY : -1e30f;
+            if (row == 1 && it % 3 == 0) /* a width per candidate, good or bad */
+                hint[1] = it % 2 ? test_rng_float(&rng) : 1e30f;
+            attn_topk_hint(s, n, k, a, work, hint);
             topk_ref_sort(s, n, k, b);
             for (uint32_t j = 0; j < k; j++)
                 if (a[j] != b[j])

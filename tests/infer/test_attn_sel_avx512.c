@@ -182,13 +182,14 @@ static void test_threshold(void **state)
         random_scores(s, n, it % 6);
         float th = it % 10 == 0 ? NAN : it % 10 == 1 ? -INFINITY : test_rng_normal(&rng);
         int nan1, nan2;
-        uint32_t m1 = attn_above_scalar(s, n, th, i1, v1, &nan1);
-        uint32_t m2 = attn_above_avx512(s, n, th, i2, v2, &nan2);
+        uint32_t base = it % 3 ? test_rng_below(&rng, 100000) : 0; /* the slots' offset */
+        uint32_t m1 = attn_above_scalar(s, n, th, base, i1, v1, &nan1);
+        uint32_t m2 = attn_above_avx512(s, n, th, base, i2, v2, &nan2);
         assert_int_equal(m1, m2);
         assert_int_equal(nan1, nan2);
         assert_memory_equal(i1, i2, sizeof(uint32_t) * m1);
         assert_memory_equal(v1, v2, sizeof(float) * m1);
-        assert_int_equal(attn_above_avx512(s, n, th, i2, NULL, &nan2), m1);
+        assert_int_equal(attn_above_avx512(s, n, th, base, i2, NULL, &nan2), m1);
         assert_memory_equal(i1, i2, sizeof(uint32_t) * m1);
         float t2 = it % 7 == 0 ? NAN : test_rng_normal(&rng);
         for (uint32_t j = 0; j < n; j++)

@@ -100,6 +100,17 @@ static void test_select_row(void **state)
         qsort(ref, o, sizeof *ref, topk_ref_cmp_u32);
         assert_int_equal(o, k);
         assert_memory_equal(sel, ref, sizeof(uint32_t) * k);
+        /* with a guess for the threshold (none, a good one, one too high):
+         * the guessed paths write the sinks' offset with their candidates */
+        float hint[ATTN_HINT] = {it % 3 == 0 ? NAN : it % 3 == 1 ? 0.5f : 1e3f,
+                                 it % 4 == 0 ? NAN : it % 4 == 1 ? 0.01f : 1e3f};
+        assert_int_equal(attn_select_row_hint(e, visible, k, sinks, window, sel, work, hint), k);
+        assert_memory_equal(sel, ref, sizeof(uint32_t) * k);
+        if (visible > 200) { /* the hint it leaves, for a second row like it */
+            assert_int_equal(attn_select_row_hint(e, visible, k, sinks, window, sel, work, hint),
+                             k);
+            assert_memory_equal(sel, ref, sizeof(uint32_t) * k);
+        }
         free(e);
         free(sel);
         free(work);
