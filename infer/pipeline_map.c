@@ -71,16 +71,6 @@ int pl_map_open(struct pl *p)
         p->slice_ok = NULL;
         return -e;
     }
-    /* the first page: does this kernel populate (and can it read the file)? */
-    if (madvise(m, len < 4096 ? (size_t)len : 4096, MADV_POPULATE_READ) < 0) {
-        int e = errno;
-        munmap(m, (size_t)len);
-        free(p->slice_ok);
-        p->slice_ok = NULL;
-        return -e;
-    }
-    p->m->slices = m;
-    p->m->slices_mapped = (size_t)len;
     /* while the slices come in: the fault path reads ahead asynchronously
      * (read-ahead markers), so the read-ahead thread's populate streams;
      * normal again once they are in (pl_map_feed). The file's read-ahead
@@ -104,6 +94,24 @@ int pl_map_open(struct pl *p)
     }
     if (start == len)
         start = 0;
+    /* the first page the prefill reads: does this kernel populate (and can
+     * it read the file)? After the advice: a fault on a mapping without
+     * it reads around the page (~4 MB here), and probed at the file's first
+     * page that read ~4 MB of the untied embedding that nothing asks for
+     * before the first token, charged by a throttled disk before the first
+     * weight byte (docs/BENCHMARKS.md, fifteenth session, f22); here it
+     * reads ahead into the first layer's slice instead */
+    size_t probe = len - start < 4096 ? (size_t)(len - start) : 4096;
+    if (madvise((uint8_t *)m + start, probe, MADV_POPULATE_READ) < 0) {
+        int e = errno;
+        (void)posix_fadvise(format_reader_fd(p->r), 0, 0, POSIX_FADV_NORMAL); /* advice */
+        munmap(m, (size_t)len);
+        free(p->slice_ok);
+        p->slice_ok = NULL;
+        return -e;
+    }
+    p->m->slices = m;
+    p->m->slices_mapped = (size_t)len;
     uint64_t window = map_window(p);
     p->ra_end = window < len - start ? start + window : len;
     (void)posix_fadvise(format_reader_fd(p->r), (off_t)start, (off_t)(p->ra_end - start),
