@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
@@ -371,6 +372,81 @@ uint64_t format_checksum(const void *data, size_t len)
         return fmt_checksum_avx512(data, len);
 #endif
     return fmt_checksum_portable(data, len);
+}
+
+/* format_hash: one state of whichever way format_checksum takes, chosen at
+ * creation (the two ways' states are not interchangeable) */
+struct format_hash {
+    int avx512;
+    void *st;
+};
+
+struct format_hash *format_hash_new(void)
+{
+    struct format_hash *h = sl_malloc(sizeof *h);
+    if (!h)
+        return NULL;
+    h->avx512 = 0;
+#if SLUICE_KERNELS_X86
+    h->avx512 = sl_cpu_features()->avx512;
+    if (h->avx512)
+        h->st = fmt_hash_avx512_new();
+    else
+#endif
+    {
+        h->st = XXH3_createState();
+        if (h->st)
+            (void)XXH3_64bits_reset(h->st);
+    }
+    if (!h->st) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+void format_hash_reset(struct format_hash *h)
+{
+#if SLUICE_KERNELS_X86
+    if (h->avx512) {
+        fmt_hash_avx512_reset(h->st);
+        return;
+    }
+#endif
+    (void)XXH3_64bits_reset(h->st);
+}
+
+void format_hash_update(struct format_hash *h, const void *data, size_t len)
+{
+#if SLUICE_KERNELS_X86
+    if (h->avx512) {
+        fmt_hash_avx512_update(h->st, data, len);
+        return;
+    }
+#endif
+    (void)XXH3_64bits_update(h->st, data, len); /* fails only for a NULL state */
+}
+
+uint64_t format_hash_digest(const struct format_hash *h)
+{
+#if SLUICE_KERNELS_X86
+    if (h->avx512)
+        return fmt_hash_avx512_digest(h->st);
+#endif
+    return XXH3_64bits_digest(h->st);
+}
+
+void format_hash_free(struct format_hash *h)
+{
+    if (!h)
+        return;
+#if SLUICE_KERNELS_X86
+    if (h->avx512)
+        fmt_hash_avx512_free(h->st);
+    else
+#endif
+        (void)XXH3_freeState(h->st);
+    free(h);
 }
 
 uint64_t format_tensor_numel(const struct format_tensor_info *t)

@@ -91,6 +91,13 @@ int fmt_exec_rank(uint32_t role);
  * sl_cpu_features()->avx512). The same value for every input. */
 uint64_t fmt_checksum_portable(const void *data, size_t len);
 uint64_t fmt_checksum_avx512(const void *data, size_t len);
+/* format_hash's AVX-512 way (the same XXH3 streaming state, compiled for
+ * AVX-512; call only where sl_cpu_features()->avx512): NULL when out of memory */
+void *fmt_hash_avx512_new(void);
+void fmt_hash_avx512_reset(void *st);
+void fmt_hash_avx512_update(void *st, const void *data, size_t len);
+uint64_t fmt_hash_avx512_digest(const void *st);
+void fmt_hash_avx512_free(void *st);
 
 /* Checks a tensor description against the config and its encoding (not the
  * bytes), and its act_scale against format_act_scale_valid(); `what` names

@@ -431,6 +431,15 @@ int format_reader_open(const char *path, struct format_reader **out, struct sl_e
         goto fail;
     }
     r->size = (uint64_t)st.st_size;
+    /* the header and the index read as asked, not read ahead: the header's
+     * first read of the file read 16 KiB and left a read-ahead mark there,
+     * and the next read from it (the embedding's 0.65 MB of widths and
+     * scales on the TinyLlama shape, through a file of its own advised
+     * random) found the mark and read 4 MB ahead, 3.3 MB that nothing asks
+     * for before the first token, charged by a throttled disk before the
+     * first weight byte (docs/BENCHMARKS.md, fifteenth session, f22).
+     * Normal again once open. Advice: reads work without it. */
+    (void)posix_fadvise(r->fd, 0, 0, POSIX_FADV_RANDOM);
     uint8_t hdr[FMT_HEADER_SIZE];
     if (r->size < FMT_HEADER_SIZE) {
         ret = -EINVAL;
@@ -503,6 +512,7 @@ int format_reader_open(const char *path, struct format_reader **out, struct sl_e
     ret = check_index(r, data_off, data_off + data_len, err);
     if (ret < 0)
         goto fail;
+    (void)posix_fadvise(r->fd, 0, 0, POSIX_FADV_NORMAL); /* advice */
     *out = r;
     return 0;
 fail:

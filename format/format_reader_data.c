@@ -176,8 +176,18 @@ int format_slice_verify(const struct format_reader *r, uint32_t i, const void *d
         sl_err_set(err, "%s: no slice %u", r->path, i);
         return -EINVAL;
     }
+    return format_slice_verify_sum(r, i, data, format_checksum(data, (size_t)r->slices[i].length),
+                                   err);
+}
+
+int format_slice_verify_sum(const struct format_reader *r, uint32_t i, const void *data,
+                            uint64_t sum, struct sl_err *err)
+{
+    if (i >= r->n_slices) {
+        sl_err_set(err, "%s: no slice %u", r->path, i);
+        return -EINVAL;
+    }
     const struct format_slice_info *s = &r->slices[i];
-    uint64_t sum = format_checksum(data, (size_t)s->length);
     if (sum != s->checksum) {
         char name[32];
         slice_name(r, i, name, sizeof name);

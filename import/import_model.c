@@ -147,6 +147,11 @@ int import_source_detect(const char *src, enum import_source *out, struct sl_err
         sl_err_set(err, "%s: cannot open: %s", src, strerror(e));
         return -e;
     }
+    /* the magic only, not read ahead: a read-ahead mark left in the file's
+     * first pages makes the next reader's read there (a model's embedding
+     * prefix, pipeline_embed.c) read 4 MB ahead (docs/BENCHMARKS.md,
+     * fifteenth session, f22). Advice: the read works without it. */
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
     uint8_t head[28];
     ssize_t n = pread(fd, head, sizeof head, 0);
     struct stat st;

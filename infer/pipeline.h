@@ -66,6 +66,7 @@ enum pl_op {
 enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
 #define PL_MAX_CPU_WORKERS INFER_PIPELINE_MAX_CPU_WORKERS
 #define PL_PREFAULT_TID 99 /* the prefault thread's track in traces */
+#define PL_HASH_TID 101    /* mapped slices: read -> arrived (the driver's last hash) */
 #define PL_FILL_ROWS 64     /* rows unpacked at once before packing for the NPU */
 #define PL_MAX_SLICES 4096  /* slices (and layers) a container may have here */
 #define PL_INT8_BUDGET_MB 48 /* packed residency: int8 weight storage in use at once, */
@@ -241,6 +242,8 @@ struct pl {
     uint32_t tails;         /* NPU matmuls cut at dispatch to keep a stealable tail */
     uint64_t bytes_read;
     uint64_t load_events[PL_MAX_SLICES]; /* arrival time of each slice */
+    uint64_t read_events[PL_MAX_SLICES]; /* mapped slices: all of its pages in (its
+                                          * last piece's hash and the checks follow) */
 
     /* packed residency: a layer's int8 copies are freed once its last
      * matmul is done (its packed bytes serve decoding), by a reclaim thread

@@ -78,8 +78,12 @@ int pl_embed_rows(struct pl *p, float *x, struct sl_err *err)
         prefix = sl_malloc(plen);
         row_off = sl_malloc(sizeof *row_off * rows);
         ret = prefix && row_off ? 0 : -ENOMEM;
+        /* through the random-advised file as the rows below: through the
+         * model's own, this 0.65 MB read (TinyLlama's) was read ahead to 4 MB,
+         * 3.3 MB that nothing asked for before the first weight byte
+         * (docs/BENCHMARKS.md, fifteenth session, f22) */
         if (ret == 0)
-            ret = loader_read_batch(fd, &t->offset, &plen, (void *const *)&prefix, 1, err);
+            ret = loader_read_batch_random(fd, &t->offset, &plen, (void *const *)&prefix, 1, err);
         /* the prefix holds everything the parser reads (it checks the code
          * bytes' total against the tensor's length without reading them) */
         if (ret == 0)

@@ -12,8 +12,9 @@
  * charged to this process as O_DIRECT's were), and the driver thread
  * populates the slice's page table entries (MADV_POPULATE_READ), which
  * waits for its reads; a read error then comes back as an error here, not
- * as a SIGBUS in a compute thread. The driver then hashes the slice (its
- * VERIFY task only decodes the norms), and the slice has arrived.
+ * as a SIGBUS in a compute thread. The driver hashes the slice piece by
+ * piece as its pages come in (its VERIFY task only decodes the norms), and
+ * once all of it matched, the slice has arrived.
  *
  * What the hash cannot cover: the pages stay the file's, and the kernel may
  * drop them under memory pressure and read them again later, during the
@@ -45,7 +46,7 @@
 
 /* How far past the slice it waits for the driver's reads run ahead: the
  * ring's size, at least 256 MiB (0.3 s at 800 MB/s). The driver hashes each
- * slice after it arrives, the first touch of its pages, which in a VM costs
+ * slice as it arrives, the first touch of its pages, which in a VM costs
  * up to 0.4 s of CPU per 137 MB slice under load: the disk must not wait for
  * that. The pages are the model's own in packed residency; nothing is read
  * that the prefill does not need. */
@@ -70,16 +71,6 @@ int pl_map_open(struct pl *p)
         p->slice_ok = NULL;
         return -e;
     }
-    /* the first page: does this kernel populate (and can it read the file)? */
-    if (madvise(m, len < 4096 ? (size_t)len : 4096, MADV_POPULATE_READ) < 0) {
-        int e = errno;
-        munmap(m, (size_t)len);
-        free(p->slice_ok);
-        p->slice_ok = NULL;
-        return -e;
-    }
-    p->m->slices = m;
-    p->m->slices_mapped = (size_t)len;
     /* while the slices come in: the fault path reads ahead asynchronously
      * (read-ahead markers), so the read-ahead thread's populate streams;
      * normal again once they are in (pl_map_feed). The file's read-ahead
@@ -103,6 +94,24 @@ int pl_map_open(struct pl *p)
     }
     if (start == len)
         start = 0;
+    /* the first page the prefill reads: does this kernel populate (and can
+     * it read the file)? After the advice: a fault on a mapping without
+     * it reads around the page (~4 MB here), and probed at the file's first
+     * page that read ~4 MB of the untied embedding that nothing asks for
+     * before the first token, charged by a throttled disk before the first
+     * weight byte (docs/BENCHMARKS.md, fifteenth session, f22); here it
+     * reads ahead into the first layer's slice instead */
+    size_t probe = len - start < 4096 ? (size_t)(len - start) : 4096;
+    if (madvise((uint8_t *)m + start, probe, MADV_POPULATE_READ) < 0) {
+        int e = errno;
+        (void)posix_fadvise(format_reader_fd(p->r), 0, 0, POSIX_FADV_NORMAL); /* advice */
+        munmap(m, (size_t)len);
+        free(p->slice_ok);
+        p->slice_ok = NULL;
+        return -e;
+    }
+    p->m->slices = m;
+    p->m->slices_mapped = (size_t)len;
     uint64_t window = map_window(p);
     p->ra_end = window < len - start ? start + window : len;
     (void)posix_fadvise(format_reader_fd(p->r), (off_t)start, (off_t)(p->ra_end - start),
@@ -110,15 +119,15 @@ int pl_map_open(struct pl *p)
     return 0;
 }
 
-/* Slice s's pages read (waiting for them) and mapped. */
-int pl_map_populate(struct pl *p, uint32_t s, struct sl_err *err)
+/* Bytes [off, off + len) of slice s read (waiting for them) and mapped. */
+static int populate_range(struct pl *p, uint32_t s, uint64_t off, uint64_t len, struct sl_err *err)
 {
     const struct format_slice_info *si = format_reader_slice(p->r, s);
-    if (!si->length)
+    if (!len)
         return 0;
     uint8_t *base = p->m->slices;
-    uintptr_t lo = (uintptr_t)(base + si->offset) & ~(uintptr_t)4095;
-    uintptr_t hi = (uintptr_t)(base + si->offset + si->length);
+    uintptr_t lo = (uintptr_t)(base + si->offset + off) & ~(uintptr_t)4095;
+    uintptr_t hi = (uintptr_t)(base + si->offset + off + len);
     /* EINTR: interrupted by a signal, whatever was populated stays; again */
     int ret;
     do
@@ -131,6 +140,51 @@ int pl_map_populate(struct pl *p, uint32_t s, struct sl_err *err)
         return e == EFAULT ? -EIO : -e; /* EFAULT: a page could not be read */
     }
     return 0;
+}
+
+/* Slice s's pages read (waiting for them) and mapped. */
+int pl_map_populate(struct pl *p, uint32_t s, struct sl_err *err)
+{
+    return populate_range(p, s, 0, format_reader_slice(p->r, s)->length, err);
+}
+
+/* The driver's step: slice s read and hashed in pieces of hash_step, each
+ * hashed as soon as its pages are in, while the disk reads the next ones;
+ * hashed after the whole slice instead, the last slice's hash (the 41 MB
+ * head slice on the TinyLlama shape: 5-17 ms) ran after the last weight
+ * byte, on the first token's path. The pieces hash to the slice's checksum
+ * (format_hash); the slice is only reported (pl_arrived) once all of it
+ * matched and validated, so a corrupt slice still fails the run before any
+ * task reads it. `first` is called once the slice is wholly read (before its
+ * last piece's hash). */
+static int populate_hashed(struct pl *p, uint32_t s, struct format_hash *h,
+                           void (*first)(void *), void *arg, struct sl_err *err)
+{
+    const struct format_slice_info *si = format_reader_slice(p->r, s);
+    const uint64_t step = p->o->hash_step ? sl_align_up(p->o->hash_step, 4096) : (2u << 20);
+    const uint8_t *data = (const uint8_t *)p->m->slices + si->offset;
+    format_hash_reset(h);
+    for (uint64_t off = 0; off < si->length || !si->length; off += step) {
+        uint64_t n = si->length - off < step ? si->length - off : step;
+        int ret = populate_range(p, s, off, n, err);
+        if (ret < 0)
+            return ret;
+        if (off + n == si->length) {
+            if (s < PL_MAX_SLICES)
+                p->read_events[s] = sl_now_ns();
+            if (first)
+                first(arg);
+        }
+        /* the first read of these pages, the costly one where memory the
+         * guest has not touched faults in the hypervisor (docs/BENCHMARKS.md,
+         * issue 22, sixth session): here, not on a CPU worker, whose VERIFY
+         * task only decodes the norms; this thread would only wait for the
+         * disk */
+        format_hash_update(h, data + off, (size_t)n);
+        if (!si->length)
+            break;
+    }
+    return format_slice_verify_sum(p->r, s, data, format_hash_digest(h), err);
 }
 
 /* The read-ahead thread: populates the slices in `order` ahead of the
@@ -188,6 +242,29 @@ static void *prefetch_worker(void *arg)
     return NULL;
 }
 
+static void first_in(void *arg)
+{
+    struct prefetch *f = arg;
+    pthread_mutex_lock(&f->mu);
+    f->first_in = 1;
+    pthread_cond_signal(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* the read-ahead thread stopped and joined (where it was started) */
+static void prefetch_stop(struct prefetch *f, int started, pthread_t *tid)
+{
+    if (!started)
+        return;
+    pthread_mutex_lock(&f->mu);
+    f->stop = 1;
+    pthread_cond_signal(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(*tid, NULL);
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->mu);
+}
+
 int pl_map_feed(struct pl *p, struct sl_err *err)
 {
     const struct format_reader *r = p->r;
@@ -209,6 +286,12 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
             order[k] = order[k - 1];
             order[k - 1] = t;
         }
+    struct format_hash *h = format_hash_new();
+    if (!h) {
+        free(order);
+        sl_err_set(err, "out of memory for the slices' hash");
+        return -ENOMEM;
+    }
     struct prefetch f = {.p = p, .order = order, .n = n, .window = map_window(p)};
     pthread_t tid;
     int started = 0;
@@ -231,20 +314,10 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
             pthread_cond_signal(&f.cv);
             pthread_mutex_unlock(&f.mu);
         }
-        ret = pl_map_populate(p, s, err);
-        if (started && j == 0) { /* the read-ahead thread may start (while this one hashes) */
-            pthread_mutex_lock(&f.mu);
-            f.first_in = 1;
-            pthread_cond_signal(&f.cv);
-            pthread_mutex_unlock(&f.mu);
-        }
+        /* the first slice read: the read-ahead thread may start (while this
+         * one hashes the slice's last piece) */
+        ret = populate_hashed(p, s, h, started && j == 0 ? first_in : NULL, &f, err);
         const uint8_t *data = (const uint8_t *)p->m->slices + si->offset;
-        /* hashed here, not by a VERIFY task on a CPU worker: this is the
-         * first read of the slice's pages, the costly one where memory the
-         * guest has not touched faults in the hypervisor (docs/BENCHMARKS.md,
-         * issue 22, sixth session); this thread would only wait for the disk */
-        if (ret == 0)
-            ret = format_slice_verify(r, s, data, err);
         if (ret < 0)
             break;
         pthread_mutex_lock(&p->lock);
@@ -259,15 +332,8 @@ int pl_map_feed(struct pl *p, struct sl_err *err)
     /* kept for decoding: not the first pages to drop under memory pressure */
     (void)madvise(p->m->slices, p->m->slices_mapped, MADV_NORMAL);
     (void)posix_fadvise(format_reader_fd(r), 0, 0, POSIX_FADV_NORMAL);
-    if (started) {
-        pthread_mutex_lock(&f.mu);
-        f.stop = 1;
-        pthread_cond_signal(&f.cv);
-        pthread_mutex_unlock(&f.mu);
-        pthread_join(tid, NULL);
-        pthread_cond_destroy(&f.cv);
-        pthread_mutex_destroy(&f.mu);
-    }
+    format_hash_free(h);
+    prefetch_stop(&f, started, &tid);
     free(order);
     return ret;
 }

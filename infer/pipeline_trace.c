@@ -40,6 +40,9 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
     if (p->pf_started)
         fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
                    "\"args\": {\"name\": \"prefault\"}},\n", PL_PREFAULT_TID);
+    if (p->m->slices_mapped)
+        fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
+                   "\"args\": {\"name\": \"hash tail\"}},\n", PL_HASH_TID);
     fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 100, "
                "\"args\": {\"name\": \"flash\"}}");
     /* B/E pairs, in time order per track */
@@ -108,6 +111,17 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
                 s, (double)(prev - p->t_start) / 1e3, s,
                 (double)(p->load_events[s] - p->t_start) / 1e3);
         prev = p->load_events[s];
+    }
+    /* mapped slices: from the slice's last page in to its arrival (the hash of
+     * its last piece, the checks): on the first token's path for the last */
+    for (uint32_t s = 0; s < format_reader_n_slices(p->r) && s < PL_MAX_SLICES; s++) {
+        if (!p->read_events[s] || p->load_events[s] < p->read_events[s])
+            continue;
+        fprintf(f, ",\n{\"name\": \"hash tail slice %u\", \"cat\": \"hash\", \"ph\": \"B\", "
+                   "\"pid\": 1, \"tid\": %d, \"ts\": %.3f},\n{\"name\": \"hash tail slice %u\", "
+                   "\"cat\": \"hash\", \"ph\": \"E\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f}",
+                s, PL_HASH_TID, (double)(p->read_events[s] - p->t_start) / 1e3, s, PL_HASH_TID,
+                (double)(p->load_events[s] - p->t_start) / 1e3);
     }
     fprintf(f, "\n]}\n");
     int bad = ferror(f);

@@ -80,6 +80,10 @@ static void usage(FILE *f)
             "  --no-prefault    full: no prefault thread (it faults the activation memory,\n"
             "                   then the weights' memory in ahead, at idle priority, while\n"
             "                   a CPU worker has nothing else to do)\n"
+            "  --hash-step N    mapped slices: N bytes of a slice hashed at a time, each\n"
+            "                   piece once its pages are read (default 2 MiB; ablation: a\n"
+            "                   step above the largest slice hashes each whole slice after\n"
+            "                   its last byte, as before)\n"
             "  --split N        full, sequential_granular: about N output channels per NPU\n"
             "                   matmul task and per unpacking task (pieces of 16-channel\n"
             "                   blocks; default 512)\n"
@@ -205,6 +209,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             o->pipeline.no_shadow = 1;
         } else if (!strcmp(s, "--no-prefault")) {
             o->pipeline.no_prefault = 1;
+        } else if (!strcmp(s, "--hash-step")) {
+            bad = tools_args_u32(&a, 4096, UINT32_MAX, &o->pipeline.hash_step);
         } else if (!strcmp(s, "--steal-top")) {
             o->pipeline.steal_top = 1;
         } else if (!strcmp(s, "--split")) {

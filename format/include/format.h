@@ -428,6 +428,17 @@ int format_reader_read_slice(const struct format_reader *r, uint32_t i, void *bu
 
 uint64_t format_checksum(const void *data, size_t len);   /* XXH3-64, seed 0 (AVX-512 where there) */
 
+/* format_checksum in pieces: the bytes given to format_hash_update, in
+ * order, hash to what format_checksum gives for all of them at once, however
+ * they are split (for hashing a slice piece by piece as its pages arrive).
+ * format_hash_new: NULL when out of memory; reset to start over. */
+struct format_hash;
+struct format_hash *format_hash_new(void);
+void format_hash_reset(struct format_hash *h);
+void format_hash_update(struct format_hash *h, const void *data, size_t len);
+uint64_t format_hash_digest(const struct format_hash *h);
+void format_hash_free(struct format_hash *h);
+
 /* Verifies bytes that were read by someone else (the loader, the FUSE layer):
  * the checksum (-EIO with a message naming the file and the slice or tensor),
  * then format_slice_validate / format_tensor_validate. */
@@ -435,6 +446,11 @@ int format_slice_verify(const struct format_reader *r, uint32_t slice, const voi
                         struct sl_err *err);
 int format_tensor_verify(const struct format_reader *r, uint32_t tensor, const void *data,
                          struct sl_err *err);
+/* format_slice_verify where the caller hashed the slice's bytes itself
+ * (format_hash): `sum` is compared with the stored checksum (the same error),
+ * then the slice is validated. */
+int format_slice_verify_sum(const struct format_reader *r, uint32_t slice, const void *data,
+                            uint64_t sum, struct sl_err *err);
 
 /* The one structural validator of tensor bytes (the encoding's `validate`:
  * packed headers, widths and exact length; q8 scales and code range), with

@@ -669,6 +669,10 @@ struct infer_pipeline_opts {
                                 * memory of the model's own (which the kernel zeroes
                                 * first) instead of mapped from the page cache (default
                                 * where the file maps; ablation) */
+    uint32_t hash_step;        /* mapped slices: bytes of a slice hashed at a time, each
+                                * piece as soon as its pages are read (0: 2 MiB; rounded
+                                * up to 4 KiB); the slice counts as arrived once all of
+                                * it matched its checksum */
     uint32_t act_sets;         /* (layer, chunk)s computing at once, each with its set of
                                 * activation scratch (default 2; as many as chunks where
                                 * the int8 budget cannot hold a layer): with a long

@@ -69,6 +69,8 @@ static uint64_t g_pool_fresh, g_pool_reused;
 /* packed residency's slices read with O_DIRECT (1) or mapped (0), and
  * whether the last run's model maps them */
 static int g_slices_read, g_mapped;
+/* mapped slices: bytes hashed at a time (0: the default) */
+static uint32_t g_hash_step;
 /* the prefill's chunk rows (0: 32) and activation sets (pipeline_acts.c), and
  * the sets of the last run */
 static uint32_t g_chunk, g_sets, g_sets_used;
@@ -88,6 +90,7 @@ static void run(const char *model, enum infer_resident res, enum infer_policy po
     po.resident = res;
     po.int8_budget = g_budget;
     po.slices_read = g_slices_read;
+    po.hash_step = g_hash_step;
     if (g_split)
         po.split = g_split;
     struct infer_session *s;
@@ -210,15 +213,35 @@ static void test_int8_pool_reuse(void **st)
     assert_int_equal(g_pool_fresh + g_pool_reused, total);
 }
 
-/* Packed residency's slices mapped from the page cache (the default here)
- * and read with O_DIRECT into the model's memory: the same logits as int8
- * residency either way; a flipped byte in a layer's slice is an error
- * naming the checksum, on both paths (the driver hashes mapped slices). */
+/* q_model copied to `bad` with the byte at `off` flipped */
+static void write_flipped(const char *bad, uint64_t off)
+{
+    FILE *in = fopen(q_model, "rb"), *out = fopen(bad, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    int ch;
+    for (uint64_t k = 0; (ch = fgetc(in)) != EOF; k++)
+        fputc(k == off ? ch ^ 0x40 : ch, out);
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+}
+
+/* Packed residency's slices mapped from the page cache (the default here,
+ * hashed in pieces as they arrive: 2 MiB, and 4 KiB pieces so that every
+ * slice here is several) and read with O_DIRECT into the model's memory: the
+ * same logits as int8 residency every way; a flipped byte (in the middle or
+ * at the start of a layer's slice, or the last byte of the slice read last,
+ * in its last piece) is an error naming the checksum on every path, and no
+ * session (no logits) comes back. */
 static void test_slices_mapped(void **st)
 {
     (void)st;
     compare(q_model, INFER_POLICY_FULL, 1);
     assert_int_equal(g_mapped, 1);
+    g_hash_step = 4096;
+    compare(q_model, INFER_POLICY_FULL, 1);
+    assert_int_equal(g_mapped, 1);
+    g_hash_step = 0;
     g_slices_read = 1;
     compare(q_model, INFER_POLICY_FULL, 1);
     assert_int_equal(g_mapped, 0);
@@ -229,38 +252,41 @@ static void test_slices_mapped(void **st)
     struct sl_err err = {{0}};
     struct format_reader *r;
     assert_int_equal(format_reader_open(q_model, &r, &err), 0);
-    uint64_t off = 0;
-    for (uint32_t i = 0; i < format_reader_n_slices(r) && !off; i++) {
+    uint64_t offs[3] = {0, 0, 0}, last = 0;
+    for (uint32_t i = 0; i < format_reader_n_slices(r); i++) {
         const struct format_slice_info *s = format_reader_slice(r, i);
-        if (s->kind == FORMAT_SLICE_LAYER && s->layer == 1)
-            off = s->offset + s->length / 2;
+        if (s->kind == FORMAT_SLICE_LAYER && s->layer == 1) {
+            assert_true(s->length > 3 * 4096); /* several 4 KiB pieces */
+            offs[0] = s->offset + s->length / 2;
+            offs[1] = s->offset;
+        }
+        /* the slice read last for the first token: not the untied embedding */
+        if (s->kind != FORMAT_SLICE_EMBED && s->length && s->offset + s->length > last)
+            last = s->offset + s->length;
     }
     format_reader_close(r);
-    assert_true(off > 0);
-    FILE *in = fopen(q_model, "rb"), *out = fopen(bad, "wb");
-    assert_non_null(in);
-    assert_non_null(out);
-    int ch;
-    for (uint64_t k = 0; (ch = fgetc(in)) != EOF; k++)
-        fputc(k == off ? ch ^ 0x40 : ch, out);
-    fclose(in);
-    assert_int_equal(fclose(out), 0);
-    for (int rd = 0; rd < 2; rd++) {
-        struct infer_session_opts so = {.max_batch = 32};
-        struct infer_pipeline_opts po;
-        infer_pipeline_opts_init(&po);
-        po.chunk = 32;
-        po.resident = INFER_RESIDENT_PACKED;
-        po.slices_read = rd;
-        struct infer_session *s = NULL;
-        int *p = ids(40, 512, 3);
-        memset(&err, 0, sizeof err);
-        assert_true(infer_session_cold_start(bad, p, 40, &so, &po, &s, NULL, &err) < 0);
-        assert_null(s);
-        if (!strstr(err.msg, "checksum"))
-            fail_msg("slices %s: the error does not name the checksum: %s",
-                     rd ? "read" : "mapped", err.msg);
-        free(p);
+    assert_true(offs[0] > 0 && last > 0);
+    offs[2] = last - 1;
+    for (int at = 0; at < 3; at++) {
+        write_flipped(bad, offs[at]);
+        for (int mode = 0; mode < 3; mode++) { /* mapped, mapped in 4 KiB pieces, read */
+            struct infer_session_opts so = {.max_batch = 32};
+            struct infer_pipeline_opts po;
+            infer_pipeline_opts_init(&po);
+            po.chunk = 32;
+            po.resident = INFER_RESIDENT_PACKED;
+            po.slices_read = mode == 2;
+            po.hash_step = mode == 1 ? 4096 : 0;
+            struct infer_session *s = NULL;
+            int *p = ids(40, 512, 3);
+            memset(&err, 0, sizeof err);
+            assert_true(infer_session_cold_start(bad, p, 40, &so, &po, &s, NULL, &err) < 0);
+            assert_null(s);
+            if (!strstr(err.msg, "checksum"))
+                fail_msg("byte %" PRIu64 ", mode %d: the error does not name the checksum: %s",
+                         offs[at], mode, err.msg);
+            free(p);
+        }
     }
     remove(bad);
 }
