@@ -31,7 +31,7 @@ void fmt_hash_avx512_reset(void *st) { (void)XXH3_64bits_reset(st); }
 
 void fmt_hash_avx512_update(void *st, const void *data, size_t len)
 {
-    (void)XXH3_64bits_update(st, data, len); /* fails only for a NULL state */
+    (void)XXH3_64bits_update(st, data, len); /* fails only for NULL data, never passed */
 }
 
 uint64_t fmt_hash_avx512_digest(const void *st) { return XXH3_64bits_digest(st); }

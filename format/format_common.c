@@ -424,7 +424,7 @@ void format_hash_update(struct format_hash *h, const void *data, size_t len)
         return;
     }
 #endif
-    (void)XXH3_64bits_update(h->st, data, len); /* fails only for a NULL state */
+    (void)XXH3_64bits_update(h->st, data, len); /* fails only for NULL data, never passed */
 }
 
 uint64_t format_hash_digest(const struct format_hash *h)

@@ -94,15 +94,15 @@ int pl_map_open(struct pl *p)
     }
     if (start == len)
         start = 0;
-    /* the first page the prefill reads: does this kernel populate (and can
-     * it read the file)? After the advice: a fault on a mapping without
-     * it reads around the page (~4 MB here), and probed at the file's first
-     * page that read ~4 MB of the untied embedding that nothing asks for
-     * before the first token, charged by a throttled disk before the first
-     * weight byte (docs/BENCHMARKS.md, fifteenth session, f22); here it
-     * reads ahead into the first layer's slice instead */
-    size_t probe = len - start < 4096 ? (size_t)(len - start) : 4096;
-    if (madvise((uint8_t *)m + start, probe, MADV_POPULATE_READ) < 0) {
+    /* does this kernel populate (and can it read the file)? Probed at the
+     * file's first page, which the reader's header read has just brought
+     * in (with random advice: no read-ahead mark, docs/BENCHMARKS.md,
+     * fifteenth session, f22), so the probe waits for no disk read; a probe
+     * at the first layer's page would hold the setup until that read
+     * completes. After the advice: on a miss the fault reads ahead from the
+     * page instead of around it */
+    size_t probe = len < 4096 ? (size_t)len : 4096;
+    if (madvise(m, probe, MADV_POPULATE_READ) < 0) {
         int e = errno;
         (void)posix_fadvise(format_reader_fd(p->r), 0, 0, POSIX_FADV_NORMAL); /* advice */
         munmap(m, (size_t)len);
