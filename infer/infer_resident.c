@@ -122,7 +122,9 @@ struct packed_part {
 };
 
 /* From this many rows, a packed linear unpacks its codes once for all rows
- * (infer_resident_rows.c) rather than once per row. */
+ * rather than once per row: in registers, for up to 16 rows at a time, where
+ * unpack_tensor_dot does so (unpack_dot_multirow: AVX-512 VNNI), else a tile
+ * at a time into int8 for the NPU's GEMM (infer_resident_rows.c). */
 #define PACKED_ROWS_MIN 4
 
 static int packed_part_run(void *arg)
@@ -131,7 +133,7 @@ static int packed_part_run(void *arg)
     const struct infer_linear *lin = p->lin;
     if (p->r1 <= p->r0)
         return 0;
-    if (p->n >= PACKED_ROWS_MIN) {
+    if (infer_packed_rows_take(p->n)) {
         int r = infer_packed_rows(p->tile, lin, p->xq, p->n, p->act, p->y, p->r0, p->r1);
         if (r != -ERANGE) /* -ERANGE: a code the NPU's layout cannot hold */
             return r;
