@@ -151,7 +151,8 @@ void infer_rows_tile_free(struct infer_rows_tile *t);
 void infer_packed_rows_set_tile(uint32_t channels);
 /* Whether n activation rows of a packed linear take infer_packed_rows (n of
  * 4 or more where unpack_tensor_dot unpacks each row again for every
- * activation row, or a tile was set above) rather than unpack_tensor_dot. */
+ * activation row, more than 8 where it does not, or a tile was set above)
+ * rather than unpack_tensor_dot. */
 int infer_packed_rows_take(uint32_t n);
 
 /* The rows of one forward call: n rows at KV slots slot0.., positions

@@ -122,9 +122,10 @@ struct packed_part {
 };
 
 /* From this many rows, a packed linear unpacks its codes once for all rows
- * rather than once per row: in registers, for up to 16 rows at a time, where
+ * rather than once per row: in registers, for up to 8 rows, where
  * unpack_tensor_dot does so (unpack_dot_multirow: AVX-512 VNNI), else a tile
- * at a time into int8 for the NPU's GEMM (infer_resident_rows.c). */
+ * at a time into int8 for the NPU's GEMM (infer_resident_rows.c,
+ * infer_packed_rows_take decides). */
 #define PACKED_ROWS_MIN 4
 
 static int packed_part_run(void *arg)
@@ -142,11 +143,11 @@ static int packed_part_run(void *arg)
                                 p->acc + p->r0, lin->rows);
     if (ret < 0)
         return ret;
-    for (uint32_t i = 0; i < p->n; i++)
-        for (uint32_t r = p->r0; r < p->r1; r++) {
-            float s = p->act * unpack_tensor_scale(lin->upk, r);
+    for (uint32_t r = p->r0; r < p->r1; r++) { /* each channel's scale read once */
+        const float s = p->act * unpack_tensor_scale(lin->upk, r);
+        for (uint32_t i = 0; i < p->n; i++)
             p->y[(size_t)i * lin->rows + r] = s * (float)p->acc[(size_t)i * lin->rows + r];
-        }
+    }
     return 0;
 }
 

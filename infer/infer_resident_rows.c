@@ -51,9 +51,16 @@ void infer_packed_rows_set_tile(uint32_t channels)
     atomic_store(&tile_override, channels / 16 * 16);
 }
 
+/* unpack_tensor_dot's multi-row kernels (unpack_dot_multirow) multiply
+ * each stripe of codes with every row (one vpdpbusd per row): for up to this
+ * many rows they beat unpacking a tile for AMX; for more (16) the AMX tile
+ * path is faster (docs/BENCHMARKS.md, fifteenth session, p18). */
+#define DOT_ROWS_MAX 8
+
 int infer_packed_rows_take(uint32_t n)
 {
-    return n >= 4 && (atomic_load(&tile_override) || !unpack_dot_multirow(unpack_kernel_best()));
+    return n >= 4 && (n > DOT_ROWS_MAX || atomic_load(&tile_override) ||
+                      !unpack_dot_multirow(unpack_kernel_best()));
 }
 
 static uint32_t tile_rows(uint32_t cols)
