@@ -277,11 +277,13 @@ int unpack_dot_multirow(enum unpack_kernel k)
 #endif
 }
 
+#if SLUICE_KERNELS_X86
 /* The largest block of activation rows (16, 8, 4, 2 or 1) within n. */
 static uint32_t dot_block(uint32_t n)
 {
     return n >= 16 ? 16 : n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
 }
+#endif
 
 int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                       uint32_t r1, const int8_t *x, uint32_t m, int32_t *acc, size_t ldacc)
@@ -310,7 +312,9 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
         return 0;
     }
     unpack_dot_fn *fn = dot_fn(k);
+#if SLUICE_KERNELS_X86
     const int multi = unpack_dot_multirow(k);
+#endif
     int8_t xtail[16][FORMAT_PACKED_GROUP + 64];
     struct unpack_dot_args args[16];
     for (uint32_t i0 = 0; i0 < m; i0 += 16) {
@@ -328,10 +332,10 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
             uint32_t b = format_packed_width(u->layout.widths, r);
             int over = dot_overread(u, r, b);
             for (uint32_t i = 0; i < mi;) {
-                uint32_t c = multi ? dot_block(mi - i) : 1;
                 int32_t *out = acc + (size_t)(i0 + i) * ldacc + (r - r0);
                 const int8_t *xi = x + (size_t)(i0 + i) * cols;
 #if SLUICE_KERNELS_X86
+                uint32_t c = multi ? dot_block(mi - i) : 1;
                 if (c > 1) {
                     unpack_adaptive_dot_m_avx512(src, cols, b, xi, c, &args[i], out, ldacc);
                     i += c;
