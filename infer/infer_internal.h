@@ -145,8 +145,15 @@ int infer_packed_rows(struct infer_rows_tile **t, const struct infer_linear *lin
                       uint32_t r1);
 void infer_rows_tile_free(struct infer_rows_tile *t);
 /* Tests: output channels per tile (a multiple of 16; 0: the default, about
- * 192 KiB of codes), process-wide. */
+ * 192 KiB of codes), process-wide. A tile set here also makes a few rows
+ * take this tile path where unpack_tensor_dot would unpack once for all
+ * rows (unpack_dot_multirow), so that both paths are tested there. */
 void infer_packed_rows_set_tile(uint32_t channels);
+/* Whether n activation rows of a packed linear take infer_packed_rows (n of
+ * 4 or more where unpack_tensor_dot unpacks each row again for every
+ * activation row, more than 8 where it does not, or a tile was set above)
+ * rather than unpack_tensor_dot. */
+int infer_packed_rows_take(uint32_t n);
 
 /* The rows of one forward call: n rows at KV slots slot0.., positions
  * pos[n], visibility vis (infer.h struct infer_attn_rows; vis.base =

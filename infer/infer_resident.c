@@ -122,7 +122,10 @@ struct packed_part {
 };
 
 /* From this many rows, a packed linear unpacks its codes once for all rows
- * (infer_resident_rows.c) rather than once per row. */
+ * rather than once per row: in registers, for up to 8 rows, where
+ * unpack_tensor_dot does so (unpack_dot_multirow: AVX-512 VNNI), else a tile
+ * at a time into int8 for the NPU's GEMM (infer_resident_rows.c,
+ * infer_packed_rows_take decides). */
 #define PACKED_ROWS_MIN 4
 
 static int packed_part_run(void *arg)
@@ -131,7 +134,7 @@ static int packed_part_run(void *arg)
     const struct infer_linear *lin = p->lin;
     if (p->r1 <= p->r0)
         return 0;
-    if (p->n >= PACKED_ROWS_MIN) {
+    if (infer_packed_rows_take(p->n)) {
         int r = infer_packed_rows(p->tile, lin, p->xq, p->n, p->act, p->y, p->r0, p->r1);
         if (r != -ERANGE) /* -ERANGE: a code the NPU's layout cannot hold */
             return r;
@@ -140,11 +143,11 @@ static int packed_part_run(void *arg)
                                 p->acc + p->r0, lin->rows);
     if (ret < 0)
         return ret;
-    for (uint32_t i = 0; i < p->n; i++)
-        for (uint32_t r = p->r0; r < p->r1; r++) {
-            float s = p->act * unpack_tensor_scale(lin->upk, r);
+    for (uint32_t r = p->r0; r < p->r1; r++) { /* each channel's scale read once */
+        const float s = p->act * unpack_tensor_scale(lin->upk, r);
+        for (uint32_t i = 0; i < p->n; i++)
             p->y[(size_t)i * lin->rows + r] = s * (float)p->acc[(size_t)i * lin->rows + r];
-        }
+    }
     return 0;
 }
 

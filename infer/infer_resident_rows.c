@@ -1,7 +1,8 @@
 /* infer_resident_rows.c: a packed linear (packed residency) for a few
  * activation rows at once, a draft tree's verification (4 to 16 rows):
- * unpack_tensor_dot unpacks a row's codes again for every activation row,
- * so n rows cost about n one-row steps of unpacking. Here the codes are
+ * where unpack_tensor_dot unpacks a row's codes again for every activation
+ * row (all but AVX-512 VNNI: unpack_dot_multirow), n rows cost about n
+ * one-row steps of unpacking. Here the codes are
  * unpacked once per call, a tile of output channels at a time, into int8
  * in the NPU's layout (npu_weights_fill), and the tile is multiplied with
  * all n rows by the NPU's GEMM (its few-rows kernel where the codes are
@@ -48,6 +49,18 @@ static _Atomic uint32_t tile_override; /* tests: channels per tile, 0: by TILE_B
 void infer_packed_rows_set_tile(uint32_t channels)
 {
     atomic_store(&tile_override, channels / 16 * 16);
+}
+
+/* unpack_tensor_dot's multi-row kernels (unpack_dot_multirow) multiply
+ * each stripe of codes with every row (one vpdpbusd per row): for up to this
+ * many rows they beat unpacking a tile for AMX; for more (16) the AMX tile
+ * path is faster (docs/BENCHMARKS.md, fifteenth session, p18). */
+#define DOT_ROWS_MAX 8
+
+int infer_packed_rows_take(uint32_t n)
+{
+    return n >= 4 && (n > DOT_ROWS_MAX || atomic_load(&tile_override) ||
+                      !unpack_dot_multirow(unpack_kernel_best()));
 }
 
 static uint32_t tile_rows(uint32_t cols)

@@ -267,6 +267,24 @@ static int dot_check(const struct unpack_tensor *u, enum unpack_kernel k, uint32
     return 0;
 }
 
+int unpack_dot_multirow(enum unpack_kernel k)
+{
+#if SLUICE_KERNELS_X86
+    return k == UNPACK_KERNEL_AVX512 && unpack_kernel_available(k) && sl_cpu_features()->avx512vnni;
+#else
+    (void)k;
+    return 0;
+#endif
+}
+
+#if SLUICE_KERNELS_X86
+/* The largest block of activation rows (16, 8, 4, 2 or 1) within n. */
+static uint32_t dot_block(uint32_t n)
+{
+    return n >= 16 ? 16 : n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
+}
+#endif
+
 int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                       uint32_t r1, const int8_t *x, uint32_t m, int32_t *acc, size_t ldacc)
 {
@@ -294,6 +312,9 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
         return 0;
     }
     unpack_dot_fn *fn = dot_fn(k);
+#if SLUICE_KERNELS_X86
+    const int multi = unpack_dot_multirow(k);
+#endif
     int8_t xtail[16][FORMAT_PACKED_GROUP + 64];
     struct unpack_dot_args args[16];
     for (uint32_t i0 = 0; i0 < m; i0 += 16) {
@@ -303,15 +324,27 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
                        xtail[i]);
             args[i].xtail = xtail[i];
         }
-        /* row by row: a row's bytes stay in L1 for the next activation rows */
+        /* row by row: a row's bytes stay in L1 for the next activation rows;
+         * where the kernel takes several rows at once (multi), blocks of 16,
+         * 8, 4 or 2 of them unpack the row once each */
         for (uint32_t r = r0; r < r1; r++) {
             const uint8_t *src = u->layout.data + u->row_off[r];
             uint32_t b = format_packed_width(u->layout.widths, r);
             int over = dot_overread(u, r, b);
-            for (uint32_t i = 0; i < mi; i++) {
+            for (uint32_t i = 0; i < mi;) {
+                int32_t *out = acc + (size_t)(i0 + i) * ldacc + (r - r0);
+                const int8_t *xi = x + (size_t)(i0 + i) * cols;
+#if SLUICE_KERNELS_X86
+                uint32_t c = multi ? dot_block(mi - i) : 1;
+                if (c > 1) {
+                    unpack_adaptive_dot_m_avx512(src, cols, b, xi, c, &args[i], out, ldacc);
+                    i += c;
+                    continue;
+                }
+#endif
                 args[i].overread = over;
-                acc[(size_t)(i0 + i) * ldacc + (r - r0)] =
-                    fn(src, cols, b, x + (size_t)(i0 + i) * cols, &args[i]);
+                *out = fn(src, cols, b, xi, &args[i]);
+                i++;
             }
         }
     }

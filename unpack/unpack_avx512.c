@@ -205,6 +205,91 @@ static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const
     return adaptive_dots[b](src, cols, x, a);
 }
 
+/* The same for M activation rows at once (M = 2, 4, 8 or 16; a draft
+ * tree's verification): each stripe's codes are built once and multiplied
+ * with every row's activations (M accumulators, one per row), so the row's
+ * packed bytes are read and unpacked once for all M rows instead of M
+ * times. x: M rows `cols` apart; a[i]: row i's sums; out[i * ldo] = row i's
+ * sum, the same integer adaptive_dot gives. */
+AI VNNI void adaptive_dot_m_b(const uint8_t *src, uint32_t cols, const int8_t *x,
+                              const struct unpack_dot_args *a, int32_t *out, size_t ldo,
+                              const uint32_t b, const uint32_t M)
+{
+    const uint32_t full = cols / 512;
+    __m512i acc[16];
+#pragma GCC unroll 16
+    for (uint32_t i = 0; i < M; i++)
+        acc[i] = _mm512_setzero_si512();
+    const int8_t *xg = x;
+    for (uint32_t g = 0; g < full; g++, src += b * 64, xg += 512) {
+        unpack_adaptive_prefetch(src, b);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m512i c = code(src, 64, k, b, 0, 0);
+#pragma GCC unroll 16
+            for (uint32_t i = 0; i < M; i++)
+                acc[i] = _mm512_dpbusd_epi32(
+                    acc[i], c, _mm512_loadu_si512(xg + (size_t)i * cols + k * 64));
+        }
+    }
+    uint32_t t = cols - full * 512;
+    if (t) { /* the tail group, as adaptive_dot_b */
+        const uint32_t S = (t + 7) / 8;
+        const __mmask64 lm = first_bytes(S);
+        for (int k = 0; k < 8; k++) {
+            uint32_t n = t > k * S ? t - k * S : 0;
+            const __mmask64 xm = first_bytes(n < S ? n : S);
+            const __m512i c = code(src, S, k, b, 1, lm);
+#pragma GCC unroll 16
+            for (uint32_t i = 0; i < M; i++)
+                acc[i] = _mm512_dpbusd_epi32(
+                    acc[i], c, _mm512_maskz_loadu_epi8(xm, xg + (size_t)i * cols + k * S));
+        }
+    }
+#pragma GCC unroll 16
+    for (uint32_t i = 0; i < M; i++) {
+        uint32_t s = (uint32_t)_mm512_reduce_add_epi32(acc[i]);
+        out[i * ldo] = (int32_t)(s - (uint32_t)UNPACK_DOT_OFF(b) * (uint32_t)a[i].xsum_all);
+    }
+}
+
+#define DEFINE_DOT_M(B, M)                                                                    \
+    static VNNI void adaptive_dot_m##M##_##B(const uint8_t *src, uint32_t cols,               \
+                                             const int8_t *x, const struct unpack_dot_args *a,  \
+                                             int32_t *out, size_t ldo)                          \
+    {                                                                                         \
+        adaptive_dot_m_b(src, cols, x, a, out, ldo, (B), (M));                                \
+    }
+#define DEFINE_DOT_MS(B)                                                                      \
+    DEFINE_DOT_M(B, 2)                                                                        \
+    DEFINE_DOT_M(B, 4)                                                                        \
+    DEFINE_DOT_M(B, 8)                                                                        \
+    DEFINE_DOT_M(B, 16)
+DEFINE_DOT_MS(1)
+DEFINE_DOT_MS(2)
+DEFINE_DOT_MS(3)
+DEFINE_DOT_MS(4)
+DEFINE_DOT_MS(5)
+DEFINE_DOT_MS(6)
+DEFINE_DOT_MS(7)
+DEFINE_DOT_MS(8)
+
+typedef void dot_m_fn(const uint8_t *, uint32_t, const int8_t *, const struct unpack_dot_args *,
+                      int32_t *, size_t);
+
+#define DOT_MS(B) {adaptive_dot_m2_##B, adaptive_dot_m4_##B, adaptive_dot_m8_##B, adaptive_dot_m16_##B}
+static dot_m_fn *const adaptive_dots_m[9][4] = {
+    {NULL}, DOT_MS(1), DOT_MS(2), DOT_MS(3), DOT_MS(4), DOT_MS(5), DOT_MS(6), DOT_MS(7), DOT_MS(8),
+};
+
+void unpack_adaptive_dot_m_avx512(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
+                                  uint32_t m, const struct unpack_dot_args *a, int32_t *out,
+                                  size_t ldo)
+{
+    int j = m == 2 ? 0 : m == 4 ? 1 : m == 8 ? 2 : 3;
+    adaptive_dots_m[b][j](src, cols, x, a, out, ldo);
+}
+
 /* ---- int4int8 (padded baseline) ------------------------------------------------------ */
 
 AI void int4int8_row_nt(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,

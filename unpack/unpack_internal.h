@@ -78,6 +78,12 @@ void unpack_adaptive_mult_avx2(const uint8_t *src, uint32_t cols, uint32_t b, in
                                int stream, const uint8_t *m);
 void unpack_adaptive_mult_raw_avx2(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *dst,
                                    int stream, const uint8_t *mraw);
+/* unpack_dot_fn for m = 2, 4, 8 or 16 activation rows x[i * cols] at once,
+ * out[i * ldo] = row i's sum with a[i]: a row's bytes read and unpacked
+ * once for all m rows (AVX-512 VNNI; unpack.c checks for it). */
+void unpack_adaptive_dot_m_avx512(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
+                                  uint32_t m, const struct unpack_dot_args *a, int32_t *out,
+                                  size_t ldo);
 #endif
 /* (The AVX-512 table's adaptive_dot needs VNNI besides F+BW; without it
  * unpack.c uses the AVX2 one at that level.) */

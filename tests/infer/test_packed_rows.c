@@ -4,8 +4,10 @@
  * (unpack_tensor_dot, one activation row at a time), for every linear of an
  * adaptive 5-bit and a bitplane 4-bit model, 4 to 16 rows, tiles of 16, 48
  * channels and the default, with the device thread taking half the channels
- * and without it; and every allocation failing in turn gives -ENOMEM or the
- * same bits, never anything else. */
+ * and without it (tiles of 16 and 48 set: that path even where
+ * unpack_tensor_dot unpacks once for all rows, AVX-512 VNNI; the default:
+ * unpack_tensor_dot's multi-row kernels there); and every allocation failing
+ * in turn gives -ENOMEM or the same bits, never anything else. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

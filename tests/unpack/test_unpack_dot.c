@@ -4,7 +4,9 @@
  *   the codes that went into the packer, computed here in 64-bit;
  * - every SIMD kernel this CPU has is bit-exact with it, for every single
  *   width 1..8 and random mixes of widths, row lengths below, at and above
- *   R = 512 with tails (odd lengths, D % 8 != 0), activation rows m = 1..17,
+ *   R = 512 with tails (odd lengths, D % 8 != 0), activation rows m = 1..17
+ *   (the blocks of 2, 4, 8 and 16 rows of the multi-row kernels and their
+ *   mixes: 13 = 8 + 4 + 1, 17 = 16 + 1),
  *   row sub-ranges, and extreme activations (all -128 or 127 against the
  *   widest codes: the saturation and overflow corners of pmaddubsw and
  *   vpdpbusd);
@@ -30,7 +32,7 @@ static struct test_rng rng;
 static const uint32_t colsets[] = {1,   7,   8,    9,    64,   100,  172,  256, 504,
                                    511, 512, 513,  688,  1024, 1100, 1536, 2048};
 #define NCOLS (sizeof colsets / sizeof colsets[0])
-static const uint32_t msets[] = {1, 2, 3, 5, 17};
+static const uint32_t msets[] = {1, 2, 3, 4, 5, 8, 13, 16, 17};
 #define NM (sizeof msets / sizeof msets[0])
 
 static int8_t rand_code(uint32_t b)
@@ -211,7 +213,8 @@ static void test_extremes(void **st)
         for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
             for (int xm = 1; xm <= 3; xm++) {
                 uint8_t w[2] = {(uint8_t)b, (uint8_t)b};
-                check_case(FORMAT_ENC_ADAPTIVE, 2, cols[c], w, 1, xm, 1);
+                check_case(FORMAT_ENC_ADAPTIVE, 2, cols[c], w, xm == 3 ? 16 : 1 + (uint32_t)c, xm,
+                           1);
             }
 }
 
