@@ -47,7 +47,7 @@ void pl_npu_done(void *ctx, struct npu_job *j)
     uint64_t cpu1 = p->o->trace_path ? pl_thread_cpu_ns() : 0;
     pthread_mutex_lock(&p->lock);
     t->t1 = sl_now_ns();
-    t->cpu_ns = cpu1 > t->cpu_ns ? cpu1 - t->cpu_ns : 0;
+    t->cpu_ns = t->cpu_ns && cpu1 > t->cpu_ns ? cpu1 - t->cpu_ns : 0; /* 0: a clock read failed */
     p->busy[0] += t->t1 - t->t0;
     p->running--;
     p->npu_running = UINT32_MAX;
@@ -199,7 +199,7 @@ void *pl_cpu_worker(void *arg)
         uint64_t cpu1 = p->o->trace_path ? pl_thread_cpu_ns() : 0;
         pthread_mutex_lock(&p->lock);
         t->t1 = sl_now_ns();
-        t->cpu_ns = cpu1 > cpu0 ? cpu1 - cpu0 : 0;
+        t->cpu_ns = cpu0 && cpu1 > cpu0 ? cpu1 - cpu0 : 0; /* 0: a clock read failed */
         p->busy[id] += t->t1 - t->t0;
         p->running--;
         /* a failed task or completion has stopped the run (pl_fail): the

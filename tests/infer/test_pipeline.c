@@ -182,9 +182,10 @@ static void test_trace(void **st)
             assert_string_equal(ph, "E");
             assert_int_equal(depth[tid], 1);
             assert_string_equal(open_name[tid], name);
-            /* the CPU time was read inside the span (1 us: the printed rounding) */
+            /* the CPU time was read inside the span (1 us: the printed rounding;
+             * 0.1%: the two clocks' rates, NTP slews the monotonic one) */
             double span = cJSON_GetObjectItem(e, "ts")->valuedouble - open_ts[tid];
-            assert_true(open_cpu[tid] <= span + 1.0);
+            assert_true(open_cpu[tid] <= span * 1.001 + 1.0);
             depth[tid]--;
             spans++;
         }
