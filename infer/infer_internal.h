@@ -149,11 +149,14 @@ void infer_rows_tile_free(struct infer_rows_tile *t);
  * take this tile path where unpack_tensor_dot would unpack once for all
  * rows (unpack_dot_multirow), so that both paths are tested there. */
 void infer_packed_rows_set_tile(uint32_t channels);
-/* Whether n activation rows of a packed linear take infer_packed_rows (n of
- * 4 or more where unpack_tensor_dot unpacks each row again for every
- * activation row, more than 8 where it does not, or a tile was set above)
- * rather than unpack_tensor_dot. */
-int infer_packed_rows_take(uint32_t n);
+/* From this many rows, a packed linear unpacks its codes once for all rows
+ * rather than once per row (infer_packed_rows_take says how). */
+#define PACKED_ROWS_MIN 4
+/* Whether n activation rows of packed tensor u take infer_packed_rows (n of
+ * PACKED_ROWS_MIN or more where unpack_tensor_dot unpacks each row again for
+ * every activation row, more than 8 where it does not, or a tile was set
+ * above) rather than unpack_tensor_dot. */
+int infer_packed_rows_take(const struct unpack_tensor *u, uint32_t n);
 
 /* The rows of one forward call: n rows at KV slots slot0.., positions
  * pos[n], visibility vis (infer.h struct infer_attn_rows; vis.base =

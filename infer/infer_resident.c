@@ -121,12 +121,12 @@ struct packed_part {
     struct infer_rows_tile **tile; /* this thread's tile scratch (a few rows) */
 };
 
-/* From this many rows, a packed linear unpacks its codes once for all rows
- * rather than once per row: in registers, for up to 8 rows, where
- * unpack_tensor_dot does so (unpack_dot_multirow: AVX-512 VNNI), else a tile
- * at a time into int8 for the NPU's GEMM (infer_resident_rows.c,
- * infer_packed_rows_take decides). */
-#define PACKED_ROWS_MIN 4
+/* From PACKED_ROWS_MIN rows (infer_internal.h), a packed linear unpacks its
+ * codes once for all rows rather than once per row: in registers, for up to
+ * 8 rows, where unpack_tensor_dot does so (unpack_dot_multirow: AVX-512 VNNI
+ * and an adaptive tensor without block multipliers; it also takes 2-3 rows
+ * outside the decode's shared split), else a tile at a time into int8 for
+ * the NPU's GEMM (infer_resident_rows.c, infer_packed_rows_take decides). */
 
 static int packed_part_run(void *arg)
 {
@@ -134,7 +134,7 @@ static int packed_part_run(void *arg)
     const struct infer_linear *lin = p->lin;
     if (p->r1 <= p->r0)
         return 0;
-    if (infer_packed_rows_take(p->n)) {
+    if (infer_packed_rows_take(lin->upk, p->n)) {
         int r = infer_packed_rows(p->tile, lin, p->xq, p->n, p->act, p->y, p->r0, p->r1);
         if (r != -ERANGE) /* -ERANGE: a code the NPU's layout cannot hold */
             return r;

@@ -54,13 +54,15 @@ void infer_packed_rows_set_tile(uint32_t channels)
 /* unpack_tensor_dot's multi-row kernels (unpack_dot_multirow) multiply
  * each stripe of codes with every row (one vpdpbusd per row): for up to this
  * many rows they beat unpacking a tile for AMX; for more (16) the AMX tile
- * path is faster (docs/BENCHMARKS.md, fifteenth session, p18). */
+ * path is faster (docs/BENCHMARKS.md, fifteenth session, p18; measured on
+ * this AMX machine only: without AMX the 9-16-row tiles' GEMM was not
+ * compared with the 16-row kernel). */
 #define DOT_ROWS_MAX 8
 
-int infer_packed_rows_take(uint32_t n)
+int infer_packed_rows_take(const struct unpack_tensor *u, uint32_t n)
 {
-    return n >= 4 && (n > DOT_ROWS_MAX || atomic_load(&tile_override) ||
-                      !unpack_dot_multirow(unpack_kernel_best()));
+    return n >= PACKED_ROWS_MIN && (n > DOT_ROWS_MAX || atomic_load(&tile_override) ||
+                                    !unpack_dot_multirow(u, unpack_kernel_best()));
 }
 
 static uint32_t tile_rows(uint32_t cols)

@@ -267,8 +267,10 @@ static int dot_check(const struct unpack_tensor *u, enum unpack_kernel k, uint32
     return 0;
 }
 
-int unpack_dot_multirow(enum unpack_kernel k)
+int unpack_dot_multirow(const struct unpack_tensor *u, enum unpack_kernel k)
 {
+    if (u->layout.encoding != FORMAT_ENC_ADAPTIVE || u->layout.mult)
+        return 0; /* unpack_tensor_dot's per-row buffer path */
 #if SLUICE_KERNELS_X86
     return k == UNPACK_KERNEL_AVX512 && unpack_kernel_available(k) && sl_cpu_features()->avx512vnni;
 #else
@@ -313,7 +315,7 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
     }
     unpack_dot_fn *fn = dot_fn(k);
 #if SLUICE_KERNELS_X86
-    const int multi = unpack_dot_multirow(k);
+    const int multi = unpack_dot_multirow(u, k);
 #endif
     int8_t xtail[16][FORMAT_PACKED_GROUP + 64];
     struct unpack_dot_args args[16];

@@ -11,6 +11,7 @@
  * per width (all shifts and masks immediates); the tail group of a row
  * whose length is not a multiple of 512 uses the same code with byte-masked
  * loads and stores. */
+#include <assert.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -286,6 +287,7 @@ void unpack_adaptive_dot_m_avx512(const uint8_t *src, uint32_t cols, uint32_t b,
                                   uint32_t m, const struct unpack_dot_args *a, int32_t *out,
                                   size_t ldo)
 {
+    assert(m == 2 || m == 4 || m == 8 || m == 16); /* dot_block's blocks */
     int j = m == 2 ? 0 : m == 4 ? 1 : m == 8 ? 2 : 3;
     adaptive_dots_m[b][j](src, cols, x, a, out, ldo);
 }

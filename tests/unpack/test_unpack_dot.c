@@ -32,7 +32,7 @@ static struct test_rng rng;
 static const uint32_t colsets[] = {1,   7,   8,    9,    64,   100,  172,  256, 504,
                                    511, 512, 513,  688,  1024, 1100, 1536, 2048};
 #define NCOLS (sizeof colsets / sizeof colsets[0])
-static const uint32_t msets[] = {1, 2, 3, 4, 5, 8, 13, 16, 17};
+static const uint32_t msets[] = {1, 2, 3, 4, 5, 6, 7, 8, 13, 15, 16, 17};
 #define NM (sizeof msets / sizeof msets[0])
 
 static int8_t rand_code(uint32_t b)
@@ -105,7 +105,7 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
 {
     uint32_t n = r1 - r0;
     int32_t *ref = malloc(sizeof(int32_t) * m * (n ? n : 1));
-    int32_t *got = malloc(sizeof(int32_t) * m * (n ? n : 1));
+    int32_t *got = malloc(sizeof(int32_t) * m * (n + 3)); /* room for a wider stride */
     assert_non_null(ref);
     assert_non_null(got);
     assert_int_equal(unpack_tensor_dot(u, UNPACK_KERNEL_SCALAR, r0, r1, x, m, ref, n), 0);
@@ -116,16 +116,25 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
                          (long long)want[i], u->layout.cols, m);
     enum unpack_kernel ks[UNPACK_KERNEL_COUNT];
     int nk = unpack_kernels_available(ks);
-    for (int k = 1; k < nk; k++) {
-        memset(got, 0x5a, sizeof(int32_t) * m * n);
-        assert_int_equal(unpack_tensor_dot(u, ks[k], r0, r1, x, m, got, n), 0);
-        for (size_t i = 0; i < (size_t)m * n; i++)
-            if (got[i] != ref[i])
-                fail_msg("%s: kernel %s dot [%zu] = %d, scalar %d (cols %u, m %u, rows %u..%u, "
-                         "width %u)",
-                         what, unpack_kernel_name(ks[k]), i, got[i], ref[i], u->layout.cols, m,
-                         r0, r1, unpack_tensor_width(u, r0 + (uint32_t)(i % n)));
-    }
+    /* output rows n apart, then n + 3 apart (the forward's stride is the
+     * linear's rows): the gaps keep their fill */
+    for (int k = 1; k < nk; k++)
+        for (uint32_t ld = n; ld <= n + 3 && n; ld += 3) {
+            memset(got, 0x5a, sizeof(int32_t) * m * (n + 3));
+            assert_int_equal(unpack_tensor_dot(u, ks[k], r0, r1, x, m, got, ld), 0);
+            for (size_t i = 0; i < (size_t)m * n; i++) {
+                int32_t g = got[i / n * ld + i % n];
+                if (g != ref[i])
+                    fail_msg("%s: kernel %s dot [%zu] = %d, scalar %d (cols %u, m %u, rows "
+                             "%u..%u, width %u, stride %u)",
+                             what, unpack_kernel_name(ks[k]), i, g, ref[i], u->layout.cols, m, r0,
+                             r1, unpack_tensor_width(u, r0 + (uint32_t)(i % n)), ld);
+            }
+            for (size_t i = 0; i < (size_t)m * ld; i++)
+                if (i % ld >= n && got[i] != 0x5a5a5a5a)
+                    fail_msg("%s: kernel %s wrote between rows at %zu (stride %u)", what,
+                             unpack_kernel_name(ks[k]), i, ld);
+        }
     /* unpack_tensor_dot_x: one activation row at a time, x's part prepared once */
     for (int k = 0; k < nk; k++)
         for (uint32_t i = 0; i < m; i++) {

@@ -151,12 +151,13 @@ int unpack_tensor_rows_store(const struct unpack_tensor *u, enum unpack_kernel k
 int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                       uint32_t r1, const int8_t *x, uint32_t m, int32_t *acc, size_t ldacc);
 
-/* 1 where kernel k's unpack_tensor_dot with m > 1 reads and unpacks each
- * adaptive row once for up to 16 activation rows at a time (AVX-512 with
- * VNNI: the codes multiplied with every row while in registers), so that m
- * rows cost about one row's unpacking; 0 where it unpacks the row again
- * for every activation row (the results are the same integers). */
-int unpack_dot_multirow(enum unpack_kernel k);
+/* 1 where kernel k's unpack_tensor_dot of u with m > 1 reads and unpacks
+ * each row once for up to 16 activation rows at a time (AVX-512 with VNNI,
+ * and u adaptive without block multipliers: the codes multiplied with every
+ * row while in registers), so that m rows cost about one row's unpacking;
+ * 0 where it unpacks the row again for every activation row (the results
+ * are the same integers). */
+int unpack_dot_multirow(const struct unpack_tensor *u, enum unpack_kernel k);
 
 /* unpack_tensor_dot's work on one activation row x [cols] that does not
  * depend on the output channels (x's sums, its tail group), done once by
