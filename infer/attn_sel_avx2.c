@@ -284,7 +284,8 @@ POPCNT uint32_t attn_above_avx2(const float *s, uint32_t n, float th, uint32_t b
         unsigned bits = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, t, _CMP_GE_OQ));
         __m256i pos = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)pack_lut[bits]));
         /* m <= i: the 8 lanes stored land below i + 8 <= n */
-        _mm256_storeu_si256((__m256i *)(idx + m), _mm256_add_epi32(pos, _mm256_set1_epi32((int)(base + i))));
+        _mm256_storeu_si256((__m256i *)(idx + m),
+                            _mm256_add_epi32(pos, _mm256_set1_epi32((int)(base + i))));
         if (val)
             _mm256_storeu_ps(val + m, _mm256_permutevar8x32_ps(v, pos));
         m += popc(bits);
@@ -344,7 +345,8 @@ uint32_t attn_count_avx2(const float *s, uint32_t n, float th)
 void attn_range_avx2(const float *s, uint32_t n, float *lo, float *hi, int *nan)
 {
     /* four minima and four maxima, 32 values a step (one chain waited on
-     * the latency of vminps/vmaxps); order does not change them */
+     * the latency of vminps/vmaxps); order does not change their values
+     * (a zero's sign may differ: callers only compare) */
     __m256 mn[4], mx[4], un = _mm256_setzero_ps();
     for (int j = 0; j < 4; j++) {
         mn[j] = _mm256_set1_ps(INFINITY);

@@ -12,7 +12,9 @@
  *   as _mm512_reduce_add_ps folds it (the two 256-bit halves added, then
  *   ((l0 + l2) + (l1 + l3)) of the 128-bit sum of those: four keys' folds
  *   share one transpose);
- * - the softmax by infer_div_max_avx512 and infer_exp_sum_avx512;
+ * - the softmax as infer_div_max_avx512 and infer_exp_sum_avx512 compute it,
+ *   but per key block while its scores are in L1 (the scaling and the
+ *   maximum), each block's weights divided just before the values pass;
  * - each output column one FMA chain over the kept values in list order
  *   from 0, as infer_matmul_nn_avx512's (128 columns, 8 accumulators, at a
  *   time, then 64 with 4; head size 64: two pairs interleaved, 8 chains in

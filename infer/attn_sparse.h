@@ -25,10 +25,12 @@ void attn_topk(const float *score, uint32_t n, uint32_t k, uint32_t *idx, uint32
  * over the candidates' scores for the k-th largest, and one compaction);
  * else the same from a threshold sampled from the row when that is lower;
  * else through a threshold refined by counting passes from the guess, else
- * the general path. The same result in every case. On
- * return *hint holds a guess for a similar row (the next query row of a
+ * the general path. The same result in every case (but for signed zeros:
+ * below about 64 keys -0 and +0 tie, the general path puts -0 below +0). On
+ * return hint[0] holds a guess for a similar row (the next query row of a
  * head: about 1.25 k + 16 of its scores are expected above it), or NaN.
- * hint: ATTN_HINT floats, all NaN before a head's first row: hint[1] is the
+ * hint: ATTN_HINT floats, best all NaN before a head's first row (any value
+ * is safe: a bad guess costs passes, not results): hint[1] is the
  * score width per candidate near the k-th largest (the row's (tau - th) /
  * (m - k)), from which the counting passes take their first guess (at a 4K
  * prefill they were 5.8 a row from the candidates' range). */

@@ -255,8 +255,9 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
                     cs->wait_ns += dw;
                 }
                 if (R > 1) {
-                    select_blocks(sp, layer, rows, q, h, p0, p1, yj + (size_t)(p0 - ybase) * ld,
-                                  ld, out, &hint[(h - h0) * ATTN_HINT], kh, kv_dim, b, wr, &nw, &np, lens, cs);
+                    select_blocks(sp, layer, rows, q, h, p0, p1, yj + (size_t)(p0 - ybase) * ld, ld,
+                                  out, &hint[(h - h0) * ATTN_HINT], kh, kv_dim, b, wr, &nw, &np,
+                                  lens, cs);
                     continue;
                 }
                 for (uint32_t i = p0; i < p1; i++, np++) {

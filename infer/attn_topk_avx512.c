@@ -21,8 +21,9 @@ uint32_t attn_above_avx512(const float *s, uint32_t n, float th, uint32_t base, 
         un |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
         __mmask16 k = _mm512_cmp_ps_mask(v, t, _CMP_GE_OQ);
         /* m <= i: the 16 lanes stored land below i + 16 <= n */
-        _mm512_storeu_si512(idx + m, _mm512_maskz_compress_epi32(
-                                         k, _mm512_add_epi32(lane, _mm512_set1_epi32((int)(base + i)))));
+        _mm512_storeu_si512(idx + m,
+                            _mm512_maskz_compress_epi32(
+                                k, _mm512_add_epi32(lane, _mm512_set1_epi32((int)(base + i)))));
         if (val)
             _mm512_storeu_ps(val + m, _mm512_maskz_compress_ps(k, v));
         m += (uint32_t)__builtin_popcount((unsigned)k);

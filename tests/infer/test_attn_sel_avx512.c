@@ -107,7 +107,7 @@ static void test_rows_blocked(void **state)
         skip();
     for (int it = 0; it < 40; it++) {
         uint32_t hs = it % 2 ? 64 : 128 + 16 * (it % 3 == 0), kvh = 2;
-        uint32_t T = 1 + test_rng_below(&rng, 900), R = 1 + test_rng_below(&rng, 70);
+        uint32_t T = 1 + test_rng_below(&rng, 900), R = 1 + test_rng_below(&rng, 200);
         uint32_t kb = 1 + test_rng_below(&rng, 300);
         size_t kv_dim = (size_t)kvh * hs;
         float *k = malloc(sizeof(float) * T * kv_dim), *v = malloc(sizeof(float) * T * kv_dim);

@@ -321,15 +321,17 @@ static void test_keep_all_is_dense(void **state)
  * its NPU estimate, the keys each row picks, infer_attn_list over them (the
  * dense kernel's selection path). T 3000:
  * a head's 30 rows of inline estimates (3072 keys, 369 KB) run in two
- * pieces (EST_PIECE_BYTES, attn_sparse_int.h) */
-static void sparse_reference(int inl, uint32_t T)
+ * pieces (EST_PIECE_BYTES, attn_sparse_int.h); T 3007 with no recent
+ * window: a piece's last keys (up to 15 past a 16-key boundary) are picked
+ * by their estimates alone, so a piece that estimated too few keys fails */
+static void sparse_reference(int inl, uint32_t T, uint32_t window)
 {
     struct format_config c = attn_ref_shape(8, 2, 32, 4096);
     uint32_t n = 30, base = T - n, hd = c.head_dim, H = c.n_heads;
     size_t qdim = (size_t)H * hd;
     struct infer_kv *kv = attn_ref_cache(&rng, &c, T);
     float *q = attn_ref_q(&rng, &c, n, 1.0f), *os = malloc(sizeof(float) * n * qdim);
-    struct infer_sparse_opts o = {.keep = 0.15, .sinks = 3, .window = 10, .inline_npu = inl};
+    struct infer_sparse_opts o = {.keep = 0.15, .sinks = 3, .window = window, .inline_npu = inl};
     struct infer_sparse *sp, *sp2;
     struct sl_err err;
     assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
@@ -346,14 +348,15 @@ static void sparse_reference(int inl, uint32_t T)
         assert_int_equal(attn_sparse_estimate(sp2, kv, 0, q, n, base, h, est, &L, &qs, &err), 0);
         for (uint32_t i = 0; i < n; i++) {
             uint32_t vis = base + i + 1, k = attn_keep_count(0.15, vis);
-            uint32_t m = attn_select_row(est + (size_t)i * L, vis, k, 3, 10, sel, work);
+            uint32_t m = attn_select_row(est + (size_t)i * L, vis, k, 3, window, sel, work);
             uint32_t g = h / (H / c.n_kv_heads);
             infer_attn_list(out, q + i * qdim + (size_t)h * hd,
                             infer_kv_keys(kv, 0) + (size_t)g * hd,
                             infer_kv_values(kv, 0) + (size_t)g * hd, kv_dim, hd, sel, m, a,
                             gather);
             if (memcmp(out, os + i * qdim + (size_t)h * hd, sizeof(float) * hd))
-                fail_msg("head %u row %u: k %u m %u out %g vs %g", h, i, k, m, out[0], os[i * qdim + (size_t)h * hd]);
+                fail_msg("head %u row %u: k %u m %u out %g vs %g", h, i, k, m, out[0],
+                         os[i * qdim + (size_t)h * hd]);
         }
     }
     struct infer_sparse_stats st;
@@ -374,9 +377,10 @@ static void sparse_reference(int inl, uint32_t T)
 static void test_sparse_reference(void **state)
 {
     (void)state;
-    sparse_reference(0, 530);
-    sparse_reference(1, 530);
-    sparse_reference(1, 3000);
+    sparse_reference(0, 530, 10);
+    sparse_reference(1, 530, 10);
+    sparse_reference(1, 3000, 10);
+    sparse_reference(1, 3007, 0);
 }
 
 /* the greedy plan against every order of up to 4 launches (1 head each)
