@@ -28,6 +28,7 @@
 
 #include "attn_avx512_inl.h"
 #include "attn_sparse.h"
+#include "infer_div_max_avx512_inl.h"
 #include "infer_matmul.h"
 
 /* rows t0..t1 of src (stride ld) into dst (stride hs) */
@@ -92,14 +93,7 @@ values2_64(float *oa, const float *a, const uint32_t *la, uint32_t ja, uint32_t 
 static inline __attribute__((always_inline)) float
 div_max_blk(float *a, uint32_t n, int pow2, __m512 iv, __m512 dv, float mx)
 {
-    __m512 acc = _mm512_set1_ps(-INFINITY);
-    for (uint32_t t = 0; t < n; t += 16) {
-        __mmask16 m = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
-        __m512 in = _mm512_maskz_loadu_ps(m, a + t);
-        __m512 x = pow2 ? _mm512_mul_ps(in, iv) : _mm512_div_ps(in, dv);
-        _mm512_mask_storeu_ps(a + t, m, x);
-        acc = _mm512_mask_mov_ps(acc, m & _mm512_cmp_ps_mask(x, acc, _CMP_GT_OQ), x);
-    }
+    __m512 acc = infer_div_max16_avx512(a, n, pow2, iv, dv);
     float b = _mm512_reduce_max_ps(acc); /* no NaN in acc: the largest, or -inf */
     return b > mx ? b : mx;
 }

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "infer_div_max_avx512_inl.h"
 #include "infer_matmul.h"
 
 /* 16 weights from w (element type wt) at element c, widened to float;
@@ -283,7 +284,7 @@ void infer_swiglu_avx512(float *h, const float *g, const float *u, size_t n)
 
 float infer_div_max_avx512(float *a, uint32_t n, float d)
 {
-    __m512 dv = _mm512_set1_ps(d), acc = _mm512_set1_ps(-INFINITY);
+    __m512 dv = _mm512_set1_ps(d);
     /* d a power of two whose inverse is a normal float (sqrt(64) = 8: a
      * 64-wide head's scaling): x / d and x * (1 / d) are the same real
      * number, rounded once, so the same bits, at a multiply's cost (the
@@ -293,13 +294,7 @@ float infer_div_max_avx512(float *a, uint32_t n, float d)
     uint32_t e = db >> 23;
     int pow2 = (db & 0x7fffffu) == 0 && e >= 1 && e <= 253; /* positive: sign 0 */
     __m512 iv = _mm512_set1_ps(pow2 ? 1.0f / d : 1.0f);
-    for (uint32_t t = 0; t < n; t += 16) {
-        __mmask16 m = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
-        __m512 in = _mm512_maskz_loadu_ps(m, a + t);
-        __m512 x = pow2 ? _mm512_mul_ps(in, iv) : _mm512_div_ps(in, dv);
-        _mm512_mask_storeu_ps(a + t, m, x);
-        acc = _mm512_mask_mov_ps(acc, m & _mm512_cmp_ps_mask(x, acc, _CMP_GT_OQ), x);
-    }
+    __m512 acc = infer_div_max16_avx512(a, n, pow2, iv, dv);
     /* infer_div_max_reduce16 in registers: lane i takes lane i + w where that
      * is strictly greater (ordered: NaN never wins), w = 8, 4, 2, 1 */
     __m512 o = _mm512_shuffle_f32x4(acc, acc, 0x4E); /* lanes i + 8 */
