@@ -214,6 +214,19 @@ if [ -f "$M" ] && [ -f "$TOK" ]; then
         fail "run --prompt-tokens 1000: exit $?"
     grep -qF -- "--prompt-tokens 1000: the context is 128 tokens; using 128" "$TMP/err" ||
         fail "run --prompt-tokens 1000: the cut is not said: $(head -1 "$TMP/err")"
+    # a synthetic prompt's pieces are set up on a thread beside the pipeline:
+    # printed, they come whole before the generated ones (the prompt alone is
+    # a prefix of the run that generates, less its closing newline)
+    "$BIN" run "$TMP/m.sluice" --prompt-tokens 40 -n 0 >"$TMP/p0" 2>"$TMP/err" ||
+        fail "run --prompt-tokens 40 -n 0: exit $?"
+    "$BIN" run "$TMP/m.sluice" --prompt-tokens 40 -n 5 >"$TMP/p5" 2>"$TMP/err" ||
+        fail "run --prompt-tokens 40 -n 5: exit $?"
+    n0=$(($(stat -c %s "$TMP/p0") - 1))
+    [ "$n0" -gt 0 ] && [ "$(stat -c %s "$TMP/p5")" -gt "$((n0 + 1))" ] ||
+        fail "run --prompt-tokens 40: $n0 bytes of prompt, $(stat -c %s "$TMP/p5") with -n 5"
+    head -c "$n0" "$TMP/p0" >"$TMP/p0n"
+    head -c "$n0" "$TMP/p5" | cmp -s - "$TMP/p0n" ||
+        fail "run --prompt-tokens 40 -n 5: the prompt's pieces are not printed first"
     "$BIN" run "$TMP/m.sluice" -p Hi -n 0 --json >"$TMP/out" 2>"$TMP/err" ||
         fail "run -n 0: exit $?"
     grep -qF '"generated_tokens":0' "$TMP/out" ||
