@@ -5,6 +5,8 @@
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,17 @@ struct tok_index {
     int id;
 };
 
+/* The pieces by (bytes, length) for binary search, sorted on the first
+ * encode: a run with a synthetic prompt (--prompt-tokens) never encodes,
+ * and the sort of a 32k-piece vocabulary was 9 ms of a warm cold start's
+ * process start, 18-19 ms cold (docs/BENCHMARKS.md, fifteenth session, e22).
+ * Filled at create; the sort under the lock, once. */
+struct tok_sorted {
+    pthread_mutex_t lock;
+    atomic_int ready;
+    struct tok_index *v;
+};
+
 struct infer_tokenizer {
     uint32_t n;
     uint32_t bos, eos;
@@ -24,7 +37,7 @@ struct infer_tokenizer {
     const uint32_t *lens;
     const float *scores;
     uint32_t max_len;         /* the longest token's bytes */
-    struct tok_index *sorted; /* by (bytes, length) for binary search */
+    struct tok_sorted *sorted; /* its own allocation: sorted through a const tokenizer */
     int byte_id[256];         /* token of <0xXX>, or -1 */
     unsigned char byte_piece[256][2];
 };
@@ -49,9 +62,10 @@ static int lookup(const struct infer_tokenizer *t, const char *s, uint32_t len)
     size_t lo = 0, hi = t->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        int c = cmp_bytes(s, len, t->sorted[mid].str, t->sorted[mid].len);
+        const struct tok_index *e = &t->sorted->v[mid];
+        int c = cmp_bytes(s, len, e->str, e->len);
         if (c == 0)
-            return t->sorted[mid].id;
+            return e->id;
         if (c < 0)
             hi = mid;
         else
@@ -106,8 +120,13 @@ int infer_tokenizer_create(const struct format_tokenizer *tok, const struct form
     t->strs = tok->tokens;
     t->lens = tok->lens;
     t->scores = tok->scores;
-    t->sorted = malloc(sizeof *t->sorted * t->n);
-    if (!t->sorted) {
+    t->sorted = calloc(1, sizeof *t->sorted);
+    if (t->sorted)
+        t->sorted->v = malloc(sizeof *t->sorted->v * t->n);
+    if (!t->sorted || !t->sorted->v || pthread_mutex_init(&t->sorted->lock, NULL)) {
+        if (t->sorted)
+            free(t->sorted->v);
+        free(t->sorted);
         free(t);
         sl_err_set(err, "out of memory");
         return -ENOMEM;
@@ -118,22 +137,37 @@ int infer_tokenizer_create(const struct format_tokenizer *tok, const struct form
         t->byte_piece[b][1] = 0;
     }
     for (uint32_t i = 0; i < t->n; i++) {
-        t->sorted[i] = (struct tok_index){tok->tokens[i], tok->lens[i], (int)i};
+        t->sorted->v[i] = (struct tok_index){tok->tokens[i], tok->lens[i], (int)i};
         if (tok->lens[i] > t->max_len)
             t->max_len = tok->lens[i];
         int b = byte_token(tok->tokens[i], tok->lens[i]);
         if (b >= 0 && t->byte_id[b] < 0)
             t->byte_id[b] = (int)i;
     }
-    qsort(t->sorted, t->n, sizeof *t->sorted, cmp_index);
     *out = t;
     return 0;
+}
+
+/* The index sorted (once, whichever thread encodes first). */
+static void sorted_ready(const struct infer_tokenizer *t)
+{
+    struct tok_sorted *x = t->sorted;
+    if (atomic_load_explicit(&x->ready, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&x->lock);
+    if (!atomic_load_explicit(&x->ready, memory_order_relaxed)) {
+        qsort(x->v, t->n, sizeof *x->v, cmp_index);
+        atomic_store_explicit(&x->ready, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&x->lock);
 }
 
 void infer_tokenizer_destroy(struct infer_tokenizer *t)
 {
     if (!t)
         return;
+    pthread_mutex_destroy(&t->sorted->lock);
+    free(t->sorted->v);
     free(t->sorted);
     free(t);
 }
@@ -191,6 +225,7 @@ struct tok_work {
 
 static int work_init(struct tok_work *w, const struct infer_tokenizer *t)
 {
+    sorted_ready(t); /* every encode starts here */
     *w = (struct tok_work){0};
     w->buf = malloc(2 * (size_t)t->max_len + 1);
     return w->buf ? 0 : -ENOMEM;

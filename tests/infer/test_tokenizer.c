@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +271,58 @@ static void test_enomem(void **st)
     struct format_tokenizer empty = tok;
     empty.n_tokens = 0;
     assert_int_equal(infer_tokenizer_create(&empty, &cfg, &t, &err), -EINVAL);
+}
+
+/* The first encodes of a fresh tokenizer on several threads at once (the
+ * index is sorted by whichever comes first, once): each gets what a
+ * tokenizer that had already encoded gives. */
+struct first_encode {
+    const struct infer_tokenizer *t;
+    pthread_barrier_t *go;
+    int ids[64];
+    uint32_t n;
+    int ret;
+};
+
+static void *first_encode_run(void *arg)
+{
+    struct first_encode *f = arg;
+    pthread_barrier_wait(f->go);
+    f->ret = infer_tokenizer_encode(f->t, "abc b\xc3\xa9 zz abc", 1, f->ids, 64, &f->n);
+    return NULL;
+}
+
+static void test_first_encode_threads(void **st)
+{
+    (void)st;
+    struct sl_err err;
+    struct infer_tokenizer *warm;
+    assert_int_equal(infer_tokenizer_create(&tok, &cfg, &warm, &err), 0);
+    int want[64];
+    uint32_t nw;
+    assert_int_equal(infer_tokenizer_encode(warm, "abc b\xc3\xa9 zz abc", 1, want, 64, &nw), 0);
+    for (int round = 0; round < 20; round++) {
+        struct infer_tokenizer *t;
+        assert_int_equal(infer_tokenizer_create(&tok, &cfg, &t, &err), 0);
+        enum { N = 4 };
+        pthread_barrier_t go;
+        assert_int_equal(pthread_barrier_init(&go, NULL, N), 0);
+        struct first_encode f[N];
+        pthread_t th[N];
+        for (int i = 0; i < N; i++) {
+            f[i] = (struct first_encode){.t = t, .go = &go, .ret = 1};
+            assert_int_equal(pthread_create(&th[i], NULL, first_encode_run, &f[i]), 0);
+        }
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(pthread_join(th[i], NULL), 0);
+            assert_int_equal(f[i].ret, 0);
+            assert_int_equal(f[i].n, nw);
+            assert_memory_equal(f[i].ids, want, sizeof(int) * nw);
+        }
+        pthread_barrier_destroy(&go);
+        infer_tokenizer_destroy(t);
+    }
+    infer_tokenizer_destroy(warm);
 }
 
 /* ---- the library against the reference ----------------------------------------------- */
@@ -629,6 +682,7 @@ int main(int argc, char **argv)
             cmocka_unit_test(test_stream_equals_whole),
             cmocka_unit_test(test_limit_counts_tokens),
             cmocka_unit_test(test_enomem),
+            cmocka_unit_test(test_first_encode_threads),
             cmocka_unit_test(test_differential_synth),
             cmocka_unit_test(test_long_synth),
         };
