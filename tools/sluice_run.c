@@ -8,7 +8,6 @@
  * printed and fed back one at a time. */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,68 +312,13 @@ static int emit(const struct infer_tokenizer *tk, int prev, int token, int json,
 /* The first token is sampled (and printed) the moment the prefill's logits
  * exist, before the pipeline goes on to read what only decoding needs (an
  * untied embedding): that moment is the time to first token. */
-struct text_setup;
 struct first_token {
     const struct infer_tokenizer *tk;
-    struct text_setup *setup; /* joined before the first piece */
     struct text_buf *text;
     int prev, json, stop_a, stop_b;
     int token, sampled, printed, ret;
     uint64_t t;
 };
-
-/* The tokenizer's setup (its index sorted, ~10 ms of CPU for 32k pieces)
- * and the prompt's pieces. A synthetic prompt (--prompt-tokens) needs no
- * encoding, so its setup runs on a thread beside the pipeline's start and is
- * joined before the first token's piece; a text prompt is encoded first. */
-struct text_setup {
-    const struct format_tokenizer *src;
-    const struct format_config *cfg;
-    const int *tokens;
-    uint32_t n;
-    int json;
-    struct text_buf *text;
-    struct infer_tokenizer *tk;
-    pthread_t thread;
-    int started, ret;
-    struct sl_err err;
-};
-
-static int text_setup_run(struct text_setup *t)
-{
-    int ret = t->tk ? 0 : infer_tokenizer_create(t->src, t->cfg, &t->tk, &t->err);
-    /* the prompt, as run.c prints it: each token's piece after its predecessor */
-    for (uint32_t i = 1; ret == 0 && i < t->n; i++)
-        ret = emit(t->tk, t->tokens[i - 1], t->tokens[i], t->json, t->text);
-    if (ret == -ENOMEM && !t->err.msg[0])
-        sl_err_set(&t->err, "out of memory");
-    return ret;
-}
-
-static void *text_setup_main(void *arg)
-{
-    struct text_setup *t = arg;
-    t->ret = text_setup_run(t);
-    return NULL;
-}
-
-/* Runs the setup on a thread (inline where none can start). */
-static void text_setup_start(struct text_setup *t)
-{
-    t->started = pthread_create(&t->thread, NULL, text_setup_main, t) == 0;
-    if (!t->started)
-        t->ret = text_setup_run(t);
-}
-
-/* Waits for the setup (once); its result. */
-static int text_setup_join(struct text_setup *t)
-{
-    if (t->started) {
-        pthread_join(t->thread, NULL);
-        t->started = 0;
-    }
-    return t->ret;
-}
 
 static void on_first_logits(void *ctx, struct infer_session *s)
 {
@@ -384,9 +328,6 @@ static void on_first_logits(void *ctx, struct infer_session *s)
         return;
     f->t = sl_now_ns();
     f->sampled = 1;
-    if ((f->ret = text_setup_join(f->setup)) < 0)
-        return;
-    f->tk = f->setup->tk;
     if (f->token != f->stop_a && f->token != f->stop_b) {
         f->ret = emit(f->tk, f->prev, f->token, f->json, f->text);
         f->printed = 1;
@@ -433,14 +374,9 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     po.attn = sparse ? infer_sparse_attention(sparse) : NULL;
     struct format_config cfg = *format_reader_config(r);
     const struct format_config *c = &cfg;
-    struct text_setup ts = {.src = format_reader_tokenizer(r), .cfg = c, .json = o->json,
-                            .text = text};
-    if (!o->prompt_tokens) { /* the prompt needs the tokenizer before the pipeline */
-        ret = infer_tokenizer_create(ts.src, c, &ts.tk, err);
-        if (ret < 0)
-            goto fail;
-        tk = ts.tk;
-    }
+    ret = infer_tokenizer_create(format_reader_tokenizer(r), c, &tk, err);
+    if (ret < 0)
+        goto fail;
     tokens = malloc(sizeof(int) * c->seq_len);
     if (!tokens) {
         ret = -ENOMEM;
@@ -457,7 +393,7 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
             tokens[i] = 3 + (int)((i * 2654435761u) % (c->vocab_size > 3 ? c->vocab_size - 3 : 1));
         ret = 0;
     } else {
-        ret = infer_tokenizer_encode(ts.tk, o->prompt, 1, tokens, c->seq_len, &n_prompt);
+        ret = infer_tokenizer_encode(tk, o->prompt, 1, tokens, c->seq_len, &n_prompt);
     }
     if (ret < 0) {
         if (ret == -ENOSPC)
@@ -475,17 +411,13 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
                 "sluice run: -n %u: the context of %u tokens leaves room for %u after the "
                 "%u-token prompt; generating at most %u\n",
                 o->n_gen, c->seq_len, room, n_prompt, room);
-    ts.tokens = tokens;
-    ts.n = n_prompt;
-    if (o->prompt_tokens) {
-        text_setup_start(&ts);
-    } else if ((ret = text_setup_run(&ts)) < 0) {
-        *err = ts.err;
-        goto fail;
-    }
+    /* the prompt, as run.c prints it: each token's piece after its predecessor */
+    for (uint32_t i = 1; i < n_prompt; i++)
+        if ((ret = emit(tk, tokens[i - 1], tokens[i], o->json, text)) < 0)
+            goto fail;
 
     uint64_t t0 = sl_now_ns();
-    struct first_token first = {.tk = ts.tk, .setup = &ts, .text = text, .prev = tokens[n_prompt - 1],
+    struct first_token first = {.tk = tk, .text = text, .prev = tokens[n_prompt - 1],
                                 .json = o->json, .stop_a = (int)c->bos_id,
                                 .stop_b = (int)c->eos_id};
     struct infer_session_opts so = {.max_batch = o->pipeline.chunk ? o->pipeline.chunk : 256,
@@ -498,13 +430,6 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     }
     ret = infer_session_cold_start(path, tokens, n_prompt, &so, &po, &sess,
                                    &st->pipeline, err);
-    int setup = text_setup_join(&ts);
-    tk = ts.tk;
-    first.tk = tk;
-    if (ret == 0 && setup < 0) {
-        *err = ts.err;
-        ret = setup;
-    }
     if (ret == 0 && first.ret < 0)
         ret = first.ret;
     if (ret < 0)
