@@ -313,8 +313,11 @@ static void test_first_encode_threads(void **st)
             f[i] = (struct first_encode){.t = t, .go = &go, .ret = 1};
             assert_int_equal(pthread_create(&th[i], NULL, first_encode_run, &f[i]), 0);
         }
+        int joined = 0; /* every thread joined before any check can jump out */
+        for (int i = 0; i < N; i++)
+            joined += pthread_join(th[i], NULL) == 0;
+        assert_int_equal(joined, N);
         for (int i = 0; i < N; i++) {
-            assert_int_equal(pthread_join(th[i], NULL), 0);
             assert_int_equal(f[i].ret, 0);
             assert_int_equal(f[i].n, nw);
             assert_memory_equal(f[i].ids, want, sizeof(int) * nw);
