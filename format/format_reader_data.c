@@ -172,10 +172,8 @@ int format_reader_read_slice(const struct format_reader *r, uint32_t i, void *bu
 int format_slice_verify(const struct format_reader *r, uint32_t i, const void *data,
                         struct sl_err *err)
 {
-    if (i >= r->n_slices) /* format_slice_verify_sum says so */
-        return format_slice_verify_sum(r, i, data, 0, err);
-    return format_slice_verify_sum(r, i, data, format_checksum(data, (size_t)r->slices[i].length),
-                                   err);
+    uint64_t sum = i < r->n_slices ? format_checksum(data, (size_t)r->slices[i].length) : 0;
+    return format_slice_verify_sum(r, i, data, sum, err); /* which names a bad index */
 }
 
 int format_slice_verify_sum(const struct format_reader *r, uint32_t i, const void *data,

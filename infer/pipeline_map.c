@@ -164,7 +164,8 @@ static int populate_hashed(struct pl *p, uint32_t s, struct format_hash *h,
     const uint64_t step = p->o->hash_step ? sl_align_up(p->o->hash_step, 4096) : (2u << 20);
     const uint8_t *data = (const uint8_t *)p->m->slices + si->offset;
     format_hash_reset(h);
-    for (uint64_t off = 0; off < si->length || !si->length; off += step) {
+    uint64_t off = 0;
+    do { /* once for an empty slice */
         uint64_t n = si->length - off < step ? si->length - off : step;
         int ret = populate_range(p, s, off, n, err);
         if (ret < 0)
@@ -181,9 +182,8 @@ static int populate_hashed(struct pl *p, uint32_t s, struct format_hash *h,
          * task only decodes the norms; this thread would only wait for the
          * disk */
         format_hash_update(h, data + off, (size_t)n);
-        if (!si->length)
-            break;
-    }
+        off += n;
+    } while (off < si->length);
     return format_slice_verify_sum(p->r, s, data, format_hash_digest(h), err);
 }
 
