@@ -6,109 +6,34 @@
  * each 128 KiB block of w once per 4 x rows: the first pass streams the
  * weights from memory, the second computes from L2 with nothing to overlap
  * (8 rows 1.6x one row on kjv6L-1k, 16 rows 2.5x, on the Xeon). Here each
- * tile of 3 w rows stays in registers and L1 while every x row passes over
- * it, 8 at a time: 24 accumulators, 3 weight vectors and one x vector (28 of
- * the 32 zmm registers), 11 loads per 24 FMAs, the weights two tiles ahead
- * prefetched. The weights cross the memory bus once per call whatever the
- * rows, and up to 8 rows the multiply-adds hide under the weights' stream.
+ * tile of 4 w rows stays in registers and L1 while the x rows pass over it,
+ * up to 6 at a time (mr x 4 accumulators), the weights prefetched two tiles
+ * ahead: they cross the memory bus once per call whatever the rows.
  *
  * Every output is the AVX-512 tile's: 16 lanes summed with FMA in column
- * order from zero, the column tail masked to zeros, then the same
- * _mm512_reduce_add_ps. So a row gets the same bits here as in a one-row
- * decode step through the blocked kernel (test_verify_kernels). */
+ * order from zero, the column tail masked to zeros, then the lanes summed as
+ * _mm512_reduce_add_ps sums them. A tile's horizontal sums are taken 16 at a
+ * time (reduce16: the same additions on the same operands, two shuffles an
+ * addition instead of about eight operations an output; at kjv6L-1k's 256
+ * columns a dot product is only 16 FMAs). So a row gets the same bits here as
+ * in a one-row decode step through the blocked kernel (test_verify_kernels).
+ *
+ * The sixteenth session's tile (8 x 3 before, one _mm512_reduce_add_ps an
+ * output) on kjv6L-1k's shapes, one thread, weights in L2: 3.5-4.1 vector
+ * FMAs a ns at 4-6 rows against 2.4-2.5 (a 4-6 row matmul 0.6-0.7x the
+ * time); over the whole model's weights (17.6 MB, streamed) 3-6 rows 0.82-0.91x,
+ * 12-16 rows 0.68-0.89x, 1, 2, 7 and 8 rows unchanged within the noise. */
 #include <immintrin.h>
 
 #include "infer_matmul.h"
 
-#define ROWS_NR 3 /* w rows per tile */
-#define ROWS_MR 8 /* x rows per pass over it */
-/* Weights are asked for this many rows ahead (two tiles). */
-#define PF_ROWS 6
-
-/* y[a * ldy + b] = dot(x row a, w row b) for a < mr, b < nr. */
-static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, const float *x,
-                                                       size_t ldx, const uint32_t mr,
-                                                       const float *w, size_t ldw,
-                                                       const uint32_t nr, uint32_t cols)
-{
-    __m512 acc[ROWS_MR][ROWS_NR];
-    const float *xp[ROWS_MR], *wp[ROWS_NR];
-#pragma GCC unroll 8
-    for (uint32_t a = 0; a < mr; a++) {
-        xp[a] = x + a * ldx;
-#pragma GCC unroll 3
-        for (uint32_t b = 0; b < nr; b++)
-            acc[a][b] = _mm512_setzero_ps();
-    }
-#pragma GCC unroll 3
-    for (uint32_t b = 0; b < nr; b++)
-        wp[b] = w + b * ldw;
-    for (uint32_t k = cols / 16; k; k--) {
-        __m512 wv[ROWS_NR];
-#pragma GCC unroll 3
-        for (uint32_t b = 0; b < nr; b++) {
-            _mm_prefetch((const char *)(wp[b] + PF_ROWS * ldw), _MM_HINT_T0);
-            wv[b] = _mm512_loadu_ps(wp[b]);
-            wp[b] += 16;
-        }
-#pragma GCC unroll 8
-        for (uint32_t a = 0; a < mr; a++) {
-            __m512 xv = _mm512_loadu_ps(xp[a]);
-            xp[a] += 16;
-#pragma GCC unroll 3
-            for (uint32_t b = 0; b < nr; b++)
-                acc[a][b] = _mm512_fmadd_ps(xv, wv[b], acc[a][b]);
-        }
-    }
-    if (cols % 16) {
-        __mmask16 m = (__mmask16)((1u << (cols % 16)) - 1);
-        __m512 wv[ROWS_NR];
-#pragma GCC unroll 3
-        for (uint32_t b = 0; b < nr; b++)
-            wv[b] = _mm512_maskz_loadu_ps(m, wp[b]);
-#pragma GCC unroll 8
-        for (uint32_t a = 0; a < mr; a++) {
-            __m512 xv = _mm512_maskz_loadu_ps(m, xp[a]);
-#pragma GCC unroll 3
-            for (uint32_t b = 0; b < nr; b++)
-                acc[a][b] = _mm512_fmadd_ps(xv, wv[b], acc[a][b]);
-        }
-    }
-#pragma GCC unroll 8
-    for (uint32_t a = 0; a < mr; a++)
-#pragma GCC unroll 3
-        for (uint32_t b = 0; b < nr; b++)
-            y[a * ldy + b] = _mm512_reduce_add_ps(acc[a][b]);
-}
-
-typedef void tile_fn(float *y, size_t ldy, const float *x, size_t ldx, const float *w, size_t ldw,
-                     uint32_t cols);
-#define TILE(M, N)                                                                                 \
-    static void tile_##M##x##N(float *y, size_t ldy, const float *x, size_t ldx, const float *w,   \
-                               size_t ldw, uint32_t cols)                                          \
-    {                                                                                              \
-        tile(y, ldy, x, ldx, M, w, ldw, N, cols);                                                  \
-    }
-#define TILE_ROW(M) TILE(M, 1) TILE(M, 2) TILE(M, 3)
-TILE_ROW(1)
-TILE_ROW(2)
-TILE_ROW(3)
-TILE_ROW(4)
-TILE_ROW(5)
-TILE_ROW(6)
-TILE_ROW(7)
-TILE_ROW(8)
-#define ROW_FNS(M) {tile_##M##x1, tile_##M##x2, tile_##M##x3}
-static tile_fn *const tiles[ROWS_MR][ROWS_NR] = {ROW_FNS(1), ROW_FNS(2), ROW_FNS(3), ROW_FNS(4),
-                                                 ROW_FNS(5), ROW_FNS(6), ROW_FNS(7), ROW_FNS(8)};
-
-/* ---- short rows (attention scores: a head's dimension of columns) ---- */
-
-/* Up to this many columns the outputs are taken 16 w rows at a time and their
- * horizontal sums are done together: the tile's per-output
- * _mm512_reduce_add_ps (3 extracts and a shuffle a sum) costs more than the
- * dot product itself at a head's 32 or 64 columns. */
-#define SHORT_COLS 64
+/* At most this many x rows per pass over a tile of ROWS_NR w rows: mr x
+ * ROWS_NR accumulators, ROWS_NR weight vectors and one x vector within the 32
+ * registers. A call's rows are cut into passes of nearly equal size (8 rows:
+ * 4 + 4; 16: 6 + 5 + 5): GCC spilled the former 8 x 3 tile's accumulators
+ * (1.8-2.7 vector FMAs a ns from L2 against 3.2-3.7 for two passes of 4). */
+#define ROWS_PASS_MAX 6
+#define ROWS_NR 4
 
 /* lane i = the horizontal sum of in[(i % 4) * 4 + i / 4], in
  * _mm512_reduce_add_ps's order: lanes j + j+8, then j + j+4, j + j+2, 0 + 1
@@ -132,6 +57,125 @@ static inline __attribute__((always_inline)) __m512 reduce16(const __m512 in[16]
     /* lane 4L + m: in[L + 4m] */
     return _mm512_add_ps(_mm512_shuffle_ps(x[0], x[1], 0x88), _mm512_shuffle_ps(x[0], x[1], 0xDD));
 }
+
+/* The horizontal sums of acc[0..n) (n <= 32), acc[t] to out[t]: 16 at a
+ * time, a group's missing inputs repeating its last (not stored); up to 4
+ * alone. */
+static inline __attribute__((always_inline)) void reduce_all(float *out, const __m512 *acc,
+                                                             const uint32_t n)
+{
+    if (n <= 4) {
+#pragma GCC unroll 4
+        for (uint32_t t = 0; t < n; t++)
+            out[t] = _mm512_reduce_add_ps(acc[t]);
+        return;
+    }
+#pragma GCC unroll 2
+    for (uint32_t g = 0; g < n; g += 16) {
+        __m512 in[16];
+#pragma GCC unroll 16
+        for (uint32_t j = 0; j < 16; j++) {
+            uint32_t t = g + (j % 4) * 4 + j / 4; /* lane t - g gets acc[t] */
+            in[j] = acc[t < n ? t : n - 1];
+        }
+        _mm512_storeu_ps(out + g, reduce16(in));
+    }
+}
+
+/* y[a * ldy + b] = dot(x row a, w row b) for a < mr, b < nv (1..nr): rows
+ * nv..nr-1 of the tile repeat w row nv - 1 and are not stored. The loads
+ * go by the narrower side: nr weight vectors held while each x row's vector
+ * meets them, or mr x vectors held while each weight vector meets them. */
+static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, const float *x,
+                                                       size_t ldx, const uint32_t mr,
+                                                       const float *w, size_t ldw,
+                                                       const uint32_t nr, uint32_t nv,
+                                                       uint32_t cols)
+{
+    __m512 acc[ROWS_PASS_MAX * ROWS_NR];
+    const float *wp[ROWS_NR];
+    const size_t pf = 2 * nr * ldw; /* prefetch distance: two tiles of w rows */
+#pragma GCC unroll 32
+    for (uint32_t t = 0; t < mr * nr; t++)
+        acc[t] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (uint32_t b = 0; b < nr; b++)
+        wp[b] = w + (b < nv ? b : nv - 1) * ldw;
+    uint32_t c = 0;
+    for (; c + 16 <= cols; c += 16) {
+        if (nr <= mr) {
+            __m512 wv[ROWS_NR];
+#pragma GCC unroll 16
+            for (uint32_t b = 0; b < nr; b++) {
+                _mm_prefetch((const char *)(wp[b] + c + pf), _MM_HINT_T0);
+                wv[b] = _mm512_loadu_ps(wp[b] + c);
+            }
+#pragma GCC unroll 8
+            for (uint32_t a = 0; a < mr; a++) {
+                __m512 xv = _mm512_loadu_ps(x + a * ldx + c);
+#pragma GCC unroll 16
+                for (uint32_t b = 0; b < nr; b++)
+                    acc[a * nr + b] = _mm512_fmadd_ps(xv, wv[b], acc[a * nr + b]);
+            }
+        } else {
+            __m512 xv[ROWS_PASS_MAX];
+#pragma GCC unroll 8
+            for (uint32_t a = 0; a < mr; a++)
+                xv[a] = _mm512_loadu_ps(x + a * ldx + c);
+#pragma GCC unroll 16
+            for (uint32_t b = 0; b < nr; b++) {
+                _mm_prefetch((const char *)(wp[b] + c + pf), _MM_HINT_T0);
+                __m512 wv = _mm512_loadu_ps(wp[b] + c);
+#pragma GCC unroll 8
+                for (uint32_t a = 0; a < mr; a++)
+                    acc[a * nr + b] = _mm512_fmadd_ps(xv[a], wv, acc[a * nr + b]);
+            }
+        }
+    }
+    if (c < cols) {
+        __mmask16 m = (__mmask16)((1u << (cols - c)) - 1);
+        __m512 xv[ROWS_PASS_MAX];
+#pragma GCC unroll 8
+        for (uint32_t a = 0; a < mr; a++)
+            xv[a] = _mm512_maskz_loadu_ps(m, x + a * ldx + c);
+#pragma GCC unroll 16
+        for (uint32_t b = 0; b < nr; b++) {
+            __m512 wv = _mm512_maskz_loadu_ps(m, wp[b] + c);
+#pragma GCC unroll 8
+            for (uint32_t a = 0; a < mr; a++)
+                acc[a * nr + b] = _mm512_fmadd_ps(xv[a], wv, acc[a * nr + b]);
+        }
+    }
+    float out[(ROWS_PASS_MAX * ROWS_NR + 15) / 16 * 16]; /* whole groups of 16 */
+    reduce_all(out, acc, mr * nr);
+    for (uint32_t a = 0; a < mr; a++)
+        for (uint32_t b = 0; b < nv; b++)
+            y[a * ldy + b] = out[a * nr + b];
+}
+
+typedef void tile_fn(float *y, size_t ldy, const float *x, size_t ldx, const float *w, size_t ldw,
+                     uint32_t nv, uint32_t cols);
+#define TILE(M)                                                                                    \
+    static void tile_##M(float *y, size_t ldy, const float *x, size_t ldx, const float *w,         \
+                         size_t ldw, uint32_t nv, uint32_t cols)                                   \
+    {                                                                                              \
+        tile(y, ldy, x, ldx, M, w, ldw, ROWS_NR, nv, cols);                                        \
+    }
+TILE(1)
+TILE(2)
+TILE(3)
+TILE(4)
+TILE(5)
+TILE(6)
+static tile_fn *const tiles[ROWS_PASS_MAX] = {tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
+
+/* ---- short rows (attention scores: a head's dimension of columns) ---- */
+
+/* Up to this many columns the outputs are taken 16 w rows at a time and their
+ * horizontal sums are done together: the tile's per-output
+ * _mm512_reduce_add_ps (3 extracts and a shuffle a sum) costs more than the
+ * dot product itself at a head's 32 or 64 columns. */
+#define SHORT_COLS 64
 
 /* y[b] = dot(x, w row b) for b < nr (1..16): the tile's accumulation per
  * output (rows past nr repeat the last one and are not stored). */
@@ -177,12 +221,15 @@ void infer_matmul_rows_avx512(float *y, size_t ldy, const float *x, size_t ldx, 
                         cols);
         return;
     }
+    /* passes of n / np rows, the first n % np one more */
+    uint32_t np = (n + ROWS_PASS_MAX - 1) / ROWS_PASS_MAX, q = n / np, extra = n % np;
     for (uint32_t r = r0; r < r1; r += ROWS_NR) {
-        uint32_t nr = r1 - r < ROWS_NR ? r1 - r : ROWS_NR;
+        uint32_t nv = r1 - r < ROWS_NR ? r1 - r : ROWS_NR;
         const float *wr = w + r * ldw;
-        for (uint32_t i = 0; i < n; i += ROWS_MR) {
-            uint32_t mr = n - i < ROWS_MR ? n - i : ROWS_MR;
-            tiles[mr - 1][nr - 1](y + i * ldy + r, ldy, x + i * ldx, ldx, wr, ldw, cols);
+        for (uint32_t p = 0, i = 0; p < np; p++) {
+            uint32_t mr = q + (p < extra);
+            tiles[mr - 1](y + i * ldy + r, ldy, x + i * ldx, ldx, wr, ldw, nv, cols);
+            i += mr;
         }
     }
 }

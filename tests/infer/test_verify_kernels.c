@@ -84,13 +84,22 @@ static void rows_kernel_check(rows_fn *rows, float (*dot)(const float *, const f
     float *y = malloc(sizeof(float) * MAXN * (MAXR + PAD));
     float *one = malloc(sizeof(float) * 4);
     assert_true(x && w && y && one);
-    for (int it = 0; it < 400; it++) {
+    /* 400 random shapes, then every row count with every width of a
+     * range's last tile (1..9 w rows: each pass size and tile tail) on long
+     * rows (random columns above the short path's 64) */
+    for (int it = 0; it < 400 + MAXN * 9; it++) {
         uint32_t n = 1 + test_rng_below(&rng, MAXN), R = 1 + test_rng_below(&rng, MAXR);
         /* every other shape short (attention scores: a head's columns) */
         uint32_t C = 1 + test_rng_below(&rng, it % 2 ? MAXC : 80);
+        if (it >= 400) {
+            n = 1 + (uint32_t)(it - 400) / 9, R = 1 + (uint32_t)(it - 400) % 9;
+            C = 65 + test_rng_below(&rng, MAXC - 64);
+        }
         size_t ldx = C + test_rng_below(&rng, PAD), ldw = C + test_rng_below(&rng, PAD);
         size_t ldy = R + test_rng_below(&rng, PAD);
         uint32_t r0 = test_rng_below(&rng, R), r1 = r0 + 1 + test_rng_below(&rng, R - r0);
+        if (it >= 400)
+            r0 = 0, r1 = R;
         fill(x, (size_t)n * ldx, 1.0f);
         fill(w, (size_t)R * ldw, 0.5f);
         if (it % 7 == 0) /* exact zeros and signed zeros in the products */
