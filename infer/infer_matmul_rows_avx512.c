@@ -19,11 +19,13 @@
  * columns a dot product is only 16 FMAs). So a row gets the same bits here as
  * in a one-row decode step through the blocked kernel (test_verify_kernels).
  *
- * The sixteenth session's tile (8 x 3 before, one _mm512_reduce_add_ps an
+ * Against the former kernel (8 x 3 tiles, one _mm512_reduce_add_ps an
  * output) on kjv6L-1k's shapes, one thread, weights in L2: 3.5-4.1 vector
  * FMAs a ns at 4-6 rows against 2.4-2.5 (a 4-6 row matmul 0.6-0.7x the
- * time); over the whole model's weights (17.6 MB, streamed) 3-6 rows 0.82-0.91x,
- * 12-16 rows 0.68-0.89x, 1, 2, 7 and 8 rows unchanged within the noise. */
+ * time); over the whole model's weights (17.6 MB, streamed) 3-6 rows
+ * 0.82-0.91x, 12-16 rows 0.68-0.89x, 1, 2, 7 and 8 rows unchanged within the
+ * noise. Wider tiles for one to three x rows (6, 8 or 16 w rows) were no
+ * faster: those calls are bound by the weights' stream. */
 #include <immintrin.h>
 
 #include "infer_matmul.h"
