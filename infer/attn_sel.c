@@ -158,33 +158,6 @@ void attn_range_scalar(const float *s, uint32_t n, float *lo, float *hi, int *na
     *nan = any;
 }
 
-uint32_t attn_between_scalar(const float *s, uint32_t n, float lo, float hi, float *out,
-                             uint32_t cap, uint32_t *above)
-{
-    uint32_t o = 0, c = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        int up = s[i] >= hi, in = s[i] >= lo && !up;
-        if (in && o < cap)
-            out[o] = s[i];
-        o += (uint32_t)in;
-        c += (uint32_t)up;
-    }
-    *above = c;
-    return o;
-}
-
-uint32_t attn_between(const float *s, uint32_t n, float lo, float hi, float *out, uint32_t cap,
-                      uint32_t *above)
-{
-#if SLUICE_KERNELS_X86
-    if (infer_matmul_kernel_available(INFER_MATMUL_AVX512))
-        return attn_between_avx512(s, n, lo, hi, out, cap, above);
-    if (infer_matmul_kernel_available(INFER_MATMUL_AVX2))
-        return attn_between_avx2(s, n, lo, hi, out, cap, above);
-#endif
-    return attn_between_scalar(s, n, lo, hi, out, cap, above);
-}
-
 uint32_t attn_count(const float *s, uint32_t n, float th)
 {
 #if SLUICE_KERNELS_X86

@@ -325,38 +325,6 @@ POPCNT uint32_t attn_keep_above_avx2(const uint32_t *idx, const float *val, uint
     return o;
 }
 
-POPCNT uint32_t attn_between_avx2(const float *s, uint32_t n, float lo, float hi, float *out,
-                                  uint32_t cap, uint32_t *above)
-{
-    const __m256 l = _mm256_set1_ps(lo), h = _mm256_set1_ps(hi);
-    __m256i c = _mm256_setzero_si256();
-    uint32_t o = 0, i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(s + i);
-        __m256 up = _mm256_cmp_ps(v, h, _CMP_GE_OQ);
-        c = _mm256_sub_epi32(c, _mm256_castps_si256(up)); /* a true compare is -1 */
-        unsigned bits =
-            (unsigned)_mm256_movemask_ps(_mm256_andnot_ps(up, _mm256_cmp_ps(v, l, _CMP_GE_OQ)));
-        __m256i pos = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)pack_lut[bits]));
-        /* past the cap the stores land at out[cap..cap + 8) */
-        _mm256_storeu_ps(out + (o < cap ? o : cap), _mm256_permutevar8x32_ps(v, pos));
-        o += popc(bits);
-    }
-    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-    uint32_t a = (uint32_t)_mm_cvtsi128_si32(t);
-    for (; i < n; i++) {
-        int u = s[i] >= hi, in = s[i] >= lo && !u;
-        if (in && o < cap)
-            out[o] = s[i];
-        o += (uint32_t)in;
-        a += (uint32_t)u;
-    }
-    *above = a;
-    return o;
-}
-
 uint32_t attn_count_avx2(const float *s, uint32_t n, float th)
 {
     const __m256 t = _mm256_set1_ps(th);

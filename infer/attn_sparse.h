@@ -74,20 +74,6 @@ void attn_range(const float *s, uint32_t n, float *lo, float *hi, int *nan);
 void attn_range_scalar(const float *s, uint32_t n, float *lo, float *hi, int *nan);
 void attn_range_avx2(const float *s, uint32_t n, float *lo, float *hi, int *nan);
 void attn_range_avx512(const float *s, uint32_t n, float *lo, float *hi, int *nan);
-/* The values lo <= s[i] < hi (i < n), in order, into out (their first cap;
- * out: room for cap + 16 floats, which the vector kernels may write past
- * the cap); returns how many are in [lo, hi) (all of them, beyond the cap
- * too), *above = how many s[i] >= hi: a counting pass at hi that also
- * gathers a bracket's few values (the top-k's last pass). AVX2 and AVX-512
- * kernels and the scalar twin: the same counts and out[0..min(count, cap)). */
-uint32_t attn_between(const float *s, uint32_t n, float lo, float hi, float *out, uint32_t cap,
-                      uint32_t *above);
-uint32_t attn_between_scalar(const float *s, uint32_t n, float lo, float hi, float *out,
-                             uint32_t cap, uint32_t *above);
-uint32_t attn_between_avx2(const float *s, uint32_t n, float lo, float hi, float *out, uint32_t cap,
-                           uint32_t *above);
-uint32_t attn_between_avx512(const float *s, uint32_t n, float lo, float hi, float *out,
-                             uint32_t cap, uint32_t *above);
 
 /* One query row qh of one head over the slots list[0..len) (ascending, len
  * >= 1), their keys and values read in place from kh and vh (rows of stride

@@ -195,43 +195,17 @@ static float between(float lo, float hi, double frac)
     return t;
 }
 
-/* The most values of a bracket gathered for the k-th's selection among them */
-#define SMALL 64u
-
-/* The r-th largest (1 <= r <= nb) of the bracket's values buf[0..nb)
- * (nb <= SMALL; reordered): *exact = 1 when no other of them equals it
- * (then the values >= it are exactly the ones ranked above it plus it).
- * NaN when r or nb is out of range (the caller's general path). */
-static float kth_small(float *buf, uint32_t nb, uint32_t r, int *exact)
-{
-    *exact = 0;
-    if (r < 1 || r > nb || nb > SMALL)
-        return NAN;
-    nth_desc(buf, nb, r - 1);
-    float tau = buf[r - 1];
-    uint32_t eq = 0;
-    for (uint32_t j = r; j < nb; j++) /* buf(r - 1..nb) <= tau: the ties */
-        eq += buf[j] == tau;
-    *exact = eq == 0;
-    return tau;
-}
-
-/* The k-th largest of v[0..m) (1 <= k <= m, no NaN): counting passes over
- * v (no stores) narrow a bracket [lo, hi) around it, lo keeping nlo >= k
- * values and hi nhi < k; once it holds at most SMALL values one more pass
- * gathers them (attn_between) and the k-th is selected among those few.
- * Every v[j] >= th (lo starts there). The first pass counts at the guess
- * g; the second, from the previous row's width per candidate w, counts at
- * a point about twice the miss away and gathers the values between the
- * two: when they bracket the k-th and fit, that ends it (the common case:
- * three passes over the candidates in all with the top-k's first one).
- * Otherwise regula falsi on the counts (the Illinois rule against a stuck
- * end; the candidates' maximum, a range pass, for the top when no pass
- * found one) until the bracket fits or lo and hi are adjacent floats (the
- * k-th largest is lo, tied). *exact = 1 when exactly k values are >= the
- * result (those are the top k, whatever their order); else the result is
- * the k-th largest value itself, with ties. NaN when 64 passes did not get
- * there (the caller's general path). */
+/* The k-th largest of v[0..m) (1 <= k <= m, no NaN) by counting passes
+ * over v (8 lanes, no stores): regula falsi on the counts between lo,
+ * which keeps at least k, and hi, which keeps fewer (the Illinois rule
+ * against a stuck end). Stops when exactly k values are >= lo (then those
+ * are the top k, whatever their order: *exact = 1) or when lo and hi are
+ * adjacent floats (the k-th largest is lo, tied: *exact = 0). Returns lo,
+ * or NaN when 64 passes did not get there (the caller's general path).
+ * Every v[j] >= th (lo starts there); the first passes at the guess g and,
+ * when that keeps more than k, one width w per surplus value above it (the
+ * previous row's width per candidate) make the bracket; the candidates'
+ * maximum (a range pass) is its top only when they do not. */
 static float kth_count(const float *v, uint32_t m, uint32_t k, float th, float g, float w,
                        int *exact)
 {
@@ -240,49 +214,39 @@ static float kth_count(const float *v, uint32_t m, uint32_t k, float th, float g
         *exact = 1;
         return th;
     }
-    float buf[SMALL + 16];
+    /* lo = th keeps all m >= k; hi: a first guess g above th that keeps
+     * fewer than k (one pass), else above the candidates' maximum */
     float lo = th, hi = NAN;
-    uint32_t nlo = m, nhi = 0;
+    double clo = m, chi = 0;
+    uint32_t nlo = m;
     if (isfinite(g) && g > th) {
         uint32_t c = attn_count(v, m, g);
         if (c == k) {
             *exact = 1;
             return g;
         }
-        float a, b; /* the second pass's bracket [a, b) */
         if (c > k) {
             lo = g;
-            nlo = c;
-            a = g;
-            b = g + ((float)(2 * (c - k)) + 1.0f) * w;
+            clo = nlo = c;
+            /* one more step of the width: usually past the k-th largest */
+            float g2 = g + ((float)(c - k) + 0.5f) * w;
+            if (isfinite(g2) && g2 > g) {
+                c = attn_count(v, m, g2);
+                if (c == k) {
+                    *exact = 1;
+                    return g2;
+                }
+                if (c > k) {
+                    lo = g2;
+                    clo = nlo = c;
+                } else {
+                    hi = g2;
+                    chi = c;
+                }
+            }
         } else {
             hi = g;
-            nhi = c;
-            b = g;
-            a = g - ((float)(2 * (k - c)) + 1.0f) * w;
-            a = a > th ? a : th;
-        }
-        if (isfinite(a) && isfinite(b) && a < b && (a > th || m - c <= SMALL)) {
-            uint32_t above, nb = attn_between(v, m, a, b, buf, SMALL, &above);
-            uint32_t na = above + nb; /* the count at a */
-            if (above < k && na >= k) {
-                if (nb <= SMALL)
-                    return kth_small(buf, nb, k - above, exact);
-                lo = a;
-                nlo = na;
-                hi = b;
-                nhi = above;
-            } else if (above >= k) {
-                lo = b;
-                nlo = above;
-                if (above == k) {
-                    *exact = 1;
-                    return b;
-                }
-            } else {
-                hi = a;
-                nhi = na;
-            }
+            chi = c;
         }
     }
     if (hi != hi) {
@@ -294,15 +258,9 @@ static float kth_count(const float *v, uint32_t m, uint32_t k, float th, float g
         hi = nextafterf(mx, INFINITY);
         if (!isfinite(hi))
             return NAN;
-        nhi = 0;
     }
-    double clo = nlo, chi = nhi;
     int side = 0;
     for (int it = 0; it < 64; it++) {
-        if (nlo - nhi <= SMALL) { /* gather the bracket's few values */
-            uint32_t above, nb = attn_between(v, m, lo, hi, buf, SMALL, &above);
-            return kth_small(buf, nb, k - above, exact);
-        }
         float t = between(lo, hi, (clo - k) / (clo - chi));
         if (t != t)
             return lo; /* adjacent: lo is the k-th largest, tied */
@@ -319,7 +277,7 @@ static float kth_count(const float *v, uint32_t m, uint32_t k, float th, float g
             side = 1;
         } else {
             hi = t;
-            chi = nhi = c;
+            chi = c;
             if (side == -1)
                 clo = (clo + k) / 2;
             side = -1;

@@ -76,34 +76,6 @@ uint32_t attn_count_avx512(const float *s, uint32_t n, float th)
     return m;
 }
 
-uint32_t attn_between_avx512(const float *s, uint32_t n, float lo, float hi, float *out,
-                             uint32_t cap, uint32_t *above)
-{
-    const __m512 l = _mm512_set1_ps(lo), h = _mm512_set1_ps(hi);
-    const __m512i one = _mm512_set1_epi32(1);
-    __m512i c = _mm512_setzero_si512();
-    uint32_t o = 0, i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(s + i);
-        __mmask16 up = _mm512_cmp_ps_mask(v, h, _CMP_GE_OQ);
-        __mmask16 in = _mm512_mask_cmp_ps_mask((__mmask16)~up, v, l, _CMP_GE_OQ);
-        c = _mm512_mask_add_epi32(c, up, c, one);
-        /* past the cap the stores land at out[cap..cap + 16) */
-        _mm512_storeu_ps(out + (o < cap ? o : cap), _mm512_maskz_compress_ps(in, v));
-        o += (uint32_t)__builtin_popcount((unsigned)in);
-    }
-    uint32_t a = (uint32_t)_mm512_reduce_add_epi32(c);
-    for (; i < n; i++) {
-        int u = s[i] >= hi, in = s[i] >= lo && !u;
-        if (in && o < cap)
-            out[o] = s[i];
-        o += (uint32_t)in;
-        a += (uint32_t)u;
-    }
-    *above = a;
-    return o;
-}
-
 void attn_range_avx512(const float *s, uint32_t n, float *lo, float *hi, int *nan)
 {
     /* four minima and four maxima, 64 values a step: one chain waited on

@@ -214,34 +214,6 @@ static void test_threshold_kernels(void **state)
             assert_int_equal(o1, want);
             free(c1);
         }
-        {
-            /* a bracket's values and the count above it, against their definition; caps
-             * below and above the count */
-            float lo = test_rng_normal(&rng), hi = lo + test_rng_float(&rng) * (it % 4 ? 1 : 8);
-            if (it % 11 == 0)
-                hi = NAN;
-            uint32_t cap = it % 3 == 0 ? test_rng_below(&rng, 70) : n, a1, a2, want = 0, up = 0;
-            float *b1 = malloc(sizeof(float) * (cap + 16));
-            float *b2 = malloc(sizeof(float) * (cap + 16));
-            assert_true(b1 && b2);
-            uint32_t nb1 = attn_between_scalar(s, n, lo, hi, b1, cap, &a1);
-            uint32_t nb2 = attn_between_avx2(s, n, lo, hi, b2, cap, &a2);
-            for (uint32_t j = 0; j < n; j++) {
-                up += s[j] >= hi;
-                if (s[j] >= lo && !(s[j] >= hi)) {
-                    if (want < cap)
-                        assert_memory_equal(&b1[want], &s[j], sizeof(float));
-                    want++;
-                }
-            }
-            assert_int_equal(nb1, want);
-            assert_int_equal(a1, up);
-            assert_int_equal(nb1, nb2);
-            assert_int_equal(a1, a2);
-            assert_memory_equal(b1, b2, sizeof(float) * (nb1 < cap ? nb1 : cap));
-            free(b1);
-            free(b2);
-        }
         assert_int_equal(attn_count_scalar(s, n, th), m1);
         assert_int_equal(attn_count_avx2(s, n, th), m1);
         float lo1, hi1, lo2, hi2;
@@ -293,43 +265,6 @@ static void test_topk_hint(void **state)
     }
 }
 
-/* rows in sequence with similar scores and the same k (a head's rows at
- * one length): the carried guess and width put the k-th largest in the
- * second pass's bracket, whose few values are selected among (kth_small);
- * ties (kind 0), a bracket of one value, every candidate tied */
-static void test_topk_bracket(void **state)
-{
-    (void)state;
-    for (int it = 0; it < 120; it++) {
-        uint32_t n = 64 + test_rng_below(&rng, 4000);
-        int kind = it % 4 == 0 ? 0 : 5;
-        float hint[ATTN_HINT] = {NAN, NAN};
-        float *s = malloc(sizeof(float) * n);
-        uint32_t *a = malloc(sizeof(uint32_t) * n), *b = malloc(sizeof(uint32_t) * n);
-        uint32_t *work = malloc(sizeof(uint32_t) * 2 * n);
-        assert_true(s && a && b && work);
-        uint32_t k = 1 + test_rng_below(&rng, n / (1 + it % 5));
-        for (int row = 0; row < 8; row++) {
-            random_scores(s, n, kind);
-            if (it % 17 == 3)
-                for (uint32_t j = 0; j < n; j++)
-                    s[j] = 1.5f;
-            if (row % 3 == 2)
-                k = k + 1 < n ? k + 1 : k;
-            attn_topk_hint(s, n, k, a, work, hint);
-            topk_ref_sort(s, n, k, b);
-            for (uint32_t j = 0; j < k; j++)
-                if (a[j] != b[j])
-                    fail_msg("n %u k %u kind %d row %d: index %u is %u, the sort says %u", n, k,
-                             kind, row, j, a[j], b[j]);
-        }
-        free(s);
-        free(a);
-        free(b);
-        free(work);
-    }
-}
-
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -338,7 +273,6 @@ int main(void)
         cmocka_unit_test(test_rows_blocked),
         cmocka_unit_test(test_threshold_kernels),
         cmocka_unit_test(test_topk_hint),
-        cmocka_unit_test(test_topk_bracket),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -198,23 +198,6 @@ static void test_threshold(void **state)
         uint32_t o2 = attn_keep_above_avx512(i2, s, n, t2, i2); /* in place */
         assert_int_equal(o1, o2);
         assert_memory_equal(c1, i2, sizeof(uint32_t) * o1);
-        {
-            /* a bracket's values and the count above it; caps below and above the count */
-            float lo = test_rng_normal(&rng), hi = lo + test_rng_float(&rng) * (it % 4 ? 1 : 8);
-            if (it % 11 == 0)
-                hi = NAN;
-            uint32_t cap = it % 3 == 0 ? test_rng_below(&rng, 70) : n, a1, a2;
-            float *b1 = malloc(sizeof(float) * (cap + 16));
-            float *b2 = malloc(sizeof(float) * (cap + 16));
-            assert_true(b1 && b2);
-            uint32_t nb1 = attn_between_scalar(s, n, lo, hi, b1, cap, &a1);
-            uint32_t nb2 = attn_between_avx512(s, n, lo, hi, b2, cap, &a2);
-            assert_int_equal(nb1, nb2);
-            assert_int_equal(a1, a2);
-            assert_memory_equal(b1, b2, sizeof(float) * (nb1 < cap ? nb1 : cap));
-            free(b1);
-            free(b2);
-        }
         assert_int_equal(attn_count_avx512(s, n, th), attn_count_scalar(s, n, th));
         float lo1, hi1, lo2, hi2;
         attn_range_scalar(s, n, &lo1, &hi1, &nan1);
