@@ -209,4 +209,41 @@ static inline uint32_t list_end(const uint32_t *list, uint32_t j, uint32_t len, 
     return j;
 }
 
+/* The block ends the scores pass finds (list_end per list and key block),
+ * kept for the values pass when lists x blocks fits ATTN_ENDS_MAX (16 KB:
+ * 128 lists x 32 blocks, T 4096 at head size 64): the values pass's
+ * list_end over each list again cost ~10% of the exact stage (its compares
+ * waited on the lists, 128 x T entries, in L2). Else each pass finds them. */
+#define ATTN_ENDS_MAX 4096u
+struct blk_ends {
+    uint32_t R;
+    int keep;
+    uint32_t e[ATTN_ENDS_MAX]; /* e[b * R + r]: block b's end of list r */
+};
+
+/* for R lists over T slots in blocks of kb */
+static inline void blk_ends_init(struct blk_ends *be, uint32_t R, uint32_t T, uint32_t kb)
+{
+    uint32_t nb = kb ? (T + kb - 1) / kb : 0;
+    be->R = R;
+    be->keep = (uint64_t)nb * R <= ATTN_ENDS_MAX;
+}
+
+/* the scores pass: list r's end in block b (below t1, from entry j of len), kept */
+static inline uint32_t blk_ends_find(struct blk_ends *be, uint32_t b, uint32_t r,
+                                     const uint32_t *list, uint32_t j, uint32_t len, uint32_t t1)
+{
+    uint32_t e = list_end(list, j, len, t1);
+    if (be->keep)
+        be->e[(size_t)b * be->R + r] = e;
+    return e;
+}
+
+/* the values pass: the same end, kept or found again */
+static inline uint32_t blk_ends_get(const struct blk_ends *be, uint32_t b, uint32_t r,
+                                    const uint32_t *list, uint32_t j, uint32_t len, uint32_t t1)
+{
+    return be->keep ? be->e[(size_t)b * be->R + r] : list_end(list, j, len, t1);
+}
+
 #endif

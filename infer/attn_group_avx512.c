@@ -223,19 +223,14 @@ void attn_group_rows_blk_avx512(uint32_t R, const struct attn_group_row *w, uint
                                 const float *vh, size_t kv_dim, uint32_t kb, uint32_t T,
                                 uint32_t *cur)
 {
-    /* the scores pass's block ends kept for the values pass, as in
-     * attn_sel_rows_avx512 (ends[b * R + r], when R x blocks fits) */
-    uint32_t ends[4096];
-    uint32_t nb = kb ? (T + kb - 1) / kb : 0;
-    int keep = (uint64_t)nb * R <= sizeof ends / sizeof ends[0];
+    struct blk_ends ends; /* the scores pass's block ends for the values pass */
+    blk_ends_init(&ends, R, T, kb);
     for (uint32_t r = 0; r < R; r++)
         cur[r] = 0;
     for (uint32_t t0 = 0, bk = 0; t0 < T; t0 += kb, bk++) {
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
         for (uint32_t r = 0; r < R; r++) {
-            uint32_t j = cur[r], e = list_end(w[r].list, j, w[r].len, t1);
-            if (keep)
-                ends[(size_t)bk * R + r] = e;
+            uint32_t j = cur[r], e = blk_ends_find(&ends, bk, r, w[r].list, j, w[r].len, t1);
             uint32_t gm = w[r].m ? w[r].m : G;
             for (uint32_t h = 0; h < gm && e > j; h++)
                 scores_16(w[r].s + (size_t)h * w[r].len + j, w[r].q + (size_t)h * ldq, kh, kv_dim,
@@ -261,7 +256,7 @@ void attn_group_rows_blk_avx512(uint32_t R, const struct attn_group_row *w, uint
         for (uint32_t r = 0; r < R; r++) {
             const uint32_t *list = w[r].list;
             uint32_t len = w[r].len, j0 = cur[r], h = 0;
-            uint32_t e = keep ? ends[(size_t)bk * R + r] : list_end(list, j0, len, t1);
+            uint32_t e = blk_ends_get(&ends, bk, r, list, j0, len, t1);
             uint32_t gm = w[r].m ? w[r].m : G;
             cur[r] = e;
             if (e == j0)

@@ -78,13 +78,6 @@ values2_64(float *oa, const float *a, const uint32_t *la, uint32_t ja, uint32_t 
         values_t(64, ob, b, vb0, ld, 64, lb, jb + n, eb, t0);
 }
 
-/* the block ends the scores pass found, kept for the values pass (the pass
- * over each list's entries to find them again cost ~10% of this stage:
- * the compares waited on the lists, 128 pairs x T entries, in L2) when
- * R x blocks fits this many (16 KB: 128 pairs x 32 blocks, T 4096 at head
- * size 64) */
-#define ENDS_MAX 4096u
-
 /* infer_div_max_avx512's step over one block's new scores a[0..n), while
  * they are in L1 (the pass over a pair's whole list after the scores read
  * 128 pairs' lists from L2: about half of the softmax's div_max samples):
@@ -114,9 +107,8 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
                           const float *vh, size_t kv_dim, uint32_t hs, uint32_t kb, uint32_t T,
                           uint32_t *cur, float *pack)
 {
-    uint32_t ends[ENDS_MAX];
-    uint32_t nb = kb ? (T + kb - 1) / kb : 0;
-    int keep = (uint64_t)nb * R <= ENDS_MAX; /* ends[b * R + r]: block b's end of pair r */
+    struct blk_ends ends; /* the scores pass's block ends for the values pass */
+    blk_ends_init(&ends, R, T, kb);
     /* the softmax's first step (scaling, maximum) block by block, for up
      * to PAIRS_MAX pairs (mx: their maxima so far) */
     enum { PAIRS_MAX = 128 };
@@ -141,15 +133,13 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
             ld = hs;
         }
         for (uint32_t r = 0; r < R; r++) {
-            uint32_t j = cur[r], e = list_end(p[r].list, j, p[r].len, t1);
+            uint32_t j = cur[r], e = blk_ends_find(&ends, b, r, p[r].list, j, p[r].len, t1);
             if (e > j) {
                 scores_blk(p[r].a + j, p[r].q, kb0, ld, hs, p[r].list + j, e - j, t0);
                 if (early)
                     mx[r] = div_max_blk(p[r].a + j, e - j, pow2, iv, dv, mx[r]);
             }
             cur[r] = e;
-            if (keep)
-                ends[(size_t)b * R + r] = e;
         }
     }
     for (uint32_t r = 0; r < R; r++) {
@@ -166,7 +156,6 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
     for (uint32_t t0 = 0, b = 0; t0 < T; t0 += kb, b++) {
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
         const float *vb0 = vh + (size_t)t0 * kv_dim;
-        const uint32_t *eb_ = keep ? ends + (size_t)b * R : NULL;
         size_t ld = kv_dim;
         if (pack) {
             pack_rows(pack, vh, kv_dim, hs, t0, t1);
@@ -177,8 +166,8 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
         if (hs == 64)
             for (; r + 2 <= R; r += 2) {
                 uint32_t ja = cur[r], jb = cur[r + 1];
-                uint32_t ea = eb_ ? eb_[r] : list_end(p[r].list, ja, p[r].len, t1);
-                uint32_t eb = eb_ ? eb_[r + 1] : list_end(p[r + 1].list, jb, p[r + 1].len, t1);
+                uint32_t ea = blk_ends_get(&ends, b, r, p[r].list, ja, p[r].len, t1);
+                uint32_t eb = blk_ends_get(&ends, b, r + 1, p[r + 1].list, jb, p[r + 1].len, t1);
                 cur[r] = ea;
                 cur[r + 1] = eb;
                 if (early) {
@@ -189,7 +178,7 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
                            p[r + 1].list, jb, eb, vb0, ld, t0);
             }
         for (; r < R; r++) {
-            uint32_t j0 = cur[r], e = eb_ ? eb_[r] : list_end(p[r].list, j0, p[r].len, t1);
+            uint32_t j0 = cur[r], e = blk_ends_get(&ends, b, r, p[r].list, j0, p[r].len, t1);
             cur[r] = e;
             if (e == j0)
                 continue;
