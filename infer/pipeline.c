@@ -308,7 +308,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     size_t whole_len = 0;
     struct pl_worker_arg wargs[PL_MAX_CPU_WORKERS + 1];
     int dev_started = 0;
-    struct infer_load_opts lo = {.lazy = 1, .no_mmap = 1};
+    struct infer_load_opts lo = {.lazy = 1, .no_mmap = 1, .reader = o.reader};
     int ret = -cv_err;
     if (cv_err) /* (a calloc'd, never initialized p->cv is destroyed harmlessly at out) */
         sl_err_set(err, "the pipeline's monotonic condition variable: %s", strerror(cv_err));

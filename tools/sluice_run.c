@@ -367,11 +367,13 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     struct format_reader *r = NULL;
     struct infer_sparse *sparse = NULL;
     int profiled;
-    int ret = format_reader_open(path, &r, err); /* for the tokenizer; the pipeline loads */
+    /* opened once: the tokenizer's, then the cold start's (po.reader) */
+    int ret = format_reader_open(path, &r, err);
     if (ret < 0 || (ret = tools_attn_create(&o->attn, r, 0, &sparse, &profiled, err)) < 0)
         goto fail;
     struct infer_pipeline_opts po = o->pipeline;
     po.attn = sparse ? infer_sparse_attention(sparse) : NULL;
+    po.reader = r;
     struct format_config cfg = *format_reader_config(r);
     const struct format_config *c = &cfg;
     ret = infer_tokenizer_create(format_reader_tokenizer(r), c, &tk, err);
