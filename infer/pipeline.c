@@ -316,6 +316,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         ret = infer_model_load(path, &lo, &p->m, err);
     if (ret < 0)
         goto out;
+    p->t_opened = sl_now_ns();
     /* shadow outlier execution where the container calibrated it */
     if (!o.no_shadow && (ret = infer_model_shadow_enable(p->m, err)) < 0 && ret != -ENOENT)
         goto out;
@@ -355,11 +356,13 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     ret = pl_embed_rows(p, p->act_x, err);
     if (ret < 0)
         goto out;
+    p->t_embedded = sl_now_ns();
     /* the disk starts now; everything below overlaps with the first reads */
     if (o.load == INFER_LOAD_STREAM) {
         ret = open_stream(p, err);
         if (ret < 0)
             goto out;
+        p->t_streaming = sl_now_ns();
     }
     ret = infer_state_create(p->m, o.chunk, &p->st, err);
     if (ret < 0)

@@ -67,6 +67,7 @@ enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
 #define PL_MAX_CPU_WORKERS INFER_PIPELINE_MAX_CPU_WORKERS
 #define PL_PREFAULT_TID 99 /* the prefault thread's track in traces */
 #define PL_HASH_TID 101    /* mapped slices: read -> arrived (the driver's last hash) */
+#define PL_SETUP_TID 98    /* the driver's setup before the stream: open, embedding rows */
 #define PL_FILL_ROWS 64     /* rows unpacked at once before packing for the NPU */
 #define PL_MAX_SLICES 4096  /* slices (and layers) a container may have here */
 #define PL_INT8_BUDGET_MB 48 /* packed residency: int8 weight storage in use at once, */
@@ -222,6 +223,10 @@ struct pl {
     } (*lin_info)[FORMAT_ROLE_COUNT];
 
     uint64_t t_start, t_logits, t_loaded;
+    /* the setup before the first weight read (traces): the model opened (its
+     * reader's hold taken or the container opened), the prompt's embedding
+     * rows read, the stream opened (its first reads issued) */
+    uint64_t t_opened, t_embedded, t_streaming;
     uint64_t busy[PL_MAX_CPU_WORKERS + 1]; /* per executor */
     uint32_t running;       /* tasks executing now */
     uint64_t stall_t0;      /* nothing running or ready since then (0: not stalled) */
