@@ -348,22 +348,25 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         sl_err_set(err, "out of memory for the pipeline's buffers");
         goto out;
     }
-    /* the prompt's embedding rows into the chunks' x, before the stream: its
-     * small reads would otherwise wait behind the stream's queued ones
-     * wherever reads are throttled (flashrun: 0.16-0.74 s instead of a few
-     * ms; docs/BENCHMARKS.md, issue 22, fourth session), and no task can
-     * start without them */
-    ret = pl_embed_rows(p, p->act_x, err);
+    /* the prompt's embedding rows into the chunks' x, asked for before the
+     * stream: their small reads would otherwise wait behind the stream's
+     * queued ones wherever reads are throttled (flashrun: 0.16-0.74 s
+     * instead of a few ms; docs/BENCHMARKS.md, issue 22, fourth session),
+     * and no task can start without them. Asked for, not waited for: the
+     * stream's reads queue right behind them */
+    ret = pl_embed_rows_ask(p, &p->embed_rows, err);
     if (ret < 0)
         goto out;
-    p->t_embedded = sl_now_ns();
-    /* the disk starts now; everything below overlaps with the first reads */
+    p->t_asked = sl_now_ns();
+    /* the disk starts now, right behind the rows; everything below overlaps
+     * with the first reads */
     if (o.load == INFER_LOAD_STREAM) {
         ret = open_stream(p, err);
         if (ret < 0)
             goto out;
         p->t_streaming = sl_now_ns();
     }
+
     ret = infer_state_create(p->m, o.chunk, &p->st, err);
     if (ret < 0)
         goto out;
@@ -504,6 +507,13 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
             goto out;
         }
     }
+    /* the prompt's rows, asked for before the stream: read last before
+     * the executors start, so that the graph's setup overlaps their reads */
+    ret = pl_embed_rows_read(p, &p->embed_rows, p->act_x, err);
+    pl_embed_rows_free(&p->embed_rows);
+    if (ret < 0)
+        goto out;
+    p->t_embedded = sl_now_ns();
     ret = npu_device_start(p->dev, pl_npu_next, pl_npu_done, p);
     if (ret < 0) {
         sl_err_set(err, "cannot start the NPU device thread");
@@ -594,6 +604,7 @@ join:
     p->m = NULL;
     p->st = NULL;
 out:
+    pl_embed_rows_free(&p->embed_rows);
     reclaim_join(p);
     pl_pool_fini(p);
     loader_stream_close(p->ls);

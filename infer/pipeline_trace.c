@@ -47,12 +47,16 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
                "\"args\": {\"name\": \"setup\"}},\n", PL_SETUP_TID);
     fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 100, "
                "\"args\": {\"name\": \"flash\"}}");
-    /* the driver's setup before the stream's first read: open (the model
-     * and its reader), the prompt's embedding rows (small reads of their
-     * own), the stream's start (mapping or the loader's queue) */
-    const uint64_t setup[4] = {p->t_start, p->t_opened, p->t_embedded, p->t_streaming};
-    static const char *const setup_name[3] = {"open", "embedding rows", "stream start"};
-    for (int i = 0; i < 3; i++) {
+    /* the driver's setup around the stream's first read: open (the model
+     * and its reader), the embedding's prefix read and the prompt's rows
+     * asked for, the stream's start (mapping or the loader's queue), the
+     * task graph and the executors' memory, then the rows read (waiting for
+     * any still in flight) and decoded: the executors start next */
+    const uint64_t setup[5] = {p->t_start, p->t_opened, p->t_asked,
+                               p->t_streaming ? p->t_streaming : p->t_asked, p->t_embedded};
+    static const char *const setup_name[4] = {"open", "embedding prefix", "stream start",
+                                              "graph, embedding rows"};
+    for (int i = 0; i < 4; i++) {
         if (!setup[i + 1] || setup[i + 1] < setup[i])
             continue;
         fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"setup\", \"ph\": \"B\", \"pid\": 1, "

@@ -166,12 +166,14 @@ static void test_trace(void **st)
             if (!strcmp(cat, "prefault")) /* the prefault thread's own track */
                 assert_int_equal(tid, 99);
             if (!strcmp(cat, "setup")) {
-                /* the driver's setup before the stream, on its own track:
-                 * open, the embedding rows, the stream's start, back to back
-                 * from the pipeline's start */
-                static const char *const want[3] = {"open", "embedding rows", "stream start"};
+                /* the driver's setup around the stream's start, on its own
+                 * track: open, the embedding's prefix (the rows asked for),
+                 * the stream's start, the graph and the rows read; back to
+                 * back from the pipeline's start */
+                static const char *const want[4] = {"open", "embedding prefix",
+                                                    "stream start", "graph, embedding rows"};
                 assert_int_equal(tid, 98);
-                assert_true(setup < 3);
+                assert_true(setup < 4);
                 assert_string_equal(name, want[setup]);
                 assert_true(cJSON_GetObjectItem(e, "ts")->valuedouble == setup_end);
                 setup++;
@@ -209,7 +211,7 @@ static void test_trace(void **st)
         assert_int_equal(depth[i], 0);
     assert_true(spans > 50);
     assert_true(tasks > 0 && with_cpu > tasks / 2); /* the tasks' CPU times are there */
-    assert_int_equal(setup, 3);
+    assert_int_equal(setup, 4);
     cJSON *other = cJSON_GetObjectItem(j, "otherData");
     assert_non_null(cJSON_GetObjectItem(other, "bubble_npu"));
     cJSON_Delete(j);
