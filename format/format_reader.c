@@ -398,6 +398,18 @@ static int check_index(struct format_reader *r, uint64_t data_off, uint64_t data
     return 0;
 }
 
+/* Readers opened (header, metadata and index read, decompressed and
+ * validated) by this process: format_reader_opens. */
+static atomic_uint_fast64_t g_opens;
+
+uint64_t format_reader_opens(void) { return (uint64_t)atomic_load(&g_opens); }
+
+struct format_reader *format_reader_ref(struct format_reader *r)
+{
+    atomic_fetch_add_explicit(&r->holders, 1, memory_order_relaxed);
+    return r;
+}
+
 int format_reader_open(const char *path, struct format_reader **out, struct sl_err *err)
 {
     int ret;
@@ -406,6 +418,7 @@ int format_reader_open(const char *path, struct format_reader **out, struct sl_e
         sl_err_set(err, "%s: out of memory", path);
         return -ENOMEM;
     }
+    atomic_init(&r->holders, 1);
     r->fd = -1;
     r->path = sl_strdup(path);
     if (!r->path) {
@@ -513,6 +526,7 @@ int format_reader_open(const char *path, struct format_reader **out, struct sl_e
     if (ret < 0)
         goto fail;
     (void)posix_fadvise(r->fd, 0, 0, POSIX_FADV_NORMAL); /* advice */
+    atomic_fetch_add_explicit(&g_opens, 1, memory_order_relaxed);
     *out = r;
     return 0;
 fail:
@@ -522,7 +536,8 @@ fail:
 
 void format_reader_close(struct format_reader *r)
 {
-    if (!r)
+    /* the last holder frees; acq_rel: every holder's reads happen before it */
+    if (!r || atomic_fetch_sub_explicit(&r->holders, 1, memory_order_acq_rel) != 1)
         return;
     if (r->fd >= 0)
         close(r->fd);

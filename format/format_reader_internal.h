@@ -3,6 +3,7 @@
 #ifndef SLUICE_FORMAT_READER_INTERNAL_H
 #define SLUICE_FORMAT_READER_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,6 +16,7 @@ struct meta_kv {
 };
 
 struct format_reader {
+    atomic_uint holders;    /* format_reader_ref adds one, format_reader_close drops one */
     char *path;
     int fd;
     uint64_t size;

@@ -162,7 +162,11 @@ int infer_model_load(const char *path, const struct infer_load_opts *opts, struc
         sl_err_set(err, "%s: out of memory", path);
         return -ENOMEM;
     }
-    int ret = format_reader_open(path, &m->reader, err);
+    int ret = 0;
+    if (opts && opts->reader) /* open already: its index is not decoded again */
+        m->reader = format_reader_ref(opts->reader);
+    else
+        ret = format_reader_open(path, &m->reader, err);
     if (ret < 0) {
         free(m);
         return ret;

@@ -100,29 +100,35 @@ int infer_session_cold_start(const char *path, const int *tokens, uint32_t n,
                              const struct infer_pipeline_opts *po, struct infer_session **out,
                              struct infer_pipeline_stats *pst, struct sl_err *err)
 {
-    /* the vocabulary size sizes the logits before the pipeline starts (the
-     * container's header; the pipeline then reads it from the page cache) */
-    struct format_reader *r;
-    int ret = format_reader_open(path, &r, err);
-    if (ret < 0)
-        return ret;
-    uint32_t vocab = format_reader_config(r)->vocab_size;
     struct infer_pipeline_opts p;
     if (po)
         p = *po;
     else
         infer_pipeline_opts_init(&p);
+    /* the container opened once (its index read and decompressed once): the
+     * caller's reader, or one opened here and handed to the pipeline, whose
+     * model holds it from then on; this function closes only what it opened */
+    struct format_reader *r = p.reader;
+    int ret = 0;
+    if (!r && (ret = format_reader_open(path, &r, err)) < 0)
+        return ret;
+    struct format_reader *own = p.reader ? NULL : r;
+    p.reader = r;
+    /* the vocabulary size sizes the logits before the pipeline starts */
+    uint32_t vocab = format_reader_config(r)->vocab_size;
     p.resident = infer_resident_resolve(p.resident, r, p.no_shadow);
-    format_reader_close(r);
     struct infer_session *s;
     ret = session_alloc(vocab, so, &s, err);
-    if (ret < 0)
+    if (ret < 0) {
+        format_reader_close(own);
         return ret;
+    }
     p.device = s->dev;
     p.first_logits = on_first_logits;
     p.ctx = s;
     uint64_t t0 = sl_now_ns();
     ret = infer_pipeline_prefill(path, tokens, n, &p, &s->m, &s->st, s->logits, pst, err);
+    format_reader_close(own); /* the model holds it where the pipeline kept one */
     if (ret < 0) {
         infer_session_destroy(s);
         return ret;

@@ -308,7 +308,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
     size_t whole_len = 0;
     struct pl_worker_arg wargs[PL_MAX_CPU_WORKERS + 1];
     int dev_started = 0;
-    struct infer_load_opts lo = {.lazy = 1, .no_mmap = 1};
+    struct infer_load_opts lo = {.lazy = 1, .no_mmap = 1, .reader = o.reader};
     int ret = -cv_err;
     if (cv_err) /* (a calloc'd, never initialized p->cv is destroyed harmlessly at out) */
         sl_err_set(err, "the pipeline's monotonic condition variable: %s", strerror(cv_err));
@@ -316,6 +316,7 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         ret = infer_model_load(path, &lo, &p->m, err);
     if (ret < 0)
         goto out;
+    p->t_opened = sl_now_ns();
     /* shadow outlier execution where the container calibrated it */
     if (!o.no_shadow && (ret = infer_model_shadow_enable(p->m, err)) < 0 && ret != -ENOENT)
         goto out;
@@ -347,20 +348,25 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
         sl_err_set(err, "out of memory for the pipeline's buffers");
         goto out;
     }
-    /* the prompt's embedding rows into the chunks' x, before the stream: its
-     * small reads would otherwise wait behind the stream's queued ones
-     * wherever reads are throttled (flashrun: 0.16-0.74 s instead of a few
-     * ms; docs/BENCHMARKS.md, issue 22, fourth session), and no task can
-     * start without them */
-    ret = pl_embed_rows(p, p->act_x, err);
+    /* the prompt's embedding rows into the chunks' x, asked for before the
+     * stream: their small reads would otherwise wait behind the stream's
+     * queued ones wherever reads are throttled (flashrun: 0.16-0.74 s
+     * instead of a few ms; docs/BENCHMARKS.md, issue 22, fourth session),
+     * and no task can start without them. Asked for, not waited for: the
+     * stream's reads queue right behind them */
+    ret = pl_embed_rows_ask(p, &p->embed_rows, err);
     if (ret < 0)
         goto out;
-    /* the disk starts now; everything below overlaps with the first reads */
+    p->t_asked = sl_now_ns();
+    /* the disk starts now, right behind the rows; everything below overlaps
+     * with the first reads */
     if (o.load == INFER_LOAD_STREAM) {
         ret = open_stream(p, err);
         if (ret < 0)
             goto out;
+        p->t_streaming = sl_now_ns();
     }
+
     ret = infer_state_create(p->m, o.chunk, &p->st, err);
     if (ret < 0)
         goto out;
@@ -501,6 +507,13 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
             goto out;
         }
     }
+    /* the prompt's rows, asked for before the stream: read last before
+     * the executors start, so that the graph's setup overlaps their reads */
+    ret = pl_embed_rows_read(p, &p->embed_rows, p->act_x, err);
+    pl_embed_rows_free(&p->embed_rows);
+    if (ret < 0)
+        goto out;
+    p->t_embedded = sl_now_ns();
     ret = npu_device_start(p->dev, pl_npu_next, pl_npu_done, p);
     if (ret < 0) {
         sl_err_set(err, "cannot start the NPU device thread");
@@ -591,6 +604,7 @@ join:
     p->m = NULL;
     p->st = NULL;
 out:
+    pl_embed_rows_free(&p->embed_rows);
     reclaim_join(p);
     pl_pool_fini(p);
     loader_stream_close(p->ls);

@@ -67,6 +67,7 @@ enum { PL_DEV_NPU = 0, PL_DEV_CPU = 1 };
 #define PL_MAX_CPU_WORKERS INFER_PIPELINE_MAX_CPU_WORKERS
 #define PL_PREFAULT_TID 99 /* the prefault thread's track in traces */
 #define PL_HASH_TID 101    /* mapped slices: read -> arrived (the driver's last hash) */
+#define PL_SETUP_TID 98    /* the driver's setup before the stream: open, embedding rows */
 #define PL_FILL_ROWS 64     /* rows unpacked at once before packing for the NPU */
 #define PL_MAX_SLICES 4096  /* slices (and layers) a container may have here */
 #define PL_INT8_BUDGET_MB 48 /* packed residency: int8 weight storage in use at once, */
@@ -154,6 +155,18 @@ struct prefault {
     uint64_t t0, t1;    /* the step's span on the prefault track; t1 0: not run */
 };
 
+/* The prompt's embedding rows between pl_embed_rows_ask and _read
+ * (pipeline_embed.c). */
+struct pl_embed_rows {
+    uint32_t n, nreq;
+    int q8, packed;
+    uint8_t *prefix, *data;
+    uint64_t *row_off, *offs, *lens;
+    void **bufs;
+    int8_t *q;
+    struct format_packed_layout lay; /* points into prefix */
+};
+
 struct pl {
     const struct infer_pipeline_opts *o;
     struct infer_model *m;
@@ -222,6 +235,12 @@ struct pl {
     } (*lin_info)[FORMAT_ROLE_COUNT];
 
     uint64_t t_start, t_logits, t_loaded;
+    /* the setup before the first weight read (traces): the model opened (its
+     * reader's hold taken or the container opened), the prompt's embedding
+     * rows asked for, the stream opened (its first reads issued), the graph
+     * and the executors' memory set up and the rows read */
+    uint64_t t_opened, t_asked, t_streaming, t_embedded;
+    struct pl_embed_rows embed_rows; /* between pl_embed_rows_ask and _read */
     uint64_t busy[PL_MAX_CPU_WORKERS + 1]; /* per executor */
     uint32_t running;       /* tasks executing now */
     uint64_t stall_t0;      /* nothing running or ready since then (0: not stalled) */
@@ -563,8 +582,14 @@ void *pl_reclaim_worker(void *arg);  /* arg: struct pl; packed residency */
 
 int pl_pread_full(int fd, void *buf, uint64_t len, uint64_t off);
 
-/* x[n][D] = the embedding rows of the prompt, read with a few small reads. */
-int pl_embed_rows(struct pl *p, float *x, struct sl_err *err);
+/* x[n][D] = the embedding rows of the prompt, read with a few small reads,
+ * in two steps around the stream's start: ask reads the table's prefix and
+ * asks for the rows' pages (their reads queued ahead of the stream's on the
+ * disk, not waited for); read waits for them and decodes x. free: what ask
+ * kept (after read, or after a failure in between; zeroed state ok). */
+int pl_embed_rows_ask(struct pl *p, struct pl_embed_rows *e, struct sl_err *err);
+int pl_embed_rows_read(struct pl *p, struct pl_embed_rows *e, float *x, struct sl_err *err);
+void pl_embed_rows_free(struct pl_embed_rows *e);
 
 /* The untied embedding (for decoding): read, verified, unpacked to rows. */
 int pl_embed_finish(struct pl *p, struct sl_err *err);

@@ -84,7 +84,7 @@ int pl_map_open(struct pl *p)
     /* the reads start now, while the caller builds the graph (as the
      * loader stream's do), at the first layer's slice where the embedding
      * is untied: its slice, before the layers', is not read for the prompt
-     * (its rows are read on their own, pl_embed_rows); pl_map_feed advises
+     * (its rows are read on their own, pl_embed_rows_ask); pl_map_feed advises
      * on from here */
     uint64_t start = len;
     for (uint32_t s = 0; s < format_reader_n_slices(p->r) && !p->c->tied_embedding; s++) {

@@ -43,8 +43,28 @@ int pl_trace_write(struct pl *p, const char *path, const struct infer_pipeline_s
     if (p->m->slices_mapped)
         fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
                    "\"args\": {\"name\": \"hash tail\"}},\n", PL_HASH_TID);
+    fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
+               "\"args\": {\"name\": \"setup\"}},\n", PL_SETUP_TID);
     fprintf(f, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 100, "
                "\"args\": {\"name\": \"flash\"}}");
+    /* the driver's setup around the stream's first read: open (the model
+     * and its reader), the embedding's prefix read and the prompt's rows
+     * asked for, the stream's start (mapping or the loader's queue), the
+     * task graph and the executors' memory, then the rows read (waiting for
+     * any still in flight) and decoded: the executors start next */
+    const uint64_t setup[5] = {p->t_start, p->t_opened, p->t_asked,
+                               p->t_streaming ? p->t_streaming : p->t_asked, p->t_embedded};
+    static const char *const setup_name[4] = {"open", "embedding prefix", "stream start",
+                                              "graph, embedding rows"};
+    for (int i = 0; i < 4; i++) {
+        if (!setup[i + 1] || setup[i + 1] < setup[i])
+            continue;
+        fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"setup\", \"ph\": \"B\", \"pid\": 1, "
+                   "\"tid\": %d, \"ts\": %.3f},\n{\"name\": \"%s\", \"cat\": \"setup\", "
+                   "\"ph\": \"E\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f}",
+                setup_name[i], PL_SETUP_TID, (double)(setup[i] - p->t_start) / 1e3,
+                setup_name[i], PL_SETUP_TID, (double)(setup[i + 1] - p->t_start) / 1e3);
+    }
     /* B/E pairs, in time order per track */
     for (uint32_t i = 0; i < p->n_tasks; i++) {
         const struct task *t = &p->tasks[i];

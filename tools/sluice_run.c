@@ -295,8 +295,9 @@ static int text_append(struct text_buf *t, const char *s, size_t n)
 /* Prints (unless json) and keeps the piece of `token` after `prev`, with
  * run.c's rules (leading space after BOS dropped, raw bytes, only printable
  * pieces). */
-static int emit(const struct infer_tokenizer *tk, int prev, int token, int json,
-                struct text_buf *text)
+/* A piece to stdout (flushed: generated text streams) and the text. */
+static int emit_piece(const struct infer_tokenizer *tk, int prev, int token, int json,
+                      struct text_buf *text, int flush)
 {
     size_t len;
     const char *piece = infer_tokenizer_decode(tk, prev, token, &len);
@@ -304,9 +305,16 @@ static int emit(const struct infer_tokenizer *tk, int prev, int token, int json,
         return 0;
     if (!json) {
         fwrite(piece, 1, len, stdout);
-        fflush(stdout);
+        if (flush)
+            fflush(stdout);
     }
     return text_append(text, piece, len);
+}
+
+static int emit(const struct infer_tokenizer *tk, int prev, int token, int json,
+                struct text_buf *text)
+{
+    return emit_piece(tk, prev, token, json, text, 1);
 }
 
 /* The first token is sampled (and printed) the moment the prefill's logits
@@ -367,11 +375,13 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
     struct format_reader *r = NULL;
     struct infer_sparse *sparse = NULL;
     int profiled;
-    int ret = format_reader_open(path, &r, err); /* for the tokenizer; the pipeline loads */
+    /* opened once: the tokenizer's, then the cold start's (po.reader) */
+    int ret = format_reader_open(path, &r, err);
     if (ret < 0 || (ret = tools_attn_create(&o->attn, r, 0, &sparse, &profiled, err)) < 0)
         goto fail;
     struct infer_pipeline_opts po = o->pipeline;
     po.attn = sparse ? infer_sparse_attention(sparse) : NULL;
+    po.reader = r;
     struct format_config cfg = *format_reader_config(r);
     const struct format_config *c = &cfg;
     ret = infer_tokenizer_create(format_reader_tokenizer(r), c, &tk, err);
@@ -413,8 +423,12 @@ static int run_generate(const char *path, const struct run_opts *o, struct text_
                 o->n_gen, c->seq_len, room, n_prompt, room);
     /* the prompt, as run.c prints it: each token's piece after its predecessor */
     for (uint32_t i = 1; i < n_prompt; i++)
-        if ((ret = emit(tk, tokens[i - 1], tokens[i], o->json, text)) < 0)
+        if ((ret = emit_piece(tk, tokens[i - 1], tokens[i], o->json, text, 0)) < 0)
             goto fail;
+    /* one write for the whole prompt, not one a piece: before the cold start,
+     * each was a system call (and, into a pipe, a wake-up of its reader) */
+    if (!o->json)
+        fflush(stdout);
 
     uint64_t t0 = sl_now_ns();
     struct first_token first = {.tk = tk, .text = text, .prev = tokens[n_prompt - 1],

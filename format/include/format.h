@@ -359,7 +359,19 @@ struct format_reader;
  * inside the file, no overlaps, shapes matching the config and encoding).
  * Tensor data checksums are verified when tensors or slices are read. */
 int format_reader_open(const char *path, struct format_reader **out, struct sl_err *err);
-void format_reader_close(struct format_reader *r); /* NULL ok */
+/* Closes r for one holder: the opener, or one that format_reader_ref added;
+ * the last close frees it. NULL ok. */
+void format_reader_close(struct format_reader *r);
+/* Another holder of an open reader (r itself), so that one open container
+ * serves several owners (the cold start's tool, session and model) without
+ * reading and decompressing its index again; each holder closes it once.
+ * Holders may be on different threads: after open a reader is read-only
+ * (data reads are pread; advice on its fd applies to every holder). */
+struct format_reader *format_reader_ref(struct format_reader *r);
+/* Readers this process has opened so far (each one header, metadata and
+ * index read, decompressed and validated): tests count the opens a caller
+ * makes; a reference is not an open. */
+uint64_t format_reader_opens(void);
 
 const char *format_reader_path(const struct format_reader *r);
 int format_reader_fd(const struct format_reader *r);       /* O_RDONLY, owned by r */

@@ -55,6 +55,9 @@ struct infer_load_opts {
     int force_dynamic_act; /* 1: ignore static activation scales (dynamic per call) */
     int no_mmap;           /* 1: read tensors into private memory instead of using
                               float weights in place in a read-only mapping */
+    struct format_reader *reader; /* an open reader of path (the model then holds it too,
+                              format_reader_ref, and closes its hold when destroyed;
+                              the caller still closes its own), or NULL: open path */
 };
 
 /* Opens and validates a container and (unless lazy) loads every tensor,
@@ -699,6 +702,10 @@ struct infer_pipeline_opts {
                                 * the pipeline's) */
     void (*first_logits)(void *ctx, const float *logits); /* as soon as they exist */
     void *ctx;
+    struct format_reader *reader; /* the container already open (of path; the model holds
+                                * it too, infer_load_opts.reader), so that its index is
+                                * not read and decompressed again; NULL: the pipeline
+                                * opens path. The session's cold start passes its own */
 };
 
 struct infer_pipeline_stats {
@@ -802,7 +809,9 @@ int infer_session_create(struct infer_model *m, const struct infer_session_opts 
                          struct infer_session **out, struct sl_err *err);
 /* A cold start: the prompt tokens[0..n) through the cold-start pipeline
  * (infer_pipeline_prefill, its NPU device then kept for decode); the
- * session owns the model. The prompt's last logits are the session's. */
+ * session owns the model. The prompt's last logits are the session's.
+ * The container is opened once: po->reader where the caller has it open
+ * (a tool that read its tokenizer; the model holds it too), else path. */
 int infer_session_cold_start(const char *path, const int *tokens, uint32_t n,
                              const struct infer_session_opts *so,
                              const struct infer_pipeline_opts *po, struct infer_session **out,

@@ -147,7 +147,8 @@ static void test_trace(void **st)
     cJSON *ev = cJSON_GetObjectItem(j, "traceEvents");
     assert_true(cJSON_IsArray(ev));
     /* per track, every B is closed by an E of the same name, in order */
-    int depth[256] = {0}, spans = 0, tasks = 0, with_cpu = 0;
+    int depth[256] = {0}, spans = 0, tasks = 0, with_cpu = 0, setup = 0;
+    double setup_end = 0;
     char open_name[256][128];
     double open_ts[256], open_cpu[256]; /* a task's start and its thread's CPU time in it */
     cJSON *e;
@@ -164,7 +165,21 @@ static void test_trace(void **st)
             const char *cat = cJSON_GetObjectItem(e, "cat")->valuestring;
             if (!strcmp(cat, "prefault")) /* the prefault thread's own track */
                 assert_int_equal(tid, 99);
-            if (strcmp(cat, "load") && strcmp(cat, "prefault")) { /* a task: its wait */
+            if (!strcmp(cat, "setup")) {
+                /* the driver's setup around the stream's start, on its own
+                 * track: open, the embedding's prefix (the rows asked for),
+                 * the stream's start, the graph and the rows read; back to
+                 * back from the pipeline's start */
+                static const char *const want[4] = {"open", "embedding prefix",
+                                                    "stream start", "graph, embedding rows"};
+                assert_int_equal(tid, 98);
+                assert_true(setup < 4);
+                assert_string_equal(name, want[setup]);
+                assert_true(cJSON_GetObjectItem(e, "ts")->valuedouble == setup_end);
+                setup++;
+            }
+            if (strcmp(cat, "load") && strcmp(cat, "prefault") && strcmp(cat, "setup")) {
+                /* a task: its wait */
                 cJSON *w = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "ready_wait_us");
                 assert_true(cJSON_IsNumber(w) && w->valuedouble >= 0);
                 cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "cpu_us");
@@ -186,6 +201,8 @@ static void test_trace(void **st)
              * 0.1%: the two clocks' rates, NTP slews the monotonic one) */
             double span = cJSON_GetObjectItem(e, "ts")->valuedouble - open_ts[tid];
             assert_true(open_cpu[tid] <= span * 1.001 + 1.0);
+            if (tid == 98)
+                setup_end = cJSON_GetObjectItem(e, "ts")->valuedouble;
             depth[tid]--;
             spans++;
         }
@@ -194,6 +211,7 @@ static void test_trace(void **st)
         assert_int_equal(depth[i], 0);
     assert_true(spans > 50);
     assert_true(tasks > 0 && with_cpu > tasks / 2); /* the tasks' CPU times are there */
+    assert_int_equal(setup, 4);
     cJSON *other = cJSON_GetObjectItem(j, "otherData");
     assert_non_null(cJSON_GetObjectItem(other, "bubble_npu"));
     cJSON_Delete(j);

@@ -204,6 +204,25 @@ static void test_trimmed(void **st)
     }
 }
 
+/* The caller's open reader (infer_pipeline_opts.reader): no run opens the
+ * container again, whichever allocation fails; every failure leaves the
+ * caller's reader open and the model's hold released (LeakSanitizer: the
+ * reader is freed by the caller's close alone). */
+static void test_shared_reader(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct format_reader *r;
+    assert_int_equal(format_reader_open(q_model, &r, &err), 0);
+    uint64_t opens = format_reader_opens();
+    struct infer_pipeline_opts o = {.policy = INFER_POLICY_FULL, .chunk = 16, .split = 16,
+                                    .steal_threshold = 5, .steal_ahead = 1.0, .reader = r};
+    sweep(q_model, &o, "full, the caller's reader");
+    assert_true(format_reader_opens() == opens);
+    assert_int_equal(format_reader_config(r)->vocab_size, 512); /* still the caller's */
+    format_reader_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -212,6 +231,7 @@ int main(void)
         cmocka_unit_test(test_sequential_read),
         cmocka_unit_test(test_float),
         cmocka_unit_test(test_trimmed),
+        cmocka_unit_test(test_shared_reader),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

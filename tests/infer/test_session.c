@@ -577,6 +577,72 @@ static void test_cold_session(void **st)
     infer_model_destroy(m);
 }
 
+/* The cold start opens the container (reads and decompresses its index)
+ * once: from a path, once in all; from the caller's open reader, not at all
+ * (po.reader; the model holds the reader, so the caller may close its own
+ * first). The same logits and decode either way. Bad containers still fail
+ * with their sentences, and a failed cold start leaves the caller's reader
+ * open and whole. */
+static void test_cold_opens_once(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    struct infer_session_opts so = {.max_batch = 32, .npu_min_weights = 1};
+    struct infer_pipeline_opts po = {.chunk = 32, .steal_threshold = 5, .steal_ahead = 1.0};
+    struct format_reader *r;
+    assert_int_equal(format_reader_open(q_model, &r, &err), 0);
+    uint32_t V = format_reader_config(r)->vocab_size;
+    int *p = ids(40, V, 9);
+    struct infer_session *a, *b;
+    uint64_t n0 = format_reader_opens();
+    assert_int_equal(infer_session_cold_start(q_model, p, 40, &so, &po, &a, NULL, &err), 0);
+    assert_true(format_reader_opens() == n0 + 1); /* was 3 with sluice run's own */
+    po.reader = r;
+    assert_int_equal(infer_session_cold_start(q_model, p, 40, &so, &po, &b, NULL, &err), 0);
+    assert_true(format_reader_opens() == n0 + 1);
+    format_reader_close(r); /* b's model holds it on */
+    assert_memory_equal(infer_session_logits(a), infer_session_logits(b), sizeof(float) * V);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(infer_session_step(a, 70 + i, &err), 0);
+        assert_int_equal(infer_session_step(b, 70 + i, &err), 0);
+        assert_memory_equal(infer_session_logits(a), infer_session_logits(b), sizeof(float) * V);
+    }
+    infer_session_destroy(a);
+    infer_session_destroy(b);
+
+    /* a failure after the reader was handed over: the caller's stays open */
+    assert_int_equal(format_reader_open(q_model, &r, &err), 0);
+    po.reader = r;
+    uint32_t ctx = format_reader_config(r)->seq_len;
+    int *longp = calloc(ctx + 1, sizeof *longp);
+    assert_non_null(longp);
+    memset(&err, 0, sizeof err);
+    assert_true(infer_session_cold_start(q_model, longp, ctx + 1, &so, &po, &b, NULL, &err) < 0);
+    assert_non_null(strstr(err.msg, "does not fit the context"));
+    assert_int_equal(format_reader_config(r)->vocab_size, V);
+    format_reader_close(r);
+    free(longp);
+
+    /* bad containers, from a path: their own sentences, nothing opened */
+    char bad[4200];
+    snprintf(bad, sizeof bad, "%s/not-a-container.sluice", test_tmpdir());
+    FILE *f = fopen(bad, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < 4096; i++)
+        fputc('x', f);
+    assert_int_equal(fclose(f), 0);
+    po.reader = NULL;
+    uint64_t n1 = format_reader_opens();
+    memset(&err, 0, sizeof err);
+    assert_true(infer_session_cold_start(bad, p, 40, &so, &po, &b, NULL, &err) < 0);
+    assert_non_null(strstr(err.msg, "not a sluice container"));
+    snprintf(bad, sizeof bad, "%s/missing.sluice", test_tmpdir());
+    memset(&err, 0, sizeof err);
+    assert_true(infer_session_cold_start(bad, p, 40, &so, &po, &b, NULL, &err) < 0);
+    assert_non_null(strstr(err.msg, "cannot open"));
+    assert_true(format_reader_opens() == n1);
+    free(p);
+}
 
 /* Every allocation of a session's life (create, prefill, decode steps with
  * the NPU device taking half of each matmul, destroy) fails once in turn:
@@ -645,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_linear_term),
         cmocka_unit_test(test_sessions),
         cmocka_unit_test(test_cold_session),
+        cmocka_unit_test(test_cold_opens_once),
         cmocka_unit_test(test_session_faults),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -214,9 +214,9 @@ if [ -f "$M" ] && [ -f "$TOK" ]; then
         fail "run --prompt-tokens 1000: exit $?"
     grep -qF -- "--prompt-tokens 1000: the context is 128 tokens; using 128" "$TMP/err" ||
         fail "run --prompt-tokens 1000: the cut is not said: $(head -1 "$TMP/err")"
-    # a synthetic prompt's pieces are set up on a thread beside the pipeline:
-    # printed, they come whole before the generated ones (the prompt alone is
-    # a prefix of the run that generates, less its closing newline)
+    # a synthetic prompt's pieces, written at once before the cold start:
+    # they come whole before the generated ones (the prompt alone is a
+    # prefix of the run that generates, less its closing newline)
     "$BIN" run "$TMP/m.sluice" --prompt-tokens 40 -n 0 >"$TMP/p0" 2>"$TMP/err" ||
         fail "run --prompt-tokens 40 -n 0: exit $?"
     "$BIN" run "$TMP/m.sluice" --prompt-tokens 40 -n 5 >"$TMP/p5" 2>"$TMP/err" ||
@@ -231,6 +231,26 @@ if [ -f "$M" ] && [ -f "$TOK" ]; then
         fail "run -n 0: exit $?"
     grep -qF '"generated_tokens":0' "$TMP/out" ||
         fail "run -n 0: $(cat "$TMP/out")"
+    # bad containers: run opens the container once (its reader serves the
+    # tokenizer and the cold start); each still fails with its sentence, the
+    # truncated ones at the open, a corrupt layer in the pipeline's checksum
+    head -c 3000 "$TMP/m.sluice" >"$TMP/bad1.sluice"
+    head -c 100000 "$TMP/m.sluice" >"$TMP/bad2.sluice"
+    { printf 'SLUICE\032\n'; head -c 8192 /dev/zero; } >"$TMP/bad3.sluice"
+    cp "$TMP/m.sluice" "$TMP/bad4.sluice"
+    printf '\377\377\377\377' | dd of="$TMP/bad4.sluice" bs=1 seek=20000 conv=notrunc 2>/dev/null
+    while IFS='|' read -r f want; do
+        "$BIN" run "$TMP/$f" -p Hi -n 3 >/dev/null 2>"$TMP/err"
+        rc=$?
+        if [ "$rc" != 1 ] || ! grep -qF -- "$want" "$TMP/err"; then
+            fail "run $f: exit $rc (want 1), stderr: $(head -1 "$TMP/err") (want: $want)"
+        fi
+    done <<'BAD'
+bad1.sluice|truncated: 3000 bytes, shorter than the header
+bad2.sluice|file is 100000 bytes, its header says
+bad3.sluice|container version 0, this build reads versions
+bad4.sluice|checksum mismatch in slice 'layer 0'
+BAD
 else
     echo "note: $M absent; the clamps on a real model are not tested" >&2
 fi
