@@ -119,6 +119,7 @@ struct packed_part {
     float *y;
     int32_t *acc;
     struct infer_rows_tile **tile; /* this thread's tile scratch (a few rows) */
+    const void *stage; /* the activations staged for unpack_tensor_dot_tiles, or NULL */
 };
 
 /* From PACKED_ROWS_MIN rows (infer_internal.h), a packed linear unpacks its
@@ -126,7 +127,9 @@ struct packed_part {
  * 8 rows, where unpack_tensor_dot does so (unpack_dot_multirow: AVX-512 VNNI
  * and an adaptive tensor without block multipliers; it also takes 2-3 rows
  * outside the decode's shared split), else a tile at a time into int8 for
- * the NPU's GEMM (infer_resident_rows.c, infer_packed_rows_take decides). */
+ * the NPU's GEMM (infer_resident_rows.c, infer_packed_rows_take decides);
+ * on AMX from 6 rows in registers into L1 pieces for the tile unit
+ * (unpack_tensor_dot_tiles; p->stage set: infer_packed_tiles_take). */
 
 static int packed_part_run(void *arg)
 {
@@ -134,13 +137,15 @@ static int packed_part_run(void *arg)
     const struct infer_linear *lin = p->lin;
     if (p->r1 <= p->r0)
         return 0;
-    if (infer_packed_rows_take(lin->upk, p->n)) {
+    if (!p->stage && infer_packed_rows_take(lin->upk, p->n)) {
         int r = infer_packed_rows(p->tile, lin, p->xq, p->n, p->act, p->y, p->r0, p->r1);
         if (r != -ERANGE) /* -ERANGE: a code the NPU's layout cannot hold */
             return r;
     }
-    int ret = unpack_tensor_dot(lin->upk, unpack_kernel_best(), p->r0, p->r1, p->xq, p->n,
-                                p->acc + p->r0, lin->rows);
+    int ret = p->stage ? unpack_tensor_dot_tiles(lin->upk, p->r0, p->r1, p->stage,
+                                                 p->acc + p->r0, lin->rows)
+                       : unpack_tensor_dot(lin->upk, unpack_kernel_best(), p->r0, p->r1, p->xq,
+                                           p->n, p->acc + p->r0, lin->rows);
     if (ret < 0)
         return ret;
     for (uint32_t r = p->r0; r < p->r1; r++) { /* each channel's scale read once */
@@ -417,8 +422,28 @@ int infer_linear_packed(struct infer_state *s, const struct infer_linear *lin, c
     uint32_t rows = lin->rows, r_npu = 0;
     if (s->dev && rows >= 32 && infer_split_work(s, lin, n) >= s->npu_min_weights)
         r_npu = (uint32_t)(rows * s->npu_share) / 16 * 16;
-    struct packed_part dev = {lin, xq, n, 0, r_npu, act, y, s->acc, &s->rows_tile[1]};
-    struct packed_part own = {lin, xq, n, r_npu, rows, act, y, s->acc, &s->rows_tile[0]};
+    const void *stage = NULL;
+    if (infer_packed_tiles_take(lin->upk, n)) {
+        /* staged once here for both threads */
+        size_t sb = unpack_dot_tiles_stage_bytes(lin->cols, n);
+        if (sb > s->tiles_stage_cap) {
+            void *p = sl_alloc_aligned(sb, 64);
+            if (!p) {
+                sl_err_set(err, "out of memory for a packed matmul's staged rows");
+                return -ENOMEM;
+            }
+            sl_free_aligned(s->tiles_stage);
+            s->tiles_stage = p;
+            s->tiles_stage_cap = sb;
+        }
+        if ((ret = unpack_dot_tiles_stage(lin->cols, xq, n, s->tiles_stage)) < 0) {
+            sl_err_set(err, "staging a packed matmul's rows failed (%s)", strerror(-ret));
+            return ret;
+        }
+        stage = s->tiles_stage;
+    }
+    struct packed_part dev = {lin, xq, n, 0, r_npu, act, y, s->acc, &s->rows_tile[1], stage};
+    struct packed_part own = {lin, xq, n, r_npu, rows, act, y, s->acc, &s->rows_tile[0], stage};
     struct npu_ticket *t = NULL;
     if (r_npu > 0 && (ret = npu_device_call(s->dev, packed_part_run, &dev, &t, err)) < 0)
         return ret;
