@@ -1,27 +1,33 @@
 /* unpack_amx.c: a few activation rows' dot products straight from adaptive
  * packed rows on the AMX tile unit (unpack_tensor_dot_tiles, unpack.h).
  *
- * A pass takes up to 64 output channels (four blocks of 16). Each 512-weight
- * group is unpacked in registers (unpack_avx512_inl.h's code(): the
- * UNSIGNED codes u = q + off, as the VNNI dot kernels build them) stripe by
- * stripe, 64 weights of every channel of the pass, into a piece in L1
- * [64 channels][512]; block j's 16 rows of stripe k (rows 512 bytes apart)
+ * A pass takes up to 32 output channels (two blocks of 16). Each half of a
+ * 512-weight group (4 stripes of 64) is unpacked in registers for every
+ * channel of the pass (unpack_avx512_inl.h's code(): the UNSIGNED codes u =
+ * q + off, as the VNNI dot kernels build them) and stored into a piece in
+ * L1, [32 channels][256]; 16 rows of a piece (256 bytes apart) x 64 inputs
  * are the A operand of TDPBUSD (u8 weights x s8 activations), the
  * activations staged once per call as B ([k / 4][m][4]: 16 groups of 4
- * inputs for all m rows a step, unpack.c), C = block j's 16 channels x m
- * rows of int32 (tmm0..3). A stripe's step (one B tile for the four blocks,
- * A tiles rotating through tmm4..6, as npu_rowmajor_amx.c) is issued after
- * the next stripe has been unpacked, so the tile unit works while the
- * vector unit unpacks, and a tile never loads bytes whose stores are still
- * in flight. The sum less off(b) * sum(x) per channel (x's sums from the
- * stage) is the exact integer sum_c q[c] x[c], as every dot kernel gives
- * it: TDPBUSD adds without saturation, modulo 2^32, and the true sum fits
- * an int32. No function call per group or stripe: the pass's channels are
- * taken in runs of one width (counting sort), each run's specialized
- * unpacker picked by a switch once per run and stripe. The tail group
- * (cols % 512 != 0, stripes S < 64 bytes) is stored contiguously with
+ * inputs for all m rows a step, unpack.c), C = a block's 16 channels x m
+ * rows of int32. Two pieces alternate: while one half is unpacked, the 4
+ * steps of the previous one are issued, one after every 8 channels, so the
+ * tile unit works beside the vector unit and never loads bytes whose stores
+ * may still be in flight. Even and odd steps use their own A, B and C tiles
+ * (independent chains). The sums of both C tiles, less off(b) * sum(x) per
+ * channel (x's sums from the stage), are the exact integer sum_c q[c] x[c]
+ * that every dot kernel gives: TDPBUSD adds without saturation, modulo
+ * 2^32, and the true sum fits an int32.
+ *
+ * No function call per group: the pass's channels are taken in runs of one
+ * width (counting sort), each run's specialized unpacker picked by a switch
+ * once per run and half. Memory: a pass reads 32 rows at once (32 streams
+ * the hardware prefetchers follow poorly), but the rows lie one after
+ * another, so each group prefetches into L2, in order, as many bytes of the
+ * NEXT pass as it reads of this one (one sequential stream a pass ahead),
+ * and each channel's next group into L1. The tail group (cols % 512 != 0,
+ * stripes S < 64 bytes) goes contiguously into a piece of its own with
  * byte-masked stores, and its steps cover the rounded-up tail; the stage's
- * zero activations there cancel whatever the piece held beyond the tail. */
+ * zero activations there cancel whatever the piece holds beyond the tail. */
 #include <immintrin.h>
 #include <string.h>
 
