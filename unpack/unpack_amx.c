@@ -64,21 +64,36 @@ AI void tail_b(const uint8_t *src, uint32_t t, int8_t *dst, const uint32_t b)
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
         uint32_t n = t > k * S ? t - k * S : 0;
-        _mm512_mask_storeu_epi8(dst + k * S, first_bytes(n < S ? n : S),
-                                code(src, S, k, b, 1, lm));
+        _mm512_mask_storeu_epi8(dst + k * S, first_bytes(n < S ? n : S), code(src, S, k, b, 1, lm));
     }
 }
 
-#define CASES(CALL)                                                                           \
-    switch (b) {                                                                              \
-    case 1: CALL(1); break;                                                                   \
-    case 2: CALL(2); break;                                                                   \
-    case 3: CALL(3); break;                                                                   \
-    case 4: CALL(4); break;                                                                   \
-    case 5: CALL(5); break;                                                                   \
-    case 6: CALL(6); break;                                                                   \
-    case 7: CALL(7); break;                                                                   \
-    default: CALL(8); break;                                                                  \
+#define CASES(CALL)                                                                                \
+    switch (b) {                                                                                   \
+    case 1:                                                                                        \
+        CALL(1);                                                                                   \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        CALL(2);                                                                                   \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        CALL(3);                                                                                   \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        CALL(4);                                                                                   \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        CALL(5);                                                                                   \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        CALL(6);                                                                                   \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        CALL(7);                                                                                   \
+        break;                                                                                     \
+    default:                                                                                       \
+        CALL(8);                                                                                   \
+        break;                                                                                     \
     }
 
 static void tail(const uint8_t *src, uint32_t b, uint32_t t, int8_t *dst)
@@ -88,14 +103,13 @@ static void tail(const uint8_t *src, uint32_t b, uint32_t t, int8_t *dst)
 #undef T
 }
 
-#define PASS 32 /* channels */
+#define PASS 32                        /* channels */
 #define HALF (FORMAT_PACKED_GROUP / 2) /* a channel's bytes in a piece */
 
 /* The unsigned codes of half H (stripes 4H..4H+3) of a full group of a
  * b-bit row at src into dst[256]; with the first half, the b lines at pf
  * (the next pass's bytes) prefetched into L2. */
-AI void half_b(const uint8_t *src, int8_t *dst, const uint8_t *pf, const uint32_t b,
-               const int H)
+AI void half_b(const uint8_t *src, int8_t *dst, const uint8_t *pf, const uint32_t b, const int H)
 {
     if (H == 0) {
 #pragma GCC unroll 8
@@ -113,8 +127,7 @@ AI void half_b(const uint8_t *src, int8_t *dst, const uint8_t *pf, const uint32_
  * column 64 * s (block j's rows from 16 * j) against the stage's B tile at
  * b; even steps into C tiles 0 and 1, odd ones into 2 and 3, each with its
  * own A and B tiles. */
-AI void step(const int8_t *piece, size_t ld, const uint8_t *b, uint32_t m, uint32_t s,
-             uint32_t nb)
+AI void step(const int8_t *piece, size_t ld, const uint8_t *b, uint32_t m, uint32_t s, uint32_t nb)
 {
     const int8_t *a = piece + 64 * s;
     const uint8_t *bs = b + (size_t)s * 64 * m;
@@ -140,38 +153,37 @@ AI void step(const int8_t *piece, size_t ld, const uint8_t *b, uint32_t m, uint3
 /* The unpacking of one half of group g for the pass's channels, in runs of
  * one width, the previous half's 4 steps (at prev, B at bp) one after every
  * 8 channels; H constant. */
-#define HALF_PASS(H)                                                                          \
-    do {                                                                                      \
-        int8_t(*cur)[HALF] = piece[(2 * g + (H)) & 1];                                        \
-        uint32_t s = 0;                                                                       \
-        for (uint32_t j = 0, n = 0; j < nruns; j++) {                                         \
-            const uint32_t b = run_b[j], end = run_end[j];                                    \
-            CASES(RUN##H)                                                                     \
-        }                                                                                     \
-        for (; prev && s < 4; s++)                                                            \
-            step(prev, HALF, bp, m, s, nb);                                                   \
-        prev = cur[0];                                                                        \
-        bp = bst + ((size_t)g * FORMAT_PACKED_GROUP + (H) * HALF) * m;                        \
+#define HALF_PASS(H)                                                                               \
+    do {                                                                                           \
+        int8_t(*cur)[HALF] = piece[(2 * g + (H)) & 1];                                             \
+        uint32_t s = 0;                                                                            \
+        for (uint32_t j = 0, n = 0; j < nruns; j++) {                                              \
+            const uint32_t b = run_b[j], end = run_end[j];                                         \
+            CASES(RUN##H)                                                                          \
+        }                                                                                          \
+        for (; prev && s < 4; s++)                                                                 \
+            step(prev, HALF, bp, m, s, nb);                                                        \
+        prev = cur[0];                                                                             \
+        bp = bst + ((size_t)g * FORMAT_PACKED_GROUP + (H)*HALF) * m;                               \
     } while (0)
-#define RUN_BODY(B, H)                                                                        \
-    for (; n < end; n++) {                                                                    \
-        const uint32_t ch = order[n];                                                         \
-        half_b(src[ch], cur[ch], pf, (B), (H));                                               \
-        if ((H) == 0) {                                                                       \
-            pf += (B) * 64 < pf_left ? (B) * 64 : 0;                                          \
-            pf_left -= (B) * 64 < pf_left ? (B) * 64 : 0;                                     \
-        } else {                                                                              \
-            src[ch] += (size_t)(B) * 64;                                                      \
-        }                                                                                     \
-        if ((n & 7) == 7 && prev && s < 4)                                                    \
-            step(prev, HALF, bp, m, s++, nb);                                                 \
+#define RUN_BODY(B, H)                                                                             \
+    for (; n < end; n++) {                                                                         \
+        const uint32_t ch = order[n];                                                              \
+        half_b(src[ch], cur[ch], pf, (B), (H));                                                    \
+        if ((H) == 0) {                                                                            \
+            pf += (B)*64 < pf_left ? (B)*64 : 0;                                                   \
+            pf_left -= (B)*64 < pf_left ? (B)*64 : 0;                                              \
+        } else {                                                                                   \
+            src[ch] += (size_t)(B)*64;                                                             \
+        }                                                                                          \
+        if ((n & 7) == 7 && prev && s < 4)                                                         \
+            step(prev, HALF, bp, m, s++, nb);                                                      \
     }
 #define RUN0(B) RUN_BODY(B, 0)
 #define RUN1(B) RUN_BODY(B, 1)
 
 void unpack_adaptive_dot_tiles_amx(const struct unpack_tensor *u, uint32_t r0, uint32_t r1,
-                                   const struct unpack_tiles_stage *st, int32_t *acc,
-                                   size_t ldacc)
+                                   const struct unpack_tiles_stage *st, int32_t *acc, size_t ldacc)
 {
     const uint32_t m = st->m, cols = u->layout.cols;
     const uint32_t full = cols / FORMAT_PACKED_GROUP, t = cols - full * FORMAT_PACKED_GROUP;
@@ -205,8 +217,8 @@ void unpack_adaptive_dot_tiles_amx(const struct unpack_tensor *u, uint32_t r0, u
         /* the rows lie one after another: the next pass's bytes are
          * prefetched in order, as many per group and channel as are read,
          * so one sequential stream runs a pass ahead of the pass's 32 */
-        const uint8_t *pf = u->layout.data +
-                            (rb + nc < u->layout.rows ? u->row_off[rb + nc] : u->layout.data_len);
+        const uint8_t *pf =
+            u->layout.data + (rb + nc < u->layout.rows ? u->row_off[rb + nc] : u->layout.data_len);
         uint64_t pf_left = (uint64_t)(u->layout.data + u->layout.data_len - pf);
         _tile_zero(0);
         _tile_zero(1);

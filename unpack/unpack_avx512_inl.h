@@ -21,9 +21,9 @@ static const uint8_t planes[9][4] = {
  * pos-sh: they land in [0, pos-sh), below pos. */
 AI __m512i field(__m512i v, const int sh, const int pos, const int w)
 {
-    __m512i x = sh > pos ? _mm512_srli_epi16(v, (unsigned)(sh - pos))
-              : sh < pos ? _mm512_slli_epi16(v, (unsigned)(pos - sh))
-                         : v;
+    __m512i x = sh > pos   ? _mm512_srli_epi16(v, (unsigned)(sh - pos))
+                : sh < pos ? _mm512_slli_epi16(v, (unsigned)(pos - sh))
+                           : v;
     return _mm512_and_si512(x, _mm512_set1_epi8((char)(((1 << w) - 1) << pos)));
 }
 
@@ -32,8 +32,8 @@ AI __m512i field(__m512i v, const int sh, const int pos, const int w)
  * of a tail group, lm masking the loads). b = 1 puts the sign bit at bit 1
  * (u = 0 or 2) so that 2u - 1 is one subtraction; b >= 2 clamps the code to
  * 2^b - 2. */
-AI __m512i code(const uint8_t *src, const size_t S, const int k, const uint32_t b,
-                const int masked, const __mmask64 lm)
+AI __m512i code(const uint8_t *src, const size_t S, const int k, const uint32_t b, const int masked,
+                const __mmask64 lm)
 {
     __m512i u = _mm512_setzero_si512();
     int pos = (int)b + (b == 1);
