@@ -317,7 +317,11 @@ static int shared_run(void *arg)
 }
 
 /* Channels per chunk: about SHARED_CHUNK_BYTES of packed codes, a multiple
- * of 16, at most an eighth of the rows (so small linears still split). */
+ * of 16, at most an eighth of the rows (so small linears still split). With
+ * unpack_tensor_dot_tiles (tiles): four times the bytes, a multiple of its
+ * passes of 32 channels (each pass prefetches the next one's bytes, so a
+ * chunk of one pass streams unprefetched; 8-row forward x1.60-1.78 -> x1.51-1.58
+ * of one row, docs/BENCHMARKS.md, o18). */
 #define SHARED_CHUNK_BYTES ((uint64_t)64 << 10)
 static _Atomic uint32_t chunk_override; /* tests */
 
@@ -332,7 +336,7 @@ static uint32_t shared_chunk(const struct infer_linear *lin, int tiles)
     if (o)
         return o;
     uint64_t row = lin->upk->layout.data_len / lin->rows;
-    uint64_t c = SHARED_CHUNK_BYTES / (row ? row : 1), most = lin->rows / 8;
+    uint64_t c = SHARED_CHUNK_BYTES * (tiles ? 4 : 1) / (row ? row : 1), most = lin->rows / 8;
     if (c > most)
         c = most;
     const uint32_t unit = tiles ? 32 : 16; /* unpack_tensor_dot_tiles: passes of 32 */
