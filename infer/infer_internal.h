@@ -131,6 +131,10 @@ struct infer_state {
     /* packed matmuls of a few rows (infer_resident_rows.c): the calling
      * thread's and the device thread's tile scratch, made when first used */
     struct infer_rows_tile *rows_tile[2];
+    /* a few rows' activations staged once per packed linear for the AMX
+     * tile kernel (unpack_tensor_dot_tiles), shared by both threads, grown */
+    void *tiles_stage;
+    size_t tiles_stage_cap;
 };
 
 /* Output channels [r0, r1) of a packed linear (lin->upk) for n activation
@@ -157,6 +161,11 @@ void infer_packed_rows_set_tile(uint32_t channels);
  * every activation row, more than 8 where it does not, or a tile was set
  * above) rather than unpack_tensor_dot. */
 int infer_packed_rows_take(const struct unpack_tensor *u, uint32_t n);
+/* Whether n activation rows of packed tensor u take unpack_tensor_dot_tiles
+ * (AMX: unpacked in registers into tiles, multiplied in L1) rather than
+ * either of the above: where it takes u and n is a count it is measured
+ * faster at (infer_resident_rows.c), unless a tile was set for the tests. */
+int infer_packed_tiles_take(const struct unpack_tensor *u, uint32_t n);
 
 /* The rows of one forward call: n rows at KV slots slot0.., positions
  * pos[n], visibility vis (infer.h struct infer_attn_rows; vis.base =

@@ -326,6 +326,7 @@ void infer_state_destroy(struct infer_state *s)
     sl_free_aligned(s->stage);
     infer_rows_tile_free(s->rows_tile[0]);
     infer_rows_tile_free(s->rows_tile[1]);
+    sl_free_aligned(s->tiles_stage);
     free(s);
 }
 

@@ -119,6 +119,7 @@ struct packed_part {
     float *y;
     int32_t *acc;
     struct infer_rows_tile **tile; /* this thread's tile scratch (a few rows) */
+    const void *stage; /* the activations staged for unpack_tensor_dot_tiles, or NULL */
 };
 
 /* From PACKED_ROWS_MIN rows (infer_internal.h), a packed linear unpacks its
@@ -126,7 +127,9 @@ struct packed_part {
  * 8 rows, where unpack_tensor_dot does so (unpack_dot_multirow: AVX-512 VNNI
  * and an adaptive tensor without block multipliers; it also takes 2-3 rows
  * outside the decode's shared split), else a tile at a time into int8 for
- * the NPU's GEMM (infer_resident_rows.c, infer_packed_rows_take decides). */
+ * the NPU's GEMM (infer_resident_rows.c, infer_packed_rows_take decides);
+ * on AMX from 6 rows in registers into L1 pieces for the tile unit
+ * (unpack_tensor_dot_tiles; p->stage set: infer_packed_tiles_take). */
 
 static int packed_part_run(void *arg)
 {
@@ -134,13 +137,15 @@ static int packed_part_run(void *arg)
     const struct infer_linear *lin = p->lin;
     if (p->r1 <= p->r0)
         return 0;
-    if (infer_packed_rows_take(lin->upk, p->n)) {
+    if (!p->stage && infer_packed_rows_take(lin->upk, p->n)) {
         int r = infer_packed_rows(p->tile, lin, p->xq, p->n, p->act, p->y, p->r0, p->r1);
         if (r != -ERANGE) /* -ERANGE: a code the NPU's layout cannot hold */
             return r;
     }
-    int ret = unpack_tensor_dot(lin->upk, unpack_kernel_best(), p->r0, p->r1, p->xq, p->n,
-                                p->acc + p->r0, lin->rows);
+    int ret = p->stage ? unpack_tensor_dot_tiles(lin->upk, p->r0, p->r1, p->stage,
+                                                 p->acc + p->r0, lin->rows)
+                       : unpack_tensor_dot(lin->upk, unpack_kernel_best(), p->r0, p->r1, p->xq,
+                                           p->n, p->acc + p->r0, lin->rows);
     if (ret < 0)
         return ret;
     for (uint32_t r = p->r0; r < p->r1; r++) { /* each channel's scale read once */
@@ -174,6 +179,9 @@ struct packed_shared_part {
     uint32_t chunk;
     /* each activation row's sums and tail, computed once for all chunks */
     struct unpack_dot_x px[PACKED_ROWS_MIN - 1];
+    /* from PACKED_ROWS_MIN rows instead (infer_packed_tiles_take): the rows
+     * staged once for unpack_tensor_dot_tiles */
+    const void *stage;
 };
 
 struct packed_shared {
@@ -278,11 +286,17 @@ static int shared_drain(struct packed_shared *sh, int front)
         const struct infer_linear *lin = p->lin;
         chunk_prefetch(lin->upk, r0, r1, 0);
         next_prefetch(sh, j, r0, r1, front);
+        if (p->stage) {
+            int ret = unpack_tensor_dot_tiles(lin->upk, r0, r1, p->stage, p->acc + r0, lin->rows);
+            if (ret < 0)
+                return ret;
+        }
         for (uint32_t i = 0; i < sh->n; i++) {
             size_t at = (size_t)i * lin->rows;
-            int ret = unpack_tensor_dot_x(lin->upk, unpack_kernel_best(), r0, r1,
-                                          p->xq + (size_t)i * lin->cols, &p->px[i],
-                                          p->acc + at + r0);
+            int ret = p->stage ? 0
+                               : unpack_tensor_dot_x(lin->upk, unpack_kernel_best(), r0, r1,
+                                                     p->xq + (size_t)i * lin->cols, &p->px[i],
+                                                     p->acc + at + r0);
             if (ret < 0)
                 return ret;
             /* packed_part_run's formula; the row scales read where they lie
@@ -303,7 +317,11 @@ static int shared_run(void *arg)
 }
 
 /* Channels per chunk: about SHARED_CHUNK_BYTES of packed codes, a multiple
- * of 16, at most an eighth of the rows (so small linears still split). */
+ * of 16, at most an eighth of the rows (so small linears still split). With
+ * unpack_tensor_dot_tiles (tiles): four times the bytes, a multiple of its
+ * passes of 32 channels (each pass prefetches the next one's bytes, so a
+ * chunk of one pass streams unprefetched; 8-row forward x1.60-1.78 -> x1.51-1.58
+ * of one row, docs/BENCHMARKS.md, o18). */
 #define SHARED_CHUNK_BYTES ((uint64_t)64 << 10)
 static _Atomic uint32_t chunk_override; /* tests */
 
@@ -312,17 +330,18 @@ void infer_packed_shared_set_chunk(uint32_t channels)
     atomic_store(&chunk_override, channels);
 }
 
-static uint32_t shared_chunk(const struct infer_linear *lin)
+static uint32_t shared_chunk(const struct infer_linear *lin, int tiles)
 {
     uint32_t o = atomic_load_explicit(&chunk_override, memory_order_relaxed);
     if (o)
         return o;
     uint64_t row = lin->upk->layout.data_len / lin->rows;
-    uint64_t c = SHARED_CHUNK_BYTES / (row ? row : 1), most = lin->rows / 8;
+    uint64_t c = SHARED_CHUNK_BYTES * (tiles ? 4 : 1) / (row ? row : 1), most = lin->rows / 8;
     if (c > most)
         c = most;
-    c = c / 16 * 16;
-    return c < 16 ? 16 : (uint32_t)c;
+    const uint32_t unit = tiles ? 32 : 16; /* unpack_tensor_dot_tiles: passes of 32 */
+    c = c / unit * unit;
+    return c < unit ? unit : (uint32_t)c;
 }
 
 /* Decoding's packed linears split from this many weights: the k and v
@@ -335,7 +354,8 @@ static uint32_t shared_chunk(const struct infer_linear *lin)
 int infer_packed_shares(const struct infer_state *s, const struct infer_linear *lin, uint32_t n)
 {
     uint64_t least = s->npu_min_weights < PACKED_SPLIT_MIN ? s->npu_min_weights : PACKED_SPLIT_MIN;
-    return s->dev && !lin->npu && lin->upk && n > 0 && n < PACKED_ROWS_MIN && !s->split_work &&
+    return s->dev && !lin->npu && lin->upk && n > 0 &&
+           (n < PACKED_ROWS_MIN || infer_packed_tiles_take(lin->upk, n)) && !s->split_work &&
            lin->rows >= 32 && infer_split_work(s, lin, n) >= least;
 }
 
@@ -354,11 +374,27 @@ static int acc_reserve(struct infer_state *s, size_t need, struct sl_err *err)
     return 0;
 }
 
+/* s->tiles_stage of at least `need` bytes, 64-byte aligned. */
+static int tiles_stage_reserve(struct infer_state *s, size_t need, struct sl_err *err)
+{
+    if (need <= s->tiles_stage_cap)
+        return 0;
+    void *p = sl_alloc_aligned(need, 64);
+    if (!p) {
+        sl_err_set(err, "out of memory for a packed matmul's staged rows");
+        return -ENOMEM;
+    }
+    sl_free_aligned(s->tiles_stage);
+    s->tiles_stage = p;
+    s->tiles_stage_cap = need;
+    return 0;
+}
+
 int infer_linear_packed_group(struct infer_state *s, uint32_t count,
                               const struct infer_linear *const *lins, const int8_t *const *xq,
                               const float *act, float *const *y, uint32_t n, struct sl_err *err)
 {
-    if (count == 0 || count > INFER_PACKED_GROUP_MAX || n == 0 || n >= PACKED_ROWS_MIN) {
+    if (count == 0 || count > INFER_PACKED_GROUP_MAX || n == 0 || n > UNPACK_TILES_ROWS_MAX) {
         sl_err_set(err, "a packed group of %u linears for %u rows", count, n);
         return -EINVAL;
     }
@@ -374,12 +410,32 @@ int infer_linear_packed_group(struct infer_state *s, uint32_t count,
     int ret = acc_reserve(s, (size_t)n * total, err);
     if (ret < 0)
         return ret;
+    /* from PACKED_ROWS_MIN rows every part takes unpack_tensor_dot_tiles
+     * (infer_packed_shares): each part's rows staged once, one after another */
+    const int tiles = n >= PACKED_ROWS_MIN;
+    if (tiles) {
+        size_t sb = 0;
+        for (uint32_t j = 0; j < count; j++)
+            sb += (unpack_dot_tiles_stage_bytes(lins[j]->cols, n) + 63) / 64 * 64;
+        if ((ret = tiles_stage_reserve(s, sb, err)) < 0)
+            return ret;
+    }
     struct packed_shared sh = {.count = count, .n = n};
+    uint8_t *stage = s->tiles_stage;
     for (uint32_t j = 0, base = 0; j < count; base += lins[j]->rows, j++) {
         struct packed_shared_part *p = &sh.part[j];
         *p = (struct packed_shared_part){.lin = lins[j], .xq = xq[j], .act = act[j], .y = y[j],
                                          .acc = s->acc + (size_t)n * base, .base = base,
-                                         .chunk = shared_chunk(lins[j])};
+                                         .chunk = shared_chunk(lins[j], tiles)};
+        if (tiles) {
+            if ((ret = unpack_dot_tiles_stage(lins[j]->cols, xq[j], n, stage)) < 0) {
+                sl_err_set(err, "staging a packed matmul's rows failed (%s)", strerror(-ret));
+                return ret;
+            }
+            p->stage = stage;
+            stage += (unpack_dot_tiles_stage_bytes(lins[j]->cols, n) + 63) / 64 * 64;
+            continue;
+        }
         for (uint32_t i = 0; i < n; i++)
             unpack_dot_x_init(lins[j]->upk, xq[j] + (size_t)i * lins[j]->cols, &p->px[i]);
     }
@@ -417,8 +473,19 @@ int infer_linear_packed(struct infer_state *s, const struct infer_linear *lin, c
     uint32_t rows = lin->rows, r_npu = 0;
     if (s->dev && rows >= 32 && infer_split_work(s, lin, n) >= s->npu_min_weights)
         r_npu = (uint32_t)(rows * s->npu_share) / 16 * 16;
-    struct packed_part dev = {lin, xq, n, 0, r_npu, act, y, s->acc, &s->rows_tile[1]};
-    struct packed_part own = {lin, xq, n, r_npu, rows, act, y, s->acc, &s->rows_tile[0]};
+    const void *stage = NULL;
+    if (infer_packed_tiles_take(lin->upk, n)) {
+        /* staged once here for both threads */
+        if ((ret = tiles_stage_reserve(s, unpack_dot_tiles_stage_bytes(lin->cols, n), err)) < 0)
+            return ret;
+        if ((ret = unpack_dot_tiles_stage(lin->cols, xq, n, s->tiles_stage)) < 0) {
+            sl_err_set(err, "staging a packed matmul's rows failed (%s)", strerror(-ret));
+            return ret;
+        }
+        stage = s->tiles_stage;
+    }
+    struct packed_part dev = {lin, xq, n, 0, r_npu, act, y, s->acc, &s->rows_tile[1], stage};
+    struct packed_part own = {lin, xq, n, r_npu, rows, act, y, s->acc, &s->rows_tile[0], stage};
     struct npu_ticket *t = NULL;
     if (r_npu > 0 && (ret = npu_device_call(s->dev, packed_part_run, &dev, &t, err)) < 0)
         return ret;

@@ -10,7 +10,12 @@
  * core's cache; on AMX the unpacked tile is multiplied as it lies
  * (npu_linear_s8_rowmajor, the same bits), without that packing. The sums are the same
  * exact integers, and y = (act * scale[r]) * acc as on both other paths,
- * so the floats are the same bits (test_spec: packed_rows). */
+ * so the floats are the same bits (test_spec: packed_rows). On AMX, an
+ * adaptive tensor without block multipliers takes neither this tile path
+ * nor the dot kernels from TILES_ROWS_MIN rows (infer_packed_tiles_take):
+ * unpack_tensor_dot_tiles unpacks in registers straight into L1 pieces that
+ * the tile unit multiplies (the caller, infer_resident.c, stages the rows
+ * once for both threads). */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -63,6 +68,21 @@ int infer_packed_rows_take(const struct unpack_tensor *u, uint32_t n)
 {
     return n >= PACKED_ROWS_MIN && (n > DOT_ROWS_MAX || atomic_load(&tile_override) ||
                                     !unpack_dot_multirow(u, unpack_kernel_best()));
+}
+
+/* From this many rows, unpack_tensor_dot_tiles (AMX: the codes unpacked in
+ * registers into a piece in L1 and multiplied there) where it takes the
+ * tensor: one thread streaming a 2048 x 131072 5-bit tensor from memory,
+ * it costs about the same from 1 to 12 rows (1.24-1.42x one row's
+ * unpack_tensor_dot), where the multi-row dot kernels cost 1.1x at 4 rows
+ * but 1.5-1.6x at 6-8 and 2.5x at 12 (docs/BENCHMARKS.md, sixteenth
+ * session, o18). */
+#define TILES_ROWS_MIN 6
+
+int infer_packed_tiles_take(const struct unpack_tensor *u, uint32_t n)
+{
+    return n >= PACKED_ROWS_MIN && n >= TILES_ROWS_MIN && !atomic_load(&tile_override) &&
+           unpack_dot_tiles_takes(u, n);
 }
 
 static uint32_t tile_rows(uint32_t cols)

@@ -381,6 +381,69 @@ int unpack_tensor_dot_x(const struct unpack_tensor *u, enum unpack_kernel k, uin
     return 0;
 }
 
+#ifndef SLUICE_KERNELS_AMX
+#define SLUICE_KERNELS_AMX 0
+#endif
+
+int unpack_dot_tiles_takes(const struct unpack_tensor *u, uint32_t m)
+{
+    return SLUICE_KERNELS_AMX && m >= 1 && m <= UNPACK_TILES_ROWS_MAX &&
+           u->layout.encoding == FORMAT_ENC_ADAPTIVE && !u->layout.mult &&
+           u->layout.cols <= UNPACK_CORR_MAX_COLS && sl_cpu_features()->amx;
+}
+
+size_t unpack_dot_tiles_stage_bytes(uint32_t cols, uint32_t m)
+{
+    return UNPACK_TILES_STAGE_HDR + ((size_t)cols + 63) / 64 * 64 * m;
+}
+
+int unpack_dot_tiles_stage(uint32_t cols, const int8_t *x, uint32_t m, void *stage)
+{
+    if (m == 0 || m > UNPACK_TILES_ROWS_MAX || cols == 0)
+        return -EINVAL;
+    struct unpack_tiles_stage *st = stage;
+    st->m = m;
+    st->cols = cols;
+    uint8_t *out = (uint8_t *)stage + UNPACK_TILES_STAGE_HDR;
+    const uint32_t g4 = cols / 4, kp4 = (cols + 63) / 64 * 16; /* groups of 4 inputs */
+    for (uint32_t i = 0; i < m; i++) {
+        const int8_t *xi = x + (size_t)i * cols;
+        int32_t s = 0;
+        for (uint32_t c = 0; c < cols; c++)
+            s += xi[c];
+        st->xsum[i] = s;
+        /* row i's groups of 4, m * 4 bytes apart; the partial group and
+         * the groups past cols padded with zeros */
+        uint8_t *o = out + (size_t)i * 4;
+        for (uint32_t g = 0; g < g4; g++)
+            memcpy(o + (size_t)g * m * 4, xi + (size_t)g * 4, 4);
+        for (uint32_t g = g4; g < kp4; g++) {
+            uint8_t v[4] = {0};
+            for (uint32_t j = 0; j < 4 && g * 4 + j < cols; j++)
+                v[j] = (uint8_t)xi[g * 4 + j];
+            memcpy(o + (size_t)g * m * 4, v, 4);
+        }
+    }
+    return 0;
+}
+
+int unpack_tensor_dot_tiles(const struct unpack_tensor *u, uint32_t r0, uint32_t r1,
+                            const void *stage, int32_t *acc, size_t ldacc)
+{
+    const struct unpack_tiles_stage *st = stage;
+    if (!unpack_dot_tiles_takes(u, st->m) || st->cols != u->layout.cols || r0 > r1 ||
+        r1 > u->layout.rows || (st->m > 1 && ldacc < (size_t)(r1 - r0)))
+        return -EINVAL;
+#if SLUICE_KERNELS_AMX
+    if (r1 > r0)
+        unpack_adaptive_dot_tiles_amx(u, r0, r1, st, acc, ldacc);
+    return 0;
+#else
+    (void)acc;
+    return -EINVAL;
+#endif
+}
+
 /* q8: float32 scale[rows], zero padding to 64 bytes, int8 q[rows][cols]
  * (format.h); validated by the format module's traits. */
 static void unpack_q8(const struct format_tensor_info *t, const uint8_t *p, int8_t *q,

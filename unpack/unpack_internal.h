@@ -85,6 +85,22 @@ void unpack_adaptive_dot_m_avx512(const uint8_t *src, uint32_t cols, uint32_t b,
                                   uint32_t m, const struct unpack_dot_args *a, int32_t *out,
                                   size_t ldo);
 #endif
+/* unpack_tensor_dot_tiles' stage (unpack.h): this header, then the m rows'
+ * activations as [round_up(cols, 64) / 4][m][4] (groups of 4 inputs of
+ * every row in turn, zeros past cols) from UNPACK_TILES_STAGE_HDR bytes. */
+struct unpack_tiles_stage {
+    uint32_t m, cols;
+    int32_t xsum[UNPACK_TILES_ROWS_MAX]; /* sum_c x[i][c] of each row */
+};
+#define UNPACK_TILES_STAGE_HDR 128
+#if SLUICE_KERNELS_AMX
+/* unpack_tensor_dot_tiles on an adaptive tensor without block multipliers
+ * (checked by unpack.c, as are AMX and the tile permission): rows [r0, r1)
+ * into acc[i * ldacc + (r - r0)]. unpack_amx.c. */
+void unpack_adaptive_dot_tiles_amx(const struct unpack_tensor *u, uint32_t r0, uint32_t r1,
+                                   const struct unpack_tiles_stage *st, int32_t *acc,
+                                   size_t ldacc);
+#endif
 /* (The AVX-512 table's adaptive_dot needs VNNI besides F+BW; without it
  * unpack.c uses the AVX2 one at that level.) */
 

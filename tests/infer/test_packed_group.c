@@ -4,7 +4,8 @@
  * of their joint channel range) give, bit for bit, what the plain row path
  * (unpack_tensor_dot, then act * scale * sum) gives for each linear alone:
  * groups of 1-3 linears of every layer (also of unequal sizes, in any
- * order, a linear twice), 1-3 rows, each linear with its own activations
+ * order, a linear twice), 1-3 rows (and 6 and 12, which take the AMX tile
+ * kernel, unpack_tensor_dot_tiles, where it runs), each linear with its own activations
  * and scale, chunks that do or do not divide the linears' channels;
  * infer_linear_exec_group takes the joint split (each linear passes
  * infer_packed_shares) and gives infer_linear_exec's bits one by one
@@ -111,7 +112,12 @@ static void test_group_bits(void **st)
     static const uint32_t chunks[] = {0, 16, 48, 7, 100000};
     for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
         infer_packed_shared_set_chunk(chunks[ci]);
-        for (uint32_t n = 1; n <= 3; n++)
+        for (uint32_t n = 1; n <= 16; n = n < 3 ? n + 1 : n == 3 ? 6 : n * 2) {
+            /* 6, 12 rows: where unpack_tensor_dot_tiles takes them (AMX) */
+            const struct infer_linear *l0 =
+                infer_model_linear(infer_session_model(s), 0, FORMAT_ROLE_WQ);
+            if (n > 3 && !infer_packed_tiles_take(l0->upk, n))
+                break;
             for (int l = 0; l < (int)c->n_layers; l++) {
                 check_group(s, l, qkv, 3, n, &g);
                 check_group(s, l, gu, 2, n, &g);
@@ -119,6 +125,7 @@ static void test_group_bits(void **st)
                 for (int k = 0; k < 3; k++)
                     check_group(s, l, mixed[k], mixed_n[k], n, &g);
             }
+        }
     }
     infer_packed_shared_set_chunk(0);
     infer_session_destroy(s);

@@ -16,6 +16,9 @@
  * - the baseline encodings (bitplane, int4int8) give the same integers;
  * - unpack_tensor_dot_x (x's sums and tail prepared once) gives the same
  *   integers on every kernel, for every case above;
+ * - unpack_tensor_dot_tiles (AMX tiles, 1-16 rows) gives them too, for
+ *   every adaptive case above where it takes the tensor (both strides,
+ *   sub-ranges, partial blocks of 16 channels, tails, random bytes);
  * - bad arguments are refused with -EINVAL / -EOVERFLOW.
  * The seed is printed; SLUICE_TEST_SEED=<seed> replays a run. */
 #include <errno.h>
@@ -28,6 +31,7 @@
 #include "unpack.h"
 
 static struct test_rng rng;
+static unsigned tiles_checked; /* cases unpack_tensor_dot_tiles took */
 
 static const uint32_t colsets[] = {1,   7,   8,    9,    64,   100,  172,  256, 504,
                                    511, 512, 513,  688,  1024, 1100, 1536, 2048};
@@ -135,6 +139,31 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
                     fail_msg("%s: kernel %s wrote between rows at %zu (stride %u)", what,
                              unpack_kernel_name(ks[k]), i, ld);
         }
+    /* unpack_tensor_dot_tiles (AMX), where it takes the tensor: the same
+     * integers, both strides, gaps untouched */
+    if (n && unpack_dot_tiles_takes(u, m)) {
+        void *st = aligned_alloc(64, (unpack_dot_tiles_stage_bytes(u->layout.cols, m) + 63) / 64 * 64);
+        assert_non_null(st);
+        assert_int_equal(unpack_dot_tiles_stage(u->layout.cols, x, m, st), 0);
+        for (uint32_t ld = n; ld <= n + 3; ld += 3) {
+            memset(got, 0x5a, sizeof(int32_t) * m * (n + 3));
+            assert_int_equal(unpack_tensor_dot_tiles(u, r0, r1, st, got, ld), 0);
+            for (size_t i = 0; i < (size_t)m * ld; i++) {
+                if (i % ld >= n) {
+                    if (got[i] != 0x5a5a5a5a)
+                        fail_msg("%s: tiles wrote between rows at %zu (stride %u)", what, i, ld);
+                    continue;
+                }
+                if (got[i] != ref[i / ld * n + i % ld])
+                    fail_msg("%s: tiles dot [%zu] = %d, scalar %d (cols %u, m %u, rows %u..%u, "
+                             "width %u, stride %u)",
+                             what, i, got[i], ref[i / ld * n + i % ld], u->layout.cols, m, r0, r1,
+                             unpack_tensor_width(u, r0 + (uint32_t)(i % ld)), ld);
+            }
+        }
+        tiles_checked++;
+        free(st);
+    }
     /* unpack_tensor_dot_x: one activation row at a time, x's part prepared once */
     for (int k = 0; k < nk; k++)
         for (uint32_t i = 0; i < m; i++) {
@@ -314,6 +343,26 @@ static void test_api(void **st)
                                          &px, acc),
                      -EINVAL);
     assert_int_equal(unpack_tensor_dot_x(&u, UNPACK_KERNEL_SCALAR, 2, 2, x, &px, acc), 0);
+    /* the tile path's refusals */
+    assert_int_equal(unpack_dot_tiles_takes(&u, 0), 0);
+    assert_int_equal(unpack_dot_tiles_takes(&u, UNPACK_TILES_ROWS_MAX + 1), 0);
+    void *stg = aligned_alloc(64, (unpack_dot_tiles_stage_bytes(128, 2) + 63) / 64 * 64);
+    assert_non_null(stg);
+    assert_int_equal(unpack_dot_tiles_stage(64, x, 0, stg), -EINVAL);
+    assert_int_equal(unpack_dot_tiles_stage(64, x, UNPACK_TILES_ROWS_MAX + 1, stg), -EINVAL);
+    assert_int_equal(unpack_dot_tiles_stage(0, x, 1, stg), -EINVAL);
+    assert_int_equal(unpack_dot_tiles_stage(128, x, 1, stg), 0); /* cols 128 against 64 */
+    assert_int_equal(unpack_tensor_dot_tiles(&u, 0, 4, stg, acc, 4), -EINVAL);
+    assert_int_equal(unpack_dot_tiles_stage(64, x, 2, stg), 0);
+    if (unpack_dot_tiles_takes(&u, 2)) {
+        assert_int_equal(unpack_tensor_dot_tiles(&u, 3, 2, stg, acc, 4), -EINVAL);
+        assert_int_equal(unpack_tensor_dot_tiles(&u, 0, 5, stg, acc, 5), -EINVAL);
+        assert_int_equal(unpack_tensor_dot_tiles(&u, 0, 4, stg, acc, 3), -EINVAL);
+        assert_int_equal(unpack_tensor_dot_tiles(&u, 2, 2, stg, acc, 0), 0);
+    } else {
+        assert_int_equal(unpack_tensor_dot_tiles(&u, 0, 4, stg, acc, 4), -EINVAL);
+    }
+    free(stg);
     unpack_tensor_fini(&u);
     /* rows longer than the int32 bound */
     struct unpack_tensor big = u;
@@ -338,5 +387,8 @@ int main(void)
         cmocka_unit_test(test_extremes),      cmocka_unit_test(test_baselines),
         cmocka_unit_test(test_random_bytes),  cmocka_unit_test(test_api),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int ret = cmocka_run_group_tests(tests, NULL, NULL);
+    fprintf(stderr, "unpack_tensor_dot_tiles (AMX): %u cases checked%s\n", tiles_checked,
+            tiles_checked ? "" : " (not in this build or not on this CPU)");
+    return ret;
 }

@@ -159,6 +159,28 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
  * are the same integers). */
 int unpack_dot_multirow(const struct unpack_tensor *u, enum unpack_kernel k);
 
+/* A few activation rows on the AMX tile unit (a draft tree's verification):
+ * each 512-weight group of 16 output channels unpacked in registers into a
+ * piece in L1 and multiplied there with all m rows (TDPBUSD), the
+ * activations staged once per call. The same integers as unpack_tensor_dot.
+ *   void *st = sl_alloc_aligned(unpack_dot_tiles_stage_bytes(cols, m), 64);
+ *   unpack_dot_tiles_stage(cols, x, m, st);          // x int8 [m][cols]
+ *   unpack_tensor_dot_tiles(u, r0, r1, st, acc, ldacc);
+ * unpack_dot_tiles_takes: 1 where it serves u with m rows (1..16): an
+ * adaptive tensor without block multipliers, cols <= UNPACK_CORR_MAX_COLS,
+ * a build with the AMX kernel, and a CPU and OS with AMX (sl_cpu_features,
+ * which asks for the tile permission); else 0. The stage must be 64-byte
+ * aligned; stage returns -EINVAL for m outside 1..16 or cols = 0. dot_tiles
+ * returns 0; -EINVAL if it does not take u with the stage's m, the stage's
+ * cols differ from u's, the range is not within the tensor, or m > 1 and
+ * ldacc < r1 - r0. Concurrent calls on disjoint ranges may share a stage. */
+#define UNPACK_TILES_ROWS_MAX 16
+int unpack_dot_tiles_takes(const struct unpack_tensor *u, uint32_t m);
+size_t unpack_dot_tiles_stage_bytes(uint32_t cols, uint32_t m);
+int unpack_dot_tiles_stage(uint32_t cols, const int8_t *x, uint32_t m, void *stage);
+int unpack_tensor_dot_tiles(const struct unpack_tensor *u, uint32_t r0, uint32_t r1,
+                            const void *stage, int32_t *acc, size_t ldacc);
+
 /* unpack_tensor_dot's work on one activation row x [cols] that does not
  * depend on the output channels (x's sums, its tail group), done once by
  * unpack_dot_x_init for a product that a caller splits into many ranges (a
