@@ -19,6 +19,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "infer_div_max_avx512_inl.h"
 #include "infer_matmul.h"
 
 void infer_keys_transpose(float *kt, size_t ldt, const float *k, size_t ldk, uint32_t T,
@@ -125,11 +126,8 @@ rows(float *att, size_t lda, const float *const *q, const uint32_t r, const floa
         }
     }
 #pragma GCC unroll 4
-    for (uint32_t a = 0; a < r; a++) {
-        float l16[16];
-        _mm512_storeu_ps(l16, mx[a]);
-        maxv[a] = infer_div_max_reduce16(l16);
-    }
+    for (uint32_t a = 0; a < r; a++)
+        maxv[a] = infer_div_max_fold16_avx512(mx[a]);
 }
 
 static inline __attribute__((always_inline)) void scores(float *att, size_t lda, const float *q,
