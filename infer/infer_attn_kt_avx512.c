@@ -159,19 +159,14 @@ static inline __attribute__((always_inline)) void scores(float *att, size_t lda,
     {                                                                                              \
         scores(att, lda, q, ldq, nq, kt, ldt, T, d, maxv, NJ);                                     \
     }
-SCORES_NJ(1)
 SCORES_NJ(2)
-SCORES_NJ(3)
 SCORES_NJ(4)
-SCORES_NJ(5)
-SCORES_NJ(6)
-SCORES_NJ(7)
 SCORES_NJ(8)
 
 typedef void scores_fn(float *att, size_t lda, const float *q, size_t ldq, uint32_t nq,
                        const float *kt, size_t ldt, uint32_t T, float d, float *maxv);
-static scores_fn *const by_nj[INFER_ATT_KT_MAX_HS / 16] = {scores_1, scores_2, scores_3, scores_4,
-                                                           scores_5, scores_6, scores_7, scores_8};
+static scores_fn *const by_nj[INFER_ATT_KT_MAX_HS / 16] = {
+    [1] = scores_2, [3] = scores_4, [7] = scores_8};
 
 void infer_attn_scores_kt_avx512(float *att, size_t lda, const float *q, size_t ldq, uint32_t nq,
                                  const float *kt, size_t ldt, uint32_t T, uint32_t hs, float d,

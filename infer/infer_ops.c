@@ -216,7 +216,7 @@ group_rows_kt(float *out, const float *q, const float *key_cache, const float *v
     size_t qdim = (size_t)c->n_heads * hs, kv_dim = (size_t)c->n_kv_heads * hs;
     uint32_t ldt = (pos0 + ng + 15) & ~15u;
     if (k != INFER_MATMUL_AVX512 || !infer_matmul_kernel_available(k) || ng < ATT_KT_MIN_ROWS ||
-        hs % 16 || hs > INFER_ATT_KT_MAX_HS || (size_t)hs * ldt > ATT_KT_FLOATS)
+        !INFER_ATT_KT_HS(hs) || (size_t)hs * ldt > ATT_KT_FLOATS)
         return 0;
     float kt[ATT_KT_FLOATS] __attribute__((aligned(64)));
     float maxv[INFER_ATT_ROWS];
