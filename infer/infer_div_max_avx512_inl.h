@@ -26,4 +26,20 @@ static inline __m512 infer_div_max16_avx512(float *a, uint32_t n, int pow2, __m5
     return acc;
 }
 
+/* infer_div_max_reduce16 of the 16 lanes in registers: lane i takes lane
+ * i + w where that is strictly greater (ordered: NaN never wins), w = 8, 4,
+ * 2, 1; lane 0 returned */
+static inline float infer_div_max_fold16_avx512(__m512 acc)
+{
+    __m512 o = _mm512_shuffle_f32x4(acc, acc, 0x4E); /* lanes i + 8 */
+    acc = _mm512_mask_mov_ps(acc, 0x00ff & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
+    o = _mm512_shuffle_f32x4(acc, acc, 0xB1); /* i + 4 */
+    acc = _mm512_mask_mov_ps(acc, 0x000f & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
+    o = _mm512_permute_ps(acc, 0x4E); /* i + 2 */
+    acc = _mm512_mask_mov_ps(acc, 0x0003 & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
+    o = _mm512_permute_ps(acc, 0xB1); /* i + 1 */
+    acc = _mm512_mask_mov_ps(acc, 0x0001 & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
+    return _mm512_cvtss_f32(acc);
+}
+
 #endif

@@ -327,7 +327,11 @@ float infer_exp_sum(enum infer_matmul_kernel k, float *a, uint32_t n, float sub)
 
 void infer_softmax_scaled(enum infer_matmul_kernel k, float *a, uint32_t n, float sq)
 {
-    float maxv = infer_div_max(k, a, n, sq);
+    infer_softmax_after_max(k, a, n, infer_div_max(k, a, n, sq));
+}
+
+void infer_softmax_after_max(enum infer_matmul_kernel k, float *a, uint32_t n, float maxv)
+{
     float sum = infer_exp_sum(k, a, n, maxv);
     (void)infer_div_max(k, a, n, sum);
 }

@@ -169,4 +169,27 @@ float infer_div_max_reduce16(float m[16]); /* the lanes' pairwise reduction */
  * steps above, in that order, so every caller gets the same bits). */
 void infer_softmax_scaled(enum infer_matmul_kernel k, float *a, uint32_t n, float sq);
 
+/* Attention scores against transposed keys (infer_attn_kt_avx512.c), for a
+ * prefill's grouped-query rows: keys [0, T) of one kv head (rows of stride
+ * ldk, hs columns) as kt[c * ldt + t], zeros in [T, ldt) (ldt >= T, a
+ * multiple of 16). */
+void infer_keys_transpose(float *kt, size_t ldt, const float *k, size_t ldk, uint32_t T,
+                          uint32_t hs);
+/* The head sizes it takes: 32, 64 and 128 (INFER_ATT_KT_HS; each one an
+ * unrolled kernel of its own), at most this. */
+#define INFER_ATT_KT_MAX_HS 128u
+#define INFER_ATT_KT_HS(hs) ((hs) == 32 || (hs) == 64 || (hs) == 128)
+/* att[i * lda + t] = dot(q row i, key t) / d for i < nq, t < T, with
+ * exactly the bits infer_matmul_nt (AVX-512 kernel) and then
+ * infer_div_max(INFER_MATMUL_AVX512, att row, T, d) give, and maxv[i] = that
+ * call's return value: the first step of infer_softmax_scaled fused with
+ * the scores. INFER_ATT_KT_HS(hs); kt from
+ * infer_keys_transpose. x86 with AVX-512F only. */
+void infer_attn_scores_kt_avx512(float *att, size_t lda, const float *q, size_t ldq, uint32_t nq,
+                                 const float *kt, size_t ldt, uint32_t T, uint32_t hs, float d,
+                                 float *maxv);
+/* The softmax's two later steps on a row whose first step is done (scaled,
+ * maxv its maximum): infer_softmax_scaled = infer_div_max, then this. */
+void infer_softmax_after_max(enum infer_matmul_kernel k, float *a, uint32_t n, float maxv);
+
 #endif

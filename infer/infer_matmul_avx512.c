@@ -294,16 +294,5 @@ float infer_div_max_avx512(float *a, uint32_t n, float d)
     uint32_t e = db >> 23;
     int pow2 = (db & 0x7fffffu) == 0 && e >= 1 && e <= 253; /* positive: sign 0 */
     __m512 iv = _mm512_set1_ps(pow2 ? 1.0f / d : 1.0f);
-    __m512 acc = infer_div_max16_avx512(a, n, pow2, iv, dv);
-    /* infer_div_max_reduce16 in registers: lane i takes lane i + w where that
-     * is strictly greater (ordered: NaN never wins), w = 8, 4, 2, 1 */
-    __m512 o = _mm512_shuffle_f32x4(acc, acc, 0x4E); /* lanes i + 8 */
-    acc = _mm512_mask_mov_ps(acc, 0x00ff & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
-    o = _mm512_shuffle_f32x4(acc, acc, 0xB1); /* i + 4 */
-    acc = _mm512_mask_mov_ps(acc, 0x000f & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
-    o = _mm512_permute_ps(acc, 0x4E); /* i + 2 */
-    acc = _mm512_mask_mov_ps(acc, 0x0003 & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
-    o = _mm512_permute_ps(acc, 0xB1); /* i + 1 */
-    acc = _mm512_mask_mov_ps(acc, 0x0001 & _mm512_cmp_ps_mask(o, acc, _CMP_GT_OQ), o);
-    return _mm512_cvtss_f32(acc);
+    return infer_div_max_fold16_avx512(infer_div_max16_avx512(a, n, pow2, iv, dv));
 }

@@ -191,6 +191,56 @@ void infer_op_rope_rows(float *x, uint32_t n, uint32_t n_heads, uint32_t head_di
     }
 }
 
+/* Keys transposed on the stack for group_rows_kt: at most this many floats
+ * (a 64-wide head's INFER_ATT_GROUP_T keys, 192 KiB). */
+#define ATT_KT_FLOATS (64u * INFER_ATT_GROUP_T)
+/* Fewer grouped rows than this keep the row loop: transposing the keys
+ * costs about what 2 rows' scores cost (decoding's one row would pay it
+ * every step). */
+#define ATT_KT_MIN_ROWS 16u
+
+/* infer_op_attention's grouped rows [0, ng) with the scores taken against
+ * the keys transposed (infer_attn_scores_kt_avx512: the same bits as the
+ * row loop's infer_matmul_nt and the softmax's first step, without the
+ * horizontal sums), a kv group at a time; returns the rows done: ng, or 0
+ * where it does not apply (not the AVX-512 kernel, few rows, a head size
+ * it does not take, more keys than the buffer holds). */
+static __attribute__((noinline)) uint32_t
+group_rows_kt(float *out, const float *q, const float *key_cache, const float *value_cache,
+              uint32_t ng, uint32_t pos0, const struct format_config *c, uint32_t h0, uint32_t h1,
+              float *att)
+{
+#if SLUICE_KERNELS_X86
+    enum infer_matmul_kernel k = infer_matmul_kernel_used();
+    uint32_t hs = c->head_dim, kv_mul = c->n_heads / c->n_kv_heads;
+    size_t qdim = (size_t)c->n_heads * hs, kv_dim = (size_t)c->n_kv_heads * hs;
+    uint32_t ldt = (pos0 + ng + 15) & ~15u;
+    if (k != INFER_MATMUL_AVX512 || !infer_matmul_kernel_available(k) || ng < ATT_KT_MIN_ROWS ||
+        !INFER_ATT_KT_HS(hs) || (size_t)hs * ldt > ATT_KT_FLOATS)
+        return 0;
+    float kt[ATT_KT_FLOATS] __attribute__((aligned(64)));
+    float maxv[INFER_ATT_ROWS];
+    float sq = sqrtf((float)hs);
+    for (uint32_t g = h0 / kv_mul; g < h1 / kv_mul; g++) {
+        const float *vh = value_cache + (size_t)g * hs;
+        infer_keys_transpose(kt, ldt, key_cache + (size_t)g * hs, kv_dim, pos0 + ng, hs);
+        for (uint32_t r = 0; r < ng; r++) {
+            uint32_t T = pos0 + r + 1;
+            size_t off = (size_t)r * qdim + (size_t)g * kv_mul * hs;
+            infer_attn_scores_kt_avx512(att, T, q + off, hs, kv_mul, kt, ldt, T, hs, sq, maxv);
+            for (uint32_t i = 0; i < kv_mul; i++)
+                infer_softmax_after_max(k, att + (size_t)i * T, T, maxv[i]);
+            infer_matmul_nn(k, out + off, hs, att, T, vh, kv_dim, kv_mul, T, hs);
+        }
+    }
+    return ng;
+#else
+    (void)out, (void)q, (void)key_cache, (void)value_cache, (void)ng, (void)pos0, (void)c;
+    (void)h0, (void)h1, (void)att;
+    return 0;
+#endif
+}
+
 void infer_op_attention(float *out, const float *q, const float *key_cache,
                         const float *value_cache, uint32_t n, uint32_t pos0,
                         const struct format_config *c, uint32_t h0, uint32_t h1, float *att)
@@ -215,7 +265,8 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
                       : pos0 >= INFER_ATT_GROUP_T ? 0
                       : n < INFER_ATT_GROUP_T - pos0 ? n
                                                      : INFER_ATT_GROUP_T - pos0;
-        for (uint32_t r = 0; r < ng; r++) {
+        for (uint32_t r = group_rows_kt(out, q, key_cache, value_cache, ng, pos0, c, h0, h1, att);
+             r < ng; r++) {
             uint32_t T = pos0 + r + 1;
             for (uint32_t g = h0 / kv_mul; g < h1 / kv_mul; g++) {
                 const float *kh = key_cache + (size_t)g * hs, *vh = value_cache + (size_t)g * hs;
