@@ -66,8 +66,8 @@ infer_matmul_tile_fn infer_matmul_tile_avx512;
 void infer_matmul_rows_avx2(float *y, size_t ldy, const float *x, size_t ldx, uint32_t n,
                             const float *w, size_t ldw, uint32_t cols, uint32_t r0, uint32_t r1);
 /* The same with the AVX-512 tile's arithmetic (infer_matmul_rows_avx512.c),
- * 8 x rows per pass: infer_matmul_nt takes it where the AVX-512 kernel is
- * the one in use. */
+ * tiles of 4 w rows (3 for one x row) by up to 6 x rows a pass:
+ * infer_matmul_nt takes it where the AVX-512 kernel is the one in use. */
 void infer_matmul_rows_avx512(float *y, size_t ldy, const float *x, size_t ldx, uint32_t n,
                               const float *w, size_t ldw, uint32_t cols, uint32_t r0, uint32_t r1);
 infer_matmul_nn_fn infer_matmul_nn_scalar;

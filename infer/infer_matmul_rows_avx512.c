@@ -97,7 +97,9 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
 {
     __m512 acc[ROWS_PASS_MAX * ROWS_NR];
     const float *wp[ROWS_NR];
-    const size_t pf = 2 * nr * ldw; /* prefetch distance: two tiles of w rows */
+    /* prefetch distance in bytes: two tiles of w rows (an address, never
+     * dereferenced: past the last tile it may point beyond w) */
+    const size_t pf = 2 * nr * ldw * sizeof(float);
 #pragma GCC unroll 32
     for (uint32_t t = 0; t < mr * nr; t++)
         acc[t] = _mm512_setzero_ps();
@@ -110,7 +112,7 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
             __m512 wv[ROWS_NR];
 #pragma GCC unroll 16
             for (uint32_t b = 0; b < nr; b++) {
-                _mm_prefetch((const char *)(wp[b] + c + pf), _MM_HINT_T0);
+                _mm_prefetch((const char *)((uintptr_t)(wp[b] + c) + pf), _MM_HINT_T0);
                 wv[b] = _mm512_loadu_ps(wp[b] + c);
             }
 #pragma GCC unroll 8
@@ -127,7 +129,7 @@ static inline __attribute__((always_inline)) void tile(float *y, size_t ldy, con
                 xv[a] = _mm512_loadu_ps(x + a * ldx + c);
 #pragma GCC unroll 16
             for (uint32_t b = 0; b < nr; b++) {
-                _mm_prefetch((const char *)(wp[b] + c + pf), _MM_HINT_T0);
+                _mm_prefetch((const char *)((uintptr_t)(wp[b] + c) + pf), _MM_HINT_T0);
                 __m512 wv = _mm512_loadu_ps(wp[b] + c);
 #pragma GCC unroll 8
                 for (uint32_t a = 0; a < mr; a++)
@@ -171,6 +173,8 @@ static void tile_1x3(float *y, size_t ldy, const float *x, size_t ldx, const flo
 {
     tile(y, ldy, x, ldx, 1, w, ldw, 3, nv, cols);
 }
+/* passes of n >= 2 rows have at least 2 (n / ceil(n / 6)); tile_1 keeps the
+ * table whole */
 TILE(1)
 TILE(2)
 TILE(3)
@@ -224,6 +228,8 @@ static inline __attribute__((always_inline)) void short16(float *y, const float 
 void infer_matmul_rows_avx512(float *y, size_t ldy, const float *x, size_t ldx, uint32_t n,
                               const float *w, size_t ldw, uint32_t cols, uint32_t r0, uint32_t r1)
 {
+    if (n == 0 || r0 >= r1)
+        return;
     if (cols <= SHORT_COLS) {
         for (uint32_t r = r0; r < r1; r += 16)
             for (uint32_t i = 0; i < n; i++)

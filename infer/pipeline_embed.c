@@ -173,6 +173,8 @@ int pl_embed_rows_read(struct pl *p, struct pl_embed_rows *e, float *x, struct s
     if (ret < 0 && !err->msg[0])
         sl_err_set(err, "%s: cannot read the embedding rows of the prompt (%s)",
                    format_reader_path(p->r), strerror(-ret));
+    else if (ret < 0)
+        sl_err_prefix(err, "%s: the embedding rows of the prompt", format_reader_path(p->r));
     return ret;
 }
 

@@ -294,8 +294,9 @@ static int text_append(struct text_buf *t, const char *s, size_t n)
 
 /* Prints (unless json) and keeps the piece of `token` after `prev`, with
  * run.c's rules (leading space after BOS dropped, raw bytes, only printable
- * pieces). */
-/* A piece to stdout (flushed: generated text streams) and the text. */
+ * pieces): to stdout, flushed when `flush` (generated text streams; the
+ * prompt's pieces go in one write), and to the text. A write error shows in
+ * stdout's error flag, which main checks at the end. */
 static int emit_piece(const struct infer_tokenizer *tk, int prev, int token, int json,
                       struct text_buf *text, int flush)
 {
@@ -573,6 +574,13 @@ int cmd_run(int argc, char **argv)
     tools_spec_result_free(&st.spec);
     if (ret < 0) {
         fprintf(stderr, "sluice run: %s\n", err.msg[0] ? err.msg : strerror(-ret));
+        return 1;
+    }
+    /* the text (or the JSON) reached stdout: a full disk or a closed pipe
+     * is a failed run, not a silent one */
+    if (fflush(stdout) == EOF || ferror(stdout)) {
+        fprintf(stderr, "sluice run: cannot write the output to stdout: %s\n",
+                errno ? strerror(errno) : "write error");
         return 1;
     }
     return 0;

@@ -223,6 +223,36 @@ static void test_shared_reader(void **st)
     format_reader_close(r);
 }
 
+/* The prompt's embedding rows fail to read (the file cut inside the
+ * embedding table after the caller's reader was opened on it): the prefill
+ * fails with the rows' own error, no logits, and the caller's reader stays
+ * open. */
+static void test_embed_read_fails(void **st)
+{
+    (void)st;
+    struct sl_err err = {{0}};
+    const char *cut = test_tmp_path("tiny-q-cut.sluice");
+    assert_int_equal(test_system("cp '%s' '%s'", q_model, cut), 0);
+    struct format_reader *r;
+    assert_int_equal(format_reader_open(cut, &r, &err), 0);
+    int ti = format_reader_find(r, -1, FORMAT_ROLE_TOK_EMBD);
+    assert_true(ti >= 0);
+    const struct format_tensor_info *t = format_reader_tensor(r, (uint32_t)ti);
+    /* the rows of tokens 300 and 400 (of 512) past the end */
+    assert_int_equal(truncate(cut, (off_t)(t->offset + t->length / 2)), 0);
+    struct infer_pipeline_opts o = {.policy = INFER_POLICY_FULL, .chunk = 16, .split = 16,
+                                    .steal_threshold = 5, .steal_ahead = 1.0, .reader = r};
+    float logits[512];
+    int ret;
+    run(cut, &o, -1, &ret, logits, &err);
+    assert_true(ret < 0);
+    if (!strstr(err.msg, "embedding rows"))
+        fail_msg("the cut embedding table's error: %s", err.msg);
+    assert_int_equal(format_reader_config(r)->vocab_size, 512); /* still the caller's */
+    format_reader_close(r);
+    unlink(cut);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -232,6 +262,7 @@ int main(void)
         cmocka_unit_test(test_float),
         cmocka_unit_test(test_trimmed),
         cmocka_unit_test(test_shared_reader),
+        cmocka_unit_test(test_embed_read_fails),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

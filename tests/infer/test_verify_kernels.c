@@ -105,9 +105,13 @@ static void rows_kernel_check(rows_fn *rows, float (*dot)(const float *, const f
         if (it % 7 == 0) /* exact zeros and signed zeros in the products */
             for (uint32_t c = 0; c < C; c += 3)
                 x[c] = (c & 1) ? -0.0f : 0.0f;
-        for (size_t i = 0; i < (size_t)n * ldy; i++)
+        /* the whole buffer: rows at or past n must stay untouched too */
+        for (size_t i = 0; i < (size_t)MAXN * (MAXR + PAD); i++)
             y[i] = -9.0f;
         rows(y, ldy, x, ldx, n, w, ldw, C, r0, r1);
+        for (size_t i = (size_t)n * ldy; i < (size_t)MAXN * (MAXR + PAD); i++)
+            if (y[i] != -9.0f)
+                fail_msg("n=%u R=%u C=%u: y[%zu] past the n rows written", n, R, C, i);
         for (uint32_t i = 0; i < n; i++)
             for (uint32_t r = 0; r < ldy; r++) {
                 float got = y[i * ldy + r];

@@ -251,6 +251,16 @@ bad2.sluice|file is 100000 bytes, its header says
 bad3.sluice|container version 0, this build reads versions
 bad4.sluice|checksum mismatch in slice 'layer 0'
 BAD
+    # a stdout that cannot take the text (a full disk) fails the run, text or JSON
+    if [ -w /dev/full ]; then
+        for j in "" --json; do
+            "$BIN" run "$TMP/m.sluice" -p Hi -n 3 $j >/dev/full 2>"$TMP/err"
+            rc=$?
+            if [ "$rc" != 1 ] || ! grep -qF "cannot write the output to stdout" "$TMP/err"; then
+                fail "run $j >/dev/full: exit $rc (want 1), stderr: $(head -1 "$TMP/err")"
+            fi
+        done
+    fi
 else
     echo "note: $M absent; the clamps on a real model are not tested" >&2
 fi
