@@ -15,6 +15,7 @@
  * scales them (x * (1 / d) where d is a power of two, else x / d), and the
  * maximum kept per lane t & 15 as it keeps it: the first step of
  * infer_softmax_scaled without a pass of its own. */
+#include <assert.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -172,5 +173,6 @@ void infer_attn_scores_kt_avx512(float *att, size_t lda, const float *q, size_t 
                                  const float *kt, size_t ldt, uint32_t T, uint32_t hs, float d,
                                  float *maxv)
 {
+    assert(INFER_ATT_KT_HS(hs)); /* the head sizes with a kernel */
     by_nj[hs / 16 - 1](att, lda, q, ldq, nq, kt, ldt, T, d, maxv);
 }

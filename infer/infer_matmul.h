@@ -172,7 +172,9 @@ void infer_softmax_scaled(enum infer_matmul_kernel k, float *a, uint32_t n, floa
 /* Attention scores against transposed keys (infer_attn_kt_avx512.c), for a
  * prefill's grouped-query rows: keys [0, T) of one kv head (rows of stride
  * ldk, hs columns) as kt[c * ldt + t], zeros in [T, ldt) (ldt >= T, a
- * multiple of 16). */
+ * multiple of 16). The scores kernel takes at least T keys there: lanes
+ * past its T (later keys, or those zeros) are masked out of the scores
+ * and the maximum. */
 void infer_keys_transpose(float *kt, size_t ldt, const float *k, size_t ldk, uint32_t T,
                           uint32_t hs);
 /* The head sizes it takes: 32, 64 and 128 (INFER_ATT_KT_HS; each one an

@@ -118,7 +118,8 @@ int infer_rope_table_init(struct infer_rope_table *t, const uint32_t *pos, uint3
         return -ENOMEM;
     }
     for (uint32_t r = 0; r < n; r++)
-        rope_row_table(t->cos + (size_t)r * half, t->sin + (size_t)r * half, freq_tab, half, pos[r]);
+        rope_row_table(t->cos + (size_t)r * half, t->sin + (size_t)r * half, freq_tab, half,
+                       pos[r]);
     t->n = n;
     t->half = half;
     return 0;
@@ -191,7 +192,7 @@ void infer_op_rope_rows(float *x, uint32_t n, uint32_t n_heads, uint32_t head_di
     }
 }
 
-/* Keys transposed on the stack for group_rows_kt: at most this many floats
+/* Keys transposed for group_rows_kt (its heap buffer): at most this many floats
  * (a 64-wide head's INFER_ATT_GROUP_T keys, 192 KiB). */
 #define ATT_KT_FLOATS (64u * INFER_ATT_GROUP_T)
 /* Fewer grouped rows than this keep the row loop: transposing the keys
@@ -205,10 +206,9 @@ void infer_op_rope_rows(float *x, uint32_t n, uint32_t n_heads, uint32_t head_di
  * horizontal sums), a kv group at a time; returns the rows done: ng, or 0
  * where it does not apply (not the AVX-512 kernel, few rows, a head size
  * it does not take, more keys than the buffer holds). */
-static __attribute__((noinline)) uint32_t
-group_rows_kt(float *out, const float *q, const float *key_cache, const float *value_cache,
-              uint32_t ng, uint32_t pos0, const struct format_config *c, uint32_t h0, uint32_t h1,
-              float *att)
+static uint32_t group_rows_kt(float *out, const float *q, const float *key_cache,
+                              const float *value_cache, uint32_t ng, uint32_t pos0,
+                              const struct format_config *c, uint32_t h0, uint32_t h1, float *att)
 {
 #if SLUICE_KERNELS_X86
     enum infer_matmul_kernel k = infer_matmul_kernel_used();
@@ -218,7 +218,12 @@ group_rows_kt(float *out, const float *q, const float *key_cache, const float *v
     if (k != INFER_MATMUL_AVX512 || !infer_matmul_kernel_available(k) || ng < ATT_KT_MIN_ROWS ||
         !INFER_ATT_KT_HS(hs) || (size_t)hs * ldt > ATT_KT_FLOATS)
         return 0;
-    float kt[ATT_KT_FLOATS] __attribute__((aligned(64)));
+    /* on the heap, not the stack: a worker's stack need not hold 192 KiB
+     * (and a frame that large, set up in every call's prologue, jumped past
+     * the guard page); without memory the row loop does it, same bits */
+    float *kt = sl_alloc_aligned((size_t)hs * ldt * sizeof(float), 64);
+    if (!kt)
+        return 0;
     float maxv[INFER_ATT_ROWS];
     float sq = sqrtf((float)hs);
     for (uint32_t g = h0 / kv_mul; g < h1 / kv_mul; g++) {
@@ -233,6 +238,7 @@ group_rows_kt(float *out, const float *q, const float *key_cache, const float *v
             infer_matmul_nn(k, out + off, hs, att, T, vh, kv_dim, kv_mul, T, hs);
         }
     }
+    sl_free_aligned(kt);
     return ng;
 #else
     (void)out, (void)q, (void)key_cache, (void)value_cache, (void)ng, (void)pos0, (void)c;
@@ -261,8 +267,8 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
          * on the rows around, and the zeros a mask adds do not change a sum).
          * Past INFER_ATT_GROUP_T keys the blocks below are faster: a block's
          * 16 rows share each key block from L1, a row's group only 8 */
-        uint32_t ng = n == 1                      ? 1
-                      : pos0 >= INFER_ATT_GROUP_T ? 0
+        uint32_t ng = n == 1                         ? 1
+                      : pos0 >= INFER_ATT_GROUP_T    ? 0
                       : n < INFER_ATT_GROUP_T - pos0 ? n
                                                      : INFER_ATT_GROUP_T - pos0;
         for (uint32_t r = group_rows_kt(out, q, key_cache, value_cache, ng, pos0, c, h0, h1, att);
@@ -297,7 +303,7 @@ void infer_op_attention(float *out, const float *q, const float *key_cache,
                 float *a = att + (size_t)i * T;
                 uint32_t len = pos0 + b0 + i + 1;
                 infer_softmax_scaled(k, a, len, sq); /* run.c normalizes, then weights v */
-                if (T > len) /* causal mask: adds exact zeros below */
+                if (T > len)                         /* causal mask: adds exact zeros below */
                     memset(a + len, 0, sizeof(float) * (T - len));
             }
             /* out_i = sum_t att[i][t] v_t */
