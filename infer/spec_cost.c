@@ -2,29 +2,25 @@
  * model that decides whether a draft tree is worth a verification and how
  * many rows it gets): a verification of n rows costs 1 + beta + alpha (n - 1)
  * one-row steps, fitted to the measured times of one-row steps (t1) and of
- * verifications (their ratio r = dt / t1).
+ * verifications: a least-squares line through (n - 1, dt / t1 - 1), the
+ * sums decayed by SPEC_COST_RATE per round.
  *
- * A busy machine only ever adds time, in bursts of a few milliseconds, to
- * some of the forwards: a mean, even of times capped at 1.25x the
- * expectation, read the price high at load 6-10 (kjv6L-1k: 50-260 drafts a
- * generation skipped; a fixed 0.1-0.2 a row did 3-7% better). So both are
- * priced from the fast end: a running low quantile (about the 20th
- * percentile), which a time above it moves up by a small relative step and
- * one below it down by a step four times larger, never past the time
- * itself. Bursts in fewer than ~80% of the forwards leave it on the
- * unloaded times; a lasting change moves it by 1.5-2% a forward up (or
- * 6-8% down) until it is followed. The line's two parameters move
- * together, the step split between the level at the mean size and the
- * slope by the size's distance from the mean (a sign-of-residual quantile
- * regression): the line moves by exactly the step at the size measured. */
+ * A busy machine only ever adds time, in bursts of a few milliseconds: a
+ * verification measured in one against one-row steps measured outside it
+ * read 2-3x its price (kjv6L-1k: the verifications just before a skipped
+ * tree took 2.2 ms, the others 1.0 ms, at 4-6 rows), which stopped
+ * verification until the fixed cost decayed back, and the one-row steps
+ * then run were the burst's slow ones. So a time counts for at most
+ * SPEC_COST_CAP times what the model expects (t1 for a one-row step, the
+ * fitted line for a verification): a burst moves the fit by a bounded step,
+ * a lasting change of the machine still moves it, a little per round. The
+ * first few times of each kind count as they are (the expectation is still
+ * the prior's guess then). */
 #include "spec_internal.h"
 
-#define SPEC_COST_WARM 4   /* observations of each kind taken more or less as they are first */
-#define T1_UP 0.02         /* a one-row step above t1 raises it by at most this share */
-#define T1_DOWN 0.08       /* one below lowers it by at most this share (20th percentile) */
-#define V_UP 0.015         /* the same for a verification's price at its size */
-#define V_DOWN 0.06
-#define X_RATE 0.1         /* the sizes' running mean and variance */
+#define SPEC_COST_RATE 0.1 /* weight of one observation */
+#define SPEC_COST_CAP 1.25 /* an observation counts for at most this times the expectation */
+#define SPEC_COST_WARM 4   /* observations of each kind taken as they are first */
 #define BETA_PRIOR 0.3f    /* a verification's fixed cost at first (kjv6L-1k: 0.1-0.4) */
 #define ALPHA_PRIOR 0.15f
 
@@ -36,64 +32,50 @@ void spec_cost_init(struct spec_cost *c, float row_cost)
     c->beta = c->fixed ? 0.0f : BETA_PRIOR;
 }
 
-/* v moved toward x by at most up (x above) or down (x below) times v, never past x */
-static double toward(double v, double x, double up, double down)
-{
-    if (x > v)
-        return x < v * (1 + up) ? x : v * (1 + up);
-    return x > v * (1 - down) ? x : v * (1 - down);
-}
-
 void spec_cost_step(struct spec_cost *c, double dt)
 {
     if (!(dt > 0))
         return;
-    /* the first steps' mean (one fast or slow first step must not hold t1
-     * for the rest of a short generation), then the low quantile */
+    /* the first steps' mean as it is (one fast or slow first step must not
+     * hold t1 for the rest of a short generation: the cap lets it rise by
+     * 2.5% a step), then the capped moving average */
     if (c->n1 < SPEC_COST_WARM) {
         c->n1++;
         c->t1 += (float)((dt - c->t1) / c->n1);
         return;
     }
-    c->t1 = (float)toward(c->t1, dt, T1_UP, T1_DOWN);
+    if (dt > SPEC_COST_CAP * c->t1)
+        dt = SPEC_COST_CAP * c->t1;
+    c->t1 += (float)(SPEC_COST_RATE * (dt - c->t1));
 }
 
 void spec_cost_verify(struct spec_cost *c, uint32_t rows, double dt)
 {
     if (c->fixed || c->t1 <= 0 || rows < 2 || !(dt > 0))
         return;
-    double x = rows - 1;
+    double x = rows - 1, keep = 1.0 - SPEC_COST_RATE;
+    double expect = 1.0 + c->beta + c->alpha * x;
     double r = dt / c->t1;
-    r = r < 1 ? 1 : r > 9 ? 9 : r;
-    /* the sizes' spread decides how much of a step goes to the slope */
-    if (c->nv == 0)
-        c->x_mean = x, c->x_var = 0;
-    double dx = x - c->x_mean;
-    c->x_mean += X_RATE * dx;
-    c->x_var = (1 - X_RATE) * (c->x_var + X_RATE * dx * dx);
-    double a = c->alpha, b = c->beta;
-    double e = 1 + b + a * x, target;
-    if (c->nv < SPEC_COST_WARM) {
-        /* the prior is a guess: halfway to the first few */
+    if (c->nv < SPEC_COST_WARM)
         c->nv++;
-        target = e + 0.5 * (r - e);
-    } else {
-        target = toward(e, r, V_UP, V_DOWN);
-    }
-    double d = target - e;
-    /* the level at the mean size moves by d / (1 + k dx), the slope by
-     * k d / (1 + k dx): the line at x moves by d (the first few: the level
-     * alone, the sizes' spread is not known yet) */
-    dx = x - c->x_mean;
-    double k = c->nv < SPEC_COST_WARM ? 0 : dx / (c->x_var + 1.0);
-    double da = k * d / (1 + k * dx);
-    double dlevel = d / (1 + k * dx);
-    a += da;
-    b += dlevel - da * c->x_mean;
+    else if (r > SPEC_COST_CAP * expect)
+        r = SPEC_COST_CAP * expect;
+    double y = r - 1.0;
+    y = y < 0 ? 0 : y > 8 ? 8 : y;
+    c->fit_w = keep * c->fit_w + 1;
+    c->fit_x = keep * c->fit_x + x;
+    c->fit_y = keep * c->fit_y + y;
+    c->fit_xx = keep * c->fit_xx + x * x;
+    c->fit_xy = keep * c->fit_xy + x * y;
+    double mx = c->fit_x / c->fit_w, my = c->fit_y / c->fit_w;
+    double var = c->fit_xx / c->fit_w - mx * mx, cov = c->fit_xy / c->fit_w - mx * my;
+    /* the slope once the rounds' sizes spread (else the prior's, or the
+     * last fitted one), the intercept through the mean */
+    double a = var > 0.5 && c->fit_w > 3 ? cov / var : c->alpha;
     a = a < 0.01 ? 0.01 : a > 2 ? 2 : a;
-    b = b < 0 ? 0 : b > 2 ? 2 : b;
+    double b = my - a * mx;
     c->alpha = (float)a;
-    c->beta = (float)b;
+    c->beta = (float)(b < 0 ? 0 : b > 2 ? 2 : b);
 }
 
 int spec_cost_worth(const struct spec_cost *c, float gain, uint32_t rows)
@@ -105,8 +87,11 @@ void spec_cost_skipped(struct spec_cost *c)
 {
     /* a fixed cost measured high would stop verification for good (nothing
      * re-measures it while every tree is skipped): each skipped tree moves
-     * it back toward the prior */
+     * it back toward the prior and weakens the old rounds' fit */
     if (c->fixed || c->beta <= BETA_PRIOR)
         return;
-    c->beta += 0.1f * (BETA_PRIOR - c->beta);
+    c->beta += (float)SPEC_COST_RATE * (BETA_PRIOR - c->beta);
+    double keep = 1.0 - SPEC_COST_RATE;
+    c->fit_w *= keep, c->fit_x *= keep, c->fit_y *= keep;
+    c->fit_xx *= keep, c->fit_xy *= keep;
 }

@@ -165,14 +165,14 @@ int spec_calibrate_logits(const int *ctx, uint32_t n, const float *logits, uint3
 /* ---- the verification's price (spec_cost.c) ------------------------------------- */
 
 /* A verification of n rows costs 1 + beta + alpha (n - 1) one-row steps:
- * fixed (row_cost given: alpha = it, beta = verify_cost) or fitted to measured times
- * from their fast end (running low quantiles: a busy machine's bursts only add
- * time; a lasting change is followed). */
+ * fixed (row_cost given: alpha = it, beta = verify_cost) or fitted to measured times,
+ * each counted, after the first few, for at most 1.25x what the model
+ * expects (a busy machine's bursts only add time). */
 struct spec_cost {
     int fixed;
     float alpha, beta, t1; /* t1: a one-row step's time (s), 0 before the first */
     uint32_t n1, nv;       /* one-row steps and verifications seen (up to a few) */
-    double x_mean, x_var;  /* the verifications' sizes (rows - 1): running mean, variance */
+    double fit_w, fit_x, fit_y, fit_xx, fit_xy;
 };
 
 void spec_cost_init(struct spec_cost *c, float row_cost);

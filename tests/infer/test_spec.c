@@ -958,9 +958,8 @@ static void test_fallback_1gram(void **st)
  * 20 starting one, at random): the fit stays near the quiet price and a
  * 3-row tree expected to bring 0.6 tokens (the quiet price: 0.4) is judged
  * worth its verification in at least 9 rounds in 10 over eight generations
- * (the fast-end price: 1-2% of the rounds, all in a generation's first 60;
- * a mean of the times capped at 1.25x: 0.5-3%; unbounded: 11-30%, t1
- * reading 1.3-1.7 ms); a lasting change
+ * (turned away in 0.5-3% measured; unbounded, the bursts turned it away in
+ * 11-30% of a generation's rounds and t1 read 1.3-1.7 ms); a lasting change
  * (a fixed cost of 1.0) still moves it; the first few one-row steps count
  * as they are. */
 static double cost_run(struct spec_cost *c, uint32_t *rng, double beta, int rounds,
@@ -1026,76 +1025,13 @@ static void test_cost_bursts(void **st)
     spec_cost_step(&c, 0.5e-3);
     for (int i = 0; i < 12; i++)
         spec_cost_step(&c, 1e-3);
-    assert_true(c.t1 > 0.9e-3f && c.t1 <= 1e-3f);
+    assert_true(c.t1 > 0.9e-3 && c.t1 <= 1e-3);
     /* a fixed price stays */
     spec_cost_init(&c, 0.5f);
     cost_run(&c, &rng, 1.0, 50, &away);
     assert_true(c.alpha == 0.5f && c.beta == 0.0f);
     spec_cost_skipped(&c);
     assert_true(c.beta == 0.0f);
-}
-
-/* Load as measured (kjv6L-1k at load 6-10): every time jittered by +-5%,
- * and a third of them (one-row steps and verifications alike) hit by a
- * burst adding 0.2-3 ms to a 1 ms forward. The true price: beta 0.15,
- * alpha 0.1, t1 1 ms. Returns the mean price of a 5-row verification over
- * the last half of `rounds` (and of t1 in *t1). */
-static double cost_loaded(struct spec_cost *c, uint32_t *rng, double t1, double beta,
-                          double alpha, int rounds, double *t1_mean)
-{
-    static const uint32_t sizes[] = {4, 6, 2, 9, 5, 3, 7, 4};
-    double price = 0, t = 0;
-    for (int i = 0; i < rounds; i++) {
-        *rng = *rng * 1103515245u + 12345u;
-        double jitter = 0.95 + 0.1 * ((*rng >> 8) & 0xffff) / 65535.0;
-        *rng = *rng * 1103515245u + 12345u;
-        uint32_t u = *rng >> 8;
-        double burst = u % 3 == 0 ? 1e-3 * (0.2 + 2.8 * ((u >> 2) & 0xffff) / 65535.0) : 0;
-        uint32_t n = sizes[(i / 2) % 8];
-        if (i % 2)
-            spec_cost_step(c, t1 * jitter + burst);
-        else
-            spec_cost_verify(c, n, t1 * (1 + beta + alpha * (n - 1)) * jitter + burst);
-        if (i >= rounds / 2) {
-            price += 1 + c->beta + 4 * c->alpha;
-            t += c->t1;
-        }
-    }
-    *t1_mean = t / (rounds - rounds / 2);
-    return price / (rounds - rounds / 2);
-}
-
-static void test_cost_loaded(void **st)
-{
-    (void)st;
-    uint32_t rng = (uint32_t)test_seed() + 5; /* SLUICE_TEST_SEED replays it */
-    struct spec_cost c;
-    double t1;
-    /* the true 5-row price is 1.55 and t1 1 ms (the mean one-row time is
-     * 1.53 ms; the capped means read t1 1.10-1.18 ms here) */
-    for (int g = 0; g < 4; g++) {
-        spec_cost_init(&c, 0);
-        double p = cost_loaded(&c, &rng, 1e-3, 0.15, 0.1, 800, &t1);
-        printf("loaded: 5-row price %.3f (true 1.55) t1 %.3g ms alpha %.3f beta %.3f\n", p,
-               t1 * 1e3, c.alpha, c.beta);
-        assert_true(p > 1.35 && p < 1.80);
-        assert_true(t1 > 0.97e-3 && t1 < 1.05e-3);
-        assert_true(c.alpha > 0.02 && c.alpha < 0.25);
-    }
-    /* a lasting change (verifications 1.5 + 0.3 (n - 1), one-row steps 1.5 ms)
-     * is followed within 400 rounds (200 verifications) */
-    double p = cost_loaded(&c, &rng, 1.5e-3, 0.5, 0.3, 400, &t1);
-    p = cost_loaded(&c, &rng, 1.5e-3, 0.5, 0.3, 400, &t1);
-    printf("after the change: 5-row price %.3f (true 2.7) t1 %.3g ms alpha %.3f beta %.3f\n", p,
-           t1 * 1e3, c.alpha, c.beta);
-    assert_true(p > 2.4 && p < 3.0);
-    assert_true(t1 > 1.4e-3 && t1 < 1.65e-3);
-    /* and back */
-    cost_loaded(&c, &rng, 1e-3, 0.15, 0.1, 400, &t1);
-    p = cost_loaded(&c, &rng, 1e-3, 0.15, 0.1, 200, &t1);
-    printf("and back: 5-row price %.3f t1 %.3g ms\n", p, t1 * 1e3);
-    assert_true(p > 1.35 && p < 1.80);
-    assert_true(t1 > 0.95e-3 && t1 < 1.1e-3);
 }
 
 static void test_dynamic_not_exact(void **st)
@@ -1126,7 +1062,6 @@ int main(void)
         cmocka_unit_test(test_context_end_and_stop),
         cmocka_unit_test(test_fallback_1gram),
         cmocka_unit_test(test_cost_bursts),
-        cmocka_unit_test(test_cost_loaded),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
