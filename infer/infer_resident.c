@@ -400,7 +400,10 @@ int infer_linear_packed_group(struct infer_state *s, uint32_t count,
     }
     uint32_t total = 0;
     for (uint32_t j = 0; j < count; j++) {
-        if (!infer_packed_shares(s, lins[j], n)) {
+        /* from PACKED_ROWS_MIN rows a part shares only on the tile kernel
+         * (the px[] path below holds fewer rows) */
+        if (!infer_packed_shares(s, lins[j], n) ||
+            (n >= PACKED_ROWS_MIN && !infer_packed_tiles_take(lins[j]->upk, n))) {
             sl_err_set(err, "a %u x %u linear cannot join a packed group", lins[j]->rows,
                        lins[j]->cols);
             return -EINVAL;

@@ -74,6 +74,23 @@ static void same_bits(const char *model, int no_npu, uint32_t tile, struct test_
                 if (memcmp(got, want, sizeof(float) * ns[k] * rows) != 0)
                     fail_msg("%s layer %d role %u, %u rows, tile %u, no_npu %d: bits differ", model,
                              l, role, ns[k], tile, no_npu);
+                if (no_npu)
+                    continue;
+                /* a multi-sequence step's split (infer_multi.c): the device
+                 * thread takes rows [0, r_npu) and this thread the rest,
+                 * each part's products written at its own rows */
+                int split = st->split_work;
+                uint64_t min_w = st->npu_min_weights;
+                st->split_work = 1;
+                st->npu_min_weights = 1;
+                memset(got, 0xff, sizeof(float) * 16 * rows);
+                int ret = infer_linear_packed(st, lin, xq, ns[k], act, got, &err);
+                st->split_work = split;
+                st->npu_min_weights = min_w;
+                assert_int_equal(ret, 0);
+                if (memcmp(got, want, sizeof(float) * ns[k] * rows) != 0)
+                    fail_msg("%s layer %d role %u, %u rows, tile %u: bits differ in a split step",
+                             model, l, role, ns[k], tile);
             }
             free(xq);
             free(want);

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "quantizer.h"
 #include "testutil.h"
 #include "unpack.h"
@@ -390,5 +391,14 @@ int main(void)
     int ret = cmocka_run_group_tests(tests, NULL, NULL);
     fprintf(stderr, "unpack_tensor_dot_tiles (AMX): %u cases checked%s\n", tiles_checked,
             tiles_checked ? "" : " (not in this build or not on this CPU)");
+#ifdef SLUICE_KERNELS_AMX
+    /* built and on an AMX CPU (not turned off by SLUICE_SIMD): a kernel that
+     * stopped taking its cases would otherwise pass unseen */
+    if (sl_cpu_features()->amx && !tiles_checked) {
+        fprintf(stderr, "FAIL: the AMX tile kernel is built and the CPU has AMX, "
+                        "but it took no case\n");
+        ret = 1;
+    }
+#endif
     return ret;
 }

@@ -160,8 +160,9 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
 int unpack_dot_multirow(const struct unpack_tensor *u, enum unpack_kernel k);
 
 /* A few activation rows on the AMX tile unit (a draft tree's verification):
- * each 512-weight group of 16 output channels unpacked in registers into a
- * piece in L1 and multiplied there with all m rows (TDPBUSD), the
+ * passes of 32 output channels (two blocks of 16), each 512-weight group
+ * unpacked in registers into a piece in L1 and multiplied there with all m
+ * rows (TDPBUSD), the
  * activations staged once per call. The same integers as unpack_tensor_dot.
  *   void *st = sl_alloc_aligned(unpack_dot_tiles_stage_bytes(cols, m), 64);
  *   unpack_dot_tiles_stage(cols, x, m, st);          // x int8 [m][cols]
