@@ -195,8 +195,13 @@ static void *cold_main(void *arg)
     so.ctx = e;
     struct infer_session *s = NULL;
     struct sl_err err = {{0}};
-    int ret = infer_session_cold_start(e->o.path, e->cold_tokens, e->cold_n, &so, &e->o.pipeline,
-                                       &s, &e->cold_pst, &err);
+    /* the engine's open reader (its tokenizer's): the container is not
+     * opened and its index not decompressed again (the model takes a hold
+     * of its own) */
+    struct infer_pipeline_opts po = e->o.pipeline;
+    po.reader = e->r;
+    int ret = infer_session_cold_start(e->o.path, e->cold_tokens, e->cold_n, &so, &po, &s,
+                                       &e->cold_pst, &err);
     pthread_mutex_lock(&e->mu);
     e->slots[0].s = s;
     e->cold_ret = ret;
