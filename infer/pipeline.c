@@ -366,7 +366,6 @@ int infer_pipeline_prefill(const char *path, const int *tokens, uint32_t n,
             goto out;
         p->t_streaming = sl_now_ns();
     }
-
     ret = infer_state_create(p->m, o.chunk, &p->st, err);
     if (ret < 0)
         goto out;
