@@ -114,10 +114,8 @@ void attn_sel_rows_avx512(uint32_t R, const struct attn_sel_pair *p, const float
     enum { PAIRS_MAX = 128 };
     float mx[PAIRS_MAX], sm[PAIRS_MAX], d = sqrtf((float)hs);
     int early = R <= PAIRS_MAX;
-    uint32_t db;
-    memcpy(&db, &d, sizeof db);
-    int pow2 = (db & 0x7fffffu) == 0 && (db >> 23) >= 1 && (db >> 23) <= 253;
-    __m512 iv = _mm512_set1_ps(pow2 ? 1.0f / d : 1.0f), dv = _mm512_set1_ps(d);
+    __m512 iv, dv = _mm512_set1_ps(d);
+    int pow2 = infer_div_pow2(d, &iv);
     for (uint32_t r = 0; r < R; r++) {
         cur[r] = 0;
         if (early)

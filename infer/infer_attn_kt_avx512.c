@@ -121,9 +121,7 @@ rows(float *att, size_t lda, const float *const *q, const uint32_t r, const floa
         scores16(x, q, r, kt + t, ldt, nj);
 #pragma GCC unroll 4
         for (uint32_t a = 0; a < r; a++) {
-            __m512 y = pow2 ? _mm512_mul_ps(x[a], iv) : _mm512_div_ps(x[a], dv);
-            _mm512_mask_storeu_ps(att + (size_t)a * lda + t, m, y);
-            mx[a] = _mm512_mask_mov_ps(mx[a], m & _mm512_cmp_ps_mask(y, mx[a], _CMP_GT_OQ), y);
+            mx[a] = infer_div_max_step16(att + (size_t)a * lda + t, m, x[a], pow2, iv, dv, mx[a]);
         }
     }
 #pragma GCC unroll 4
@@ -136,11 +134,9 @@ static inline __attribute__((always_inline)) void scores(float *att, size_t lda,
                                                          size_t ldt, uint32_t T, float d,
                                                          float *maxv, const uint32_t nj)
 {
-    uint32_t db;
-    memcpy(&db, &d, sizeof db);
-    uint32_t e = db >> 23;
-    int pow2 = (db & 0x7fffffu) == 0 && e >= 1 && e <= 253; /* infer_div_max_avx512's rule */
-    const __m512 iv = _mm512_set1_ps(pow2 ? 1.0f / d : 1.0f), dv = _mm512_set1_ps(d);
+    __m512 iv;
+    const __m512 dv = _mm512_set1_ps(d);
+    const int pow2 = infer_div_pow2(d, &iv); /* infer_div_max_avx512's rule */
     uint32_t i = 0;
     for (; i + KT_R <= nq; i += KT_R) {
         const float *qr[KT_R];

@@ -9,19 +9,41 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
-/* a[0..n) each replaced by x / d (x * iv where pow2: d a power of two, iv
- * = 1 / d, the same bits), and per lane the largest result (ordered
- * compares: NaN never wins; -inf in a lane that saw none) */
+/* Whether x / d may be taken as x * (1 / d): d a positive power of two
+ * whose inverse is a normal float (sqrt(64) = 8: a 64-wide head's
+ * scaling), where both are the same real number, rounded once, so the same
+ * bits at a multiply's cost (the division is the step's bottleneck); *iv =
+ * 1 / d then, else 1. */
+static inline int infer_div_pow2(float d, __m512 *iv)
+{
+    uint32_t db;
+    memcpy(&db, &d, sizeof db);
+    uint32_t e = db >> 23;
+    int pow2 = (db & 0x7fffffu) == 0 && e >= 1 && e <= 253; /* positive: sign 0 */
+    *iv = _mm512_set1_ps(pow2 ? 1.0f / d : 1.0f);
+    return pow2;
+}
+
+/* One step of 16 lanes (m the valid ones): x / d stored at dst, and acc's
+ * lanes raised to it where it is strictly greater (ordered: NaN never wins) */
+static inline __m512 infer_div_max_step16(float *dst, __mmask16 m, __m512 in, int pow2, __m512 iv,
+                                          __m512 dv, __m512 acc)
+{
+    __m512 x = pow2 ? _mm512_mul_ps(in, iv) : _mm512_div_ps(in, dv);
+    _mm512_mask_storeu_ps(dst, m, x);
+    return _mm512_mask_mov_ps(acc, m & _mm512_cmp_ps_mask(x, acc, _CMP_GT_OQ), x);
+}
+
+/* a[0..n) each replaced by x / d (x * iv where pow2: infer_div_pow2), and
+ * per lane the largest result (-inf in a lane that saw none) */
 static inline __m512 infer_div_max16_avx512(float *a, uint32_t n, int pow2, __m512 iv, __m512 dv)
 {
     __m512 acc = _mm512_set1_ps(-INFINITY);
     for (uint32_t t = 0; t < n; t += 16) {
         __mmask16 m = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
-        __m512 in = _mm512_maskz_loadu_ps(m, a + t);
-        __m512 x = pow2 ? _mm512_mul_ps(in, iv) : _mm512_div_ps(in, dv);
-        _mm512_mask_storeu_ps(a + t, m, x);
-        acc = _mm512_mask_mov_ps(acc, m & _mm512_cmp_ps_mask(x, acc, _CMP_GT_OQ), x);
+        acc = infer_div_max_step16(a + t, m, _mm512_maskz_loadu_ps(m, a + t), pow2, iv, dv, acc);
     }
     return acc;
 }

@@ -284,15 +284,7 @@ void infer_swiglu_avx512(float *h, const float *g, const float *u, size_t n)
 
 float infer_div_max_avx512(float *a, uint32_t n, float d)
 {
-    __m512 dv = _mm512_set1_ps(d);
-    /* d a power of two whose inverse is a normal float (sqrt(64) = 8: a
-     * 64-wide head's scaling): x / d and x * (1 / d) are the same real
-     * number, rounded once, so the same bits, at a multiply's cost (the
-     * division is the step's bottleneck) */
-    uint32_t db;
-    memcpy(&db, &d, sizeof db);
-    uint32_t e = db >> 23;
-    int pow2 = (db & 0x7fffffu) == 0 && e >= 1 && e <= 253; /* positive: sign 0 */
-    __m512 iv = _mm512_set1_ps(pow2 ? 1.0f / d : 1.0f);
+    __m512 iv, dv = _mm512_set1_ps(d);
+    int pow2 = infer_div_pow2(d, &iv);
     return infer_div_max_fold16_avx512(infer_div_max16_avx512(a, n, pow2, iv, dv));
 }
