@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "npu_amx_cfg.h"
 #include "common.h"
 #include "npu_est.h"
 
@@ -129,7 +128,7 @@ void npu_est_gemm_amx(const struct npu_gemm_args *g)
     const uint32_t blk0 = g->r0 / 16, blk1 = (g->r1 + 15) / 16;
     const uint32_t mt = (m + 15) / 16; /* row tiles (the staging's zero rows fill the last) */
     int32_t buf[16 * 16] __attribute__((aligned(64)));
-    struct npu_tilecfg cfg;
+    struct sl_amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {

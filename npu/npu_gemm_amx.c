@@ -51,7 +51,6 @@
 #include <string.h>
 
 #include "common.h"
-#include "npu_amx_cfg.h"
 #include "npu_gemm_internal.h"
 #include "npu_store_avx512.h"
 
@@ -60,7 +59,7 @@
 /* tmm0..3: C (row tile r, block j at 2r + j); tmm4, 5: A; tmm6, 7: B. */
 static void configure(uint32_t mr)
 {
-    struct npu_tilecfg cfg __attribute__((aligned(64)));
+    struct sl_amx_tilecfg cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {

@@ -12,13 +12,13 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "npu_amx_cfg.h"
+#include "common.h"
 #include "npu_internal.h"
 
 /* tmm0..3: C (16 channels x m rows, int32); tmm4..6: A (weights); tmm7: B. */
 static void configure(uint32_t m)
 {
-    struct npu_tilecfg cfg __attribute__((aligned(64)));
+    struct sl_amx_tilecfg cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {

@@ -31,22 +31,15 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "common.h"
 #include "unpack_avx512_inl.h"
 #include "unpack_internal.h"
-
-/* LDTILECFG's 64-byte operand (palette 1). */
-struct tilecfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
 
 /* tmm0..3: C (blocks 0 and 1 of even steps, then of odd steps); tmm4,
  * tmm5: A (even, odd steps); tmm6, tmm7: B (even, odd steps). */
 static void configure(uint32_t m)
 {
-    struct tilecfg cfg __attribute__((aligned(64)));
+    struct sl_amx_tilecfg cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {

@@ -189,6 +189,17 @@ const struct sl_cpu_features *sl_cpu_features(void);
 
 /* The raw detection, ignoring SLUICE_SIMD (what the hardware and OS allow). */
 const struct sl_cpu_features *sl_cpu_features_hw(void);
+
+/* The AMX tile configuration that LDTILECFG reads (palette 1: 64 bytes,
+ * each tile's rows and bytes per row), for the AMX kernels of every module
+ * (npu's GEMMs, unpack's few-row dot products); each configures its own
+ * tiles. */
+struct sl_amx_tilecfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
 /* The number of CPUs this thread may run on (its affinity mask: taskset,
  * cpusets), at least 1; the online CPUs where the mask cannot be read. */
 long sl_cpu_count(void);
