@@ -390,6 +390,24 @@ static int tiles_stage_reserve(struct infer_state *s, size_t need, struct sl_err
     return 0;
 }
 
+/* A stage's bytes for n rows of cols, rounded up to 64 (stages lie one
+ * after another, each 64-byte aligned). */
+static size_t stage_span(uint32_t cols, uint32_t n)
+{
+    return (unpack_dot_tiles_stage_bytes(cols, n) + 63) / 64 * 64;
+}
+
+/* The first part i <= j with part j's activations (the same rows, the same
+ * width): its stage serves j too. */
+static uint32_t stage_of(const int8_t *const *xq, const struct infer_linear *const *lins,
+                         uint32_t j)
+{
+    uint32_t i = 0;
+    while (i < j && !(xq[i] == xq[j] && lins[i]->cols == lins[j]->cols))
+        i++;
+    return i;
+}
+
 int infer_linear_packed_group(struct infer_state *s, uint32_t count,
                               const struct infer_linear *const *lins, const int8_t *const *xq,
                               const float *act, float *const *y, uint32_t n, struct sl_err *err)
@@ -400,10 +418,10 @@ int infer_linear_packed_group(struct infer_state *s, uint32_t count,
     }
     uint32_t total = 0;
     for (uint32_t j = 0; j < count; j++) {
-        /* from PACKED_ROWS_MIN rows a part shares only on the tile kernel
-         * (the px[] path below holds fewer rows) */
-        if (!infer_packed_shares(s, lins[j], n) ||
-            (n >= PACKED_ROWS_MIN && !infer_packed_tiles_take(lins[j]->upk, n))) {
+        /* from PACKED_ROWS_MIN rows a part shares only where the tile
+         * kernel takes it (infer_packed_shares): the px[] path below holds
+         * fewer rows */
+        if (!infer_packed_shares(s, lins[j], n)) {
             sl_err_set(err, "a %u x %u linear cannot join a packed group", lins[j]->rows,
                        lins[j]->cols);
             return -EINVAL;
@@ -414,12 +432,15 @@ int infer_linear_packed_group(struct infer_state *s, uint32_t count,
     if (ret < 0)
         return ret;
     /* from PACKED_ROWS_MIN rows every part takes unpack_tensor_dot_tiles
-     * (infer_packed_shares): each part's rows staged once, one after another */
+     * (infer_packed_shares): each part's rows staged once, one after
+     * another, or a part's stage shared with an earlier part of the same
+     * activations (a layer's q, k and v; its gate and up) */
     const int tiles = n >= PACKED_ROWS_MIN;
     if (tiles) {
         size_t sb = 0;
         for (uint32_t j = 0; j < count; j++)
-            sb += (unpack_dot_tiles_stage_bytes(lins[j]->cols, n) + 63) / 64 * 64;
+            if (stage_of(xq, lins, j) == j)
+                sb += stage_span(lins[j]->cols, n);
         if ((ret = tiles_stage_reserve(s, sb, err)) < 0)
             return ret;
     }
@@ -431,12 +452,17 @@ int infer_linear_packed_group(struct infer_state *s, uint32_t count,
                                          .acc = s->acc + (size_t)n * base, .base = base,
                                          .chunk = shared_chunk(lins[j], tiles)};
         if (tiles) {
+            uint32_t i = stage_of(xq, lins, j);
+            if (i < j) { /* the same rows, staged already */
+                p->stage = sh.part[i].stage;
+                continue;
+            }
             if ((ret = unpack_dot_tiles_stage(lins[j]->cols, xq[j], n, stage)) < 0) {
                 sl_err_set(err, "staging a packed matmul's rows failed (%s)", strerror(-ret));
                 return ret;
             }
             p->stage = stage;
-            stage += (unpack_dot_tiles_stage_bytes(lins[j]->cols, n) + 63) / 64 * 64;
+            stage += stage_span(lins[j]->cols, n);
             continue;
         }
         for (uint32_t i = 0; i < n; i++)

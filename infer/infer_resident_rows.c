@@ -78,10 +78,11 @@ int infer_packed_rows_take(const struct unpack_tensor *u, uint32_t n)
  * but 1.5-1.6x at 6-8 and 2.5x at 12 (docs/BENCHMARKS.md, sixteenth
  * session, o18). */
 #define TILES_ROWS_MIN 6
+_Static_assert(TILES_ROWS_MIN >= PACKED_ROWS_MIN, "the tile kernel's rows are packed rows");
 
 int infer_packed_tiles_take(const struct unpack_tensor *u, uint32_t n)
 {
-    return n >= PACKED_ROWS_MIN && n >= TILES_ROWS_MIN && !atomic_load(&tile_override) &&
+    return n >= TILES_ROWS_MIN && !atomic_load(&tile_override) &&
            unpack_dot_tiles_takes(u, n);
 }
 

@@ -54,9 +54,11 @@ static const uint32_t qkv[3] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
 static const uint32_t gu[2] = {FORMAT_ROLE_W_GATE, FORMAT_ROLE_W_UP};
 
 /* One group of the roles of layer l, n rows, random activations and
- * scales, against the reference. */
+ * scales, against the reference; `shared`: the parts as wide as the first
+ * take its activations (one buffer, as a layer's q, k and v do: the tile
+ * kernel stages them once). */
 static void check_group(struct infer_session *s, int l, const uint32_t *roles, uint32_t count,
-                        uint32_t n, struct test_rng *g)
+                        uint32_t n, int shared, struct test_rng *g)
 {
     struct infer_model *m = infer_session_model(s);
     struct infer_state *st = infer_session_state(s);
@@ -70,11 +72,12 @@ static void check_group(struct infer_session *s, int l, const uint32_t *roles, u
         assert_non_null(lins[j]->upk);
         assert_null(lins[j]->npu);
         size_t nx = (size_t)n * lins[j]->cols, ny = (size_t)n * lins[j]->rows;
-        xq[j] = malloc(nx);
+        int same = shared && j > 0 && lins[j]->cols == lins[0]->cols;
+        xq[j] = same ? xq[0] : malloc(nx);
         got[j] = malloc(sizeof(float) * ny);
         want[j] = malloc(sizeof(float) * ny);
         assert_true(xq[j] && got[j] && want[j]);
-        for (size_t i = 0; i < nx; i++)
+        for (size_t i = 0; i < nx && !same; i++)
             xq[j][i] = (int8_t)((int)test_rng_below(g, 255) - 127);
         act[j] = 0.001f + (float)test_rng_below(g, 1000) * 1e-4f;
         memset(got[j], 0xff, sizeof(float) * ny);
@@ -87,7 +90,8 @@ static void check_group(struct infer_session *s, int l, const uint32_t *roles, u
         if (memcmp(got[j], want[j], sizeof(float) * n * lins[j]->rows) != 0)
             fail_msg("layer %d, linear %u of %u (role %u), %u rows: bits differ", l, j, count,
                      roles[j], n);
-        free(xq[j]);
+        if (j == 0 || xq[j] != xq[0])
+            free(xq[j]);
         free(got[j]);
         free(want[j]);
     }
@@ -119,11 +123,15 @@ static void test_group_bits(void **st)
             if (n > 3 && !infer_packed_tiles_take(l0->upk, n))
                 break;
             for (int l = 0; l < (int)c->n_layers; l++) {
-                check_group(s, l, qkv, 3, n, &g);
-                check_group(s, l, gu, 2, n, &g);
-                check_group(s, l, qkv + 1, 1, n, &g);
+                check_group(s, l, qkv, 3, n, 0, &g);
+                check_group(s, l, gu, 2, n, 0, &g);
+                check_group(s, l, qkv + 1, 1, n, 0, &g);
                 for (int k = 0; k < 3; k++)
-                    check_group(s, l, mixed[k], mixed_n[k], n, &g);
+                    check_group(s, l, mixed[k], mixed_n[k], n, 0, &g);
+                /* one activation buffer, as the forward passes them */
+                check_group(s, l, qkv, 3, n, 1, &g);
+                check_group(s, l, gu, 2, n, 1, &g);
+                check_group(s, l, mixed[0], mixed_n[0], n, 1, &g);
             }
         }
     }
