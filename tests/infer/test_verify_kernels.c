@@ -287,8 +287,8 @@ static void test_nt_rows_invariant(void **st)
     (void)st;
     enum { MAXN = 16, MAXR = 37, MAXC = 140 };
     float *x = malloc(sizeof(float) * MAXN * MAXC), *w = malloc(sizeof(float) * MAXR * MAXC);
-    float *y = malloc(sizeof(float) * MAXN * MAXR), *y1 = malloc(sizeof(float) * MAXR);
-    assert_true(x && w && y && y1);
+    float *y1 = malloc(sizeof(float) * MAXR);
+    assert_true(x && w && y1);
     for (int k = 0; k < INFER_MATMUL_COUNT; k++) {
         if (!infer_matmul_kernel_available((enum infer_matmul_kernel)k))
             continue;
@@ -297,8 +297,19 @@ static void test_nt_rows_invariant(void **st)
             uint32_t C = 1 + test_rng_below(&rng, MAXC);
             fill(x, (size_t)n * C, 1.0f);
             fill(w, (size_t)R * C, 0.5f);
+            /* y exactly n x R plus a guard: a write past the last row fails here, not
+             * only under ASan */
+            enum { GUARD = 16 };
+            float *y = malloc(sizeof(float) * ((size_t)n * R + GUARD));
+            assert_true(y);
+            for (int g = 0; g < GUARD; g++)
+                y[(size_t)n * R + g] = -7.0f;
             infer_matmul_linear_kernel((enum infer_matmul_kernel)k, y, x, w, INFER_W_F32, n, R, C,
                                        0, R);
+            for (int g = 0; g < GUARD; g++)
+                if (y[(size_t)n * R + g] != -7.0f)
+                    fail_msg("kernel %s n=%u R=%u C=%u: wrote past its %u rows",
+                             infer_matmul_kernel_name((enum infer_matmul_kernel)k), n, R, C, n);
             for (uint32_t i = 0; i < n; i++) {
                 infer_matmul_linear_kernel((enum infer_matmul_kernel)k, y1, x + i * C, w,
                                            INFER_W_F32, 1, R, C, 0, R);
@@ -306,11 +317,11 @@ static void test_nt_rows_invariant(void **st)
                     fail_msg("kernel %s n=%u R=%u C=%u: row %u differs from its one-row run",
                              infer_matmul_kernel_name((enum infer_matmul_kernel)k), n, R, C, i);
             }
+            free(y);
         }
     }
     free(x);
     free(w);
-    free(y);
     free(y1);
 }
 
