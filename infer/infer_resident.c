@@ -148,10 +148,16 @@ static int packed_part_run(void *arg)
                                            p->n, p->acc + p->r0, lin->rows);
     if (ret < 0)
         return ret;
-    for (uint32_t r = p->r0; r < p->r1; r++) { /* each channel's scale read once */
-        const float s = p->act * unpack_tensor_scale(lin->upk, r);
-        for (uint32_t i = 0; i < p->n; i++)
-            p->y[(size_t)i * lin->rows + r] = s * (float)p->acc[(size_t)i * lin->rows + r];
+    /* each channel's scale read once; locals, which the stores to y cannot
+     * alias */
+    const float act = p->act;
+    float *const y = p->y;
+    const int32_t *const acc = p->acc;
+    const uint32_t n = p->n, rows = lin->rows;
+    for (uint32_t r = p->r0; r < p->r1; r++) {
+        const float s = act * unpack_tensor_scale(lin->upk, r);
+        for (uint32_t i = 0; i < n; i++)
+            y[(size_t)i * rows + r] = s * (float)acc[(size_t)i * rows + r];
     }
     return 0;
 }
@@ -257,7 +263,8 @@ static void chunk_prefetch(const struct unpack_tensor *u, uint32_t r0, uint32_t 
 /* What an end of the range reads next, asked for now: the front's next
  * chunk follows this one (the kernel's prefetch runs into it) unless it is
  * the next linear's first; the back's is the one before, or the previous
- * linear's last. Codes are asked for only where the kernel's own prefetch
+ * linear's last (the tile kernel walks the back's chunks downwards,
+ * unpack_tensor_dot_tiles_down). Codes are asked for only where the kernel's own prefetch
  * does not reach. */
 static void next_prefetch(const struct packed_shared *sh, uint32_t j, uint32_t r0, uint32_t r1,
                           int front)
@@ -269,12 +276,14 @@ static void next_prefetch(const struct packed_shared *sh, uint32_t j, uint32_t r
     } else if (front && j + 1 < sh->count) {
         const struct packed_shared_part *q = &sh->part[j + 1];
         chunk_prefetch(q->lin->upk, 0, q->lin->rows > q->chunk ? q->chunk : q->lin->rows, 1);
-    } else if (!front && r0 > 0) {
-        chunk_prefetch(p->lin->upk, r0 > p->chunk ? r0 - p->chunk : 0, r0, 1);
+    } else if (!front && r0 > 0) { /* the tile kernel's last pass asks for its codes */
+        chunk_prefetch(p->lin->upk, r0 > p->chunk ? r0 - p->chunk : 0, r0, !p->stage);
     } else if (!front && j > 0) {
         const struct packed_shared_part *q = &sh->part[j - 1];
-        uint32_t n = q->lin->rows;
-        chunk_prefetch(q->lin->upk, n > q->chunk ? n - q->chunk : 0, n, 1);
+        uint32_t n = q->lin->rows, a = n > q->chunk ? n - q->chunk : 0;
+        chunk_prefetch(q->lin->upk, a, n, !q->stage);
+        if (q->stage) /* walked downwards: the head of its top pass */
+            chunk_prefetch(q->lin->upk, n > 32 ? n - 32 : 0, n, 1);
     }
 }
 
@@ -286,11 +295,18 @@ static int shared_drain(struct packed_shared *sh, int front)
         const struct infer_linear *lin = p->lin;
         chunk_prefetch(lin->upk, r0, r1, 0);
         next_prefetch(sh, j, r0, r1, front);
-        if (p->stage) {
-            int ret = unpack_tensor_dot_tiles(lin->upk, r0, r1, p->stage, p->acc + r0, lin->rows);
+        if (p->stage) { /* the back end's passes downwards, towards its next chunk */
+            int ret = (front ? unpack_tensor_dot_tiles : unpack_tensor_dot_tiles_down)(
+                lin->upk, r0, r1, p->stage, p->acc + r0, lin->rows);
             if (ret < 0)
                 return ret;
         }
+        /* locals, so that the stores to y cannot alias them (the loop
+         * below vectorizes) */
+        const float act = p->act;
+        float *const y = p->y;
+        const int32_t *const acc = p->acc;
+        const uint8_t *const sc = lin->upk->layout.scales;
         for (uint32_t i = 0; i < sh->n; i++) {
             size_t at = (size_t)i * lin->rows;
             int ret = p->stage ? 0
@@ -301,10 +317,9 @@ static int shared_drain(struct packed_shared *sh, int front)
                 return ret;
             /* packed_part_run's formula; the row scales read where they lie
              * (unpack_tensor_scale's little-endian floats) */
-            const uint8_t *sc = lin->upk->layout.scales;
             for (uint32_t r = r0; r < r1; r++) {
-                float s = p->act * sl_load_lef32(sc + 4 * (size_t)r);
-                p->y[at + r] = s * (float)p->acc[at + r];
+                float s = act * sl_load_lef32(sc + 4 * (size_t)r);
+                y[at + r] = s * (float)acc[at + r];
             }
         }
     }

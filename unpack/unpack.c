@@ -427,8 +427,8 @@ int unpack_dot_tiles_stage(uint32_t cols, const int8_t *x, uint32_t m, void *sta
     return 0;
 }
 
-int unpack_tensor_dot_tiles(const struct unpack_tensor *u, uint32_t r0, uint32_t r1,
-                            const void *stage, int32_t *acc, size_t ldacc)
+static int dot_tiles(const struct unpack_tensor *u, uint32_t r0, uint32_t r1, const void *stage,
+                     int32_t *acc, size_t ldacc, int down)
 {
     const struct unpack_tiles_stage *st = stage;
     if (!unpack_dot_tiles_takes(u, st->m) || st->cols != u->layout.cols || r0 > r1 ||
@@ -436,12 +436,25 @@ int unpack_tensor_dot_tiles(const struct unpack_tensor *u, uint32_t r0, uint32_t
         return -EINVAL;
 #if SLUICE_KERNELS_AMX
     if (r1 > r0)
-        unpack_adaptive_dot_tiles_amx(u, r0, r1, st, acc, ldacc);
+        unpack_adaptive_dot_tiles_amx(u, r0, r1, st, acc, ldacc, down);
     return 0;
 #else
     (void)acc;
+    (void)down;
     return -EINVAL;
 #endif
+}
+
+int unpack_tensor_dot_tiles(const struct unpack_tensor *u, uint32_t r0, uint32_t r1,
+                            const void *stage, int32_t *acc, size_t ldacc)
+{
+    return dot_tiles(u, r0, r1, stage, acc, ldacc, 0);
+}
+
+int unpack_tensor_dot_tiles_down(const struct unpack_tensor *u, uint32_t r0, uint32_t r1,
+                                 const void *stage, int32_t *acc, size_t ldacc)
+{
+    return dot_tiles(u, r0, r1, stage, acc, ldacc, 1);
 }
 
 /* q8: float32 scale[rows], zero padding to 64 bytes, int8 q[rows][cols]

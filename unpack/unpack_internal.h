@@ -96,10 +96,11 @@ struct unpack_tiles_stage {
 #if SLUICE_KERNELS_AMX
 /* unpack_tensor_dot_tiles on an adaptive tensor without block multipliers
  * (checked by unpack.c, as are AMX and the tile permission): rows [r0, r1)
- * into acc[i * ldacc + (r - r0)]. unpack_amx.c. */
+ * into acc[i * ldacc + (r - r0)], its passes upwards or (down) from r1
+ * downwards. unpack_amx.c. */
 void unpack_adaptive_dot_tiles_amx(const struct unpack_tensor *u, uint32_t r0, uint32_t r1,
-                                   const struct unpack_tiles_stage *st, int32_t *acc,
-                                   size_t ldacc);
+                                   const struct unpack_tiles_stage *st, int32_t *acc, size_t ldacc,
+                                   int down);
 #endif
 /* (The AVX-512 table's adaptive_dot needs VNNI besides F+BW; without it
  * unpack.c uses the AVX2 one at that level.) */

@@ -17,8 +17,8 @@
  * - unpack_tensor_dot_x (x's sums and tail prepared once) gives the same
  *   integers on every kernel, for every case above;
  * - unpack_tensor_dot_tiles (AMX tiles, 1-16 rows) gives them too, for
- *   every adaptive case above where it takes the tensor (both strides,
- *   sub-ranges, partial blocks of 16 channels, tails, random bytes);
+ *   every adaptive case above where it takes the tensor (both strides and
+ *   pass orders, sub-ranges, partial blocks of 16 channels, tails, random bytes);
  * - bad arguments are refused with -EINVAL / -EOVERFLOW.
  * The seed is printed; SLUICE_TEST_SEED=<seed> replays a run. */
 #include <errno.h>
@@ -146,9 +146,12 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
         void *st = aligned_alloc(64, (unpack_dot_tiles_stage_bytes(u->layout.cols, m) + 63) / 64 * 64);
         assert_non_null(st);
         assert_int_equal(unpack_dot_tiles_stage(u->layout.cols, x, m, st), 0);
-        for (uint32_t ld = n; ld <= n + 3; ld += 3) {
+        for (int v = 0; v < 4; v++) { /* both strides, both pass orders (_down) */
+            const uint32_t ld = v & 1 ? n + 3 : n;
             memset(got, 0x5a, sizeof(int32_t) * m * (n + 3));
-            assert_int_equal(unpack_tensor_dot_tiles(u, r0, r1, st, got, ld), 0);
+            assert_int_equal(v & 2 ? unpack_tensor_dot_tiles_down(u, r0, r1, st, got, ld)
+                                   : unpack_tensor_dot_tiles(u, r0, r1, st, got, ld),
+                             0);
             for (size_t i = 0; i < (size_t)m * ld; i++) {
                 if (i % ld >= n) {
                     if (got[i] != 0x5a5a5a5a)
@@ -157,9 +160,9 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
                 }
                 if (got[i] != ref[i / ld * n + i % ld])
                     fail_msg("%s: tiles dot [%zu] = %d, scalar %d (cols %u, m %u, rows %u..%u, "
-                             "width %u, stride %u)",
+                             "width %u, stride %u, down %d)",
                              what, i, got[i], ref[i / ld * n + i % ld], u->layout.cols, m, r0, r1,
-                             unpack_tensor_width(u, r0 + (uint32_t)(i % ld)), ld);
+                             unpack_tensor_width(u, r0 + (uint32_t)(i % ld)), ld, v >> 1);
             }
         }
         tiles_checked++;
@@ -359,6 +362,7 @@ static void test_api(void **st)
         assert_int_equal(unpack_tensor_dot_tiles(&u, 3, 2, stg, acc, 4), -EINVAL);
         assert_int_equal(unpack_tensor_dot_tiles(&u, 0, 5, stg, acc, 5), -EINVAL);
         assert_int_equal(unpack_tensor_dot_tiles(&u, 0, 4, stg, acc, 3), -EINVAL);
+        assert_int_equal(unpack_tensor_dot_tiles_down(&u, 0, 5, stg, acc, 5), -EINVAL);
         assert_int_equal(unpack_tensor_dot_tiles(&u, 2, 2, stg, acc, 0), 0);
     } else {
         assert_int_equal(unpack_tensor_dot_tiles(&u, 0, 4, stg, acc, 4), -EINVAL);

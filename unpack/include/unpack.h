@@ -174,13 +174,17 @@ int unpack_dot_multirow(const struct unpack_tensor *u, enum unpack_kernel k);
  * aligned; stage returns -EINVAL for m outside 1..16 or cols = 0. dot_tiles
  * returns 0; -EINVAL if it does not take u with the stage's m, the stage's
  * cols differ from u's, the range is not within the tensor, or m > 1 and
- * ldacc < r1 - r0. Concurrent calls on disjoint ranges may share a stage. */
+ * ldacc < r1 - r0. Concurrent calls on disjoint ranges may share a stage.
+ * _down: the same, its passes taken from r1 downwards, each prefetching the
+ * rows below it (for a caller that walks a tensor's rows downwards). */
 #define UNPACK_TILES_ROWS_MAX 16
 int unpack_dot_tiles_takes(const struct unpack_tensor *u, uint32_t m);
 size_t unpack_dot_tiles_stage_bytes(uint32_t cols, uint32_t m);
 int unpack_dot_tiles_stage(uint32_t cols, const int8_t *x, uint32_t m, void *stage);
 int unpack_tensor_dot_tiles(const struct unpack_tensor *u, uint32_t r0, uint32_t r1,
                             const void *stage, int32_t *acc, size_t ldacc);
+int unpack_tensor_dot_tiles_down(const struct unpack_tensor *u, uint32_t r0, uint32_t r1,
+                                 const void *stage, int32_t *acc, size_t ldacc);
 
 /* unpack_tensor_dot's work on one activation row x [cols] that does not
  * depend on the output channels (x's sums, its tail group), done once by
