@@ -181,18 +181,23 @@ static void nn_blocks(enum infer_matmul_kernel k, float *y, size_t ldy, const fl
                       const float *v, size_t ldv, uint32_t n, uint32_t T, uint32_t cols, int add)
 {
     infer_matmul_nn_fn *nn = nn_fn(k);
+    uint32_t mr_max = INFER_MATMUL_MR;
+#if SLUICE_KERNELS_X86
+    if (nn == infer_matmul_nn_avx512)
+        mr_max = INFER_MATMUL_NN_ROWS_AVX512;
+#endif
     /* Keys in blocks of about 32 KiB of values, each block met by every
      * row before the next is read: the values cross the memory bus once per
      * call instead of once per few rows (the sums resume from y: the same
      * bits as one pass). */
     uint32_t tb = (uint32_t)((32u << 10) / ((size_t)cols * sizeof(float) + 1));
     tb = tb < 16 ? 16 : tb;
-    if (n <= INFER_MATMUL_MR)
+    if (n <= mr_max)
         tb = T; /* one pass of the rows: nothing to share */
     for (uint32_t t0 = 0; t0 < T || t0 == 0; t0 += tb) {
         uint32_t nt = T - t0 < tb ? T - t0 : tb;
-        for (uint32_t i = 0; i < n; i += INFER_MATMUL_MR) {
-            uint32_t mr = n - i < INFER_MATMUL_MR ? n - i : INFER_MATMUL_MR;
+        for (uint32_t i = 0; i < n; i += mr_max) {
+            uint32_t mr = n - i < mr_max ? n - i : mr_max;
             nn(y + i * ldy, ldy, p + i * ldp + t0, ldp, mr, v + (size_t)t0 * ldv, ldv, nt, cols,
                add || t0 > 0);
         }

@@ -72,6 +72,9 @@ void infer_matmul_rows_avx512(float *y, size_t ldy, const float *x, size_t ldx, 
                               const float *w, size_t ldw, uint32_t cols, uint32_t r0, uint32_t r1);
 infer_matmul_nn_fn infer_matmul_nn_scalar;
 infer_matmul_nn_fn infer_matmul_nn_avx2;
+/* The AVX-512 one takes up to INFER_MATMUL_NN_ROWS_AVX512 rows a call (the
+ * others up to INFER_MATMUL_MR): a kv group's 8 query heads in one pass. */
+#define INFER_MATMUL_NN_ROWS_AVX512 8
 infer_matmul_nn_fn infer_matmul_nn_avx512;
 
 const char *infer_matmul_kernel_name(enum infer_matmul_kernel k);

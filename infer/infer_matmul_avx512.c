@@ -208,9 +208,59 @@ NN(2)
 NN(3)
 NN(4)
 
+/* 5 to 8 rows: 32 columns a pass (8 rows x 2 vectors, 16 accumulators), so
+ * each value is loaded once for all the rows (two 4-row passes of nn load
+ * it twice) and a pass over the keys reads half of each value row, the
+ * other half the next pass: the values cross from L2 once per call. Every
+ * output is the same FMA chain over the keys in order as nn's. */
+static inline __attribute__((always_inline)) void nn_wide(float *y, size_t ldy, const float *p,
+                                                          size_t ldp, const uint32_t mr,
+                                                          const float *v, size_t ldv, uint32_t T,
+                                                          uint32_t cols, int add)
+{
+    for (uint32_t c0 = 0; c0 < cols; c0 += 32) {
+        const __mmask16 m[2] = {lanes(c0, cols), lanes(c0 + 16, cols)};
+        __m512 acc[INFER_MATMUL_NN_ROWS_AVX512][2];
+#pragma GCC unroll 8
+        for (uint32_t a = 0; a < mr; a++)
+#pragma GCC unroll 2
+            for (int j = 0; j < 2; j++)
+                acc[a][j] = add ? _mm512_maskz_loadu_ps(m[j], y + a * ldy + c0 + 16 * j)
+                                : _mm512_setzero_ps();
+        for (uint32_t t = 0; t < T; t++) {
+            const float *vt = v + t * ldv + c0;
+            const __m512 v0 = _mm512_maskz_loadu_ps(m[0], vt),
+                         v1 = _mm512_maskz_loadu_ps(m[1], vt + 16);
+#pragma GCC unroll 8
+            for (uint32_t a = 0; a < mr; a++) {
+                __m512 pa = _mm512_set1_ps(p[a * ldp + t]);
+                acc[a][0] = _mm512_fmadd_ps(pa, v0, acc[a][0]);
+                acc[a][1] = _mm512_fmadd_ps(pa, v1, acc[a][1]);
+            }
+        }
+#pragma GCC unroll 8
+        for (uint32_t a = 0; a < mr; a++)
+#pragma GCC unroll 2
+            for (int j = 0; j < 2; j++)
+                _mm512_mask_storeu_ps(y + a * ldy + c0 + 16 * j, m[j], acc[a][j]);
+    }
+}
+
+#define NN_WIDE(M)                                                                                 \
+    static void nn_##M(float *y, size_t ldy, const float *p, size_t ldp, const float *v,           \
+                       size_t ldv, uint32_t T, uint32_t cols, int add)                             \
+    {                                                                                              \
+        nn_wide(y, ldy, p, ldp, M, v, ldv, T, cols, add);                                          \
+    }
+NN_WIDE(5)
+NN_WIDE(6)
+NN_WIDE(7)
+NN_WIDE(8)
+
 typedef void nn_fixed_fn(float *y, size_t ldy, const float *p, size_t ldp, const float *v,
                          size_t ldv, uint32_t T, uint32_t cols, int add);
-static nn_fixed_fn *const nns[4] = {nn_1, nn_2, nn_3, nn_4};
+static nn_fixed_fn *const nns[INFER_MATMUL_NN_ROWS_AVX512] = {nn_1, nn_2, nn_3, nn_4,
+                                                              nn_5, nn_6, nn_7, nn_8};
 
 void infer_matmul_nn_avx512(float *y, size_t ldy, const float *p, size_t ldp, uint32_t mr,
                             const float *v, size_t ldv, uint32_t T, uint32_t cols, int add)

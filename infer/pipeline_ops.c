@@ -78,6 +78,30 @@ static void quantize_cols(struct pl *p, struct chunkbuf *b, int layer, uint32_t 
         b->act[role] = s;
 }
 
+/* SwiGLU over columns [f0, f1) of rows [r0, r0 + rows) with down's codes
+ * written row by row, each right after its row (from L1: a chunk's whole
+ * piece, written first, was re-read from beyond L2), where down quantizes
+ * with a static scale, elementwise (quantize_cols' codes and act, the
+ * SwiGLU's bits: both elementwise). Returns 0 without doing anything where
+ * that does not apply (a dynamic scale needs the whole piece first; float
+ * weights; codes shared with a lead). */
+static int swiglu_quantized(struct pl *p, struct chunkbuf *b, int layer, uint32_t r0,
+                            uint32_t rows, uint32_t F, uint32_t f0, uint32_t f1)
+{
+    const uint32_t role = FORMAT_ROLE_W_DOWN;
+    float s = p->lin_info[layer + 1][role].act;
+    if (!p->lin_info[layer + 1][role].int8 || !(s > 0) || code_lead(p, layer, role) != role)
+        return 0;
+    for (uint32_t r = r0; r < r0 + rows; r++) {
+        infer_step_swiglu(b->g + (size_t)r * F, b->u + (size_t)r * F, 1, F, f0, f1);
+        npu_quantize_act(b->g + (size_t)r * F + f0, f1 - f0, s,
+                         b->xq[role] + (size_t)r * F + f0);
+    }
+    if (f0 == 0 && r0 + rows == b->n) /* as quantize_cols (and quantize_for) set it */
+        b->act[role] = s;
+    return 1;
+}
+
 /* The rows a task computes: [*r0, *r0 + return) of its chunk (PL_TRIM_LAST:
  * the last one). */
 static uint32_t task_rows(const struct chunkbuf *b, const struct task *t, uint32_t *r0)
@@ -410,6 +434,8 @@ int pl_run_task(struct pl *p, uint32_t ti, int w, float *att_scratch)
         break;
     case PL_SWIGLU: {
         uint32_t f0 = t->r1 > t->r0 ? t->r0 : 0, f1 = t->r1 > t->r0 ? t->r1 : F;
+        if (swiglu_quantized(p, b, t->layer, i0, nr, F, f0, f1))
+            break;
         infer_step_swiglu(b->g + (size_t)i0 * F, b->u + (size_t)i0 * F, nr, F, f0, f1);
         quantize_cols(p, b, t->layer, FORMAT_ROLE_W_DOWN, b->g, i0, nr, F, f0, f1);
         break;

@@ -1,10 +1,11 @@
-/* test_matmul_nn_tiles.c: the AVX2 probabilities-times-values kernel
+/* test_matmul_nn_tiles.c: the probabilities-times-values kernels
  * (infer_matmul_nn_avx2: 4-row tiles of 24, 16 and 8 columns, 2-row tiles of
- * 32 and the masked column tail) computes every output element as one FMA
- * chain over the keys in ascending order, from zero or (add) from y: the
- * bits of the scalar twin below (fmaf, the same chain), for random row
- * counts 1-4, key counts, column counts around every tile edge, strides
- * and both start modes; the stride gaps stay untouched. Seed printed
+ * 32 and the masked column tail; infer_matmul_nn_avx512: 1-4 rows in
+ * 64-column passes, 5-8 rows in 32-column ones) compute every output element
+ * as one FMA chain over the keys in ascending order, from zero or (add) from
+ * y: the bits of the scalar twin below (fmaf, the same chain), for random
+ * row counts (1-4, 1-8), key counts, column counts around every tile edge,
+ * strides and both start modes; the stride gaps stay untouched. Seed printed
  * (testutil). */
 #include <math.h>
 #include <stdio.h>
@@ -77,9 +78,53 @@ static void test_nn_avx2_bits(void **st)
 #endif
 }
 
+/* The AVX-512 kernel: 1-4 rows in 64-column passes, 5-8 rows (a kv group's
+ * heads) in 32-column passes of 8 x 2 accumulators; the same FMA chains. */
+static void test_nn_avx512_bits(void **st)
+{
+    (void)st;
+#ifndef SLUICE_KERNELS_X86
+    printf("a build without the x86 kernels: the AVX-512 kernel is not built\n");
+    skip();
+#else
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512))
+        skip();
+    static const uint32_t colss[] = {1, 7, 15, 16, 17, 31, 32, 33, 47, 48, 49,
+                                     63, 64, 65, 80, 96, 127, 128, 130};
+    uint32_t checked = 0;
+    for (int it = 0; it < 400; it++) {
+        uint32_t mr = 1 + test_rng_below(&rng, INFER_MATMUL_NN_ROWS_AVX512);
+        uint32_t T = 1 + test_rng_below(&rng, 300);
+        uint32_t C = colss[test_rng_below(&rng, sizeof colss / sizeof colss[0])];
+        int add = (int)test_rng_below(&rng, 2);
+        size_t ldp = T + test_rng_below(&rng, 5), ldv = C + test_rng_below(&rng, 40);
+        size_t ldy = C + test_rng_below(&rng, 4);
+        float *p = malloc(sizeof(float) * mr * ldp), *v = malloc(sizeof(float) * T * ldv);
+        float *y0 = malloc(sizeof(float) * mr * ldy), *y1 = malloc(sizeof(float) * mr * ldy);
+        assert_true(p && v && y0 && y1);
+        fill(p, mr * ldp);
+        fill(v, T * ldv);
+        for (size_t i = 0; i < mr * ldy; i++) /* a start for add; gaps must stay */
+            y0[i] = y1[i] = (i % ldy) < C ? test_rng_normal(&rng) : -9.0f;
+        nn_fma_twin(y0, ldy, p, ldp, mr, v, ldv, T, C, add);
+        infer_matmul_nn_avx512(y1, ldy, p, ldp, mr, v, ldv, T, C, add);
+        if (memcmp(y0, y1, sizeof(float) * mr * ldy) != 0)
+            fail_msg("nn avx512 rows %u T %u cols %u add %d: not the FMA chain's bits", mr, T, C,
+                     add);
+        checked += mr > 4;
+        free(p);
+        free(v);
+        free(y0);
+        free(y1);
+    }
+    assert_true(checked > 100); /* the wide rows were exercised */
+#endif
+}
+
 int main(void)
 {
     test_rng_init(&rng, test_seed());
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_nn_avx2_bits)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_nn_avx2_bits),
+                                       cmocka_unit_test(test_nn_avx512_bits)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
