@@ -1,6 +1,7 @@
 /* test_matmul_nn_tiles.c: the AVX2 probabilities-times-values kernel
  * (infer_matmul_nn_avx2: 4-row tiles of 24, 16 and 8 columns, 2-row tiles of
- * 32 and the masked column tail) computes every output element as one FMA
+ * 32 and the masked column tail) and the AVX-512 one (infer_matmul_nn_avx512:
+ * chunks of 4 vectors, a tail of 1-3) compute every output element as one FMA
  * chain over the keys in ascending order, from zero or (add) from y: the
  * bits of the scalar twin below (fmaf, the same chain), for random row
  * counts 1-4, key counts, column counts around every tile edge, strides
@@ -37,17 +38,12 @@ static void fill(float *a, size_t n)
 }
 #endif
 
-static void test_nn_avx2_bits(void **st)
+#ifdef SLUICE_KERNELS_X86
+/* fn against the twin on random shapes; 0 when kernel k is not available */
+static void nn_bits(infer_matmul_nn_fn *fn, enum infer_matmul_kernel k)
 {
-    (void)st;
-#ifndef SLUICE_KERNELS_X86
-    printf("a build without the x86 kernels: the AVX2 tiles are not built\n");
-    skip();
-#else
-    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX2))
-        skip();
     static const uint32_t colss[] = {1, 7, 8, 15, 16, 17, 23, 24, 25, 31, 32, 33, 40, 47, 48,
-                                     49, 56, 63, 64, 65, 72, 80, 96, 128, 130};
+                                     49, 56, 63, 64, 65, 72, 80, 96, 112, 113, 128, 130};
     uint32_t checked = 0;
     for (int it = 0; it < 400; it++) {
         uint32_t mr = 1 + test_rng_below(&rng, 4), T = 1 + test_rng_below(&rng, 300);
@@ -63,10 +59,10 @@ static void test_nn_avx2_bits(void **st)
         for (size_t i = 0; i < mr * ldy; i++) /* a start for add; gaps must stay */
             y0[i] = y1[i] = (i % ldy) < C ? test_rng_normal(&rng) : -9.0f;
         nn_fma_twin(y0, ldy, p, ldp, mr, v, ldv, T, C, add);
-        infer_matmul_nn_avx2(y1, ldy, p, ldp, mr, v, ldv, T, C, add);
+        fn(y1, ldy, p, ldp, mr, v, ldv, T, C, add);
         if (memcmp(y0, y1, sizeof(float) * mr * ldy) != 0)
-            fail_msg("nn avx2 rows %u T %u cols %u add %d: not the FMA chain's bits", mr, T, C,
-                     add);
+            fail_msg("nn %s rows %u T %u cols %u add %d: not the FMA chain's bits",
+                     infer_matmul_kernel_name(k), mr, T, C, add);
         checked += mr == 4 && C >= 8;
         free(p);
         free(v);
@@ -74,12 +70,39 @@ static void test_nn_avx2_bits(void **st)
         free(y1);
     }
     assert_true(checked > 50); /* the 4-row tiles were exercised */
+}
+#endif
+
+static void test_nn_avx2_bits(void **st)
+{
+    (void)st;
+#ifndef SLUICE_KERNELS_X86
+    printf("a build without the x86 kernels: the AVX2 tiles are not built\n");
+    skip();
+#else
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX2))
+        skip();
+    nn_bits(infer_matmul_nn_avx2, INFER_MATMUL_AVX2);
+#endif
+}
+
+static void test_nn_avx512_bits(void **st)
+{
+    (void)st;
+#ifndef SLUICE_KERNELS_X86
+    printf("a build without the x86 kernels: the AVX-512 kernel is not built\n");
+    skip();
+#else
+    if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512))
+        skip();
+    nn_bits(infer_matmul_nn_avx512, INFER_MATMUL_AVX512);
 #endif
 }
 
 int main(void)
 {
     test_rng_init(&rng, test_seed());
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_nn_avx2_bits)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_nn_avx2_bits),
+                                       cmocka_unit_test(test_nn_avx512_bits)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
