@@ -160,41 +160,64 @@ static inline __mmask16 lanes(uint32_t c, uint32_t cols)
     return cols - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - c)) - 1);
 }
 
+/* One chunk of nv (1..4) 16-lane column vectors from column c0 (the last
+ * one masked to cols): mr rows' sums, each value row loaded once for them.
+ * nv is a constant where it is called: a head of 32 columns runs 2 vectors,
+ * not 4 with 2 of them masked off (their FMAs on zeros took half the
+ * work). Every output is one FMA chain over the keys in order, whatever nv
+ * and mr: the same bits. */
+static inline __attribute__((always_inline)) void nn_chunk(float *y, size_t ldy, const float *p,
+                                                           size_t ldp, const uint32_t mr,
+                                                           const float *v, size_t ldv, uint32_t T,
+                                                           uint32_t c0, uint32_t cols, int add,
+                                                           const int nv)
+{
+    __mmask16 m[4];
+    for (int j = 0; j < nv; j++)
+        m[j] = lanes(c0 + 16 * (uint32_t)j, cols);
+    __m512 acc[INFER_MATMUL_MR][4];
+#pragma GCC unroll 4
+    for (uint32_t a = 0; a < mr; a++)
+#pragma GCC unroll 4
+        for (int j = 0; j < nv; j++)
+            acc[a][j] =
+                add ? _mm512_maskz_loadu_ps(m[j], y + a * ldy + c0 + 16 * j) : _mm512_setzero_ps();
+    for (uint32_t t = 0; t < T; t++) {
+        const float *vt = v + t * ldv + c0;
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < nv; j++)
+            vv[j] = _mm512_maskz_loadu_ps(m[j], vt + 16 * j);
+#pragma GCC unroll 4
+        for (uint32_t a = 0; a < mr; a++) {
+            __m512 pa = _mm512_set1_ps(p[a * ldp + t]);
+#pragma GCC unroll 4
+            for (int j = 0; j < nv; j++)
+                acc[a][j] = _mm512_fmadd_ps(pa, vv[j], acc[a][j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (uint32_t a = 0; a < mr; a++)
+#pragma GCC unroll 4
+        for (int j = 0; j < nv; j++)
+            _mm512_mask_storeu_ps(y + a * ldy + c0 + 16 * j, m[j], acc[a][j]);
+}
+
 static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const float *p,
                                                      size_t ldp, const uint32_t mr, const float *v,
                                                      size_t ldv, uint32_t T, uint32_t cols, int add)
 {
-    for (uint32_t c0 = 0; c0 < cols; c0 += 64) {
-        __mmask16 m[4];
-        for (int j = 0; j < 4; j++)
-            m[j] = lanes(c0 + 16 * (uint32_t)j, cols);
-        __m512 acc[INFER_MATMUL_MR][4];
-#pragma GCC unroll 4
-        for (uint32_t a = 0; a < mr; a++)
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                acc[a][j] = add ? _mm512_maskz_loadu_ps(m[j], y + a * ldy + c0 + 16 * j)
-                                : _mm512_setzero_ps();
-        for (uint32_t t = 0; t < T; t++) {
-            const float *vt = v + t * ldv + c0;
-            __m512 vv[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                vv[j] = _mm512_maskz_loadu_ps(m[j], vt + 16 * j);
-#pragma GCC unroll 4
-            for (uint32_t a = 0; a < mr; a++) {
-                __m512 pa = _mm512_set1_ps(p[a * ldp + t]);
-#pragma GCC unroll 4
-                for (int j = 0; j < 4; j++)
-                    acc[a][j] = _mm512_fmadd_ps(pa, vv[j], acc[a][j]);
-            }
-        }
-#pragma GCC unroll 4
-        for (uint32_t a = 0; a < mr; a++)
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                _mm512_mask_storeu_ps(y + a * ldy + c0 + 16 * j, m[j], acc[a][j]);
-    }
+    uint32_t c0 = 0;
+    for (; c0 + 48 < cols; c0 += 64) /* 49 to 64 columns from c0 */
+        nn_chunk(y, ldy, p, ldp, mr, v, ldv, T, c0, cols, add, 4);
+    /* the tail: 0 to 48 columns in as many vectors as they need */
+    uint32_t rem = cols > c0 ? cols - c0 : 0;
+    if (rem > 32)
+        nn_chunk(y, ldy, p, ldp, mr, v, ldv, T, c0, cols, add, 3);
+    else if (rem > 16)
+        nn_chunk(y, ldy, p, ldp, mr, v, ldv, T, c0, cols, add, 2);
+    else if (rem > 0)
+        nn_chunk(y, ldy, p, ldp, mr, v, ldv, T, c0, cols, add, 1);
 }
 
 #define NN(M)                                                                                      \

@@ -345,6 +345,8 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
             sp->stats.reuse_drafted++;
         if (t->src[r] == SPEC_SRC_CALIB)
             sp->stats.calib_drafted++;
+        if (t->src[r] == SPEC_SRC_HISTORY)
+            sp->stats.history_drafted++;
     }
     for (uint32_t i = 1; i < np; i++) {
         acc[i - 1] = t->tok[path[i]];
@@ -353,6 +355,8 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
             sp->stats.reuse_accepted++;
         if (t->src[path[i]] == SPEC_SRC_CALIB)
             sp->stats.calib_accepted++;
+        if (t->src[path[i]] == SPEC_SRC_HISTORY)
+            sp->stats.history_accepted++;
     }
     *n_acc = np - 1;
     learn(sp, path, np, dt);

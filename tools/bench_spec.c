@@ -336,6 +336,12 @@ int bench_spec(int argc, char **argv)
             sst.verify_s += one.verify_s;
             sst.draft_s += one.draft_s;
             sst.calib_s += one.calib_s;
+            sst.history_drafted += one.history_drafted;
+            sst.history_accepted += one.history_accepted;
+            sst.calib_drafted += one.calib_drafted;
+            sst.calib_accepted += one.calib_accepted;
+            sst.reuse_drafted += one.reuse_drafted;
+            sst.reuse_accepted += one.reuse_accepted;
             S.prefill_plain_s[tasks[ti].k] += kp.prefill_s;
             S.prefill_spec_s[tasks[ti].k] += ks.prefill_s;
             S.wall_plain_s[tasks[ti].k] += kp.wall_s;
@@ -386,6 +392,16 @@ int bench_spec(int argc, char **argv)
         S.verify_s[k] += sst.verify_s;
         S.draft_s[k] += sst.draft_s;
         S.calib_s[k] += sst.calib_s;
+        const uint32_t sd[4] = {sst.drafted - sst.history_drafted - sst.calib_drafted -
+                                    sst.reuse_drafted,
+                                sst.history_drafted, sst.calib_drafted, sst.reuse_drafted};
+        const uint32_t sa[4] = {sst.accepted - sst.history_accepted - sst.calib_accepted -
+                                    sst.reuse_accepted,
+                                sst.history_accepted, sst.calib_accepted, sst.reuse_accepted};
+        for (int i = 0; i < 4; i++) {
+            S.src_drafted[k][i] += sd[i];
+            S.src_accepted[k][i] += sa[i];
+        }
         double len = sst.rounds ? (double)(sst.accepted + sst.rounds) / sst.rounds : 0;
         double rate = sst.drafted ? (double)sst.accepted / sst.drafted : 0;
         if (!json)

@@ -110,6 +110,8 @@ struct bench_spec_sums {
         setup_spec_s[BENCH_SPEC_KINDS];
     double cpu_plain_s[BENCH_SPEC_KINDS], cpu_spec_s[BENCH_SPEC_KINDS]; /* the decodes' CPU time */
     uint32_t tok_plain[BENCH_SPEC_KINDS], tok_spec[BENCH_SPEC_KINDS]; /* tokens they made */
+    /* drafted and accepted rows by source: context, history, calibrated, reused */
+    uint32_t src_drafted[BENCH_SPEC_KINDS][4], src_accepted[BENCH_SPEC_KINDS][4];
 };
 
 struct bench_spec_report_opts {

@@ -38,6 +38,14 @@ void bench_spec_report(const struct bench_spec_sums *S, const struct bench_spec_
                    S->rounds[k] + S->steps[k] ? (double)(S->acc[k] + S->rounds[k] + S->steps[k]) /
                                                     (S->rounds[k] + S->steps[k])
                                               : 0.0);
+        /* which source drafted the rows and which were accepted */
+        static const char *const src_name[4] = {"context", "history", "calibrated", "reused"};
+        if (!json) {
+            printf("         drafts accepted/drafted by source:");
+            for (int i = 0; i < 4; i++)
+                printf(" %s %u/%u", src_name[i], S->src_accepted[k][i], S->src_drafted[k][i]);
+            printf("\n");
+        }
         /* the decode's time outside the forwards: speculation's own work
          * (drafting, acceptance, indexes, create/destroy) against plain
          * decoding's (sampling) */
@@ -124,6 +132,12 @@ void bench_spec_report(const struct bench_spec_sums *S, const struct bench_spec_
                                     S->look[k] > 0 ? S->spec[k] / S->look[k] : 0);
         }
         cJSON_AddNumberToObject(o, "mean_acceptance_length", len);
+        cJSON *bs = cJSON_AddObjectToObject(o, "drafts_by_source");
+        for (int i = 0; bs && i < 4; i++) {
+            cJSON *e = cJSON_AddObjectToObject(bs, src_name[i]);
+            cJSON_AddNumberToObject(e, "drafted", S->src_drafted[k][i]);
+            cJSON_AddNumberToObject(e, "accepted", S->src_accepted[k][i]);
+        }
         if (row_cost > 0)
             cJSON_AddNumberToObject(o, "priced_over_plain", priced > 0 ? toks / priced : 0);
     }

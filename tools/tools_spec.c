@@ -158,6 +158,8 @@ void tools_spec_json(cJSON *j, const struct tools_spec_result *r)
     cJSON_AddNumberToObject(o, "calib_sequences", s->calib_seqs);
     cJSON_AddNumberToObject(o, "calib_drafted", s->calib_drafted);
     cJSON_AddNumberToObject(o, "calib_accepted", s->calib_accepted);
+    cJSON_AddNumberToObject(o, "history_drafted", s->history_drafted);
+    cJSON_AddNumberToObject(o, "history_accepted", s->history_accepted);
     cJSON *sh = cJSON_AddArrayToObject(o, "rounds_by_rows_4_8_16");
     for (int i = 0; sh && i < 3; i++)
         cJSON_AddItemToArray(sh, cJSON_CreateNumber(s->shapes[i]));

@@ -933,6 +933,8 @@ struct infer_spec_stats {
     uint32_t accepted;     /* draft tokens accepted */
     uint32_t reuse_drafted, reuse_accepted; /* of those, from reused segments */
     uint32_t calib_drafted, calib_accepted; /* from calibrated sequences */
+    uint32_t history_drafted, history_accepted; /* from the history store (the rest of
+                                                 * drafted/accepted: the context's) */
     uint32_t calib_seqs;   /* calibrated sequences added */
     uint32_t shapes[3];    /* rounds with 4, 8 and 16-row graphs */
     uint32_t tokens;       /* tokens produced (emitted) */

@@ -38,6 +38,44 @@ static void fill(float *a, size_t n)
 }
 #endif
 
+#ifdef SLUICE_KERNELS_X86
+/* fn (up to max_rows rows a call) against the twin on random shapes */
+static void nn_bits(infer_matmul_nn_fn *fn, enum infer_matmul_kernel k, uint32_t max_rows)
+{
+    static const uint32_t colss[] = {1,  7,  8,  15, 16, 17, 23, 24, 25,  31,  32,  33,  40, 47,
+                                     48, 49, 56, 63, 64, 65, 72, 80, 96, 112, 113, 127, 128, 130};
+    uint32_t checked = 0, wide = 0;
+    for (int it = 0; it < 400; it++) {
+        uint32_t mr = 1 + test_rng_below(&rng, max_rows), T = 1 + test_rng_below(&rng, 300);
+        uint32_t C = colss[test_rng_below(&rng, sizeof colss / sizeof colss[0])];
+        int add = (int)test_rng_below(&rng, 2);
+        size_t ldp = T + test_rng_below(&rng, 5), ldv = C + test_rng_below(&rng, 40);
+        size_t ldy = C + test_rng_below(&rng, 4);
+        float *p = malloc(sizeof(float) * mr * ldp), *v = malloc(sizeof(float) * T * ldv);
+        float *y0 = malloc(sizeof(float) * mr * ldy), *y1 = malloc(sizeof(float) * mr * ldy);
+        assert_true(p && v && y0 && y1);
+        fill(p, mr * ldp);
+        fill(v, T * ldv);
+        for (size_t i = 0; i < mr * ldy; i++) /* a start for add; gaps must stay */
+            y0[i] = y1[i] = (i % ldy) < C ? test_rng_normal(&rng) : -9.0f;
+        nn_fma_twin(y0, ldy, p, ldp, mr, v, ldv, T, C, add);
+        fn(y1, ldy, p, ldp, mr, v, ldv, T, C, add);
+        if (memcmp(y0, y1, sizeof(float) * mr * ldy) != 0)
+            fail_msg("nn %s rows %u T %u cols %u add %d: not the FMA chain's bits",
+                     infer_matmul_kernel_name(k), mr, T, C, add);
+        checked += mr == 4 && C >= 8;
+        wide += mr > 4;
+        free(p);
+        free(v);
+        free(y0);
+        free(y1);
+    }
+    assert_true(checked > 15); /* the 4-row tiles were exercised */
+    if (max_rows > 4)
+        assert_true(wide > 100); /* and the 5-8-row passes */
+}
+#endif
+
 static void test_nn_avx2_bits(void **st)
 {
     (void)st;
@@ -47,39 +85,10 @@ static void test_nn_avx2_bits(void **st)
 #else
     if (!infer_matmul_kernel_available(INFER_MATMUL_AVX2))
         skip();
-    static const uint32_t colss[] = {1, 7, 8, 15, 16, 17, 23, 24, 25, 31, 32, 33, 40, 47, 48,
-                                     49, 56, 63, 64, 65, 72, 80, 96, 128, 130};
-    uint32_t checked = 0;
-    for (int it = 0; it < 400; it++) {
-        uint32_t mr = 1 + test_rng_below(&rng, 4), T = 1 + test_rng_below(&rng, 300);
-        uint32_t C = colss[test_rng_below(&rng, sizeof colss / sizeof colss[0])];
-        int add = (int)test_rng_below(&rng, 2);
-        size_t ldp = T + test_rng_below(&rng, 5), ldv = C + test_rng_below(&rng, 40);
-        size_t ldy = C + test_rng_below(&rng, 4);
-        float *p = malloc(sizeof(float) * mr * ldp), *v = malloc(sizeof(float) * T * ldv);
-        float *y0 = malloc(sizeof(float) * mr * ldy), *y1 = malloc(sizeof(float) * mr * ldy);
-        assert_true(p && v && y0 && y1);
-        fill(p, mr * ldp);
-        fill(v, T * ldv);
-        for (size_t i = 0; i < mr * ldy; i++) /* a start for add; gaps must stay */
-            y0[i] = y1[i] = (i % ldy) < C ? test_rng_normal(&rng) : -9.0f;
-        nn_fma_twin(y0, ldy, p, ldp, mr, v, ldv, T, C, add);
-        infer_matmul_nn_avx2(y1, ldy, p, ldp, mr, v, ldv, T, C, add);
-        if (memcmp(y0, y1, sizeof(float) * mr * ldy) != 0)
-            fail_msg("nn avx2 rows %u T %u cols %u add %d: not the FMA chain's bits", mr, T, C,
-                     add);
-        checked += mr == 4 && C >= 8;
-        free(p);
-        free(v);
-        free(y0);
-        free(y1);
-    }
-    assert_true(checked > 50); /* the 4-row tiles were exercised */
+    nn_bits(infer_matmul_nn_avx2, INFER_MATMUL_AVX2, 4);
 #endif
 }
 
-/* The AVX-512 kernel: 1-4 rows in 64-column passes, 5-8 rows (a kv group's
- * heads) in 32-column passes of 8 x 2 accumulators; the same FMA chains. */
 static void test_nn_avx512_bits(void **st)
 {
     (void)st;
@@ -89,35 +98,7 @@ static void test_nn_avx512_bits(void **st)
 #else
     if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512))
         skip();
-    static const uint32_t colss[] = {1, 7, 15, 16, 17, 31, 32, 33, 47, 48, 49,
-                                     63, 64, 65, 80, 96, 127, 128, 130};
-    uint32_t checked = 0;
-    for (int it = 0; it < 400; it++) {
-        uint32_t mr = 1 + test_rng_below(&rng, INFER_MATMUL_NN_ROWS_AVX512);
-        uint32_t T = 1 + test_rng_below(&rng, 300);
-        uint32_t C = colss[test_rng_below(&rng, sizeof colss / sizeof colss[0])];
-        int add = (int)test_rng_below(&rng, 2);
-        size_t ldp = T + test_rng_below(&rng, 5), ldv = C + test_rng_below(&rng, 40);
-        size_t ldy = C + test_rng_below(&rng, 4);
-        float *p = malloc(sizeof(float) * mr * ldp), *v = malloc(sizeof(float) * T * ldv);
-        float *y0 = malloc(sizeof(float) * mr * ldy), *y1 = malloc(sizeof(float) * mr * ldy);
-        assert_true(p && v && y0 && y1);
-        fill(p, mr * ldp);
-        fill(v, T * ldv);
-        for (size_t i = 0; i < mr * ldy; i++) /* a start for add; gaps must stay */
-            y0[i] = y1[i] = (i % ldy) < C ? test_rng_normal(&rng) : -9.0f;
-        nn_fma_twin(y0, ldy, p, ldp, mr, v, ldv, T, C, add);
-        infer_matmul_nn_avx512(y1, ldy, p, ldp, mr, v, ldv, T, C, add);
-        if (memcmp(y0, y1, sizeof(float) * mr * ldy) != 0)
-            fail_msg("nn avx512 rows %u T %u cols %u add %d: not the FMA chain's bits", mr, T, C,
-                     add);
-        checked += mr > 4;
-        free(p);
-        free(v);
-        free(y0);
-        free(y1);
-    }
-    assert_true(checked > 100); /* the wide rows were exercised */
+    nn_bits(infer_matmul_nn_avx512, INFER_MATMUL_AVX512, INFER_MATMUL_NN_ROWS_AVX512);
 #endif
 }
 
