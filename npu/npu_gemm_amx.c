@@ -23,12 +23,15 @@
  * pipeline the kernel's time stayed the same and the copy per piece is gone
  * (docs/BENCHMARKS.md, twelfth session, a22).
  *
- * Register blocking: four C tiles (2 row tiles x 2 channel blocks = 32 x 32),
- * two A and two B tiles per k step. Memory blocking: rows in blocks whose
- * staged activations fit L2 (A_BUDGET); within a row block every panel of
- * two weight blocks passes over all its row pairs (the panel read from
- * memory once, then from L2), while the next panel is prefetched into L2 a
- * few lines per k step. A finished 32 x 32 block is converted and written
+ * Register blocking (tiling 0, up to SIX_K_MAX input channels): six C tiles
+ * (2 row tiles x 3 channel blocks = 32 x 48), one A and one B register
+ * (block6); otherwise (tilings 1, 2, and tiling 0 past SIX_K_MAX) four C
+ * tiles (32 x 32), two A and two B tiles per k step (block). Memory
+ * blocking: rows in blocks whose staged activations fit L2 (A_BUDGET);
+ * within a row block every panel of three (two) weight blocks passes over
+ * all its row pairs (the panel read from memory once, then from L2), while
+ * the next panel is prefetched into L2 a few lines per k step. A finished
+ * 32 x 48 (32 x 32) block is converted and written
  * during the next block's k steps (struct drain), and prefill outputs are
  * streamed past the cache (NT_BYTES). The tiles are configured (LDTILECFG)
  * at the start of every call on the calling thread and released at its end,
@@ -70,6 +73,7 @@ static void configure(uint32_t mr, int six)
     _tile_loadconfig(&cfg);
 }
 
+/* "32x48": 32x32 above SIX_K_MAX input channels */
 static const char *const tile_names[] = {"32x48", "32x32k", "32x32"};
 
 static void prep_amx(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
@@ -326,6 +330,14 @@ AI void block6(const int NR, const int NB, const struct arow *ar, const int8_t *
     }
 }
 
+/* Tiling 0 takes block6 up to SIX_K_MAX input channels, block (as tiling
+ * 2) beyond: the prefill's jobs (256 rows direct, 512-channel pieces, float
+ * outputs streamed; a scratch loop alternating the two in one process,
+ * thread CPU time, medians of per-round ratios) ran 2-6% faster at k = 2048
+ * (q,o, gate,up; k,v within +-4%) but 6-11% slower at down (k = 5632) in
+ * four of five sets (docs/BENCHMARKS.md, seventeenth session, m22). */
+#define SIX_K_MAX 4096u
+
 /* Tiling 1 keeps the panel's B tiles in L1: k in chunks of KCHUNK steps
  * (2 blocks x KCHUNK KiB), every row pair passing over one chunk before the
  * next, its C tiles parked in memory between chunks (4 KiB per row pair;
@@ -419,7 +431,7 @@ static void gemm_amx(const struct npu_gemm_args *g)
         rbt = (mt + 1) & ~1u;
     const int nt = m > 16 && (uint64_t)m * (g->r1 - g->r0) * 4 >= nt_bytes;
     /* blocks per panel: 3 with tiling 0's six C tiles, else 2 */
-    const int six = g->tile == 0;
+    const int six = g->tile == 0 && k4 <= SIX_K_MAX;
     const uint32_t bw = six ? 3 : 2;
     int32_t cbuf[2][6][16][16] __attribute__((aligned(64)));
     int cur = 0;
