@@ -331,11 +331,16 @@ AI void block6(const int NR, const int NB, const struct arow *ar, const int8_t *
 }
 
 /* Tiling 0 takes block6 up to SIX_K_MAX input channels, block (as tiling
- * 2) beyond: the prefill's jobs (256 rows direct, 512-channel pieces, float
+ * 2) beyond. The prefill's jobs (256 rows direct, 512-channel pieces, float
  * outputs streamed; a scratch loop alternating the two in one process,
- * thread CPU time, medians of per-round ratios) ran 2-6% faster at k = 2048
- * (q,o, gate,up; k,v within +-4%) but 6-11% slower at down (k = 5632) in
- * four of five sets (docs/BENCHMARKS.md, seventeenth session, m22). */
+ * thread CPU time, medians of per-round ratios) ran 3-6% faster in 2x3 at
+ * k = 2048 (q,o, gate,up; k,v level) while the tile unit ran fast (~2.2
+ * TOPS), but up to 10% slower in the machine's slow phases (~0.8 TOPS);
+ * down (k = 5632) gained at most 3% when fast and lost 6-9% when slow. In
+ * the pipeline (warm 512-token prefill) the NPU thread's best runs reached
+ * 1.80 TOPS with this rule against 1.72 with 2x2 everywhere and 1.76 with
+ * 2x3 everywhere; medians within the noise (docs/BENCHMARKS.md, seventeenth
+ * session, m22). */
 #define SIX_K_MAX 4096u
 
 /* Tiling 1 keeps the panel's B tiles in L1: k in chunks of KCHUNK steps
