@@ -186,6 +186,77 @@ static void scores_16(float *a, const float *q, const float *kh, size_t ld, uint
         scores_t(0, 0, a, q, kh, ld, hs, list, n, 0);
 }
 
+/* NM (2 or 4) members' scores over the same slots list[0..n) (keys in
+ * place, rows ld apart): 16 / NM keys a step for all of them, each key row
+ * loaded once for the NM, the sixteen dots (lanes m * 16 / NM onwards:
+ * member m's) folded by one hsum16_16: each dot's chain and fold are
+ * scores_t's, so its bits. A tail of MEMBERS_PAD or more keys runs as a
+ * step whose last keys repeat its last key (only its own lanes stored); a
+ * shorter one one key at a time by scores_t. The head size a constant
+ * where it is 64 or 128 (HS). */
+#define MEMBERS_PAD(NM) ((NM) == 2 ? 4u : 2u)
+static inline __attribute__((always_inline)) void
+scores_members_t(const uint32_t HS, const uint32_t NM, float *const *a, const float *const *q,
+                 const float *kh, size_t ld, uint32_t hs, const uint32_t *list, uint32_t n)
+{
+    if (HS)
+        hs = HS;
+    const uint32_t KE = 16 / NM;
+    uint32_t j = 0;
+    for (; j + MEMBERS_PAD(NM) <= n; j += KE) {
+        uint32_t m = n - j < KE ? n - j : KE;
+        const float *k[8];
+        __m512 acc[16];
+        for (uint32_t e = 0; e < KE; e++)
+            k[e] = kh + (size_t)list[j + (e < m ? e : m - 1)] * ld;
+        for (int i = 0; i < 16; i++)
+            acc[i] = _mm512_setzero_ps();
+        for (uint32_t c = 0; c < hs; c += 16) {
+            __m512 qv[4];
+            for (uint32_t i = 0; i < NM; i++)
+                qv[i] = _mm512_loadu_ps(q[i] + c);
+#pragma GCC unroll 8
+            for (uint32_t e = 0; e < KE; e++) {
+                __m512 x = _mm512_loadu_ps(k[e] + c);
+#pragma GCC unroll 4
+                for (uint32_t i = 0; i < NM; i++)
+                    acc[i * KE + e] = _mm512_fmadd_ps(qv[i], x, acc[i * KE + e]);
+            }
+        }
+        __m512 r = hsum16_16(acc);
+        if (NM == 2) {
+            __mmask8 mk = (__mmask8)((1u << m) - 1);
+            _mm256_mask_storeu_ps(a[0] + j, mk, _mm512_castps512_ps256(r));
+            _mm256_mask_storeu_ps(a[1] + j, mk, _mm512_extractf32x8_ps(r, 1));
+        } else {
+            __mmask8 mk = (__mmask8)((1u << m) - 1);
+            _mm_mask_storeu_ps(a[0] + j, mk, _mm512_castps512_ps128(r));
+            _mm_mask_storeu_ps(a[1] + j, mk, _mm512_extractf32x4_ps(r, 1));
+            _mm_mask_storeu_ps(a[2] + j, mk, _mm512_extractf32x4_ps(r, 2));
+            _mm_mask_storeu_ps(a[3] + j, mk, _mm512_extractf32x4_ps(r, 3));
+        }
+    }
+    for (uint32_t i = 0; j < n && i < NM; i++)
+        scores_t(HS, 0, a[i] + j, q[i], kh, ld, hs, list + j, n - j, 0);
+}
+
+static void scores_members(uint32_t NM, float *const *a, const float *const *q, const float *kh,
+                           size_t ld, uint32_t hs, const uint32_t *list, uint32_t n)
+{
+    if (NM == 4 && hs == 64)
+        scores_members_t(64, 4, a, q, kh, ld, hs, list, n);
+    else if (NM == 4 && hs == 128)
+        scores_members_t(128, 4, a, q, kh, ld, hs, list, n);
+    else if (NM == 4)
+        scores_members_t(0, 4, a, q, kh, ld, hs, list, n);
+    else if (hs == 64)
+        scores_members_t(64, 2, a, q, kh, ld, hs, list, n);
+    else if (hs == 128)
+        scores_members_t(128, 2, a, q, kh, ld, hs, list, n);
+    else
+        scores_members_t(0, 2, a, q, kh, ld, hs, list, n);
+}
+
 /* values over [j0, e) of the list for NH members at once (values_h4_64 or
  * values_h2_128: vf) where every member attends all of it, then each
  * member's own part of the block (its prefix: lens) by values_hs: each
@@ -217,7 +288,12 @@ values_members(values_fn *vf, uint32_t NH, const struct attn_group_row *w, uint3
  * from memory once for the R rows (one row at a time read ~20% of a kv
  * head's rows per row: from L3 at 4K keys). The same bits per head as
  * attn_group_rows_avx512 (each dot and fold, softmax, and each column's
- * chain in list order, resumed block by block). cur: R uint32_t. */
+ * chain in list order, resumed block by block). The scores of a list's
+ * members (its heads, or a row block's rows) four at a time, then two
+ * (scores_members: each key row loaded and its address found once for
+ * them; the exact stage of bench attn's 4K rows 4 case 0.80-0.90 of the
+ * time before, docs/BENCHMARKS.md, seventeenth session, k17). cur: R
+ * uint32_t. */
 void attn_group_rows_blk_avx512(uint32_t R, const struct attn_group_row *w, uint32_t G,
                                 size_t ldq, size_t ldo, uint32_t hs, const float *kh,
                                 const float *vh, size_t kv_dim, uint32_t kb, uint32_t T,
@@ -231,10 +307,21 @@ void attn_group_rows_blk_avx512(uint32_t R, const struct attn_group_row *w, uint
         uint32_t t1 = T - t0 < kb ? T : t0 + kb;
         for (uint32_t r = 0; r < R; r++) {
             uint32_t j = cur[r], e = blk_ends_find(&ends, bk, r, w[r].list, j, w[r].len, t1);
-            uint32_t gm = w[r].m ? w[r].m : G;
-            for (uint32_t h = 0; h < gm && e > j; h++)
-                scores_16(w[r].s + (size_t)h * w[r].len + j, w[r].q + (size_t)h * ldq, kh, kv_dim,
-                          hs, w[r].list + j, e - j);
+            uint32_t gm = w[r].m ? w[r].m : G, h = 0;
+            float *s0 = w[r].s + j;
+            for (uint32_t nm = 4; nm >= 2; nm /= 2) /* members four, then two, at a time */
+                for (; h + nm <= gm && e > j; h += nm) {
+                    float *a[4];
+                    const float *qm[4];
+                    for (uint32_t i = 0; i < nm; i++) {
+                        a[i] = s0 + (size_t)(h + i) * w[r].len;
+                        qm[i] = w[r].q + (size_t)(h + i) * ldq;
+                    }
+                    scores_members(nm, a, qm, kh, kv_dim, hs, w[r].list + j, e - j);
+                }
+            for (; h < gm && e > j; h++)
+                scores_16(s0 + (size_t)h * w[r].len, w[r].q + (size_t)h * ldq, kh, kv_dim, hs,
+                          w[r].list + j, e - j);
             cur[r] = e;
         }
     }
