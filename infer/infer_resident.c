@@ -148,8 +148,8 @@ static int packed_part_run(void *arg)
                                            p->n, p->acc + p->r0, lin->rows);
     if (ret < 0)
         return ret;
-    /* each channel's scale read once; locals, which the stores to y cannot
-     * alias */
+    /* each channel's scale read once; the part's fields in locals, so the
+     * stores to y need not reload them */
     const float act = p->act;
     float *const y = p->y;
     const int32_t *const acc = p->acc;
@@ -301,8 +301,9 @@ static int shared_drain(struct packed_shared *sh, int front)
             if (ret < 0)
                 return ret;
         }
-        /* locals, so that the stores to y cannot alias them (the loop
-         * below vectorizes) */
+        /* the part's fields in locals, so the stores to y need not reload
+         * them (GCC -O3 then vectorizes the loop below behind its overlap
+         * check) */
         const float act = p->act;
         float *const y = p->y;
         const int32_t *const acc = p->acc;

@@ -193,7 +193,9 @@ void unpack_adaptive_dot_tiles_amx(const struct unpack_tensor *u, uint32_t r0, u
     const __m512i rows16 =
         _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0);
     for (uint32_t done = 0; done < r1 - r0;) {
-        /* upwards: [r0 + done, +32); downwards: [r1 - done - 32, r1 - done) */
+        /* nc = min(32, left) channels: upwards [r0 + done, + nc), downwards
+         * [r1 - done - nc, r1 - done); the partial pass (nc < 32) comes last
+         * either way: at the top of the range upwards, at r0 downwards */
         const uint32_t left = r1 - r0 - done, nc = left < PASS ? left : PASS, nb = (nc + 15) / 16;
         const uint32_t rb = down ? r1 - done - nc : r0 + done;
         done += nc;

@@ -243,6 +243,16 @@ static void test_mixed_widths(void **st)
         check_case(FORMAT_ENC_ADAPTIVE, rows, cols, w, msets[it % NM], it % 4, 0);
         free(w);
     }
+    /* 101 rows: four 32-channel passes with the partial one last, so the tile
+     * kernel's pass arithmetic past the second pass (either direction) is
+     * reached; the direction itself cannot change a result */
+    static const uint32_t ms[] = {6, 16}, colss[] = {700, 2048};
+    for (int it = 0; it < 4; it++) {
+        uint8_t w[101];
+        for (uint32_t r = 0; r < 101; r++)
+            w[r] = (uint8_t)(1 + test_rng_below(&rng, 8));
+        check_case(FORMAT_ENC_ADAPTIVE, 101, colss[it / 2], w, ms[it % 2], it % 4, 0);
+    }
 }
 
 /* The widest codes against the extreme activations: where an unsigned code
@@ -366,6 +376,7 @@ static void test_api(void **st)
         assert_int_equal(unpack_tensor_dot_tiles(&u, 2, 2, stg, acc, 0), 0);
     } else {
         assert_int_equal(unpack_tensor_dot_tiles(&u, 0, 4, stg, acc, 4), -EINVAL);
+        assert_int_equal(unpack_tensor_dot_tiles_down(&u, 0, 4, stg, acc, 4), -EINVAL);
     }
     free(stg);
     unpack_tensor_fini(&u);
