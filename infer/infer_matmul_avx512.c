@@ -234,39 +234,54 @@ NN(4)
 /* 5 to 8 rows: 32 columns a pass (8 rows x 2 vectors, 16 accumulators), so
  * each value is loaded once for all the rows (two 4-row passes of nn load
  * it twice) and a pass over the keys reads half of each value row, the
- * other half the next pass: the values cross from L2 once per call. Every
- * output is the same FMA chain over the keys in order as nn's. */
+ * other half the next pass: the values cross from L2 once per call. A last
+ * pass of 16 columns or fewer runs one vector (nv), not two with one masked
+ * off. Every output is the same FMA chain over the keys in order as nn's. */
+static inline __attribute__((always_inline)) void nn_wide_pass(float *y, size_t ldy,
+                                                               const float *p, size_t ldp,
+                                                               const uint32_t mr, const float *v,
+                                                               size_t ldv, uint32_t T, uint32_t c0,
+                                                               uint32_t cols, int add, const int nv)
+{
+    const __mmask16 m[2] = {lanes(c0, cols), lanes(c0 + 16, cols)};
+    __m512 acc[INFER_MATMUL_NN_ROWS_AVX512][2];
+#pragma GCC unroll 8
+    for (uint32_t a = 0; a < mr; a++)
+#pragma GCC unroll 2
+        for (int j = 0; j < nv; j++)
+            acc[a][j] =
+                add ? _mm512_maskz_loadu_ps(m[j], y + a * ldy + c0 + 16 * j) : _mm512_setzero_ps();
+    for (uint32_t t = 0; t < T; t++) {
+        const float *vt = v + t * ldv + c0;
+        __m512 vv[2];
+#pragma GCC unroll 2
+        for (int j = 0; j < nv; j++)
+            vv[j] = _mm512_maskz_loadu_ps(m[j], vt + 16 * j);
+#pragma GCC unroll 8
+        for (uint32_t a = 0; a < mr; a++) {
+            __m512 pa = _mm512_set1_ps(p[a * ldp + t]);
+#pragma GCC unroll 2
+            for (int j = 0; j < nv; j++)
+                acc[a][j] = _mm512_fmadd_ps(pa, vv[j], acc[a][j]);
+        }
+    }
+#pragma GCC unroll 8
+    for (uint32_t a = 0; a < mr; a++)
+#pragma GCC unroll 2
+        for (int j = 0; j < nv; j++)
+            _mm512_mask_storeu_ps(y + a * ldy + c0 + 16 * j, m[j], acc[a][j]);
+}
+
 static inline __attribute__((always_inline)) void nn_wide(float *y, size_t ldy, const float *p,
                                                           size_t ldp, const uint32_t mr,
                                                           const float *v, size_t ldv, uint32_t T,
                                                           uint32_t cols, int add)
 {
-    for (uint32_t c0 = 0; c0 < cols; c0 += 32) {
-        const __mmask16 m[2] = {lanes(c0, cols), lanes(c0 + 16, cols)};
-        __m512 acc[INFER_MATMUL_NN_ROWS_AVX512][2];
-#pragma GCC unroll 8
-        for (uint32_t a = 0; a < mr; a++)
-#pragma GCC unroll 2
-            for (int j = 0; j < 2; j++)
-                acc[a][j] = add ? _mm512_maskz_loadu_ps(m[j], y + a * ldy + c0 + 16 * j)
-                                : _mm512_setzero_ps();
-        for (uint32_t t = 0; t < T; t++) {
-            const float *vt = v + t * ldv + c0;
-            const __m512 v0 = _mm512_maskz_loadu_ps(m[0], vt),
-                         v1 = _mm512_maskz_loadu_ps(m[1], vt + 16);
-#pragma GCC unroll 8
-            for (uint32_t a = 0; a < mr; a++) {
-                __m512 pa = _mm512_set1_ps(p[a * ldp + t]);
-                acc[a][0] = _mm512_fmadd_ps(pa, v0, acc[a][0]);
-                acc[a][1] = _mm512_fmadd_ps(pa, v1, acc[a][1]);
-            }
-        }
-#pragma GCC unroll 8
-        for (uint32_t a = 0; a < mr; a++)
-#pragma GCC unroll 2
-            for (int j = 0; j < 2; j++)
-                _mm512_mask_storeu_ps(y + a * ldy + c0 + 16 * j, m[j], acc[a][j]);
-    }
+    uint32_t c0 = 0;
+    for (; c0 + 16 < cols; c0 += 32) /* 17 to 32 columns from c0 */
+        nn_wide_pass(y, ldy, p, ldp, mr, v, ldv, T, c0, cols, add, 2);
+    if (c0 < cols)
+        nn_wide_pass(y, ldy, p, ldp, mr, v, ldv, T, c0, cols, add, 1);
 }
 
 #define NN_WIDE(M)                                                                                 \

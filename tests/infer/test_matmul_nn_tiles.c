@@ -1,7 +1,8 @@
 /* test_matmul_nn_tiles.c: the probabilities-times-values kernels
  * (infer_matmul_nn_avx2: 4-row tiles of 24, 16 and 8 columns, 2-row tiles of
  * 32 and the masked column tail; infer_matmul_nn_avx512: 1-4 rows in
- * 64-column passes, 5-8 rows in 32-column ones) compute every output element
+ * chunks of 4 16-lane vectors and a tail of 1-3, 5-8 rows in 32-column
+ * passes of 1-2 vectors) compute every output element
  * as one FMA chain over the keys in ascending order, from zero or (add) from
  * y: the bits of the scalar twin below (fmaf, the same chain), for random
  * row counts (1-4, 1-8), key counts, column counts around every tile edge,
@@ -70,9 +71,44 @@ static void nn_bits(infer_matmul_nn_fn *fn, enum infer_matmul_kernel k, uint32_t
         free(y0);
         free(y1);
     }
-    assert_true(checked > 15); /* the 4-row tiles were exercised */
+    assert_true(checked > 200 / max_rows); /* the 4-row tiles were exercised */
     if (max_rows > 4)
         assert_true(wide > 100); /* and the 5-8-row passes */
+}
+
+/* Every row count, every column count 0-130 (each tile and tail after full
+ * chunks), 0, 1 and 37 keys, both start modes: fn against the twin, with a
+ * guard after the last row (a mask past the end fails here, not only under
+ * ASan) and gaps between rows that must keep their fill. */
+static void nn_sweep(infer_matmul_nn_fn *fn, enum infer_matmul_kernel k, uint32_t max_rows)
+{
+    enum { GUARD = 16, MAXC = 130, MAXT = 37 };
+    static const uint32_t Ts[] = {0, 1, MAXT};
+    float *p = malloc(sizeof(float) * 8 * MAXT), *v = malloc(sizeof(float) * MAXT * MAXC);
+    float *y0 = malloc(sizeof(float) * (8 * (MAXC + 3) + GUARD));
+    float *y1 = malloc(sizeof(float) * (8 * (MAXC + 3) + GUARD));
+    assert_true(p && v && y0 && y1 && max_rows <= 8);
+    fill(p, 8 * MAXT);
+    fill(v, MAXT * MAXC);
+    for (uint32_t mr = 1; mr <= max_rows; mr++)
+        for (uint32_t C = 0; C <= MAXC; C++)
+            for (int add = 0; add < 2; add++)
+                for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+                    const uint32_t T = Ts[ti];
+                    const size_t ldy = C + 3, n = mr * ldy + GUARD;
+                    for (size_t i = 0; i < n; i++)
+                        y0[i] = y1[i] = i < mr * ldy && i % ldy < C ? (float)(i % 7) : -9.0f;
+                    nn_fma_twin(y0, ldy, p, MAXT, mr, v, MAXC, T, C, add);
+                    fn(y1, ldy, p, MAXT, mr, v, MAXC, T, C, add);
+                    if (memcmp(y0, y1, sizeof(float) * n) != 0)
+                        fail_msg("nn %s sweep rows %u T %u cols %u add %d: not the twin's bits "
+                                 "(or a write outside the rows)",
+                                 infer_matmul_kernel_name(k), mr, T, C, add);
+                }
+    free(p);
+    free(v);
+    free(y0);
+    free(y1);
 }
 #endif
 
@@ -86,6 +122,7 @@ static void test_nn_avx2_bits(void **st)
     if (!infer_matmul_kernel_available(INFER_MATMUL_AVX2))
         skip();
     nn_bits(infer_matmul_nn_avx2, INFER_MATMUL_AVX2, 4);
+    nn_sweep(infer_matmul_nn_avx2, INFER_MATMUL_AVX2, 4);
 #endif
 }
 
@@ -99,6 +136,7 @@ static void test_nn_avx512_bits(void **st)
     if (!infer_matmul_kernel_available(INFER_MATMUL_AVX512))
         skip();
     nn_bits(infer_matmul_nn_avx512, INFER_MATMUL_AVX512, INFER_MATMUL_NN_ROWS_AVX512);
+    nn_sweep(infer_matmul_nn_avx512, INFER_MATMUL_AVX512, INFER_MATMUL_NN_ROWS_AVX512);
 #endif
 }
 

@@ -795,7 +795,7 @@ static void test_sampling_same_distribution(void **st)
         memcpy(hist + 1, c.t, sizeof(int) * 23);
         infer_session_destroy(g);
     }
-    uint32_t accepted = 0;
+    uint32_t accepted = 0, hist_drafted = 0;
     uint64_t seed0 = test_seed();
     /* one session per side, its sampler's stream running on; each run
      * rewinds to the prompt (its last token run again for the logits) */
@@ -824,6 +824,15 @@ static void test_sampling_same_distribution(void **st)
                 struct infer_spec_stats st2;
                 infer_spec_stats(sp, &st2);
                 accepted += st2.accepted;
+                /* by source: each within its draws, the sources within the totals */
+                assert_true(st2.history_accepted <= st2.history_drafted);
+                assert_true(st2.calib_accepted <= st2.calib_drafted);
+                assert_true(st2.reuse_accepted <= st2.reuse_drafted);
+                assert_true((uint64_t)st2.history_drafted + st2.calib_drafted +
+                                st2.reuse_drafted <= st2.drafted);
+                assert_true((uint64_t)st2.history_accepted + st2.calib_accepted +
+                                st2.reuse_accepted <= st2.accepted);
+                hist_drafted += st2.history_drafted;
                 infer_spec_destroy(sp);
             } else {
                 assert_int_equal(infer_session_generate(s, GEN, NULL, 0, keep_token, &c, &n, &err),
@@ -836,6 +845,7 @@ static void test_sampling_same_distribution(void **st)
     infer_session_destroy(ss[0]);
     infer_session_destroy(ss[1]);
     assert_true(accepted > 0); /* drafts were taken: the rule was exercised */
+    assert_true(hist_drafted > 0); /* and the history's drafts were counted as its own */
     /* two-sample chi-square over tokens seen at least 10 times in all */
     double x2 = 0;
     uint32_t df = 0, pool_a = 0, pool_b = 0;
