@@ -16,9 +16,8 @@
  *   but per key block while its scores are in L1 (the scaling and the
  *   maximum), each block's weights divided just before the values pass;
  * - each output column one FMA chain over the kept values in list order
- *   from 0, as infer_matmul_nn_avx512's (128 columns, 8 accumulators, at a
- *   time, then 64 with 4; head size 64: two pairs interleaved, 8 chains in
- *   flight).
+ *   from 0, as infer_matmul_nn_avx512's (here head size 64: two pairs
+ *   interleaved, 8 chains in flight).
  *
  * The pieces shared with the shared selection's kernels (attn_group_avx512.c)
  * are in attn_avx512_inl.h. */

@@ -1,9 +1,11 @@
 /* infer_matmul_avx512.c: the float matmul kernels with AVX-512F (+BW for
  * masked 16-bit loads). NT: 4 x rows by 4 w rows = 16 accumulators of 16
  * lanes (of 32 zmm registers), one FMA per loaded pair; F16/BF16 weights are
- * widened as they are loaded (vcvtph2ps, or a 16-bit shift). NN: up to 4 p rows by 64 columns of v
- * = 16 accumulators; each v row is loaded once for the 4 p rows. Column
- * tails use masked loads and stores. */
+ * widened as they are loaded (vcvtph2ps, or a 16-bit shift). NN: 1-4 p rows
+ * by up to 64 columns of v (at most 16 accumulators; a narrower tail runs
+ * only the vectors it has), 5-8 p rows by 32 columns (8 x 2 accumulators);
+ * each v row piece is loaded once for all the p rows. Column tails use
+ * masked loads and stores. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -233,8 +235,9 @@ NN(4)
 
 /* 5 to 8 rows: 32 columns a pass (8 rows x 2 vectors, 16 accumulators), so
  * each value is loaded once for all the rows (two 4-row passes of nn load
- * it twice) and a pass over the keys reads half of each value row, the
- * other half the next pass: the values cross from L2 once per call. A last
+ * it twice) and a pass over the keys reads 32 columns of each value row,
+ * the next columns the next pass (p is read again each pass, twice as often
+ * as nn reads it). A last
  * pass of 16 columns or fewer runs one vector (nv), not two with one masked
  * off. Every output is the same FMA chain over the keys in order as nn's. */
 static inline __attribute__((always_inline)) void nn_wide_pass(float *y, size_t ldy,
