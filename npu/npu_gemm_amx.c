@@ -23,15 +23,12 @@
  * pipeline the kernel's time stayed the same and the copy per piece is gone
  * (docs/BENCHMARKS.md, twelfth session, a22).
  *
- * Register blocking (tiling 0, up to SIX_K_MAX input channels): six C tiles
- * (2 row tiles x 3 channel blocks = 32 x 48), one A and one B register
- * (block6); otherwise (tilings 1, 2, and tiling 0 past SIX_K_MAX) four C
- * tiles (32 x 32), two A and two B tiles per k step (block). Memory
- * blocking: rows in blocks whose staged activations fit L2 (A_BUDGET);
- * within a row block every panel of three (two) weight blocks passes over
- * all its row pairs (the panel read from memory once, then from L2), while
- * the next panel is prefetched into L2 a few lines per k step. A finished
- * 32 x 48 (32 x 32) block is converted and written
+ * Register blocking: four C tiles (2 row tiles x 2 channel blocks = 32 x 32),
+ * two A and two B tiles per k step. Memory blocking: rows in blocks whose
+ * staged activations fit L2 (A_BUDGET); within a row block every panel of
+ * two weight blocks passes over all its row pairs (the panel read from
+ * memory once, then from L2), while the next panel is prefetched into L2 a
+ * few lines per k step. A finished 32 x 32 block is converted and written
  * during the next block's k steps (struct drain), and prefill outputs are
  * streamed past the cache (NT_BYTES). The tiles are configured (LDTILECFG)
  * at the start of every call on the calling thread and released at its end,
@@ -59,22 +56,20 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* Tiling 0 (six): tmm0..5 C (row tile r, block j at 3r + j), tmm6 A, tmm7
- * B. Tilings 1, 2: tmm0..3 C (r, j at 2r + j), tmm4, 5 A, tmm6, 7 B. */
-static void configure(uint32_t mr, int six)
+/* tmm0..3: C (row tile r, block j at 2r + j); tmm4, 5: A; tmm6, 7: B. */
+static void configure(uint32_t mr)
 {
     struct sl_amx_tilecfg cfg __attribute__((aligned(64)));
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) {
         cfg.colsb[t] = 64;
-        cfg.rows[t] = (uint8_t)(t >= (six ? 7 : 6) ? 16 : mr);
+        cfg.rows[t] = (uint8_t)(t >= 6 ? 16 : mr);
     }
     _tile_loadconfig(&cfg);
 }
 
-/* "32x48": 32x32 above SIX_K_MAX input channels */
-static const char *const tile_names[] = {"32x48", "32x32k", "32x32"};
+static const char *const tile_names[] = {"32x32", "32x32k"};
 
 static void prep_amx(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
                      int tile, uint8_t *out)
@@ -106,7 +101,6 @@ struct drain {
     const struct npu_gemm_args *g;
     uint32_t it, bl, u, per;
     int nr, nb, nt;
-    uint32_t w, items; /* tiles per row tile in c (2, 3); w * 32 */
 };
 
 AI void store16(__m512i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c0, int nt);
@@ -125,8 +119,8 @@ AI void store16(__m512i v, const struct npu_gemm_args *g, uint32_t i, uint32_t c
  * output streamed was 5-10% slower than stored). */
 AI void drain_pf(const struct drain *d)
 {
-    for (uint32_t u = 0; u < d->items; u++) {
-        const uint32_t x = u / 16, i = u % 16, r = x / d->w, j = x % d->w;
+    for (uint32_t u = 0; u < 64; u++) {
+        const uint32_t x = u / 16, i = u % 16, r = x / 2, j = x % 2;
         const uint32_t row = (d->it + r) * 16 + i, c0 = (d->bl + j) * 16;
         if ((int)r >= d->nr || (int)j >= d->nb || row >= d->g->m) {
             u |= 15; /* the rest of this tile: none */
@@ -143,12 +137,11 @@ AI void drain_pf(const struct drain *d)
     }
 }
 
-/* Writes up to n more items of d (all of them with n = DRAIN_ALL). */
-#define DRAIN_ALL 96u
+/* Writes up to n more items of d (all of them with n = 64). */
 AI void drain_step(struct drain *d, uint32_t n)
 {
-    for (; n && d->u < d->items; d->u++) {
-        const uint32_t x = d->u / 16, i = d->u % 16, r = x / d->w, j = x % d->w;
+    for (; n && d->u < 64; d->u++) {
+        const uint32_t x = d->u / 16, i = d->u % 16, r = x / 2, j = x % 2;
         const uint32_t row = (d->it + r) * 16 + i;
         if ((int)r >= d->nr || (int)j >= d->nb || row >= d->g->m) {
             d->u |= 15; /* the rest of this tile: none */
@@ -251,98 +244,6 @@ AI void block(const int NR, const int NB, const struct arow *ar, const int8_t *b
         _tile_stored(3, cout[3], 64);
 }
 
-/* Tiling 0: NR row tiles (1, 2) x NB blocks (1..3), six C tiles and one A
- * and one B register: per k step both A tiles and the three B tiles come
- * from L2 once (5 KiB for 6 TDPBSSD, against 4 KiB for 4 in block), two B
- * tiles a second time from L1 (the B order 0 1 2 | 2 1 0 keeps the one
- * loaded last). Arguments as block's; C tile (r, j) at 3r + j. */
-AI void block6(const int NR, const int NB, const struct arow *ar, const int8_t *b,
-               size_t bstride, uint32_t q0, uint32_t q1, const int8_t *tail,
-               int32_t (*cout)[16][16], const int8_t *pf, uint32_t pfl, struct drain *dr)
-{
-    const uint8_t *a = ar[0].p, *a1 = ar[1].p;
-    const size_t s0 = ar[0].step, s1 = ar[1].step, ld0 = ar[0].ld, ld1 = ar[1].ld;
-    _tile_zero(0);
-    if (NB > 1)
-        _tile_zero(1);
-    if (NB > 2)
-        _tile_zero(2);
-    if (NR > 1) {
-        _tile_zero(3);
-        if (NB > 1)
-            _tile_zero(4);
-        if (NB > 2)
-            _tile_zero(5);
-    }
-    for (uint32_t q = q0; q <= q1; q++) {
-        const int8_t *bq;
-        size_t bs;
-        if (q < q1) {
-            bq = b + (size_t)q * 1024, bs = bstride;
-            for (uint32_t l = 0; l < pfl; l++, pf += 64)
-                _mm_prefetch((const char *)pf, _MM_HINT_T1);
-            if (dr->c)
-                drain_step(dr, dr->per);
-        } else if (tail) {
-            bq = tail, bs = 1024;
-        } else {
-            break;
-        }
-        _tile_loadd(6, a + q * s0, ld0);
-        _tile_loadd(7, bq, 64);
-        _tile_dpbssd(0, 6, 7);
-        if (NB > 1) {
-            _tile_loadd(7, bq + bs, 64);
-            _tile_dpbssd(1, 6, 7);
-        }
-        if (NB > 2) {
-            _tile_loadd(7, bq + 2 * bs, 64);
-            _tile_dpbssd(2, 6, 7);
-        }
-        if (NR > 1) {
-            _tile_loadd(6, a1 + q * s1, ld1);
-            if (NB > 2) {
-                _tile_dpbssd(5, 6, 7);
-                _tile_loadd(7, bq + bs, 64);
-                _tile_dpbssd(4, 6, 7);
-                _tile_loadd(7, bq, 64);
-                _tile_dpbssd(3, 6, 7);
-            } else if (NB > 1) {
-                _tile_dpbssd(4, 6, 7);
-                _tile_loadd(7, bq, 64);
-                _tile_dpbssd(3, 6, 7);
-            } else {
-                _tile_dpbssd(3, 6, 7);
-            }
-        }
-    }
-    _tile_stored(0, cout[0], 64);
-    if (NB > 1)
-        _tile_stored(1, cout[1], 64);
-    if (NB > 2)
-        _tile_stored(2, cout[2], 64);
-    if (NR > 1) {
-        _tile_stored(3, cout[3], 64);
-        if (NB > 1)
-            _tile_stored(4, cout[4], 64);
-        if (NB > 2)
-            _tile_stored(5, cout[5], 64);
-    }
-}
-
-/* Tiling 0 takes block6 up to SIX_K_MAX input channels, block (as tiling
- * 2) beyond. The prefill's jobs (256 rows direct, 512-channel pieces, float
- * outputs streamed; a scratch loop alternating the two in one process,
- * thread CPU time, medians of per-round ratios) ran 3-6% faster in 2x3 at
- * k = 2048 (q,o, gate,up; k,v level) while the tile unit ran fast (~2.2
- * TOPS), but up to 10% slower in the machine's slow phases (~0.8 TOPS);
- * down (k = 5632) gained at most 3% when fast and lost 6-9% when slow. In
- * the pipeline (warm 512-token prefill) the NPU thread's best runs reached
- * 1.80 TOPS with this rule against 1.72 with 2x2 everywhere and 1.76 with
- * 2x3 everywhere; medians within the noise (docs/BENCHMARKS.md, seventeenth
- * session, m22). */
-#define SIX_K_MAX 4096u
-
 /* Tiling 1 keeps the panel's B tiles in L1: k in chunks of KCHUNK steps
  * (2 blocks x KCHUNK KiB), every row pair passing over one chunk before the
  * next, its C tiles parked in memory between chunks (4 KiB per row pair;
@@ -435,13 +336,10 @@ static void gemm_amx(const struct npu_gemm_args *g)
     if (rbt < rb_min || rbt < 2)
         rbt = (mt + 1) & ~1u;
     const int nt = m > 16 && (uint64_t)m * (g->r1 - g->r0) * 4 >= nt_bytes;
-    /* blocks per panel: 3 with tiling 0's six C tiles, else 2 */
-    const int six = g->tile == 0 && k4 <= SIX_K_MAX;
-    const uint32_t bw = six ? 3 : 2;
-    int32_t cbuf[2][6][16][16] __attribute__((aligned(64)));
+    int32_t cbuf[2][4][16][16] __attribute__((aligned(64)));
     int cur = 0;
     struct drain dr = {.c = NULL, .g = g, .nt = nt};
-    int8_t tail[3][16][64] __attribute__((aligned(64)));
+    int8_t tail[2][16][64] __attribute__((aligned(64)));
     /* tiling 1: the parked C tiles of every row pair of a row block (none
      * needed with one chunk) */
     const uint32_t kc = g->tile == 1 && ksteps > KCHUNK ? KCHUNK : ksteps;
@@ -461,7 +359,7 @@ static void gemm_amx(const struct npu_gemm_args *g)
     }
     if (krem)
         memset(tail, 0, sizeof tail);
-    configure(mr, six);
+    configure(mr);
     for (uint32_t rb = 0; rb < mt; rb += rbt) {
         const uint32_t rbe = mt - rb > rbt ? rb + rbt : mt;
         /* the next panel's weights, prefetched into L2 over this panel's k
@@ -474,17 +372,17 @@ static void gemm_amx(const struct npu_gemm_args *g)
          * 14.0 without, 14.6 with; q,o 13.7 -> 14.5; down 14.4 -> 14.5;
          * docs/BENCHMARKS.md, fourteenth session, v18) */
         const uint32_t pairs = (rbe - rb + 1) / 2;
-        const uint32_t panel_lines = (uint32_t)(bw * bstride / 64);
+        const uint32_t panel_lines = (uint32_t)(2 * bstride / 64);
         const uint32_t steps = pairs * (ksteps + (krem != 0));
         const uint32_t pfl =
             (pairs > 1 || mt == 1) && steps ? (panel_lines + steps - 1) / steps : 0;
-        for (uint32_t bl = blk0; bl < blk1; bl += bw) {
-            const int nb = (int)(blk1 - bl >= bw ? bw : blk1 - bl);
+        for (uint32_t bl = blk0; bl < blk1; bl += 2) {
+            const int nb = blk1 - bl >= 2 ? 2 : 1;
             const int8_t *bp = b->packed + (size_t)bl * bstride;
             /* prefetch window: the next panel (none after the last) */
-            const int8_t *pf = bp + bw * bstride;
-            const uint32_t nxt = bl + bw < blk1 ? blk1 - bl - bw : 0;
-            const uint32_t npf = (uint32_t)((nxt < bw ? nxt : bw) * bstride / 64);
+            const int8_t *pf = bp + 2 * bstride;
+            const uint32_t npf = bl + 2 < blk1 ? (uint32_t)((blk1 - bl - 2 >= 2 ? 2 : 1) *
+                                                            bstride / 64) : 0;
             uint32_t pf_done = 0;
             if (krem)
                 for (int j = 0; j < nb; j++)
@@ -507,20 +405,7 @@ static void gemm_amx(const struct npu_gemm_args *g)
                         l = 0;
                     const int8_t *p = pf + (size_t)pf_done * 64;
                     pf_done += l * (q1 - q0);
-                    if (six) {
-                        if (nr == 2 && nb == 3)
-                            block6(2, 3, ar, bp, bstride, q0, q1, t, cout, p, l, &dr);
-                        else if (nr == 2 && nb == 2)
-                            block6(2, 2, ar, bp, bstride, q0, q1, t, cout, p, l, &dr);
-                        else if (nr == 2)
-                            block6(2, 1, ar, bp, bstride, q0, q1, t, cout, p, l, &dr);
-                        else if (nb == 3)
-                            block6(1, 3, ar, bp, bstride, q0, q1, t, cout, p, l, &dr);
-                        else if (nb == 2)
-                            block6(1, 2, ar, bp, bstride, q0, q1, t, cout, p, l, &dr);
-                        else
-                            block6(1, 1, ar, bp, bstride, q0, q1, t, cout, p, l, &dr);
-                    } else if (nr == 2 && nb == 2)
+                    if (nr == 2 && nb == 2)
                         block(2, 2, ar, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
                     else if (nr == 2)
                         block(2, 1, ar, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
@@ -529,7 +414,7 @@ static void gemm_amx(const struct npu_gemm_args *g)
                     else
                         block(1, 1, ar, bp, bstride, q0, q1, t, cin, cout, p, l, &dr);
                     if (dr.c)
-                        drain_step(&dr, DRAIN_ALL);
+                        drain_step(&dr, 64);
                     if (!last) {
                         dr.c = NULL;
                         continue;
@@ -538,14 +423,13 @@ static void gemm_amx(const struct npu_gemm_args *g)
                      * one row tile at once (m <= 16: deferred, k,v's 2048 x 256 at
                      * m = 4 took 10 us instead of 6) */
                     dr = (struct drain){.c = cbuf[cur], .g = g, .it = it, .bl = bl, .u = 0,
-                                        .per = (32 * bw + q1 - q0 - 1) / (q1 - q0 ? q1 - q0 : 1),
-                                        .nr = nr, .nb = nb, .nt = nt, .w = bw,
-                                        .items = 32 * bw};
+                                        .per = (64 + q1 - q0 - 1) / (q1 - q0 ? q1 - q0 : 1),
+                                        .nr = nr, .nb = nb, .nt = nt};
                     cur ^= 1;
                     if (g->add && !g->c)
                         drain_pf(&dr);
                     if (nr == 1) {
-                        drain_step(&dr, DRAIN_ALL);
+                        drain_step(&dr, 64);
                         dr.c = NULL;
                     }
                 }
@@ -555,7 +439,7 @@ static void gemm_amx(const struct npu_gemm_args *g)
         }
     }
     if (dr.c)
-        drain_step(&dr, DRAIN_ALL);
+        drain_step(&dr, 64);
     _tile_release();
     if (nt)
         _mm_sfence(); /* the streamed stores before whatever publishes the output */
@@ -563,7 +447,7 @@ static void gemm_amx(const struct npu_gemm_args *g)
 }
 
 const struct npu_kernel_ops npu_ops_amx = {
-    prep_amx,         gemm_amx, npu_pack_avx512vnni, npu_quant_avx512, npu_absmax_avx512, 3,
+    prep_amx,         gemm_amx, npu_pack_avx512vnni, npu_quant_avx512, npu_absmax_avx512, 2,
     tile_names,       16};
 
 /* Peak: four independent TDPBSSD chains on tiles loaded once (no memory
@@ -573,7 +457,7 @@ uint64_t npu_peak_amx(uint64_t iters)
     int8_t src[16][64] __attribute__((aligned(64)));
     int32_t out[16][16] __attribute__((aligned(64)));
     memset(src, 3, sizeof src);
-    configure(16, 0);
+    configure(16);
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
