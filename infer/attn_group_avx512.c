@@ -188,22 +188,21 @@ static void scores_16(float *a, const float *q, const float *kh, size_t ld, uint
 
 /* NM (2 or 4) members' scores over the same slots list[0..n) (keys in
  * place, rows ld apart): 16 / NM keys a step for all of them, each key row
- * loaded once for the NM, the sixteen dots (lanes m * 16 / NM onwards:
- * member m's) folded by one hsum16_16: each dot's chain and fold are
- * scores_t's, so its bits. A tail of MEMBERS_PAD or more keys runs as a
- * step whose last keys repeat its last key (only its own lanes stored); a
- * shorter one one key at a time by scores_t. The head size a constant
- * where it is 64 or 128 (HS). */
-#define MEMBERS_PAD(NM) ((NM) == 2 ? 4u : 2u)
+ * loaded once for the NM, the sixteen dots (lanes i * KE .. i * KE + KE - 1:
+ * member i's) folded by one hsum16_16: each dot's chain and fold are
+ * scores_t's, so its bits. A tail of half a step (KE / 2) or more keys runs
+ * as a step whose last keys repeat its last key (only its own lanes
+ * stored); a shorter one one key at a time by scores_t. The head size a
+ * constant where it is 64 or 128 (HS). */
 static inline __attribute__((always_inline)) void
 scores_members_t(const uint32_t HS, const uint32_t NM, float *const *a, const float *const *q,
                  const float *kh, size_t ld, uint32_t hs, const uint32_t *list, uint32_t n)
 {
     if (HS)
         hs = HS;
-    const uint32_t KE = 16 / NM;
+    const uint32_t KE = 16 / NM, PAD = KE / 2;
     uint32_t j = 0;
-    for (; j + MEMBERS_PAD(NM) <= n; j += KE) {
+    for (; j + PAD <= n; j += KE) {
         uint32_t m = n - j < KE ? n - j : KE;
         const float *k[8];
         __m512 acc[16];
@@ -224,12 +223,11 @@ scores_members_t(const uint32_t HS, const uint32_t NM, float *const *a, const fl
             }
         }
         __m512 r = hsum16_16(acc);
+        const __mmask8 mk = (__mmask8)((1u << m) - 1);
         if (NM == 2) {
-            __mmask8 mk = (__mmask8)((1u << m) - 1);
             _mm256_mask_storeu_ps(a[0] + j, mk, _mm512_castps512_ps256(r));
             _mm256_mask_storeu_ps(a[1] + j, mk, _mm512_extractf32x8_ps(r, 1));
         } else {
-            __mmask8 mk = (__mmask8)((1u << m) - 1);
             _mm_mask_storeu_ps(a[0] + j, mk, _mm512_castps512_ps128(r));
             _mm_mask_storeu_ps(a[1] + j, mk, _mm512_extractf32x4_ps(r, 1));
             _mm_mask_storeu_ps(a[2] + j, mk, _mm512_extractf32x4_ps(r, 2));
@@ -240,6 +238,10 @@ scores_members_t(const uint32_t HS, const uint32_t NM, float *const *a, const fl
         scores_t(HS, 0, a[i] + j, q[i], kh, ld, hs, list + j, n - j, 0);
 }
 
+/* inlined into the row-block kernel (its six forms double that code, past
+ * the 32 KiB L1 instruction cache; out of line measured slower: bench attn
+ * tinyllama 4K rows 4 keep 0.2, 7 alternated pairs, x2.52 inlined against
+ * x2.42 noinline median) */
 static void scores_members(uint32_t NM, float *const *a, const float *const *q, const float *kh,
                            size_t ld, uint32_t hs, const uint32_t *list, uint32_t n)
 {
@@ -291,8 +293,8 @@ values_members(values_fn *vf, uint32_t NH, const struct attn_group_row *w, uint3
  * chain in list order, resumed block by block). The scores of a list's
  * members (its heads, or a row block's rows) four at a time, then two
  * (scores_members: each key row loaded and its address found once for
- * them; the exact stage of bench attn's 4K rows 4 case 0.80-0.90 of the
- * time before, docs/BENCHMARKS.md, seventeenth session, k17). cur: R
+ * them; the exact stage 0.77-0.94 of the time before in k17's
+ * microbenchmark, docs/BENCHMARKS.md, seventeenth session, k17). cur: R
  * uint32_t. */
 void attn_group_rows_blk_avx512(uint32_t R, const struct attn_group_row *w, uint32_t G,
                                 size_t ldq, size_t ldo, uint32_t hs, const float *kh,
