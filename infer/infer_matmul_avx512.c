@@ -163,11 +163,12 @@ static inline __mmask16 lanes(uint32_t c, uint32_t cols)
 }
 
 /* One chunk of nv (1..4) 16-lane column vectors from column c0 (the last
- * one masked to cols): mr rows' sums, each value row loaded once for them.
- * nv is a constant where it is called: a head of 32 columns runs 2 vectors,
- * not 4 with 2 of them masked off (their FMAs on zeros took half the
- * work). Every output is one FMA chain over the keys in order, whatever nv
- * and mr: the same bits. */
+ * one masked to cols): mr rows' sums (mr x nv <= 32 accumulators: up to 4
+ * rows with 4 vectors, up to 8 with 2), each value row loaded once for
+ * them. mr and nv are constants where it is called: a head of 32 columns
+ * runs 2 vectors, not 4 with 2 of them masked off (their FMAs on zeros took
+ * half the work). Every output is one FMA chain over the keys in order,
+ * whatever nv and mr: the same bits. */
 static inline __attribute__((always_inline)) void nn_chunk(float *y, size_t ldy, const float *p,
                                                            size_t ldp, const uint32_t mr,
                                                            const float *v, size_t ldv, uint32_t T,
@@ -177,8 +178,8 @@ static inline __attribute__((always_inline)) void nn_chunk(float *y, size_t ldy,
     __mmask16 m[4];
     for (int j = 0; j < nv; j++)
         m[j] = lanes(c0 + 16 * (uint32_t)j, cols);
-    __m512 acc[INFER_MATMUL_MR][4];
-#pragma GCC unroll 4
+    __m512 acc[INFER_MATMUL_NN_ROWS_AVX512][4];
+#pragma GCC unroll 8
     for (uint32_t a = 0; a < mr; a++)
 #pragma GCC unroll 4
         for (int j = 0; j < nv; j++)
@@ -190,7 +191,7 @@ static inline __attribute__((always_inline)) void nn_chunk(float *y, size_t ldy,
 #pragma GCC unroll 4
         for (int j = 0; j < nv; j++)
             vv[j] = _mm512_maskz_loadu_ps(m[j], vt + 16 * j);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (uint32_t a = 0; a < mr; a++) {
             __m512 pa = _mm512_set1_ps(p[a * ldp + t]);
 #pragma GCC unroll 4
@@ -198,18 +199,31 @@ static inline __attribute__((always_inline)) void nn_chunk(float *y, size_t ldy,
                 acc[a][j] = _mm512_fmadd_ps(pa, vv[j], acc[a][j]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (uint32_t a = 0; a < mr; a++)
 #pragma GCC unroll 4
         for (int j = 0; j < nv; j++)
             _mm512_mask_storeu_ps(y + a * ldy + c0 + 16 * j, m[j], acc[a][j]);
 }
 
+/* 1-4 rows: 64 columns a chunk (mr x 4 accumulators), the tail in as few
+ * vectors as it needs. 5-8 rows: 32 columns a pass (mr x 2), so each value
+ * is loaded once for all the rows (two 4-row calls would load it twice);
+ * a pass over the keys reads 32 columns of each value row, the next
+ * columns the next pass (p is read again each pass, twice as often as at
+ * 64). mr is a constant in each nn_M. */
 static inline __attribute__((always_inline)) void nn(float *y, size_t ldy, const float *p,
                                                      size_t ldp, const uint32_t mr, const float *v,
                                                      size_t ldv, uint32_t T, uint32_t cols, int add)
 {
     uint32_t c0 = 0;
+    if (mr > INFER_MATMUL_MR) {
+        for (; c0 + 16 < cols; c0 += 32) /* 17 to 32 columns from c0 */
+            nn_chunk(y, ldy, p, ldp, mr, v, ldv, T, c0, cols, add, 2);
+        if (c0 < cols)
+            nn_chunk(y, ldy, p, ldp, mr, v, ldv, T, c0, cols, add, 1);
+        return;
+    }
     for (; c0 + 48 < cols; c0 += 64) /* 49 to 64 columns from c0 */
         nn_chunk(y, ldy, p, ldp, mr, v, ldv, T, c0, cols, add, 4);
     /* the tail: 0 to 48 columns in as many vectors as they need */
@@ -232,71 +246,10 @@ NN(1)
 NN(2)
 NN(3)
 NN(4)
-
-/* 5 to 8 rows: 32 columns a pass (8 rows x 2 vectors, 16 accumulators), so
- * each value is loaded once for all the rows (two 4-row passes of nn load
- * it twice) and a pass over the keys reads 32 columns of each value row,
- * the next columns the next pass (p is read again each pass, twice as often
- * as nn reads it). A last
- * pass of 16 columns or fewer runs one vector (nv), not two with one masked
- * off. Every output is the same FMA chain over the keys in order as nn's. */
-static inline __attribute__((always_inline)) void nn_wide_pass(float *y, size_t ldy,
-                                                               const float *p, size_t ldp,
-                                                               const uint32_t mr, const float *v,
-                                                               size_t ldv, uint32_t T, uint32_t c0,
-                                                               uint32_t cols, int add, const int nv)
-{
-    const __mmask16 m[2] = {lanes(c0, cols), lanes(c0 + 16, cols)};
-    __m512 acc[INFER_MATMUL_NN_ROWS_AVX512][2];
-#pragma GCC unroll 8
-    for (uint32_t a = 0; a < mr; a++)
-#pragma GCC unroll 2
-        for (int j = 0; j < nv; j++)
-            acc[a][j] =
-                add ? _mm512_maskz_loadu_ps(m[j], y + a * ldy + c0 + 16 * j) : _mm512_setzero_ps();
-    for (uint32_t t = 0; t < T; t++) {
-        const float *vt = v + t * ldv + c0;
-        __m512 vv[2];
-#pragma GCC unroll 2
-        for (int j = 0; j < nv; j++)
-            vv[j] = _mm512_maskz_loadu_ps(m[j], vt + 16 * j);
-#pragma GCC unroll 8
-        for (uint32_t a = 0; a < mr; a++) {
-            __m512 pa = _mm512_set1_ps(p[a * ldp + t]);
-#pragma GCC unroll 2
-            for (int j = 0; j < nv; j++)
-                acc[a][j] = _mm512_fmadd_ps(pa, vv[j], acc[a][j]);
-        }
-    }
-#pragma GCC unroll 8
-    for (uint32_t a = 0; a < mr; a++)
-#pragma GCC unroll 2
-        for (int j = 0; j < nv; j++)
-            _mm512_mask_storeu_ps(y + a * ldy + c0 + 16 * j, m[j], acc[a][j]);
-}
-
-static inline __attribute__((always_inline)) void nn_wide(float *y, size_t ldy, const float *p,
-                                                          size_t ldp, const uint32_t mr,
-                                                          const float *v, size_t ldv, uint32_t T,
-                                                          uint32_t cols, int add)
-{
-    uint32_t c0 = 0;
-    for (; c0 + 16 < cols; c0 += 32) /* 17 to 32 columns from c0 */
-        nn_wide_pass(y, ldy, p, ldp, mr, v, ldv, T, c0, cols, add, 2);
-    if (c0 < cols)
-        nn_wide_pass(y, ldy, p, ldp, mr, v, ldv, T, c0, cols, add, 1);
-}
-
-#define NN_WIDE(M)                                                                                 \
-    static void nn_##M(float *y, size_t ldy, const float *p, size_t ldp, const float *v,           \
-                       size_t ldv, uint32_t T, uint32_t cols, int add)                             \
-    {                                                                                              \
-        nn_wide(y, ldy, p, ldp, M, v, ldv, T, cols, add);                                          \
-    }
-NN_WIDE(5)
-NN_WIDE(6)
-NN_WIDE(7)
-NN_WIDE(8)
+NN(5)
+NN(6)
+NN(7)
+NN(8)
 
 typedef void nn_fixed_fn(float *y, size_t ldy, const float *p, size_t ldp, const float *v,
                          size_t ldv, uint32_t T, uint32_t cols, int add);
