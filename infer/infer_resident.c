@@ -188,6 +188,9 @@ struct packed_shared_part {
     /* from PACKED_ROWS_MIN rows instead (infer_packed_tiles_take): the rows
      * staged once for unpack_tensor_dot_tiles */
     const void *stage;
+    /* or (shared_multirow) all rows of a chunk in one unpack_tensor_dot,
+     * the multi-row dot kernel's */
+    int multi;
 };
 
 struct packed_shared {
@@ -300,6 +303,11 @@ static int shared_drain(struct packed_shared *sh, int front)
                 lin->upk, r0, r1, p->stage, p->acc + r0, lin->rows);
             if (ret < 0)
                 return ret;
+        } else if (p->multi) { /* packed_part_run's call on the chunk */
+            int ret = unpack_tensor_dot(lin->upk, unpack_kernel_best(), r0, r1, p->xq, sh->n,
+                                        p->acc + r0, lin->rows);
+            if (ret < 0)
+                return ret;
         }
         /* the part's fields in locals, so the stores to y need not reload
          * them (GCC -O3 then vectorizes the loop below behind its overlap
@@ -310,10 +318,11 @@ static int shared_drain(struct packed_shared *sh, int front)
         const uint8_t *const sc = lin->upk->layout.scales;
         for (uint32_t i = 0; i < sh->n; i++) {
             size_t at = (size_t)i * lin->rows;
-            int ret = p->stage ? 0
-                               : unpack_tensor_dot_x(lin->upk, unpack_kernel_best(), r0, r1,
-                                                     p->xq + (size_t)i * lin->cols, &p->px[i],
-                                                     p->acc + at + r0);
+            int ret = p->stage || p->multi
+                          ? 0
+                          : unpack_tensor_dot_x(lin->upk, unpack_kernel_best(), r0, r1,
+                                                p->xq + (size_t)i * lin->cols, &p->px[i],
+                                                p->acc + at + r0);
             if (ret < 0)
                 return ret;
             /* packed_part_run's formula; the row scales read where they lie
@@ -337,7 +346,10 @@ static int shared_run(void *arg)
  * unpack_tensor_dot_tiles (tiles): four times the bytes, a multiple of its
  * passes of 32 channels (each pass prefetches the next one's bytes, so a
  * chunk of one pass streams unprefetched; 8-row forward x1.60-1.78 -> x1.51-1.58
- * of one row, docs/BENCHMARKS.md, o18). */
+ * of one row, docs/BENCHMARKS.md, o18). `many`: PACKED_ROWS_MIN rows or more
+ * (the tile kernel, or the multi-row dot kernel: 4-row forward of
+ * tinyllama 5-bit, CPU median 98 ms before it shared the range, 114 with
+ * chunks of 64 KiB, 88 with 256 KiB; f18). */
 #define SHARED_CHUNK_BYTES ((uint64_t)64 << 10)
 static _Atomic uint32_t chunk_override; /* tests */
 
@@ -346,16 +358,16 @@ void infer_packed_shared_set_chunk(uint32_t channels)
     atomic_store(&chunk_override, channels);
 }
 
-static uint32_t shared_chunk(const struct infer_linear *lin, int tiles)
+static uint32_t shared_chunk(const struct infer_linear *lin, int many)
 {
     uint32_t o = atomic_load_explicit(&chunk_override, memory_order_relaxed);
     if (o)
         return o;
     uint64_t row = lin->upk->layout.data_len / lin->rows;
-    uint64_t c = SHARED_CHUNK_BYTES * (tiles ? 4 : 1) / (row ? row : 1), most = lin->rows / 8;
+    uint64_t c = SHARED_CHUNK_BYTES * (many ? 4 : 1) / (row ? row : 1), most = lin->rows / 8;
     if (c > most)
         c = most;
-    const uint32_t unit = tiles ? 32 : 16; /* unpack_tensor_dot_tiles: passes of 32 */
+    const uint32_t unit = many ? 32 : 16; /* unpack_tensor_dot_tiles: passes of 32 */
     c = c / unit * unit;
     return c < unit ? unit : (uint32_t)c;
 }
@@ -367,12 +379,25 @@ static uint32_t shared_chunk(const struct infer_linear *lin, int tiles)
  * npu_min_weights wins. */
 #define PACKED_SPLIT_MIN (1u << 18)
 
+/* From PACKED_ROWS_MIN rows where neither the tile kernel nor
+ * infer_packed_rows takes them (4-5 rows on AMX, up to DOT_ROWS_MAX
+ * without): the multi-row dot kernel on each chunk of the shared range.
+ * They took a fixed split (infer_linear_packed's), the calling thread
+ * waiting for the device thread's share: npu_ticket_wait was 2.7 ms of a
+ * 4-row forward's 77 ms of CPU (tinyllama 5-bit, docs/BENCHMARKS.md,
+ * seventeenth session, f18). */
+static int shared_multirow(const struct unpack_tensor *u, uint32_t n)
+{
+    return n >= PACKED_ROWS_MIN && !infer_packed_tiles_take(u, n) && !infer_packed_rows_take(u, n);
+}
+
 int infer_packed_shares(const struct infer_state *s, const struct infer_linear *lin, uint32_t n)
 {
     uint64_t least = s->npu_min_weights < PACKED_SPLIT_MIN ? s->npu_min_weights : PACKED_SPLIT_MIN;
     return s->dev && !lin->npu && lin->upk && n > 0 &&
-           (n < PACKED_ROWS_MIN || infer_packed_tiles_take(lin->upk, n)) && !s->split_work &&
-           lin->rows >= 32 && infer_split_work(s, lin, n) >= least;
+           (n < PACKED_ROWS_MIN || infer_packed_tiles_take(lin->upk, n) ||
+            shared_multirow(lin->upk, n)) &&
+           !s->split_work && lin->rows >= 32 && infer_split_work(s, lin, n) >= least;
 }
 
 /* s->acc holds at least need sums: 0 or -ENOMEM. */
@@ -414,12 +439,13 @@ static size_t stage_span(uint32_t cols, uint32_t n)
 }
 
 /* The first part i <= j with part j's activations (the same rows, the same
- * width): its stage serves j too. */
+ * width) that takes the tile kernel, as j does (tiles[]): its stage serves
+ * j too. */
 static uint32_t stage_of(const int8_t *const *xq, const struct infer_linear *const *lins,
-                         uint32_t j)
+                         const int *tiles, uint32_t j)
 {
     uint32_t i = 0;
-    while (i < j && !(xq[i] == xq[j] && lins[i]->cols == lins[j]->cols))
+    while (i < j && !(tiles[i] && xq[i] == xq[j] && lins[i]->cols == lins[j]->cols))
         i++;
     return i;
 }
@@ -435,8 +461,8 @@ int infer_linear_packed_group(struct infer_state *s, uint32_t count,
     uint32_t total = 0;
     for (uint32_t j = 0; j < count; j++) {
         /* from PACKED_ROWS_MIN rows a part shares only where the tile
-         * kernel takes it (infer_packed_shares): the px[] path below holds
-         * fewer rows */
+         * kernel or the multi-row dot kernel takes it (infer_packed_shares):
+         * the px[] path below holds fewer rows */
         if (!infer_packed_shares(s, lins[j], n)) {
             sl_err_set(err, "a %u x %u linear cannot join a packed group", lins[j]->rows,
                        lins[j]->cols);
@@ -447,28 +473,30 @@ int infer_linear_packed_group(struct infer_state *s, uint32_t count,
     int ret = acc_reserve(s, (size_t)n * total, err);
     if (ret < 0)
         return ret;
-    /* from PACKED_ROWS_MIN rows every part takes unpack_tensor_dot_tiles
-     * (infer_packed_shares): each part's rows staged once, one after
-     * another, or a part's stage shared with an earlier part of the same
-     * activations (a layer's q, k and v; its gate and up) */
-    const int tiles = n >= PACKED_ROWS_MIN;
-    if (tiles) {
-        size_t sb = 0;
-        for (uint32_t j = 0; j < count; j++)
-            if (stage_of(xq, lins, j) == j)
-                sb += stage_span(lins[j]->cols, n);
-        if ((ret = tiles_stage_reserve(s, sb, err)) < 0)
-            return ret;
+    /* from PACKED_ROWS_MIN rows a part takes unpack_tensor_dot_tiles or
+     * the multi-row dot kernel (infer_packed_shares); the tile kernel's
+     * parts have their rows staged once, one after another, or a part's
+     * stage shared with an earlier part of the same activations (a layer's
+     * q, k and v; its gate and up) */
+    int tiles[INFER_PACKED_GROUP_MAX];
+    size_t sb = 0;
+    for (uint32_t j = 0; j < count; j++) {
+        tiles[j] = n >= PACKED_ROWS_MIN && infer_packed_tiles_take(lins[j]->upk, n);
+        if (tiles[j] && stage_of(xq, lins, tiles, j) == j)
+            sb += stage_span(lins[j]->cols, n);
     }
+    if (sb > 0 && (ret = tiles_stage_reserve(s, sb, err)) < 0)
+        return ret;
     struct packed_shared sh = {.count = count, .n = n};
     uint8_t *stage = s->tiles_stage;
     for (uint32_t j = 0, base = 0; j < count; base += lins[j]->rows, j++) {
         struct packed_shared_part *p = &sh.part[j];
         *p = (struct packed_shared_part){.lin = lins[j], .xq = xq[j], .act = act[j], .y = y[j],
                                          .acc = s->acc + (size_t)n * base, .base = base,
-                                         .chunk = shared_chunk(lins[j], tiles)};
-        if (tiles) {
-            uint32_t i = stage_of(xq, lins, j);
+                                         .chunk = shared_chunk(lins[j], n >= PACKED_ROWS_MIN),
+                                         .multi = n >= PACKED_ROWS_MIN && !tiles[j]};
+        if (tiles[j]) {
+            uint32_t i = stage_of(xq, lins, tiles, j);
             if (i < j) { /* the same rows, staged already */
                 p->stage = sh.part[i].stage;
                 continue;
@@ -481,7 +509,7 @@ int infer_linear_packed_group(struct infer_state *s, uint32_t count,
             stage += stage_span(lins[j]->cols, n);
             continue;
         }
-        for (uint32_t i = 0; i < n; i++)
+        for (uint32_t i = 0; !p->multi && i < n; i++)
             unpack_dot_x_init(lins[j]->upk, xq[j] + (size_t)i * lins[j]->cols, &p->px[i]);
     }
     atomic_init(&sh.range, (uint64_t)total);

@@ -4,15 +4,16 @@
  * of their joint channel range) give, bit for bit, what the plain row path
  * (unpack_tensor_dot, then act * scale * sum) gives for each linear alone:
  * groups of 1-3 linears of every layer (also of unequal sizes, in any
- * order, a linear twice), 1-3 rows (and 6 and 12, which take the AMX tile
- * kernel, unpack_tensor_dot_tiles, where it runs), each linear with its own activations
+ * order, a linear twice), 1-3 rows, 4 and 5 (the multi-row dot kernel on
+ * each chunk, where it runs), 6 and 12 (the AMX tile kernel,
+ * unpack_tensor_dot_tiles, where it runs), each linear with its own activations
  * and scale, chunks that do or do not divide the linears' channels;
  * infer_linear_exec_group takes the joint split (each linear passes
  * infer_packed_shares) and gives infer_linear_exec's bits one by one
  * (static scales shared or not; with a linear term attached it runs the
  * linears one by one, the old path, not tested here); bad
- * groups (none, too many, too many rows, no device thread) are refused with
- * a sentence. Random inputs, the seed printed. */
+ * groups (none, too many, too many rows, rows that take infer_packed_rows, no
+ * device thread) are refused with a sentence. Random inputs, the seed printed. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,12 +117,15 @@ static void test_group_bits(void **st)
     static const uint32_t chunks[] = {0, 16, 48, 7, 100000};
     for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
         infer_packed_shared_set_chunk(chunks[ci]);
-        for (uint32_t n = 1; n <= 16; n = n < 3 ? n + 1 : n == 3 ? 6 : n * 2) {
-            /* 6, 12 rows: where unpack_tensor_dot_tiles takes them (AMX) */
+        for (uint32_t n = 1; n <= 16; n = n < 6 ? n + 1 : n * 2) {
+            /* 4, 5 rows: the multi-row dot kernel on each chunk where it
+             * takes them (AVX-512 VNNI); 6, 12 rows: where
+             * unpack_tensor_dot_tiles takes them (AMX) */
             const struct infer_linear *l0 =
                 infer_model_linear(infer_session_model(s), 0, FORMAT_ROLE_WQ);
-            if (n > 3 && !infer_packed_tiles_take(l0->upk, n))
-                break;
+            if (n > 3 && !infer_packed_tiles_take(l0->upk, n) &&
+                infer_packed_rows_take(l0->upk, n))
+                continue;
             for (int l = 0; l < (int)c->n_layers; l++) {
                 check_group(s, l, qkv, 3, n, 0, &g);
                 check_group(s, l, gu, 2, n, 0, &g);
@@ -222,8 +226,16 @@ static void test_refused(void **st)
     assert_int_equal(infer_linear_packed_group(sta, 4, lins, xs, act, ys, 1, &err), -EINVAL);
     assert_true(err.msg[0] != 0);
     memset(&err, 0, sizeof err);
-    assert_int_equal(infer_linear_packed_group(sta, 1, lins, xs, act, ys, 4, &err), -EINVAL);
+    assert_int_equal(infer_linear_packed_group(sta, 1, lins, xs, act, ys,
+                                               UNPACK_TILES_ROWS_MAX + 1, &err),
+                     -EINVAL);
     assert_true(err.msg[0] != 0);
+    /* 4 rows that go to infer_packed_rows (a tile set), not a dot kernel */
+    infer_packed_rows_set_tile(16);
+    memset(&err, 0, sizeof err);
+    assert_int_equal(infer_linear_packed_group(sta, 1, lins, xs, act, ys, 4, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "cannot join"));
+    infer_packed_rows_set_tile(0);
     infer_session_destroy(s);
     /* no device thread: nothing to share the range with */
     s = tiny_packed_session(q_model, 1);
