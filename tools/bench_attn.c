@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "infer.h"
 #include "sluice.h"
@@ -30,7 +31,10 @@ static void usage(FILE *f)
             "Keys and queries are synthetic, with the structure attention has in trained\n"
             "models: a few keys per query align with it (and a recall pass, untimed, measures\n"
             "how many of the float Q.K top-k keys the int8 estimate finds, and the float\n"
-            "attention mass the kept keys hold).\n"
+            "attention mass the kept keys hold). A second line per case gives each thread's\n"
+            "half of a dense and a sparse call (mean ms, wall and the thread's CPU time):\n"
+            "a split uneven in CPU time is an imbalance; wall above CPU time is other\n"
+            "processes' load; dense CPU / sparse CPU is a speedup load moves little.\n"
             "  --shape S     tinyllama (32 heads, 4 kv heads, head_dim 64), llama3-8b (32, 8,\n"
             "                128), or all (default)\n"
             "  --ctx LIST    cache lengths, comma-separated (default 1024,2048,4096,8192)\n"
@@ -62,6 +66,9 @@ static void usage(FILE *f)
             "                recall (each row's int8 top-k against its float top-k: with\n"
             "                --rows, not the block's shared list), mass (the float attention\n"
             "                the kept keys hold), the sparse stages' CPU ms (summed over threads),\n"
+            "                dense_cpu_ms and sparse_cpu_ms (the threads' CPU time per call), with\n"
+            "                two threads dense_thread_ms, dense_thread2_ms, sparse_thread_ms,\n"
+            "                sparse_thread2_ms (each half's mean wall ms),\n"
             "                and with --ablate-plan noplan_ms, noplan_ms_min, plan_speedup\n");
 }
 
@@ -96,7 +103,17 @@ struct dense_arg {
     uint32_t h0, h1;
     float *out, *scratch;
     int ret;
+    uint64_t busy_ns, cpu_ns; /* summed over the timed calls: this half's run, wall and
+                               * its thread's CPU time (less what other processes took) */
 };
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* dense over two threads, kv heads split in half: a persistent second
  * thread (as a pool would have), handed each call through a condition */
@@ -119,8 +136,11 @@ static void *pool_main(void *p)
         pl->go = 0;
         struct dense_arg *a = pl->arg;
         pthread_mutex_unlock(&pl->mu);
+        uint64_t t0 = sl_now_ns(), c0 = thread_cpu_ns();
         a->ret = a->at->run(a->at, a->c, a->kv, 0, a->rows, a->q, a->h0, a->h1, a->out,
                             a->scratch);
+        a->busy_ns += sl_now_ns() - t0;
+        a->cpu_ns += thread_cpu_ns() - c0;
         pthread_mutex_lock(&pl->mu);
         pl->done = 1;
         pthread_cond_broadcast(&pl->cv);
@@ -135,8 +155,12 @@ static int split_run(struct pool *pl, struct dense_arg a[2], uint32_t threads)
 {
     if (threads == 1) {
         struct dense_arg *x = &a[0];
-        return x->at->run(x->at, x->c, x->kv, 0, x->rows, x->q, x->h0, a[1].h1, x->out,
-                          x->scratch);
+        uint64_t t0 = sl_now_ns(), c0 = thread_cpu_ns();
+        int ret = x->at->run(x->at, x->c, x->kv, 0, x->rows, x->q, x->h0, a[1].h1, x->out,
+                             x->scratch);
+        x->busy_ns += sl_now_ns() - t0;
+        x->cpu_ns += thread_cpu_ns() - c0;
+        return ret;
     }
     pthread_mutex_lock(&pl->mu);
     pl->arg = &a[1];
@@ -144,8 +168,11 @@ static int split_run(struct pool *pl, struct dense_arg a[2], uint32_t threads)
     pl->go = 1;
     pthread_cond_broadcast(&pl->cv);
     pthread_mutex_unlock(&pl->mu);
+    uint64_t t0 = sl_now_ns(), c0 = thread_cpu_ns();
     a[0].ret = a[0].at->run(a[0].at, a[0].c, a[0].kv, 0, a[0].rows, a[0].q, a[0].h0, a[0].h1,
                             a[0].out, a[0].scratch);
+    a[0].busy_ns += sl_now_ns() - t0;
+    a[0].cpu_ns += thread_cpu_ns() - c0;
     pthread_mutex_lock(&pl->mu);
     while (!pl->done)
         pthread_cond_wait(&pl->cv, &pl->mu);
@@ -170,6 +197,8 @@ static int time_all(struct pool *pl, struct dense_arg ca[5][2], uint32_t threads
     for (int c = 0; c < 5; c++)
         if (t[c] && (ret = split_run(pl, ca[c], threads)) < 0)
             return ret;
+    for (int c = 0; c < 5; c++)
+        ca[c][0].busy_ns = ca[c][1].busy_ns = ca[c][0].cpu_ns = ca[c][1].cpu_ns = 0;
     for (uint32_t r = 0; r < reps; r++)
         for (int c = 0; c < 5; c++) {
             if (!t[c])
@@ -299,16 +328,16 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
     const struct infer_attention *ia = spi ? infer_sparse_attention(spi) : sa;
     size_t sT = 64 * (size_t)T;
     struct dense_arg ca[5][2] = {
-        {{&infer_attention_dense, &c, kv, &rows, q, 0, half, od, scr, 0},
-         {&infer_attention_dense, &c, kv, &rows, q, half, H, od, scr + sT, 0}},
-        {{sa, &c, kv, &rows, q, 0, half, os, scr + 2 * sT, 0},
-         {sa, &c, kv, &rows, q, half, H, os, scr + 3 * sT, 0}},
-        {{na, &c, kv, &rows, q, 0, half, on, scr + 4 * sT, 0},
-         {na, &c, kv, &rows, q, half, H, on, scr + 5 * sT, 0}},
-        {{ga, &c, kv, &rows, q, 0, half, og, scr + 7 * sT, 0},
-         {ga, &c, kv, &rows, q, half, H, og, scr + 8 * sT, 0}},
-        {{ia, &c, kv, &rows, q, 0, half, oi, scr + 9 * sT, 0},
-         {ia, &c, kv, &rows, q, half, H, oi, scr + 10 * sT, 0}}};
+        {{&infer_attention_dense, &c, kv, &rows, q, 0, half, od, scr, 0, 0, 0},
+         {&infer_attention_dense, &c, kv, &rows, q, half, H, od, scr + sT, 0, 0, 0}},
+        {{sa, &c, kv, &rows, q, 0, half, os, scr + 2 * sT, 0, 0, 0},
+         {sa, &c, kv, &rows, q, half, H, os, scr + 3 * sT, 0, 0, 0}},
+        {{na, &c, kv, &rows, q, 0, half, on, scr + 4 * sT, 0, 0, 0},
+         {na, &c, kv, &rows, q, half, H, on, scr + 5 * sT, 0, 0, 0}},
+        {{ga, &c, kv, &rows, q, 0, half, og, scr + 7 * sT, 0, 0, 0},
+         {ga, &c, kv, &rows, q, half, H, og, scr + 8 * sT, 0, 0, 0}},
+        {{ia, &c, kv, &rows, q, 0, half, oi, scr + 9 * sT, 0, 0, 0},
+         {ia, &c, kv, &rows, q, half, H, oi, scr + 10 * sT, 0, 0, 0}}};
     double *tt[5] = {td, ts, spn ? tn : NULL, spg ? tg : NULL, spi ? ti : NULL};
     struct pool pl = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     pthread_t worker;
@@ -392,6 +421,16 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
             cJSON_AddNumberToObject(o, "group_recall", gst.recall);
             cJSON_AddNumberToObject(o, "group_mass", gst.mass);
         }
+        if (bo->threads > 1) { /* per thread, the mean of a call's half */
+            cJSON_AddNumberToObject(o, "dense_thread_ms", (double)ca[0][0].busy_ns / 1e6 / reps);
+            cJSON_AddNumberToObject(o, "dense_thread2_ms", (double)ca[0][1].busy_ns / 1e6 / reps);
+            cJSON_AddNumberToObject(o, "sparse_thread_ms", (double)ca[1][0].busy_ns / 1e6 / reps);
+            cJSON_AddNumberToObject(o, "sparse_thread2_ms", (double)ca[1][1].busy_ns / 1e6 / reps);
+        }
+        cJSON_AddNumberToObject(o, "dense_cpu_ms",
+                                (double)(ca[0][0].cpu_ns + ca[0][1].cpu_ns) / 1e6 / reps);
+        cJSON_AddNumberToObject(o, "sparse_cpu_ms",
+                                (double)(ca[1][0].cpu_ns + ca[1][1].cpu_ns) / 1e6 / reps);
         cJSON_AddNumberToObject(o, "sparse_wait_ms", w_ms);
         cJSON_AddNumberToObject(o, "sparse_topk_ms", k_ms);
         cJSON_AddNumberToObject(o, "sparse_qkv_ms", v_ms);
@@ -406,6 +445,15 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
                "softmax.V %.2f ms)\n",
                sh->name, T, decode ? "decode" : "prefill", n, dmed, td[0], smed, ts[0],
                dmed / smed, st.recall, st.mass, w_ms, k_ms, v_ms);
+        /* the halves' own time (an imbalance, or both slowed) and their
+         * threads' CPU time (less than the wall time: other processes ran) */
+        printf("%-10s %6u %-8s %4u rows  per thread, mean ms wall (cpu), calling / second: "
+               "dense %.2f (%.2f) / %.2f (%.2f)  sparse %.2f (%.2f) / %.2f (%.2f)\n",
+               sh->name, T, decode ? "decode" : "prefill", n,
+               (double)ca[0][0].busy_ns / 1e6 / reps, (double)ca[0][0].cpu_ns / 1e6 / reps,
+               (double)ca[0][1].busy_ns / 1e6 / reps, (double)ca[0][1].cpu_ns / 1e6 / reps,
+               (double)ca[1][0].busy_ns / 1e6 / reps, (double)ca[1][0].cpu_ns / 1e6 / reps,
+               (double)ca[1][1].busy_ns / 1e6 / reps, (double)ca[1][1].cpu_ns / 1e6 / reps);
         if (spn)
             printf("%-10s %6u %-8s %4u rows  sparse without the plan %9.3f ms (min %9.3f): the "
                    "plan x%.3f\n",
