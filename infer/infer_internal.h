@@ -367,8 +367,9 @@ uint64_t infer_split_work(const struct infer_state *s, const struct infer_linear
  * the int32 sums straight from the packed codes (unpack_tensor_dot), the
  * state's device taking the first npu_share of the output channels as for
  * int8 from 4 rows; for rows of one sequence that a dot kernel or the tile
- * kernel takes (1-3, 4-5 with the multi-row dot kernel, 6-16 with the tile
- * kernel on AMX; infer_packed_shares) from 2^18 weights, or
+ * kernel takes (1-3; 4-8 with the multi-row dot kernel where the tile
+ * kernel does not take them, i.e. 4-5 on AMX; 6-16 with the tile kernel on
+ * AMX; infer_packed_shares) from 2^18 weights, or
  * npu_min_weights if smaller, the device thread and the calling thread take
  * chunks from the two ends of the channels (infer_resident.c), whatever the
  * share; dequantized as npu_linear_s8 does: bit-identical

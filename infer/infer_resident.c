@@ -129,7 +129,9 @@ struct packed_part {
  * outside the decode's shared split), else a tile at a time into int8 for
  * the NPU's GEMM (infer_resident_rows.c, infer_packed_rows_take decides);
  * on AMX from 6 rows in registers into L1 pieces for the tile unit
- * (unpack_tensor_dot_tiles; p->stage set: infer_packed_tiles_take). */
+ * (unpack_tensor_dot_tiles; p->stage set: infer_packed_tiles_take). With a
+ * device thread, rows a dot kernel or the tile kernel takes go through the
+ * shared range below instead (infer_packed_shares). */
 
 static int packed_part_run(void *arg)
 {
@@ -162,7 +164,8 @@ static int packed_part_run(void *arg)
     return 0;
 }
 
-/* Decoding (fewer than PACKED_ROWS_MIN rows): the output channels handed out
+/* Decoding, and the few-row forwards a dot kernel or the tile kernel takes
+ * (infer_packed_shares): the output channels handed out
  * in chunks from the two ends of one range, the device thread taking them
  * from the front and the calling thread from the back. Each streams its own
  * contiguous stretch of the packed bytes, and neither waits for the other
@@ -367,7 +370,9 @@ static uint32_t shared_chunk(const struct infer_linear *lin, int many)
     uint64_t c = SHARED_CHUNK_BYTES * (many ? 4 : 1) / (row ? row : 1), most = lin->rows / 8;
     if (c > most)
         c = most;
-    const uint32_t unit = many ? 32 : 16; /* unpack_tensor_dot_tiles: passes of 32 */
+    /* unpack_tensor_dot_tiles: passes of 32; the multi-row dot kernel has no
+     * such unit and takes the same */
+    const uint32_t unit = many ? 32 : 16;
     c = c / unit * unit;
     return c < unit ? unit : (uint32_t)c;
 }

@@ -4,7 +4,8 @@
  * (unpack_tensor_dot, one activation row at a time), for every linear of an
  * adaptive 5-bit and a bitplane 4-bit model, 4 to 16 rows, tiles of 16, 48
  * channels and the default, with the device thread taking half the channels
- * and without it (tiles of 16 and 48 set: that path even where
+ * (or, where a dot kernel takes the rows, chunks from the two ends:
+ * test_packed_group checks that path) and without it (tiles of 16 and 48 set: that path even where
  * unpack_tensor_dot unpacks once for all rows, AVX-512 VNNI; the default:
  * unpack_tensor_dot's multi-row kernels there, and from 6 rows on AMX
  * unpack_tensor_dot_tiles); and every allocation failing in turn gives
