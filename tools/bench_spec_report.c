@@ -39,7 +39,7 @@ void bench_spec_report(const struct bench_spec_sums *S, const struct bench_spec_
                                                     (S->rounds[k] + S->steps[k])
                                               : 0.0);
         /* which source drafted the rows and which were accepted */
-        static const char *const src_name[4] = {"context", "history", "calibrated", "reused"};
+        static const char *const src_name[4] = {"context", "history", "calib", "reuse"};
         if (!json) {
             printf("         drafts accepted/drafted by source:");
             for (int i = 0; i < 4; i++)
