@@ -81,24 +81,20 @@ static void quantize_cols(struct pl *p, struct chunkbuf *b, int layer, uint32_t 
 /* SwiGLU over columns [f0, f1) of rows [r0, r0 + rows) with down's codes
  * written row by row, each right after its row (from L1: a chunk's whole
  * piece, written first, was re-read from beyond L2), where down quantizes
- * with a static scale, elementwise (quantize_cols' codes and act, the
- * SwiGLU's bits: both elementwise). Returns 0 without doing anything where
+ * with a static scale (quantize_cols per row: its codes and act, the
+ * SwiGLU's bits, both elementwise). Returns 0 without doing anything where
  * that does not apply (a dynamic scale needs the whole piece first; float
- * weights; codes shared with a lead). */
+ * weights take the float input). */
 static int swiglu_quantized(struct pl *p, struct chunkbuf *b, int layer, uint32_t r0,
                             uint32_t rows, uint32_t F, uint32_t f0, uint32_t f1)
 {
     const uint32_t role = FORMAT_ROLE_W_DOWN;
-    float s = p->lin_info[layer + 1][role].act;
-    if (!p->lin_info[layer + 1][role].int8 || !(s > 0) || code_lead(p, layer, role) != role)
+    if (!p->lin_info[layer + 1][role].int8 || !(p->lin_info[layer + 1][role].act > 0))
         return 0;
     for (uint32_t r = r0; r < r0 + rows; r++) {
         infer_step_swiglu(b->g + (size_t)r * F, b->u + (size_t)r * F, 1, F, f0, f1);
-        npu_quantize_act(b->g + (size_t)r * F + f0, f1 - f0, s,
-                         b->xq[role] + (size_t)r * F + f0);
+        quantize_cols(p, b, layer, role, b->g, r, 1, F, f0, f1);
     }
-    if (f0 == 0 && r0 + rows == b->n) /* as quantize_cols (and quantize_for) set it */
-        b->act[role] = s;
     return 1;
 }
 
