@@ -137,6 +137,11 @@ struct infer_state {
     size_t tiles_stage_cap;
 };
 
+/* *buf grown to at least need bytes, 64-byte aligned (its contents not
+ * kept; a scratch grown once, not an allocation per call): 0, or -ENOMEM
+ * with *buf and *cap as they were. infer_linear.c. */
+int infer_reserve_aligned(void **buf, size_t *cap, size_t need);
+
 /* Output channels [r0, r1) of a packed linear (lin->upk) for n activation
  * rows xq [n][cols], into y [n][rows] (y[i * rows + r]): the codes unpacked
  * once per call, a tile at a time, and multiplied by the NPU's GEMM, with

@@ -385,20 +385,26 @@ static void s8_part_do(const void *ops, uint32_t r0, uint32_t r1)
  * float linear's is (split_with_device). The bits are those of every other
  * split: each output channel is computed the same way whatever the range
  * (npu.h). */
+int infer_reserve_aligned(void **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    void *p = sl_alloc_aligned(need, 64);
+    if (!p)
+        return -ENOMEM;
+    sl_free_aligned(*buf);
+    *buf = p;
+    *cap = need;
+    return 0;
+}
+
 static int linear_s8_few(struct infer_state *s, const struct infer_linear *lin,
                          const int8_t *xq, uint32_t n, float act, float *y, uint32_t r_dev,
                          struct sl_err *err)
 {
-    const size_t sb = npu_stage_bytes(n, lin->cols);
-    if (sb > s->stage_cap) { /* grown once: not an allocation per decode step */
-        void *p = sl_alloc_aligned(sb, 64);
-        if (!p) {
-            sl_err_set(err, "out of memory for a linear's activations");
-            return -ENOMEM;
-        }
-        sl_free_aligned(s->stage);
-        s->stage = p;
-        s->stage_cap = sb;
+    if (infer_reserve_aligned(&s->stage, &s->stage_cap, npu_stage_bytes(n, lin->cols)) < 0) {
+        sl_err_set(err, "out of memory for a linear's activations");
+        return -ENOMEM;
     }
     npu_stage_act(xq, n, lin->cols, s->stage);
     struct s8_part op = {lin->npu, s->stage, n, lin->rows, act, y};

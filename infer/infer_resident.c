@@ -191,9 +191,6 @@ struct packed_shared_part {
     /* from PACKED_ROWS_MIN rows instead (infer_packed_tiles_take): the rows
      * staged once for unpack_tensor_dot_tiles */
     const void *stage;
-    /* or (shared_multirow) all rows of a chunk in one unpack_tensor_dot,
-     * the multi-row dot kernel's */
-    int multi;
 };
 
 struct packed_shared {
@@ -301,12 +298,16 @@ static int shared_drain(struct packed_shared *sh, int front)
         const struct infer_linear *lin = p->lin;
         chunk_prefetch(lin->upk, r0, r1, 0);
         next_prefetch(sh, j, r0, r1, front);
+        /* from PACKED_ROWS_MIN rows, a part without a stage takes the
+         * multi-row dot kernel (shared_multirow): all rows of a chunk in
+         * one unpack_tensor_dot */
+        const int multi = !p->stage && sh->n >= PACKED_ROWS_MIN;
         if (p->stage) { /* the back end's passes downwards, towards its next chunk */
             int ret = (front ? unpack_tensor_dot_tiles : unpack_tensor_dot_tiles_down)(
                 lin->upk, r0, r1, p->stage, p->acc + r0, lin->rows);
             if (ret < 0)
                 return ret;
-        } else if (p->multi) { /* packed_part_run's call on the chunk */
+        } else if (multi) { /* packed_part_run's call on the chunk */
             int ret = unpack_tensor_dot(lin->upk, unpack_kernel_best(), r0, r1, p->xq, sh->n,
                                         p->acc + r0, lin->rows);
             if (ret < 0)
@@ -321,7 +322,7 @@ static int shared_drain(struct packed_shared *sh, int front)
         const uint8_t *const sc = lin->upk->layout.scales;
         for (uint32_t i = 0; i < sh->n; i++) {
             size_t at = (size_t)i * lin->rows;
-            int ret = p->stage || p->multi
+            int ret = p->stage || multi
                           ? 0
                           : unpack_tensor_dot_x(lin->upk, unpack_kernel_best(), r0, r1,
                                                 p->xq + (size_t)i * lin->cols, &p->px[i],
@@ -423,16 +424,10 @@ static int acc_reserve(struct infer_state *s, size_t need, struct sl_err *err)
 /* s->tiles_stage of at least `need` bytes, 64-byte aligned. */
 static int tiles_stage_reserve(struct infer_state *s, size_t need, struct sl_err *err)
 {
-    if (need <= s->tiles_stage_cap)
-        return 0;
-    void *p = sl_alloc_aligned(need, 64);
-    if (!p) {
+    if (infer_reserve_aligned(&s->tiles_stage, &s->tiles_stage_cap, need) < 0) {
         sl_err_set(err, "out of memory for a packed matmul's staged rows");
         return -ENOMEM;
     }
-    sl_free_aligned(s->tiles_stage);
-    s->tiles_stage = p;
-    s->tiles_stage_cap = need;
     return 0;
 }
 
@@ -498,8 +493,7 @@ int infer_linear_packed_group(struct infer_state *s, uint32_t count,
         struct packed_shared_part *p = &sh.part[j];
         *p = (struct packed_shared_part){.lin = lins[j], .xq = xq[j], .act = act[j], .y = y[j],
                                          .acc = s->acc + (size_t)n * base, .base = base,
-                                         .chunk = shared_chunk(lins[j], n >= PACKED_ROWS_MIN),
-                                         .multi = n >= PACKED_ROWS_MIN && !tiles[j]};
+                                         .chunk = shared_chunk(lins[j], n >= PACKED_ROWS_MIN)};
         if (tiles[j]) {
             uint32_t i = stage_of(xq, lins, tiles, j);
             if (i < j) { /* the same rows, staged already */
@@ -514,7 +508,7 @@ int infer_linear_packed_group(struct infer_state *s, uint32_t count,
             stage += stage_span(lins[j]->cols, n);
             continue;
         }
-        for (uint32_t i = 0; !p->multi && i < n; i++)
+        for (uint32_t i = 0; n < PACKED_ROWS_MIN && i < n; i++) /* else multi-row */
             unpack_dot_x_init(lins[j]->upk, xq[j] + (size_t)i * lins[j]->cols, &p->px[i]);
     }
     atomic_init(&sh.range, (uint64_t)total);
