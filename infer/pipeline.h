@@ -87,6 +87,23 @@ enum pl_trim {
                      last row only (norm and K/V: every row) */
 };
 
+/* How the last layer is trimmed (p->trim_last; trim_allowed in
+ * pipeline_graph.c). PL_TRIMS_ROWS: dense attention computes each query row
+ * alone, so the chunks before the last only store keys and values
+ * (PL_TRIM_KV) and the last computes its last row (PL_TRIM_LAST). Other
+ * attention (sparse: each head's Q scale, hence its bucket, is taken over
+ * the call's rows, and without a profile the bucket grid's centre over its
+ * first call's) keeps the calls a row's output and later calls depend on:
+ * PL_TRIMS_CALLS runs Q and attention over every row of the first and the
+ * last chunk (the first then skips O and the FFN), the chunks between only
+ * store keys and values, and the last chunk's O and FFN compute its last
+ * row. */
+enum pl_trim_mode {
+    PL_TRIMS_OFF = 0,
+    PL_TRIMS_ROWS,
+    PL_TRIMS_CALLS,
+};
+
 struct task {
     uint8_t op, dev;
     uint8_t role;           /* PL_MM, PL_UNPACK, PL_SHADOW: enum format_role */
@@ -296,7 +313,7 @@ struct pl {
                                 * completed its matmul once it has unlocked */
     uint32_t *parked;       /* unpacking tasks whose linear is not admitted yet */
     uint32_t n_parked;
-    int trim_last;          /* the last layer trimmed (enum pl_trim) */
+    int trim_last;          /* how the last layer is trimmed (enum pl_trim_mode) */
 
     /* the chunks' activations (pipeline_acts.c): x of every row (d too where
      * a down projection has a linear term), and n_sets sets of scratch, each

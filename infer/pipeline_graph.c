@@ -274,8 +274,9 @@ static int input_splits(const struct pl *p, int layer, uint32_t role)
 
 /* Whether (layer, role)'s matmul computes one row in every chunk: the
  * classifier (the head: the last row), and with the last layer trimmed
- * (enum pl_trim, p->trim_last) that layer's Q, O, gate, up and down, which
- * only the last chunk's last row computes (K and V: every row). Packed
+ * (enum pl_trim, p->trim_last) that layer's O, gate, up and down, which
+ * only the last chunk's last row computes (K and V: every row), and Q too
+ * where each query row is computed alone (PL_TRIMS_ROWS). Packed
  * residency takes these straight from the packed codes: unpacking a whole
  * tensor into int8 for one row cost more than the product (issue 22: the
  * cold start's tail after the last slice). */
@@ -285,8 +286,8 @@ static int one_row_linear(const struct pl *p, int layer, uint32_t role)
         return 1;
     if (!p->trim_last || (uint32_t)layer + 1 != p->c->n_layers)
         return 0;
-    return role == FORMAT_ROLE_WQ || role == FORMAT_ROLE_WO || role == FORMAT_ROLE_W_GATE ||
-           role == FORMAT_ROLE_W_UP || role == FORMAT_ROLE_W_DOWN;
+    return (role == FORMAT_ROLE_WQ && p->trim_last == PL_TRIMS_ROWS) || role == FORMAT_ROLE_WO ||
+           role == FORMAT_ROLE_W_GATE || role == FORMAT_ROLE_W_UP || role == FORMAT_ROLE_W_DOWN;
 }
 
 /* The tasks of the slices the first token needs: each slice's VERIFY
@@ -388,26 +389,32 @@ static int add_slice_tasks(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_C
     return 0;
 }
 
-/* Whether the last layer may compute only what the first token needs
- * (enum pl_trim): the last row's Q, O and FFN then give the same bits as
- * that row of the whole chunk's, because each is an int8 matmul with a
- * static activation scale (codes and int32 sums row by row), without a
- * linear term (its clipped elements are found over the chunk), and dense
- * causal attention computes each query row on its own (infer_attn.c). */
+/* How the last layer may compute only what the first token needs (enum
+ * pl_trim_mode): the last row's Q, O and FFN give the same bits as that row
+ * of the whole chunk's, because each is an int8 matmul with a static
+ * activation scale (codes and int32 sums row by row), without a linear
+ * term (its clipped elements are found over the chunk). Dense causal
+ * attention computes each query row on its own (infer_attn.c):
+ * PL_TRIMS_ROWS. Any other attention keeps its calls of the first and the
+ * last chunk whole (PL_TRIMS_CALLS): sparse attention's buckets come from
+ * the call's rows and its first call (infer.h), while the chunks between
+ * feed only that layer's outputs of their own rows, which nothing reads
+ * (keys and values, the cache's, are still stored; sparse attention's int8
+ * key mirror quantizes each slot alone, whenever a call first sees it). */
 static int trim_allowed(const struct pl *p)
 {
     static const uint32_t roles[] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WO, FORMAT_ROLE_W_GATE,
                                      FORMAT_ROLE_W_UP, FORMAT_ROLE_W_DOWN};
     uint32_t L = p->c->n_layers;
-    if (p->o->no_trim_last || L == 0 || p->st->attn != &infer_attention_dense)
-        return 0;
+    if (p->o->no_trim_last || L == 0)
+        return PL_TRIMS_OFF;
     for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++) {
         uint32_t r = roles[k];
         if (!p->lin_info[L][r].int8 || p->lin_info[L][r].act <= 0 || p->lin_info[L][r].term)
-            return 0;
+            return PL_TRIMS_OFF;
     }
     /* K and V feed only the cache: a term there is still fine (every row) */
-    return 1;
+    return p->st->attn == &infer_attention_dense ? PL_TRIMS_ROWS : PL_TRIMS_CALLS;
 }
 
 /* Attention pieces of one kv head group by query rows (infer_pipeline_opts
@@ -479,10 +486,16 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             uint8_t trim = !p->trim_last || l + 1 < L ? PL_TRIM_NONE
                            : ch + 1 < p->n_chunks     ? PL_TRIM_KV
                                                       : PL_TRIM_LAST;
+            /* Q and attention's queries: PL_TRIMS_CALLS keeps every row of
+             * the first and the last chunk (enum pl_trim_mode) */
+            uint8_t qtrim = trim != PL_TRIM_NONE && p->trim_last == PL_TRIMS_CALLS &&
+                                    (ch == 0 || trim == PL_TRIM_LAST)
+                                ? PL_TRIM_NONE
+                                : trim;
             int norm = add_task(p, PL_NORM, PL_DEV_CPU, (int)l, ch);
             if (norm < 0)
                 return norm;
-            p->tasks[norm].trim = trim == PL_TRIM_KV ? PL_TRIM_KV : PL_TRIM_NONE;
+            p->tasks[norm].trim = qtrim == PL_TRIM_KV ? PL_TRIM_KV : PL_TRIM_NONE;
             if ((ret = add_edge(p, verify_of_layer[l], norm)) < 0 ||
                 (ret = add_edges_from(p, prev_down_first, prev_down_n, norm)) < 0 ||
                 (ret = add_edges_from(p, d_sh, d_sn, norm)) < 0)
@@ -491,14 +504,14 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             uint32_t qkv_roles[3] = {FORMAT_ROLE_WQ, FORMAT_ROLE_WK, FORMAT_ROLE_WV};
             uint32_t qkv_rows[3] = {Q, KV, KV};
             for (int k = 0; k < 3; k++) {
-                if (k == 0 && trim == PL_TRIM_KV) { /* no queries */
+                if (k == 0 && qtrim == PL_TRIM_KV) { /* no queries */
                     qkv_first[k] = qkv_sh[k] = (int)p->n_tasks;
                     qkv_n[k] = qkv_sn[k] = 0;
                     continue;
                 }
                 ret = add_mm(p, (int)l, ch, qkv_roles[k], qkv_rows[k], &qkv_first[k], &qkv_n[k]);
                 if (ret == 0 && k == 0)
-                    set_trim(p, qkv_first[k], qkv_n[k], trim);
+                    set_trim(p, qkv_first[k], qkv_n[k], qtrim);
                 if (ret < 0 || (ret = add_edges_to(p, norm, qkv_first[k], qkv_n[k])) < 0 ||
                     (ret = add_weight_edges(p, uw[l][qkv_roles[k]].first, uw[l][qkv_roles[k]].n,
                                             qkv_first[k], qkv_n[k])) < 0 ||
@@ -519,13 +532,13 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
                 uint32_t kv1 = c->n_kv_heads - kv0 < gk ? c->n_kv_heads : kv0 + gk;
                 /* in pieces of query rows, the first storing the keys and values */
                 uint32_t qs[PL_ATTN_MAX_PIECES + 1];
-                uint32_t np = attn_row_pieces(p, ch, (int)l, (kv1 - kv0) * mul, trim, qs);
+                uint32_t np = attn_row_pieces(p, ch, (int)l, (kv1 - kv0) * mul, qtrim, qs);
                 int piece0 = -1;
                 for (uint32_t j = 0; j < np; j++, attn_n++) {
                     int attn = add_task(p, PL_ATTN, PL_DEV_CPU, (int)l, ch);
                     if (attn < 0)
                         return attn;
-                    p->tasks[attn].trim = trim;
+                    p->tasks[attn].trim = qtrim;
                     if (gk < c->n_kv_heads) { /* a group; 0, 0: every head */
                         p->tasks[attn].r0 = kv0;
                         p->tasks[attn].r1 = kv1;
@@ -564,7 +577,8 @@ static int build_graph_with(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_
             }
             prev_attn[l] = attn_first;
             if (trim == PL_TRIM_KV)
-                continue; /* the chunk's last layer ends with its keys and values */
+                continue; /* the chunk's last layer ends with its keys and values
+                           * (PL_TRIMS_CALLS' first chunk: and attention) */
             int o_first, o_n, o_sh, o_sn;
             if ((ret = add_mm(p, (int)l, ch, FORMAT_ROLE_WO, D, &o_first, &o_n)) < 0 ||
                 (ret = add_shadow(p, &uw[l][FORMAT_ROLE_WO], (int)l, ch, FORMAT_ROLE_WO, o_first, o_n, &o_sh, &o_sn)) < 0)
