@@ -689,10 +689,12 @@ struct infer_pipeline_opts {
                                 * chunk's rows in one piece (ablation). The same logits */
     int no_trim_last;          /* 1: the last layer computes every row (ablation). Else,
                                 * where its Q, O and FFN linears are int8 with static
-                                * activation scales and no linear term and attention is
-                                * dense, it computes every row's keys and values but
-                                * queries, O and the FFN of the last row only (the
-                                * first token needs nothing else; the same logits) */
+                                * activation scales and no linear term, it computes every
+                                * row's keys and values but O and the FFN of the last row
+                                * only, and queries of the last row with dense attention
+                                * (other attention: every row of the first and the last
+                                * chunk, none of the chunks between); the first token
+                                * needs nothing else; the same logits */
     int no_decode;             /* 1: the caller decodes nothing after the first token (sluice
                                 * run -n 0 or 1): what only decoding needs (an untied
                                 * embedding, read after the first token) is not read, so
