@@ -119,12 +119,10 @@ static void attend_group(struct infer_sparse *sp, uint32_t layer,
  * sinks and recent window of that row, then the block's own newest keys
  * (row m attends the list's first ns + m slots: a prefix, in order). The
  * count is centred: ns + m averages the rows' keep counts over the block.
- * Fills w[*nw...] (pair slots from *np: lists, weights) and lens. With
- * mean (sp->o.row_mean, inline estimates), e0 holds one row a block: the
- * estimate of its rows' mean query, ranked as it is (no combine). */
+ * Fills w[*nw...] (pair slots from *np: lists, weights) and lens. */
 static void select_blocks(struct infer_sparse *sp, uint32_t layer,
                           const struct infer_attn_rows *rows, const float *q, uint32_t h,
-                          uint32_t p0, uint32_t p1, const float *e0, size_t ld, int mean, float *out,
+                          uint32_t p0, uint32_t p1, const float *e0, size_t ld, float *out,
                           float *hint, const float *kh, size_t kv_dim, const struct attend_buf *b,
                           struct attn_group_row *w, uint32_t *nw, uint32_t *np, uint32_t *lens,
                           struct call_stats *cs)
@@ -138,8 +136,7 @@ static void select_blocks(struct infer_sparse *sp, uint32_t layer,
     float sq = sqrtf((float)hd);
     for (uint32_t a = p0; a < p1; a += R) {
         uint32_t m = p1 - a < R ? p1 - a : R, v0 = rows->base + a + 1, mid = (m - 1) / 2;
-        /* mean: one estimate row a block (its rows' mean query) */
-        const float *e = e0 + (size_t)(mean ? (a - p0) / R : a - p0) * ld;
+        const float *e = e0 + (size_t)(a - p0) * ld;
         uint32_t *sel = b->sel + (size_t)*np * T;
         uint32_t k = attn_keep_count(r, v0 + mid);
         k = k > mid ? k - mid : 1;
@@ -149,9 +146,7 @@ static void select_blocks(struct infer_sparse *sp, uint32_t layer,
          * shift them by its log-sum-exp) */
         const float *rank = e;
         float *guess = NULL; /* the hint is on the combined scale: not for this one */
-        if (mean) { /* the block's own estimate row: one scale for every block */
-            guess = hint;
-        } else if (m > 1) {
+        if (m > 1) {
             attn_group_combine(e, ld, m, v0, sq, b->fs);
             rank = b->fs;
             guess = hint;
@@ -174,7 +169,7 @@ static void select_blocks(struct infer_sparse *sp, uint32_t layer,
             if (sp->o.measure) {
                 double rc, ms;
                 measure_row(q + (size_t)(a + j) * qdim + (size_t)h * hd, kh, kv_dim, hd,
-                            mean ? e : e + (size_t)j * ld, v0 + j, attn_keep_count(r, v0 + j), sel, ns + j,
+                            e + (size_t)j * ld, v0 + j, attn_keep_count(r, v0 + j), sel, ns + j,
                             b->fs, b->i1, b->i2, b->work, &rc, &ms);
                 cs->recall += rc;
                 cs->mass += ms;
@@ -183,28 +178,6 @@ static void select_blocks(struct infer_sparse *sp, uint32_t layer,
         }
         *np += m;
     }
-}
-
-/* row_mean: the int8 codes (scale s) of the mean query of each block of R
- * rows of head h in [p0, p1) (blocks from p0, as select_blocks makes them;
- * a block of one row: that row's codes), into xm; returns the blocks */
-static uint32_t mean_codes(const float *q, size_t qdim, uint32_t hd, uint32_t h, uint32_t p0,
-                           uint32_t p1, uint32_t R, float s, int8_t *xm)
-{
-    float mq[MEAN_HD_MAX];
-    uint32_t nb = 0;
-    for (uint32_t a = p0; a < p1; a += R, nb++) {
-        uint32_t m = p1 - a < R ? p1 - a : R;
-        const float *qa = q + (size_t)a * qdim + (size_t)h * hd;
-        for (uint32_t c = 0; c < hd; c++) {
-            float sum = qa[c];
-            for (uint32_t j = 1; j < m; j++)
-                sum += qa[(size_t)j * qdim + c];
-            mq[c] = sum / (float)m;
-        }
-        attn_quantize_q(mq, hd, s, xm + (size_t)nb * hd);
-    }
-    return nb;
 }
 
 /* Top-k and softmax.V for every row of every head of a finished launch
@@ -230,9 +203,6 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
     uint32_t lens[PAIRS], R = sp->o.row_block > 1 ? sp->o.row_block : 1;
     (void)kv_mul;
     (void)n;
-    /* row_mean: where the estimates run per head here (inline prefill) */
-    int mean = sp->o.row_mean && R > 1 && b->ysub && hd <= MEAN_HD_MAX;
-    int8_t xm[MEAN_CODES];
     if (sp->o.select_group) {
         attend_group(sp, layer, rows, q, l, ld, out, h0, hint, kh, vh, kv_dim, b, cs);
         return 0;
@@ -240,43 +210,8 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
     for (uint32_t i0 = l->i0; i0 < end; i0 += rb) {
         uint32_t i1 = end - i0 < rb ? end : i0 + rb, np = 0, nw = 0, tmax = rows->base + i1;
         uint64_t t0 = sl_now_ns();
-        /* row_mean: the block means of every head of the launch in one job
-         * (the heads share the keys and the Q scale: each key tile read once
-         * for all of them), when they fit the graph, the codes and ysub */
-        uint32_t nb = (i1 - i0 + R - 1) / R, batched = 0;
-        if (mean && b->gmean && l->cnt * nb <= b->gmean_m && l->cnt * nb <= b->ysub_rows &&
-            (size_t)l->cnt * nb * hd <= MEAN_CODES) {
-            uint64_t w0 = sl_now_ns();
-            for (uint32_t j = 0; j < l->cnt; j++)
-                (void)mean_codes(q, qdim, hd, l->head[j], i0, i1, R, l->scale,
-                                 xm + (size_t)j * nb * hd);
-            struct npu_job job = l->job;
-            job.graph = b->gmean;
-            job.xq = xm;
-            job.rows = l->cnt * nb;
-            uint32_t L = (uint32_t)ld - YPAD, see = (rows->base + i1 + 15) & ~15u;
-            job.r0 = 0;
-            job.r1 = see < L ? see : 0;
-            job.y = b->ysub;
-            int ret = npu_graph_run(b->gmean, &job, b->stage, err);
-            if (ret < 0) {
-                if (!err->msg[0])
-                    sl_err_set(err, "sparse attention: the NPU estimate failed (%d)", ret);
-                return ret;
-            }
-            uint64_t dw = sl_now_ns() - w0;
-            t0 += dw;
-            cs->wait_ns += dw;
-            batched = 1;
-        }
         for (uint32_t j = 0; j < l->cnt; j++) {
             uint32_t h = l->head[j];
-            if (batched) {
-                select_blocks(sp, layer, rows, q, h, i0, i1, b->ysub + (size_t)j * nb * ld, ld, 1,
-                              out, &hint[(h - h0) * ATTN_HINT], kh, kv_dim, b, wr, &nw, &np, lens,
-                              cs);
-                continue;
-            }
             double r = sp->ratio[(size_t)layer * H + h];
             /* the estimates of head j's rows: the launch's, or (b->ysub) run
              * here for this head alone, so that they are still in the
@@ -291,10 +226,6 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
                 most = most ? most : 1;
                 uint32_t cnt = (piece + most - 1) / most;
                 piece = (piece + cnt - 1) / cnt;
-                if (mean) /* whole blocks, at most MEAN_CODES codes */
-                    piece = (piece + R - 1) / R * R;
-                while (mean && (size_t)((piece + R - 1) / R) * hd > MEAN_CODES)
-                    piece -= R;
             }
             for (uint32_t p0 = i0; p0 < i1; p0 += piece) {
                 uint32_t p1 = i1 - p0 < piece ? i1 : p0 + piece;
@@ -304,10 +235,6 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
                     job.graph = b->gsub;
                     job.xq = l->xq + ((size_t)j * l->nr + (p0 - l->i0)) * hd;
                     job.rows = p1 - p0;
-                    if (mean) {
-                        job.rows = mean_codes(q, qdim, hd, h, p0, p1, R, l->scale, xm);
-                        job.xq = xm;
-                    }
                     /* only the keys the piece's rows see (its last row: base
                      * + p1 of them), in whole 16-key blocks: a prefill's
                      * pieces skipped ~a half chunk of the bucket's L */
@@ -329,7 +256,7 @@ int attn_sparse_attend(struct infer_sparse *sp, uint32_t layer, const struct inf
                 }
                 if (R > 1) {
                     select_blocks(sp, layer, rows, q, h, p0, p1, yj + (size_t)(p0 - ybase) * ld, ld,
-                                  mean, out, &hint[(h - h0) * ATTN_HINT], kh, kv_dim, b, wr, &nw, &np,
+                                  out, &hint[(h - h0) * ATTN_HINT], kh, kv_dim, b, wr, &nw, &np,
                                   lens, cs);
                     continue;
                 }

@@ -107,11 +107,6 @@ static inline uint32_t attn_key_tile(uint32_t hd)
 #define EST_PIECE_BYTES (320u << 10)
 #endif
 
-/* row_mean: the largest head size, and the most codes of one piece's
- * block-mean queries (a stack buffer) */
-#define MEAN_HD_MAX 512u
-#define MEAN_CODES 16384u
-
 /* The scratch of attend_launch. */
 struct attend_buf {
     uint32_t *sel;  /* [PAIRS][T] */
@@ -124,11 +119,6 @@ struct attend_buf {
      * rows and its output [rows][L] */
     const struct npu_graph *gsub;
     float *ysub;
-    /* row_mean: the graph of a row block's block-mean queries, every head
-     * of the launch in one job (gmean_m rows at most; NULL: per head), and
-     * the rows ysub holds */
-    const struct npu_graph *gmean;
-    uint32_t gmean_m, ysub_rows;
     uint8_t *stage; /* gsub's staging (npu_graph_info scratch_bytes), the call's */
 };
 

@@ -227,14 +227,6 @@ int attn_sparse_run(const struct infer_attention *at, const struct format_config
      * would cost more than the estimates' trip through L3) */
     int split = sp->o.inline_npu && !sp->o.select_group && rc >= SPLIT_ROWS;
     uint32_t msub = pow2ceil(rc) < NPU_GRAPH_MAX_M ? pow2ceil(rc) : NPU_GRAPH_MAX_M;
-    /* row_mean: a row block's (PAIRS pairs) block means, every head at once:
-     * at most PAIRS / R + kv_mul rows */
-    uint32_t R = sp->o.row_block;
-    int mean = split && sp->o.row_mean && R > 1;
-    uint32_t mmean = mean ? pow2ceil(PAIRS / R + kv_mul) : 0;
-    if (mmean > NPU_GRAPH_MAX_M)
-        mmean = NPU_GRAPH_MAX_M;
-    ab_.ysub_rows = kv_mul * rc;
     for (uint32_t done = 0; done < nj && ret == 0; done++) {
         /* keep AHEAD jobs in flight */
         while (started < nj && started < done + AHEAD) {
@@ -264,18 +256,8 @@ int attn_sparse_run(const struct infer_attention *at, const struct format_config
         if (split) { /* each head's rows estimated as attend_launch reaches them */
             if ((ret = npu_device_graph(sp->dev, msub, hd, L, &ab_.gsub, &err)) < 0)
                 break;
-            struct npu_graph_info gi, gm = {0};
+            struct npu_graph_info gi;
             npu_graph_info(ab_.gsub, &gi);
-            ab_.gmean = NULL;
-            ab_.gmean_m = 0;
-            if (mean) {
-                if ((ret = npu_device_graph(sp->dev, mmean, hd, L, &ab_.gmean, &err)) < 0)
-                    break;
-                npu_graph_info(ab_.gmean, &gm);
-                ab_.gmean_m = mmean;
-                if (gm.scratch_bytes > gi.scratch_bytes)
-                    gi.scratch_bytes = gm.scratch_bytes;
-            }
             if (gi.scratch_bytes > stage_cap) { /* one staging for the call's pieces */
                 sl_free_aligned(stage);
                 stage_cap = 0;

@@ -21,7 +21,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: sluice bench attn [--shape S] [--ctx N[,N...]] [--mode M] [--keep R]\n"
             "                         [--reps N] [--threads N] [--select S] [--rows N]\n"
-            "                         [--rows-est E] [--estimate E] [--ablate-plan] [--json]\n\n"
+            "                         [--estimate E] [--ablate-plan] [--json]\n\n"
             "Times one layer's attention over a KV cache of N slots: dense float attention\n"
             "(the runtime's blocked kernel) against sparse attention (int8 Q.K estimated on\n"
             "the emulated NPU's thread, top-k and exact softmax.V on the CPU), interleaved,\n"
@@ -52,10 +52,6 @@ static void usage(FILE *f)
             "  --rows N      per-head sparse: blocks of N adjacent query rows share one key\n"
             "                list (1..16; default 1: a list per row); not with --select group\n"
             "                (with both, the group contender keeps a list per row)\n"
-            "  --rows-est E  with --rows: combine (default: each row estimated, the rows'\n"
-            "                estimated log-probabilities combined) or mean (where the\n"
-            "                estimates run inline, one estimate a block, of its rows' mean\n"
-            "                query; recall then that estimate's top-k against each row's)\n"
             "  --estimate E  where sparse's int8 estimates run: device (the emulated NPU's own\n"
             "                thread, launches pipelined two ahead of the CPU side; default),\n"
             "                inline (on the calling thread, in prefill per head just before\n"
@@ -221,7 +217,6 @@ struct bench_opts {
     int json, ablate_plan, select; /* select: 0 head, 1 group, 2 both */
     int estimate;                  /* 0 device, 1 inline, 2 both */
     uint32_t rows;                 /* per-head contenders' row blocks */
-    int rows_mean;                 /* --rows-est mean (infer_sparse_opts.row_mean) */
 };
 
 static int one_case(const struct shape *sh, uint32_t T, int decode, const struct bench_opts *bo,
@@ -293,7 +288,6 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
     struct infer_sparse_opts so = {.keep = keep, .sinks = 4, .window = 16, .uniform = 1,
                                    .select_group = bo->select == 1,
                                    .row_block = bo->select == 1 ? 0 : bo->rows,
-                                   .row_mean = bo->rows_mean,
                                    .inline_npu = bo->estimate == 1};
     if ((ret = infer_sparse_create(&c, NULL, &so, &sp, err)) < 0)
         goto out;
@@ -314,8 +308,7 @@ static int one_case(const struct shape *sh, uint32_t T, int decode, const struct
         if ((ret = infer_sparse_create(&c, NULL, &so, &spgm, err)) < 0)
             goto out;
         so = (struct infer_sparse_opts){.keep = keep, .sinks = 4, .window = 16, .uniform = 1,
-                                        .row_block = bo->rows, .row_mean = bo->rows_mean,
-                                        .inline_npu = bo->estimate == 1};
+                                        .row_block = bo->rows, .inline_npu = bo->estimate == 1};
     }
     if (bo->ablate_plan) {
         so.no_plan = 1;
@@ -531,9 +524,6 @@ int bench_attn(int argc, char **argv)
             bad = tools_args_choice(&a, sel, 3, &bo.select);
         } else if (!strcmp(s, "--rows")) {
             bad = tools_args_u32(&a, 1, 16, &bo.rows);
-        } else if (!strcmp(s, "--rows-est")) {
-            static const char *const re[] = {"combine", "mean"};
-            bad = tools_args_choice(&a, re, 2, &bo.rows_mean);
         } else if (!strcmp(s, "--estimate")) {
             static const char *const est[] = {"device", "inline", "both"};
             bad = tools_args_choice(&a, est, 3, &bo.estimate);

@@ -98,8 +98,7 @@ int cmd_eval(int argc, char **argv)
             json = 1;
         } else if (!strcmp(a, "--attn") || !strcmp(a, "--keep") || !strcmp(a, "--keep-uniform") ||
                    !strcmp(a, "--keep-floor") || !strcmp(a, "--sinks") || !strcmp(a, "--window") ||
-                   !strcmp(a, "--select") || !strcmp(a, "--estimate") || !strcmp(a, "--rows") ||
-                   !strcmp(a, "--rows-est")) {
+                   !strcmp(a, "--select") || !strcmp(a, "--estimate") || !strcmp(a, "--rows")) {
             bad = tools_attn_arg(&args, &at) < 0;
         } else {
             bad = tools_args_operand(&args, &model);

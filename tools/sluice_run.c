@@ -229,8 +229,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
             bad = tools_args_u32(&a, 1, UINT32_MAX, &o->prompt_tokens);
         } else if (!strcmp(s, "--attn") || !strcmp(s, "--keep") || !strcmp(s, "--keep-uniform") ||
                    !strcmp(s, "--keep-floor") || !strcmp(s, "--sinks") || !strcmp(s, "--window") ||
-                   !strcmp(s, "--select") || !strcmp(s, "--estimate") || !strcmp(s, "--rows") ||
-                   !strcmp(s, "--rows-est")) {
+                   !strcmp(s, "--select") || !strcmp(s, "--estimate") || !strcmp(s, "--rows")) {
             bad = tools_attn_arg(&a, &o->attn) < 0;
         } else {
             bad = tools_args_operand(&a, &o->model);

@@ -48,10 +48,6 @@ int tools_attn_arg(struct tools_args *a, struct tools_attn *t)
     }
     if (!strcmp(s, "--rows"))
         return tools_args_u32(a, 1, 16, &t->rows) < 0 ? -1 : 1;
-    if (!strcmp(s, "--rows-est")) {
-        static const char *const names[] = {"combine", "mean"};
-        return tools_args_choice(a, names, 2, &t->rows_mean) < 0 ? -1 : 1;
-    }
     if (!strcmp(s, "--estimate")) {
         static const char *const names[] = {"device", "inline"};
         return tools_args_choice(a, names, 2, &t->inline_est) < 0 ? -1 : 1;
@@ -80,7 +76,6 @@ int tools_attn_create(const struct tools_attn *t, const struct format_reader *r,
     struct infer_sparse_opts o = {.keep = tools_attn_keep(t), .sinks = t->sinks, .window = t->window,
                                   .uniform = t->uniform, .floor_share = t->floor,
                                   .measure = measure, .select_group = t->group, .row_block = t->rows,
-                                  .row_mean = t->rows_mean,
                                   .inline_npu = t->inline_est};
     if (t->sparse == 2) {
         o.min_keys = tools_attn_auto_min_keys();

@@ -18,7 +18,6 @@ struct tools_attn {
     uint32_t window; /* --window (default 16) */
     int group;       /* --select group */
     uint32_t rows;   /* --rows N: row blocks (infer_sparse_opts.row_block) */
-    int rows_mean;   /* --rows-est mean (infer_sparse_opts.row_mean) */
     int inline_est;  /* --estimate inline */
 };
 
@@ -77,10 +76,6 @@ uint32_t tools_attn_auto_min_keys(void);
     "                   accurate at equal keep: docs/BENCHMARKS.md)\n"                  \
     "  --rows N         sparse, per head: blocks of N adjacent query rows share one\n"     \
     "                   key list (1..16; default 1: a list per row)\n"                      \
-    "  --rows-est E     with --rows: combine (default: every row estimated, the rows'\n"   \
-    "                   estimated log-probabilities combined) or mean (with inline\n"     \
-    "                   estimates in prefill: one estimate a block, of its rows' mean\n"  \
-    "                   query; other keys, faster)\n"                                    \
     "  --estimate E     sparse: where the int8 estimates run: inline (default: the\n"       \
     "                   graphs on the attention's own thread; measured faster on this\n"   \
     "                   2-core machine, attention alone and end to end:\n"                 \

@@ -374,11 +374,6 @@ struct infer_sparse_opts {
                            AVX-512 exact stage (head size a multiple of 16) reads each key
                            and value once for the block, the other kernels once per row;
                            0 or 1: a list per row. Not with select_group */
-    int row_mean;       /* 1, with row_block: where the estimates run per head on the
-                           calling thread (inline_npu, prefill chunks), a block's list
-                           from the int8 estimate of its rows' mean query, ranked as it
-                           is (one estimate row a block instead of one a row, no combine;
-                           other keys than the combine picks); elsewhere the combine */
     struct npu_device *device; /* NULL: one of its own */
 };
 

@@ -3,9 +3,7 @@
  * attend prefixes of it): the blocked exact stage with per-member prefixes
  * against its twin bit for bit, keep 100% equal to dense, and the path's
  * output against a reference built from the estimates (combined per block,
- * selected, the block's newest keys appended, infer_attn_list per row);
- * with row_mean, against a reference from the estimate of each block's mean
- * query. */
+ * selected, the block's newest keys appended, infer_attn_list per row). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -229,102 +227,6 @@ static void test_rows_reference(void **state)
     free(work);
 }
 
-/* row_mean (inline estimates): per head and block, the keys the estimate of
- * the block's mean query picks (a reference: the block's rows summed in
- * order and divided by their count, estimated by attn_sparse_estimate with
- * the call's rows beside them, so the same Q scale and bucket), the block's
- * newer keys appended, each row through infer_attn_list over its prefix;
- * with the estimates on the device, row_mean keeps the combine (the output
- * of row blocks without it); keep 1 equal to dense. */
-static void test_rows_mean(void **state)
-{
-    (void)state;
-    struct format_config c = attn_ref_shape(8, 2, 32, 1024);
-    uint32_t T = 530, n = 29, base = T - n, hd = c.head_dim, H = c.n_heads, R = 4;
-    uint32_t nb = (n + R - 1) / R;
-    size_t qdim = (size_t)H * hd, kv_dim = (size_t)c.n_kv_heads * hd;
-    double keep = 0.15;
-    struct infer_kv *kv = attn_ref_cache(&rng, &c, T);
-    float *q = attn_ref_q(&rng, &c, n, 2.0f), *os = malloc(sizeof(float) * n * qdim);
-    float *od = malloc(sizeof(float) * n * qdim), *oc = malloc(sizeof(float) * n * qdim);
-    float *qx = malloc(sizeof(float) * (n + nb) * qdim);
-    assert_true(os && od && oc && qx);
-    struct infer_sparse_opts o = {.keep = keep, .sinks = 3, .window = 10, .row_block = R,
-                                  .row_mean = 1, .inline_npu = 1};
-    struct infer_sparse *sp, *sp2, *spd, *spc;
-    struct sl_err err;
-    assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp, &err), 0);
-    assert_int_equal(infer_sparse_create(&c, NULL, &o, &sp2, &err), 0);
-    o.inline_npu = 0;
-    assert_int_equal(infer_sparse_create(&c, NULL, &o, &spd, &err), 0);
-    o.row_mean = 0;
-    assert_int_equal(infer_sparse_create(&c, NULL, &o, &spc, &err), 0);
-    attn_ref_run(infer_sparse_attention(sp), &c, kv, 0, n, base, q, os);
-    attn_ref_run(infer_sparse_attention(spd), &c, kv, 0, n, base, q, od);
-    attn_ref_run(infer_sparse_attention(spc), &c, kv, 0, n, base, q, oc);
-    assert_memory_equal(od, oc, sizeof(float) * n * qdim); /* the device: the combine */
-    assert_true(memcmp(os, oc, sizeof(float) * n * qdim) != 0); /* another selection */
-    /* the call's rows, then each block's mean (every head's columns) */
-    memcpy(qx, q, sizeof(float) * n * qdim);
-    for (uint32_t bl = 0; bl < nb; bl++) {
-        uint32_t i0 = bl * R, m = n - i0 < R ? n - i0 : R;
-        for (size_t col = 0; col < qdim; col++) {
-            float sum = q[i0 * qdim + col];
-            for (uint32_t j = 1; j < m; j++)
-                sum += q[(i0 + j) * qdim + col];
-            qx[(n + bl) * qdim + col] = sum / (float)m;
-        }
-    }
-    float *est = malloc(sizeof(float) * (n + nb) * 1024), *a = malloc(sizeof(float) * T);
-    float *gather = malloc(sizeof(float) * T * hd), out[32];
-    uint32_t *sel = malloc(sizeof(uint32_t) * T), *work = malloc(sizeof(uint32_t) * 2 * T);
-    assert_true(est && a && gather && sel && work);
-    for (uint32_t h = 0; h < H; h++) {
-        uint32_t L = 0, g = h / (H / c.n_kv_heads);
-        float qs;
-        assert_int_equal(
-            attn_sparse_estimate(sp2, kv, 0, qx, n + nb, base - nb, h, est, &L, &qs, &err), 0);
-        for (uint32_t i0 = 0; i0 < n; i0 += R) {
-            uint32_t m = n - i0 < R ? n - i0 : R, v0 = base + i0 + 1, mid = (m - 1) / 2;
-            uint32_t k = attn_keep_count(keep, v0 + mid);
-            k = k > mid ? k - mid : 1;
-            uint32_t ns = attn_select_row(est + (size_t)(n + i0 / R) * L, v0, k, 3, 10, sel, work);
-            for (uint32_t j = 1; j < m; j++)
-                sel[ns + j - 1] = v0 + j - 1;
-            for (uint32_t j = 0; j < m; j++) {
-                uint32_t i = i0 + j;
-                infer_attn_list(out, q + i * qdim + (size_t)h * hd,
-                                infer_kv_keys(kv, 0) + (size_t)g * hd,
-                                infer_kv_values(kv, 0) + (size_t)g * hd, kv_dim, hd, sel, ns + j,
-                                a, gather);
-                if (memcmp(out, os + i * qdim + (size_t)h * hd, sizeof(float) * hd))
-                    fail_msg("head %u row %u: k %u ns %u out %g vs %g", h, i, k, ns, out[0],
-                             os[i * qdim + (size_t)h * hd]);
-            }
-        }
-    }
-    for (int it = 0; it < 2; it++) {
-        o = (struct infer_sparse_opts){.keep = 1.0, .sinks = 4, .window = 16, .inline_npu = 1,
-                                       .row_block = it ? 16 : 3, .row_mean = 1};
-        attn_ref_keep_all(&rng, &c, kv, T, &o, 2.0f);
-    }
-    infer_sparse_destroy(sp);
-    infer_sparse_destroy(sp2);
-    infer_sparse_destroy(spd);
-    infer_sparse_destroy(spc);
-    infer_kv_destroy(kv);
-    free(q);
-    free(qx);
-    free(os);
-    free(od);
-    free(oc);
-    free(est);
-    free(a);
-    free(gather);
-    free(sel);
-    free(work);
-}
-
 int main(void)
 {
     test_rng_init(&rng, test_seed());
@@ -332,7 +234,6 @@ int main(void)
         cmocka_unit_test(test_blk_prefix),
         cmocka_unit_test(test_keep_all_is_dense),
         cmocka_unit_test(test_rows_reference),
-        cmocka_unit_test(test_rows_mean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
