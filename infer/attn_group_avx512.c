@@ -13,73 +13,121 @@
 #include "attn_sparse.h"
 #include "infer_matmul.h"
 
-/* attn_group_exp2_sum_scalar's sum, 16 lanes a step (the tail masked):
- * fmadd, max then min (a NaN gives the second operand, -126, as the
- * scalar compare does), roundscale down, the cubic by fmadd, scalef (exact:
- * the terms are normal), the lanes folded as the scalar twin folds them. */
-static float exp2_sum(const float *e, uint32_t n, float k, float mk)
+/* One step of attn_group_exp2_sum_scalar's sum, 16 lanes (those of mt):
+ * fmadd, max then min (a NaN gives the second operand, -126, as the scalar
+ * compare does), roundscale down, the cubic by fmadd, scalef (exact: the
+ * terms are normal), added into the lanes' sums. */
+static inline __attribute__((always_inline)) __m512 exp2_add(__m512 acc, __mmask16 mt, __m512 e,
+                                                             __m512 kv, __m512 nmk)
 {
-    const __m512 kv = _mm512_set1_ps(k), nmk = _mm512_set1_ps(-mk);
     const __m512 lo = _mm512_set1_ps(-126.0f), zero = _mm512_setzero_ps();
     const __m512 c0 = _mm512_set1_ps(ATTN_EXP2_C0), c1 = _mm512_set1_ps(ATTN_EXP2_C1);
     const __m512 c2 = _mm512_set1_ps(ATTN_EXP2_C2), c3 = _mm512_set1_ps(ATTN_EXP2_C3);
-    __m512 acc = zero;
-    for (uint32_t t = 0; t < n; t += 16) {
-        __mmask16 mt = n - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - t)) - 1);
-        __m512 x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mt, e + t), kv, nmk);
-        x = _mm512_min_ps(_mm512_max_ps(x, lo), zero);
-        __m512 fl = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-        __m512 f = _mm512_sub_ps(x, fl);
-        __m512 p = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(c3, f, c2), f, c1), f, c0);
-        acc = _mm512_mask_add_ps(acc, mt, acc, _mm512_scalef_ps(p, fl));
-    }
-    float l[16];
-    _mm512_storeu_ps(l, acc);
-    for (int w = 8; w >= 1; w /= 2)
-        for (int i = 0; i < w; i++)
-            l[i] += l[i + w];
-    return l[0];
+    __m512 x = _mm512_fmadd_ps(e, kv, nmk);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), zero);
+    __m512 fl = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(x, fl);
+    __m512 p = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(c3, f, c2), f, c1), f, c0);
+    return _mm512_mask_add_ps(acc, mt, acc, _mm512_scalef_ps(p, fl));
 }
 
-/* attn_group_combine with 16 lanes: each head's maximum lane by lane, as
- * the scalar loop's e > m ? e : m (_mm512_max_ps(e, m) is exactly that, a
- * NaN never taken), lanes folded the same way; only where that maximum is
- * a zero (whose sign the order of a +0/-0 tie decides) the scalar loop's
- * own order gives it. The denominator by exp2_sum (the scalar twin's
- * bits); the subtractions and the per-slot maxima (d > c ? d : c) are per
- * slot: the same bits as attn_group_combine_scalar. */
+/* One pass over the slots [0, nv) (nv a multiple of 16) for up to three
+ * rows of attn_group_combine at three stages (the flags constants): M, the
+ * row at em's maximum lane by lane (*mv: _mm512_max_ps(e, m) is the scalar
+ * e > m ? e : m, a NaN never taken); X, the exp2 sum of the row at ex
+ * (*acc, exp2_sum's steps and lanes; nmk: minus its maximum times k); C,
+ * c[t] = e[t] - off for the row at ec (C 1: the first row) or the larger of
+ * that and c[t] (C 2: d > c ? d : c). Each value's steps are those of a pass
+ * per stage, so the bits: one pass where there were three per row (the
+ * maximum's pass, the first to read a row from L2, ran at its loads;
+ * here it and the c pass go under the exp2 sum's arithmetic). */
+static inline __attribute__((always_inline)) void
+comb_pass(const int M, const int X, const int C, uint32_t nv, const float *em, __m512 *mv,
+          const float *ex, __m512 kv, __m512 nmk, __m512 *acc, const float *ec, __m512 ms,
+          float *c)
+{
+    __m512 m = *mv, a = *acc;
+    for (uint32_t t = 0; t < nv; t += 16) {
+        if (M)
+            m = _mm512_max_ps(_mm512_loadu_ps(em + t), m);
+        if (X)
+            a = exp2_add(a, (__mmask16)0xffff, _mm512_loadu_ps(ex + t), kv, nmk);
+        if (C) {
+            __m512 d = _mm512_sub_ps(_mm512_loadu_ps(ec + t), ms);
+            _mm512_storeu_ps(c + t, C == 1 ? d : _mm512_max_ps(d, _mm512_loadu_ps(c + t)));
+        }
+    }
+    *mv = m;
+    *acc = a;
+}
+
+/* attn_group_combine with 16 lanes, the rows pipelined: step s takes row s's
+ * maximum, row s - 1's exp2 sum (its maximum known) and row s - 2's share
+ * of c (its offset known) in one pass over the whole 16-lane steps
+ * (comb_pass), then each stage's tail as the pass per stage had it: the
+ * maximum's lanes folded in order, then its scalar tail, and where it is a
+ * zero (whose sign the order of a +0/-0 tie decides) the scalar loop's own
+ * order; the exp2 sum's masked last step, its lanes folded as the scalar
+ * twin folds them; c's scalar tail. The same bits as
+ * attn_group_combine_scalar. */
 void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t visible,
                                float sq, float *c)
 {
     const float k = ATTN_EXP2_LOG2E / sq;
-    for (uint32_t j = 0; j < G; j++) {
-        const float *e = est + (size_t)j * ld;
-        __m512 mv = _mm512_set1_ps(-INFINITY);
-        uint32_t t = 0;
-        for (; t + 16 <= visible; t += 16)
-            mv = _mm512_max_ps(_mm512_loadu_ps(e + t), mv);
-        float l[16], m = -INFINITY;
-        _mm512_storeu_ps(l, mv);
-        for (int i = 0; i < 16; i++)
-            m = l[i] > m ? l[i] : m;
-        for (; t < visible; t++)
-            m = e[t] > m ? e[t] : m;
-        if (m == 0.0f) { /* +0 or -0: the scalar order's */
-            m = -INFINITY;
-            for (t = 0; t < visible; t++)
-                m = e[t] > m ? e[t] : m;
+    const __m512 kv = _mm512_set1_ps(k);
+    const uint32_t nv = visible & ~15u;
+    float mx = 0.0f, off = 0.0f; /* row s - 1's maximum, row s - 2's offset */
+    for (uint32_t s = 0; s < G + 2; s++) {
+        const int M = s < G, X = s >= 1 && s <= G, C = s >= 2 ? (s == 2 ? 1 : 2) : 0;
+        const float *em = M ? est + (size_t)s * ld : est; /* (in bounds where unused) */
+        const float *ex = X ? est + (size_t)(s - 1) * ld : est;
+        const float *ec = C ? est + (size_t)(s - 2) * ld : est;
+        __m512 mv = _mm512_set1_ps(-INFINITY), acc = _mm512_setzero_ps();
+        const __m512 nmk = _mm512_set1_ps(-(mx * k)), ms = _mm512_set1_ps(off);
+        switch (M << 3 | X << 2 | C) {
+        case 8: comb_pass(1, 0, 0, nv, em, &mv, ex, kv, nmk, &acc, ec, ms, c); break;
+        case 12: comb_pass(1, 1, 0, nv, em, &mv, ex, kv, nmk, &acc, ec, ms, c); break;
+        case 13: comb_pass(1, 1, 1, nv, em, &mv, ex, kv, nmk, &acc, ec, ms, c); break;
+        case 14: comb_pass(1, 1, 2, nv, em, &mv, ex, kv, nmk, &acc, ec, ms, c); break;
+        case 4: comb_pass(0, 1, 0, nv, em, &mv, ex, kv, nmk, &acc, ec, ms, c); break;
+        case 5: comb_pass(0, 1, 1, nv, em, &mv, ex, kv, nmk, &acc, ec, ms, c); break;
+        case 6: comb_pass(0, 1, 2, nv, em, &mv, ex, kv, nmk, &acc, ec, ms, c); break;
+        case 1: comb_pass(0, 0, 1, nv, em, &mv, ex, kv, nmk, &acc, ec, ms, c); break;
+        default: comb_pass(0, 0, 2, nv, em, &mv, ex, kv, nmk, &acc, ec, ms, c); break;
         }
-        float off = m + logf(exp2_sum(e, visible, k, m * k)) * sq;
-        if (!isfinite(off))
-            off = m;
-        const __m512 ms = _mm512_set1_ps(off);
-        for (t = 0; t + 16 <= visible; t += 16) {
-            __m512 d = _mm512_sub_ps(_mm512_loadu_ps(e + t), ms);
-            _mm512_storeu_ps(c + t, j == 0 ? d : _mm512_max_ps(d, _mm512_loadu_ps(c + t)));
+        if (C) { /* row s - 2 done */
+            for (uint32_t t = nv; t < visible; t++) {
+                float d = ec[t] - off;
+                c[t] = C == 1 ? d : d > c[t] ? d : c[t];
+            }
         }
-        for (; t < visible; t++) {
-            float d = e[t] - off;
-            c[t] = j == 0 ? d : d > c[t] ? d : c[t];
+        if (X) { /* row s - 1's sum: the masked last step, the lanes folded */
+            if (nv < visible) {
+                __mmask16 mt = (__mmask16)((1u << (visible - nv)) - 1);
+                acc = exp2_add(acc, mt, _mm512_maskz_loadu_ps(mt, ex + nv), kv, nmk);
+            }
+            float l[16];
+            _mm512_storeu_ps(l, acc);
+            for (int w = 8; w >= 1; w /= 2)
+                for (int i = 0; i < w; i++)
+                    l[i] += l[i + w];
+            off = mx + logf(l[0]) * sq;
+            if (!isfinite(off))
+                off = mx;
+        }
+        if (M) { /* row s's maximum */
+            float l[16], m = -INFINITY;
+            _mm512_storeu_ps(l, mv);
+            for (int i = 0; i < 16; i++)
+                m = l[i] > m ? l[i] : m;
+            for (uint32_t t = nv; t < visible; t++)
+                m = em[t] > m ? em[t] : m;
+            if (m == 0.0f) { /* +0 or -0: the scalar order's */
+                m = -INFINITY;
+                for (uint32_t t = 0; t < visible; t++)
+                    m = em[t] > m ? em[t] : m;
+            }
+            mx = m;
         }
     }
 }

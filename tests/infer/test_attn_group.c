@@ -98,7 +98,9 @@ static void check_combine(const char *name, combine_fn *fn)
     static const float special[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1.0f, -1.0f};
     int zero_max = 0;
     for (int it = 0; it < 400; it++) {
-        uint32_t G = 1 + test_rng_below(&rng, 8), vis = 1 + test_rng_below(&rng, 300);
+        /* up to 16 rows (the combine pipelines three at a time) and several
+         * 16-lane steps before the tail */
+        uint32_t G = 1 + test_rng_below(&rng, 16), vis = 1 + test_rng_below(&rng, 600);
         size_t ld = vis + test_rng_below(&rng, 40);
         float *e = malloc(sizeof(float) * G * ld), *c1 = malloc(sizeof(float) * vis);
         float *c2 = malloc(sizeof(float) * vis);
