@@ -148,4 +148,5 @@ static int dense_run(const struct infer_attention *a, const struct format_config
     return 0;
 }
 
-const struct infer_attention infer_attention_dense = {.name = "dense", .run = dense_run};
+const struct infer_attention infer_attention_dense = {
+    .name = "dense", .run = dense_run, .trim = INFER_ATTN_TRIM_ROWS};

@@ -97,7 +97,17 @@ int infer_sparse_create(const struct format_config *c, const struct infer_attn_p
     sp->cfg = *c;
     sp->o = d;
     snprintf(sp->name, sizeof sp->name, "sparse keep %.2f%s", d.keep, d.uniform ? " uniform" : "");
-    sp->attn = (struct infer_attention){.name = sp->name, .run = attn_sparse_run, .ctx = sp};
+    /* each head's Q scale is over the call's rows, and (without a profile)
+     * its bucket grid's centre is its first sparse call's: with min_keys 0
+     * that is the first chunk's (a call of fewer rows than the others, the
+     * last chunk's, may be the first to run sparse where max_rows or the
+     * graphs' rows send longer calls to dense: it is kept whole too); with
+     * min_keys, a middle chunk's call could be the first: no trim */
+    sp->attn = (struct infer_attention){
+        .name = sp->name,
+        .run = attn_sparse_run,
+        .ctx = sp,
+        .trim = d.min_keys == 0 ? INFER_ATTN_TRIM_CALLS : INFER_ATTN_TRIM_NONE};
     sp->buckets = p && p->buckets ? p->buckets : 9;
     sp->step = p && p->step > 0 ? p->step : 0.5f;
     float *fr = sl_malloc(N * sizeof(float));

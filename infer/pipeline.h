@@ -90,10 +90,12 @@ enum pl_trim {
 /* How the last layer is trimmed (p->trim_last; trim_allowed in
  * pipeline_graph.c). PL_TRIMS_ROWS: dense attention computes each query row
  * alone, so the chunks before the last only store keys and values
- * (PL_TRIM_KV) and the last computes its last row (PL_TRIM_LAST). Other
- * attention (sparse: each head's Q scale, hence its bucket, is taken over
- * the call's rows, and without a profile the bucket grid's centre over its
- * first call's) keeps the calls a row's output and later calls depend on:
+ * (PL_TRIM_KV) and the last computes its last row (PL_TRIM_LAST).
+ * Attention whose calls depend on each other (INFER_ATTN_TRIM_CALLS; sparse
+ * with min_keys 0: each head's Q scale, hence its bucket, is taken over the
+ * call's rows, and without a profile the bucket grid's centre over its
+ * first sparse call's, the first chunk's) keeps the calls a row's output
+ * and later calls depend on:
  * PL_TRIMS_CALLS runs Q and attention over every row of the first and the
  * last chunk (the first then skips O and the FFN), the chunks between only
  * store keys and values, and the last chunk's O and FFN compute its last

@@ -395,9 +395,10 @@ static int add_slice_tasks(struct pl *p, struct weight_tasks (*uw)[FORMAT_ROLE_C
  * activation scale (codes and int32 sums row by row), without a linear
  * term (its clipped elements are found over the chunk). Dense causal
  * attention computes each query row on its own (infer_attn.c):
- * PL_TRIMS_ROWS. Any other attention keeps its calls of the first and the
- * last chunk whole (PL_TRIMS_CALLS): sparse attention's buckets come from
- * the call's rows and its first call (infer.h), while the chunks between
+ * PL_TRIMS_ROWS. Sparse attention (with min_keys 0; infer.h's
+ * INFER_ATTN_TRIM_CALLS) keeps its calls of the first and the last chunk
+ * whole (PL_TRIMS_CALLS): its buckets come from the call's rows and its
+ * first sparse call, the first chunk's, while the chunks between
  * feed only that layer's outputs of their own rows, which nothing reads
  * (keys and values, the cache's, are still stored; sparse attention's int8
  * key mirror quantizes each slot alone, whenever a call first sees it). */
@@ -414,7 +415,14 @@ static int trim_allowed(const struct pl *p)
             return PL_TRIMS_OFF;
     }
     /* K and V feed only the cache: a term there is still fine (every row) */
-    return p->st->attn == &infer_attention_dense ? PL_TRIMS_ROWS : PL_TRIMS_CALLS;
+    switch (p->st->attn->trim) { /* enum infer_attn_trim: the attention says */
+    case INFER_ATTN_TRIM_ROWS:
+        return PL_TRIMS_ROWS;
+    case INFER_ATTN_TRIM_CALLS:
+        return PL_TRIMS_CALLS;
+    default:
+        return PL_TRIMS_OFF;
+    }
 }
 
 /* Attention pieces of one kv head group by query rows (infer_pipeline_opts

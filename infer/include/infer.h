@@ -271,12 +271,24 @@ struct infer_attn_rows {
     size_t tree_floats;
 };
 
+/* What a prefill may leave out of its last layer, whose outputs only the
+ * first token reads (the pipeline's trim; keys and values are always
+ * stored): */
+enum infer_attn_trim {
+    INFER_ATTN_TRIM_NONE = 0, /* nothing: every call whole (the default) */
+    INFER_ATTN_TRIM_ROWS,     /* each query row is computed alone: the last row */
+    INFER_ATTN_TRIM_CALLS,    /* a call's rows depend on each other, and later calls on
+                                 the first: the first and the last chunk's calls whole,
+                                 the chunks between store keys and values only */
+};
+
 struct infer_attention {
     const char *name;
     int (*run)(const struct infer_attention *a, const struct format_config *c,
                const struct infer_kv *kv, uint32_t layer, const struct infer_attn_rows *rows,
                const float *q, uint32_t h0, uint32_t h1, float *out, float *scratch);
     void *ctx;
+    int trim; /* enum infer_attn_trim */
 };
 
 /* Dense attention: exact float softmax(Q K^T / sqrt(d)) V over every

@@ -47,12 +47,22 @@ static int setup(void **st)
     return 0;
 }
 
+/* Sparse attention variants for check_attn (0: dense attention) */
+enum { SP_HEAD = 1, SP_GROUP, SP_ROWS4, SP_MIN_KEYS };
+
 /* A sparse attention instance for the static model (keep 0.3, 2 sinks, a
- * window of 8: most keys left out at these lengths). */
-static struct infer_sparse *sparse_new(void)
+ * window of 8: most keys left out at these lengths): per head, one list per
+ * kv group, blocks of 4 rows, or calls under 40 keys dense (so that a
+ * middle chunk's call may be the first to run sparse: no trim). */
+static struct infer_sparse *sparse_new(int kind)
 {
     struct sl_err err;
-    struct infer_sparse_opts o = {.keep = 0.3, .sinks = 2, .window = 8};
+    struct infer_sparse_opts o = {.keep = 0.3,
+                                  .sinks = 2,
+                                  .window = 8,
+                                  .select_group = kind == SP_GROUP,
+                                  .row_block = kind == SP_ROWS4 ? 4 : 0,
+                                  .min_keys = kind == SP_MIN_KEYS ? 40 : 0};
     struct infer_sparse *sp;
     if (infer_sparse_create(&sparse_cfg, NULL, &o, &sp, &err) < 0)
         fail_msg("sparse attention: %s", err.msg);
@@ -91,14 +101,15 @@ static int pl_granular_policy(enum infer_policy p)
     return p == INFER_POLICY_FULL || p == INFER_POLICY_SEQUENTIAL_GRANULAR;
 }
 
-/* Trimmed and untrimmed prefill against the forward, dense or sparse
- * attention (a fresh instance for each of the three); 1 if the trim cut
- * tasks. */
+/* Trimmed and untrimmed prefill against the forward, dense (sparse 0) or
+ * sparse attention (SP_*: a fresh instance for each of the three); 1 if the
+ * trim cut tasks. */
 static int check_attn(const char *model, enum infer_policy pol, enum infer_resident res,
                       uint32_t chunk, uint32_t n, int sparse)
 {
-    struct infer_sparse *sf = sparse ? sparse_new() : NULL, *st = sparse ? sparse_new() : NULL,
-                        *su = sparse ? sparse_new() : NULL;
+    struct infer_sparse *sf = sparse ? sparse_new(sparse) : NULL,
+                        *st = sparse ? sparse_new(sparse) : NULL,
+                        *su = sparse ? sparse_new(sparse) : NULL;
     struct sl_err err = {{0}};
     struct infer_model *m, *pm, *um;
     struct infer_state *s, *ps, *us;
@@ -180,12 +191,12 @@ static void test_trim_static(void **st)
         assert_true(check(static_model, pol, INFER_RESIDENT_INT8, 64, 150));
         /* one chunk: the same tasks, each over fewer rows */
         check(static_model, pol, INFER_RESIDENT_INT8, 64, 64);
-        check(static_model, pol, INFER_RESIDENT_INT8, 16, 1);
+        check(static_model, pol, INFER_RESIDENT_INT8, 16, SP_HEAD);
     }
     assert_true(check(static_model, INFER_POLICY_FULL, INFER_RESIDENT_INT8, 16, 40));
     assert_true(check(static_model, INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 64, 150));
     check(static_model, INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 64, 64);
-    check(static_model, INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 16, 1);
+    check(static_model, INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 16, SP_HEAD);
     check(static_model, INFER_POLICY_SEQUENTIAL_GRANULAR, INFER_RESIDENT_PACKED, 16, 40);
 }
 
@@ -196,16 +207,23 @@ static void test_trim_sparse(void **st)
     for (int p = 0; p < INFER_POLICY_COUNT; p++) {
         enum infer_policy pol = (enum infer_policy)p;
         /* five chunks, the last of 22 rows: three only store keys and values */
-        assert_true(check_attn(static_model, pol, INFER_RESIDENT_INT8, 32, 150, 1));
-        check_attn(static_model, pol, INFER_RESIDENT_INT8, 64, 64, 1);
-        check_attn(static_model, pol, INFER_RESIDENT_INT8, 16, 1, 1);
+        assert_true(check_attn(static_model, pol, INFER_RESIDENT_INT8, 32, 150, SP_HEAD));
+        check_attn(static_model, pol, INFER_RESIDENT_INT8, 64, 64, SP_HEAD);
+        check_attn(static_model, pol, INFER_RESIDENT_INT8, 16, 1, SP_HEAD);
     }
-    assert_true(check_attn(static_model, INFER_POLICY_FULL, INFER_RESIDENT_INT8, 16, 40, 1));
-    assert_true(check_attn(static_model, INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 32, 150, 1));
-    check_attn(static_model, INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 16, 1, 1);
-    check_attn(static_model, INFER_POLICY_SEQUENTIAL_GRANULAR, INFER_RESIDENT_PACKED, 16, 40, 1);
+    assert_true(check_attn(static_model, INFER_POLICY_FULL, INFER_RESIDENT_INT8, 16, 40, SP_HEAD));
+    assert_true(check_attn(static_model, INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 32, 150, SP_HEAD));
+    check_attn(static_model, INFER_POLICY_FULL, INFER_RESIDENT_PACKED, 16, 1, SP_HEAD);
+    check_attn(static_model, INFER_POLICY_SEQUENTIAL_GRANULAR, INFER_RESIDENT_PACKED, 16, 40, SP_HEAD);
+    /* one list per kv group, row blocks; a two-chunk prompt */
+    assert_true(check_attn(static_model, INFER_POLICY_FULL, INFER_RESIDENT_INT8, 32, 150, SP_GROUP));
+    assert_true(check_attn(static_model, INFER_POLICY_FULL, INFER_RESIDENT_INT8, 32, 150, SP_ROWS4));
+    check_attn(static_model, INFER_POLICY_FULL, INFER_RESIDENT_INT8, 32, 50, SP_HEAD);
+    /* calls under min_keys run dense, so the first sparse call (the bucket
+     * grid's centre) may be a middle chunk's: refused, same logits */
+    assert_false(check_attn(static_model, INFER_POLICY_FULL, INFER_RESIDENT_INT8, 32, 150, SP_MIN_KEYS));
     /* dynamic scales: refused with sparse attention too */
-    assert_false(check_attn(dyn_model, INFER_POLICY_FULL, INFER_RESIDENT_INT8, 32, 150, 1));
+    assert_false(check_attn(dyn_model, INFER_POLICY_FULL, INFER_RESIDENT_INT8, 32, 150, SP_HEAD));
 }
 
 static void test_trim_refused_dynamic(void **st)
