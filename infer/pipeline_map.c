@@ -251,9 +251,11 @@ static void *prefetch_worker(void *arg)
 {
     struct prefetch *f = arg;
     const struct format_reader *r = f->p->r;
+    /* the advice is asked in slice order, so the throttle (one queue per
+     * group, served in order) still serves the first slice first */
     advise_all(f);
     pthread_mutex_lock(&f->mu);
-    /* nothing runs before the first slice is in: reading the next ones
+    /* no populate before the first slice is in: populating the next ones
      * beside it would halve its share of a throttled disk and delay the
      * first task by as much (the first layer's compute then outlasts the
      * next slice's read) */
