@@ -60,6 +60,11 @@ size_t infer_attn_tree_floats(const struct format_config *c, uint32_t n, uint32_
 /* Rows a kv head's transposed-key scores take at most (its maxima on the
  * stack); more go through the matmul. */
 #define TREE_KT_ROWS 256u
+/* Fewer query rows a kv head than this keep the matmul (the prefill's rule,
+ * ATT_KT_MIN_ROWS: transposing costs about 2 rows' scores); measured on
+ * kjv6L-1k's 8/2 heads of 32 with the KV out of the L2, 3 tree rows (12)
+ * were ~8% slower through the transposed keys, 2 even, 4 ~9% faster. */
+#define TREE_KT_MIN_ROWS 16u
 
 /* The scores of query heads [ha, hb) (one kv head's, transposed into kt,
  * ldt) for every row, into sh (head ha's first row) at stride T, packed
@@ -152,7 +157,8 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
     int use_kt = 0;
 #if SLUICE_KERNELS_X86
     use_kt = k == INFER_MATMUL_AVX512 && infer_matmul_kernel_available(k) &&
-             INFER_ATT_KT_HS(hs) && (size_t)kv_mul * n <= TREE_KT_ROWS;
+             INFER_ATT_KT_HS(hs) && (size_t)kv_mul * n <= TREE_KT_ROWS &&
+             kv_mul * n >= TREE_KT_MIN_ROWS;
 #endif
     for (uint32_t g = g0; use_kt && g < g1; g++) {
         uint32_t ha = g * kv_mul > h0 ? g * kv_mul : h0;
