@@ -61,7 +61,8 @@ static float exp2_sum(const float *e, uint32_t n, float k, float mk)
     return l[0];
 }
 
-/* as attn_group_combine_avx512: each head's maximum lane by lane
+/* as attn_group_combine_avx512 did before its rows were pipelined (a pass
+ * per stage and row): each head's maximum lane by lane
  * (_mm256_max_ps(e, m) is the scalar e > m ? e : m), folded in the same
  * way, the scalar order only where it is a zero (the sign of a +0/-0 tie
  * is the order's); the offset by exp2_sum and logf; the per-slot

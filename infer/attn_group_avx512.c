@@ -35,7 +35,8 @@ static inline __attribute__((always_inline)) __m512 exp2_add(__m512 acc, __mmask
  * rows of attn_group_combine at three stages (the flags constants): M, the
  * row at em's maximum lane by lane (*mv: _mm512_max_ps(e, m) is the scalar
  * e > m ? e : m, a NaN never taken); X, the exp2 sum of the row at ex
- * (*acc, exp2_sum's steps and lanes; nmk: minus its maximum times k); C,
+ * (*acc, the steps and lanes of attn_group_exp2_sum_scalar's vector form;
+ * nmk: minus its maximum times k); C,
  * c[t] = e[t] - off for the row at ec (C 1: the first row) or the larger of
  * that and c[t] (C 2: d > c ? d : c). Each value's steps are those of a pass
  * per stage, so the bits: one pass where there were three per row (the
@@ -68,14 +69,18 @@ comb_pass(const int M, const int X, const int C, uint32_t nv, const float *em, _
  * maximum's lanes folded in order, then its scalar tail, and where it is a
  * zero (whose sign the order of a +0/-0 tie decides) the scalar loop's own
  * order; the exp2 sum's masked last step, its lanes folded as the scalar
- * twin folds them; c's scalar tail. The same bits as
- * attn_group_combine_scalar. */
+ * twin folds them; c's scalar tail. The tails run in the order c, sum,
+ * maximum: c's reads the offset that the sum then replaces (off), the sum
+ * reads the maximum that the maximum's tail then replaces (mx). The same
+ * bits as attn_group_combine_scalar. */
 void attn_group_combine_avx512(const float *est, size_t ld, uint32_t G, uint32_t visible,
                                float sq, float *c)
 {
     const float k = ATTN_EXP2_LOG2E / sq;
     const __m512 kv = _mm512_set1_ps(k);
     const uint32_t nv = visible & ~15u;
+    if (G == 0)
+        return; /* no rows: c untouched, as the scalar twin leaves it */
     float mx = 0.0f, off = 0.0f; /* row s - 1's maximum, row s - 2's offset */
     for (uint32_t s = 0; s < G + 2; s++) {
         const int M = s < G, X = s >= 1 && s <= G, C = s >= 2 ? (s == 2 ? 1 : 2) : 0;

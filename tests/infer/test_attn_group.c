@@ -106,7 +106,14 @@ static void check_combine(const char *name, combine_fn *fn)
         float *c2 = malloc(sizeof(float) * vis);
         float sq = sqrtf((float)(8u << (it % 4)));
         assert_true(e && c1 && c2);
-        uint32_t mode = (uint32_t)it % 4; /* 0 plain, 1 some specials, 2 signed zeros, 3 <= 0 */
+        /* 0 plain, 1 some specials, 2 signed zeros, 3 <= 0, 4 one slot a
+         * zero of either sign in every row and the rest far below: offsets
+         * exactly 0, so the rows' c values tie as +0 against -0 there
+         * (d > c ? d : c keeps the first; >= would not) */
+        uint32_t mode = (uint32_t)it % 5;
+        uint32_t tail = vis % 16; /* the slot in the tail half the time */
+        uint32_t zslot = tail && test_rng_below(&rng, 2) ? vis - 1 - test_rng_below(&rng, tail)
+                                                         : test_rng_below(&rng, vis);
         for (size_t i = 0; i < G * ld; i++) {
             float x = (test_rng_float(&rng) - 0.5f) * 20.0f;
             if (mode == 1 && test_rng_below(&rng, 8) == 0)
@@ -115,12 +122,17 @@ static void check_combine(const char *name, combine_fn *fn)
                 x = test_rng_below(&rng, 3) ? -fabsf(x) : (test_rng_below(&rng, 2) ? 0.0f : -0.0f);
             if (mode == 3)
                 x = -fabsf(x) * (float)test_rng_below(&rng, 2);
+            if (mode == 4)
+                x = i % ld == zslot ? (test_rng_below(&rng, 2) ? 0.0f : -0.0f) : -1e4f;
             e[i] = x;
         }
         attn_group_combine_scalar(e, ld, G, vis, sq, c1);
         fn(e, ld, G, vis, sq, c2);
         if (memcmp(c1, c2, sizeof(float) * vis))
             fail_msg("it %d G %u vis %u: %s != scalar", it, G, vis, name);
+        fn(e, ld, 0, vis, sq, c2); /* no rows: c untouched */
+        if (memcmp(c1, c2, sizeof(float) * vis))
+            fail_msg("it %d vis %u: %s with no rows wrote c", it, vis, name);
         /* rows whose maximum is a zero (of either sign): the case the order decides */
         for (uint32_t j = 0; j < G; j++) {
             float m = -INFINITY;
