@@ -15,11 +15,11 @@
  * Each step goes in 4 parts, one after every 2 channels (its tile loads,
  * block 0's TDPBUSD, block 1's A load, its TDPBUSD): a TDPBUSD issues 2
  * channels' unpacking after its loads (whole steps every 8 channels were
- * 2-3% slower in a microbenchmark at 6-16 rows). Even and odd steps use their own A, B and C tiles
- * (independent chains). The sums of both C tiles, less off(b) * sum(x) per
- * channel (x's sums from the stage), are the exact integer sum_c q[c] x[c]
- * that every dot kernel gives: TDPBUSD adds without saturation, modulo
- * 2^32, and the true sum fits an int32.
+ * 2-3% slower in a microbenchmark at 6-16 rows). Even and odd steps use
+ * their own A, B and C tiles (independent chains). The sums of both C
+ * tiles, less off(b) * sum(x) per channel (x's sums from the stage), are
+ * the exact integer sum_c q[c] x[c] that every dot kernel gives: TDPBUSD
+ * adds without saturation, modulo 2^32, and the true sum fits an int32.
  *
  * No function call per group: the pass's channels are taken in runs of one
  * width (counting sort), each run's specialized unpacker picked by a switch
