@@ -103,6 +103,7 @@ AI VNNI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *
     __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
     for (uint32_t g = 0; g < full; g++, src += b * 64, x += 512) {
         unpack_adaptive_prefetch(src, b);
+        unpack_adaptive_prefetch_far(src, b);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k += 2) {
             acc0 = _mm512_dpbusd_epi32(acc0, code(src, 64, k, b, 0, 0),

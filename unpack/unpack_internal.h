@@ -129,6 +129,14 @@ extern const struct unpack_kernels unpack_kernels_neon;
 #define UNPACK_PREFETCH_BITPLANE 16384
 #endif
 
+/* The one-row dot kernel's second, farther prefetch (weights ahead, into
+ * L2): decode streams rows back to back, and the L1 prefetch above alone
+ * left it waiting on memory (one thread, 5 bits, rows from memory: 11-16%
+ * less time with 16-32 KiB ahead; docs/BENCHMARKS.md, w18). */
+#ifndef UNPACK_PREFETCH_ADAPTIVE_FAR
+#define UNPACK_PREFETCH_ADAPTIVE_FAR 32768
+#endif
+
 /* Prefetches the b lines of the adaptive group UNPACK_PREFETCH_ADAPTIVE
  * weights after the one at src (a b-bit group is b 64-byte blocks). The x86
  * kernels call it once per full group. */
@@ -138,6 +146,15 @@ static inline __attribute__((always_inline)) void unpack_adaptive_prefetch(const
 #pragma GCC unroll 8
     for (uint32_t o = 0; o < b * 64; o += 64)
         __builtin_prefetch(src + UNPACK_PREFETCH_ADAPTIVE / 8 * b + o, 0, 3);
+}
+
+/* The same UNPACK_PREFETCH_ADAPTIVE_FAR weights ahead, into L2. */
+static inline __attribute__((always_inline)) void unpack_adaptive_prefetch_far(const uint8_t *src,
+                                                                               uint32_t b)
+{
+#pragma GCC unroll 8
+    for (uint32_t o = 0; o < b * 64; o += 64)
+        __builtin_prefetch(src + UNPACK_PREFETCH_ADAPTIVE_FAR / 8 * b + o, 0, 2);
 }
 
 /* Prefetches, for a bitplane row whose planes (widths pw, 0-terminated)
