@@ -13,8 +13,9 @@
  * steps of the previous one are issued, so the tile unit works beside the
  * vector unit and never loads bytes whose stores may still be in flight.
  * Each step goes in 4 parts, one after every 2 channels (its tile loads,
- * block 0's TDPBUSD, block 1's A load, its TDPBUSD): a TDPBUSD issues 2
- * channels' unpacking after its loads (whole steps every 8 channels were
+ * block 0's TDPBUSD, block 1's A load, its TDPBUSD), so each TDPBUSD
+ * issues about 2 channels' unpacking after the tile loads it reads (whole
+ * steps every 8 channels were
  * 2-3% slower in a microbenchmark at 6-16 rows). Even and odd steps use
  * their own A, B and C tiles (independent chains). The sums of both C
  * tiles, less off(b) * sum(x) per channel (x's sums from the stage), are

@@ -118,7 +118,8 @@ extern const struct unpack_kernels unpack_kernels_neon;
  * row hardly at all. Tuned with `sluice bench unpack` (hot: input flushed),
  * each encoding its own best, so the baselines are served as well as
  * adaptive (docs/BENCHMARKS.md). Prefetches past the tensor's end are
- * harmless: they never fault. */
+ * harmless: they never fault (their addresses are computed as integers, so
+ * no pointer runs past its object). */
 #ifndef UNPACK_PREFETCH_ADAPTIVE
 #define UNPACK_PREFETCH_ADAPTIVE 8192
 #endif
@@ -129,10 +130,11 @@ extern const struct unpack_kernels unpack_kernels_neon;
 #define UNPACK_PREFETCH_BITPLANE 16384
 #endif
 
-/* The one-row dot kernel's second, farther prefetch (weights ahead, into
- * L2): decode streams rows back to back, and the L1 prefetch above alone
- * left it waiting on memory (one thread, 5 bits, rows from memory: 11-16%
- * less time with 16-32 KiB ahead; docs/BENCHMARKS.md, w18). */
+/* The AVX-512 one-row dot kernel's second, farther prefetch (weights
+ * ahead, into L2; no other kernel uses it): decode streams rows back to
+ * back, and the L1 prefetch above alone left it waiting on memory (one
+ * thread, 5 bits, rows from memory: 9-16% less kernel time with 16-32 KiB
+ * ahead in a microbenchmark; docs/BENCHMARKS.md, w18). */
 #ifndef UNPACK_PREFETCH_ADAPTIVE_FAR
 #define UNPACK_PREFETCH_ADAPTIVE_FAR 32768
 #endif
@@ -145,16 +147,19 @@ static inline __attribute__((always_inline)) void unpack_adaptive_prefetch(const
 {
 #pragma GCC unroll 8
     for (uint32_t o = 0; o < b * 64; o += 64)
-        __builtin_prefetch(src + UNPACK_PREFETCH_ADAPTIVE / 8 * b + o, 0, 3);
+        __builtin_prefetch((const void *)((uintptr_t)src + UNPACK_PREFETCH_ADAPTIVE / 8 * b + o),
+                           0, 3);
 }
 
-/* The same UNPACK_PREFETCH_ADAPTIVE_FAR weights ahead, into L2. */
+/* The same UNPACK_PREFETCH_ADAPTIVE_FAR weights ahead, into L2 (the
+ * AVX-512 one-row kernel's). */
 static inline __attribute__((always_inline)) void unpack_adaptive_prefetch_far(const uint8_t *src,
                                                                                uint32_t b)
 {
 #pragma GCC unroll 8
     for (uint32_t o = 0; o < b * 64; o += 64)
-        __builtin_prefetch(src + UNPACK_PREFETCH_ADAPTIVE_FAR / 8 * b + o, 0, 2);
+        __builtin_prefetch(
+            (const void *)((uintptr_t)src + UNPACK_PREFETCH_ADAPTIVE_FAR / 8 * b + o), 0, 2);
 }
 
 /* Prefetches, for a bitplane row whose planes (widths pw, 0-terminated)
@@ -172,7 +177,9 @@ unpack_bitplane_prefetch(const uint8_t *src, size_t padded, uint32_t j, const ui
             break;
 #pragma GCC unroll 4
         for (int o = 0; o < w * 64; o += 64)
-            __builtin_prefetch(src + (size_t)(j + UNPACK_PREFETCH_BITPLANE) * w / 8 + o, 0, 3);
+            __builtin_prefetch(
+                (const void *)((uintptr_t)src + (size_t)(j + UNPACK_PREFETCH_BITPLANE) * w / 8 + o),
+                0, 3);
         src += padded * w / 8;
     }
 }
