@@ -20,13 +20,17 @@
  * per score, and the softmax's scaling and maximum fused in; the same bits
  * as the matmul and infer_div_max): the shared slots in one call, the tree
  * slots in a second, and a row's maximum is the shared slots' and its
- * ancestors' (a maximum does not depend on the order it is taken in).
+ * ancestors' (a maximum does not depend on the order it is taken in, but
+ * for the sign of a +0/-0 tie, which changes no output: x - (+-0) and
+ * exp(+-0) are the same). Only where a kv head has 16 to 256 query rows
+ * (heads x tree rows; TREE_KT_MIN_ROWS: below that the transpose costs
+ * more than it saves).
  *
  * The arithmetic is infer_attn_list's: every score is its own dot product
  * (the kernels give a row's bits whatever the batch), the softmax runs over
  * the same array, and values are summed in list order by the same NN
  * kernel. So a tree row gets the bits plain decoding gives at its position
- * (test_spec, test_attn_tree). */
+ * (test_spec, test_verify_kernels). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -43,28 +47,46 @@ static size_t kt_floats(uint32_t hs, uint32_t T)
     return (size_t)hs * ((T + 15) & ~15u) + 16;
 }
 
-/* heads heads and kv kv heads: every head's scores of every row against T
- * slots; per kv head, a row's gathered ancestors (n at most) and the
- * transposed keys; every head's query rows gathered */
-static size_t tree_floats(uint32_t heads, uint32_t kv, uint32_t hs, uint32_t n, uint32_t T)
+/* Rows a kv head's transposed-key scores take at most (its maxima on the
+ * stack); more go through the matmul. */
+#define TREE_KT_ROWS 256u
+/* Fewer query rows a kv head than this keep the matmul (the prefill's rule,
+ * ATT_KT_MIN_ROWS: transposing costs about 2 rows' scores); in g18's
+ * harness (kjv6L-1k's 8/2 heads of 32, the KV out of the L2; noisy, 10-20%
+ * between rounds at load 9) 3 tree rows (12) were ~8% slower through the
+ * transposed keys, 2 even, 4 ~9% faster. */
+#define TREE_KT_MIN_ROWS 16u
+
+/* Whether a tree of n rows takes its scores from transposed keys with
+ * kernel k (AVX-512, head sizes 32/64/128, 16-256 query rows a kv head). */
+static int tree_kt(enum infer_matmul_kernel k, const struct format_config *c, uint32_t n)
 {
-    return (size_t)heads * n * T + (size_t)kv * hs * n + (size_t)kv * kt_floats(hs, T) +
+#if SLUICE_KERNELS_X86
+    size_t rows = (size_t)(c->n_heads / c->n_kv_heads) * n;
+    return k == INFER_MATMUL_AVX512 && infer_matmul_kernel_available(k) &&
+           INFER_ATT_KT_HS(c->head_dim) && rows <= TREE_KT_ROWS && rows >= TREE_KT_MIN_ROWS;
+#else
+    (void)k, (void)c, (void)n;
+    return 0;
+#endif
+}
+
+/* heads heads and kv kv heads: every head's scores of every row against T
+ * slots; per kv head, a row's gathered ancestors (n at most) and, with kt,
+ * the transposed keys; every head's query rows gathered (the value sums'
+ * place too) */
+static size_t tree_floats(uint32_t heads, uint32_t kv, uint32_t hs, uint32_t n, uint32_t T,
+                          int kt)
+{
+    return (size_t)heads * n * T + (size_t)kv * hs * n + (kt ? (size_t)kv * kt_floats(hs, T) : 0) +
            (size_t)heads * n * hs;
 }
 
 size_t infer_attn_tree_floats(const struct format_config *c, uint32_t n, uint32_t T)
 {
-    return tree_floats(c->n_heads, c->n_kv_heads, c->head_dim, n, T);
+    return tree_floats(c->n_heads, c->n_kv_heads, c->head_dim, n, T,
+                       tree_kt(infer_matmul_kernel_used(), c, n));
 }
-
-/* Rows a kv head's transposed-key scores take at most (its maxima on the
- * stack); more go through the matmul. */
-#define TREE_KT_ROWS 256u
-/* Fewer query rows a kv head than this keep the matmul (the prefill's rule,
- * ATT_KT_MIN_ROWS: transposing costs about 2 rows' scores); measured on
- * kjv6L-1k's 8/2 heads of 32 with the KV out of the L2, 3 tree rows (12)
- * were ~8% slower through the transposed keys, 2 even, 4 ~9% faster. */
-#define TREE_KT_MIN_ROWS 16u
 
 /* The scores of query heads [ha, hb) (one kv head's, transposed into kt,
  * ldt) for every row, into sh (head ha's first row) at stride T, packed
@@ -114,6 +136,7 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
 {
     enum infer_matmul_kernel k = infer_matmul_kernel_used();
     uint32_t n = rows->n, base = rows->base, T = base + n;
+    const int use_kt = tree_kt(k, c, n);
     uint32_t hs = c->head_dim, qdim = c->n_heads * hs, kv_mul = c->n_heads / c->n_kv_heads;
     size_t kv_dim = (size_t)c->n_kv_heads * hs;
     if (n == 0 || h0 >= h1)
@@ -127,12 +150,12 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
     if (!s || rows->tree_floats < infer_attn_tree_floats(c, n, T)) {
         hoff = h0;
         goff = g0;
-        s = own = sl_malloc(sizeof(float) * tree_floats(h1 - h0, g1 - g0, hs, n, T));
+        s = own = sl_malloc(sizeof(float) * tree_floats(h1 - h0, g1 - g0, hs, n, T, use_kt));
     }
     uint32_t nh = own ? h1 - h0 : c->n_heads, nkv = own ? g1 - g0 : c->n_kv_heads;
     float *vbs = s ? s + (size_t)nh * n * T : NULL;
     float *kts = s ? vbs + (size_t)nkv * hs * n : NULL;
-    float *qgs = s ? kts + (size_t)nkv * kt_floats(hs, T) : NULL;
+    float *qgs = s ? kts + (use_kt ? (size_t)nkv * kt_floats(hs, T) : 0) : NULL;
     uint32_t anc_st[TREE_STACK_ROWS * (TREE_STACK_ROWS + 1)], depth_st[TREE_STACK_ROWS];
     uint32_t *anc = anc_st, *depth = depth_st, *anc_own = NULL;
     if (n > TREE_STACK_ROWS) {
@@ -154,12 +177,7 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
         for (int32_t r = (int32_t)i; r >= 0; r = rows->parent[r])
             anc[i * (n + 1) + --at] = (uint32_t)r;
     }
-    int use_kt = 0;
 #if SLUICE_KERNELS_X86
-    use_kt = k == INFER_MATMUL_AVX512 && infer_matmul_kernel_available(k) &&
-             INFER_ATT_KT_HS(hs) && (size_t)kv_mul * n <= TREE_KT_ROWS &&
-             kv_mul * n >= TREE_KT_MIN_ROWS;
-#endif
     for (uint32_t g = g0; use_kt && g < g1; g++) {
         uint32_t ha = g * kv_mul > h0 ? g * kv_mul : h0;
         uint32_t hb = (g + 1) * kv_mul < h1 ? (g + 1) * kv_mul : h1;
@@ -170,6 +188,7 @@ int infer_attn_tree(const struct format_config *c, const float *kc, const float 
         scores_kt(k, c, rows, q, ha, hb, anc, depth, kt, ldt, qgs + (size_t)(ha - hoff) * n * hs,
                   s + (size_t)(ha - hoff) * n * T);
     }
+#endif
     float sq = sqrtf((float)hs);
     for (uint32_t h = h0; !use_kt && h < h1; h++) {
         float *sh = s + (size_t)(h - hoff) * n * T;

@@ -237,11 +237,12 @@ void infer_attn_list(float *out, const float *qh, const float *kh, const float *
                      uint32_t hs, const uint32_t *list, uint32_t len, float *a, float *gather);
 /* Dense attention of a tree's rows (rows->parent set, no selection) for the
  * query heads [h0, h1), into out [n][Q]: the bits infer_attn_list gives each
- * row over its visible slots (attn_tree.c). Its scores and gathered values
- * go in rows->tree_scratch when that holds infer_attn_tree_floats(c, n,
- * base + n) floats (head h's scores and kv head g's values at fixed places,
- * so threads running disjoint kv heads share it), else in memory of its own
- * for the call. 0 or -ENOMEM. */
+ * row over its visible slots (attn_tree.c). Its scores, gathered values,
+ * gathered queries (and value sums) and, with the AVX-512 kernel, each kv
+ * head's transposed keys go in rows->tree_scratch when that holds
+ * infer_attn_tree_floats(c, n, base + n) floats (each head's and kv head's
+ * at fixed places, so threads running disjoint kv heads share it), else in
+ * memory of its own for the call. 0 or -ENOMEM. */
 int infer_attn_tree(const struct format_config *c, const float *kc, const float *vc,
                     const struct infer_attn_rows *rows, const float *q, uint32_t h0, uint32_t h1,
                     float *out);

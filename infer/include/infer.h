@@ -265,7 +265,8 @@ struct infer_attn_rows {
     uint32_t sel_stride;
     /* Optional scratch for a tree's rows (parent set, no selection) shared by
      * the threads that run disjoint kv heads of one call: the dense attention's
-     * scores and gathered values, tree_floats floats (the forward pass sizes
+     * scores, gathered values and queries and transposed keys, tree_floats
+     * floats (infer_attn_tree_floats; the forward pass sizes
      * it; NULL or too few: the attention allocates its own per call). */
     float *tree_scratch;
     size_t tree_floats;

@@ -325,25 +325,31 @@ static void test_nt_rows_invariant(void **st)
     free(y1);
 }
 
-/* Tree attention against infer_attn_list on each row's visible slots. */
+/* Tree attention against infer_attn_list on each row's visible slots:
+ * kjv6L-1k's heads (8/2 of 32), tinyllama's (32/4 of 64), heads of 128 and
+ * 16 query heads a kv head, trees of up to 40 rows (the transposed-key
+ * scores from 16 query rows a kv head up to 256, the matmul on both sides),
+ * and shapes the AVX-512 scores do not take (heads of 16 and 8). */
 static void test_tree_attention(void **st)
 {
     (void)st;
     struct format_config c = {.n_heads = 8, .n_kv_heads = 2, .head_dim = 32};
-    for (int it = 0; it < 120; it++) {
-        static const uint32_t shapes[][3] = {{8, 2, 32}, {4, 4, 16}, {6, 3, 8}, {2, 1, 64}};
-        const uint32_t *sh = shapes[it % 4];
+    enum { MAX_ROWS = 40 };
+    for (int it = 0; it < 168; it++) {
+        static const uint32_t shapes[][3] = {{8, 2, 32}, {4, 4, 16}, {6, 3, 8},  {2, 1, 64},
+                                             {32, 4, 64}, {4, 1, 128}, {16, 1, 32}};
+        const uint32_t *sh = shapes[it % 7];
         c.n_heads = sh[0];
         c.n_kv_heads = sh[1];
         c.head_dim = sh[2];
         c.dim = c.n_heads * c.head_dim;
         uint32_t hs = c.head_dim, qdim = c.dim, kv_mul = c.n_heads / c.n_kv_heads;
         size_t kv_dim = (size_t)c.n_kv_heads * hs;
-        uint32_t n = 1 + test_rng_below(&rng, 16);
+        uint32_t n = 1 + test_rng_below(&rng, it % 3 == 0 ? MAX_ROWS : 16);
         /* past 256 slots: the values product in blocks of keys (nn_blocks) */
         uint32_t base = test_rng_below(&rng, it % 7 == 1 ? 400 : it % 3 ? 90 : 3);
         uint32_t T = base + n;
-        int32_t parent[16];
+        int32_t parent[MAX_ROWS];
         for (uint32_t i = 0; i < n; i++) /* any earlier row, or none */
             parent[i] = (int32_t)test_rng_below(&rng, i + 1) - 1;
         if (it % 5 == 0)
