@@ -212,50 +212,12 @@ struct prefetch {
     pthread_cond_t cv;
 };
 
-/* Every slice the first token needs, asked for up front (up to
- * MAP_ADVISE_MAX bytes): POSIX_FADV_WILLNEED in read-ahead-sized steps (one
- * call reads no more than that), which only queues the reads, so the device
- * has the whole run's bytes to read from the start instead of the fault
- * path's one or two 16 MiB windows. Measured on the run's 635 MB alone
- * under `flashrun -m 800` (docs/BENCHMARKS.md, eighteenth session, u22):
- * the fault-path windows 0.779 s median, all of it advised first 0.749 s
- * (faster in 9 of 9 alternated rounds; 256 MiB advised first: no gain), the
- * bound's raw read 0.714 s. The pages so read are single pages, not the
- * fault path's large folios: unmapping the 635 MB took 31-38 ms instead of
- * 21. Stops early when the run does. */
-#define MAP_ADVISE_STEP (16u << 20)
-#define MAP_ADVISE_MAX (1ull << 30)
-
-static void advise_all(struct prefetch *f)
-{
-    const struct format_reader *r = f->p->r;
-    int fd = format_reader_fd(r);
-    uint64_t asked = 0;
-    for (uint32_t j = 0; j < f->n && asked < MAP_ADVISE_MAX; j++) {
-        pthread_mutex_lock(&f->mu);
-        int stop = f->stop;
-        pthread_mutex_unlock(&f->mu);
-        if (stop)
-            return;
-        const struct format_slice_info *si = format_reader_slice(r, f->order[j]);
-        for (uint64_t off = 0; off < si->length; off += MAP_ADVISE_STEP) {
-            uint64_t n = si->length - off < MAP_ADVISE_STEP ? si->length - off : MAP_ADVISE_STEP;
-            (void)posix_fadvise(fd, (off_t)(si->offset + off), (off_t)n,
-                                POSIX_FADV_WILLNEED); /* advice: the populates read without it */
-        }
-        asked += si->length;
-    }
-}
-
 static void *prefetch_worker(void *arg)
 {
     struct prefetch *f = arg;
     const struct format_reader *r = f->p->r;
-    /* the advice is asked in slice order, so the throttle (one queue per
-     * group, served in order) still serves the first slice first */
-    advise_all(f);
     pthread_mutex_lock(&f->mu);
-    /* no populate before the first slice is in: populating the next ones
+    /* nothing runs before the first slice is in: reading the next ones
      * beside it would halve its share of a throttled disk and delay the
      * first task by as much (the first layer's compute then outlasts the
      * next slice's read) */
