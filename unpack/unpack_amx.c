@@ -124,36 +124,26 @@ AI void half_b(const uint8_t *src, int8_t *dst, const uint8_t *pf, const uint32_
         _mm512_store_si512((void *)(dst + 64 * k), code(src, 64, 4 * H + k, b, 0, 0));
 }
 
-/* Step s of a piece whose channels lie ld bytes apart: its 64 inputs from
- * column 64 * s (block j's rows from 16 * j) against the stage's B tile at
- * b; even steps into C tiles 0 and 1, odd ones into 2 and 3, each with its
- * own A and B tiles. */
-AI void step(const int8_t *piece, size_t ld, const uint8_t *b, uint32_t m, uint32_t s, uint32_t nb)
-{
-    const int8_t *a = piece + 64 * s;
-    const uint8_t *bs = b + (size_t)s * 64 * m;
-    if (s & 1) {
-        _tile_loadd(7, bs, m * 4);
-        _tile_loadd(5, a, ld);
-        _tile_dpbusd(2, 5, 7);
-        if (nb > 1) {
-            _tile_loadd(5, a + 16 * ld, ld);
-            _tile_dpbusd(3, 5, 7);
-        }
-    } else {
-        _tile_loadd(6, bs, m * 4);
-        _tile_loadd(4, a, ld);
-        _tile_dpbusd(0, 4, 6);
-        if (nb > 1) {
-            _tile_loadd(4, a + 16 * ld, ld);
-            _tile_dpbusd(1, 4, 6);
-        }
-    }
-}
-
-/* Part p (0..3) of step s = h / 4 (p = h % 4) of a piece as step() does
- * it: 0 the B tile and block 0's A tile, 1 block 0's TDPBUSD, 2 block 1's A
- * tile, 3 its TDPBUSD (2 and 3 nothing with one block). */
+/* Part p (0..3) of step s = h / 4 (p = h % 4) of a piece whose channels
+ * lie ld bytes apart: its 64 inputs from column 64 * s (block j's rows from
+ * 16 * j) against the stage's B tile at b; even steps into C tiles 0 and 1,
+ * odd ones into 2 and 3, each with its own A and B tiles. Part 0 loads the
+ * B tile and block 0's A tile, 1 is block 0's TDPBUSD, 2 loads block 1's A
+ * tile, 3 is its TDPBUSD (2 and 3 nothing with one block). The tile
+ * registers are immediates, hence the macro. */
+#define STEP_PART(TB, TA, C0, C1)                                                                  \
+    do {                                                                                           \
+        if (p == 0) {                                                                              \
+            _tile_loadd(TB, bs, m * 4);                                                            \
+            _tile_loadd(TA, a, ld);                                                                \
+        } else if (p == 1) {                                                                       \
+            _tile_dpbusd(C0, TA, TB);                                                              \
+        } else if (p == 2) {                                                                       \
+            _tile_loadd(TA, a + 16 * ld, ld);                                                      \
+        } else {                                                                                   \
+            _tile_dpbusd(C1, TA, TB);                                                              \
+        }                                                                                          \
+    } while (0)
 AI void step_part(const int8_t *piece, size_t ld, const uint8_t *b, uint32_t m, uint32_t h,
                   uint32_t nb)
 {
@@ -162,29 +152,19 @@ AI void step_part(const int8_t *piece, size_t ld, const uint8_t *b, uint32_t m, 
     const uint8_t *bs = b + (size_t)s * 64 * m;
     if (p >= 2 && nb < 2)
         return;
-    if (s & 1) {
-        if (p == 0) {
-            _tile_loadd(7, bs, m * 4);
-            _tile_loadd(5, a, ld);
-        } else if (p == 2) {
-            _tile_loadd(5, a + 16 * ld, ld);
-        } else if (p == 1) {
-            _tile_dpbusd(2, 5, 7);
-        } else {
-            _tile_dpbusd(3, 5, 7);
-        }
-    } else {
-        if (p == 0) {
-            _tile_loadd(6, bs, m * 4);
-            _tile_loadd(4, a, ld);
-        } else if (p == 2) {
-            _tile_loadd(4, a + 16 * ld, ld);
-        } else if (p == 1) {
-            _tile_dpbusd(0, 4, 6);
-        } else {
-            _tile_dpbusd(1, 4, 6);
-        }
-    }
+    if (s & 1)
+        STEP_PART(7, 5, 2, 3);
+    else
+        STEP_PART(6, 4, 0, 1);
+}
+#undef STEP_PART
+
+/* Step s whole: its four parts in order. */
+AI void step(const int8_t *piece, size_t ld, const uint8_t *b, uint32_t m, uint32_t s, uint32_t nb)
+{
+#pragma GCC unroll 4
+    for (uint32_t p = 0; p < 4; p++)
+        step_part(piece, ld, b, m, 4 * s + p, nb);
 }
 
 /* The unpacking of one half of group g for the pass's channels, in runs of
