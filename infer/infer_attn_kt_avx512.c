@@ -21,42 +21,8 @@
 #include <string.h>
 
 #include "infer_div_max_avx512_inl.h"
+#include "infer_transpose16_avx512_inl.h"
 #include "infer_matmul.h"
-
-/* r[0..16) (16 keys' 16 columns) transposed in registers: r[c] becomes
- * column c of the 16 keys. Pairs of rows interleaved, then pairs of pairs
- * (64-bit), then 128-bit lanes gathered in two rounds. */
-static inline __attribute__((always_inline)) void transpose16(__m512 r[16])
-{
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    /* per 128-bit lane of row quad q (rows 4q..4q+3): r[4q + j] holds column j */
-    for (int qd = 0; qd < 16; qd += 4) {
-        __m512d a = _mm512_castps_pd(t[qd]), b = _mm512_castps_pd(t[qd + 1]);
-        __m512d c = _mm512_castps_pd(t[qd + 2]), d = _mm512_castps_pd(t[qd + 3]);
-        r[qd] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        r[qd + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        r[qd + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        r[qd + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    /* r[4q + j] lane L: rows 4q..4q+3 of column j + 4L. Gather lanes 0, 2
-     * (0x88) and 1, 3 (0xdd) of quads 0+1 and 2+3, then again */
-    for (int j = 0; j < 4; j++) {
-        t[2 * j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);     /* cols j, j+8: rows 0-7 */
-        t[2 * j + 1] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd); /* cols j+4, j+12 */
-        t[8 + 2 * j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-        t[8 + 2 * j + 1] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
-    }
-    for (int j = 0; j < 4; j++) {
-        r[j] = _mm512_shuffle_f32x4(t[2 * j], t[8 + 2 * j], 0x88);
-        r[j + 8] = _mm512_shuffle_f32x4(t[2 * j], t[8 + 2 * j], 0xdd);
-        r[j + 4] = _mm512_shuffle_f32x4(t[2 * j + 1], t[8 + 2 * j + 1], 0x88);
-        r[j + 12] = _mm512_shuffle_f32x4(t[2 * j + 1], t[8 + 2 * j + 1], 0xdd);
-    }
-}
 
 void infer_keys_transpose(float *kt, size_t ldt, const float *k, size_t ldk, uint32_t T,
                           uint32_t hs)
@@ -72,7 +38,7 @@ void infer_keys_transpose(float *kt, size_t ldt, const float *k, size_t ldk, uin
                 for (uint32_t i = 0; i < 16; i++)
                     r[i] = i < nk ? _mm512_loadu_ps(k + (size_t)(t + i) * ldk + cb)
                                   : _mm512_setzero_ps();
-                transpose16(r);
+                infer_transpose16(r); /* r[c]: column c of the 16 keys */
                 for (uint32_t c = 0; c < 16; c++)
                     _mm512_storeu_ps(kt + (size_t)(cb + c) * ldt + t, r[c]);
             }

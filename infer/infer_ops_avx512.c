@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "infer_transpose16_avx512_inl.h"
 #include "infer_matmul.h"
 
 /* out[r][j] = w[j] * (s * x[r][j]) for j < d */
@@ -48,41 +49,6 @@ static void scale_rows(float *out, const float *x, const float *w, uint32_t d, _
         scale_row(out + (size_t)i * d, x + (size_t)i * d, w, d, sv[i]);
 }
 
-/* sq[i] = the squares of 16 floats of row i (i < 16), transposed in place:
- * sq[j] = column j's squares, row i in lane i (4 steps of 16 shuffles) */
-static inline __attribute__((always_inline)) void transpose16(__m512 r[16])
-{
-    __m512 t[16];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) { /* lane L: rows 2k, 2k+1 of columns 4L..4L+3 */
-        t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-        t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
-    }
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; g++) { /* r[4g + c]: column 4L + c of rows 4g..4g+3 in lane L */
-        __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 2]);
-        __m512d e = _mm512_castps_pd(t[4 * g + 1]), f = _mm512_castps_pd(t[4 * g + 3]);
-        r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(e, f));
-        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(e, f));
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) { /* t[c]: columns c, c + 8; t[4 + c]: c + 4, c + 12 */
-        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
-        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) { /* column c: rows 0-3, 4-7, 8-11, 12-15 */
-        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);
-        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd);
-    }
-}
-
 /* rows' (1..16) sums of squares, row i in lane i, each in element order;
  * lanes past rows are zero (their loads masked off) */
 static inline __m512 sums16(const float *x, uint32_t d, uint32_t rows)
@@ -98,7 +64,7 @@ static inline __m512 sums16(const float *x, uint32_t d, uint32_t rows)
             __m512 v = _mm512_maskz_loadu_ps(i < rows ? m : 0, xi);
             r[i] = _mm512_mul_ps(v, v);
         }
-        transpose16(r);
+        infer_transpose16(r); /* sq[j] = column j's squares */
         for (uint32_t c = 0; c < nc; c++) /* the columns past d are not added */
             acc = _mm512_add_ps(acc, r[c]);
     }
