@@ -186,8 +186,10 @@ struct packed_shared_part {
     int32_t *acc;     /* [n][rows] */
     uint32_t base;    /* its first channel in the joint range */
     uint32_t chunk;
-    /* each activation row's sums and tail, computed once for all chunks */
-    struct unpack_dot_x px[PACKED_ROWS_MIN - 1];
+    /* each activation row's sums and tail, computed once for all chunks
+     * (the multi-row dot kernel's rows too: summed again per chunk they
+     * cost a fifth of the 8-row kernel's time, zv18) */
+    struct unpack_dot_x px[UNPACK_TILES_ROWS_MAX];
     /* from PACKED_ROWS_MIN rows instead (infer_packed_tiles_take): the rows
      * staged once for unpack_tensor_dot_tiles */
     const void *stage;
@@ -308,8 +310,8 @@ static int shared_drain(struct packed_shared *sh, int front)
             if (ret < 0)
                 return ret;
         } else if (multi) { /* packed_part_run's call on the chunk */
-            int ret = unpack_tensor_dot(lin->upk, unpack_kernel_best(), r0, r1, p->xq, sh->n,
-                                        p->acc + r0, lin->rows);
+            int ret = unpack_tensor_dot_xm(lin->upk, unpack_kernel_best(), r0, r1, p->xq, sh->n,
+                                           p->px, p->acc + r0, lin->rows);
             if (ret < 0)
                 return ret;
         }
@@ -508,7 +510,7 @@ int infer_linear_packed_group(struct infer_state *s, uint32_t count,
             stage += stage_span(lins[j]->cols, n);
             continue;
         }
-        for (uint32_t i = 0; n < PACKED_ROWS_MIN && i < n; i++) /* else multi-row */
+        for (uint32_t i = 0; i < n; i++) /* one row at a time, or multi-row */
             unpack_dot_x_init(lins[j]->upk, xq[j] + (size_t)i * lins[j]->cols, &p->px[i]);
     }
     atomic_init(&sh.range, (uint64_t)total);

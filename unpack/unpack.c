@@ -287,6 +287,49 @@ static uint32_t dot_block(uint32_t n)
 }
 #endif
 
+/* unpack_tensor_dot's adaptive path with each activation row's sums and
+ * tail (px[i], from unpack_dot_x_init or dot_x_fill) already made. */
+static void dot_adaptive(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                         uint32_t r1, const int8_t *x, uint32_t m,
+                         const struct unpack_dot_x *px, int32_t *acc, size_t ldacc)
+{
+    unpack_dot_fn *fn = dot_fn(k);
+    const uint32_t cols = u->layout.cols;
+#if SLUICE_KERNELS_X86
+    const int multi = unpack_dot_multirow(u, k);
+#endif
+    struct unpack_dot_args args[16];
+    for (uint32_t i0 = 0; i0 < m; i0 += 16) {
+        uint32_t mi = m - i0 < 16 ? m - i0 : 16;
+        for (uint32_t i = 0; i < mi; i++)
+            args[i] = (struct unpack_dot_args){px[i0 + i].xsum_full, px[i0 + i].xsum_all,
+                                               px[i0 + i].xtail, 0};
+        /* row by row: a row's bytes stay in L1 for the next activation rows;
+         * where the kernel takes several rows at once (multi), blocks of 16,
+         * 8, 4 or 2 of them unpack the row once each */
+        for (uint32_t r = r0; r < r1; r++) {
+            const uint8_t *src = u->layout.data + u->row_off[r];
+            uint32_t b = format_packed_width(u->layout.widths, r);
+            int over = dot_overread(u, r, b);
+            for (uint32_t i = 0; i < mi;) {
+                int32_t *out = acc + (size_t)(i0 + i) * ldacc + (r - r0);
+                const int8_t *xi = x + (size_t)(i0 + i) * cols;
+#if SLUICE_KERNELS_X86
+                uint32_t c = multi ? dot_block(mi - i) : 1;
+                if (c > 1) {
+                    unpack_adaptive_dot_m_avx512(src, cols, b, xi, c, &args[i], out, ldacc);
+                    i += c;
+                    continue;
+                }
+#endif
+                args[i].overread = over;
+                *out = fn(src, cols, b, xi, &args[i]);
+                i++;
+            }
+        }
+    }
+}
+
 int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                       uint32_t r1, const int8_t *x, uint32_t m, int32_t *acc, size_t ldacc)
 {
@@ -313,43 +356,30 @@ int unpack_tensor_dot(const struct unpack_tensor *u, enum unpack_kernel k, uint3
         free(q);
         return 0;
     }
-    unpack_dot_fn *fn = dot_fn(k);
-#if SLUICE_KERNELS_X86
-    const int multi = unpack_dot_multirow(u, k);
-#endif
-    int8_t xtail[16][FORMAT_PACKED_GROUP + 64];
-    struct unpack_dot_args args[16];
+    struct unpack_dot_x px[16];
     for (uint32_t i0 = 0; i0 < m; i0 += 16) {
         uint32_t mi = m - i0 < 16 ? m - i0 : 16;
-        for (uint32_t i = 0; i < mi; i++) {
-            dot_x_fill(x + (size_t)(i0 + i) * cols, cols, &args[i].xsum_full, &args[i].xsum_all,
-                       xtail[i]);
-            args[i].xtail = xtail[i];
-        }
-        /* row by row: a row's bytes stay in L1 for the next activation rows;
-         * where the kernel takes several rows at once (multi), blocks of 16,
-         * 8, 4 or 2 of them unpack the row once each */
-        for (uint32_t r = r0; r < r1; r++) {
-            const uint8_t *src = u->layout.data + u->row_off[r];
-            uint32_t b = format_packed_width(u->layout.widths, r);
-            int over = dot_overread(u, r, b);
-            for (uint32_t i = 0; i < mi;) {
-                int32_t *out = acc + (size_t)(i0 + i) * ldacc + (r - r0);
-                const int8_t *xi = x + (size_t)(i0 + i) * cols;
-#if SLUICE_KERNELS_X86
-                uint32_t c = multi ? dot_block(mi - i) : 1;
-                if (c > 1) {
-                    unpack_adaptive_dot_m_avx512(src, cols, b, xi, c, &args[i], out, ldacc);
-                    i += c;
-                    continue;
-                }
-#endif
-                args[i].overread = over;
-                *out = fn(src, cols, b, xi, &args[i]);
-                i++;
-            }
-        }
+        for (uint32_t i = 0; i < mi; i++)
+            dot_x_fill(x + (size_t)(i0 + i) * cols, cols, &px[i].xsum_full, &px[i].xsum_all,
+                       px[i].xtail);
+        dot_adaptive(u, k, r0, r1, x + (size_t)i0 * cols, mi, px, acc + (size_t)i0 * ldacc,
+                     ldacc);
     }
+    return 0;
+}
+
+int unpack_tensor_dot_xm(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                         uint32_t r1, const int8_t *x, uint32_t m, const struct unpack_dot_x *px,
+                         int32_t *acc, size_t ldacc)
+{
+    if (u->layout.encoding != FORMAT_ENC_ADAPTIVE || u->layout.mult)
+        return unpack_tensor_dot(u, k, r0, r1, x, m, acc, ldacc);
+    if (m == 0 || (m > 1 && ldacc < (size_t)(r1 - r0)))
+        return -EINVAL;
+    int ret = dot_check(u, k, r0, r1);
+    if (ret < 0)
+        return ret;
+    dot_adaptive(u, k, r0, r1, x, m, px, acc, ldacc);
     return 0;
 }
 

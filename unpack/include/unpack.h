@@ -198,6 +198,12 @@ struct unpack_dot_x {
     int8_t xtail[FORMAT_PACKED_GROUP + 64];
 };
 void unpack_dot_x_init(const struct unpack_tensor *u, const int8_t *x, struct unpack_dot_x *px);
+/* unpack_tensor_dot for m activation rows x [m][cols] with each row's
+ * px[i] made by unpack_dot_x_init: the same results and errors, without
+ * summing the rows again on every call (a product split into chunks). */
+int unpack_tensor_dot_xm(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
+                         uint32_t r1, const int8_t *x, uint32_t m, const struct unpack_dot_x *px,
+                         int32_t *acc, size_t ldacc);
 int unpack_tensor_dot_x(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                         uint32_t r1, const int8_t *x, const struct unpack_dot_x *px, int32_t *acc);
 
