@@ -218,6 +218,7 @@ AI VNNI void adaptive_dot_m_b(const uint8_t *src, uint32_t cols, const int8_t *x
     const int8_t *xg = x;
     for (uint32_t g = 0; g < full; g++, src += b * 64, xg += 512) {
         unpack_adaptive_prefetch(src, b);
+        unpack_adaptive_prefetch_far(src, b);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const __m512i c = code(src, 64, k, b, 0, 0);
