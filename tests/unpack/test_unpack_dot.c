@@ -15,7 +15,8 @@
  *   with unpack_tensor_rows followed by a plain dot product;
  * - the baseline encodings (bitplane, int4int8) give the same integers;
  * - unpack_tensor_dot_x (x's sums and tail prepared once) gives the same
- *   integers on every kernel, for every case above;
+ *   integers on every kernel, for every case above, and so does
+ *   unpack_tensor_dot_xm (every row's prepared once, all m rows at a time);
  * - unpack_tensor_dot_tiles (AMX tiles, 1-16 rows) gives them too, for
  *   every adaptive case above where it takes the tensor (both strides and
  *   pass orders, sub-ranges, partial blocks of 16 channels, tails, random bytes);
@@ -182,6 +183,26 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
                              what, unpack_kernel_name(ks[k]), i, j, got[j], ref[(size_t)i * n + j],
                              u->layout.cols, r0, r1);
         }
+    /* unpack_tensor_dot_xm: all m rows, each row's part prepared once (m
+     * may exceed 16: the blocks of 16 index px past the first block) */
+    struct unpack_dot_x *px = malloc(sizeof *px * m);
+    assert_non_null(px);
+    for (uint32_t i = 0; i < m; i++)
+        unpack_dot_x_init(u, x + (size_t)i * u->layout.cols, &px[i]);
+    for (int k = 0; k < nk; k++)
+        for (uint32_t ld = n; ld <= n + 3 && n; ld += 3) {
+            memset(got, 0x5a, sizeof(int32_t) * m * (n + 3));
+            assert_int_equal(unpack_tensor_dot_xm(u, ks[k], r0, r1, x, m, px, got, ld), 0);
+            for (size_t i = 0; i < (size_t)m * ld; i++) {
+                int32_t want_i = i % ld >= n ? 0x5a5a5a5a : ref[i / ld * n + i % ld];
+                if (got[i] != want_i)
+                    fail_msg("%s: kernel %s dot_xm [%zu] = %d, want %d (cols %u, m %u, rows "
+                             "%u..%u, stride %u)",
+                             what, unpack_kernel_name(ks[k]), i, got[i], want_i, u->layout.cols,
+                             m, r0, r1, ld);
+            }
+        }
+    free(px);
     free(ref);
     free(got);
 }
