@@ -83,8 +83,8 @@ static int cpu_is_amd(void)
 #endif
 }
 
-static _Atomic int dot_far_set = -1; /* unpack_dot_set_far_prefetch's mode */
-static _Atomic int dot_far_auto = -1;  /* the default, decided once */
+static _Atomic int dot_far_set = -1;  /* unpack_dot_set_far_prefetch's mode */
+static _Atomic int dot_far_auto = -1; /* the default, decided once */
 
 int unpack_dot_far_prefetch(void)
 {
@@ -105,8 +105,7 @@ int unpack_dot_far_prefetch(void)
 
 void unpack_dot_set_far_prefetch(int mode)
 {
-    atomic_store_explicit(&dot_far_set, mode == 0 || mode == 1 ? mode : -1,
-                          memory_order_relaxed);
+    atomic_store_explicit(&dot_far_set, mode == 0 || mode == 1 ? mode : -1, memory_order_relaxed);
 }
 
 int unpack_tensor_init(struct unpack_tensor *u, uint32_t encoding, const void *data,

@@ -97,7 +97,7 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
  * the dispatch (unpack.c) checks. */
 #define VNNI __attribute__((target("avx512vnni"))) /* gcc and clang alike */
 AI VNNI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x,
-                          const struct unpack_dot_args *a, const uint32_t b, const int far)
+                               const struct unpack_dot_args *a, const uint32_t b, const int far)
 {
     const uint32_t full = cols / 512;
     __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
@@ -128,16 +128,16 @@ AI VNNI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *
     return (int32_t)(s - (uint32_t)UNPACK_DOT_OFF(b) * (uint32_t)a->xsum_all);
 }
 
-#define DEFINE_DOT(B)                                                                         \
-    static VNNI int32_t adaptive_dot_##B(const uint8_t *src, uint32_t cols, const int8_t *x,  \
-                                         const struct unpack_dot_args *a)                     \
-    {                                                                                         \
-        return adaptive_dot_b(src, cols, x, a, (B), 1);                                       \
-    }                                                                                         \
-    static VNNI int32_t adaptive_dot_near_##B(const uint8_t *src, uint32_t cols,              \
-                                              const int8_t *x, const struct unpack_dot_args *a) \
-    {                                                                                         \
-        return adaptive_dot_b(src, cols, x, a, (B), 0);                                       \
+#define DEFINE_DOT(B)                                                                              \
+    static VNNI int32_t adaptive_dot_##B(const uint8_t *src, uint32_t cols, const int8_t *x,       \
+                                         const struct unpack_dot_args *a)                          \
+    {                                                                                              \
+        return adaptive_dot_b(src, cols, x, a, (B), 1);                                            \
+    }                                                                                              \
+    static VNNI int32_t adaptive_dot_near_##B(const uint8_t *src, uint32_t cols, const int8_t *x,  \
+                                              const struct unpack_dot_args *a)                     \
+    {                                                                                              \
+        return adaptive_dot_b(src, cols, x, a, (B), 0);                                            \
     }
 DEFINE_DOT(1)
 DEFINE_DOT(2)

@@ -126,24 +126,24 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
     /* each kernel with and without the AVX-512 one-row kernel's far
      * prefetch (unpack_dot_far_prefetch: the CPU decides which one runs) */
     for (int far = 0; far < 2; far++) {
-    unpack_dot_set_far_prefetch(far);
-    for (int k = 1; k < nk; k++)
-        for (uint32_t ld = n; ld <= n + 3 && n; ld += 3) {
-            memset(got, 0x5a, sizeof(int32_t) * m * (n + 3));
-            assert_int_equal(unpack_tensor_dot(u, ks[k], r0, r1, x, m, got, ld), 0);
-            for (size_t i = 0; i < (size_t)m * n; i++) {
-                int32_t g = got[i / n * ld + i % n];
-                if (g != ref[i])
-                    fail_msg("%s: kernel %s dot [%zu] = %d, scalar %d (cols %u, m %u, rows "
-                             "%u..%u, width %u, stride %u, far %d)",
-                             what, unpack_kernel_name(ks[k]), i, g, ref[i], u->layout.cols, m, r0,
-                             r1, unpack_tensor_width(u, r0 + (uint32_t)(i % n)), ld, far);
+        unpack_dot_set_far_prefetch(far);
+        for (int k = 1; k < nk; k++)
+            for (uint32_t ld = n; ld <= n + 3 && n; ld += 3) {
+                memset(got, 0x5a, sizeof(int32_t) * m * (n + 3));
+                assert_int_equal(unpack_tensor_dot(u, ks[k], r0, r1, x, m, got, ld), 0);
+                for (size_t i = 0; i < (size_t)m * n; i++) {
+                    int32_t g = got[i / n * ld + i % n];
+                    if (g != ref[i])
+                        fail_msg("%s: kernel %s dot [%zu] = %d, scalar %d (cols %u, m %u, rows "
+                                 "%u..%u, width %u, stride %u, far %d)",
+                                 what, unpack_kernel_name(ks[k]), i, g, ref[i], u->layout.cols, m,
+                                 r0, r1, unpack_tensor_width(u, r0 + (uint32_t)(i % n)), ld, far);
+                }
+                for (size_t i = 0; i < (size_t)m * ld; i++)
+                    if (i % ld >= n && got[i] != 0x5a5a5a5a)
+                        fail_msg("%s: kernel %s wrote between rows at %zu (stride %u)", what,
+                                 unpack_kernel_name(ks[k]), i, ld);
             }
-            for (size_t i = 0; i < (size_t)m * ld; i++)
-                if (i % ld >= n && got[i] != 0x5a5a5a5a)
-                    fail_msg("%s: kernel %s wrote between rows at %zu (stride %u)", what,
-                             unpack_kernel_name(ks[k]), i, ld);
-        }
     }
     unpack_dot_set_far_prefetch(-1);
     /* unpack_tensor_dot_tiles (AMX), where it takes the tensor: the same
@@ -176,21 +176,21 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
     }
     /* unpack_tensor_dot_x: one activation row at a time, x's part prepared once */
     for (int far = 0; far < 2; far++) {
-    unpack_dot_set_far_prefetch(far);
-    for (int k = 0; k < nk; k++)
-        for (uint32_t i = 0; i < m; i++) {
-            const int8_t *xi = x + (size_t)i * u->layout.cols;
-            struct unpack_dot_x px;
-            unpack_dot_x_init(u, xi, &px);
-            memset(got, 0x5a, sizeof(int32_t) * (n ? n : 1));
-            assert_int_equal(unpack_tensor_dot_x(u, ks[k], r0, r1, xi, &px, got), 0);
-            for (uint32_t j = 0; j < n; j++)
-                if (got[j] != ref[(size_t)i * n + j])
-                    fail_msg("%s: kernel %s dot_x [%u][%u] = %d, dot %d (cols %u, rows %u..%u, "
-                             "far %d)",
-                             what, unpack_kernel_name(ks[k]), i, j, got[j], ref[(size_t)i * n + j],
-                             u->layout.cols, r0, r1, far);
-        }
+        unpack_dot_set_far_prefetch(far);
+        for (int k = 0; k < nk; k++)
+            for (uint32_t i = 0; i < m; i++) {
+                const int8_t *xi = x + (size_t)i * u->layout.cols;
+                struct unpack_dot_x px;
+                unpack_dot_x_init(u, xi, &px);
+                memset(got, 0x5a, sizeof(int32_t) * (n ? n : 1));
+                assert_int_equal(unpack_tensor_dot_x(u, ks[k], r0, r1, xi, &px, got), 0);
+                for (uint32_t j = 0; j < n; j++)
+                    if (got[j] != ref[(size_t)i * n + j])
+                        fail_msg("%s: kernel %s dot_x [%u][%u] = %d, dot %d (cols %u, rows %u..%u, "
+                                 "far %d)",
+                                 what, unpack_kernel_name(ks[k]), i, j, got[j],
+                                 ref[(size_t)i * n + j], u->layout.cols, r0, r1, far);
+            }
     }
     unpack_dot_set_far_prefetch(-1);
     free(ref);
