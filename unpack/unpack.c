@@ -1,8 +1,12 @@
 /* unpack.c: kernel selection and whole-tensor unpacking. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "unpack_internal.h"
 
@@ -60,6 +64,48 @@ enum unpack_kernel unpack_kernel_best(void)
         if (unpack_kernel_available(order[i]))
             return order[i];
     return UNPACK_KERNEL_SCALAR;
+}
+
+/* 1 on a CPU whose vendor string is AMD's. */
+static int cpu_is_amd(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d))
+        return 0;
+    char v[12];
+    memcpy(v, &b, 4);
+    memcpy(v + 4, &d, 4);
+    memcpy(v + 8, &c, 4);
+    return memcmp(v, "AuthenticAMD", 12) == 0;
+#else
+    return 0;
+#endif
+}
+
+static _Atomic int dot_far_set = -1;  /* unpack_dot_set_far_prefetch's mode */
+static _Atomic int dot_far_auto = -1; /* the default, decided once */
+
+int unpack_dot_far_prefetch(void)
+{
+    int m = atomic_load_explicit(&dot_far_set, memory_order_relaxed);
+    if (m >= 0)
+        return m;
+    m = atomic_load_explicit(&dot_far_auto, memory_order_relaxed);
+    if (m >= 0)
+        return m;
+    const char *e = getenv("SLUICE_DOT_FAR");
+    if (e && (!strcmp(e, "0") || !strcmp(e, "1")))
+        m = e[0] - '0';
+    else
+        m = !cpu_is_amd();
+    atomic_store_explicit(&dot_far_auto, m, memory_order_relaxed);
+    return m;
+}
+
+void unpack_dot_set_far_prefetch(int mode)
+{
+    atomic_store_explicit(&dot_far_set, mode == 0 || mode == 1 ? mode : -1, memory_order_relaxed);
 }
 
 int unpack_tensor_init(struct unpack_tensor *u, uint32_t encoding, const void *data,

@@ -97,13 +97,14 @@ static void adaptive_row(const uint8_t *src, uint32_t cols, uint32_t b, int8_t *
  * the dispatch (unpack.c) checks. */
 #define VNNI __attribute__((target("avx512vnni"))) /* gcc and clang alike */
 AI VNNI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *x,
-                          const struct unpack_dot_args *a, const uint32_t b)
+                               const struct unpack_dot_args *a, const uint32_t b, const int far)
 {
     const uint32_t full = cols / 512;
     __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
     for (uint32_t g = 0; g < full; g++, src += b * 64, x += 512) {
         unpack_adaptive_prefetch(src, b);
-        unpack_adaptive_prefetch_far(src, b);
+        if (far)
+            unpack_adaptive_prefetch_far(src, b);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k += 2) {
             acc0 = _mm512_dpbusd_epi32(acc0, code(src, 64, k, b, 0, 0),
@@ -127,11 +128,16 @@ AI VNNI int32_t adaptive_dot_b(const uint8_t *src, uint32_t cols, const int8_t *
     return (int32_t)(s - (uint32_t)UNPACK_DOT_OFF(b) * (uint32_t)a->xsum_all);
 }
 
-#define DEFINE_DOT(B)                                                                         \
-    static VNNI int32_t adaptive_dot_##B(const uint8_t *src, uint32_t cols, const int8_t *x,  \
-                                         const struct unpack_dot_args *a)                     \
-    {                                                                                         \
-        return adaptive_dot_b(src, cols, x, a, (B));                                          \
+#define DEFINE_DOT(B)                                                                              \
+    static VNNI int32_t adaptive_dot_##B(const uint8_t *src, uint32_t cols, const int8_t *x,       \
+                                         const struct unpack_dot_args *a)                          \
+    {                                                                                              \
+        return adaptive_dot_b(src, cols, x, a, (B), 1);                                            \
+    }                                                                                              \
+    static VNNI int32_t adaptive_dot_near_##B(const uint8_t *src, uint32_t cols, const int8_t *x,  \
+                                              const struct unpack_dot_args *a)                     \
+    {                                                                                              \
+        return adaptive_dot_b(src, cols, x, a, (B), 0);                                            \
     }
 DEFINE_DOT(1)
 DEFINE_DOT(2)
@@ -145,15 +151,18 @@ DEFINE_DOT(8)
 typedef int32_t dot_b_fn(const uint8_t *, uint32_t, const int8_t *,
                          const struct unpack_dot_args *);
 
-static dot_b_fn *const adaptive_dots[9] = {
-    NULL,           adaptive_dot_1, adaptive_dot_2, adaptive_dot_3, adaptive_dot_4,
-    adaptive_dot_5, adaptive_dot_6, adaptive_dot_7, adaptive_dot_8,
+/* [0]: the near prefetch only; [1]: with the far one (unpack_dot_far_prefetch) */
+static dot_b_fn *const adaptive_dots[2][9] = {
+    {NULL, adaptive_dot_near_1, adaptive_dot_near_2, adaptive_dot_near_3, adaptive_dot_near_4,
+     adaptive_dot_near_5, adaptive_dot_near_6, adaptive_dot_near_7, adaptive_dot_near_8},
+    {NULL, adaptive_dot_1, adaptive_dot_2, adaptive_dot_3, adaptive_dot_4, adaptive_dot_5,
+     adaptive_dot_6, adaptive_dot_7, adaptive_dot_8},
 };
 
 static int32_t adaptive_dot(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
                             const struct unpack_dot_args *a)
 {
-    return adaptive_dots[b](src, cols, x, a);
+    return adaptive_dots[unpack_dot_far_prefetch()][b](src, cols, x, a);
 }
 
 /* The lane sums of M = 4, 8 or 16 accumulators into s[0..M), as

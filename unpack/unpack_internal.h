@@ -138,6 +138,11 @@ extern const struct unpack_kernels unpack_kernels_neon;
 #ifndef UNPACK_PREFETCH_ADAPTIVE_FAR
 #define UNPACK_PREFETCH_ADAPTIVE_FAR 32768
 #endif
+/* Not on every CPU: on AMD Zen 5 (its L2 stream prefetcher follows the
+ * rows by itself) the far prefetch's instructions cost more than it saves,
+ * one thread streaming a 5-bit tensor from memory with it was 10% slower
+ * per CPU second (docs/BENCHMARKS.md, zd22). unpack.c decides once by the
+ * CPU's vendor (unpack_dot_far_prefetch, unpack.h). */
 
 /* Prefetches the b lines of the adaptive group UNPACK_PREFETCH_ADAPTIVE
  * weights after the one at src (a b-bit group is b 64-byte blocks). The x86

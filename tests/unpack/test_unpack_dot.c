@@ -124,23 +124,29 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
     int nk = unpack_kernels_available(ks);
     /* output rows n apart, then n + 3 apart (the forward's stride is the
      * linear's rows): the gaps keep their fill */
-    for (int k = 1; k < nk; k++)
-        for (uint32_t ld = n; ld <= n + 3 && n; ld += 3) {
-            memset(got, 0x5a, sizeof(int32_t) * m * (n + 3));
-            assert_int_equal(unpack_tensor_dot(u, ks[k], r0, r1, x, m, got, ld), 0);
-            for (size_t i = 0; i < (size_t)m * n; i++) {
-                int32_t g = got[i / n * ld + i % n];
-                if (g != ref[i])
-                    fail_msg("%s: kernel %s dot [%zu] = %d, scalar %d (cols %u, m %u, rows "
-                             "%u..%u, width %u, stride %u)",
-                             what, unpack_kernel_name(ks[k]), i, g, ref[i], u->layout.cols, m, r0,
-                             r1, unpack_tensor_width(u, r0 + (uint32_t)(i % n)), ld);
+    /* each kernel with and without the AVX-512 one-row kernel's far
+     * prefetch (unpack_dot_far_prefetch: the CPU decides which one runs) */
+    for (int far = 0; far < 2; far++) {
+        unpack_dot_set_far_prefetch(far);
+        for (int k = 1; k < nk; k++)
+            for (uint32_t ld = n; ld <= n + 3 && n; ld += 3) {
+                memset(got, 0x5a, sizeof(int32_t) * m * (n + 3));
+                assert_int_equal(unpack_tensor_dot(u, ks[k], r0, r1, x, m, got, ld), 0);
+                for (size_t i = 0; i < (size_t)m * n; i++) {
+                    int32_t g = got[i / n * ld + i % n];
+                    if (g != ref[i])
+                        fail_msg("%s: kernel %s dot [%zu] = %d, scalar %d (cols %u, m %u, rows "
+                                 "%u..%u, width %u, stride %u, far %d)",
+                                 what, unpack_kernel_name(ks[k]), i, g, ref[i], u->layout.cols, m,
+                                 r0, r1, unpack_tensor_width(u, r0 + (uint32_t)(i % n)), ld, far);
+                }
+                for (size_t i = 0; i < (size_t)m * ld; i++)
+                    if (i % ld >= n && got[i] != 0x5a5a5a5a)
+                        fail_msg("%s: kernel %s wrote between rows at %zu (stride %u)", what,
+                                 unpack_kernel_name(ks[k]), i, ld);
             }
-            for (size_t i = 0; i < (size_t)m * ld; i++)
-                if (i % ld >= n && got[i] != 0x5a5a5a5a)
-                    fail_msg("%s: kernel %s wrote between rows at %zu (stride %u)", what,
-                             unpack_kernel_name(ks[k]), i, ld);
-        }
+    }
+    unpack_dot_set_far_prefetch(-1);
     /* unpack_tensor_dot_tiles (AMX), where it takes the tensor: the same
      * integers, both strides, gaps untouched */
     if (n && unpack_dot_tiles_takes(u, m)) {
@@ -170,19 +176,24 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
         free(st);
     }
     /* unpack_tensor_dot_x: one activation row at a time, x's part prepared once */
-    for (int k = 0; k < nk; k++)
-        for (uint32_t i = 0; i < m; i++) {
-            const int8_t *xi = x + (size_t)i * u->layout.cols;
-            struct unpack_dot_x px;
-            unpack_dot_x_init(u, xi, &px);
-            memset(got, 0x5a, sizeof(int32_t) * (n ? n : 1));
-            assert_int_equal(unpack_tensor_dot_x(u, ks[k], r0, r1, xi, &px, got), 0);
-            for (uint32_t j = 0; j < n; j++)
-                if (got[j] != ref[(size_t)i * n + j])
-                    fail_msg("%s: kernel %s dot_x [%u][%u] = %d, dot %d (cols %u, rows %u..%u)",
-                             what, unpack_kernel_name(ks[k]), i, j, got[j], ref[(size_t)i * n + j],
-                             u->layout.cols, r0, r1);
-        }
+    for (int far = 0; far < 2; far++) {
+        unpack_dot_set_far_prefetch(far);
+        for (int k = 0; k < nk; k++)
+            for (uint32_t i = 0; i < m; i++) {
+                const int8_t *xi = x + (size_t)i * u->layout.cols;
+                struct unpack_dot_x px;
+                unpack_dot_x_init(u, xi, &px);
+                memset(got, 0x5a, sizeof(int32_t) * (n ? n : 1));
+                assert_int_equal(unpack_tensor_dot_x(u, ks[k], r0, r1, xi, &px, got), 0);
+                for (uint32_t j = 0; j < n; j++)
+                    if (got[j] != ref[(size_t)i * n + j])
+                        fail_msg("%s: kernel %s dot_x [%u][%u] = %d, dot %d (cols %u, rows %u..%u, "
+                                 "far %d)",
+                                 what, unpack_kernel_name(ks[k]), i, j, got[j],
+                                 ref[(size_t)i * n + j], u->layout.cols, r0, r1, far);
+            }
+    }
+    unpack_dot_set_far_prefetch(-1);
     /* unpack_tensor_dot_xm: all m rows, each row's part prepared once (m
      * may exceed 16: the blocks of 16 index px past the first block) */
     struct unpack_dot_x *px = malloc(sizeof *px * m);
@@ -378,6 +389,22 @@ static void test_api(void **st)
                                          &px, acc),
                      -EINVAL);
     assert_int_equal(unpack_tensor_dot_x(&u, UNPACK_KERNEL_SCALAR, 2, 2, x, &px, acc), 0);
+    /* the far prefetch switch: set, then back to the CPU's default (0 or 1,
+     * whatever SLUICE_DOT_FAR says when it is 0 or 1) */
+    const int far_default = unpack_dot_far_prefetch();
+    assert_true(far_default == 0 || far_default == 1);
+    const char *fe = getenv("SLUICE_DOT_FAR");
+    if (fe && (!strcmp(fe, "0") || !strcmp(fe, "1")))
+        assert_int_equal(far_default, fe[0] - '0');
+    unpack_dot_set_far_prefetch(0);
+    assert_int_equal(unpack_dot_far_prefetch(), 0);
+    unpack_dot_set_far_prefetch(1);
+    assert_int_equal(unpack_dot_far_prefetch(), 1);
+    unpack_dot_set_far_prefetch(7); /* not a mode: the default */
+    assert_int_equal(unpack_dot_far_prefetch(), far_default);
+    unpack_dot_set_far_prefetch(0);
+    unpack_dot_set_far_prefetch(-1);
+    assert_int_equal(unpack_dot_far_prefetch(), far_default);
     /* the tile path's refusals */
     assert_int_equal(unpack_dot_tiles_takes(&u, 0), 0);
     assert_int_equal(unpack_dot_tiles_takes(&u, UNPACK_TILES_ROWS_MAX + 1), 0);
