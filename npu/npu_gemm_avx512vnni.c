@@ -32,29 +32,108 @@ static const char *const tile_names[] = {"6x64", "8x48", "12x32"};
 #define NTILES ((int)(sizeof tilings / sizeof tilings[0]))
 
 /* Stage A: XOR 0x80, k padded with zero bytes (their weights are zero), R-row
- * interleave. Rows beyond m in the last tile are never read. */
+ * interleave (the layout npu_prep_vnni_ref defines; bit for bit the same
+ * bytes, test_npu_prep). Rows beyond m in the last tile are never read.
+ *
+ * Row k-groups one at a time (a 4-byte load, XOR and store each) cost the
+ * NPU thread ~9% of its GEMM time in a 512-token prefill on the Zen 5 of
+ * docs/BENCHMARKS.md (zc22): a graph stages a chunk's activations again for
+ * each linear (each has its own activation scale, so its own codes), and a
+ * CPU worker's stolen piece for every piece. So four rows (two for the
+ * 6-row tiling) go together, 64 bytes of each: their 16 groups transposed in
+ * registers (the four rows' dwords of one group side by side: a 4 x 4 dword
+ * transpose per 128-bit lane) and stored 16 (8) bytes at a time, at the
+ * group's place in the tile. The k bytes past the last whole 64 and rows
+ * past the last whole unit take the per-group loop. */
+static void prep_row(const uint8_t *src, uint8_t *dst, uint32_t j0, uint32_t k, uint32_t k4,
+                     size_t step)
+{
+    const uint32_t kf = k & ~3u;
+    for (uint32_t j = j0; j < kf; j += 4) {
+        uint32_t v;
+        memcpy(&v, src + j, 4);
+        v ^= 0x80808080u;
+        memcpy(dst + (size_t)(j / 4) * step, &v, 4);
+    }
+    if (kf < k4) {
+        uint8_t t[4] = {0, 0, 0, 0};
+        for (uint32_t q = 0; kf + q < k; q++)
+            t[q] = src[kf + q] ^ 0x80;
+        memcpy(dst + (size_t)(kf / 4) * step, t, 4);
+    }
+}
+
+/* Four rows (src, lda apart; dst: the first one's group 0), bytes [0, kv). */
+static void prep_rows4(const uint8_t *src, size_t lda, uint8_t *dst, uint32_t kv, size_t step)
+{
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    for (uint32_t j = 0; j < kv; j += 64) {
+        const __m512i r0 = _mm512_xor_si512(_mm512_loadu_si512(src + j), x80);
+        const __m512i r1 = _mm512_xor_si512(_mm512_loadu_si512(src + lda + j), x80);
+        const __m512i r2 = _mm512_xor_si512(_mm512_loadu_si512(src + 2 * lda + j), x80);
+        const __m512i r3 = _mm512_xor_si512(_mm512_loadu_si512(src + 3 * lda + j), x80);
+        const __m512i t0 = _mm512_unpacklo_epi32(r0, r1), t1 = _mm512_unpackhi_epi32(r0, r1);
+        const __m512i t2 = _mm512_unpacklo_epi32(r2, r3), t3 = _mm512_unpackhi_epi32(r2, r3);
+        /* u[c], lane L: group 4L + c of rows 0..3 */
+        const __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                              _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+        uint8_t *d = dst + (size_t)(j / 4) * step;
+        for (int c = 0; c < 4; c++) {
+            _mm_storeu_si128((__m128i *)(d + (size_t)c * step), _mm512_castsi512_si128(u[c]));
+            _mm_storeu_si128((__m128i *)(d + (size_t)(4 + c) * step),
+                             _mm512_extracti32x4_epi32(u[c], 1));
+            _mm_storeu_si128((__m128i *)(d + (size_t)(8 + c) * step),
+                             _mm512_extracti32x4_epi32(u[c], 2));
+            _mm_storeu_si128((__m128i *)(d + (size_t)(12 + c) * step),
+                             _mm512_extracti32x4_epi32(u[c], 3));
+        }
+    }
+}
+
+/* Two rows, as prep_rows4: 8 bytes (the two rows' dwords) per group. */
+static void prep_rows2(const uint8_t *src, size_t lda, uint8_t *dst, uint32_t kv, size_t step)
+{
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    for (uint32_t j = 0; j < kv; j += 64) {
+        const __m512i r0 = _mm512_xor_si512(_mm512_loadu_si512(src + j), x80);
+        const __m512i r1 = _mm512_xor_si512(_mm512_loadu_si512(src + lda + j), x80);
+        /* u[h], lane L: groups 4L + 2h (low 8 bytes) and 4L + 2h + 1 */
+        const __m512i u[2] = {_mm512_unpacklo_epi32(r0, r1), _mm512_unpackhi_epi32(r0, r1)};
+        uint8_t *d = dst + (size_t)(j / 4) * step;
+        for (int h = 0; h < 2; h++)
+            for (int L = 0; L < 4; L++) {
+                const __m128i v = L == 0   ? _mm512_castsi512_si128(u[h])
+                                  : L == 1 ? _mm512_extracti32x4_epi32(u[h], 1)
+                                  : L == 2 ? _mm512_extracti32x4_epi32(u[h], 2)
+                                           : _mm512_extracti32x4_epi32(u[h], 3);
+                _mm_storel_epi64((__m128i *)(d + (size_t)(4 * L + 2 * h) * step), v);
+                _mm_storeh_pd((double *)(d + (size_t)(4 * L + 2 * h + 1) * step),
+                              _mm_castsi128_pd(v));
+            }
+    }
+}
+
 static void prep_vnni(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
                       int tile, uint8_t *out)
 {
     const uint32_t R = (uint32_t)tilings[tile].rows;
     const size_t step = (size_t)R * 4;
-    const uint32_t kf = k & ~3u;
-    for (uint32_t i = 0; i < m; i++) {
-        const uint8_t *src = (const uint8_t *)a + (size_t)i * lda_in;
-        uint8_t *dst = out + npu_gemm_a_off(i, 0, k4, R);
-        for (uint32_t j = 0; j < kf; j += 4) {
-            uint32_t v;
-            memcpy(&v, src + j, 4);
-            v ^= 0x80808080u;
-            memcpy(dst + (size_t)(j / 4) * step, &v, 4);
-        }
-        if (kf < k4) {
-            uint8_t t[4] = {0, 0, 0, 0};
-            for (uint32_t q = 0; kf + q < k; q++)
-                t[q] = src[kf + q] ^ 0x80;
-            memcpy(dst + (size_t)(kf / 4) * step, t, 4);
-        }
+    const uint32_t U = R % 4 == 0 ? 4 : 2; /* R: 6, 8, 12; a unit stays in one tile */
+    const uint32_t kv = k / 64 * 64;
+    const uint8_t *src = (const uint8_t *)a;
+    uint32_t i = 0;
+    for (; kv && i + U <= m; i += U) {
+        const uint8_t *s = src + (size_t)i * lda_in;
+        uint8_t *d = out + npu_gemm_a_off(i, 0, k4, R);
+        if (U == 4)
+            prep_rows4(s, lda_in, d, kv, step);
+        else
+            prep_rows2(s, lda_in, d, kv, step);
+        for (uint32_t u = 0; u < U; u++)
+            prep_row(s + (size_t)u * lda_in, d + 4 * u, kv, k, k4, step);
     }
+    for (; i < m; i++)
+        prep_row(src + (size_t)i * lda_in, out + npu_gemm_a_off(i, 0, k4, R), 0, k, k4, step);
 }
 
 /* Row i, channels c0..c0+15: the accumulator minus the +128 correction. */

@@ -170,6 +170,11 @@ static inline size_t npu_gemm_a_off(uint32_t i, uint32_t gq, uint32_t k4, uint32
     return (size_t)(i / R) * R * k4 + (size_t)gq * R * 4 + (size_t)(i % R) * 4;
 }
 
+/* The vpdpbusd kernels' staging of A for R-row tiles, byte by byte (the
+ * reference for their prep; npu_gemm_scalar.c): rows [0, m) only. */
+void npu_prep_vnni_ref(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
+                       uint32_t R, uint8_t *out);
+
 /* Output channels of blocks [bl, bl + nb) (nb 1 or 2; the rest of the
  * contract as npu_gemm_args, m <= NPU_GEMM_ROWS_MAX, every code of the blocks
  * within +-NPU_GEMM_TINY, a staged by the AVX2 kernel's prep): the AVX2

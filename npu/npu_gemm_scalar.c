@@ -17,6 +17,19 @@ static void prep_scalar(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, 
     }
 }
 
+/* The vpdpbusd kernels' staging (npu_gemm_internal.h, step 1), defined one
+ * byte at a time: row i's k-group gq at npu_gemm_a_off(i, gq, k4, R), each
+ * byte XOR 0x80, the bytes from k to k4 zero. Rows past m are not written.
+ * The reference for npu_gemm_avx512vnni.c's prep (test_npu_prep). */
+void npu_prep_vnni_ref(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, uint32_t k4,
+                       uint32_t R, uint8_t *out)
+{
+    for (uint32_t i = 0; i < m; i++)
+        for (uint32_t j = 0; j < k4; j++)
+            out[npu_gemm_a_off(i, j / 4, k4, R) + j % 4] =
+                j < k ? (uint8_t)((uint8_t)a[(size_t)i * lda_in + j] ^ 0x80) : 0;
+}
+
 static void gemm_scalar(const struct npu_gemm_args *g)
 {
     const struct npu_gemm_b *b = g->b;
