@@ -95,3 +95,54 @@ void spec_cost_skipped(struct spec_cost *c)
     c->fit_w *= keep, c->fit_x *= keep, c->fit_y *= keep;
     c->fit_xx *= keep, c->fit_xy *= keep;
 }
+
+/* ---- where a verification runs ----
+ *
+ * A session's verification splits its linears with the NPU device thread;
+ * on a 2-core host shared with other work the second thread is often not
+ * running when the split is posted (this Zen 5 host at load 5-16: 4-row
+ * verifications x3.3-4.0 of a one-row step split against x2.0-2.4 on the
+ * calling thread alone, in the same bench spec runs), and on a quiet one
+ * the split can win. Each way has its own price (a spec_cost, both fed
+ * every one-row step); the cheaper at the tree's size runs, the dearer one
+ * every SPEC_WHERE_PROBE-th verification so that its price follows the
+ * host. */
+
+#define SPEC_WHERE_PROBE 16
+
+void spec_where_init(struct spec_where *w, float row_cost, int have_device)
+{
+    *w = (struct spec_where){.have_device = have_device};
+    spec_cost_init(&w->c[0], row_cost);
+    spec_cost_init(&w->c[1], row_cost);
+}
+
+static float price(const struct spec_cost *c, uint32_t rows)
+{
+    return 1.0f + c->beta + c->alpha * (float)(rows - 1);
+}
+
+uint32_t spec_where_pick(struct spec_where *w, uint32_t rows)
+{
+    /* a fixed price times nothing: the split, as before there was a choice */
+    if (!w->have_device || w->c[0].fixed)
+        return 0;
+    if (w->n[0] < SPEC_COST_WARM || w->n[1] < SPEC_COST_WARM)
+        return w->n[1] < w->n[0];
+    uint32_t cheap = price(&w->c[1], rows) < price(&w->c[0], rows);
+    return w->picks % SPEC_WHERE_PROBE == SPEC_WHERE_PROBE - 1 ? !cheap : cheap;
+}
+
+void spec_where_step(struct spec_where *w, double dt)
+{
+    spec_cost_step(&w->c[0], dt);
+    spec_cost_step(&w->c[1], dt);
+}
+
+void spec_where_verify(struct spec_where *w, uint32_t on, uint32_t rows, double dt)
+{
+    spec_cost_verify(&w->c[on], rows, dt);
+    if (w->n[on] < UINT32_MAX)
+        w->n[on]++;
+    w->picks++;
+}

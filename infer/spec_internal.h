@@ -187,4 +187,25 @@ int spec_cost_worth(const struct spec_cost *c, float gain, uint32_t rows);
  * prior moves back toward it. */
 void spec_cost_skipped(struct spec_cost *c);
 
+/* Where a verification runs (spec_cost.c): c[0] prices it split with the
+ * session's NPU device thread, c[1] on the calling thread alone; both see
+ * every one-row step. */
+struct spec_where {
+    struct spec_cost c[2];
+    uint32_t n[2];    /* verifications timed each way */
+    uint32_t picks;   /* verifications in all */
+    int have_device;  /* 0: the session has no device thread (always c[0]) */
+};
+
+void spec_where_init(struct spec_where *w, float row_cost, int have_device);
+/* The way to run a verification of `rows` rows: 0 (split) or 1 (alone):
+ * each way's first few in turn, then the cheaper by its price, the other
+ * every few verifications (its price follows the host). With a fixed price
+ * or no device: 0. */
+uint32_t spec_where_pick(struct spec_where *w, uint32_t rows);
+/* A one-row step took dt seconds (both prices). */
+void spec_where_step(struct spec_where *w, double dt);
+/* A verification of `rows` rows, run the way `on`, took dt seconds. */
+void spec_where_verify(struct spec_where *w, uint32_t on, uint32_t rows, double dt);
+
 #endif /* SLUICE_SPEC_INTERNAL_H */

@@ -33,9 +33,17 @@ struct infer_spec {
     struct infer_spec_stats stats;
     /* the cost model: per source, match order and first/later token, the
      * estimated acceptance (moving averages of what verification found);
-     * the price of a verification in one-row steps (spec_cost.c) */
+     * the price of a verification in one-row steps (spec_cost.c), one for
+     * each way it can run (where), cost: the way of this round's (on) */
     float acc[SPEC_SRC_COUNT][SPEC_MAX_ORDER + 1][2];
-    struct spec_cost cost;
+    struct spec_where where;
+    struct spec_cost *cost;
+    uint32_t on;
+    /* the last tree the cost model skipped, followed along the tokens
+     * produced after its root (shadow_at: the row they reached) */
+    struct spec_tree shadow;
+    uint32_t shadow_at;
+    int shadow_on;
 };
 
 #define ACC_RATE 0.1f /* moving-average weight of one observation */
@@ -91,9 +99,11 @@ int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
         sp->o.calib_depth = 4;
     if (!(sp->o.calib_min_p > 0))
         sp->o.calib_min_p = 0.2f;
-    spec_cost_init(&sp->cost, sp->o.row_cost);
-    if (sp->cost.fixed && sp->o.verify_cost > 0)
-        sp->cost.beta = sp->o.verify_cost;
+    spec_where_init(&sp->where, sp->o.row_cost, sp->st->dev != NULL);
+    for (int i = 0; i < 2; i++)
+        if (sp->where.c[i].fixed && sp->o.verify_cost > 0)
+            sp->where.c[i].beta = sp->o.verify_cost;
+    sp->cost = &sp->where.c[0];
     for (int src = 0; src < SPEC_SRC_COUNT; src++)
         for (int g = 0; g <= SPEC_MAX_ORDER; g++) {
             /* priors: longer matches are likelier; a token after an accepted
@@ -169,7 +179,7 @@ static int on_match(void *ctx, const struct spec_index *ix, uint32_t end)
     }
     if (k) {
         const float *a = c->sp->acc[c->src][c->order];
-        spec_tree_add_p(t, cand, k, c->max_rows, c->src, c->order, a[0], a[1], c->sp->cost.alpha);
+        spec_tree_add_p(t, cand, k, c->max_rows, c->src, c->order, a[0], a[1], c->sp->cost->alpha);
     }
     return t->n >= c->max_rows;
 }
@@ -203,7 +213,7 @@ static void draft(struct infer_spec *sp, int root, uint32_t pos, uint32_t depth,
             const float *a = sp->acc[SPEC_SRC_REUSE][0];
             if (ns)
                 spec_tree_add_p(t, seg, ns < c.depth ? ns : c.depth, max_rows, SPEC_SRC_REUSE, 0,
-                                a[0], a[1], sp->cost.alpha);
+                                a[0], a[1], sp->cost->alpha);
         }
         for (size_t k = 0; k < sizeof order / sizeof order[0] && t->n < max_rows; k++) {
             enum spec_src src = order[k];
@@ -293,7 +303,33 @@ static void learn(struct infer_spec *sp, const uint32_t *path, uint32_t np, doub
         float *a = &sp->acc[t->src[r]][t->order[r]][t->later[r]];
         *a += ACC_RATE * ((on[r] ? 1.0f : 0.0f) - *a);
     }
-    spec_cost_verify(&sp->cost, t->n, dt);
+    spec_where_verify(&sp->where, sp->on, t->n, dt);
+}
+
+/* A skipped tree still tests its rows, for free: the tokens produced after
+ * its root show which rows a verification would have accepted. Each token
+ * tests the children of the row reached so far (as learn() tests the rows
+ * whose parent was accepted) and moves to the matching child; the shadow
+ * ends at a mismatch or a leaf. Without it, a price that skips every tree
+ * leaves the acceptance estimates where they were when it rose: trees of a
+ * source that has turned good are never verified again. */
+static void shadow_feed(struct infer_spec *sp, int tok)
+{
+    if (!sp->shadow_on)
+        return;
+    const struct spec_tree *t = &sp->shadow;
+    uint32_t hit = 0;
+    for (uint32_t r = sp->shadow_at + 1; r < t->n; r++) {
+        if (t->parent[r] != (int32_t)sp->shadow_at)
+            continue;
+        float *a = &sp->acc[t->src[r]][t->order[r]][t->later[r]];
+        int on = t->tok[r] == tok;
+        *a += ACC_RATE * ((on ? 1.0f : 0.0f) - *a);
+        if (on)
+            hit = r;
+    }
+    sp->shadow_at = hit;
+    sp->shadow_on = hit != 0;
 }
 
 /* One verification of the tree (root = the pending token, already in the
@@ -312,8 +348,14 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
                             .parent = t->parent,
                             .logits_rows = rows,
                             .n_logits = t->n};
+    /* on the calling thread alone: no device for this forward (the same
+     * rows' results either way: the split only divides output channels) */
+    struct npu_device *dev = sp->st->dev;
+    if (sp->on == 1)
+        sp->st->dev = NULL;
     uint64_t t0 = sl_now_ns(), jobs = sp->st->npu_jobs;
     int ret = infer_forward_batch(sp->m, sp->st, &b, sp->logits, err);
+    sp->st->dev = dev;
     if (ret < 0)
         return ret;
     uint32_t np;
@@ -337,6 +379,7 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
     infer_session_after_verify(sp->s, sp->logits + (size_t)last * sp->vocab, *next, np, dt,
                                sp->st->npu_jobs - jobs);
     sp->stats.rounds++;
+    sp->stats.alone += sp->on == 1;
     sp->stats.verify_s += dt;
     sp->stats.drafted += t->n - 1;
     sp->stats.shapes[t->n <= 4 ? 0 : t->n <= 8 ? 1 : 2]++;
@@ -403,21 +446,31 @@ int infer_spec_round(struct infer_spec *sp, int token, uint32_t depth, const int
     }
     sp->n_fed = sp->src[SPEC_SRC_CONTEXT].n;
     sp->stats.tokens++;
+    shadow_feed(sp, token);
     uint64_t t0 = sl_now_ns();
     uint32_t rows = sp->o.max_rows;
     if (rows > sp->st->max_batch)
         rows = sp->st->max_batch;
     if (rows > cap - len)
         rows = cap - len;
+    /* the way this round's verification would run, and so its price (the
+     * typical tree's size: 4 rows) */
+    sp->on = spec_where_pick(&sp->where, rows < 4 ? rows : 4);
+    sp->cost = &sp->where.c[sp->on];
     draft(sp, token, len, depth, rows, stop, n_stop);
     /* a tree expected to bring fewer tokens than a verification costs in
      * one-row steps (1 + beta + alpha (n - 1)) is not worth verifying: a
      * one-row step instead (the greedy rows above price each row at alpha
      * alone) */
-    if (sp->tree.n > 1 && !spec_cost_worth(&sp->cost, sp->tree.sum_p, sp->tree.n)) {
+    if (sp->tree.n > 1 && !spec_cost_worth(sp->cost, sp->tree.sum_p, sp->tree.n)) {
+        if (!sp->shadow_on) {
+            sp->shadow = sp->tree;
+            sp->shadow_at = 0;
+            sp->shadow_on = 1;
+        }
         spec_tree_reset(&sp->tree, token, len);
         sp->stats.skipped++;
-        spec_cost_skipped(&sp->cost);
+        spec_cost_skipped(sp->cost);
     }
     sp->stats.draft_s += (double)(sl_now_ns() - t0) / 1e9;
     if (sp->tree.n == 1) {
@@ -427,9 +480,10 @@ int infer_spec_round(struct infer_spec *sp, int token, uint32_t depth, const int
         double dt = (double)(sl_now_ns() - t0) / 1e9;
         sp->stats.plain_steps++;
         sp->stats.plain_s += dt;
-        spec_cost_step(&sp->cost, dt);
+        spec_where_step(&sp->where, dt);
         return 0;
     }
+    sp->shadow_on = 0; /* the verification tests its own rows (learn) */
     if ((ret = verify(sp, acc, n_acc, next, err)) < 0)
         return ret;
     /* the accepted drafts are context now */

@@ -332,6 +332,7 @@ int bench_spec(int argc, char **argv)
             sst.drafted += one.drafted;
             sst.plain_steps += one.plain_steps;
             sst.skipped += one.skipped;
+            sst.alone += one.alone;
             sst.plain_s += one.plain_s;
             sst.verify_s += one.verify_s;
             sst.draft_s += one.draft_s;
@@ -388,6 +389,7 @@ int bench_spec(int argc, char **argv)
         S.drafted[k] += sst.drafted;
         S.steps[k] += sst.plain_steps;
         S.skipped[k] += sst.skipped;
+        S.alone[k] += sst.alone;
         S.step_s[k] += sst.plain_s;
         S.verify_s[k] += sst.verify_s;
         S.draft_s[k] += sst.draft_s;

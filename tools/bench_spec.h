@@ -100,7 +100,8 @@ struct bench_spec_sums {
     double best_plain[BENCH_SPEC_KINDS], best_spec[BENCH_SPEC_KINDS], best_look[BENCH_SPEC_KINDS],
         best_lplain[BENCH_SPEC_KINDS];
     uint32_t acc[BENCH_SPEC_KINDS], rounds[BENCH_SPEC_KINDS], drafted[BENCH_SPEC_KINDS],
-        tasks[BENCH_SPEC_KINDS], steps[BENCH_SPEC_KINDS], skipped[BENCH_SPEC_KINDS];
+        tasks[BENCH_SPEC_KINDS], steps[BENCH_SPEC_KINDS], skipped[BENCH_SPEC_KINDS],
+        alone[BENCH_SPEC_KINDS];
     double step_s[BENCH_SPEC_KINDS], verify_s[BENCH_SPEC_KINDS], draft_s[BENCH_SPEC_KINDS],
         calib_s[BENCH_SPEC_KINDS];
     double prefill_plain_s[BENCH_SPEC_KINDS], prefill_spec_s[BENCH_SPEC_KINDS];

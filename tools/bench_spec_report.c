@@ -31,13 +31,15 @@ void bench_spec_report(const struct bench_spec_sums *S, const struct bench_spec_
             printf("         %u verifications of %.1f rows, %.3f ms each (x%.2f of a one-row "
                    "step); %u one-row steps, %.3f ms each; drafting %.1f%% of the time\n"
                    "         one-row steps: %u without a draft, %u with one the cost model "
-                   "skipped; %.2f tokens per forward\n",
+                   "skipped; %.2f tokens per forward; %u verifications on the calling "
+                   "thread alone\n",
                    S->rounds[k], vrows, v_ms, s_ms > 0 ? v_ms / s_ms : 0, S->steps[k], s_ms,
                    100 * S->draft_s[k] / (S->draft_s[k] + S->verify_s[k] + S->step_s[k] + 1e-12),
                    S->steps[k] - S->skipped[k], S->skipped[k],
                    S->rounds[k] + S->steps[k] ? (double)(S->acc[k] + S->rounds[k] + S->steps[k]) /
                                                     (S->rounds[k] + S->steps[k])
-                                              : 0.0);
+                                              : 0.0,
+                   S->alone[k]);
         /* which source drafted the rows and which were accepted */
         static const char *const src_name[4] = {"context", "history", "calib", "reuse"};
         if (!json) {
@@ -107,6 +109,7 @@ void bench_spec_report(const struct bench_spec_sums *S, const struct bench_spec_
         cJSON_AddNumberToObject(o, "verify_ms_mean", v_ms);
         cJSON_AddNumberToObject(o, "one_row_steps", S->steps[k]);
         cJSON_AddNumberToObject(o, "one_row_steps_draft_skipped", S->skipped[k]);
+        cJSON_AddNumberToObject(o, "verifications_alone", S->alone[k]);
         cJSON_AddNumberToObject(o, "step_ms_mean", s_ms);
         cJSON_AddNumberToObject(o, "calib_s", S->calib_s[k]);
         cJSON_AddNumberToObject(o, "prefill_plain_s", S->prefill_plain_s[k]);

@@ -956,6 +956,9 @@ struct infer_spec_stats {
     double draft_s, verify_s, plain_s, calib_s;
     uint32_t skipped;      /* of plain_steps: a draft was found but the cost model
                             * judged it not worth a verification */
+    uint32_t alone;        /* of rounds: run on the calling thread alone (the
+                            * cost model found it cheaper than the split with
+                            * the session's NPU device thread, or probed it) */
 };
 
 int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,

@@ -668,6 +668,11 @@ static void greedy_same(const char *path, int expect_exact)
         struct infer_spec_stats ss;
         generate_compare(m, a, b, prompt, 40, &o, stop, 1, expect_exact, NULL, 0, &ss);
         assert_true(ss.rounds > 0);
+        /* the measured price tries both ways in turn first (spec_where): the
+         * tokens, cache and logits above held with verifications split with
+         * the device thread and on the calling thread alone */
+        if (ss.rounds >= 2)
+            assert_true(ss.alone > 0 && ss.alone < ss.rounds);
         infer_session_destroy(a);
         infer_session_destroy(b);
     }
@@ -1044,6 +1049,97 @@ static void test_cost_bursts(void **st)
     assert_true(c.beta == 0.0f);
 }
 
+/* Where a verification runs (spec_where): each way's first four in turn,
+ * then the cheaper at the asked size, the other every 16th; a lasting
+ * change of one way's price moves the choice; no device or a fixed price:
+ * always the split. */
+static void test_where(void **st)
+{
+    (void)st;
+    struct spec_where w;
+    spec_where_init(&w, 0, 1);
+    for (int i = 0; i < 10; i++)
+        spec_where_step(&w, 1e-3);
+    /* split: 1 + 1.0 + 0.5 (n - 1) steps; alone: 1 + 0.1 + 0.2 (n - 1) */
+    uint32_t picked[2] = {0, 0}, first[8];
+    for (int i = 0; i < 200; i++) {
+        uint32_t n = 2 + (uint32_t)i % 6, on = spec_where_pick(&w, 4);
+        if (i < 8)
+            first[i] = on;
+        else
+            picked[on]++;
+        double steps = on ? 1.1 + 0.2 * (n - 1) : 2.0 + 0.5 * (n - 1);
+        spec_where_verify(&w, on, n, 1e-3 * steps);
+        spec_where_step(&w, 1e-3);
+    }
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(first[i], (uint32_t)i % 2);
+    printf("alone %u, split %u of 192 (split: alpha %.2f beta %.2f; alone: %.2f %.2f)\n",
+           picked[1], picked[0], w.c[0].alpha, w.c[0].beta, w.c[1].alpha, w.c[1].beta);
+    assert_int_equal(picked[0], 12u); /* the probes: one in 16 */
+    assert_true(w.c[1].beta < w.c[0].beta);
+    /* the alone way turns dear (a quiet host: the split's second core is
+     * free): the probes move the choice back */
+    for (int i = 0; i < 600; i++) {
+        uint32_t n = 2 + (uint32_t)i % 6, on = spec_where_pick(&w, 4);
+        double steps = on ? 1.5 + 0.6 * (n - 1) : 1.1 + 0.15 * (n - 1);
+        spec_where_verify(&w, on, n, 1e-3 * steps);
+        spec_where_step(&w, 1e-3);
+    }
+    assert_int_equal(spec_where_pick(&w, 4), 0u);
+    /* no device, or a fixed price: the split */
+    spec_where_init(&w, 0, 0);
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(spec_where_pick(&w, 4), 0u);
+        spec_where_verify(&w, 0, 4, 1e-3);
+    }
+    spec_where_init(&w, 0.3f, 1);
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(spec_where_pick(&w, 4), 0u);
+        spec_where_verify(&w, 0, 4, 1e-3);
+    }
+}
+
+/* A tree the price skips still teaches acceptance (shadow_feed): at a
+ * fixed price of 1 + 0.2 + 0.5 (n - 1) steps, the priors' one-row trees on
+ * a prompt that cycles through eight tokens are skipped; fed the cycle on,
+ * the skipped trees' rows come true, their source's estimate rises, and a
+ * tree is verified within 40 rounds (without it none ever is: nothing
+ * verified, nothing learned). */
+static void test_skipped_trees_teach(void **st)
+{
+    (void)st;
+    struct sl_err err;
+    struct infer_model *m;
+    assert_int_equal(infer_model_load(float_model, NULL, &m, &err), 0);
+    int prompt[33];
+    prompt[0] = 1;
+    for (int i = 1; i < 33; i++)
+        prompt[i] = 5 + (i - 1) % 8;
+    struct infer_session_opts so = {.max_batch = 32};
+    struct infer_session *s;
+    struct infer_spec *sp;
+    assert_int_equal(infer_session_create(m, &so, &s, &err), 0);
+    assert_int_equal(infer_session_prefill(s, prompt, 33, &err), 0);
+    struct infer_spec_opts o = {.max_rows = 8, .row_cost = 0.5f, .verify_cost = 0.2f};
+    assert_int_equal(infer_spec_create(s, prompt, 33, &o, &sp, &err), 0);
+    struct infer_spec_stats ss = {0};
+    int i;
+    for (i = 0; i < 40 && ss.rounds == 0; i++) {
+        int acc[INFER_SPEC_MAX_ROWS], next;
+        uint32_t n_acc;
+        assert_int_equal(
+            infer_spec_round(sp, 5 + (32 + i) % 8, 8, NULL, 0, acc, &n_acc, &next, &err), 0);
+        infer_spec_stats(sp, &ss);
+    }
+    printf("first verification after %d rounds, %u skipped trees\n", i, ss.skipped);
+    assert_int_equal(ss.rounds, 1u);
+    assert_true(ss.skipped >= 3);
+    infer_spec_destroy(sp);
+    infer_session_destroy(s);
+    infer_model_destroy(m);
+}
+
 static void test_dynamic_not_exact(void **st)
 {
     (void)st;
@@ -1072,6 +1168,8 @@ int main(void)
         cmocka_unit_test(test_context_end_and_stop),
         cmocka_unit_test(test_fallback_1gram),
         cmocka_unit_test(test_cost_bursts),
+        cmocka_unit_test(test_where),
+        cmocka_unit_test(test_skipped_trees_teach),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
