@@ -66,8 +66,9 @@ enum unpack_kernel unpack_kernel_best(void)
     return UNPACK_KERNEL_SCALAR;
 }
 
-/* 1 on a CPU whose vendor string is AMD's. */
-static int cpu_is_amd(void)
+/* 1 on an AMD CPU of family 0x1A (Zen 5) or later: the only AMD CPU the
+ * far prefetch was measured on (docs/BENCHMARKS.md, zd22). */
+static int cpu_is_amd_zen5(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
@@ -77,7 +78,12 @@ static int cpu_is_amd(void)
     memcpy(v, &b, 4);
     memcpy(v + 4, &d, 4);
     memcpy(v + 8, &c, 4);
-    return memcmp(v, "AuthenticAMD", 12) == 0;
+    if (memcmp(v, "AuthenticAMD", 12) != 0 || !__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    unsigned family = (a >> 8) & 0xf;
+    if (family == 0xf)
+        family += (a >> 20) & 0xff;
+    return family >= 0x1a;
 #else
     return 0;
 #endif
@@ -98,7 +104,7 @@ int unpack_dot_far_prefetch(void)
     if (e && (!strcmp(e, "0") || !strcmp(e, "1")))
         m = e[0] - '0';
     else
-        m = !cpu_is_amd();
+        m = !cpu_is_amd_zen5();
     atomic_store_explicit(&dot_far_auto, m, memory_order_relaxed);
     return m;
 }

@@ -217,7 +217,7 @@ AI void sums_m(const __m512i *acc, const uint32_t M, uint32_t *s)
  * sum, the same integer adaptive_dot gives. */
 AI VNNI void adaptive_dot_m_b(const uint8_t *src, uint32_t cols, const int8_t *x,
                               const struct unpack_dot_args *a, int32_t *out, size_t ldo,
-                              const uint32_t b, const uint32_t M)
+                              const uint32_t b, const uint32_t M, const int far)
 {
     const uint32_t full = cols / 512;
     __m512i acc[16];
@@ -227,7 +227,8 @@ AI VNNI void adaptive_dot_m_b(const uint8_t *src, uint32_t cols, const int8_t *x
     const int8_t *xg = x;
     for (uint32_t g = 0; g < full; g++, src += b * 64, xg += 512) {
         unpack_adaptive_prefetch(src, b);
-        unpack_adaptive_prefetch_far(src, b);
+        if (far)
+            unpack_adaptive_prefetch_far(src, b);
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const __m512i c = code(src, 64, k, b, 0, 0);
@@ -271,7 +272,14 @@ AI VNNI void adaptive_dot_m_b(const uint8_t *src, uint32_t cols, const int8_t *x
                                              const int8_t *x, const struct unpack_dot_args *a,  \
                                              int32_t *out, size_t ldo)                          \
     {                                                                                         \
-        adaptive_dot_m_b(src, cols, x, a, out, ldo, (B), (M));                                \
+        adaptive_dot_m_b(src, cols, x, a, out, ldo, (B), (M), 1);                             \
+    }                                                                                         \
+    static VNNI void adaptive_dot_near_m##M##_##B(const uint8_t *src, uint32_t cols,          \
+                                                  const int8_t *x,                            \
+                                                  const struct unpack_dot_args *a,            \
+                                                  int32_t *out, size_t ldo)                   \
+    {                                                                                         \
+        adaptive_dot_m_b(src, cols, x, a, out, ldo, (B), (M), 0);                             \
     }
 #define DEFINE_DOT_MS(B)                                                                      \
     DEFINE_DOT_M(B, 2)                                                                        \
@@ -290,10 +298,14 @@ DEFINE_DOT_MS(8)
 typedef void dot_m_fn(const uint8_t *, uint32_t, const int8_t *, const struct unpack_dot_args *,
                       int32_t *, size_t);
 
-#define DOT_MS(B) {adaptive_dot_m2_##B, adaptive_dot_m4_##B, adaptive_dot_m8_##B, adaptive_dot_m16_##B}
-static dot_m_fn *const adaptive_dots_m[9][4] = {
-    {NULL}, DOT_MS(1), DOT_MS(2), DOT_MS(3), DOT_MS(4), DOT_MS(5), DOT_MS(6), DOT_MS(7), DOT_MS(8),
-};
+/* [0]: the near prefetch only; [1]: with the far one, as adaptive_dots */
+#define DOT_MS(P, B)                                                                          \
+    {adaptive_dot_##P##m2_##B, adaptive_dot_##P##m4_##B, adaptive_dot_##P##m8_##B,            \
+     adaptive_dot_##P##m16_##B}
+#define DOT_MS_ALL(P)                                                                         \
+    {{NULL}, DOT_MS(P, 1), DOT_MS(P, 2), DOT_MS(P, 3), DOT_MS(P, 4),                          \
+     DOT_MS(P, 5), DOT_MS(P, 6), DOT_MS(P, 7), DOT_MS(P, 8)}
+static dot_m_fn *const adaptive_dots_m[2][9][4] = {DOT_MS_ALL(near_), DOT_MS_ALL()};
 
 void unpack_adaptive_dot_m_avx512(const uint8_t *src, uint32_t cols, uint32_t b, const int8_t *x,
                                   uint32_t m, const struct unpack_dot_args *a, int32_t *out,
@@ -301,7 +313,7 @@ void unpack_adaptive_dot_m_avx512(const uint8_t *src, uint32_t cols, uint32_t b,
 {
     assert(m == 2 || m == 4 || m == 8 || m == 16); /* dot_block's blocks */
     int j = m == 2 ? 0 : m == 4 ? 1 : m == 8 ? 2 : 3;
-    adaptive_dots_m[b][j](src, cols, x, a, out, ldo);
+    adaptive_dots_m[unpack_dot_far_prefetch()][b][j](src, cols, x, a, out, ldo);
 }
 
 /* ---- int4int8 (padded baseline) ------------------------------------------------------ */

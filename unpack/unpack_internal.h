@@ -130,8 +130,8 @@ extern const struct unpack_kernels unpack_kernels_neon;
 #define UNPACK_PREFETCH_BITPLANE 16384
 #endif
 
-/* The AVX-512 one-row dot kernel's second, farther prefetch (weights
- * ahead, into L2; no other kernel uses it): decode streams rows back to
+/* The AVX-512 dot kernels' second, farther prefetch (weights ahead, into
+ * L2; the one-row kernel and the multi-row one, adaptive_dot_m_b): decode streams rows back to
  * back, and the L1 prefetch above alone left it waiting on memory (one
  * thread, 5 bits, rows from memory: 9-16% less kernel time with 16-32 KiB
  * ahead in a microbenchmark; docs/BENCHMARKS.md, w18). */
@@ -139,10 +139,11 @@ extern const struct unpack_kernels unpack_kernels_neon;
 #define UNPACK_PREFETCH_ADAPTIVE_FAR 32768
 #endif
 /* Not on every CPU: on AMD Zen 5 (its L2 stream prefetcher follows the
- * rows by itself) the far prefetch's instructions cost more than it saves,
- * one thread streaming a 5-bit tensor from memory with it was 10% slower
- * per CPU second (docs/BENCHMARKS.md, zd22). unpack.c decides once by the
- * CPU's vendor (unpack_dot_far_prefetch, unpack.h). */
+ * rows by itself) the far prefetch's instructions cost more than it saves:
+ * one thread streaming a 5-bit tensor from memory with it was 5-21% slower
+ * per CPU second (docs/BENCHMARKS.md, zd22), and packed 8-row verification
+ * 7% slower with it in the multi-row kernel (review of zv18). unpack.c
+ * decides once (unpack_dot_far_prefetch, unpack.h). */
 
 /* Prefetches the b lines of the adaptive group UNPACK_PREFETCH_ADAPTIVE
  * weights after the one at src (a b-bit group is b 64-byte blocks). The x86

@@ -124,8 +124,9 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
     int nk = unpack_kernels_available(ks);
     /* output rows n apart, then n + 3 apart (the forward's stride is the
      * linear's rows): the gaps keep their fill */
-    /* each kernel with and without the AVX-512 one-row kernel's far
-     * prefetch (unpack_dot_far_prefetch: the CPU decides which one runs) */
+    /* each kernel with and without the AVX-512 dot kernels' far prefetch
+     * (unpack_dot_far_prefetch: the CPU decides which one runs; m > 1 takes
+     * the multi-row kernel) */
     for (int far = 0; far < 2; far++) {
         unpack_dot_set_far_prefetch(far);
         for (int k = 1; k < nk; k++)
@@ -200,19 +201,23 @@ static void check_kernels(const struct unpack_tensor *u, const int8_t *x, uint32
     assert_non_null(px);
     for (uint32_t i = 0; i < m; i++)
         unpack_dot_x_init(u, x + (size_t)i * u->layout.cols, &px[i]);
-    for (int k = 0; k < nk; k++)
-        for (uint32_t ld = n; ld <= n + 3 && n; ld += 3) {
-            memset(got, 0x5a, sizeof(int32_t) * m * (n + 3));
-            assert_int_equal(unpack_tensor_dot_xm(u, ks[k], r0, r1, x, m, px, got, ld), 0);
-            for (size_t i = 0; i < (size_t)m * ld; i++) {
-                int32_t want_i = i % ld >= n ? 0x5a5a5a5a : ref[i / ld * n + i % ld];
-                if (got[i] != want_i)
-                    fail_msg("%s: kernel %s dot_xm [%zu] = %d, want %d (cols %u, m %u, rows "
-                             "%u..%u, stride %u)",
-                             what, unpack_kernel_name(ks[k]), i, got[i], want_i, u->layout.cols,
-                             m, r0, r1, ld);
+    for (int far = 0; far < 2; far++) {
+        unpack_dot_set_far_prefetch(far);
+        for (int k = 0; k < nk; k++)
+            for (uint32_t ld = n; ld <= n + 3 && n; ld += 3) {
+                memset(got, 0x5a, sizeof(int32_t) * m * (n + 3));
+                assert_int_equal(unpack_tensor_dot_xm(u, ks[k], r0, r1, x, m, px, got, ld), 0);
+                for (size_t i = 0; i < (size_t)m * ld; i++) {
+                    int32_t want_i = i % ld >= n ? 0x5a5a5a5a : ref[i / ld * n + i % ld];
+                    if (got[i] != want_i)
+                        fail_msg("%s: kernel %s dot_xm [%zu] = %d, want %d (cols %u, m %u, rows "
+                                 "%u..%u, stride %u, far %d)",
+                                 what, unpack_kernel_name(ks[k]), i, got[i], want_i,
+                                 u->layout.cols, m, r0, r1, ld, far);
+                }
             }
-        }
+    }
+    unpack_dot_set_far_prefetch(-1);
     free(px);
     free(ref);
     free(got);

@@ -207,11 +207,13 @@ int unpack_tensor_dot_xm(const struct unpack_tensor *u, enum unpack_kernel k, ui
 int unpack_tensor_dot_x(const struct unpack_tensor *u, enum unpack_kernel k, uint32_t r0,
                         uint32_t r1, const int8_t *x, const struct unpack_dot_x *px, int32_t *acc);
 
-/* Whether the AVX-512 one-row dot kernel (unpack_tensor_dot with m = 1,
- * unpack_tensor_dot_x) issues its far prefetch into L2 besides the near one
- * (unpack_internal.h): 1 or 0. Decided once: 0 on AMD CPUs (Zen 5: faster
- * without it), 1 elsewhere (the Xeon it was tuned on). The environment
- * variable SLUICE_DOT_FAR=0 or 1 overrides that, and
+/* Whether the AVX-512 dot kernels (unpack_tensor_dot, unpack_tensor_dot_x,
+ * unpack_tensor_dot_xm: one row and several) issue their far prefetch into
+ * L2 besides the near one (unpack_internal.h): 1 or 0. Decided once: 0 on
+ * AMD family 0x1A (Zen 5) or later (faster without it there), 1 elsewhere
+ * (the Intel Xeon it was tuned on; other CPUs were not measured). The
+ * environment variable SLUICE_DOT_FAR=0 or 1 overrides that (other values
+ * are ignored), and
  * unpack_dot_set_far_prefetch(0 or 1) overrides both (tests, benchmarks;
  * -1 goes back to the default). Prefetches change no result. */
 int unpack_dot_far_prefetch(void);
