@@ -246,10 +246,7 @@ static void scores_16(float *a, const float *q, const float *kh, size_t ld, uint
  * scores_t's, so its bits. A tail of half a step (KE / 2) or more keys runs
  * as a step whose last keys repeat its last key (only its own lanes
  * stored); a shorter one one key at a time by scores_t. The head size a
- * constant where it is 64 or 128 (HS). The key rows AHEAD list slots on are
- * prefetched: with a 1 MB L2 (Zen 5) a kv head's keys and values at 4K
- * slots (2 MB) come from L3, and the first loads of a block's rows stalled
- * (za17, docs/BENCHMARKS.md, nineteenth session). */
+ * constant where it is 64 or 128 (HS). */
 static inline __attribute__((always_inline)) void
 scores_members_t(const uint32_t HS, const uint32_t NM, float *const *a, const float *const *q,
                  const float *kh, size_t ld, uint32_t hs, const uint32_t *list, uint32_t n)
@@ -264,9 +261,6 @@ scores_members_t(const uint32_t HS, const uint32_t NM, float *const *a, const fl
         __m512 acc[16];
         for (uint32_t e = 0; e < KE; e++)
             k[e] = kh + (size_t)list[j + (e < m ? e : m - 1)] * ld;
-        if (j + AHEAD + KE <= n) /* the rows AHEAD slots on */
-            for (uint32_t e = 0; e < KE; e++)
-                prefetch_row(kh + (size_t)list[j + AHEAD + e] * ld, hs);
         for (int i = 0; i < 16; i++)
             acc[i] = _mm512_setzero_ps();
         for (uint32_t c = 0; c < hs; c += 16) {
@@ -319,9 +313,7 @@ static void scores_members(uint32_t NM, float *const *a, const float *const *q, 
 }
 
 /* values over [j0, e) of the list for NH members at once (values_h4_64 or
- * values_h2_128: vf; the first NH prefetch the value rows AHEAD slots on, as
- * attn_group_rows_avx512's first heads do) where every member attends all
- * of it, then each
+ * values_h2_128: vf) where every member attends all of it, then each
  * member's own part of the block (its prefix: lens) by values_hs: each
  * column's chain in list order, as one member at a time */
 typedef void values_fn(float *out, size_t ldo, const float *a, uint32_t len, const float *vh,
@@ -336,7 +328,7 @@ values_members(values_fn *vf, uint32_t NH, const struct attn_group_row *w, uint3
     me = me > j0 ? me : j0;
     if (me > j0)
         vf(w->out + (size_t)h * ldo, ldo, w->s + (size_t)h * len, len, vh, kv_dim, w->list, j0,
-           me, h == 0);
+           me, 0);
     for (uint32_t i = 0; me < e && i < NH; i++) {
         uint32_t b = w->lens[h + i] < e ? w->lens[h + i] : e;
         if (b > me)
