@@ -122,14 +122,21 @@ static float price(const struct spec_cost *c, uint32_t rows)
     return 1.0f + c->beta + c->alpha * (float)(rows - 1);
 }
 
-uint32_t spec_where_pick(struct spec_where *w, uint32_t rows)
+uint32_t spec_where_cheaper(const struct spec_where *w, uint32_t rows)
 {
     /* a fixed price times nothing: the split, as before there was a choice */
     if (!w->have_device || w->c[0].fixed)
         return 0;
+    return price(&w->c[1], rows) < price(&w->c[0], rows);
+}
+
+uint32_t spec_where_pick(struct spec_where *w, uint32_t rows)
+{
+    if (!w->have_device || w->c[0].fixed)
+        return 0;
     if (w->n[0] < SPEC_COST_WARM || w->n[1] < SPEC_COST_WARM)
         return w->n[1] < w->n[0];
-    uint32_t cheap = price(&w->c[1], rows) < price(&w->c[0], rows);
+    uint32_t cheap = spec_where_cheaper(w, rows);
     return w->picks % SPEC_WHERE_PROBE == SPEC_WHERE_PROBE - 1 ? !cheap : cheap;
 }
 

@@ -203,6 +203,9 @@ void spec_where_init(struct spec_where *w, float row_cost, int have_device);
  * every few verifications (its price follows the host). With a fixed price
  * or no device: 0. */
 uint32_t spec_where_pick(struct spec_where *w, uint32_t rows);
+/* The way whose price at `rows` rows is lower (0 without a device or at a
+ * fixed price): the price drafts are judged at. */
+uint32_t spec_where_cheaper(const struct spec_where *w, uint32_t rows);
 /* A one-row step took dt seconds (both prices). */
 void spec_where_step(struct spec_where *w, double dt);
 /* A verification of `rows` rows, run the way `on`, took dt seconds. */

@@ -453,10 +453,15 @@ int infer_spec_round(struct infer_spec *sp, int token, uint32_t depth, const int
         rows = sp->st->max_batch;
     if (rows > cap - len)
         rows = cap - len;
-    /* the way this round's verification would run, and so its price (the
-     * typical tree's size: 4 rows) */
-    sp->on = spec_where_pick(&sp->where, rows < 4 ? rows : 4);
-    sp->cost = &sp->where.c[sp->on];
+    /* the tree is drafted and judged at the cheaper way's price (the
+     * typical tree's size: 4 rows); where a tree worth verifying runs is
+     * decided after (spec_where_pick: the warm-up's turns, the probes of the
+     * dearer way). Judged at the way picked, a dear probe would prune every
+     * tree, so no verification would end it and the cheaper way would never
+     * run again (the review of zs18 saw the last 82-97% of 1,000-token
+     * generations stuck so) */
+    uint32_t r4 = rows < 4 ? rows : 4;
+    sp->cost = &sp->where.c[spec_where_cheaper(&sp->where, r4)];
     draft(sp, token, len, depth, rows, stop, n_stop);
     /* a tree expected to bring fewer tokens than a verification costs in
      * one-row steps (1 + beta + alpha (n - 1)) is not worth verifying: a
@@ -484,6 +489,7 @@ int infer_spec_round(struct infer_spec *sp, int token, uint32_t depth, const int
         return 0;
     }
     sp->shadow_on = 0; /* the verification tests its own rows (learn) */
+    sp->on = spec_where_pick(&sp->where, r4);
     if ((ret = verify(sp, acc, n_acc, next, err)) < 0)
         return ret;
     /* the accepted drafts are context now */

@@ -1068,6 +1068,11 @@ static void test_where(void **st)
             first[i] = on;
         else
             picked[on]++;
+        /* drafts are judged at the cheaper way's price, the probes of the
+         * dearer one included (judged at the probe's, its dear price would
+         * prune every tree and the probe never end) */
+        if (i >= 8)
+            assert_int_equal(spec_where_cheaper(&w, 4), 1u);
         double steps = on ? 1.1 + 0.2 * (n - 1) : 2.0 + 0.5 * (n - 1);
         spec_where_verify(&w, on, n, 1e-3 * steps);
         spec_where_step(&w, 1e-3);
@@ -1087,15 +1092,18 @@ static void test_where(void **st)
         spec_where_step(&w, 1e-3);
     }
     assert_int_equal(spec_where_pick(&w, 4), 0u);
+    assert_int_equal(spec_where_cheaper(&w, 4), 0u);
     /* no device, or a fixed price: the split */
     spec_where_init(&w, 0, 0);
     for (int i = 0; i < 20; i++) {
         assert_int_equal(spec_where_pick(&w, 4), 0u);
+        assert_int_equal(spec_where_cheaper(&w, 4), 0u);
         spec_where_verify(&w, 0, 4, 1e-3);
     }
     spec_where_init(&w, 0.3f, 1);
     for (int i = 0; i < 20; i++) {
         assert_int_equal(spec_where_pick(&w, 4), 0u);
+        assert_int_equal(spec_where_cheaper(&w, 4), 0u);
         spec_where_verify(&w, 0, 4, 1e-3);
     }
 }
