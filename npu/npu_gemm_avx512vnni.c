@@ -44,24 +44,7 @@ static const char *const tile_names[] = {"6x64", "8x48", "12x32"};
  * registers (the four rows' dwords of one group side by side: a 4 x 4 dword
  * transpose per 128-bit lane) and stored 16 (8) bytes at a time, at the
  * group's place in the tile. The k bytes past the last whole 64 and rows
- * past the last whole unit take the per-group loop. */
-static void prep_row(const uint8_t *src, uint8_t *dst, uint32_t j0, uint32_t k, uint32_t k4,
-                     size_t step)
-{
-    const uint32_t kf = k & ~3u;
-    for (uint32_t j = j0; j < kf; j += 4) {
-        uint32_t v;
-        memcpy(&v, src + j, 4);
-        v ^= 0x80808080u;
-        memcpy(dst + (size_t)(j / 4) * step, &v, 4);
-    }
-    if (kf < k4) {
-        uint8_t t[4] = {0, 0, 0, 0};
-        for (uint32_t q = 0; kf + q < k; q++)
-            t[q] = src[kf + q] ^ 0x80;
-        memcpy(dst + (size_t)(kf / 4) * step, t, 4);
-    }
-}
+ * past the last whole unit take the per-group loop (npu_prep_row_groups). */
 
 /* Four rows (src, lda apart; dst: the first one's group 0), bytes [0, kv). */
 static void prep_rows4(const uint8_t *src, size_t lda, uint8_t *dst, uint32_t kv, size_t step)
@@ -130,10 +113,11 @@ static void prep_vnni(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k, ui
         else
             prep_rows2(s, lda_in, d, kv, step);
         for (uint32_t u = 0; u < U; u++)
-            prep_row(s + (size_t)u * lda_in, d + 4 * u, kv, k, k4, step);
+            npu_prep_row_groups(s + (size_t)u * lda_in, d + 4 * u, kv, k, k4, step);
     }
     for (; i < m; i++)
-        prep_row(src + (size_t)i * lda_in, out + npu_gemm_a_off(i, 0, k4, R), 0, k, k4, step);
+        npu_prep_row_groups(src + (size_t)i * lda_in, out + npu_gemm_a_off(i, 0, k4, R), 0, k, k4,
+                            step);
 }
 
 /* Row i, channels c0..c0+15: the accumulator minus the +128 correction. */

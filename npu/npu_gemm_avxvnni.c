@@ -35,23 +35,9 @@ static void prep_avxvnni(const int8_t *a, size_t lda_in, uint32_t m, uint32_t k,
                       int tile, uint8_t *out)
 {
     const size_t step = (size_t)LR * 4;
-    const uint32_t kf = k & ~3u;
-    for (uint32_t i = 0; i < m; i++) {
-        const uint8_t *src = (const uint8_t *)a + (size_t)i * lda_in;
-        uint8_t *dst = out + npu_gemm_a_off(i, 0, k4, LR);
-        for (uint32_t j = 0; j < kf; j += 4) {
-            uint32_t v;
-            memcpy(&v, src + j, 4);
-            v ^= 0x80808080u;
-            memcpy(dst + (size_t)(j / 4) * step, &v, 4);
-        }
-        if (kf < k4) {
-            uint8_t t[4] = {0, 0, 0, 0};
-            for (uint32_t q = 0; kf + q < k; q++)
-                t[q] = src[kf + q] ^ 0x80;
-            memcpy(dst + (size_t)(kf / 4) * step, t, 4);
-        }
-    }
+    for (uint32_t i = 0; i < m; i++)
+        npu_prep_row_groups((const uint8_t *)a + (size_t)i * lda_in,
+                            out + npu_gemm_a_off(i, 0, k4, LR), 0, k, k4, step);
 }
 
 /* Row i, channels c0..c0+7, minus the correction, kept inside [r0, r1). */

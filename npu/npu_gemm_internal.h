@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "npu.h"
 
@@ -168,6 +169,27 @@ static inline size_t npu_gemm_prep_bytes(uint32_t k4, uint32_t m)
 static inline size_t npu_gemm_a_off(uint32_t i, uint32_t gq, uint32_t k4, uint32_t R)
 {
     return (size_t)(i / R) * R * k4 + (size_t)gq * R * 4 + (size_t)(i % R) * 4;
+}
+
+/* One row's staging from byte j0 (a multiple of 4) on, a 4-byte group at a
+ * time: bytes flipped to unsigned (^ 0x80), group g at dst + g * step, the
+ * last group's bytes past k zero (the vpdpbusd kernels' scalar path). */
+static inline void npu_prep_row_groups(const uint8_t *src, uint8_t *dst, uint32_t j0, uint32_t k,
+                                       uint32_t k4, size_t step)
+{
+    const uint32_t kf = k & ~3u;
+    for (uint32_t j = j0; j < kf; j += 4) {
+        uint32_t v;
+        memcpy(&v, src + j, 4);
+        v ^= 0x80808080u;
+        memcpy(dst + (size_t)(j / 4) * step, &v, 4);
+    }
+    if (kf < k4) {
+        uint8_t t[4] = {0, 0, 0, 0};
+        for (uint32_t q = 0; kf + q < k; q++)
+            t[q] = src[kf + q] ^ 0x80;
+        memcpy(dst + (size_t)(kf / 4) * step, t, 4);
+    }
 }
 
 /* The vpdpbusd kernels' staging of A for R-row tiles, byte by byte (the
