@@ -39,6 +39,9 @@ struct infer_spec {
     struct spec_where where;
     struct spec_cost *cost;
     uint32_t on;
+    /* the session state's device thread at create (NULL: none); a
+     * verification on the calling thread alone detaches it for that forward */
+    struct npu_device *dev0;
     /* the last tree the cost model skipped, followed along the tokens
      * produced after its root (shadow_at: the row they reached) */
     struct spec_tree shadow;
@@ -99,7 +102,8 @@ int infer_spec_create(struct infer_session *s, const int *context, uint32_t n,
         sp->o.calib_depth = 4;
     if (!(sp->o.calib_min_p > 0))
         sp->o.calib_min_p = 0.2f;
-    spec_where_init(&sp->where, sp->o.row_cost, sp->st->dev != NULL);
+    sp->dev0 = sp->st->dev;
+    spec_where_init(&sp->where, sp->o.row_cost, sp->dev0 != NULL);
     for (int i = 0; i < 2; i++)
         if (sp->where.c[i].fixed && sp->o.verify_cost > 0)
             sp->where.c[i].beta = sp->o.verify_cost;
@@ -350,12 +354,16 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
                             .n_logits = t->n};
     /* on the calling thread alone: no device for this forward (the same
      * rows' results either way: the split only divides output channels) */
-    struct npu_device *dev = sp->st->dev;
+    if (sp->st->dev != sp->dev0) {
+        sl_err_set(err, "speculative decoding: the session's device thread was left detached");
+        return -EFAULT;
+    }
     if (sp->on == 1)
         sp->st->dev = NULL;
+    const uint32_t alone = sp->dev0 && !sp->st->dev; /* what the forward runs with */
     uint64_t t0 = sl_now_ns(), jobs = sp->st->npu_jobs;
     int ret = infer_forward_batch(sp->m, sp->st, &b, sp->logits, err);
-    sp->st->dev = dev;
+    sp->st->dev = sp->dev0;
     if (ret < 0)
         return ret;
     uint32_t np;
@@ -379,7 +387,7 @@ static int verify(struct infer_spec *sp, int *acc, uint32_t *n_acc, int *next, s
     infer_session_after_verify(sp->s, sp->logits + (size_t)last * sp->vocab, *next, np, dt,
                                sp->st->npu_jobs - jobs);
     sp->stats.rounds++;
-    sp->stats.alone += sp->on == 1;
+    sp->stats.alone += alone;
     sp->stats.verify_s += dt;
     sp->stats.drafted += t->n - 1;
     sp->stats.shapes[t->n <= 4 ? 0 : t->n <= 8 ? 1 : 2]++;
