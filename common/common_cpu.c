@@ -29,8 +29,16 @@ static uint64_t read_xcr0(void)
 static void detect_x86(struct sl_cpu_features *f)
 {
     unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d))
+        return;
+    int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return;
+    if (amd) {
+        f->amd_family = (a >> 8) & 0xf;
+        if (f->amd_family == 0xf)
+            f->amd_family += (a >> 20) & 0xff;
+    }
     int osxsave = (c >> 27) & 1;
     int fma = (c >> 12) & 1;
     int f16c = (c >> 29) & 1;

@@ -4,9 +4,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 
 #include "unpack_internal.h"
 
@@ -66,29 +63,6 @@ enum unpack_kernel unpack_kernel_best(void)
     return UNPACK_KERNEL_SCALAR;
 }
 
-/* 1 on an AMD CPU of family 0x1A (Zen 5) or later: the only AMD CPU the
- * far prefetch was measured on (docs/BENCHMARKS.md, zd22). */
-static int cpu_is_amd_zen5(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    if (!__get_cpuid(0, &a, &b, &c, &d))
-        return 0;
-    char v[12];
-    memcpy(v, &b, 4);
-    memcpy(v + 4, &d, 4);
-    memcpy(v + 8, &c, 4);
-    if (memcmp(v, "AuthenticAMD", 12) != 0 || !__get_cpuid(1, &a, &b, &c, &d))
-        return 0;
-    unsigned family = (a >> 8) & 0xf;
-    if (family == 0xf)
-        family += (a >> 20) & 0xff;
-    return family >= 0x1a;
-#else
-    return 0;
-#endif
-}
-
 static _Atomic int dot_far_set = -1;  /* unpack_dot_set_far_prefetch's mode */
 static _Atomic int dot_far_auto = -1; /* the default, decided once */
 
@@ -104,7 +78,9 @@ int unpack_dot_far_prefetch(void)
     if (e && (!strcmp(e, "0") || !strcmp(e, "1")))
         m = e[0] - '0';
     else
-        m = !cpu_is_amd_zen5();
+        /* off on AMD family 0x1A (Zen 5) or later, the only AMD CPU the
+         * far prefetch was measured on (docs/BENCHMARKS.md, zd22) */
+        m = sl_cpu_features_hw()->amd_family < 0x1a;
     atomic_store_explicit(&dot_far_auto, m, memory_order_relaxed);
     return m;
 }

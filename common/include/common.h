@@ -180,6 +180,7 @@ struct sl_cpu_features {
     int amx;           /* AMX-TILE + AMX-INT8 (with AVX-512 VNNI), OS support for tiles, and
                         * the process granted the tile data state (asked at detection) */
     int neon;
+    unsigned amd_family; /* an AMD CPU's family (0x19 Zen 3/4, 0x1A Zen 5); 0 on others */
 };
 
 /* Detected once (thread-safe). The environment variable SLUICE_SIMD forces a
